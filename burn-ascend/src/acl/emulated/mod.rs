@@ -1,0 +1,66 @@
+//! The emulated Ascend runtime: AscendCL, the aclnn object layer and the aclnn operators the
+//! backend calls, implemented in-process with CANN's C signatures and documented semantics,
+//! modelled on an Atlas A2 (Ascend910B2) device.
+//!
+//! It is reached only through the function table, exactly like CANN: [`EmulatedRuntime`] is a
+//! [`SymbolSource`] whose symbols are generated from the same function list as the table.
+
+mod fault;
+mod kernels;
+mod machine;
+mod memory;
+mod meta;
+mod ops;
+mod runtime_api;
+mod stream;
+mod view;
+
+use std::ffi::c_void;
+
+pub use machine::{set_device_memory_limit, ENV_DEVICES, ENV_HBM_MIB};
+
+use super::table::SymbolSource;
+
+/// The emulated functions under their C names, with their C signatures, for the emulated CANN
+/// shared library built from the same list.
+pub mod exports {
+    pub use super::ops::*;
+    pub use super::runtime_api::*;
+}
+
+/// The emulated runtime as a symbol source for the function table.
+pub struct EmulatedRuntime;
+
+macro_rules! emulated_symbols {
+    (
+        runtime { $(fn $rname:ident($($rarg:ident: $rty:ty),*) -> $rret:ty;)* }
+        nnopbase { $(fn $bname:ident($($barg:ident: $bty:ty),*) -> $bret:ty;)* }
+        ops { $($op:ident / $ws:ident($($oarg:ident: $oty:ty),*);)* }
+    ) => {
+        #[allow(unused_imports)]
+        fn emulated_symbol(name: &str) -> Option<*const c_void> {
+            use crate::acl::types::*;
+            use crate::acl::table::Phase2Fn;
+            // Each entry is first bound to its declared signature, so a mismatch between the
+            // list and the emulation fails to compile.
+            Some(match name {
+                $(stringify!($rname) => { let f: unsafe extern "C" fn($($rty),*) -> $rret = exports::$rname; f as *const c_void })*
+                $(stringify!($bname) => { let f: unsafe extern "C" fn($($bty),*) -> $bret = exports::$bname; f as *const c_void })*
+                $(stringify!($ws) => { let f: unsafe extern "C" fn($($oty,)* *mut u64, *mut *mut aclOpExecutor) -> aclnnStatus = exports::$ws; f as *const c_void })*
+                $(stringify!($op) => { let f: Phase2Fn = exports::$op; f as *const c_void })*
+                _ => return None,
+            })
+        }
+    };
+}
+crate::acl_function_list!(emulated_symbols);
+
+impl SymbolSource for EmulatedRuntime {
+    fn lookup(&self, name: &str) -> Option<*const c_void> {
+        emulated_symbol(name)
+    }
+
+    fn describe(&self) -> String {
+        format!("emulated Atlas A2 ({})", machine::SOC_NAME)
+    }
+}

@@ -1,0 +1,64 @@
+//! Errors of the ACL seam: every failed call carries its status code, the function that
+//! returned it and the runtime's own explanation (`aclGetRecentErrMsg`).
+
+use super::types::status;
+
+/// A failed AscendCL or aclnn call, or a failure to load the function table.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AclError {
+    /// A function returned a non-zero status.
+    #[error("{function} failed with {code} ({name}): {message}{context}", name = status::name(*code), context = fmt_context(context))]
+    Call {
+        /// The status code (`aclError` or `aclnnStatus`).
+        code: i32,
+        /// The C function that returned it.
+        function: String,
+        /// `aclGetRecentErrMsg` at the time of the failure (empty if the runtime gave none).
+        message: String,
+        /// What the backend was doing: op, shapes and dtypes.
+        context: Option<String>,
+    },
+    /// A CANN library could not be opened or lacks a required symbol.
+    #[error("cannot load CANN: {0}")]
+    Load(String),
+    /// The installed CANN release does not export an aclnn operator the backend needs.
+    #[error(
+        "this CANN release has no {symbol} (needed for {op}); upgrade CANN or use the emulated NPU"
+    )]
+    MissingOp {
+        /// The operator.
+        op: &'static str,
+        /// The missing symbol.
+        symbol: &'static str,
+    },
+}
+
+fn fmt_context(context: &Option<String>) -> String {
+    context
+        .as_ref()
+        .map(|c| format!("\n  while running {c}"))
+        .unwrap_or_default()
+}
+
+impl AclError {
+    /// The status code, if this error came from a call.
+    pub fn code(&self) -> Option<i32> {
+        match self {
+            AclError::Call { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// Adds what the backend was doing (op, shapes, dtypes) to the error.
+    pub fn with_context(mut self, what: impl FnOnce() -> String) -> Self {
+        if let AclError::Call { context, .. } = &mut self {
+            if context.is_none() {
+                *context = Some(what());
+            }
+        }
+        self
+    }
+}
+
+/// Result of a call through the seam.
+pub type AclResult<T> = Result<T, AclError>;

@@ -1,0 +1,265 @@
+//! Safe owners of ACL objects (each released exactly once, on drop) and the two-phase
+//! operator call.
+
+use std::ffi::c_void;
+
+use super::dtype::DataType;
+use super::error::{AclError, AclResult};
+use super::table::{AclApi, Phase2Fn};
+use super::types::format::*;
+use super::types::*;
+
+/// The layout format aclnn expects for a plain tensor of this rank (as torch_npu passes).
+fn format_for_rank(rank: usize) -> i32 {
+    match rank {
+        3 => ACL_FORMAT_NCL,
+        4 => ACL_FORMAT_NCHW,
+        5 => ACL_FORMAT_NCDHW,
+        _ => ACL_FORMAT_ND,
+    }
+}
+
+fn created<T>(api: &AclApi, p: *mut T, function: &str) -> AclResult<*mut T> {
+    if p.is_null() {
+        Err(AclError::Call {
+            code: status::ACLNN_ERR_PARAM_INVALID,
+            function: function.into(),
+            message: api.recent_error_message(),
+            context: None,
+        })
+    } else {
+        Ok(p)
+    }
+}
+
+/// An `aclTensor` view descriptor.
+pub struct TensorDesc<'a> {
+    api: &'a AclApi,
+    ptr: *mut aclTensor,
+}
+
+impl<'a> TensorDesc<'a> {
+    /// Describes a view of the device allocation at `base` holding `storage_elems` elements.
+    /// Strides and offset are in elements, as aclCreateTensor takes them.
+    pub fn new(
+        api: &'a AclApi,
+        shape: &[usize],
+        strides: &[usize],
+        offset: usize,
+        dtype: DataType,
+        storage_elems: usize,
+        base: *mut c_void,
+    ) -> AclResult<Self> {
+        let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        let strides: Vec<i64> = strides.iter().map(|&s| s as i64).collect();
+        let storage = [storage_elems as i64];
+        // SAFETY: the arrays are valid for the lengths passed; aclCreateTensor copies them.
+        let ptr = unsafe {
+            (api.core.aclCreateTensor)(
+                dims.as_ptr(),
+                dims.len() as u64,
+                dtype.acl(),
+                strides.as_ptr(),
+                offset as i64,
+                format_for_rank(shape.len()),
+                storage.as_ptr(),
+                1,
+                base,
+            )
+        };
+        Ok(Self {
+            api,
+            ptr: created(api, ptr, "aclCreateTensor")?,
+        })
+    }
+
+    /// The raw descriptor, for an operator argument.
+    pub fn as_ptr(&self) -> *mut aclTensor {
+        self.ptr
+    }
+
+    /// Hands the descriptor over to a tensor list, which then owns it.
+    fn into_raw(self) -> *mut aclTensor {
+        let p = self.ptr;
+        std::mem::forget(self);
+        p
+    }
+}
+
+impl Drop for TensorDesc<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by aclCreateTensor and not owned by a list.
+        unsafe { (self.api.core.aclDestroyTensor)(self.ptr) };
+    }
+}
+
+/// An `aclScalar`, created as torch_npu does: DOUBLE for floats, INT64 for integers, BOOL.
+pub struct ScalarDesc<'a> {
+    api: &'a AclApi,
+    ptr: *mut aclScalar,
+}
+
+/// A host scalar operand.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HostScalar {
+    /// Passed as ACL_DOUBLE.
+    Float(f64),
+    /// Passed as ACL_INT64.
+    Int(i64),
+    /// Passed as ACL_BOOL.
+    Bool(bool),
+}
+
+impl<'a> ScalarDesc<'a> {
+    /// Creates the scalar (its value is copied).
+    pub fn new(api: &'a AclApi, value: HostScalar) -> AclResult<Self> {
+        let mut bytes = [0u8; 8];
+        let dtype = match value {
+            HostScalar::Float(v) => {
+                bytes = v.to_ne_bytes();
+                DataType::F64
+            }
+            HostScalar::Int(v) => {
+                bytes = v.to_ne_bytes();
+                DataType::I64
+            }
+            HostScalar::Bool(v) => {
+                bytes[0] = v as u8;
+                DataType::Bool
+            }
+        };
+        // SAFETY: `bytes` holds a value of `dtype`; aclCreateScalar copies it.
+        let ptr =
+            unsafe { (api.core.aclCreateScalar)(bytes.as_mut_ptr() as *mut c_void, dtype.acl()) };
+        Ok(Self {
+            api,
+            ptr: created(api, ptr, "aclCreateScalar")?,
+        })
+    }
+
+    /// The raw descriptor.
+    pub fn as_ptr(&self) -> *const aclScalar {
+        self.ptr
+    }
+}
+
+impl Drop for ScalarDesc<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by aclCreateScalar.
+        unsafe { (self.api.core.aclDestroyScalar)(self.ptr) };
+    }
+}
+
+/// An `aclIntArray`.
+pub struct IntArrayDesc<'a> {
+    api: &'a AclApi,
+    ptr: *mut aclIntArray,
+}
+
+impl<'a> IntArrayDesc<'a> {
+    /// Creates the array (its values are copied).
+    pub fn new(api: &'a AclApi, values: &[i64]) -> AclResult<Self> {
+        // SAFETY: valid for `values.len()` elements; copied by the callee.
+        let ptr = unsafe { (api.core.aclCreateIntArray)(values.as_ptr(), values.len() as u64) };
+        Ok(Self {
+            api,
+            ptr: created(api, ptr, "aclCreateIntArray")?,
+        })
+    }
+
+    /// The raw descriptor.
+    pub fn as_ptr(&self) -> *const aclIntArray {
+        self.ptr
+    }
+}
+
+impl Drop for IntArrayDesc<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by aclCreateIntArray.
+        unsafe { (self.api.core.aclDestroyIntArray)(self.ptr) };
+    }
+}
+
+/// An `aclTensorList`; it owns (and destroys) its member tensors.
+pub struct TensorListDesc<'a> {
+    api: &'a AclApi,
+    ptr: *mut aclTensorList,
+}
+
+impl<'a> TensorListDesc<'a> {
+    /// Creates the list, taking ownership of the tensors.
+    pub fn new(api: &'a AclApi, tensors: Vec<TensorDesc<'a>>) -> AclResult<Self> {
+        let raw: Vec<*const aclTensor> = tensors
+            .into_iter()
+            .map(|t| t.into_raw() as *const _)
+            .collect();
+        // SAFETY: the pointer array is valid for its length and copied by the callee.
+        let ptr = unsafe { (api.core.aclCreateTensorList)(raw.as_ptr(), raw.len() as u64) };
+        if ptr.is_null() {
+            for t in raw {
+                // SAFETY: the list was not created, so the tensors are still ours to destroy.
+                unsafe { (api.core.aclDestroyTensor)(t) };
+            }
+        }
+        Ok(Self {
+            api,
+            ptr: created(api, ptr, "aclCreateTensorList")?,
+        })
+    }
+
+    /// The raw descriptor.
+    pub fn as_ptr(&self) -> *const aclTensorList {
+        self.ptr
+    }
+}
+
+impl Drop for TensorListDesc<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by aclCreateTensorList; this also destroys the member tensors.
+        unsafe { (self.api.core.aclDestroyTensorList)(self.ptr) };
+    }
+}
+
+/// Runs phase two of an operator: the device runtime implements it (workspace, stream,
+/// blocking mode).
+pub trait OpLauncher {
+    /// The table to call through.
+    fn api(&self) -> &AclApi;
+    /// Takes a `workspace_size`-byte workspace, calls `phase2` on the stream, releases the
+    /// workspace in stream order.
+    fn launch(
+        &self,
+        op: &'static str,
+        phase2: Phase2Fn,
+        executor: *mut aclOpExecutor,
+        workspace_size: u64,
+    ) -> AclResult<()>;
+}
+
+/// Calls an aclnn operator through the table: resolves it, runs phase one with the given
+/// arguments (in header order, without workspace size and executor), then hands the executor
+/// to the launcher for phase two.
+///
+/// `aclnn!(launcher, aclnnAdd(a.as_ptr(), b.as_ptr(), alpha.as_ptr(), out.as_ptr()))`
+#[macro_export]
+macro_rules! aclnn {
+    ($launcher:expr, $op:ident($($arg:expr),* $(,)?)) => {{
+        let launcher = $launcher;
+        let api = $crate::acl::handles::OpLauncher::api(launcher);
+        const PHASE1: &str = concat!(stringify!($op), "GetWorkspaceSize");
+        // SAFETY: the table types each operator with its declared C signature.
+        match unsafe { api.ops.$op.resolve(api.source(), stringify!($op), PHASE1) } {
+            Err(e) => Err(e),
+            Ok((phase1, phase2)) => {
+                let mut workspace = 0u64;
+                let mut executor = ::std::ptr::null_mut();
+                // SAFETY: arguments are live descriptors owned by the caller for this call.
+                let status = unsafe { phase1($($arg,)* &mut workspace, &mut executor) };
+                match api.check(status, PHASE1) {
+                    Err(e) => Err(e),
+                    Ok(()) => $crate::acl::handles::OpLauncher::launch(launcher, stringify!($op), phase2, executor, workspace),
+                }
+            }
+        }
+    }};
+}

@@ -1,0 +1,75 @@
+//! Creating tensors on the device and moving their bytes between host and device.
+
+use std::sync::Arc;
+
+use super::tensor::AscendTensor;
+use crate::acl::handles::{HostScalar, ScalarDesc};
+use crate::acl::{AclResult, DataType};
+use crate::aclnn;
+use crate::runtime::DeviceContext;
+
+/// A tensor holding little-endian element `bytes` in row-major order.
+pub fn from_bytes(
+    ctx: &Arc<DeviceContext>,
+    shape: Vec<usize>,
+    dtype: DataType,
+    bytes: &[u8],
+) -> AclResult<AscendTensor> {
+    let out = AscendTensor::empty(ctx, shape, dtype)?;
+    debug_assert_eq!(bytes.len(), out.layout.numel() * dtype.size());
+    ctx.upload(&out.storage, bytes)?;
+    Ok(out)
+}
+
+/// The tensor's elements in row-major order, as bytes (waits for queued work).
+pub fn to_bytes(t: &AscendTensor) -> AclResult<Vec<u8>> {
+    let t = super::copy::contiguous(t)?;
+    let es = t.dtype.size();
+    t.ctx()
+        .download(&t.storage, t.layout.offset * es, t.layout.numel() * es)
+}
+
+/// A tensor filled with zeros.
+pub fn zeros(
+    ctx: &Arc<DeviceContext>,
+    shape: Vec<usize>,
+    dtype: DataType,
+) -> AclResult<AscendTensor> {
+    let out = AscendTensor::empty(ctx, shape, dtype)?;
+    if out.layout.numel() > 0 {
+        aclnn!(&**ctx, aclnnInplaceZero(out.desc()?.as_ptr()))?;
+    }
+    Ok(out)
+}
+
+/// A tensor filled with ones.
+pub fn ones(
+    ctx: &Arc<DeviceContext>,
+    shape: Vec<usize>,
+    dtype: DataType,
+) -> AclResult<AscendTensor> {
+    let out = AscendTensor::empty(ctx, shape, dtype)?;
+    if out.layout.numel() > 0 {
+        aclnn!(&**ctx, aclnnInplaceOne(out.desc()?.as_ptr()))?;
+    }
+    Ok(out)
+}
+
+/// A tensor filled with `value`.
+pub fn full(
+    ctx: &Arc<DeviceContext>,
+    shape: Vec<usize>,
+    dtype: DataType,
+    value: HostScalar,
+) -> AclResult<AscendTensor> {
+    let out = AscendTensor::empty(ctx, shape, dtype)?;
+    if out.layout.numel() > 0 {
+        let api = ctx.bind();
+        let value = ScalarDesc::new(api, value)?;
+        aclnn!(
+            &**ctx,
+            aclnnInplaceFillScalar(out.desc()?.as_ptr(), value.as_ptr())
+        )?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,76 @@
+//! The tensor primitive: a shared device buffer, a strided layout and an element type.
+
+use std::sync::Arc;
+
+use super::layout::Layout;
+use crate::acl::handles::TensorDesc;
+use crate::acl::{AclResult, DataType};
+use crate::runtime::{DeviceContext, DeviceStorage};
+
+/// A tensor on an Ascend device (float, int and bool tensors alike). Views share `storage`.
+#[derive(Clone, Debug)]
+pub struct AscendTensor {
+    pub(crate) storage: Arc<DeviceStorage>,
+    pub(crate) layout: Layout,
+    pub(crate) dtype: DataType,
+}
+
+impl AscendTensor {
+    /// A fresh, uninitialised, contiguous tensor.
+    pub fn empty(ctx: &Arc<DeviceContext>, shape: Vec<usize>, dtype: DataType) -> AclResult<Self> {
+        let layout = Layout::contiguous(shape);
+        let storage = ctx.alloc(layout.numel() * dtype.size())?;
+        Ok(Self {
+            storage: Arc::new(storage),
+            layout,
+            dtype,
+        })
+    }
+
+    /// The device context holding the data.
+    pub fn ctx(&self) -> &Arc<DeviceContext> {
+        self.storage.context()
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.layout.shape
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The same storage under another layout.
+    pub fn with_layout(&self, layout: Layout) -> Self {
+        Self {
+            storage: self.storage.clone(),
+            layout,
+            dtype: self.dtype,
+        }
+    }
+
+    /// An `aclTensor` describing this view.
+    pub fn desc(&self) -> AclResult<TensorDesc<'static>> {
+        TensorDesc::new(
+            self.ctx().bind(),
+            &self.layout.shape,
+            &self.layout.strides,
+            self.layout.offset,
+            self.dtype,
+            self.storage.bytes() / self.dtype.size(),
+            self.storage.ptr(),
+        )
+    }
+
+    /// `[2, 3] DT_FLOAT`, for error messages.
+    pub fn describe(&self) -> String {
+        format!("{:?} {}", self.layout.shape, self.dtype)
+    }
+}

@@ -1,0 +1,147 @@
+//! A caching allocator of device memory: freed blocks are kept per size class and handed out
+//! again in stream order (all work of a device context runs on one stream, so a block freed
+//! after its last use was queued can serve any later work on that stream).
+//!
+//! On an allocation failure the cache is released (after a stream synchronisation, since
+//! `aclrtFree` is not stream-ordered) and the allocation retried once.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use crate::acl::types::status::ACL_ERROR_RT_MEMORY_ALLOCATION;
+use crate::acl::types::ACL_MEM_MALLOC_HUGE_FIRST;
+use crate::acl::{AclApi, AclError, AclResult};
+
+/// Requests under this size are rounded up to 512 bytes, larger ones to whole MiB.
+const SMALL_LIMIT: usize = 1 << 20;
+const SMALL_GRANULE: usize = 512;
+
+/// The size class (bytes actually reserved) of a request.
+pub fn size_class(bytes: usize) -> usize {
+    let granule = if bytes < SMALL_LIMIT {
+        SMALL_GRANULE
+    } else {
+        SMALL_LIMIT
+    };
+    bytes.max(1).div_ceil(granule) * granule
+}
+
+/// Allocator statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes of blocks held by live tensors or workspaces (size classes).
+    pub bytes_in_use: usize,
+    /// Bytes obtained from the device: in use plus cached.
+    pub bytes_reserved: usize,
+    /// Highest `bytes_in_use` seen.
+    pub peak_bytes_in_use: usize,
+    /// Number of `aclrtMalloc` calls that succeeded.
+    pub device_allocations: usize,
+    /// Number of `aclrtFree` calls.
+    pub device_frees: usize,
+    /// Times the cache was released to satisfy an allocation.
+    pub cache_flushes: usize,
+}
+
+/// A device pointer handed out by the allocator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// Device address (never dereferenced on the host).
+    pub ptr: *mut c_void,
+    /// Size class in bytes.
+    pub size: usize,
+}
+
+// SAFETY: a device address is plain data on the host.
+unsafe impl Send for Block {}
+unsafe impl Sync for Block {}
+
+/// The cache of one device context.
+#[derive(Default)]
+pub struct CachingAllocator {
+    free: HashMap<usize, Vec<*mut c_void>>,
+    stats: MemoryStats,
+}
+
+// SAFETY: holds device addresses only.
+unsafe impl Send for CachingAllocator {}
+
+impl CachingAllocator {
+    /// Current statistics.
+    pub fn stats(&self) -> MemoryStats {
+        self.stats
+    }
+
+    /// Takes a cached block of the request's class, or allocates one. `synchronize` is called
+    /// before the cache is released on an out-of-memory retry.
+    pub fn alloc(
+        &mut self,
+        api: &AclApi,
+        bytes: usize,
+        synchronize: impl FnOnce() -> AclResult<()>,
+    ) -> AclResult<Block> {
+        let size = size_class(bytes);
+        let ptr = match self.free.get_mut(&size).and_then(Vec::pop) {
+            Some(ptr) => ptr,
+            None => {
+                let ptr = match malloc(api, size) {
+                    Err(e) if e.code() == Some(ACL_ERROR_RT_MEMORY_ALLOCATION) => {
+                        synchronize()?;
+                        self.release_cache(api)?;
+                        self.stats.cache_flushes += 1;
+                        malloc(api, size).map_err(|e| self.out_of_memory(api, bytes, e))?
+                    }
+                    other => other?,
+                };
+                self.stats.device_allocations += 1;
+                self.stats.bytes_reserved += size;
+                ptr
+            }
+        };
+        self.stats.bytes_in_use += size;
+        self.stats.peak_bytes_in_use = self.stats.peak_bytes_in_use.max(self.stats.bytes_in_use);
+        Ok(Block { ptr, size })
+    }
+
+    /// Returns a block to the cache.
+    pub fn free(&mut self, block: Block) {
+        self.stats.bytes_in_use -= block.size;
+        self.free.entry(block.size).or_default().push(block.ptr);
+    }
+
+    /// Frees every cached block. The caller has synchronised the stream.
+    pub fn release_cache(&mut self, api: &AclApi) -> AclResult<()> {
+        for (size, ptrs) in self.free.drain() {
+            for ptr in ptrs {
+                // SAFETY: a block from aclrtMalloc that no tensor holds.
+                api.check(unsafe { (api.core.aclrtFree)(ptr) }, "aclrtFree")?;
+                self.stats.bytes_reserved -= size;
+                self.stats.device_frees += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn out_of_memory(&self, api: &AclApi, bytes: usize, cause: AclError) -> AclError {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers; failure leaves them 0, which the message shows.
+        unsafe {
+            (api.core.aclrtGetMemInfo)(crate::acl::types::ACL_HBM_MEM, &mut free, &mut total)
+        };
+        cause.with_context(|| {
+            format!(
+                "allocating {bytes} bytes (size class {}): {} bytes in use by tensors, cache released; device reports {free} of {total} bytes free",
+                size_class(bytes),
+                self.stats.bytes_in_use
+            )
+        })
+    }
+}
+
+fn malloc(api: &AclApi, size: usize) -> AclResult<*mut c_void> {
+    let mut ptr = std::ptr::null_mut();
+    // SAFETY: `ptr` is a valid out-pointer.
+    let status = unsafe { (api.core.aclrtMalloc)(&mut ptr, size, ACL_MEM_MALLOC_HUGE_FIRST) };
+    api.check(status, "aclrtMalloc")?;
+    Ok(ptr)
+}

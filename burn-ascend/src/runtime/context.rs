@@ -1,0 +1,316 @@
+//! The per-device context: the device's stream, its caching allocators (tensors and operator
+//! workspaces), host/device transfers and the launch of aclnn operators.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::allocator::{Block, CachingAllocator, MemoryStats};
+use super::device::AscendDevice;
+use crate::acl::handles::OpLauncher;
+use crate::acl::table::Phase2Fn;
+use crate::acl::types::memcpy_kind::*;
+use crate::acl::types::status::ACL_ERROR_REPEAT_INITIALIZE;
+use crate::acl::types::{aclOpExecutor, aclrtStream};
+use crate::acl::{AclApi, AclResult};
+
+/// Environment variable: `1` synchronises after every operator, so an asynchronous device
+/// error is reported at the operator that caused it (as `ASCEND_LAUNCH_BLOCKING` does for
+/// torch_npu).
+pub const ENV_LAUNCH_BLOCKING: &str = "ASCEND_LAUNCH_BLOCKING";
+
+/// Calls `aclInit` once per table; a repeated initialisation by another component is fine.
+pub(crate) fn initialize(api: &'static AclApi) -> AclResult<()> {
+    static DONE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+    let mut done = DONE.lock().unwrap();
+    let key = api as *const AclApi as usize;
+    if !done.contains(&key) {
+        // SAFETY: NULL means "no configuration file".
+        let status = unsafe { (api.core.aclInit)(std::ptr::null()) };
+        if status != ACL_ERROR_REPEAT_INITIALIZE {
+            api.check(status, "aclInit")?;
+        }
+        done.push(key);
+    }
+    Ok(())
+}
+
+/// Everything the backend holds for one device.
+pub struct DeviceContext {
+    device: AscendDevice,
+    api: &'static AclApi,
+    stream: aclrtStream,
+    tensors: Mutex<CachingAllocator>,
+    workspaces: Mutex<CachingAllocator>,
+    blocking: bool,
+    seed: Mutex<Option<u64>>,
+}
+
+// SAFETY: the stream handle is used from any thread after binding the device to it, which
+// AscendCL allows; the allocators are behind mutexes.
+unsafe impl Send for DeviceContext {}
+unsafe impl Sync for DeviceContext {}
+
+thread_local! {
+    /// The (table, device) this thread last bound with aclrtSetDevice.
+    static BOUND: Cell<Option<(usize, i32)>> = const { Cell::new(None) };
+}
+
+impl DeviceContext {
+    /// The context of `device`, created on first use.
+    pub fn get(device: &AscendDevice) -> AclResult<Arc<DeviceContext>> {
+        static CONTEXTS: OnceLock<Mutex<HashMap<AscendDevice, Arc<DeviceContext>>>> =
+            OnceLock::new();
+        let mut map = CONTEXTS.get_or_init(Default::default).lock().unwrap();
+        if let Some(ctx) = map.get(device) {
+            return Ok(ctx.clone());
+        }
+        let ctx = Arc::new(Self::create(*device)?);
+        map.insert(*device, ctx.clone());
+        Ok(ctx)
+    }
+
+    fn create(device: AscendDevice) -> AclResult<Self> {
+        let api = device.api()?;
+        initialize(api)?;
+        let id = device.index() as i32;
+        // SAFETY: plain calls with valid out-pointers.
+        api.check(unsafe { (api.core.aclrtSetDevice)(id) }, "aclrtSetDevice")
+            .map_err(|e| e.with_context(|| format!("opening {device}")))?;
+        BOUND.with(|b| b.set(Some((api as *const AclApi as usize, id))));
+        let mut stream = std::ptr::null_mut();
+        api.check(
+            unsafe { (api.core.aclrtCreateStream)(&mut stream) },
+            "aclrtCreateStream",
+        )?;
+        Ok(Self {
+            device,
+            api,
+            stream,
+            tensors: Mutex::default(),
+            workspaces: Mutex::default(),
+            blocking: std::env::var(ENV_LAUNCH_BLOCKING).is_ok_and(|v| v.trim() == "1"),
+            seed: Mutex::new(None),
+        })
+    }
+
+    /// The device this context serves.
+    pub fn device(&self) -> AscendDevice {
+        self.device
+    }
+
+    /// Binds the device to the calling thread (AscendCL requires it of every thread that
+    /// issues work) and returns the table.
+    pub fn bind(&self) -> &'static AclApi {
+        let key = (
+            self.api as *const AclApi as usize,
+            self.device.index() as i32,
+        );
+        if BOUND.with(Cell::get) != Some(key) {
+            // SAFETY: the id was validated when the context was created.
+            let status = unsafe { (self.api.core.aclrtSetDevice)(key.1) };
+            if status == 0 {
+                BOUND.with(|b| b.set(Some(key)));
+            }
+        }
+        self.api
+    }
+
+    /// A description of the device for `Backend::name`.
+    pub fn describe(&self) -> String {
+        let api = self.bind();
+        // SAFETY: returns NULL or a static NUL-terminated string.
+        let soc = unsafe {
+            let p = (api.core.aclrtGetSocName)();
+            if p.is_null() {
+                "unknown SoC".to_string()
+            } else {
+                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        format!("ascend({}, {soc}, {})", self.device, api.describe())
+    }
+
+    /// Waits for all queued work; reports an asynchronous device error raised by it.
+    pub fn synchronize(&self) -> AclResult<()> {
+        let api = self.bind();
+        // SAFETY: the stream is owned by this context.
+        api.check(
+            unsafe { (api.core.aclrtSynchronizeStream)(self.stream) },
+            "aclrtSynchronizeStream",
+        )
+    }
+
+    /// Allocates a tensor buffer of at least `bytes` bytes.
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> AclResult<DeviceStorage> {
+        let api = self.bind();
+        let block = self
+            .tensors
+            .lock()
+            .unwrap()
+            .alloc(api, bytes, || self.synchronize())?;
+        Ok(DeviceStorage {
+            ctx: self.clone(),
+            block,
+            bytes,
+        })
+    }
+
+    /// Statistics of the tensor allocator.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.tensors.lock().unwrap().stats()
+    }
+
+    /// Releases every cached block of both allocators to the device.
+    pub fn release_cache(&self) -> AclResult<()> {
+        self.synchronize()?;
+        let api = self.bind();
+        self.tensors.lock().unwrap().release_cache(api)?;
+        self.workspaces.lock().unwrap().release_cache(api)
+    }
+
+    /// Copies host bytes into `dst`, in stream order.
+    pub fn upload(&self, dst: &DeviceStorage, bytes: &[u8]) -> AclResult<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let api = self.bind();
+        // SAFETY: `dst` holds at least `bytes.len()` bytes; the host slice outlives the call
+        // (pageable memory: the copy completes before aclrtMemcpyAsync returns).
+        let status = unsafe {
+            (api.core.aclrtMemcpyAsync)(
+                dst.block.ptr,
+                dst.bytes,
+                bytes.as_ptr() as *const c_void,
+                bytes.len(),
+                ACL_MEMCPY_HOST_TO_DEVICE,
+                self.stream,
+            )
+        };
+        api.check(status, "aclrtMemcpyAsync")
+    }
+
+    /// Reads `len` bytes of `src` at byte `offset` after all queued work.
+    pub fn download(&self, src: &DeviceStorage, offset: usize, len: usize) -> AclResult<Vec<u8>> {
+        self.synchronize()?;
+        let mut out = vec![0u8; len];
+        if len == 0 {
+            return Ok(out);
+        }
+        let api = self.bind();
+        // SAFETY: the range lies inside `src`; `out` has room for `len` bytes.
+        let status = unsafe {
+            (api.core.aclrtMemcpy)(
+                out.as_mut_ptr() as *mut c_void,
+                len,
+                (src.block.ptr as *const u8).add(offset) as *const c_void,
+                len,
+                ACL_MEMCPY_DEVICE_TO_HOST,
+            )
+        };
+        api.check(status, "aclrtMemcpy")?;
+        Ok(out)
+    }
+
+    /// Records the seed of the device's random number generator.
+    pub fn set_seed(&self, seed: u64) {
+        *self.seed.lock().unwrap() = Some(seed);
+    }
+}
+
+impl OpLauncher for DeviceContext {
+    fn api(&self) -> &AclApi {
+        self.bind()
+    }
+
+    fn launch(
+        &self,
+        op: &'static str,
+        phase2: Phase2Fn,
+        executor: *mut aclOpExecutor,
+        workspace_size: u64,
+    ) -> AclResult<()> {
+        let api = self.bind();
+        let workspace = if workspace_size > 0 {
+            let taken = self
+                .workspaces
+                .lock()
+                .unwrap()
+                .alloc(api, workspace_size as usize, || self.synchronize());
+            match taken {
+                Ok(block) => Some(block),
+                Err(e) => {
+                    // SAFETY: phase two never ran, so the executor is still ours.
+                    unsafe { (api.core.aclDestroyAclOpExecutor)(executor) };
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        let ws_ptr = workspace.map_or(std::ptr::null_mut(), |b: Block| b.ptr);
+        // SAFETY: the executor comes from phase one of the same operator.
+        let status = unsafe { phase2(ws_ptr, workspace_size, executor, self.stream) };
+        if let Some(block) = workspace {
+            // Stream-ordered reuse: later work on this stream may take it.
+            self.workspaces.lock().unwrap().free(block);
+        }
+        api.check(status, op)?;
+        if self.blocking {
+            self.synchronize()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DeviceContext {
+    fn drop(&mut self) {
+        let api = self.bind();
+        // SAFETY: the stream is ours; nothing is queued after a synchronisation.
+        unsafe {
+            (api.core.aclrtSynchronizeStream)(self.stream);
+            (api.core.aclrtDestroyStream)(self.stream);
+        }
+    }
+}
+
+/// A device buffer owned by tensors; returned to its context's cache on drop.
+pub struct DeviceStorage {
+    ctx: Arc<DeviceContext>,
+    block: Block,
+    bytes: usize,
+}
+
+impl DeviceStorage {
+    /// The device address of the buffer's first byte.
+    pub fn ptr(&self) -> *mut c_void {
+        self.block.ptr
+    }
+
+    /// Usable size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The context that owns the buffer.
+    pub fn context(&self) -> &Arc<DeviceContext> {
+        &self.ctx
+    }
+}
+
+impl Drop for DeviceStorage {
+    fn drop(&mut self) {
+        self.ctx.tensors.lock().unwrap().free(self.block);
+    }
+}
+
+impl std::fmt::Debug for DeviceStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceStorage({}, {:?}, {} bytes)",
+            self.ctx.device, self.block.ptr, self.bytes
+        )
+    }
+}
