@@ -41,7 +41,12 @@ pub struct TensorDesc<'a> {
 impl<'a> TensorDesc<'a> {
     /// Describes a view of the device allocation at `base` holding `storage_elems` elements.
     /// Strides and offset are in elements, as aclCreateTensor takes them.
-    pub fn new(
+    ///
+    /// # Safety
+    /// `base` must be a live device allocation of at least `storage_elems` elements of `dtype`
+    /// for as long as operators launched with the descriptor may run: aclnn reads and writes
+    /// through it without further checks on real hardware.
+    pub unsafe fn new(
         api: &'a AclApi,
         shape: &[usize],
         strides: &[usize],
@@ -227,7 +232,11 @@ pub trait OpLauncher {
     fn api(&self) -> &AclApi;
     /// Takes a `workspace_size`-byte workspace, calls `phase2` on the stream, releases the
     /// workspace in stream order.
-    fn launch(
+    ///
+    /// # Safety
+    /// `executor` must come from phase one of the operator whose phase two is `phase2`, and
+    /// must not have been launched before.
+    unsafe fn launch(
         &self,
         op: &'static str,
         phase2: Phase2Fn,
@@ -254,10 +263,12 @@ macro_rules! aclnn {
                 let mut workspace = 0u64;
                 let mut executor = ::std::ptr::null_mut();
                 // SAFETY: arguments are live descriptors owned by the caller for this call.
+                #[allow(clippy::macro_metavars_in_unsafe)] // the arguments are plain pointer expressions
                 let status = unsafe { phase1($($arg,)* &mut workspace, &mut executor) };
                 match api.check(status, PHASE1) {
                     Err(e) => Err(e),
-                    Ok(()) => $crate::acl::handles::OpLauncher::launch(launcher, stringify!($op), phase2, executor, workspace),
+                    // SAFETY: the executor comes from phase one of this operator, launched once.
+                    Ok(()) => unsafe { $crate::acl::handles::OpLauncher::launch(launcher, stringify!($op), phase2, executor, workspace) },
                 }
             }
         }

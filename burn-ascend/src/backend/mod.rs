@@ -272,3 +272,10 @@ fn expand(tensor: AscendTensor, shape: Shape) -> AscendTensor {
         ),
     }
 }
+
+impl Ascend {
+    /// Statistics of `device`'s tensor allocator.
+    pub fn memory_stats(device: &AscendDevice) -> crate::runtime::MemoryStats {
+        context(device).memory_stats()
+    }
+}

@@ -33,6 +33,9 @@ impl Layout {
 
     /// Whether the view is row-major and dense (size-1 dims may have any stride).
     pub fn is_contiguous(&self) -> bool {
+        if self.numel() == 0 {
+            return true;
+        }
         let mut expected = 1;
         for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
             if d != 1 && s != expected {

@@ -47,6 +47,11 @@ impl AscendTensor {
         &self.layout
     }
 
+    /// The device address of the storage this view lies in.
+    pub fn storage_ptr(&self) -> *mut std::ffi::c_void {
+        self.storage.ptr()
+    }
+
     /// The same storage under another layout.
     pub fn with_layout(&self, layout: Layout) -> Self {
         Self {
@@ -58,15 +63,19 @@ impl AscendTensor {
 
     /// An `aclTensor` describing this view.
     pub fn desc(&self) -> AclResult<TensorDesc<'static>> {
-        TensorDesc::new(
-            self.ctx().bind(),
-            &self.layout.shape,
-            &self.layout.strides,
-            self.layout.offset,
-            self.dtype,
-            self.storage.bytes() / self.dtype.size(),
-            self.storage.ptr(),
-        )
+        // SAFETY: the storage holds `bytes / size` elements and outlives the descriptor's use
+        // (it is freed in stream order after the last operator that reads it).
+        unsafe {
+            TensorDesc::new(
+                self.ctx().bind(),
+                &self.layout.shape,
+                &self.layout.strides,
+                self.layout.offset,
+                self.dtype,
+                self.storage.bytes() / self.dtype.size(),
+                self.storage.ptr(),
+            )
+        }
     }
 
     /// `[2, 3] DT_FLOAT`, for error messages.

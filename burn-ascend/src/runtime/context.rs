@@ -224,7 +224,7 @@ impl OpLauncher for DeviceContext {
         self.bind()
     }
 
-    fn launch(
+    unsafe fn launch(
         &self,
         op: &'static str,
         phase2: Phase2Fn,

@@ -29,6 +29,9 @@ impl TensorDesc {
     }
 
     pub fn is_contiguous(&self) -> bool {
+        if self.numel() == 0 {
+            return true;
+        }
         let mut expected = 1;
         for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
             if d != 1 && s != expected {
@@ -84,6 +87,7 @@ pub(crate) struct Executor {
     pub task: Task,
 }
 
+#[allow(clippy::too_many_arguments)] // mirrors aclCreateTensor
 pub(crate) unsafe fn create_tensor(
     dims: *const i64,
     ndims: u64,
@@ -149,7 +153,7 @@ pub(crate) unsafe fn create_tensor(
             desc.extent() - 1
         )));
     }
-    if desc.addr % 32 != 0 {
+    if !desc.addr.is_multiple_of(32) {
         return Err(bad(format!(
             "tensor data address 0x{:x} is not 32-byte aligned",
             desc.addr

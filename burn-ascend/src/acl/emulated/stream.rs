@@ -10,6 +10,9 @@ use crate::acl::types::status::*;
 /// Work queued on a stream.
 pub(crate) type Task = Box<dyn FnOnce() -> Result<(), Fault> + Send>;
 
+/// The outcome of one task, filled in by the worker.
+type Completion = Arc<(Mutex<Option<Result<(), Fault>>>, Condvar)>;
+
 #[derive(Default)]
 struct StreamState {
     pending: usize,
@@ -81,7 +84,7 @@ impl Stream {
 
     /// Queues `task` and waits for it (and so for everything before it).
     pub fn run_blocking(&self, task: Task) -> Result<(), Fault> {
-        let done: Arc<(Mutex<Option<Result<(), Fault>>>, Condvar)> = Arc::default();
+        let done: Completion = Arc::default();
         let signal = done.clone();
         self.enqueue(Box::new(move || {
             let r = task();
