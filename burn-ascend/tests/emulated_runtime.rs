@@ -1,0 +1,286 @@
+//! The emulated AscendCL runtime through the function table: copies in every direction,
+//! memset, events ordering two streams, and the two-phase call's workspace and executor rules.
+
+use std::ffi::c_void;
+
+use burn_ascend::acl::handles::{HostScalar, ScalarDesc, TensorDesc};
+use burn_ascend::acl::table::Phase2Fn;
+use burn_ascend::acl::types::event_status::ACL_EVENT_RECORDED_STATUS_COMPLETE;
+use burn_ascend::acl::types::memcpy_kind::*;
+use burn_ascend::acl::types::status::*;
+use burn_ascend::acl::types::*;
+use burn_ascend::acl::{AclApi, DataType};
+use burn_ascend::runtime::device::emulated_api;
+use burn_ascend::runtime::DeviceContext;
+use burn_ascend::AscendDevice;
+
+fn api() -> &'static AclApi {
+    // Opening a context initialises ACL and binds emulated NPU 0 to this thread.
+    DeviceContext::get(&AscendDevice::Emulated(0))
+        .unwrap()
+        .bind();
+    emulated_api()
+}
+
+fn malloc(api: &AclApi, bytes: usize) -> *mut c_void {
+    let mut p = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    api.check(
+        unsafe { (api.core.aclrtMalloc)(&mut p, bytes, ACL_MEM_MALLOC_HUGE_FIRST) },
+        "aclrtMalloc",
+    )
+    .unwrap();
+    p
+}
+
+fn stream(api: &AclApi) -> aclrtStream {
+    let mut s = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    api.check(
+        unsafe { (api.core.aclrtCreateStream)(&mut s) },
+        "aclrtCreateStream",
+    )
+    .unwrap();
+    s
+}
+
+#[test]
+fn copies_in_every_direction_and_memset() {
+    let api = api();
+    let s = stream(api);
+    let (a, b) = (malloc(api, 64), malloc(api, 64));
+    let src: Vec<u8> = (0..64).collect();
+    let mut back = vec![0u8; 64];
+    // SAFETY: every buffer holds 64 bytes.
+    unsafe {
+        api.check(
+            (api.core.aclrtMemcpy)(a, 64, src.as_ptr() as _, 64, ACL_MEMCPY_HOST_TO_DEVICE),
+            "h2d",
+        )
+        .unwrap();
+        api.check(
+            (api.core.aclrtMemcpyAsync)(b, 64, a, 64, ACL_MEMCPY_DEVICE_TO_DEVICE, s),
+            "d2d",
+        )
+        .unwrap();
+        api.check((api.core.aclrtMemsetAsync)(a, 64, 0xAB, 16, s), "memset")
+            .unwrap();
+        api.check((api.core.aclrtSynchronizeStream)(s), "sync")
+            .unwrap();
+        api.check(
+            (api.core.aclrtMemcpy)(back.as_mut_ptr() as _, 64, b, 64, ACL_MEMCPY_DEVICE_TO_HOST),
+            "d2h",
+        )
+        .unwrap();
+        assert_eq!(back, src);
+        api.check(
+            (api.core.aclrtMemcpy)(back.as_mut_ptr() as _, 64, a, 64, ACL_MEMCPY_DEVICE_TO_HOST),
+            "d2h",
+        )
+        .unwrap();
+        assert!(back[..16].iter().all(|&x| x == 0xAB) && back[16..] == src[16..]);
+
+        let status = (api.core.aclrtMemcpy)(
+            back.as_mut_ptr() as _,
+            64,
+            a,
+            128,
+            ACL_MEMCPY_DEVICE_TO_HOST,
+        );
+        assert_eq!(status, ACL_ERROR_RT_PARAM_INVALID, "count beyond destMax");
+        let status = (api.core.aclrtMemcpy)(
+            back.as_mut_ptr() as _,
+            64,
+            src.as_ptr() as _,
+            64,
+            ACL_MEMCPY_DEVICE_TO_HOST,
+        );
+        assert_eq!(
+            status, ACL_ERROR_RT_PARAM_INVALID,
+            "a host source for a device-to-host copy"
+        );
+        assert!(api.recent_error_message().contains("not a device address"));
+
+        for p in [a, b] {
+            api.check((api.core.aclrtFree)(p), "free").unwrap();
+        }
+        assert_eq!(
+            (api.core.aclrtFree)(a),
+            ACL_ERROR_RT_MEMORY_FREE,
+            "double free"
+        );
+        api.check((api.core.aclrtDestroyStream)(s), "destroy")
+            .unwrap();
+    }
+}
+
+#[test]
+fn an_event_orders_work_across_streams() {
+    let api = api();
+    let (producer, consumer) = (stream(api), stream(api));
+    let (a, b) = (malloc(api, 4096), malloc(api, 4096));
+    let mut event = std::ptr::null_mut();
+    let mut back = vec![0u8; 4096];
+    // SAFETY: every buffer holds 4096 bytes.
+    unsafe {
+        api.check((api.core.aclrtCreateEvent)(&mut event), "event")
+            .unwrap();
+        api.check(
+            (api.core.aclrtMemsetAsync)(a, 4096, 7, 4096, producer),
+            "memset",
+        )
+        .unwrap();
+        api.check((api.core.aclrtRecordEvent)(event, producer), "record")
+            .unwrap();
+        api.check((api.core.aclrtStreamWaitEvent)(consumer, event), "wait")
+            .unwrap();
+        api.check(
+            (api.core.aclrtMemcpyAsync)(b, 4096, a, 4096, ACL_MEMCPY_DEVICE_TO_DEVICE, consumer),
+            "d2d",
+        )
+        .unwrap();
+        api.check((api.core.aclrtSynchronizeStream)(consumer), "sync")
+            .unwrap();
+        api.check(
+            (api.core.aclrtMemcpy)(
+                back.as_mut_ptr() as _,
+                4096,
+                b,
+                4096,
+                ACL_MEMCPY_DEVICE_TO_HOST,
+            ),
+            "d2h",
+        )
+        .unwrap();
+        assert!(back.iter().all(|&x| x == 7));
+        api.check((api.core.aclrtSynchronizeEvent)(event), "sync event")
+            .unwrap();
+        let mut status = -1;
+        api.check(
+            (api.core.aclrtQueryEventStatus)(event, &mut status),
+            "query",
+        )
+        .unwrap();
+        assert_eq!(status, ACL_EVENT_RECORDED_STATUS_COMPLETE);
+        api.check((api.core.aclrtDestroyEvent)(event), "destroy event")
+            .unwrap();
+        assert_eq!(
+            (api.core.aclrtRecordEvent)(event, producer),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "destroyed event"
+        );
+        for s in [producer, consumer] {
+            api.check((api.core.aclrtDestroyStream)(s), "destroy")
+                .unwrap();
+        }
+        for p in [a, b] {
+            api.check((api.core.aclrtFree)(p), "free").unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_thread_without_a_device_gets_context_null() {
+    let api = api();
+    let status = std::thread::spawn(move || {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the call is expected to fail.
+        unsafe { (api.core.aclrtMalloc)(&mut p, 64, ACL_MEM_MALLOC_HUGE_FIRST) }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(status, ACL_ERROR_RT_CONTEXT_NULL);
+}
+
+/// Phase one of aclnnAdd on `[n]` f32 views of `x`, as the raw table entries.
+fn add_phase_one(
+    api: &'static AclApi,
+    x: *mut c_void,
+    n: usize,
+) -> (u64, *mut aclOpExecutor, Phase2Fn) {
+    // SAFETY: `x` holds `n` f32 elements.
+    let t = unsafe { TensorDesc::new(api, &[n], &[1], 0, DataType::F32, n, x) }.unwrap();
+    let alpha = ScalarDesc::new(api, HostScalar::Float(1.0)).unwrap();
+    // SAFETY: the table types each operator with its declared signature.
+    let (phase1, phase2) = unsafe {
+        api.ops
+            .aclnnAdd
+            .resolve(api.source(), "aclnnAdd", "aclnnAddGetWorkspaceSize")
+    }
+    .unwrap();
+    let (mut ws, mut exec) = (0u64, std::ptr::null_mut());
+    // SAFETY: live descriptors and out-pointers.
+    let status = unsafe {
+        phase1(
+            t.as_ptr(),
+            t.as_ptr(),
+            alpha.as_ptr(),
+            t.as_ptr(),
+            &mut ws,
+            &mut exec,
+        )
+    };
+    api.check(status, "aclnnAddGetWorkspaceSize").unwrap();
+    (ws, exec, phase2)
+}
+
+#[test]
+fn an_executor_runs_once_and_a_missing_workspace_is_rejected() {
+    let api = api();
+    let x = malloc(api, 256);
+    let (ws, exec, phase2) = add_phase_one(api, x, 64);
+    assert_eq!(ws, 0);
+    // SAFETY: the executor comes from phase one; NULL stream = default stream.
+    unsafe {
+        api.check(
+            phase2(std::ptr::null_mut(), 0, exec, std::ptr::null_mut()),
+            "aclnnAdd",
+        )
+        .unwrap();
+        assert_eq!(
+            phase2(
+                std::ptr::null_mut(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut()
+            ),
+            ACLNN_ERR_PARAM_NULLPTR
+        );
+    }
+
+    let (a, out) = (malloc(api, 64), malloc(api, 64));
+    // SAFETY: both hold 4x4 f32.
+    let (ta, tout) = unsafe {
+        (
+            TensorDesc::new(api, &[4, 4], &[4, 1], 0, DataType::F32, 16, a).unwrap(),
+            TensorDesc::new(api, &[4, 4], &[4, 1], 0, DataType::F32, 16, out).unwrap(),
+        )
+    };
+    // SAFETY: as above.
+    let (phase1, phase2) = unsafe {
+        api.ops
+            .aclnnMatmul
+            .resolve(api.source(), "aclnnMatmul", "aclnnMatmulGetWorkspaceSize")
+    }
+    .unwrap();
+    let (mut ws, mut exec) = (0u64, std::ptr::null_mut());
+    // SAFETY: live descriptors and out-pointers.
+    unsafe {
+        api.check(
+            phase1(
+                ta.as_ptr(),
+                ta.as_ptr(),
+                tout.as_ptr(),
+                CUBE_MATH_KEEP_DTYPE,
+                &mut ws,
+                &mut exec,
+            ),
+            "phase1",
+        )
+        .unwrap();
+        assert!(ws > 0, "matmul asks for a workspace");
+        let status = phase2(std::ptr::null_mut(), 0, exec, std::ptr::null_mut());
+        assert_eq!(status, ACLNN_ERR_PARAM_INVALID);
+        assert!(api.recent_error_message().contains("workspace"));
+    }
+}

@@ -1,0 +1,38 @@
+//! `ASCEND_LAUNCH_BLOCKING=1` synchronises after every operator, so an asynchronous device
+//! error surfaces at the operator that caused it, with the operator named.
+//!
+//! This file holds a single test because the variable is read when the device context is
+//! created, once per process.
+
+use burn_ascend::acl::handles::TensorDesc;
+use burn_ascend::acl::types::status::ACL_ERROR_RT_AICORE_EXCEPTION;
+use burn_ascend::acl::DataType;
+use burn_ascend::aclnn;
+use burn_ascend::runtime::context::ENV_LAUNCH_BLOCKING;
+use burn_ascend::runtime::DeviceContext;
+use burn_ascend::{AscendDevice, AscendTensor};
+
+#[test]
+fn a_faulting_kernel_fails_its_own_launch() {
+    std::env::set_var(ENV_LAUNCH_BLOCKING, "1");
+    let ctx = DeviceContext::get(&AscendDevice::Emulated(0)).unwrap();
+    let t = AscendTensor::empty(&ctx, vec![64], DataType::F32).unwrap();
+    // SAFETY: deliberately larger than the allocation; the emulated device checks the access.
+    let oversized = unsafe {
+        TensorDesc::new(
+            ctx.bind(),
+            &[1024],
+            &[1],
+            0,
+            DataType::F32,
+            1024,
+            t.storage_ptr(),
+        )
+    }
+    .unwrap();
+    let err = aclnn!(&*ctx, aclnnInplaceZero(oversized.as_ptr()))
+        .expect_err("the launch itself reports the fault in blocking mode");
+    assert_eq!(err.code(), Some(ACL_ERROR_RT_AICORE_EXCEPTION));
+    assert!(err.to_string().contains("aclnnInplaceZero kernel"), "{err}");
+    ctx.synchronize().expect("nothing is left to report");
+}
