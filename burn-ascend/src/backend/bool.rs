@@ -74,77 +74,105 @@ impl BoolTensorOps<Ascend> for Ascend {
     }
 
     fn bool_mask_where(
-        _tensor: BoolTensor<Ascend>,
-        _mask: BoolTensor<Ascend>,
-        _value: BoolTensor<Ascend>,
+        tensor: BoolTensor<Ascend>,
+        mask: BoolTensor<Ascend>,
+        value: BoolTensor<Ascend>,
     ) -> BoolTensor<Ascend> {
-        unsupported("bool_mask_where")
+        run("bool_mask_where", compare::select(&mask, &value, &tensor))
     }
 
     fn bool_mask_fill(
-        _tensor: BoolTensor<Ascend>,
-        _mask: BoolTensor<Ascend>,
-        _value: Scalar,
+        tensor: BoolTensor<Ascend>,
+        mask: BoolTensor<Ascend>,
+        value: Scalar,
     ) -> BoolTensor<Ascend> {
-        unsupported("bool_mask_fill")
+        let v = host_scalar(value, tensor.dtype());
+        run("bool_mask_fill", compare::mask_fill(&tensor, &mask, v))
     }
 
     fn bool_gather(
-        _dim: usize,
-        _tensor: BoolTensor<Ascend>,
-        _indices: IntTensor<Ascend>,
+        dim: usize,
+        tensor: BoolTensor<Ascend>,
+        indices: IntTensor<Ascend>,
     ) -> BoolTensor<Ascend> {
-        unsupported("bool_gather")
+        run("bool_gather", index::gather(dim, &tensor, &indices))
     }
 
     fn bool_scatter_or(
-        _dim: usize,
-        _tensor: BoolTensor<Ascend>,
-        _indices: IntTensor<Ascend>,
-        _value: BoolTensor<Ascend>,
+        dim: usize,
+        tensor: BoolTensor<Ascend>,
+        indices: IntTensor<Ascend>,
+        value: BoolTensor<Ascend>,
     ) -> BoolTensor<Ascend> {
-        unsupported("bool_scatter_or")
+        run(
+            "bool_scatter_or",
+            bool_or_update(&tensor, |t| {
+                index::scatter(
+                    dim,
+                    t,
+                    &indices,
+                    &copy::cast(&value, DataType::I32)?,
+                    ScatterReduce::Add,
+                )
+            }),
+        )
     }
 
     fn bool_select(
-        _tensor: BoolTensor<Ascend>,
-        _dim: usize,
-        _indices: IntTensor<Ascend>,
+        tensor: BoolTensor<Ascend>,
+        dim: usize,
+        indices: IntTensor<Ascend>,
     ) -> BoolTensor<Ascend> {
-        unsupported("bool_select")
+        run("bool_select", index::select_index(&tensor, dim, &indices))
     }
 
     fn bool_select_or(
-        _tensor: BoolTensor<Ascend>,
-        _dim: usize,
-        _indices: IntTensor<Ascend>,
-        _value: BoolTensor<Ascend>,
+        tensor: BoolTensor<Ascend>,
+        dim: usize,
+        indices: IntTensor<Ascend>,
+        value: BoolTensor<Ascend>,
     ) -> BoolTensor<Ascend> {
-        unsupported("bool_select_or")
+        run(
+            "bool_select_or",
+            bool_or_update(&tensor, |t| {
+                index::select_add(t, dim, &indices, &copy::cast(&value, DataType::I32)?)
+            }),
+        )
+    }
+
+    fn bool_repeat_dim(tensor: BoolTensor<Ascend>, dim: usize, times: usize) -> BoolTensor<Ascend> {
+        run("bool_repeat_dim", index::repeat_dim(&tensor, dim, times))
     }
 
     fn bool_cat(tensors: Vec<BoolTensor<Ascend>>, dim: usize) -> BoolTensor<Ascend> {
         run("bool_cat", copy::cat(&tensors, dim))
     }
 
-    fn bool_equal(_lhs: BoolTensor<Ascend>, _rhs: BoolTensor<Ascend>) -> BoolTensor<Ascend> {
-        unsupported("bool_equal")
+    fn bool_equal(lhs: BoolTensor<Ascend>, rhs: BoolTensor<Ascend>) -> BoolTensor<Ascend> {
+        run("bool_equal", compare::compare(Compare::Eq, &lhs, &rhs))
     }
 
-    fn bool_equal_elem(_lhs: BoolTensor<Ascend>, _rhs: Scalar) -> BoolTensor<Ascend> {
-        unsupported("bool_equal_elem")
+    fn bool_equal_elem(lhs: BoolTensor<Ascend>, rhs: Scalar) -> BoolTensor<Ascend> {
+        run(
+            "bool_equal_elem",
+            compare::compare_scalar(Compare::Eq, &lhs, host_scalar(rhs, DataType::Bool)),
+        )
     }
 
-    fn bool_not(_tensor: BoolTensor<Ascend>) -> BoolTensor<Ascend> {
-        unsupported("bool_not")
+    fn bool_not(tensor: BoolTensor<Ascend>) -> BoolTensor<Ascend> {
+        run("bool_not", compare::logical_not(&tensor))
     }
 
-    fn bool_and(_lhs: BoolTensor<Ascend>, _rhs: BoolTensor<Ascend>) -> BoolTensor<Ascend> {
-        unsupported("bool_and")
+    fn bool_and(lhs: BoolTensor<Ascend>, rhs: BoolTensor<Ascend>) -> BoolTensor<Ascend> {
+        run("bool_and", compare::logical(Logical::And, &lhs, &rhs))
     }
 
-    fn bool_or(_lhs: BoolTensor<Ascend>, _rhs: BoolTensor<Ascend>) -> BoolTensor<Ascend> {
-        unsupported("bool_or")
+    fn bool_or(lhs: BoolTensor<Ascend>, rhs: BoolTensor<Ascend>) -> BoolTensor<Ascend> {
+        run("bool_or", compare::logical(Logical::Or, &lhs, &rhs))
+    }
+
+    fn bool_xor(lhs: BoolTensor<Ascend>, rhs: BoolTensor<Ascend>) -> BoolTensor<Ascend> {
+        run("bool_xor", compare::logical(Logical::Xor, &lhs, &rhs))
     }
 
     fn bool_swap_dims(tensor: BoolTensor<Ascend>, dim1: usize, dim2: usize) -> BoolTensor<Ascend> {
@@ -161,8 +189,31 @@ impl BoolTensorOps<Ascend> for Ascend {
         run("bool_flip", copy::flip(&tensor, axes))
     }
 
-    async fn bool_argwhere(_tensor: BoolTensor<Ascend>, _out_dtype: IntDType) -> IntTensor<Ascend> {
-        unsupported("bool_argwhere")
+    fn bool_any(tensor: BoolTensor<Ascend>) -> BoolTensor<Ascend> {
+        run("bool_any", reduce::reduce(Reduce::Any, &tensor, None))
+    }
+
+    fn bool_any_dim(tensor: BoolTensor<Ascend>, dim: usize) -> BoolTensor<Ascend> {
+        run(
+            "bool_any_dim",
+            reduce::reduce(Reduce::Any, &tensor, Some(dim)),
+        )
+    }
+
+    fn bool_all(tensor: BoolTensor<Ascend>) -> BoolTensor<Ascend> {
+        run("bool_all", reduce::reduce(Reduce::All, &tensor, None))
+    }
+
+    fn bool_all_dim(tensor: BoolTensor<Ascend>, dim: usize) -> BoolTensor<Ascend> {
+        run(
+            "bool_all_dim",
+            reduce::reduce(Reduce::All, &tensor, Some(dim)),
+        )
+    }
+
+    async fn bool_argwhere(tensor: BoolTensor<Ascend>, out_dtype: IntDType) -> IntTensor<Ascend> {
+        let found = run("bool_argwhere", index::argwhere(&tensor));
+        run("bool_argwhere", copy::cast(&found, int_type(out_dtype)))
     }
 
     fn bool_expand(tensor: BoolTensor<Ascend>, shape: Shape) -> BoolTensor<Ascend> {
@@ -170,11 +221,11 @@ impl BoolTensorOps<Ascend> for Ascend {
     }
 
     fn bool_unfold(
-        _tensor: BoolTensor<Ascend>,
-        _dim: usize,
-        _size: usize,
-        _step: usize,
+        tensor: BoolTensor<Ascend>,
+        dim: usize,
+        size: usize,
+        step: usize,
     ) -> BoolTensor<Ascend> {
-        unsupported("bool_unfold")
+        run("bool_unfold", index::unfold(&tensor, dim, size, step))
     }
 }

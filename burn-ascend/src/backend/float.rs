@@ -8,12 +8,12 @@ impl FloatTensorOps<Ascend> for Ascend {
     }
 
     fn float_random(
-        _shape: Shape,
-        _distribution: Distribution,
-        _device: &Device<Ascend>,
-        _dtype: FloatDType,
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Ascend>,
+        dtype: FloatDType,
     ) -> FloatTensor<Ascend> {
-        unsupported("float_random")
+        random(shape, distribution, device, float_type(dtype))
     }
 
     fn float_zeros(
@@ -82,12 +82,38 @@ impl FloatTensorOps<Ascend> for Ascend {
         )
     }
 
+    fn float_repeat_dim(
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        times: usize,
+    ) -> FloatTensor<Ascend> {
+        run("float_repeat_dim", index::repeat_dim(&tensor, dim, times))
+    }
+
     fn float_add(lhs: FloatTensor<Ascend>, rhs: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
         binary(BinaryOp::Add, lhs, rhs)
     }
 
     fn float_add_scalar(lhs: FloatTensor<Ascend>, rhs: Scalar) -> FloatTensor<Ascend> {
         binary_scalar(BinaryOp::Add, lhs, rhs)
+    }
+
+    fn float_clamp_min(tensor: FloatTensor<Ascend>, min: Scalar) -> FloatTensor<Ascend> {
+        let min = host_scalar(min, tensor.dtype());
+        run("float_clamp_min", math::clamp(&tensor, Some(min), None))
+    }
+
+    fn float_clamp_max(tensor: FloatTensor<Ascend>, max: Scalar) -> FloatTensor<Ascend> {
+        let max = host_scalar(max, tensor.dtype());
+        run("float_clamp_max", math::clamp(&tensor, None, Some(max)))
+    }
+
+    fn float_clamp(tensor: FloatTensor<Ascend>, min: Scalar, max: Scalar) -> FloatTensor<Ascend> {
+        let (min, max) = (
+            host_scalar(min, tensor.dtype()),
+            host_scalar(max, tensor.dtype()),
+        );
+        run("float_clamp", math::clamp(&tensor, Some(min), Some(max)))
     }
 
     fn float_sub(lhs: FloatTensor<Ascend>, rhs: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
@@ -114,15 +140,13 @@ impl FloatTensorOps<Ascend> for Ascend {
         binary_scalar(BinaryOp::Div, lhs, rhs)
     }
 
-    fn float_remainder(
-        _lhs: FloatTensor<Ascend>,
-        _rhs: FloatTensor<Ascend>,
-    ) -> FloatTensor<Ascend> {
-        unsupported("float_remainder")
+    fn float_remainder(lhs: FloatTensor<Ascend>, rhs: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_remainder", math::remainder(&lhs, &rhs))
     }
 
-    fn float_remainder_scalar(_lhs: FloatTensor<Ascend>, _rhs: Scalar) -> FloatTensor<Ascend> {
-        unsupported("float_remainder_scalar")
+    fn float_remainder_scalar(lhs: FloatTensor<Ascend>, rhs: Scalar) -> FloatTensor<Ascend> {
+        let s = host_scalar(rhs, lhs.dtype());
+        run("float_remainder_scalar", math::remainder_scalar(&lhs, s))
     }
 
     fn float_matmul(lhs: FloatTensor<Ascend>, rhs: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
@@ -130,15 +154,19 @@ impl FloatTensorOps<Ascend> for Ascend {
     }
 
     fn float_cross(
-        _lhs: FloatTensor<Ascend>,
-        _rhs: FloatTensor<Ascend>,
-        _dim: usize,
+        lhs: FloatTensor<Ascend>,
+        rhs: FloatTensor<Ascend>,
+        dim: usize,
     ) -> FloatTensor<Ascend> {
-        unsupported("float_cross")
+        run("float_cross", math::cross(&lhs, &rhs, dim))
     }
 
-    fn float_recip(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_recip")
+    fn float_neg(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_neg", math::unary(Unary::Neg, &tensor))
+    }
+
+    fn float_recip(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_recip", math::unary(Unary::Recip, &tensor))
     }
 
     fn float_swap_dims(
@@ -164,37 +192,62 @@ impl FloatTensorOps<Ascend> for Ascend {
     }
 
     fn float_gather(
-        _dim: usize,
-        _tensor: FloatTensor<Ascend>,
-        _indices: IntTensor<Ascend>,
+        dim: usize,
+        tensor: FloatTensor<Ascend>,
+        indices: IntTensor<Ascend>,
     ) -> FloatTensor<Ascend> {
-        unsupported("float_gather")
+        run("float_gather", index::gather(dim, &tensor, &indices))
     }
 
     fn float_scatter_add(
-        _dim: usize,
-        _tensor: FloatTensor<Ascend>,
-        _indices: IntTensor<Ascend>,
-        _value: FloatTensor<Ascend>,
+        dim: usize,
+        tensor: FloatTensor<Ascend>,
+        indices: IntTensor<Ascend>,
+        value: FloatTensor<Ascend>,
     ) -> FloatTensor<Ascend> {
-        unsupported("float_scatter_add")
+        run(
+            "float_scatter_add",
+            index::scatter(dim, &tensor, &indices, &value, ScatterReduce::Add),
+        )
+    }
+
+    fn float_scatter_nd(
+        data: FloatTensor<Ascend>,
+        indices: IntTensor<Ascend>,
+        values: FloatTensor<Ascend>,
+        reduction: burn_backend::tensor::IndexingUpdateOp,
+    ) -> FloatTensor<Ascend> {
+        run(
+            "float_scatter_nd",
+            index::scatter_nd(&data, &indices, &values, nd_update(reduction)),
+        )
+    }
+
+    fn float_gather_nd(
+        data: FloatTensor<Ascend>,
+        indices: IntTensor<Ascend>,
+    ) -> FloatTensor<Ascend> {
+        run("float_gather_nd", index::gather_nd(&data, &indices))
     }
 
     fn float_select(
-        _tensor: FloatTensor<Ascend>,
-        _dim: usize,
-        _indices: IntTensor<Ascend>,
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        indices: IntTensor<Ascend>,
     ) -> FloatTensor<Ascend> {
-        unsupported("float_select")
+        run("float_select", index::select_index(&tensor, dim, &indices))
     }
 
     fn float_select_add(
-        _tensor: FloatTensor<Ascend>,
-        _dim: usize,
-        _indices: IntTensor<Ascend>,
-        _value: FloatTensor<Ascend>,
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        indices: IntTensor<Ascend>,
+        value: FloatTensor<Ascend>,
     ) -> FloatTensor<Ascend> {
-        unsupported("float_select_add")
+        run(
+            "float_select_add",
+            index::select_add(&tensor, dim, &indices, &value),
+        )
     }
 
     fn float_slice(tensor: FloatTensor<Ascend>, slices: &[Slice]) -> FloatTensor<Ascend> {
@@ -216,231 +269,324 @@ impl FloatTensorOps<Ascend> for Ascend {
     }
 
     fn float_mask_where(
-        _tensor: FloatTensor<Ascend>,
-        _mask: BoolTensor<Ascend>,
-        _value: FloatTensor<Ascend>,
+        tensor: FloatTensor<Ascend>,
+        mask: BoolTensor<Ascend>,
+        value: FloatTensor<Ascend>,
     ) -> FloatTensor<Ascend> {
-        unsupported("float_mask_where")
+        run("float_mask_where", compare::select(&mask, &value, &tensor))
     }
 
     fn float_mask_fill(
-        _tensor: FloatTensor<Ascend>,
-        _mask: BoolTensor<Ascend>,
-        _value: Scalar,
+        tensor: FloatTensor<Ascend>,
+        mask: BoolTensor<Ascend>,
+        value: Scalar,
     ) -> FloatTensor<Ascend> {
-        unsupported("float_mask_fill")
+        let v = host_scalar(value, tensor.dtype());
+        run("float_mask_fill", compare::mask_fill(&tensor, &mask, v))
     }
 
     fn float_equal(
-        _lhs: FloatTensor<Ascend>,
-        _rhs: FloatTensor<Ascend>,
-        _out_dtype: BoolDType,
+        lhs: FloatTensor<Ascend>,
+        rhs: FloatTensor<Ascend>,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("float_equal")
+        bool_out(
+            out_dtype,
+            "float_equal",
+            compare::compare(Compare::Eq, &lhs, &rhs),
+        )
+    }
+
+    fn float_not_equal(
+        lhs: FloatTensor<Ascend>,
+        rhs: FloatTensor<Ascend>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Ascend> {
+        bool_out(
+            out_dtype,
+            "float_not_equal",
+            compare::compare(Compare::Ne, &lhs, &rhs),
+        )
     }
 
     fn float_equal_elem(
-        _lhs: FloatTensor<Ascend>,
-        _rhs: Scalar,
-        _out_dtype: BoolDType,
+        lhs: FloatTensor<Ascend>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("float_equal_elem")
+        let s = host_scalar(rhs, lhs.dtype());
+        bool_out(
+            out_dtype,
+            "float_equal_elem",
+            compare::compare_scalar(Compare::Eq, &lhs, s),
+        )
+    }
+
+    fn float_not_equal_elem(
+        lhs: FloatTensor<Ascend>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Ascend> {
+        let s = host_scalar(rhs, lhs.dtype());
+        bool_out(
+            out_dtype,
+            "float_not_equal_elem",
+            compare::compare_scalar(Compare::Ne, &lhs, s),
+        )
     }
 
     fn float_greater(
-        _lhs: FloatTensor<Ascend>,
-        _rhs: FloatTensor<Ascend>,
-        _out_dtype: BoolDType,
+        lhs: FloatTensor<Ascend>,
+        rhs: FloatTensor<Ascend>,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("float_greater")
+        bool_out(
+            out_dtype,
+            "float_greater",
+            compare::compare(Compare::Gt, &lhs, &rhs),
+        )
     }
 
     fn float_greater_elem(
-        _lhs: FloatTensor<Ascend>,
-        _rhs: Scalar,
-        _out_dtype: BoolDType,
+        lhs: FloatTensor<Ascend>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("float_greater_elem")
+        let s = host_scalar(rhs, lhs.dtype());
+        bool_out(
+            out_dtype,
+            "float_greater_elem",
+            compare::compare_scalar(Compare::Gt, &lhs, s),
+        )
     }
 
     fn float_greater_equal(
-        _lhs: FloatTensor<Ascend>,
-        _rhs: FloatTensor<Ascend>,
-        _out_dtype: BoolDType,
+        lhs: FloatTensor<Ascend>,
+        rhs: FloatTensor<Ascend>,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("float_greater_equal")
+        bool_out(
+            out_dtype,
+            "float_greater_equal",
+            compare::compare(Compare::Ge, &lhs, &rhs),
+        )
     }
 
     fn float_greater_equal_elem(
-        _lhs: FloatTensor<Ascend>,
-        _rhs: Scalar,
-        _out_dtype: BoolDType,
+        lhs: FloatTensor<Ascend>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("float_greater_equal_elem")
+        let s = host_scalar(rhs, lhs.dtype());
+        bool_out(
+            out_dtype,
+            "float_greater_equal_elem",
+            compare::compare_scalar(Compare::Ge, &lhs, s),
+        )
     }
 
     fn float_lower(
-        _lhs: FloatTensor<Ascend>,
-        _rhs: FloatTensor<Ascend>,
-        _out_dtype: BoolDType,
+        lhs: FloatTensor<Ascend>,
+        rhs: FloatTensor<Ascend>,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("float_lower")
+        bool_out(
+            out_dtype,
+            "float_lower",
+            compare::compare(Compare::Lt, &lhs, &rhs),
+        )
     }
 
     fn float_lower_elem(
-        _lhs: FloatTensor<Ascend>,
-        _rhs: Scalar,
-        _out_dtype: BoolDType,
+        lhs: FloatTensor<Ascend>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("float_lower_elem")
+        let s = host_scalar(rhs, lhs.dtype());
+        bool_out(
+            out_dtype,
+            "float_lower_elem",
+            compare::compare_scalar(Compare::Lt, &lhs, s),
+        )
     }
 
     fn float_lower_equal(
-        _lhs: FloatTensor<Ascend>,
-        _rhs: FloatTensor<Ascend>,
-        _out_dtype: BoolDType,
+        lhs: FloatTensor<Ascend>,
+        rhs: FloatTensor<Ascend>,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("float_lower_equal")
+        bool_out(
+            out_dtype,
+            "float_lower_equal",
+            compare::compare(Compare::Le, &lhs, &rhs),
+        )
     }
 
     fn float_lower_equal_elem(
-        _lhs: FloatTensor<Ascend>,
-        _rhs: Scalar,
-        _out_dtype: BoolDType,
+        lhs: FloatTensor<Ascend>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("float_lower_equal_elem")
+        let s = host_scalar(rhs, lhs.dtype());
+        bool_out(
+            out_dtype,
+            "float_lower_equal_elem",
+            compare::compare_scalar(Compare::Le, &lhs, s),
+        )
     }
 
-    fn float_sum(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_sum")
+    fn float_sum(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_sum", reduce::reduce(Reduce::Sum, &tensor, None))
     }
 
-    fn float_sum_dim(_tensor: FloatTensor<Ascend>, _dim: usize) -> FloatTensor<Ascend> {
-        unsupported("float_sum_dim")
+    fn float_sum_dim(tensor: FloatTensor<Ascend>, dim: usize) -> FloatTensor<Ascend> {
+        run(
+            "float_sum_dim",
+            reduce::reduce(Reduce::Sum, &tensor, Some(dim)),
+        )
     }
 
-    fn float_mean_dim(_tensor: FloatTensor<Ascend>, _dim: usize) -> FloatTensor<Ascend> {
-        unsupported("float_mean_dim")
+    fn float_prod(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_prod", reduce::reduce(Reduce::Prod, &tensor, None))
     }
 
-    fn float_cumsum(_tensor: FloatTensor<Ascend>, _dim: usize) -> FloatTensor<Ascend> {
-        unsupported("float_cumsum")
+    fn float_prod_dim(tensor: FloatTensor<Ascend>, dim: usize) -> FloatTensor<Ascend> {
+        run(
+            "float_prod_dim",
+            reduce::reduce(Reduce::Prod, &tensor, Some(dim)),
+        )
     }
 
-    fn float_cumprod(_tensor: FloatTensor<Ascend>, _dim: usize) -> FloatTensor<Ascend> {
-        unsupported("float_cumprod")
+    fn float_mean(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_mean", reduce::reduce(Reduce::Mean, &tensor, None))
     }
 
-    fn float_cummin(_tensor: FloatTensor<Ascend>, _dim: usize) -> FloatTensor<Ascend> {
-        unsupported("float_cummin")
+    fn float_mean_dim(tensor: FloatTensor<Ascend>, dim: usize) -> FloatTensor<Ascend> {
+        run(
+            "float_mean_dim",
+            reduce::reduce(Reduce::Mean, &tensor, Some(dim)),
+        )
     }
 
-    fn float_cummax(_tensor: FloatTensor<Ascend>, _dim: usize) -> FloatTensor<Ascend> {
-        unsupported("float_cummax")
+    fn float_cumsum(tensor: FloatTensor<Ascend>, dim: usize) -> FloatTensor<Ascend> {
+        run("float_cumsum", reduce::scan(Scan::Sum, &tensor, dim))
+    }
+
+    fn float_cumprod(tensor: FloatTensor<Ascend>, dim: usize) -> FloatTensor<Ascend> {
+        run("float_cumprod", reduce::scan(Scan::Prod, &tensor, dim))
+    }
+
+    fn float_cummin(tensor: FloatTensor<Ascend>, dim: usize) -> FloatTensor<Ascend> {
+        run("float_cummin", reduce::scan(Scan::Min, &tensor, dim))
+    }
+
+    fn float_cummax(tensor: FloatTensor<Ascend>, dim: usize) -> FloatTensor<Ascend> {
+        run("float_cummax", reduce::scan(Scan::Max, &tensor, dim))
     }
 
     fn float_cast(tensor: FloatTensor<Ascend>, dtype: FloatDType) -> FloatTensor<Ascend> {
         run("float_cast", copy::cast(&tensor, float_type(dtype)))
     }
 
-    fn float_exp(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_exp")
+    fn float_exp(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_exp", math::unary(Unary::Exp, &tensor))
     }
 
-    fn float_log(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_log")
+    fn float_log(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_log", math::unary(Unary::Log, &tensor))
     }
 
-    fn float_log1p(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_log1p")
+    fn float_log1p(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_log1p", math::unary(Unary::Log1p, &tensor))
     }
 
-    fn float_powf(_lhs: FloatTensor<Ascend>, _rhs: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_powf")
+    fn float_powf(lhs: FloatTensor<Ascend>, rhs: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_powf", math::pow(&lhs, &rhs))
     }
 
-    fn float_powf_scalar_impl(_tensor: FloatTensor<Ascend>, _value: Scalar) -> FloatTensor<Ascend> {
-        unsupported("float_powf_scalar_impl")
+    fn float_powf_scalar_impl(tensor: FloatTensor<Ascend>, value: Scalar) -> FloatTensor<Ascend> {
+        let s = host_scalar(value, tensor.dtype());
+        run("float_powf_scalar", math::pow_scalar(&tensor, s))
     }
 
-    fn float_sqrt(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_sqrt")
+    fn float_sqrt(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_sqrt", math::unary(Unary::Sqrt, &tensor))
     }
 
-    fn float_abs(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_abs")
+    fn float_abs(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_abs", math::unary(Unary::Abs, &tensor))
     }
 
-    fn float_cos(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_cos")
+    fn float_cos(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_cos", math::unary(Unary::Cos, &tensor))
     }
 
-    fn float_sin(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_sin")
+    fn float_sin(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_sin", math::unary(Unary::Sin, &tensor))
     }
 
-    fn float_tan(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_tan")
+    fn float_tan(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_tan", math::unary(Unary::Tan, &tensor))
     }
 
-    fn float_cosh(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_cosh")
+    fn float_cosh(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_cosh", math::unary(Unary::Cosh, &tensor))
     }
 
-    fn float_sinh(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_sinh")
+    fn float_sinh(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_sinh", math::unary(Unary::Sinh, &tensor))
     }
 
-    fn float_tanh(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_tanh")
+    fn float_tanh(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_tanh", math::unary(Unary::Tanh, &tensor))
     }
 
-    fn float_acos(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_acos")
+    fn float_acos(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_acos", math::unary(Unary::Acos, &tensor))
     }
 
-    fn float_acosh(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_acosh")
+    fn float_acosh(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_acosh", math::unary(Unary::Acosh, &tensor))
     }
 
-    fn float_asin(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_asin")
+    fn float_asin(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_asin", math::unary(Unary::Asin, &tensor))
     }
 
-    fn float_asinh(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_asinh")
+    fn float_asinh(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_asinh", math::unary(Unary::Asinh, &tensor))
     }
 
-    fn float_atan(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_atan")
+    fn float_atan(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_atan", math::unary(Unary::Atan, &tensor))
     }
 
-    fn float_atanh(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_atanh")
+    fn float_atanh(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_atanh", math::unary(Unary::Atanh, &tensor))
     }
 
-    fn float_atan2(_lhs: FloatTensor<Ascend>, _rhs: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_atan2")
+    fn float_atan2(lhs: FloatTensor<Ascend>, rhs: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_atan2", math::atan2(&lhs, &rhs))
     }
 
-    fn float_round(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_round")
+    fn float_round(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_round", math::unary(Unary::Round, &tensor))
     }
 
-    fn float_floor(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_floor")
+    fn float_floor(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_floor", math::unary(Unary::Floor, &tensor))
     }
 
-    fn float_ceil(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_ceil")
+    fn float_ceil(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_ceil", math::unary(Unary::Ceil, &tensor))
     }
 
-    fn float_trunc(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_trunc")
+    fn float_trunc(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_trunc", math::unary(Unary::Trunc, &tensor))
     }
 
-    fn float_erf(_tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
-        unsupported("float_erf")
+    fn float_erf(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_erf", math::unary(Unary::Erf, &tensor))
     }
 
     fn float_cat(tensors: Vec<FloatTensor<Ascend>>, dim: usize) -> FloatTensor<Ascend> {
@@ -448,28 +594,108 @@ impl FloatTensorOps<Ascend> for Ascend {
     }
 
     fn float_argmax(
-        _tensor: FloatTensor<Ascend>,
-        _dim: usize,
-        _out_dtype: IntDType,
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        out_dtype: IntDType,
     ) -> IntTensor<Ascend> {
-        unsupported("float_argmax")
+        run(
+            "float_argmax",
+            reduce::arg(&tensor, dim, true, int_type(out_dtype)),
+        )
     }
 
     fn float_argtopk(
-        _tensor: FloatTensor<Ascend>,
-        _dim: usize,
-        _k: usize,
-        _out_dtype: IntDType,
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        k: usize,
+        out_dtype: IntDType,
     ) -> IntTensor<Ascend> {
-        unsupported("float_argtopk")
+        indices(
+            "float_argtopk",
+            sort::topk(&tensor, dim, k),
+            int_type(out_dtype),
+        )
+    }
+
+    fn float_topk(tensor: FloatTensor<Ascend>, dim: usize, k: usize) -> FloatTensor<Ascend> {
+        run("float_topk", sort::topk(&tensor, dim, k)).0
     }
 
     fn float_argmin(
-        _tensor: FloatTensor<Ascend>,
-        _dim: usize,
-        _out_dtype: IntDType,
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        out_dtype: IntDType,
     ) -> IntTensor<Ascend> {
-        unsupported("float_argmin")
+        run(
+            "float_argmin",
+            reduce::arg(&tensor, dim, false, int_type(out_dtype)),
+        )
+    }
+
+    fn float_max(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_max", reduce::reduce(Reduce::Max, &tensor, None))
+    }
+
+    fn float_max_dim(tensor: FloatTensor<Ascend>, dim: usize) -> FloatTensor<Ascend> {
+        run(
+            "float_max_dim",
+            reduce::reduce(Reduce::Max, &tensor, Some(dim)),
+        )
+    }
+
+    fn float_min(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_min", reduce::reduce(Reduce::Min, &tensor, None))
+    }
+
+    fn float_min_dim(tensor: FloatTensor<Ascend>, dim: usize) -> FloatTensor<Ascend> {
+        run(
+            "float_min_dim",
+            reduce::reduce(Reduce::Min, &tensor, Some(dim)),
+        )
+    }
+
+    fn float_any(tensor: FloatTensor<Ascend>, out_dtype: BoolDType) -> BoolTensor<Ascend> {
+        bool_out(
+            out_dtype,
+            "float_any",
+            reduce::reduce(Reduce::Any, &tensor, None),
+        )
+    }
+
+    fn float_any_dim(
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Ascend> {
+        bool_out(
+            out_dtype,
+            "float_any_dim",
+            reduce::reduce(Reduce::Any, &tensor, Some(dim)),
+        )
+    }
+
+    fn float_all(tensor: FloatTensor<Ascend>, out_dtype: BoolDType) -> BoolTensor<Ascend> {
+        bool_out(
+            out_dtype,
+            "float_all",
+            reduce::reduce(Reduce::All, &tensor, None),
+        )
+    }
+
+    fn float_all_dim(
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Ascend> {
+        bool_out(
+            out_dtype,
+            "float_all_dim",
+            reduce::reduce(Reduce::All, &tensor, Some(dim)),
+        )
+    }
+
+    fn float_sign(tensor: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        run("float_sign", math::unary(Unary::Sign, &tensor))
     }
 
     fn float_expand(tensor: FloatTensor<Ascend>, shape: Shape) -> FloatTensor<Ascend> {
@@ -477,37 +703,59 @@ impl FloatTensorOps<Ascend> for Ascend {
     }
 
     fn float_sort(
-        _tensor: FloatTensor<Ascend>,
-        _dim: usize,
-        _descending: bool,
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        descending: bool,
     ) -> FloatTensor<Ascend> {
-        unsupported("float_sort")
+        run("float_sort", sort::sort(&tensor, dim, descending)).0
     }
 
     fn float_sort_with_indices(
-        _tensor: FloatTensor<Ascend>,
-        _dim: usize,
-        _descending: bool,
-        _indices_dtype: IntDType,
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        descending: bool,
+        indices_dtype: IntDType,
     ) -> (FloatTensor<Ascend>, IntTensor<Ascend>) {
-        unsupported("float_sort_with_indices")
+        let (values, order) = run(
+            "float_sort_with_indices",
+            sort::sort(&tensor, dim, descending),
+        );
+        (
+            values,
+            run(
+                "float_sort_with_indices",
+                copy::cast(&order, int_type(indices_dtype)),
+            ),
+        )
     }
 
     fn float_argsort(
-        _tensor: FloatTensor<Ascend>,
-        _dim: usize,
-        _descending: bool,
-        _out_dtype: IntDType,
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        descending: bool,
+        out_dtype: IntDType,
     ) -> IntTensor<Ascend> {
-        unsupported("float_argsort")
+        indices(
+            "float_argsort",
+            sort::sort(&tensor, dim, descending),
+            int_type(out_dtype),
+        )
     }
 
     fn float_unfold(
-        _tensor: FloatTensor<Ascend>,
-        _dim: usize,
-        _size: usize,
-        _step: usize,
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        size: usize,
+        step: usize,
     ) -> FloatTensor<Ascend> {
-        unsupported("float_unfold")
+        run("float_unfold", index::unfold(&tensor, dim, size, step))
+    }
+
+    fn float_is_nan(tensor: FloatTensor<Ascend>, out_dtype: BoolDType) -> BoolTensor<Ascend> {
+        bool_out(
+            out_dtype,
+            "float_is_nan",
+            compare::compare(Compare::IsNan, &tensor, &tensor),
+        )
     }
 }

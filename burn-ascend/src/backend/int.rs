@@ -53,53 +53,80 @@ impl IntTensorOps<Ascend> for Ascend {
     }
 
     fn int_mask_where(
-        _tensor: IntTensor<Ascend>,
-        _mask: BoolTensor<Ascend>,
-        _value: IntTensor<Ascend>,
+        tensor: IntTensor<Ascend>,
+        mask: BoolTensor<Ascend>,
+        value: IntTensor<Ascend>,
     ) -> IntTensor<Ascend> {
-        unsupported("int_mask_where")
+        run("int_mask_where", compare::select(&mask, &value, &tensor))
     }
 
     fn int_mask_fill(
-        _tensor: IntTensor<Ascend>,
-        _mask: BoolTensor<Ascend>,
-        _value: Scalar,
+        tensor: IntTensor<Ascend>,
+        mask: BoolTensor<Ascend>,
+        value: Scalar,
     ) -> IntTensor<Ascend> {
-        unsupported("int_mask_fill")
+        let v = host_scalar(value, tensor.dtype());
+        run("int_mask_fill", compare::mask_fill(&tensor, &mask, v))
     }
 
     fn int_gather(
-        _dim: usize,
-        _tensor: IntTensor<Ascend>,
-        _indices: IntTensor<Ascend>,
+        dim: usize,
+        tensor: IntTensor<Ascend>,
+        indices: IntTensor<Ascend>,
     ) -> IntTensor<Ascend> {
-        unsupported("int_gather")
+        run("int_gather", index::gather(dim, &tensor, &indices))
     }
 
     fn int_scatter_add(
-        _dim: usize,
-        _tensor: IntTensor<Ascend>,
-        _indices: IntTensor<Ascend>,
-        _value: IntTensor<Ascend>,
+        dim: usize,
+        tensor: IntTensor<Ascend>,
+        indices: IntTensor<Ascend>,
+        value: IntTensor<Ascend>,
     ) -> IntTensor<Ascend> {
-        unsupported("int_scatter_add")
+        run(
+            "int_scatter_add",
+            index::scatter(dim, &tensor, &indices, &value, ScatterReduce::Add),
+        )
+    }
+
+    fn int_scatter_nd(
+        data: IntTensor<Ascend>,
+        indices: IntTensor<Ascend>,
+        values: IntTensor<Ascend>,
+        reduction: burn_backend::tensor::IndexingUpdateOp,
+    ) -> IntTensor<Ascend> {
+        run(
+            "int_scatter_nd",
+            index::scatter_nd(&data, &indices, &values, nd_update(reduction)),
+        )
+    }
+
+    fn int_gather_nd(data: IntTensor<Ascend>, indices: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("int_gather_nd", index::gather_nd(&data, &indices))
     }
 
     fn int_select(
-        _tensor: IntTensor<Ascend>,
-        _dim: usize,
-        _indices: IntTensor<Ascend>,
+        tensor: IntTensor<Ascend>,
+        dim: usize,
+        indices: IntTensor<Ascend>,
     ) -> IntTensor<Ascend> {
-        unsupported("int_select")
+        run("int_select", index::select_index(&tensor, dim, &indices))
     }
 
     fn int_select_add(
-        _tensor: IntTensor<Ascend>,
-        _dim: usize,
-        _indices: IntTensor<Ascend>,
-        _value: IntTensor<Ascend>,
+        tensor: IntTensor<Ascend>,
+        dim: usize,
+        indices: IntTensor<Ascend>,
+        value: IntTensor<Ascend>,
     ) -> IntTensor<Ascend> {
-        unsupported("int_select_add")
+        run(
+            "int_select_add",
+            index::select_add(&tensor, dim, &indices, &value),
+        )
+    }
+
+    fn int_repeat_dim(tensor: IntTensor<Ascend>, dim: usize, times: usize) -> IntTensor<Ascend> {
+        run("int_repeat_dim", index::repeat_dim(&tensor, dim, times))
     }
 
     fn int_cat(tensors: Vec<IntTensor<Ascend>>, dim: usize) -> IntTensor<Ascend> {
@@ -107,83 +134,153 @@ impl IntTensorOps<Ascend> for Ascend {
     }
 
     fn int_equal(
-        _lhs: IntTensor<Ascend>,
-        _rhs: IntTensor<Ascend>,
-        _out_dtype: BoolDType,
+        lhs: IntTensor<Ascend>,
+        rhs: IntTensor<Ascend>,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("int_equal")
+        bool_out(
+            out_dtype,
+            "int_equal",
+            compare::compare(Compare::Eq, &lhs, &rhs),
+        )
+    }
+
+    fn int_not_equal(
+        lhs: IntTensor<Ascend>,
+        rhs: IntTensor<Ascend>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Ascend> {
+        bool_out(
+            out_dtype,
+            "int_not_equal",
+            compare::compare(Compare::Ne, &lhs, &rhs),
+        )
     }
 
     fn int_equal_elem(
-        _lhs: IntTensor<Ascend>,
-        _rhs: Scalar,
-        _out_dtype: BoolDType,
+        lhs: IntTensor<Ascend>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("int_equal_elem")
+        let s = host_scalar(rhs, lhs.dtype());
+        bool_out(
+            out_dtype,
+            "int_equal_elem",
+            compare::compare_scalar(Compare::Eq, &lhs, s),
+        )
+    }
+
+    fn int_not_equal_elem(
+        lhs: IntTensor<Ascend>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Ascend> {
+        let s = host_scalar(rhs, lhs.dtype());
+        bool_out(
+            out_dtype,
+            "int_not_equal_elem",
+            compare::compare_scalar(Compare::Ne, &lhs, s),
+        )
     }
 
     fn int_greater(
-        _lhs: IntTensor<Ascend>,
-        _rhs: IntTensor<Ascend>,
-        _out_dtype: BoolDType,
+        lhs: IntTensor<Ascend>,
+        rhs: IntTensor<Ascend>,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("int_greater")
+        bool_out(
+            out_dtype,
+            "int_greater",
+            compare::compare(Compare::Gt, &lhs, &rhs),
+        )
     }
 
     fn int_greater_elem(
-        _lhs: IntTensor<Ascend>,
-        _rhs: Scalar,
-        _out_dtype: BoolDType,
+        lhs: IntTensor<Ascend>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("int_greater_elem")
+        let s = host_scalar(rhs, lhs.dtype());
+        bool_out(
+            out_dtype,
+            "int_greater_elem",
+            compare::compare_scalar(Compare::Gt, &lhs, s),
+        )
     }
 
     fn int_greater_equal(
-        _lhs: IntTensor<Ascend>,
-        _rhs: IntTensor<Ascend>,
-        _out_dtype: BoolDType,
+        lhs: IntTensor<Ascend>,
+        rhs: IntTensor<Ascend>,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("int_greater_equal")
+        bool_out(
+            out_dtype,
+            "int_greater_equal",
+            compare::compare(Compare::Ge, &lhs, &rhs),
+        )
     }
 
     fn int_greater_equal_elem(
-        _lhs: IntTensor<Ascend>,
-        _rhs: Scalar,
-        _out_dtype: BoolDType,
+        lhs: IntTensor<Ascend>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("int_greater_equal_elem")
+        let s = host_scalar(rhs, lhs.dtype());
+        bool_out(
+            out_dtype,
+            "int_greater_equal_elem",
+            compare::compare_scalar(Compare::Ge, &lhs, s),
+        )
     }
 
     fn int_lower(
-        _lhs: IntTensor<Ascend>,
-        _rhs: IntTensor<Ascend>,
-        _out_dtype: BoolDType,
+        lhs: IntTensor<Ascend>,
+        rhs: IntTensor<Ascend>,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("int_lower")
+        bool_out(
+            out_dtype,
+            "int_lower",
+            compare::compare(Compare::Lt, &lhs, &rhs),
+        )
     }
 
     fn int_lower_elem(
-        _lhs: IntTensor<Ascend>,
-        _rhs: Scalar,
-        _out_dtype: BoolDType,
+        lhs: IntTensor<Ascend>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("int_lower_elem")
+        let s = host_scalar(rhs, lhs.dtype());
+        bool_out(
+            out_dtype,
+            "int_lower_elem",
+            compare::compare_scalar(Compare::Lt, &lhs, s),
+        )
     }
 
     fn int_lower_equal(
-        _lhs: IntTensor<Ascend>,
-        _rhs: IntTensor<Ascend>,
-        _out_dtype: BoolDType,
+        lhs: IntTensor<Ascend>,
+        rhs: IntTensor<Ascend>,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("int_lower_equal")
+        bool_out(
+            out_dtype,
+            "int_lower_equal",
+            compare::compare(Compare::Le, &lhs, &rhs),
+        )
     }
 
     fn int_lower_equal_elem(
-        _lhs: IntTensor<Ascend>,
-        _rhs: Scalar,
-        _out_dtype: BoolDType,
+        lhs: IntTensor<Ascend>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
     ) -> BoolTensor<Ascend> {
-        unsupported("int_lower_equal_elem")
+        let s = host_scalar(rhs, lhs.dtype());
+        bool_out(
+            out_dtype,
+            "int_lower_equal_elem",
+            compare::compare_scalar(Compare::Le, &lhs, s),
+        )
     }
 
     fn int_add(lhs: IntTensor<Ascend>, rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
@@ -192,6 +289,33 @@ impl IntTensorOps<Ascend> for Ascend {
 
     fn int_add_scalar(lhs: IntTensor<Ascend>, rhs: Scalar) -> IntTensor<Ascend> {
         binary_scalar(BinaryOp::Add, lhs, rhs)
+    }
+
+    fn int_powi(lhs: IntTensor<Ascend>, rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("int_powi", math::pow(&lhs, &rhs))
+    }
+
+    fn int_powi_scalar_impl(lhs: IntTensor<Ascend>, rhs: Scalar) -> IntTensor<Ascend> {
+        let s = host_scalar(rhs, lhs.dtype());
+        run("int_powi_scalar", math::pow_scalar(&lhs, s))
+    }
+
+    fn int_clamp_min(tensor: IntTensor<Ascend>, min: Scalar) -> IntTensor<Ascend> {
+        let min = host_scalar(min, tensor.dtype());
+        run("int_clamp_min", math::clamp(&tensor, Some(min), None))
+    }
+
+    fn int_clamp_max(tensor: IntTensor<Ascend>, max: Scalar) -> IntTensor<Ascend> {
+        let max = host_scalar(max, tensor.dtype());
+        run("int_clamp_max", math::clamp(&tensor, None, Some(max)))
+    }
+
+    fn int_clamp(tensor: IntTensor<Ascend>, min: Scalar, max: Scalar) -> IntTensor<Ascend> {
+        let (min, max) = (
+            host_scalar(min, tensor.dtype()),
+            host_scalar(max, tensor.dtype()),
+        );
+        run("int_clamp", math::clamp(&tensor, Some(min), Some(max)))
     }
 
     fn int_sub(lhs: IntTensor<Ascend>, rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
@@ -218,16 +342,21 @@ impl IntTensorOps<Ascend> for Ascend {
         binary_scalar(BinaryOp::Div, lhs, rhs)
     }
 
-    fn int_remainder(_lhs: IntTensor<Ascend>, _rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
-        unsupported("int_remainder")
+    fn int_remainder(lhs: IntTensor<Ascend>, rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("int_remainder", math::remainder(&lhs, &rhs))
     }
 
-    fn int_remainder_scalar(_lhs: IntTensor<Ascend>, _rhs: Scalar) -> IntTensor<Ascend> {
-        unsupported("int_remainder_scalar")
+    fn int_remainder_scalar(lhs: IntTensor<Ascend>, rhs: Scalar) -> IntTensor<Ascend> {
+        let s = host_scalar(rhs, lhs.dtype());
+        run("int_remainder_scalar", math::remainder_scalar(&lhs, s))
     }
 
     fn int_matmul(lhs: IntTensor<Ascend>, rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
         run("int_matmul", matmul::matmul(&lhs, &rhs))
+    }
+
+    fn int_neg(tensor: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("int_neg", math::unary(Unary::Neg, &tensor))
     }
 
     fn int_zeros(shape: Shape, device: &Device<Ascend>, dtype: IntDType) -> IntTensor<Ascend> {
@@ -262,56 +391,94 @@ impl IntTensorOps<Ascend> for Ascend {
         )
     }
 
-    fn int_sum(_tensor: IntTensor<Ascend>) -> IntTensor<Ascend> {
-        unsupported("int_sum")
+    fn int_sum(tensor: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("int_sum", reduce::reduce(Reduce::Sum, &tensor, None))
     }
 
-    fn int_sum_dim(_tensor: IntTensor<Ascend>, _dim: usize) -> IntTensor<Ascend> {
-        unsupported("int_sum_dim")
+    fn int_sum_dim(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
+        run(
+            "int_sum_dim",
+            reduce::reduce(Reduce::Sum, &tensor, Some(dim)),
+        )
     }
 
-    fn int_prod(_tensor: IntTensor<Ascend>) -> IntTensor<Ascend> {
-        unsupported("int_prod")
+    fn int_prod(tensor: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("int_prod", reduce::reduce(Reduce::Prod, &tensor, None))
     }
 
-    fn int_prod_dim(_tensor: IntTensor<Ascend>, _dim: usize) -> IntTensor<Ascend> {
-        unsupported("int_prod_dim")
+    fn int_prod_dim(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
+        run(
+            "int_prod_dim",
+            reduce::reduce(Reduce::Prod, &tensor, Some(dim)),
+        )
     }
 
-    fn int_mean_dim(_tensor: IntTensor<Ascend>, _dim: usize) -> IntTensor<Ascend> {
-        unsupported("int_mean_dim")
+    fn int_mean_dim(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
+        run(
+            "int_mean_dim",
+            reduce::reduce(Reduce::Mean, &tensor, Some(dim)),
+        )
     }
 
-    fn int_cumsum(_tensor: IntTensor<Ascend>, _dim: usize) -> IntTensor<Ascend> {
-        unsupported("int_cumsum")
+    fn int_cumsum(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
+        run("int_cumsum", reduce::scan(Scan::Sum, &tensor, dim))
     }
 
-    fn int_cumprod(_tensor: IntTensor<Ascend>, _dim: usize) -> IntTensor<Ascend> {
-        unsupported("int_cumprod")
+    fn int_cumprod(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
+        run("int_cumprod", reduce::scan(Scan::Prod, &tensor, dim))
     }
 
-    fn int_cummin(_tensor: IntTensor<Ascend>, _dim: usize) -> IntTensor<Ascend> {
-        unsupported("int_cummin")
+    fn int_cummin(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
+        run("int_cummin", reduce::scan(Scan::Min, &tensor, dim))
     }
 
-    fn int_cummax(_tensor: IntTensor<Ascend>, _dim: usize) -> IntTensor<Ascend> {
-        unsupported("int_cummax")
+    fn int_cummax(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
+        run("int_cummax", reduce::scan(Scan::Max, &tensor, dim))
     }
 
-    fn int_argmax(_tensor: IntTensor<Ascend>, _dim: usize) -> IntTensor<Ascend> {
-        unsupported("int_argmax")
+    fn int_argmax(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
+        run("int_argmax", reduce::arg(&tensor, dim, true, DataType::I64))
     }
 
-    fn int_argtopk(_tensor: IntTensor<Ascend>, _dim: usize, _k: usize) -> IntTensor<Ascend> {
-        unsupported("int_argtopk")
+    fn int_argtopk(tensor: IntTensor<Ascend>, dim: usize, k: usize) -> IntTensor<Ascend> {
+        indices("int_argtopk", sort::topk(&tensor, dim, k), DataType::I64)
     }
 
-    fn int_argmin(_tensor: IntTensor<Ascend>, _dim: usize) -> IntTensor<Ascend> {
-        unsupported("int_argmin")
+    fn int_topk(tensor: IntTensor<Ascend>, dim: usize, k: usize) -> IntTensor<Ascend> {
+        run("int_topk", sort::topk(&tensor, dim, k)).0
     }
 
-    fn int_abs(_tensor: IntTensor<Ascend>) -> IntTensor<Ascend> {
-        unsupported("int_abs")
+    fn int_argmin(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
+        run(
+            "int_argmin",
+            reduce::arg(&tensor, dim, false, DataType::I64),
+        )
+    }
+
+    fn int_max(tensor: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("int_max", reduce::reduce(Reduce::Max, &tensor, None))
+    }
+
+    fn int_max_dim(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
+        run(
+            "int_max_dim",
+            reduce::reduce(Reduce::Max, &tensor, Some(dim)),
+        )
+    }
+
+    fn int_min(tensor: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("int_min", reduce::reduce(Reduce::Min, &tensor, None))
+    }
+
+    fn int_min_dim(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
+        run(
+            "int_min_dim",
+            reduce::reduce(Reduce::Min, &tensor, Some(dim)),
+        )
+    }
+
+    fn int_abs(tensor: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("int_abs", math::unary(Unary::Abs, &tensor))
     }
 
     fn int_swap_dims(tensor: IntTensor<Ascend>, dim1: usize, dim2: usize) -> IntTensor<Ascend> {
@@ -329,80 +496,141 @@ impl IntTensorOps<Ascend> for Ascend {
     }
 
     fn int_random(
-        _shape: Shape,
-        _distribution: Distribution,
-        _device: &Device<Ascend>,
-        _dtype: IntDType,
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Ascend>,
+        dtype: IntDType,
     ) -> IntTensor<Ascend> {
-        unsupported("int_random")
+        random(shape, distribution, device, int_type(dtype))
+    }
+
+    fn int_any(tensor: IntTensor<Ascend>, out_dtype: BoolDType) -> BoolTensor<Ascend> {
+        bool_out(
+            out_dtype,
+            "int_any",
+            reduce::reduce(Reduce::Any, &tensor, None),
+        )
+    }
+
+    fn int_any_dim(
+        tensor: IntTensor<Ascend>,
+        dim: usize,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Ascend> {
+        bool_out(
+            out_dtype,
+            "int_any_dim",
+            reduce::reduce(Reduce::Any, &tensor, Some(dim)),
+        )
+    }
+
+    fn int_all(tensor: IntTensor<Ascend>, out_dtype: BoolDType) -> BoolTensor<Ascend> {
+        bool_out(
+            out_dtype,
+            "int_all",
+            reduce::reduce(Reduce::All, &tensor, None),
+        )
+    }
+
+    fn int_all_dim(
+        tensor: IntTensor<Ascend>,
+        dim: usize,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Ascend> {
+        bool_out(
+            out_dtype,
+            "int_all_dim",
+            reduce::reduce(Reduce::All, &tensor, Some(dim)),
+        )
+    }
+
+    fn int_sign(tensor: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("int_sign", math::unary(Unary::Sign, &tensor))
     }
 
     fn int_expand(tensor: IntTensor<Ascend>, shape: Shape) -> IntTensor<Ascend> {
         expand(tensor, shape)
     }
 
-    fn int_sort(_tensor: IntTensor<Ascend>, _dim: usize, _descending: bool) -> IntTensor<Ascend> {
-        unsupported("int_sort")
+    fn int_sort(tensor: IntTensor<Ascend>, dim: usize, descending: bool) -> IntTensor<Ascend> {
+        run("int_sort", sort::sort(&tensor, dim, descending)).0
     }
 
     fn int_sort_with_indices(
-        _tensor: IntTensor<Ascend>,
-        _dim: usize,
-        _descending: bool,
+        tensor: IntTensor<Ascend>,
+        dim: usize,
+        descending: bool,
     ) -> (IntTensor<Ascend>, IntTensor<Ascend>) {
-        unsupported("int_sort_with_indices")
+        run(
+            "int_sort_with_indices",
+            sort::sort(&tensor, dim, descending),
+        )
     }
 
-    fn int_argsort(
-        _tensor: IntTensor<Ascend>,
-        _dim: usize,
-        _descending: bool,
-    ) -> IntTensor<Ascend> {
-        unsupported("int_argsort")
+    fn int_argsort(tensor: IntTensor<Ascend>, dim: usize, descending: bool) -> IntTensor<Ascend> {
+        indices(
+            "int_argsort",
+            sort::sort(&tensor, dim, descending),
+            DataType::I64,
+        )
     }
 
-    fn bitwise_and(_lhs: IntTensor<Ascend>, _rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
-        unsupported("bitwise_and")
+    fn bitwise_and(lhs: IntTensor<Ascend>, rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("bitwise_and", compare::bitwise(Logical::And, &lhs, &rhs))
     }
 
-    fn bitwise_and_scalar(_lhs: IntTensor<Ascend>, _rhs: Scalar) -> IntTensor<Ascend> {
-        unsupported("bitwise_and_scalar")
+    fn bitwise_and_scalar(lhs: IntTensor<Ascend>, rhs: Scalar) -> IntTensor<Ascend> {
+        let s = host_scalar(rhs, lhs.dtype());
+        run(
+            "bitwise_and_scalar",
+            compare::bitwise_scalar(Logical::And, &lhs, s),
+        )
     }
 
-    fn bitwise_or(_lhs: IntTensor<Ascend>, _rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
-        unsupported("bitwise_or")
+    fn bitwise_or(lhs: IntTensor<Ascend>, rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("bitwise_or", compare::bitwise(Logical::Or, &lhs, &rhs))
     }
 
-    fn bitwise_or_scalar(_lhs: IntTensor<Ascend>, _rhs: Scalar) -> IntTensor<Ascend> {
-        unsupported("bitwise_or_scalar")
+    fn bitwise_or_scalar(lhs: IntTensor<Ascend>, rhs: Scalar) -> IntTensor<Ascend> {
+        let s = host_scalar(rhs, lhs.dtype());
+        run(
+            "bitwise_or_scalar",
+            compare::bitwise_scalar(Logical::Or, &lhs, s),
+        )
     }
 
-    fn bitwise_xor(_lhs: IntTensor<Ascend>, _rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
-        unsupported("bitwise_xor")
+    fn bitwise_xor(lhs: IntTensor<Ascend>, rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("bitwise_xor", compare::bitwise(Logical::Xor, &lhs, &rhs))
     }
 
-    fn bitwise_xor_scalar(_lhs: IntTensor<Ascend>, _rhs: Scalar) -> IntTensor<Ascend> {
-        unsupported("bitwise_xor_scalar")
+    fn bitwise_xor_scalar(lhs: IntTensor<Ascend>, rhs: Scalar) -> IntTensor<Ascend> {
+        let s = host_scalar(rhs, lhs.dtype());
+        run(
+            "bitwise_xor_scalar",
+            compare::bitwise_scalar(Logical::Xor, &lhs, s),
+        )
     }
 
-    fn bitwise_not(_tensor: IntTensor<Ascend>) -> IntTensor<Ascend> {
-        unsupported("bitwise_not")
+    fn bitwise_not(tensor: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("bitwise_not", math::unary(Unary::BitwiseNot, &tensor))
     }
 
-    fn bitwise_left_shift(_lhs: IntTensor<Ascend>, _rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
-        unsupported("bitwise_left_shift")
+    fn bitwise_left_shift(lhs: IntTensor<Ascend>, rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("bitwise_left_shift", compare::shift_left(&lhs, &rhs))
     }
 
-    fn bitwise_left_shift_scalar(_lhs: IntTensor<Ascend>, _rhs: Scalar) -> IntTensor<Ascend> {
-        unsupported("bitwise_left_shift_scalar")
+    fn bitwise_left_shift_scalar(lhs: IntTensor<Ascend>, rhs: Scalar) -> IntTensor<Ascend> {
+        let s = scalar_tensor("bitwise_left_shift_scalar", &lhs, rhs);
+        run("bitwise_left_shift_scalar", compare::shift_left(&lhs, &s))
     }
 
-    fn bitwise_right_shift(_lhs: IntTensor<Ascend>, _rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
-        unsupported("bitwise_right_shift")
+    fn bitwise_right_shift(lhs: IntTensor<Ascend>, rhs: IntTensor<Ascend>) -> IntTensor<Ascend> {
+        run("bitwise_right_shift", compare::shift_right(&lhs, &rhs))
     }
 
-    fn bitwise_right_shift_scalar(_lhs: IntTensor<Ascend>, _rhs: Scalar) -> IntTensor<Ascend> {
-        unsupported("bitwise_right_shift_scalar")
+    fn bitwise_right_shift_scalar(lhs: IntTensor<Ascend>, rhs: Scalar) -> IntTensor<Ascend> {
+        let s = scalar_tensor("bitwise_right_shift_scalar", &lhs, rhs);
+        run("bitwise_right_shift_scalar", compare::shift_right(&lhs, &s))
     }
 
     fn int_cast(tensor: IntTensor<Ascend>, dtype: IntDType) -> IntTensor<Ascend> {
@@ -410,11 +638,11 @@ impl IntTensorOps<Ascend> for Ascend {
     }
 
     fn int_unfold(
-        _tensor: IntTensor<Ascend>,
-        _dim: usize,
-        _size: usize,
-        _step: usize,
+        tensor: IntTensor<Ascend>,
+        dim: usize,
+        size: usize,
+        step: usize,
     ) -> IntTensor<Ascend> {
-        unsupported("int_unfold")
+        run("int_unfold", index::unfold(&tensor, dim, size, step))
     }
 }

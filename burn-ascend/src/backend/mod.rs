@@ -26,9 +26,15 @@ use burn_std::{BoolDType, BoolStore, FloatDType, IntDType, Shape, Slice};
 
 use crate::acl::handles::HostScalar;
 use crate::acl::{AclResult, DataType};
+use crate::ops::activation::{self as act, Activation};
 use crate::ops::arith::{self, BinaryOp};
+use crate::ops::compare::{self, Compare, Logical};
 use crate::ops::copy::{self, DimSlice};
-use crate::ops::{creation, matmul, AscendTensor};
+use crate::ops::index::{self, NdUpdate, ScatterReduce};
+use crate::ops::math::{self, Unary};
+use crate::ops::random::Draw;
+use crate::ops::reduce::{self, Reduce, Scan};
+use crate::ops::{creation, matmul, sort, AscendTensor};
 use crate::runtime::{AscendDevice, DeviceContext};
 
 pub use qtensor::AscendQTensor;
@@ -260,6 +266,67 @@ fn dim_slices(shape: &[usize], slices: &[Slice]) -> Vec<DimSlice> {
             },
         })
         .collect()
+}
+
+/// A comparison result, checking that Burn asked for the bool type this backend stores.
+fn bool_out(out_dtype: BoolDType, op: &str, result: AclResult<AscendTensor>) -> AscendTensor {
+    bool_type(out_dtype);
+    run(op, result)
+}
+
+/// The index part of a (values, indices) result, cast to `dtype`.
+fn indices(
+    op: &str,
+    result: AclResult<(AscendTensor, AscendTensor)>,
+    dtype: DataType,
+) -> AscendTensor {
+    let (_, order) = run(op, result);
+    run(op, copy::cast(&order, dtype))
+}
+
+/// A 0-d device tensor holding a scalar operand of `like`'s dtype.
+fn scalar_tensor(op: &str, like: &AscendTensor, value: Scalar) -> AscendTensor {
+    let v = host_scalar(value, like.dtype());
+    run(op, creation::full(like.ctx(), Vec::new(), like.dtype(), v))
+}
+
+/// An OR-update of a bool tensor through integer addition (aclnn has no OR-scatter): count
+/// the true values that land on each element, then test for > 0.
+fn bool_or_update(
+    tensor: &AscendTensor,
+    add: impl FnOnce(&AscendTensor) -> AclResult<AscendTensor>,
+) -> AclResult<AscendTensor> {
+    let counts = add(&copy::cast(tensor, DataType::I32)?)?;
+    compare::compare_scalar(Compare::Gt, &counts, HostScalar::Int(0))
+}
+
+fn nd_update(op: burn_backend::tensor::IndexingUpdateOp) -> NdUpdate {
+    use burn_backend::tensor::IndexingUpdateOp as Op;
+    match op {
+        Op::Assign => NdUpdate::Assign,
+        Op::Add => NdUpdate::Add,
+        Op::Mul => NdUpdate::Mul,
+        Op::Min => NdUpdate::Min,
+        Op::Max => NdUpdate::Max,
+    }
+}
+
+fn random(
+    shape: Shape,
+    distribution: Distribution,
+    device: &AscendDevice,
+    dtype: DataType,
+) -> AscendTensor {
+    let draw = match distribution {
+        Distribution::Default => Draw::Uniform(0.0, 1.0),
+        Distribution::Uniform(lo, hi) => Draw::Uniform(lo, hi),
+        Distribution::Normal(mean, std) => Draw::Normal(mean, std),
+        Distribution::Bernoulli(p) => Draw::Bernoulli(p),
+    };
+    run(
+        "random",
+        crate::ops::random::random(&context(device), shape.to_vec(), dtype, draw),
+    )
 }
 
 fn expand(tensor: AscendTensor, shape: Shape) -> AscendTensor {

@@ -23,10 +23,30 @@ pub fn from_bytes(
 
 /// The tensor's elements in row-major order, as bytes (waits for queued work).
 pub fn to_bytes(t: &AscendTensor) -> AclResult<Vec<u8>> {
-    let t = super::copy::contiguous(t)?;
-    let es = t.dtype.size();
-    t.ctx()
-        .download(&t.storage, t.layout.offset * es, t.layout.numel() * es)
+    Ok(to_bytes_many(std::slice::from_ref(t))?.remove(0))
+}
+
+/// The elements of several tensors, with one synchronisation per device.
+pub fn to_bytes_many(tensors: &[AscendTensor]) -> AclResult<Vec<Vec<u8>>> {
+    let dense = tensors
+        .iter()
+        .map(super::copy::contiguous)
+        .collect::<AclResult<Vec<_>>>()?;
+    let mut synced: Vec<crate::runtime::AscendDevice> = Vec::new();
+    for t in &dense {
+        if !synced.contains(&t.ctx().device()) {
+            t.ctx().synchronize()?;
+            synced.push(t.ctx().device());
+        }
+    }
+    dense
+        .iter()
+        .map(|t| {
+            let es = t.dtype.size();
+            t.ctx()
+                .read_synchronized(&t.storage, t.layout.offset * es, t.layout.numel() * es)
+        })
+        .collect()
 }
 
 /// A tensor filled with zeros.

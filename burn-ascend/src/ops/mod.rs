@@ -2,12 +2,28 @@
 //! (output shape and dtype, broadcasting, contiguity, compositions where aclnn lacks an op).
 //! Nothing here knows of Burn.
 
+/// Calls an aclnn operator on the tensor's device and, on failure, names the operator and its
+/// operands (`$what`).
+macro_rules! run_op {
+    ($ctx:expr, $op:ident($($arg:expr),* $(,)?), $what:expr) => {
+        $crate::aclnn!(&**$ctx, $op($($arg),*))
+            .map_err(|e| e.with_context(|| format!("{} of {}", stringify!($op), $what)))
+    };
+}
+
+pub mod activation;
 pub mod arith;
 pub mod broadcast;
+pub mod compare;
 pub mod copy;
 pub mod creation;
+pub mod index;
 pub mod layout;
+pub mod math;
 pub mod matmul;
+pub mod random;
+pub mod reduce;
+pub mod sort;
 pub mod tensor;
 
 pub use layout::Layout;

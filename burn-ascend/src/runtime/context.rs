@@ -44,7 +44,8 @@ pub struct DeviceContext {
     tensors: Mutex<CachingAllocator>,
     workspaces: Mutex<CachingAllocator>,
     blocking: bool,
-    seed: Mutex<Option<u64>>,
+    /// (seed, offset) of the device's counter-based generator.
+    rng: Mutex<(u64, u64)>,
 }
 
 // SAFETY: the stream handle is used from any thread after binding the device to it, which
@@ -91,7 +92,7 @@ impl DeviceContext {
             tensors: Mutex::default(),
             workspaces: Mutex::default(),
             blocking: std::env::var(ENV_LAUNCH_BLOCKING).is_ok_and(|v| v.trim() == "1"),
-            seed: Mutex::new(None),
+            rng: Mutex::new((entropy_seed(), 0)),
         })
     }
 
@@ -191,9 +192,14 @@ impl DeviceContext {
         api.check(status, "aclrtMemcpyAsync")
     }
 
-    /// Reads `len` bytes of `src` at byte `offset` after all queued work.
-    pub fn download(&self, src: &DeviceStorage, offset: usize, len: usize) -> AclResult<Vec<u8>> {
-        self.synchronize()?;
+    /// Reads `len` bytes of `src` at byte `offset`; the caller has synchronised the stream
+    /// since the last work that wrote them (`aclrtMemcpy` is not stream-ordered).
+    pub fn read_synchronized(
+        &self,
+        src: &DeviceStorage,
+        offset: usize,
+        len: usize,
+    ) -> AclResult<Vec<u8>> {
         let mut out = vec![0u8; len];
         if len == 0 {
             return Ok(out);
@@ -213,9 +219,18 @@ impl DeviceContext {
         Ok(out)
     }
 
-    /// Records the seed of the device's random number generator.
+    /// Seeds the device's random number generator and restarts its counter.
     pub fn set_seed(&self, seed: u64) {
-        *self.seed.lock().unwrap() = Some(seed);
+        *self.rng.lock().unwrap() = (seed, 0);
+    }
+
+    /// The (seed, offset) for a draw of `count` values, advancing the counter past them (to a
+    /// multiple of 4, which aclnnInplaceBernoulli requires of offsets).
+    pub fn next_random(&self, count: u64) -> (u64, u64) {
+        let mut rng = self.rng.lock().unwrap();
+        let drawn = *rng;
+        rng.1 += count.div_ceil(4) * 4;
+        drawn
     }
 }
 
@@ -273,6 +288,18 @@ impl Drop for DeviceContext {
             (api.core.aclrtDestroyStream)(self.stream);
         }
     }
+}
+
+/// A seed for unseeded programs, different in every process.
+fn entropy_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
 }
 
 /// A device buffer owned by tensors; returned to its context's cache on drop.

@@ -4,6 +4,7 @@
 use super::fault::Fault;
 use super::meta::{ScalarValue, TensorDesc, MAX_RANK};
 use super::ops::invalid;
+use super::reduce::normalize_dim;
 use super::stream::Task;
 use super::view::{broadcast_shape, map, round_to, Vals};
 
@@ -152,19 +153,6 @@ pub(crate) fn binary(
     })
 }
 
-fn normalize_dim(op: &str, dim: i64, rank: usize) -> Result<usize, Fault> {
-    let r = rank.max(1) as i64;
-    let d = if dim < 0 { dim + r } else { dim };
-    if (0..r).contains(&d) {
-        Ok(d as usize)
-    } else {
-        Err(invalid(
-            op,
-            format!("dim {dim} is out of range for rank {rank}"),
-        ))
-    }
-}
-
 /// torch.matmul semantics for ranks 1 to 6, computed on f32 as the cube unit accumulates.
 pub(crate) fn matmul(
     op: &'static str,
@@ -281,75 +269,6 @@ pub(crate) fn matmul(
             }
         }
         map(op, "out", &out)?.write(Vals::F(z.into_iter().map(f64::from).collect()))
-    }))
-}
-
-pub(crate) fn reduce_sum(
-    op: &'static str,
-    x: TensorDesc,
-    dims: &[i64],
-    keep: bool,
-    out: TensorDesc,
-) -> Result<Task, Fault> {
-    if dims.is_empty() {
-        // What an empty list means is not documented; callers pass explicit dims.
-        return Err(invalid(op, "dims is empty"));
-    }
-    let rank = x.shape.len();
-    let mut reduced = vec![false; rank];
-    for &d in dims {
-        let d = normalize_dim(op, d, rank)?;
-        if rank > 0 && std::mem::replace(&mut reduced[d], true) {
-            return Err(invalid(op, format!("dim {d} appears twice in {dims:?}")));
-        }
-    }
-    let expect: Vec<usize> = x
-        .shape
-        .iter()
-        .zip(&reduced)
-        .filter_map(|(&s, &r)| match (r, keep) {
-            (true, true) => Some(1),
-            (true, false) => None,
-            (false, _) => Some(s),
-        })
-        .collect();
-    if out.shape != expect {
-        return Err(invalid(
-            op,
-            format!("out shape {:?} should be {expect:?}", out.shape),
-        ));
-    }
-    Ok(Box::new(move || {
-        // Accumulator index of every input element: kept dims get the out strides, reduced 0.
-        let kept: Vec<usize> = x
-            .shape
-            .iter()
-            .zip(&reduced)
-            .map(|(&s, &r)| if r { 1 } else { s })
-            .collect();
-        let kept_strides = super::meta::contiguous_strides(&kept);
-        let strides: Vec<usize> = kept_strides
-            .iter()
-            .zip(&reduced)
-            .map(|(&s, &r)| if r { 0 } else { s })
-            .collect();
-        let slot = super::view::offsets(&x.shape, &strides, 0);
-        let n_out = out.numel();
-        let vals = match map(op, "self", &x)?.read(None)? {
-            Vals::F(v) => {
-                let mut acc = vec![0f64; n_out];
-                slot.iter().zip(v).for_each(|(&s, v)| acc[s] += v);
-                Vals::F(acc)
-            }
-            Vals::I(v) => {
-                let mut acc = vec![0i64; n_out];
-                slot.iter()
-                    .zip(v)
-                    .for_each(|(&s, v)| acc[s] = acc[s].wrapping_add(v));
-                Vals::I(acc)
-            }
-        };
-        map(op, "out", &out)?.write(vals)
     }))
 }
 

@@ -5,12 +5,16 @@
 //! It is reached only through the function table, exactly like CANN: [`EmulatedRuntime`] is a
 //! [`SymbolSource`] whose symbols are generated from the same function list as the table.
 
+mod elementwise;
 mod fault;
+mod index;
 mod kernels;
 mod machine;
 mod memory;
 mod meta;
-mod ops;
+pub(crate) mod ops;
+mod random;
+mod reduce;
 mod runtime_api;
 mod stream;
 mod view;
@@ -24,7 +28,11 @@ use super::table::SymbolSource;
 /// The emulated functions under their C names, with their C signatures, for the emulated CANN
 /// shared library built from the same list.
 pub mod exports {
+    pub use super::elementwise::*;
+    pub use super::index::*;
     pub use super::ops::*;
+    pub use super::random::*;
+    pub use super::reduce::*;
     pub use super::runtime_api::*;
 }
 

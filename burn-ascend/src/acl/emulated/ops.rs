@@ -19,7 +19,7 @@ use crate::acl::types::status::*;
 use crate::acl::types::*;
 
 /// Workspace that operators with an internal reduction or tiling buffer ask for.
-const SCRATCH_WORKSPACE: u64 = 16 << 10;
+pub(crate) const SCRATCH_WORKSPACE: u64 = 16 << 10;
 
 /// Dtypes of the elementwise arithmetic family on Atlas A2 (complex left out).
 const ARITH: &[DataType] = &[F32, F16, F64, I32, I64, I16, I8, U8, Bool, BF16];
@@ -68,7 +68,7 @@ pub(crate) fn invalid(op: &str, message: impl std::fmt::Display) -> Fault {
 }
 
 /// Phase one: validate and build the executor.
-unsafe fn phase1(
+pub(crate) unsafe fn phase1(
     op: &'static str,
     workspace_size: *mut u64,
     executor: *mut *mut aclOpExecutor,
@@ -93,7 +93,7 @@ unsafe fn phase1(
 }
 
 /// Phase two: check the workspace and queue the kernel; the executor is consumed.
-unsafe fn phase2(
+pub(crate) unsafe fn phase2(
     op: &'static str,
     workspace: *mut c_void,
     workspace_size: u64,
@@ -153,13 +153,15 @@ unsafe fn phase2(
     })
 }
 
+/// Defines the phase-two entry point of each listed operator.
 macro_rules! phase2_entry_points {
     ($($op:ident),* $(,)?) => {$(
-        pub unsafe extern "C" fn $op(workspace: *mut c_void, workspace_size: u64, executor: *mut aclOpExecutor, stream: aclrtStream) -> aclnnStatus {
-            phase2(stringify!($op), workspace, workspace_size, executor, stream)
+        pub unsafe extern "C" fn $op(workspace: *mut std::ffi::c_void, workspace_size: u64, executor: *mut $crate::acl::types::aclOpExecutor, stream: $crate::acl::types::aclrtStream) -> $crate::acl::types::aclnnStatus {
+            $crate::acl::emulated::ops::phase2(stringify!($op), workspace, workspace_size, executor, stream)
         }
     )*};
 }
+pub(crate) use phase2_entry_points;
 phase2_entry_points!(
     aclnnCast,
     aclnnInplaceCopy,
@@ -182,8 +184,8 @@ phase2_entry_points!(
     aclnnFlip,
 );
 
-type Ws = *mut u64;
-type Ex = *mut *mut aclOpExecutor;
+pub(crate) type Ws = *mut u64;
+pub(crate) type Ex = *mut *mut aclOpExecutor;
 
 pub unsafe extern "C" fn aclnnCastGetWorkspaceSize(
     self_: *const aclTensor,
@@ -598,7 +600,12 @@ pub unsafe extern "C" fn aclnnReduceSumGetWorkspaceSize(
                 format!("dtype {dtype} differs from out dtype {}", out.dtype),
             ));
         }
-        let task = kernels::reduce_sum(OP, x, &dims, keep_dims, out)?;
+        if dims.is_empty() {
+            // What an empty list means is not documented; callers pass explicit dims.
+            return Err(invalid(OP, "dims is empty"));
+        }
+        let task =
+            super::reduce::reduce_dims(OP, x, &dims, keep_dims, out, super::reduce::Fold::Sum)?;
         Ok((SCRATCH_WORKSPACE, task))
     })
 }

@@ -492,3 +492,26 @@ pub unsafe extern "C" fn aclDestroyTensorList(array: *const aclTensorList) -> ac
 pub unsafe extern "C" fn aclDestroyAclOpExecutor(executor: *mut aclOpExecutor) -> aclnnStatus {
     destroy::<Executor>(executor as _, "executor")
 }
+
+/// The view shape of a descriptor (after data-dependent operators rewrite it). The array is
+/// allocated by the runtime and, as with CANN's `new[]`, not freed by the caller.
+pub unsafe extern "C" fn aclGetViewShape(
+    tensor: *const aclTensor,
+    view_dims: *mut *mut i64,
+    view_dims_num: *mut u64,
+) -> aclnnStatus {
+    if tensor.is_null() || view_dims.is_null() || view_dims_num.is_null() {
+        return report(fault(
+            ACLNN_ERR_PARAM_NULLPTR,
+            "aclGetViewShape: NULL argument",
+        ));
+    }
+    let dims: Vec<i64> = (*(tensor as *const TensorDesc))
+        .shape
+        .iter()
+        .map(|&d| d as i64)
+        .collect();
+    *view_dims_num = dims.len() as u64;
+    *view_dims = Box::leak(dims.into_boxed_slice()).as_mut_ptr();
+    ACLNN_SUCCESS
+}

@@ -1,0 +1,247 @@
+//! Comparisons, logical and bitwise ops, shifts, and selection (`where`, masked fill).
+//!
+//! Bridged gaps: there is no aclnnIsNan (x != x instead); aclnnLeftShift is not in CANN 8.x
+//! (x * 2^s, exact while the shift is below the bit width); there is no scalar right shift (a
+//! 0-d device tensor holds the shift); aclnnInplaceMaskedFillScalar lacks F64, I16 and U8 on
+//! Atlas A2 (a select against a 0-d tensor instead).
+
+use super::broadcast::broadcast_shape;
+use super::copy::{cast, contiguous_copy};
+use super::creation::full;
+use super::tensor::AscendTensor;
+use crate::acl::handles::{HostScalar, ScalarDesc};
+use crate::acl::shape::broadcast_dims;
+use crate::acl::{AclResult, DataType};
+
+/// A comparison; `IsNan` ignores its second operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Compare {
+    Eq,
+    Ne,
+    Gt,
+    Ge,
+    Lt,
+    Le,
+    IsNan,
+}
+
+/// A logical or bitwise binary operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Logical {
+    And,
+    Or,
+    Xor,
+}
+
+/// `a op b` elementwise, broadcasting, as a bool tensor.
+pub fn compare(op: Compare, a: &AscendTensor, b: &AscendTensor) -> AclResult<AscendTensor> {
+    let b = if op == Compare::IsNan {
+        a.clone()
+    } else {
+        cast(b, a.dtype)?
+    };
+    let shape = broadcast_shape("compare", a, &b)?;
+    let out = AscendTensor::empty(a.ctx(), shape, DataType::Bool)?;
+    if out.layout.numel() == 0 {
+        return Ok(out);
+    }
+    let (x, y, o) = (a.desc()?, b.desc()?, out.desc()?);
+    let (x, y, o) = (x.as_ptr(), y.as_ptr(), o.as_ptr());
+    let what = format!("{} and {}", a.describe(), b.describe());
+    let ctx = a.ctx();
+    match op {
+        Compare::Eq => run_op!(ctx, aclnnEqTensor(x, y, o), what),
+        Compare::Ne | Compare::IsNan => run_op!(ctx, aclnnNeTensor(x, y, o), what),
+        Compare::Gt => run_op!(ctx, aclnnGtTensor(x, y, o), what),
+        Compare::Ge => run_op!(ctx, aclnnGeTensor(x, y, o), what),
+        Compare::Lt => run_op!(ctx, aclnnLtTensor(x, y, o), what),
+        Compare::Le => run_op!(ctx, aclnnLeTensor(x, y, o), what),
+    }?;
+    Ok(out)
+}
+
+/// `a op s` for a host scalar, as a bool tensor.
+pub fn compare_scalar(op: Compare, a: &AscendTensor, s: HostScalar) -> AclResult<AscendTensor> {
+    if op == Compare::IsNan {
+        return compare(op, a, a);
+    }
+    let out = AscendTensor::empty(a.ctx(), a.shape().to_vec(), DataType::Bool)?;
+    if out.layout.numel() == 0 {
+        return Ok(out);
+    }
+    let sd = ScalarDesc::new(a.ctx().bind(), s)?;
+    let (x, o) = (a.desc()?, out.desc()?);
+    let (x, v, o) = (x.as_ptr(), sd.as_ptr(), o.as_ptr());
+    let what = format!("{} and {s:?}", a.describe());
+    let ctx = a.ctx();
+    match op {
+        Compare::Eq => run_op!(ctx, aclnnEqScalar(x, v, o), what),
+        Compare::Ne | Compare::IsNan => run_op!(ctx, aclnnNeScalar(x, v, o), what),
+        Compare::Gt => run_op!(ctx, aclnnGtScalar(x, v, o), what),
+        Compare::Ge => run_op!(ctx, aclnnGeScalar(x, v, o), what),
+        Compare::Lt => run_op!(ctx, aclnnLtScalar(x, v, o), what),
+        Compare::Le => run_op!(ctx, aclnnLeScalar(x, v, o), what),
+    }?;
+    Ok(out)
+}
+
+/// Logical and/or/xor of the truth values of `a` and `b`, as a bool tensor.
+pub fn logical(op: Logical, a: &AscendTensor, b: &AscendTensor) -> AclResult<AscendTensor> {
+    let shape = broadcast_shape("logical", a, b)?;
+    let out = AscendTensor::empty(a.ctx(), shape, DataType::Bool)?;
+    if out.layout.numel() == 0 {
+        return Ok(out);
+    }
+    let (x, y, o) = (a.desc()?, b.desc()?, out.desc()?);
+    let (x, y, o) = (x.as_ptr(), y.as_ptr(), o.as_ptr());
+    let what = format!("{} and {}", a.describe(), b.describe());
+    match op {
+        Logical::And => run_op!(a.ctx(), aclnnLogicalAnd(x, y, o), what),
+        Logical::Or => run_op!(a.ctx(), aclnnLogicalOr(x, y, o), what),
+        Logical::Xor => run_op!(a.ctx(), aclnnLogicalXor(x, y, o), what),
+    }?;
+    Ok(out)
+}
+
+/// Logical not, as a bool tensor.
+pub fn logical_not(a: &AscendTensor) -> AclResult<AscendTensor> {
+    let out = AscendTensor::empty(a.ctx(), a.shape().to_vec(), DataType::Bool)?;
+    if out.layout.numel() > 0 {
+        run_op!(
+            a.ctx(),
+            aclnnLogicalNot(a.desc()?.as_ptr(), out.desc()?.as_ptr()),
+            a.describe()
+        )?;
+    }
+    Ok(out)
+}
+
+/// Bitwise and/or/xor of two integer tensors, broadcasting.
+pub fn bitwise(op: Logical, a: &AscendTensor, b: &AscendTensor) -> AclResult<AscendTensor> {
+    let b = cast(b, a.dtype)?;
+    let shape = broadcast_shape("bitwise", a, &b)?;
+    let out = AscendTensor::empty(a.ctx(), shape, a.dtype)?;
+    if out.layout.numel() == 0 {
+        return Ok(out);
+    }
+    let (x, y, o) = (a.desc()?, b.desc()?, out.desc()?);
+    let (x, y, o) = (x.as_ptr(), y.as_ptr(), o.as_ptr());
+    let what = format!("{} and {}", a.describe(), b.describe());
+    match op {
+        Logical::And => run_op!(a.ctx(), aclnnBitwiseAndTensor(x, y, o), what),
+        Logical::Or => run_op!(a.ctx(), aclnnBitwiseOrTensor(x, y, o), what),
+        Logical::Xor => run_op!(a.ctx(), aclnnBitwiseXorTensor(x, y, o), what),
+    }?;
+    Ok(out)
+}
+
+/// Bitwise and/or/xor with a host scalar.
+pub fn bitwise_scalar(op: Logical, a: &AscendTensor, s: HostScalar) -> AclResult<AscendTensor> {
+    let out = AscendTensor::empty(a.ctx(), a.shape().to_vec(), a.dtype)?;
+    if out.layout.numel() == 0 {
+        return Ok(out);
+    }
+    let sd = ScalarDesc::new(a.ctx().bind(), s)?;
+    let (x, o) = (a.desc()?, out.desc()?);
+    let (x, v, o) = (x.as_ptr(), sd.as_ptr(), o.as_ptr());
+    match op {
+        Logical::And => run_op!(a.ctx(), aclnnBitwiseAndScalar(x, v, o), a.describe()),
+        Logical::Or => run_op!(a.ctx(), aclnnBitwiseOrScalar(x, v, o), a.describe()),
+        Logical::Xor => run_op!(a.ctx(), aclnnBitwiseXorScalar(x, v, o), a.describe()),
+    }?;
+    Ok(out)
+}
+
+/// `a >> s` (arithmetic for signed types), elementwise.
+pub fn shift_right(a: &AscendTensor, s: &AscendTensor) -> AclResult<AscendTensor> {
+    let s = cast(s, a.dtype)?;
+    let shape = broadcast_shape("aclnnRightShift", a, &s)?;
+    let out = AscendTensor::empty(a.ctx(), shape, a.dtype)?;
+    if out.layout.numel() > 0 {
+        let what = format!("{} by {}", a.describe(), s.describe());
+        run_op!(
+            a.ctx(),
+            aclnnRightShift(a.desc()?.as_ptr(), s.desc()?.as_ptr(), out.desc()?.as_ptr()),
+            what
+        )?;
+    }
+    Ok(out)
+}
+
+/// `a << s` as `a * 2^s` (aclnnLeftShift is not in CANN 8.x).
+pub fn shift_left(a: &AscendTensor, s: &AscendTensor) -> AclResult<AscendTensor> {
+    let two = full(a.ctx(), Vec::new(), a.dtype, HostScalar::Int(2))?;
+    let shape = broadcast_dims(two.shape(), s.shape()).unwrap_or_default();
+    let two = two.with_layout(two.layout.expand(&shape).expect("a 0-d tensor expands"));
+    let factor = super::math::pow(&two, s)?;
+    super::arith::binary(super::arith::BinaryOp::Mul, a, &factor)
+}
+
+/// `cond ? a : b` elementwise, broadcasting all three; the result has `a`'s dtype.
+pub fn select(cond: &AscendTensor, a: &AscendTensor, b: &AscendTensor) -> AclResult<AscendTensor> {
+    let b = cast(b, a.dtype)?;
+    let shape = broadcast_dims(cond.shape(), a.shape())
+        .and_then(|s| broadcast_dims(&s, b.shape()))
+        .ok_or_else(|| {
+            super::broadcast::invalid_input(
+                "aclnnSWhere",
+                format!(
+                    "{}, {} and {} do not broadcast",
+                    cond.describe(),
+                    a.describe(),
+                    b.describe()
+                ),
+            )
+        })?;
+    let out = AscendTensor::empty(a.ctx(), shape, a.dtype)?;
+    if out.layout.numel() > 0 {
+        let what = format!("{} ? {} : {}", cond.describe(), a.describe(), b.describe());
+        run_op!(
+            a.ctx(),
+            aclnnSWhere(
+                cond.desc()?.as_ptr(),
+                a.desc()?.as_ptr(),
+                b.desc()?.as_ptr(),
+                out.desc()?.as_ptr()
+            ),
+            what
+        )?;
+    }
+    Ok(out)
+}
+
+/// Dtypes aclnnInplaceMaskedFillScalar takes on Atlas A2.
+const MASKED_FILL: [DataType; 7] = [
+    DataType::Bool,
+    DataType::I8,
+    DataType::I32,
+    DataType::I64,
+    DataType::F32,
+    DataType::F16,
+    DataType::BF16,
+];
+
+/// A copy of `x` with `value` where `mask` is true.
+pub fn mask_fill(
+    x: &AscendTensor,
+    mask: &AscendTensor,
+    value: HostScalar,
+) -> AclResult<AscendTensor> {
+    if !MASKED_FILL.contains(&x.dtype) {
+        let v = full(x.ctx(), Vec::new(), x.dtype, value)?;
+        return select(mask, &v, x);
+    }
+    let out = contiguous_copy(x)?;
+    if out.layout.numel() > 0 {
+        let v = ScalarDesc::new(x.ctx().bind(), value)?;
+        let what = format!("{} under {}", x.describe(), mask.describe());
+        run_op!(
+            x.ctx(),
+            aclnnInplaceMaskedFillScalar(out.desc()?.as_ptr(), mask.desc()?.as_ptr(), v.as_ptr()),
+            what
+        )?;
+    }
+    Ok(out)
+}
