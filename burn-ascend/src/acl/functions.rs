@@ -47,6 +47,8 @@ macro_rules! acl_function_list {
                 fn aclDestroyScalar(scalar: *const aclScalar) -> aclnnStatus;
                 fn aclCreateIntArray(value: *const i64, size: u64) -> *mut aclIntArray;
                 fn aclDestroyIntArray(array: *const aclIntArray) -> aclnnStatus;
+                fn aclCreateBoolArray(value: *const bool, size: u64) -> *mut aclBoolArray;
+                fn aclDestroyBoolArray(array: *const aclBoolArray) -> aclnnStatus;
                 fn aclCreateTensorList(value: *const *const aclTensor, size: u64) -> *mut aclTensorList;
                 fn aclDestroyTensorList(array: *const aclTensorList) -> aclnnStatus;
                 fn aclDestroyAclOpExecutor(executor: *mut aclOpExecutor) -> aclnnStatus;
@@ -71,6 +73,7 @@ macro_rules! acl_function_list {
                 aclnnMatmul / aclnnMatmulGetWorkspaceSize(self_: *const aclTensor, mat2: *const aclTensor, out: *mut aclTensor, cube_math_type: i8);
                 aclnnReduceSum / aclnnReduceSumGetWorkspaceSize(self_: *const aclTensor, dims: *const aclIntArray, keep_dims: bool, dtype: i32, out: *mut aclTensor);
                 aclnnCat / aclnnCatGetWorkspaceSize(tensors: *const aclTensorList, dim: i64, out: *mut aclTensor);
+                aclnnGridSampler2D / aclnnGridSampler2DGetWorkspaceSize(input: *const aclTensor, grid: *const aclTensor, interpolation_mode: i64, padding_mode: i64, align_corners: bool, out: *mut aclTensor);
                 aclnnFlip / aclnnFlipGetWorkspaceSize(self_: *const aclTensor, dims: *const aclIntArray, out: *mut aclTensor);
                 aclnnNeg / aclnnNegGetWorkspaceSize(self_: *const aclTensor, out: *mut aclTensor);
                 aclnnReciprocal / aclnnReciprocalGetWorkspaceSize(self_: *const aclTensor, out: *mut aclTensor);
@@ -170,6 +173,9 @@ macro_rules! acl_function_list {
                 aclnnInplaceUniform / aclnnInplaceUniformGetWorkspaceSize(self_ref: *const aclTensor, from: f64, to: f64, seed: u64, offset: u64);
                 aclnnInplaceNormal / aclnnInplaceNormalGetWorkspaceSize(self_ref: *const aclTensor, mean: f32, std: f32, seed: i64, offset: i64);
                 aclnnInplaceBernoulli / aclnnInplaceBernoulliGetWorkspaceSize(self_ref: *const aclTensor, prob: *const aclScalar, seed: i64, offset: i64);
+                aclnnConstantPadNd / aclnnConstantPadNdGetWorkspaceSize(self_: *const aclTensor, pad: *const aclIntArray, value: *const aclScalar, out: *mut aclTensor);
+                aclnnConvolution / aclnnConvolutionGetWorkspaceSize(input: *const aclTensor, weight: *const aclTensor, bias: *const aclTensor, stride: *const aclIntArray, padding: *const aclIntArray, dilation: *const aclIntArray, transposed: bool, output_padding: *const aclIntArray, groups: i64, output: *mut aclTensor, cube_math_type: i8);
+                aclnnConvolutionBackward / aclnnConvolutionBackwardGetWorkspaceSize(grad_output: *const aclTensor, input: *const aclTensor, weight: *const aclTensor, bias_sizes: *const aclIntArray, stride: *const aclIntArray, padding: *const aclIntArray, dilation: *const aclIntArray, transposed: bool, output_padding: *const aclIntArray, groups: ::std::ffi::c_int, output_mask: *const aclBoolArray, cube_math_type: i8, grad_input: *mut aclTensor, grad_weight: *mut aclTensor, grad_bias: *mut aclTensor);
             }
         }
     };

@@ -185,6 +185,36 @@ impl Drop for IntArrayDesc<'_> {
     }
 }
 
+/// An `aclBoolArray`.
+pub struct BoolArrayDesc<'a> {
+    api: &'a AclApi,
+    ptr: *mut aclBoolArray,
+}
+
+impl<'a> BoolArrayDesc<'a> {
+    /// Creates the array (its values are copied).
+    pub fn new(api: &'a AclApi, values: &[bool]) -> AclResult<Self> {
+        // SAFETY: valid for `values.len()` one-byte bools; copied by the callee.
+        let ptr = unsafe { (api.core.aclCreateBoolArray)(values.as_ptr(), values.len() as u64) };
+        Ok(Self {
+            api,
+            ptr: created(api, ptr, "aclCreateBoolArray")?,
+        })
+    }
+
+    /// The raw descriptor.
+    pub fn as_ptr(&self) -> *const aclBoolArray {
+        self.ptr
+    }
+}
+
+impl Drop for BoolArrayDesc<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by aclCreateBoolArray.
+        unsafe { (self.api.core.aclDestroyBoolArray)(self.ptr) };
+    }
+}
+
 /// An `aclTensorList`; it owns (and destroys) its member tensors.
 pub struct TensorListDesc<'a> {
     api: &'a AclApi,

@@ -31,6 +31,9 @@ opaque!(
     aclScalar,
     /// `aclIntArray`: a host `int64_t` array copied at creation.
     aclIntArray,
+    /// `aclBoolArray`: a host `bool` array copied at creation (e.g. ConvolutionBackward's
+    /// `outputMask`).
+    aclBoolArray,
     /// `aclTensorList`: a list that owns its member tensors.
     aclTensorList,
     /// `aclOpExecutor`: the product of phase one of a two-phase aclnn call.

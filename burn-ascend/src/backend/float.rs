@@ -742,6 +742,29 @@ impl FloatTensorOps<Ascend> for Ascend {
         )
     }
 
+    fn float_grid_sample_2d(
+        tensor: FloatTensor<Ascend>,
+        grid: FloatTensor<Ascend>,
+        options: GridSampleOptions,
+    ) -> FloatTensor<Ascend> {
+        use crate::ops::grid_sample::{grid_sample_2d, Padding, Sampling};
+        let sampling = match options.mode {
+            InterpolateMode::Nearest => Sampling::Nearest,
+            InterpolateMode::Bilinear => Sampling::Bilinear,
+            InterpolateMode::Bicubic => Sampling::Bicubic,
+            other => panic!("burn-ascend: grid_sample_2d has no {other:?} interpolation (aclnnGridSampler2D offers nearest, bilinear and bicubic)"),
+        };
+        let padding = match options.padding_mode {
+            GridSamplePaddingMode::Zeros => Padding::Zeros,
+            GridSamplePaddingMode::Border => Padding::Border,
+            GridSamplePaddingMode::Reflection => Padding::Reflection,
+        };
+        run(
+            "float_grid_sample_2d",
+            grid_sample_2d(&tensor, &grid, sampling, padding, options.align_corners),
+        )
+    }
+
     fn float_unfold(
         tensor: FloatTensor<Ascend>,
         dim: usize,

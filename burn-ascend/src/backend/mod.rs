@@ -123,11 +123,6 @@ pub(crate) fn context(device: &AscendDevice) -> Arc<DeviceContext> {
     run("opening the device", DeviceContext::get(device))
 }
 
-/// The message of every method that has not been mapped onto aclnn yet.
-pub(crate) fn unsupported(op: &str) -> ! {
-    panic!("burn-ascend does not support {op} yet")
-}
-
 fn burn_dtype(dtype: DataType) -> DType {
     match dtype {
         DataType::F64 => DType::F64,

@@ -1,181 +1,500 @@
 //! `ModuleOps` for [`Ascend`]: one line per method onto the op-mapping layer.
+//!
+//! Convolutions of every rank go straight to aclnnConvolution (Burn's defaults would route
+//! 1-D through 2-D); their input and weight gradients go to aclnnConvolutionBackward, except
+//! the input gradient of a transposed convolution, which is a plain convolution of the output
+//! gradient by the same weight (Burn gives no input tensor there). Bias gradients, embedding,
+//! linear, unfold4d, layer norm, CTC loss and the 1-D pools keep Burn's defaults, which run on
+//! the mapped tensor ops.
+
+use crate::ops::attention::{self, AttentionOptions};
+use crate::ops::conv::{self, ConvGrads, ConvParams};
+use crate::ops::pool::{self, Pool2d};
+use crate::ops::resample::{self, Resample};
+use crate::ops::{deform, fft};
 
 use super::*;
 
+fn conv_params<const N: usize>(o: &ConvOptions<N>) -> ConvParams {
+    ConvParams {
+        stride: o.stride.to_vec(),
+        padding: o.padding.to_vec(),
+        dilation: o.dilation.to_vec(),
+        output_padding: vec![0; N],
+        groups: o.groups,
+        transposed: false,
+    }
+}
+
+fn transpose_params<const N: usize>(o: &ConvTransposeOptions<N>) -> ConvParams {
+    ConvParams {
+        stride: o.stride.to_vec(),
+        padding: o.padding.to_vec(),
+        dilation: o.dilation.to_vec(),
+        output_padding: o.padding_out.to_vec(),
+        groups: o.groups,
+        transposed: true,
+    }
+}
+
+fn convolve(
+    x: AscendTensor,
+    weight: AscendTensor,
+    bias: Option<AscendTensor>,
+    params: ConvParams,
+) -> AscendTensor {
+    run(
+        "convolution",
+        conv::conv(&x, &weight, bias.as_ref(), &params),
+    )
+}
+
+const INPUT: ConvGrads = ConvGrads {
+    input: true,
+    weight: false,
+    bias: false,
+};
+const WEIGHT: ConvGrads = ConvGrads {
+    input: false,
+    weight: true,
+    bias: false,
+};
+
+/// One gradient of a convolution through aclnnConvolutionBackward.
+fn conv_grad(
+    x: AscendTensor,
+    weight: AscendTensor,
+    grad: AscendTensor,
+    params: ConvParams,
+    want: ConvGrads,
+) -> AscendTensor {
+    let grads = run(
+        "convolution backward",
+        conv::conv_backward(&x, &weight, &grad, &params, want),
+    );
+    let index = if want.input { 0 } else { 1 };
+    grads.into_iter().nth(index).flatten().expect("requested")
+}
+
+/// The input gradient of a transposed convolution: the plain convolution of `grad` by
+/// `weight` with the same geometry.
+fn transpose_input_grad(
+    weight: AscendTensor,
+    grad: AscendTensor,
+    mut params: ConvParams,
+) -> AscendTensor {
+    params.transposed = false;
+    params.output_padding.iter_mut().for_each(|p| *p = 0);
+    convolve(grad, weight, None, params)
+}
+
+fn pool2d(
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    ceil_mode: bool,
+) -> Pool2d {
+    Pool2d {
+        kernel,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+    }
+}
+
+fn resample_mode(mode: &InterpolateMode) -> Resample {
+    match mode {
+        InterpolateMode::Nearest => Resample::Nearest,
+        InterpolateMode::Bilinear => Resample::Bilinear,
+        InterpolateMode::Bicubic => Resample::Bicubic,
+        InterpolateMode::Lanczos3 => Resample::Lanczos3,
+    }
+}
+
+fn spatial(x: &AscendTensor) -> [usize; 2] {
+    [x.shape()[2], x.shape()[3]]
+}
+
 impl ModuleOps<Ascend> for Ascend {
-    fn conv2d(
-        _x: FloatTensor<Ascend>,
-        _weight: FloatTensor<Ascend>,
-        _bias: Option<FloatTensor<Ascend>>,
-        _options: ConvOptions<2>,
+    fn conv1d(
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        bias: Option<FloatTensor<Ascend>>,
+        options: ConvOptions<1>,
     ) -> FloatTensor<Ascend> {
-        unsupported("conv2d")
+        convolve(x, weight, bias, conv_params(&options))
+    }
+
+    fn conv1d_x_backward(
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        options: ConvOptions<1>,
+    ) -> FloatTensor<Ascend> {
+        conv_grad(x, weight, output_grad, conv_params(&options), INPUT)
+    }
+
+    fn conv1d_weight_backward(
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        options: ConvOptions<1>,
+    ) -> FloatTensor<Ascend> {
+        conv_grad(x, weight, output_grad, conv_params(&options), WEIGHT)
+    }
+
+    fn conv2d(
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        bias: Option<FloatTensor<Ascend>>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Ascend> {
+        convolve(x, weight, bias, conv_params(&options))
+    }
+
+    fn conv2d_x_backward(
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Ascend> {
+        conv_grad(x, weight, output_grad, conv_params(&options), INPUT)
+    }
+
+    fn conv2d_weight_backward(
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Ascend> {
+        conv_grad(x, weight, output_grad, conv_params(&options), WEIGHT)
     }
 
     fn deform_conv2d(
-        _x: FloatTensor<Ascend>,
-        _offset: FloatTensor<Ascend>,
-        _weight: FloatTensor<Ascend>,
-        _mask: Option<FloatTensor<Ascend>>,
-        _bias: Option<FloatTensor<Ascend>>,
-        _options: DeformConvOptions<2>,
+        x: FloatTensor<Ascend>,
+        offset: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        mask: Option<FloatTensor<Ascend>>,
+        bias: Option<FloatTensor<Ascend>>,
+        options: DeformConvOptions<2>,
     ) -> FloatTensor<Ascend> {
-        unsupported("deform_conv2d")
+        let geometry = deform_geometry(&options);
+        run(
+            "deform_conv2d",
+            deform::deform_conv2d(
+                &x,
+                &offset,
+                &weight,
+                mask.as_ref(),
+                bias.as_ref(),
+                &geometry,
+            ),
+        )
     }
 
     fn deform_conv2d_backward(
-        _x: FloatTensor<Ascend>,
-        _offset: FloatTensor<Ascend>,
-        _weight: FloatTensor<Ascend>,
-        _mask: Option<FloatTensor<Ascend>>,
-        _bias: Option<FloatTensor<Ascend>>,
-        _output_grad: FloatTensor<Ascend>,
-        _options: DeformConvOptions<2>,
+        x: FloatTensor<Ascend>,
+        offset: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        mask: Option<FloatTensor<Ascend>>,
+        bias: Option<FloatTensor<Ascend>>,
+        output_grad: FloatTensor<Ascend>,
+        options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Ascend> {
-        unsupported("deform_conv2d_backward")
+        let geometry = deform_geometry(&options);
+        let g = run(
+            "deform_conv2d_backward",
+            deform::deform_conv2d_backward(
+                &x,
+                &offset,
+                &weight,
+                mask.as_ref(),
+                bias.is_some(),
+                &output_grad,
+                &geometry,
+            ),
+        );
+        DeformConv2dBackward::new(g.x, g.offset, g.weight, g.mask, g.bias)
     }
 
     fn conv3d(
-        _x: FloatTensor<Ascend>,
-        _weight: FloatTensor<Ascend>,
-        _bias: Option<FloatTensor<Ascend>>,
-        _options: ConvOptions<3>,
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        bias: Option<FloatTensor<Ascend>>,
+        options: ConvOptions<3>,
     ) -> FloatTensor<Ascend> {
-        unsupported("conv3d")
+        convolve(x, weight, bias, conv_params(&options))
+    }
+
+    fn conv3d_x_backward(
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        options: ConvOptions<3>,
+    ) -> FloatTensor<Ascend> {
+        conv_grad(x, weight, output_grad, conv_params(&options), INPUT)
+    }
+
+    fn conv3d_weight_backward(
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        options: ConvOptions<3>,
+    ) -> FloatTensor<Ascend> {
+        conv_grad(x, weight, output_grad, conv_params(&options), WEIGHT)
+    }
+
+    fn conv_transpose1d(
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        bias: Option<FloatTensor<Ascend>>,
+        options: ConvTransposeOptions<1>,
+    ) -> FloatTensor<Ascend> {
+        convolve(x, weight, bias, transpose_params(&options))
+    }
+
+    fn conv_transpose1d_x_backward(
+        weight: FloatTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        options: ConvTransposeOptions<1>,
+    ) -> FloatTensor<Ascend> {
+        transpose_input_grad(weight, output_grad, transpose_params(&options))
+    }
+
+    fn conv_transpose1d_weight_backward(
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        options: ConvTransposeOptions<1>,
+    ) -> FloatTensor<Ascend> {
+        conv_grad(x, weight, output_grad, transpose_params(&options), WEIGHT)
     }
 
     fn conv_transpose2d(
-        _x: FloatTensor<Ascend>,
-        _weight: FloatTensor<Ascend>,
-        _bias: Option<FloatTensor<Ascend>>,
-        _options: ConvTransposeOptions<2>,
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        bias: Option<FloatTensor<Ascend>>,
+        options: ConvTransposeOptions<2>,
     ) -> FloatTensor<Ascend> {
-        unsupported("conv_transpose2d")
+        convolve(x, weight, bias, transpose_params(&options))
+    }
+
+    fn conv_transpose2d_x_backward(
+        weight: FloatTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        options: ConvTransposeOptions<2>,
+    ) -> FloatTensor<Ascend> {
+        transpose_input_grad(weight, output_grad, transpose_params(&options))
+    }
+
+    fn conv_transpose2d_weight_backward(
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        options: ConvTransposeOptions<2>,
+    ) -> FloatTensor<Ascend> {
+        conv_grad(x, weight, output_grad, transpose_params(&options), WEIGHT)
     }
 
     fn conv_transpose3d(
-        _x: FloatTensor<Ascend>,
-        _weight: FloatTensor<Ascend>,
-        _bias: Option<FloatTensor<Ascend>>,
-        _options: ConvTransposeOptions<3>,
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        bias: Option<FloatTensor<Ascend>>,
+        options: ConvTransposeOptions<3>,
     ) -> FloatTensor<Ascend> {
-        unsupported("conv_transpose3d")
+        convolve(x, weight, bias, transpose_params(&options))
+    }
+
+    fn conv_transpose3d_x_backward(
+        weight: FloatTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        options: ConvTransposeOptions<3>,
+    ) -> FloatTensor<Ascend> {
+        transpose_input_grad(weight, output_grad, transpose_params(&options))
+    }
+
+    fn conv_transpose3d_weight_backward(
+        x: FloatTensor<Ascend>,
+        weight: FloatTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        options: ConvTransposeOptions<3>,
+    ) -> FloatTensor<Ascend> {
+        conv_grad(x, weight, output_grad, transpose_params(&options), WEIGHT)
     }
 
     fn avg_pool2d(
-        _x: FloatTensor<Ascend>,
-        _kernel_size: [usize; 2],
-        _stride: [usize; 2],
-        _padding: [usize; 2],
-        _count_include_pad: bool,
-        _ceil_mode: bool,
+        x: FloatTensor<Ascend>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        count_include_pad: bool,
+        ceil_mode: bool,
     ) -> FloatTensor<Ascend> {
-        unsupported("avg_pool2d")
+        let p = pool2d(kernel_size, stride, padding, [1, 1], ceil_mode);
+        run("avg_pool2d", pool::avg_pool2d(&x, &p, count_include_pad))
     }
 
     fn avg_pool2d_backward(
-        _x: FloatTensor<Ascend>,
-        _grad: FloatTensor<Ascend>,
-        _kernel_size: [usize; 2],
-        _stride: [usize; 2],
-        _padding: [usize; 2],
-        _count_include_pad: bool,
-        _ceil_mode: bool,
+        x: FloatTensor<Ascend>,
+        grad: FloatTensor<Ascend>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        count_include_pad: bool,
+        ceil_mode: bool,
     ) -> FloatTensor<Ascend> {
-        unsupported("avg_pool2d_backward")
+        let p = pool2d(kernel_size, stride, padding, [1, 1], ceil_mode);
+        run(
+            "avg_pool2d_backward",
+            pool::avg_pool2d_backward(&x, &grad, &p, count_include_pad),
+        )
     }
 
-    fn adaptive_avg_pool2d(
-        _x: FloatTensor<Ascend>,
-        _output_size: [usize; 2],
-    ) -> FloatTensor<Ascend> {
-        unsupported("adaptive_avg_pool2d")
+    fn adaptive_avg_pool2d(x: FloatTensor<Ascend>, output_size: [usize; 2]) -> FloatTensor<Ascend> {
+        run(
+            "adaptive_avg_pool2d",
+            resample::resample(&x, output_size, Resample::AdaptiveAverage, false),
+        )
     }
 
     fn adaptive_avg_pool2d_backward(
-        _x: FloatTensor<Ascend>,
-        _grad: FloatTensor<Ascend>,
+        x: FloatTensor<Ascend>,
+        grad: FloatTensor<Ascend>,
     ) -> FloatTensor<Ascend> {
-        unsupported("adaptive_avg_pool2d_backward")
+        run(
+            "adaptive_avg_pool2d_backward",
+            resample::resample_backward(&grad, spatial(&x), Resample::AdaptiveAverage, false),
+        )
     }
 
     fn max_pool2d(
-        _x: FloatTensor<Ascend>,
-        _kernel_size: [usize; 2],
-        _stride: [usize; 2],
-        _padding: [usize; 2],
-        _dilation: [usize; 2],
-        _ceil_mode: bool,
+        x: FloatTensor<Ascend>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
     ) -> FloatTensor<Ascend> {
-        unsupported("max_pool2d")
+        let p = pool2d(kernel_size, stride, padding, dilation, ceil_mode);
+        run("max_pool2d", pool::max_pool2d(&x, &p))
     }
 
     fn max_pool2d_with_indices(
-        _x: FloatTensor<Ascend>,
-        _kernel_size: [usize; 2],
-        _stride: [usize; 2],
-        _padding: [usize; 2],
-        _dilation: [usize; 2],
-        _ceil_mode: bool,
+        x: FloatTensor<Ascend>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
     ) -> MaxPool2dWithIndices<Ascend> {
-        unsupported("max_pool2d_with_indices")
+        let p = pool2d(kernel_size, stride, padding, dilation, ceil_mode);
+        let (output, indices) = run(
+            "max_pool2d_with_indices",
+            pool::max_pool2d_with_indices(&x, &p),
+        );
+        let indices = run(
+            "max_pool2d_with_indices",
+            copy::cast(&indices, DataType::I32),
+        );
+        MaxPool2dWithIndices::new(output, indices)
     }
 
     fn max_pool2d_with_indices_backward(
-        _x: FloatTensor<Ascend>,
+        x: FloatTensor<Ascend>,
         _kernel_size: [usize; 2],
         _stride: [usize; 2],
         _padding: [usize; 2],
         _dilation: [usize; 2],
         _ceil_mode: bool,
-        _output_grad: FloatTensor<Ascend>,
-        _indices: IntTensor<Ascend>,
+        output_grad: FloatTensor<Ascend>,
+        indices: IntTensor<Ascend>,
     ) -> MaxPool2dBackward<Ascend> {
-        unsupported("max_pool2d_with_indices_backward")
+        MaxPool2dBackward::new(run(
+            "max_pool2d_with_indices_backward",
+            pool::max_pool2d_backward(&x, &output_grad, &indices),
+        ))
     }
 
     fn interpolate(
-        _x: FloatTensor<Ascend>,
-        _output_size: [usize; 2],
-        _options: InterpolateOptions,
+        x: FloatTensor<Ascend>,
+        output_size: [usize; 2],
+        options: InterpolateOptions,
     ) -> FloatTensor<Ascend> {
-        unsupported("interpolate")
+        let mode = resample_mode(&options.mode);
+        run(
+            "interpolate",
+            resample::resample(&x, output_size, mode, options.align_corners),
+        )
     }
 
     fn interpolate_backward(
-        _x: FloatTensor<Ascend>,
-        _grad: FloatTensor<Ascend>,
+        x: FloatTensor<Ascend>,
+        grad: FloatTensor<Ascend>,
         _output_size: [usize; 2],
-        _options: InterpolateOptions,
+        options: InterpolateOptions,
     ) -> FloatTensor<Ascend> {
-        unsupported("interpolate_backward")
+        let mode = resample_mode(&options.mode);
+        run(
+            "interpolate_backward",
+            resample::resample_backward(&grad, spatial(&x), mode, options.align_corners),
+        )
     }
 
     fn attention(
-        _query: FloatTensor<Ascend>,
-        _key: FloatTensor<Ascend>,
-        _value: FloatTensor<Ascend>,
-        _mask: Option<BoolTensor<Ascend>>,
-        _attn_bias: Option<FloatTensor<Ascend>>,
-        _options: AttentionModuleOptions,
+        query: FloatTensor<Ascend>,
+        key: FloatTensor<Ascend>,
+        value: FloatTensor<Ascend>,
+        mask: Option<BoolTensor<Ascend>>,
+        attn_bias: Option<FloatTensor<Ascend>>,
+        options: AttentionModuleOptions,
     ) -> FloatTensor<Ascend> {
-        unsupported("attention")
+        if let Some(cap) = options.softcap {
+            assert!(cap > 0.0, "softcap must be positive, got {cap}");
+        }
+        let options = AttentionOptions {
+            scale: options.scale,
+            softcap: options.softcap,
+            is_causal: options.is_causal,
+        };
+        run(
+            "attention",
+            attention::attention(
+                &query,
+                &key,
+                &value,
+                mask.as_ref(),
+                attn_bias.as_ref(),
+                options,
+            ),
+        )
     }
 
     fn rfft(
-        _signal: FloatTensor<Ascend>,
-        _dim: usize,
-        _n: Option<usize>,
+        signal: FloatTensor<Ascend>,
+        dim: usize,
+        n: Option<usize>,
     ) -> (FloatTensor<Ascend>, FloatTensor<Ascend>) {
-        unsupported("rfft")
+        run("rfft", fft::rfft(&signal, dim, n))
     }
 
     fn irfft(
-        _spectrum_re: FloatTensor<Ascend>,
-        _spectrum_im: FloatTensor<Ascend>,
-        _dim: usize,
-        _n: Option<usize>,
+        spectrum_re: FloatTensor<Ascend>,
+        spectrum_im: FloatTensor<Ascend>,
+        dim: usize,
+        n: Option<usize>,
     ) -> FloatTensor<Ascend> {
-        unsupported("irfft")
+        run("irfft", fft::irfft(&spectrum_re, &spectrum_im, dim, n))
+    }
+}
+
+fn deform_geometry(o: &DeformConvOptions<2>) -> deform::DeformGeometry {
+    deform::DeformGeometry {
+        stride: o.stride,
+        padding: o.padding,
+        dilation: o.dilation,
+        weight_groups: o.weight_groups,
+        offset_groups: o.offset_groups,
     }
 }

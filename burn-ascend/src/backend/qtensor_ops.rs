@@ -1,75 +1,237 @@
 //! `QTensorOps` for [`Ascend`]: one line per method onto the op-mapping layer.
+//!
+//! Layout ops of per-tensor quantized tensors are views or copies of the I8 values under the
+//! same scale. Per-block scales are tied to the row-major order of the elements, so for those
+//! (as in Burn's reference) the op runs on the dequantized tensor, which is quantized again
+//! with fresh scales. Arithmetic keeps Burn's dequantize-op-quantize defaults.
 
-use burn_backend::quantization::QuantizationParametersPrimitive;
+use burn_backend::quantization::{
+    QParams, QuantStore, QuantValue, QuantizationParametersPrimitive, QuantizedBytes,
+};
 use burn_std::QuantScheme;
 
+use crate::ops::quant::{self, Granularity};
+
+use super::qtensor::granularity;
 use super::*;
 
+/// The integer range of a scheme's values (Burn stores all of them in I8).
+fn value_range(scheme: &QuantScheme) -> (f64, f64) {
+    match scheme.value {
+        QuantValue::Q8F
+        | QuantValue::Q8S
+        | QuantValue::Q4F
+        | QuantValue::Q4S
+        | QuantValue::Q2F
+        | QuantValue::Q2S => {
+            let (a, b) = scheme.value.range();
+            (a as f64, b as f64)
+        }
+        other => panic!(
+            "burn-ascend: quantization to {other:?} is not supported (integer schemes Q8F/Q8S/Q4F/Q4S/Q2F/Q2S only)"
+        ),
+    }
+}
+
+/// The scheme of a tensor whose values are stored unpacked, one I8 each.
+fn native(scheme: &QuantScheme) -> QuantScheme {
+    scheme.with_store(QuantStore::Native)
+}
+
+/// `op` on the values under the same scales (per tensor), or on the dequantized tensor,
+/// quantized again (per block).
+fn layout_op(
+    tensor: AscendQTensor,
+    op: impl FnOnce(AscendTensor) -> AscendTensor,
+) -> AscendQTensor {
+    match tensor.granularity() {
+        Granularity::Tensor => AscendQTensor {
+            values: op(tensor.values),
+            ..tensor
+        },
+        Granularity::Block(_) => {
+            let scheme = tensor.scheme;
+            let float = Ascend::dequantize(tensor, FloatDType::F32);
+            Ascend::quantize_dynamic(op(float), &scheme)
+        }
+    }
+}
+
 impl QTensorOps<Ascend> for Ascend {
-    fn q_from_data(_data: TensorData, _device: &Device<Ascend>) -> QuantizedTensor<Ascend> {
-        unsupported("q_from_data")
+    fn q_from_data(data: TensorData, device: &Device<Ascend>) -> QuantizedTensor<Ascend> {
+        let DType::QFloat(scheme) = data.dtype else {
+            panic!(
+                "burn-ascend: q_from_data needs quantized data, got {:?}",
+                data.dtype
+            );
+        };
+        let shape = data.shape.to_vec();
+        let num_elements = data.num_elements();
+        // Packed stores are unpacked on the way in: the device holds one I8 per value.
+        let (values, QParams { scales }) = QuantizedBytes {
+            bytes: data.into_bytes(),
+            scheme,
+            num_elements,
+        }
+        .into_vec_i8();
+        let ctx = context(device);
+        let bytes: Vec<u8> = values.iter().map(|&v| v as u8).collect();
+        let scale_bytes: Vec<u8> = scales.iter().flat_map(|s| s.to_le_bytes()).collect();
+        AscendQTensor {
+            values: run(
+                "q_from_data",
+                creation::from_bytes(&ctx, shape, DataType::I8, &bytes),
+            ),
+            scales: run(
+                "q_from_data",
+                creation::from_bytes(&ctx, vec![scales.len()], DataType::F32, &scale_bytes),
+            ),
+            scheme: native(&scheme),
+        }
     }
 
     fn quantize(
-        _tensor: FloatTensor<Ascend>,
-        _scheme: &QuantScheme,
-        _qparams: QuantizationParametersPrimitive<Ascend>,
+        tensor: FloatTensor<Ascend>,
+        scheme: &QuantScheme,
+        qparams: QuantizationParametersPrimitive<Ascend>,
     ) -> QuantizedTensor<Ascend> {
-        unsupported("quantize")
+        let range = value_range(scheme);
+        let scales = run("quantize", quant::validated_scales(&qparams.scales));
+        let values = run(
+            "quantize",
+            quant::quantize(&tensor, &scales, granularity(scheme), range),
+        );
+        AscendQTensor {
+            values,
+            scales,
+            scheme: native(scheme),
+        }
     }
 
-    fn dequantize(_tensor: QuantizedTensor<Ascend>, _dtype: FloatDType) -> FloatTensor<Ascend> {
-        unsupported("dequantize")
+    fn quantize_dynamic(
+        tensor: FloatTensor<Ascend>,
+        scheme: &QuantScheme,
+    ) -> QuantizedTensor<Ascend> {
+        // Blocks are runs of consecutive row-major elements (Burn's reference), which need not
+        // line up with the last dim, so the scales are computed here rather than by Burn's
+        // default range computation.
+        let range = value_range(scheme);
+        let g = granularity(scheme);
+        let scales = run("quantize_dynamic", quant::dynamic_scales(&tensor, g, range));
+        let values = run(
+            "quantize_dynamic",
+            quant::quantize(&tensor, &scales, g, range),
+        );
+        AscendQTensor {
+            values,
+            scales,
+            scheme: native(scheme),
+        }
     }
 
-    fn q_device(_tensor: &QuantizedTensor<Ascend>) -> Device<Ascend> {
-        unsupported("q_device")
+    fn dequantize(tensor: QuantizedTensor<Ascend>, dtype: FloatDType) -> FloatTensor<Ascend> {
+        run(
+            "dequantize",
+            quant::dequantize(
+                &tensor.values,
+                &tensor.scales,
+                tensor.granularity(),
+                float_type(dtype),
+            ),
+        )
+    }
+
+    fn q_device(tensor: &QuantizedTensor<Ascend>) -> Device<Ascend> {
+        tensor.values.ctx().device()
     }
 
     fn q_to_device(
-        _tensor: QuantizedTensor<Ascend>,
-        _device: &Device<Ascend>,
+        tensor: QuantizedTensor<Ascend>,
+        device: &Device<Ascend>,
     ) -> QuantizedTensor<Ascend> {
-        unsupported("q_to_device")
+        AscendQTensor {
+            values: run("q_to_device", copy::to_device(&tensor.values, device)),
+            scales: run("q_to_device", copy::to_device(&tensor.scales, device)),
+            scheme: tensor.scheme,
+        }
     }
 
-    fn q_reshape(_tensor: QuantizedTensor<Ascend>, _shape: Shape) -> QuantizedTensor<Ascend> {
-        unsupported("q_reshape")
+    fn q_reshape(tensor: QuantizedTensor<Ascend>, shape: Shape) -> QuantizedTensor<Ascend> {
+        layout_op(tensor, |t| {
+            run("q_reshape", copy::reshape(&t, shape.to_vec()))
+        })
     }
 
-    async fn q_into_data(_tensor: QuantizedTensor<Ascend>) -> Result<TensorData, ExecutionError> {
-        unsupported("q_into_data")
+    async fn q_into_data(tensor: QuantizedTensor<Ascend>) -> Result<TensorData, ExecutionError> {
+        let shape = tensor.values.shape().to_vec();
+        let read = |e: crate::acl::AclError| ExecutionError::WithContext {
+            reason: format!(
+                "burn-ascend: reading quantized {} back: {e}",
+                tensor.values.describe()
+            ),
+        };
+        let mut bytes = creation::to_bytes_many(&[tensor.values.clone(), tensor.scales.clone()])
+            .map_err(read)?;
+        let scale_bytes = bytes.pop().expect("two tensors were read");
+        let values: Vec<i8> = bytes
+            .pop()
+            .expect("two tensors were read")
+            .into_iter()
+            .map(|b| b as i8)
+            .collect();
+        let scales: Vec<f32> = scale_bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        Ok(TensorData::quantized(values, shape, tensor.scheme, &scales))
     }
 
-    fn q_expand(_tensor: QuantizedTensor<Ascend>, _shape: Shape) -> QuantizedTensor<Ascend> {
-        unsupported("q_expand")
+    fn q_expand(tensor: QuantizedTensor<Ascend>, shape: Shape) -> QuantizedTensor<Ascend> {
+        layout_op(tensor, |t| expand(t, shape))
     }
 
     fn q_swap_dims(
-        _tensor: QuantizedTensor<Ascend>,
-        _dim1: usize,
-        _dim2: usize,
+        tensor: QuantizedTensor<Ascend>,
+        dim1: usize,
+        dim2: usize,
     ) -> QuantizedTensor<Ascend> {
-        unsupported("q_swap_dims")
+        layout_op(tensor, |t| t.with_layout(t.layout().swap_dims(dim1, dim2)))
     }
 
-    fn q_permute(_tensor: QuantizedTensor<Ascend>, _axes: &[usize]) -> QuantizedTensor<Ascend> {
-        unsupported("q_permute")
+    fn q_permute(tensor: QuantizedTensor<Ascend>, axes: &[usize]) -> QuantizedTensor<Ascend> {
+        layout_op(tensor, |t| t.with_layout(t.layout().permute(axes)))
     }
 
-    fn q_flip(_tensor: QuantizedTensor<Ascend>, _axes: &[usize]) -> QuantizedTensor<Ascend> {
-        unsupported("q_flip")
+    fn q_flip(tensor: QuantizedTensor<Ascend>, axes: &[usize]) -> QuantizedTensor<Ascend> {
+        layout_op(tensor, |t| run("q_flip", copy::flip(&t, axes)))
     }
 
     fn q_select(
-        _tensor: QuantizedTensor<Ascend>,
-        _dim: usize,
-        _indices: IntTensor<Ascend>,
+        tensor: QuantizedTensor<Ascend>,
+        dim: usize,
+        indices: IntTensor<Ascend>,
     ) -> QuantizedTensor<Ascend> {
-        unsupported("q_select")
+        layout_op(tensor, |t| {
+            run("q_select", index::select_index(&t, dim, &indices))
+        })
     }
 
-    fn q_slice(_tensor: QuantizedTensor<Ascend>, _slices: &[Slice]) -> QuantizedTensor<Ascend> {
-        unsupported("q_slice")
+    fn q_slice(tensor: QuantizedTensor<Ascend>, slices: &[Slice]) -> QuantizedTensor<Ascend> {
+        layout_op(tensor, |t| {
+            let s = dim_slices(t.shape(), slices);
+            run("q_slice", copy::slice(&t, &s))
+        })
+    }
+
+    fn q_gather(
+        dim: usize,
+        tensor: QuantizedTensor<Ascend>,
+        indices: IntTensor<Ascend>,
+    ) -> QuantizedTensor<Ascend> {
+        // Per tensor, gathering the values keeps the scale exactly (Burn's default would
+        // re-derive it from the gathered values).
+        layout_op(tensor, |t| {
+            run("q_gather", index::gather(dim, &t, &indices))
+        })
     }
 }

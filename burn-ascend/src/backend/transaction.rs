@@ -1,5 +1,6 @@
-//! `TransactionOps` for [`Ascend`]: every tensor of a transaction is read after one stream
-//! synchronisation per device, instead of one per tensor.
+//! `TransactionOps` for [`Ascend`]: every float, int and bool tensor of a transaction is read
+//! after one stream synchronisation per device, instead of one per tensor (quantized tensors are
+//! read after their dequantisation parameters).
 
 use burn_backend::ops::{TransactionPrimitive, TransactionPrimitiveData};
 
@@ -9,9 +10,6 @@ impl TransactionOps<Ascend> for Ascend {
     async fn tr_execute(
         transaction: TransactionPrimitive<Ascend>,
     ) -> Result<TransactionPrimitiveData, ExecutionError> {
-        if !transaction.read_qfloats.is_empty() {
-            unsupported("reading quantized tensors in a transaction");
-        }
         let (floats, ints, bools) = (
             transaction.read_floats,
             transaction.read_ints,
@@ -35,9 +33,13 @@ impl TransactionOps<Ascend> for Ascend {
                 })
                 .collect()
         };
+        let mut qfloats = Vec::with_capacity(transaction.read_qfloats.len());
+        for q in transaction.read_qfloats {
+            qfloats.push(Ascend::q_into_data(q).await?);
+        }
         Ok(TransactionPrimitiveData {
             read_floats: read(&floats),
-            read_qfloats: Vec::new(),
+            read_qfloats: qfloats,
             read_ints: read(&ints),
             read_bools: read(&bools),
         })

@@ -333,7 +333,8 @@ fn masked_extreme(
             f64::INFINITY
         })
     } else {
-        HostScalar::Int(if max { i64::MIN } else { i64::MAX })
+        let (lo, hi) = int_range(data.dtype);
+        HostScalar::Int(if max { lo } else { hi })
     };
     let chunk = (MASKED_CHUNK_BYTES / (n * w * data.dtype.size()).max(1)).clamp(1, r);
     let targets = rows.with_layout(Layout {
@@ -373,4 +374,17 @@ fn masked_extreme(
         start = end;
     }
     Ok(out)
+}
+
+/// The smallest and largest values of an integer type.
+fn int_range(dtype: DataType) -> (i64, i64) {
+    match dtype {
+        DataType::I8 => (i8::MIN as i64, i8::MAX as i64),
+        DataType::I16 => (i16::MIN as i64, i16::MAX as i64),
+        DataType::I32 => (i32::MIN as i64, i32::MAX as i64),
+        DataType::U8 => (0, u8::MAX as i64),
+        DataType::U16 => (0, u16::MAX as i64),
+        DataType::U32 => (0, u32::MAX as i64),
+        _ => (i64::MIN, i64::MAX),
+    }
 }

@@ -13,16 +13,25 @@ macro_rules! run_op {
 
 pub mod activation;
 pub mod arith;
+pub mod attention;
 pub mod broadcast;
 pub mod compare;
+pub mod constant;
+pub mod conv;
 pub mod copy;
 pub mod creation;
+pub mod deform;
+pub mod fft;
+pub mod grid_sample;
 pub mod index;
 pub mod layout;
 pub mod math;
 pub mod matmul;
+pub mod pool;
+pub mod quant;
 pub mod random;
 pub mod reduce;
+pub mod resample;
 pub mod sort;
 pub mod tensor;
 

@@ -243,6 +243,20 @@ pub(crate) unsafe fn int_array_arg(
     Ok((*(p as *const Vec<i64>)).clone())
 }
 
+pub(crate) unsafe fn bool_array_arg(
+    op: &str,
+    name: &str,
+    p: *const aclBoolArray,
+) -> Result<Vec<bool>, Fault> {
+    if p.is_null() {
+        return Err(fault(
+            ACLNN_ERR_PARAM_NULLPTR,
+            format!("{op}: {name} is NULL"),
+        ));
+    }
+    Ok((*(p as *const Vec<bool>)).clone())
+}
+
 pub(crate) unsafe fn tensor_list_arg(
     op: &str,
     name: &str,

@@ -12,10 +12,12 @@ mod kernels;
 mod machine;
 mod memory;
 mod meta;
+mod nn;
 pub(crate) mod ops;
 mod random;
 mod reduce;
 mod runtime_api;
+mod sample;
 mod stream;
 mod view;
 
@@ -30,10 +32,12 @@ use super::table::SymbolSource;
 pub mod exports {
     pub use super::elementwise::*;
     pub use super::index::*;
+    pub use super::nn::*;
     pub use super::ops::*;
     pub use super::random::*;
     pub use super::reduce::*;
     pub use super::runtime_api::*;
+    pub use super::sample::*;
 }
 
 /// The emulated runtime as a symbol source for the function table.

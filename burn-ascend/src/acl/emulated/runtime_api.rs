@@ -455,6 +455,23 @@ pub unsafe extern "C" fn aclDestroyIntArray(array: *const aclIntArray) -> aclnnS
     destroy::<Vec<i64>>(array as _, "array")
 }
 
+pub unsafe extern "C" fn aclCreateBoolArray(value: *const bool, size: u64) -> *mut aclBoolArray {
+    boxed(if size > 0 && value.is_null() {
+        Err(fault(
+            ACLNN_ERR_PARAM_NULLPTR,
+            "aclCreateBoolArray: value is NULL",
+        ))
+    } else if size == 0 {
+        Ok(Vec::<bool>::new())
+    } else {
+        Ok(std::slice::from_raw_parts(value, size as usize).to_vec())
+    })
+}
+
+pub unsafe extern "C" fn aclDestroyBoolArray(array: *const aclBoolArray) -> aclnnStatus {
+    destroy::<Vec<bool>>(array as _, "array")
+}
+
 pub unsafe extern "C" fn aclCreateTensorList(
     value: *const *const aclTensor,
     size: u64,
