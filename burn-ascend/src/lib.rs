@@ -6,6 +6,7 @@ pub mod backend;
 pub mod ops;
 pub mod runtime;
 
+pub use backend::fused::{self, FusedOps};
 pub use backend::{Ascend, AscendQTensor};
 pub use ops::AscendTensor;
 pub use runtime::{AscendDevice, MemoryStats};

@@ -8,6 +8,7 @@ mod activation;
 mod bool;
 mod device;
 mod float;
+pub mod fused;
 mod int;
 mod module;
 mod qtensor;

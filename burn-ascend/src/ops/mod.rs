@@ -22,6 +22,7 @@ pub mod copy;
 pub mod creation;
 pub mod deform;
 pub mod fft;
+pub mod fused;
 pub mod grid_sample;
 pub mod index;
 pub mod layout;

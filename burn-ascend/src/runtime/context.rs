@@ -234,6 +234,55 @@ impl DeviceContext {
     }
 }
 
+impl DeviceContext {
+    /// Vector cores (AIV) of the device, as `aclGetDeviceCapability` reports them.
+    pub fn vector_cores(&self) -> AclResult<u32> {
+        let api = self.bind();
+        let mut value = 0i64;
+        // SAFETY: valid out-pointer.
+        let status = unsafe {
+            (api.core.aclGetDeviceCapability)(
+                self.device.index() as u32,
+                crate::acl::types::device_info::ACL_DEVICE_INFO_VECTOR_CORE_NUM,
+                &mut value,
+            )
+        };
+        api.check(status, "aclGetDeviceCapability")?;
+        Ok(value.max(1) as u32)
+    }
+
+    /// Launches a custom Ascend C kernel on this context's stream: `launch` receives the stream
+    /// and calls the kernel's `aclrtlaunch_*` entry point. The kernels must have been built for
+    /// this kind of device (CANN's toolchain for NPUs, the emulation for the emulated NPU).
+    pub fn launch_kernel(
+        &self,
+        kernel: &'static str,
+        launch: impl FnOnce(aclrtStream) -> Result<(), burn_ascend_kernels::launch::LaunchError>,
+    ) -> AclResult<()> {
+        let emulated_device = matches!(self.device, AscendDevice::Emulated(_));
+        if burn_ascend_kernels::EMULATED != emulated_device {
+            return Err(crate::acl::AclError::Load(format!(
+                "the fused kernel {kernel} was built for {}, but {} is {}; rebuild burn-ascend-kernels {}",
+                if burn_ascend_kernels::EMULATED { "the emulated NPU (no CANN at build time)" } else { "real NPUs" },
+                self.device,
+                if emulated_device { "the emulated NPU" } else { "a real NPU" },
+                if emulated_device { "with BURN_ASCEND_KERNELS_EMULATED=1" } else { "with CANN installed" },
+            )));
+        }
+        self.bind();
+        launch(self.stream).map_err(|e| crate::acl::AclError::Call {
+            code: e.code as i32,
+            function: format!("aclrtlaunch_{kernel}"),
+            message: self.api.recent_error_message(),
+            context: None,
+        })?;
+        if self.blocking {
+            self.synchronize()?;
+        }
+        Ok(())
+    }
+}
+
 impl OpLauncher for DeviceContext {
     fn api(&self) -> &AclApi {
         self.bind()

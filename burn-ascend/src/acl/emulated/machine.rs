@@ -49,6 +49,9 @@ fn env_number(name: &str) -> Option<u64> {
 pub(crate) fn machine() -> &'static Machine {
     static MACHINE: OnceLock<Machine> = OnceLock::new();
     MACHINE.get_or_init(|| {
+        static HOST: super::kernel_host::EmulatedKernelHost =
+            super::kernel_host::EmulatedKernelHost;
+        burn_ascend_kernels::emulation::register_host(&HOST);
         let count = env_number(ENV_DEVICES).map_or(DEFAULT_DEVICES, |n| n as usize);
         let hbm = env_number(ENV_HBM_MIB).map_or(HBM_BYTES, |mib| mib << 20);
         Machine {

@@ -8,6 +8,7 @@
 mod elementwise;
 mod fault;
 mod index;
+mod kernel_host;
 mod kernels;
 mod machine;
 mod memory;

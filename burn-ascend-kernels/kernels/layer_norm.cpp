@@ -1,0 +1,300 @@
+// layer_norm: y = (x - mean) * rstd * gamma + beta over the rows of x [M, N], with the row
+// statistics mean [M] and rstd [M] in f32 (fused-ops contract 6, forward).
+//
+// Work split: block b owns rows [b * rowsPerCore, min((b + 1) * rowsPerCore, M)). Statistics are
+// computed in f32 whatever the input type (half and bf16 are widened on load).
+// Two modes, chosen by the tiling from the row width and the unified buffer:
+// * resident rows (chunk == N): a whole row is loaded once, normalised in place and stored;
+//   gamma and beta are loaded once per block and kept in the unified buffer;
+// * chunked rows (chunk < N, rows wider than the unified buffer): three passes over the row in
+//   chunks of `chunk` elements: the sum, the sum of squared deviations, then the normalisation.
+// mean and rstd of up to `statRows` rows are gathered in the unified buffer and stored together.
+#include "kernel_operator.h"
+
+using namespace AscendC;
+
+struct LayerNormTiling {
+    uint32_t rows;         // M
+    uint32_t cols;         // N
+    uint32_t rowsPerCore;  // rows per block (the last block may have fewer)
+    uint32_t chunk;        // elements per unified-buffer chunk (N when rows are resident)
+    uint32_t statRows;     // rows whose statistics are stored together (a multiple of 8)
+    uint32_t hasGamma;     // 1 if gamma is given
+    uint32_t hasBeta;      // 1 if beta is given
+    uint32_t dtype;        // 0 float, 1 half, 2 bfloat16
+    float eps;
+};
+
+template <typename T>
+class LayerNorm {
+public:
+    __aicore__ inline void Init(GM_ADDR x, GM_ADDR gamma, GM_ADDR beta, GM_ADDR y, GM_ADDR mean,
+                                GM_ADDR rstd, const LayerNormTiling& t, TPipe* pipe)
+    {
+        tiling = t;
+        uint32_t first = GetBlockIdx() * t.rowsPerCore;
+        rows = first >= t.rows ? 0 : (t.rows - first < t.rowsPerCore ? t.rows - first : t.rowsPerCore);
+        uint64_t start = static_cast<uint64_t>(first) * t.cols;
+        uint64_t span = static_cast<uint64_t>(rows) * t.cols;
+        xGm.SetGlobalBuffer((__gm__ T*)x + start, span);
+        yGm.SetGlobalBuffer((__gm__ T*)y + start, span);
+        meanGm.SetGlobalBuffer((__gm__ float*)mean + first, rows);
+        rstdGm.SetGlobalBuffer((__gm__ float*)rstd + first, rows);
+        if (t.hasGamma) {
+            gammaGm.SetGlobalBuffer((__gm__ T*)gamma, t.cols);
+        }
+        if (t.hasBeta) {
+            betaGm.SetGlobalBuffer((__gm__ T*)beta, t.cols);
+        }
+        uint32_t c = t.chunk;
+        pipe->InitBuffer(inQ, 1, Align32(c * sizeof(T)));
+        pipe->InitBuffer(outQ, 1, Align32(c * sizeof(T)));
+        pipe->InitBuffer(work, Align32(c * sizeof(float)));
+        pipe->InitBuffer(square, Align32(c * sizeof(float)));
+        pipe->InitBuffer(affine, 2 * Align32(c * sizeof(float)));
+        pipe->InitBuffer(reduceTmp, Align32(ReduceTmpElems(c) * sizeof(float)));
+        pipe->InitBuffer(result, 32);
+        pipe->InitBuffer(stats, 2 * t.statRows * sizeof(float));
+        if (sizeof(T) != sizeof(float)) {
+            pipe->InitBuffer(stage, Align32(c * sizeof(T)));
+        }
+    }
+
+    __aicore__ inline void Process()
+    {
+        bool resident = tiling.chunk == tiling.cols;
+        if (resident) {
+            LoadAffine(0, tiling.cols);
+        }
+        LocalTensor<float> st = stats.Get<float>();
+        for (uint32_t done = 0; done < rows; done += tiling.statRows) {
+            uint32_t group = rows - done < tiling.statRows ? rows - done : tiling.statRows;
+            for (uint32_t r = 0; r < group; ++r) {
+                float m = 0.0f;
+                float s = 0.0f;
+                if (resident) {
+                    ResidentRow(done + r, m, s);
+                } else {
+                    ChunkedRow(done + r, m, s);
+                }
+                st.SetValue(r, m);
+                st.SetValue(tiling.statRows + r, s);
+            }
+            StoreStats(st, done, group);
+        }
+    }
+
+private:
+    __aicore__ static inline uint32_t Align32(uint32_t bytes) { return (bytes + 31) / 32 * 32; }
+
+    // ReduceSum's shared buffer: one partial per 256-byte repeat, rounded up to a 32-byte block.
+    __aicore__ static inline uint32_t ReduceTmpElems(uint32_t count)
+    {
+        uint32_t repeats = (count + 63) / 64;
+        return (repeats + 7) / 8 * 8;
+    }
+
+    // Copies n elements of a GM row into UB; lengths that are not whole 32-byte blocks use
+    // DataCopyPad so nothing past the row is read.
+    template <typename U>
+    __aicore__ inline void Load(const LocalTensor<U>& dst, const GlobalTensor<U>& src, uint32_t n)
+    {
+        if ((n * sizeof(U)) % 32 == 0) {
+            DataCopy(dst, src, n);
+        } else {
+            DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(U)), 0, 0, 0};
+            DataCopyPadExtParams<U> noPad{false, 0, 0, 0};
+            DataCopyPad(dst, src, row, noPad);
+        }
+    }
+
+    template <typename U>
+    __aicore__ inline void Store(const GlobalTensor<U>& dst, const LocalTensor<U>& src, uint32_t n)
+    {
+        if ((n * sizeof(U)) % 32 == 0) {
+            DataCopy(dst, src, n);
+        } else {
+            DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(U)), 0, 0, 0};
+            DataCopyPad(dst, src, row);
+        }
+    }
+
+    // Loads n elements of x at `at` as f32 into `dst`.
+    __aicore__ inline void LoadWide(const LocalTensor<float>& dst, uint64_t at, uint32_t n)
+    {
+        LocalTensor<T> raw = inQ.AllocTensor<T>();
+        Load(raw, xGm[at], n);
+        inQ.EnQue(raw);
+        LocalTensor<T> in = inQ.DeQue<T>();
+        if constexpr (sizeof(T) == sizeof(float)) {
+            DataCopy(dst, in, Align32(n * sizeof(float)) / sizeof(float));
+        } else {
+            Cast(dst, in, RoundMode::CAST_NONE, n);
+        }
+        inQ.FreeTensor(in);
+    }
+
+    // gamma and beta [from, from + n) as f32 in the affine buffer (gamma first, then beta).
+    __aicore__ inline void LoadAffine(uint32_t from, uint32_t n)
+    {
+        LocalTensor<float> g = affine.Get<float>();
+        LocalTensor<float> b = g[Align32(tiling.chunk * sizeof(float)) / sizeof(float)];
+        if (tiling.hasGamma) {
+            LoadParam(g, gammaGm[from], n);
+        }
+        if (tiling.hasBeta) {
+            LoadParam(b, betaGm[from], n);
+        }
+    }
+
+    __aicore__ inline void LoadParam(const LocalTensor<float>& dst, const GlobalTensor<T>& src, uint32_t n)
+    {
+        if constexpr (sizeof(T) == sizeof(float)) {
+            Load(dst.template ReinterpretCast<T>(), src, n);
+            PipeSync();
+        } else {
+            LocalTensor<T> s = stage.Get<T>();
+            Load(s, src, n);
+            PipeSync();
+            Cast(dst, s, RoundMode::CAST_NONE, n);
+        }
+    }
+
+    // A TBuf gets no queue events: make the vector unit wait for the copy into it.
+    __aicore__ inline void PipeSync()
+    {
+        event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::MTE2_V));
+        SetFlag<HardEvent::MTE2_V>(e);
+        WaitFlag<HardEvent::MTE2_V>(e);
+    }
+
+    __aicore__ inline float Sum(const LocalTensor<float>& v, uint32_t n)
+    {
+        LocalTensor<float> tmp = reduceTmp.Get<float>();
+        LocalTensor<float> r = result.Get<float>();
+        ReduceSum(r, v, tmp, static_cast<int32_t>(n));
+        return r.GetValue(0);
+    }
+
+    __aicore__ inline float SquaredDeviation(const LocalTensor<float>& v, float mean, uint32_t n)
+    {
+        LocalTensor<float> sq = square.Get<float>();
+        Adds(sq, v, -mean, static_cast<int32_t>(n));
+        Mul(sq, sq, sq, static_cast<int32_t>(n));
+        return Sum(sq, n);
+    }
+
+    // Normalises n f32 values in place and stores them to y at `at`.
+    __aicore__ inline void NormaliseAndStore(const LocalTensor<float>& v, float mean, float rstd, uint64_t at, uint32_t n)
+    {
+        Adds(v, v, -mean, static_cast<int32_t>(n));
+        Muls(v, v, rstd, static_cast<int32_t>(n));
+        LocalTensor<float> g = affine.Get<float>();
+        if (tiling.hasGamma) {
+            Mul(v, v, g, static_cast<int32_t>(n));
+        }
+        if (tiling.hasBeta) {
+            Add(v, v, g[Align32(tiling.chunk * sizeof(float)) / sizeof(float)], static_cast<int32_t>(n));
+        }
+        LocalTensor<T> o = outQ.AllocTensor<T>();
+        if constexpr (sizeof(T) == sizeof(float)) {
+            DataCopy(o, v, Align32(n * sizeof(float)) / sizeof(float));
+        } else {
+            Cast(o, v, RoundMode::CAST_RINT, n);
+        }
+        outQ.EnQue(o);
+        LocalTensor<T> out = outQ.DeQue<T>();
+        Store(yGm[at], out, n);
+        outQ.FreeTensor(out);
+    }
+
+    __aicore__ inline void ResidentRow(uint32_t row, float& mean, float& rstd)
+    {
+        uint32_t n = tiling.cols;
+        uint64_t at = static_cast<uint64_t>(row) * n;
+        LocalTensor<float> v = work.Get<float>();
+        LoadWide(v, at, n);
+        mean = Sum(v, n) / static_cast<float>(n);
+        float var = SquaredDeviation(v, mean, n) / static_cast<float>(n);
+        rstd = 1.0f / Sqrt(var + tiling.eps);
+        NormaliseAndStore(v, mean, rstd, at, n);
+    }
+
+    __aicore__ inline void ChunkedRow(uint32_t row, float& mean, float& rstd)
+    {
+        uint32_t n = tiling.cols;
+        uint32_t c = tiling.chunk;
+        uint64_t base = static_cast<uint64_t>(row) * n;
+        LocalTensor<float> v = work.Get<float>();
+        float sum = 0.0f;
+        for (uint32_t at = 0; at < n; at += c) {
+            uint32_t len = n - at < c ? n - at : c;
+            LoadWide(v, base + at, len);
+            sum += Sum(v, len);
+        }
+        mean = sum / static_cast<float>(n);
+        float dev = 0.0f;
+        for (uint32_t at = 0; at < n; at += c) {
+            uint32_t len = n - at < c ? n - at : c;
+            LoadWide(v, base + at, len);
+            dev += SquaredDeviation(v, mean, len);
+        }
+        rstd = 1.0f / Sqrt(dev / static_cast<float>(n) + tiling.eps);
+        for (uint32_t at = 0; at < n; at += c) {
+            uint32_t len = n - at < c ? n - at : c;
+            LoadAffine(at, len);
+            LoadWide(v, base + at, len);
+            NormaliseAndStore(v, mean, rstd, base + at, len);
+        }
+    }
+
+    __aicore__ static inline float Sqrt(float v)
+    {
+        // Newton's iteration on the scalar unit, from a bit-level first guess.
+        union { float f; uint32_t u; } g{v};
+        g.u = 0x1fbd1df5u + (g.u >> 1);
+        float r = g.f;
+        for (int i = 0; i < 4; ++i) {
+            r = 0.5f * (r + v / r);
+        }
+        return r;
+    }
+
+    __aicore__ inline void StoreStats(const LocalTensor<float>& st, uint32_t first, uint32_t group)
+    {
+        Store(meanGm[first], st, group);
+        Store(rstdGm[first], st[tiling.statRows], group);
+        event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::MTE3_S));
+        SetFlag<HardEvent::MTE3_S>(e);
+        WaitFlag<HardEvent::MTE3_S>(e);
+    }
+
+    LayerNormTiling tiling;
+    uint32_t rows = 0;
+    TQue<TPosition::VECIN, 1> inQ;
+    TQue<TPosition::VECOUT, 1> outQ;
+    TBuf<TPosition::VECCALC> work, square, affine, reduceTmp, result, stats, stage;
+    GlobalTensor<T> xGm, yGm, gammaGm, betaGm;
+    GlobalTensor<float> meanGm, rstdGm;
+};
+
+template <typename T>
+__aicore__ inline void Run(GM_ADDR x, GM_ADDR gamma, GM_ADDR beta, GM_ADDR y, GM_ADDR mean, GM_ADDR rstd,
+                           const LayerNormTiling& t)
+{
+    TPipe pipe;
+    LayerNorm<T> op;
+    op.Init(x, gamma, beta, y, mean, rstd, t, &pipe);
+    op.Process();
+}
+
+extern "C" __global__ __aicore__ void layer_norm(GM_ADDR x, GM_ADDR gamma, GM_ADDR beta, GM_ADDR y, GM_ADDR mean,
+                                                 GM_ADDR rstd, LayerNormTiling tiling)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+    switch (tiling.dtype) {
+        case 0: Run<float>(x, gamma, beta, y, mean, rstd, tiling); break;
+        case 1: Run<half>(x, gamma, beta, y, mean, rstd, tiling); break;
+        default: Run<bfloat16_t>(x, gamma, beta, y, mean, rstd, tiling); break;
+    }
+}

@@ -1,0 +1,13 @@
+// token_rearrange: out[i, :] = x[perm[i], :] for x [S, D] and perm [S] (int32 or int64)
+// (fused-ops contract 3).
+#include "row_gather.h"
+
+extern "C" __global__ __aicore__ void token_rearrange(GM_ADDR x, GM_ADDR perm, GM_ADDR out, RowGatherTiling tiling)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+    if (tiling.indexBytes == 8) {
+        RunRowGather<int64_t>(x, perm, out, tiling);
+    } else {
+        RunRowGather<int32_t>(x, perm, out, tiling);
+    }
+}

@@ -1,0 +1,320 @@
+//! The fused operations on the emulated NPU (Ascend C kernels run by the emulation) against
+//! their composed defaults on burn-flex (the reference formulas), at the seed sizes of the
+//! fused-ops specification and at edge sizes, for every dtype; plus the global-memory traffic
+//! the kernels' counters report, against the minimum their contracts require.
+
+mod common;
+
+use burn::tensor::{DType, Distribution, Int, Tensor, TensorData};
+use burn_ascend::fused;
+use burn_ascend_kernels::emulation::{clear_launch_log, launch_log, LaunchStats};
+use common::*;
+use serial_test::serial;
+
+fn ascend() -> AscendDevice {
+    AscendDevice::Emulated(0)
+}
+
+fn flex() -> burn_flex::FlexDevice {
+    Default::default()
+}
+
+/// Values drawn once on the host, so both backends see the same inputs.
+fn values(shape: Vec<usize>, seed: u64) -> TensorData {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n as u64)
+        .map(|i| {
+            let h = (i
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(seed.wrapping_mul(1442695040888963407))
+                >> 33)
+                % 2001;
+            h as f32 / 250.0 - 4.0
+        })
+        .collect();
+    TensorData::new(v, shape)
+}
+
+fn float<B: burn::tensor::backend::Backend, const D: usize>(
+    data: &TensorData,
+    dtype: DType,
+    d: &B::Device,
+) -> Tensor<B, D> {
+    Tensor::from_data(data.clone().convert_dtype(dtype), (d, dtype))
+}
+
+/// A permutation of 0..n (a stable argsort of pseudo-random expert ids, as routing produces).
+fn routing_permutation(n: usize, experts: usize, seed: u64) -> TensorData {
+    let mut keyed: Vec<(usize, i32)> = (0..n)
+        .map(|i| {
+            (
+                ((i as u64 * 2654435761 + seed) % experts as u64) as usize,
+                i as i32,
+            )
+        })
+        .collect();
+    keyed.sort_by_key(|k| k.0);
+    TensorData::new(keyed.into_iter().map(|k| k.1).collect::<Vec<i32>>(), [n])
+}
+
+fn assert_close(what: &str, got: TensorData, want: TensorData, tol: f64) {
+    assert_eq!(got.shape, want.shape, "{what}: shape");
+    let (g, w): (Vec<f64>, Vec<f64>) = (got.iter::<f64>().collect(), want.iter::<f64>().collect());
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert!(
+            (a - b).abs() <= tol * b.abs().max(1.0),
+            "{what}: element {i} is {a}, the reference gives {b}"
+        );
+    }
+}
+
+fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 2e-3,
+        DType::BF16 => 1e-2,
+        _ => 1e-5,
+    }
+}
+
+/// The last launch of `kernel` in the log.
+fn stats(kernel: &str) -> LaunchStats {
+    launch_log()
+        .into_iter()
+        .rev()
+        .find(|s| s.kernel == kernel)
+        .unwrap_or_else(|| panic!("no {kernel} launch recorded"))
+}
+
+fn traffic(s: &LaunchStats) -> u64 {
+    s.gm_bytes_read + s.gm_bytes_written
+}
+
+#[test]
+fn vector_add_matches_the_reference_for_every_dtype() {
+    for len in [1usize, 7, 1000, 16384, 100_003] {
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {
+            let (x, y) = (values(vec![len], 1), values(vec![len], 2));
+            let got = fused::vector_add(
+                float::<Ascend, 1>(&x, dtype, &ascend()),
+                float(&y, dtype, &ascend()),
+            );
+            let want = fused::vector_add(
+                float::<Flex, 1>(&x, dtype, &flex()),
+                float(&y, dtype, &flex()),
+            );
+            assert_close(
+                &format!("vector_add {dtype:?} len {len}"),
+                got.into_data(),
+                want.into_data(),
+                tolerance(dtype),
+            );
+        }
+        for dtype in [DType::I32, DType::I16, DType::I64, DType::I8] {
+            let ints = |seed: i64| {
+                TensorData::new(
+                    (0..len as i64)
+                        .map(|i| (i * 7 + seed) % 50 - 25)
+                        .collect::<Vec<i64>>(),
+                    [len],
+                )
+                .convert_dtype(dtype)
+            };
+            let a = Tensor::<Ascend, 1, Int>::from_data(ints(3), (&ascend(), dtype));
+            let b = Tensor::<Ascend, 1, Int>::from_data(ints(11), (&ascend(), dtype));
+            let want: Vec<i64> = (0..len as i64)
+                .map(|i| (i * 7 + 3) % 50 - 25 + (i * 7 + 11) % 50 - 25)
+                .collect();
+            let got = fused::int_vector_add(a, b)
+                .into_data()
+                .convert::<i64>()
+                .to_vec::<i64>()
+                .unwrap();
+            assert_eq!(got, want, "int_vector_add {dtype:?} len {len}");
+        }
+    }
+}
+
+#[test]
+fn layer_norm_matches_the_reference() {
+    let cases = [
+        (256usize, 128usize, true, true),
+        (1, 1536, true, false),
+        (7, 4096, false, true),
+        (3, 8192, true, true),
+        (5, 100, true, true),
+        (2, 100_000, true, true),
+    ];
+    for (m, n, g, b) in cases {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let x = values(vec![m, n], 3);
+            let gamma = values(vec![n], 4);
+            let beta = values(vec![n], 5);
+            let run = |on_ascend: bool| -> (TensorData, TensorData, TensorData) {
+                if on_ascend {
+                    let (y, mu, r) = fused::layer_norm(
+                        float::<Ascend, 2>(&x, dtype, &ascend()),
+                        g.then(|| float(&gamma, dtype, &ascend())),
+                        b.then(|| float(&beta, dtype, &ascend())),
+                        1e-6,
+                    );
+                    (y.into_data(), mu.into_data(), r.into_data())
+                } else {
+                    let (y, mu, r) = fused::layer_norm(
+                        float::<Flex, 2>(&x, dtype, &flex()),
+                        g.then(|| float(&gamma, dtype, &flex())),
+                        b.then(|| float(&beta, dtype, &flex())),
+                        1e-6,
+                    );
+                    (y.into_data(), mu.into_data(), r.into_data())
+                }
+            };
+            let (got, want) = (run(true), run(false));
+            let what = format!("layer_norm {dtype:?} {m}x{n} gamma {g} beta {b}");
+            assert_close(&format!("{what}: y"), got.0, want.0, tolerance(dtype) * 4.0);
+            assert_close(&format!("{what}: mean"), got.1, want.1, 1e-4);
+            assert_close(&format!("{what}: rstd"), got.2, want.2, 1e-4);
+        }
+    }
+}
+
+#[test]
+fn gather_scatter_and_rearrange_match_the_reference() {
+    for (t, h, k, dtype) in [
+        (1024usize, 1536usize, 4usize, DType::F16),
+        (1, 100, 1, DType::F32),
+        (37, 100, 2, DType::BF16),
+        (5, 8, 3, DType::F32),
+    ] {
+        let x = values(vec![t, h], 6);
+        let perm = routing_permutation(t * k, 8, 7);
+        let idx =
+            |d: &AscendDevice| Tensor::<Ascend, 1, Int>::from_data(perm.clone(), (d, DType::I32));
+        let idx_ref = Tensor::<Flex, 1, Int>::from_data(perm.clone(), (&flex(), DType::I32));
+        let what = format!("t {t} h {h} k {k} {dtype:?}");
+
+        let got = fused::moe_gather(float::<Ascend, 2>(&x, dtype, &ascend()), idx(&ascend()), k);
+        let want = fused::moe_gather(float::<Flex, 2>(&x, dtype, &flex()), idx_ref.clone(), k);
+        assert_close(
+            &format!("moe_gather {what}"),
+            got.clone().into_data(),
+            want.clone().into_data(),
+            0.0,
+        );
+
+        let w = values(vec![t * k], 8);
+        let got_s = fused::moe_scatter(got, idx(&ascend()), Some(float(&w, dtype, &ascend())), k);
+        let want_s = fused::moe_scatter(want, idx_ref.clone(), Some(float(&w, dtype, &flex())), k);
+        assert_close(
+            &format!("moe_scatter {what}"),
+            got_s.into_data(),
+            want_s.into_data(),
+            tolerance(dtype) * 4.0,
+        );
+    }
+    for (s, d, index) in [(1024usize, 32usize, DType::I32), (17, 5, DType::I64)] {
+        let x = values(vec![s, d], 9);
+        let perm = routing_permutation(s, 5, 3).convert_dtype(index);
+        let got = fused::token_rearrange(
+            float::<Ascend, 2>(&x, DType::F32, &ascend()),
+            Tensor::from_data(perm.clone(), (&ascend(), index)),
+        );
+        let want = fused::token_rearrange(
+            float::<Flex, 2>(&x, DType::F32, &flex()),
+            Tensor::from_data(perm, (&flex(), index)),
+        );
+        assert_close(
+            &format!("token_rearrange {s}x{d} {index:?}"),
+            got.into_data(),
+            want.into_data(),
+            0.0,
+        );
+    }
+}
+
+#[test]
+#[serial]
+fn kernels_move_at_most_five_percent_over_the_minimum_bytes() {
+    let d = ascend();
+    clear_launch_log();
+    let (m, n) = (256usize, 128usize);
+    let x = float::<Ascend, 2>(&values(vec![m, n], 1), DType::F32, &d);
+    let gamma = float::<Ascend, 1>(&values(vec![n], 2), DType::F32, &d);
+    let beta = float::<Ascend, 1>(&values(vec![n], 3), DType::F32, &d);
+    let _ = fused::layer_norm(x, Some(gamma), Some(beta), 1e-6)
+        .0
+        .into_data();
+    let minimum = (2 * m * n * 4 + 2 * n * 4 + 2 * m * 4) as f64;
+    let s = stats("layer_norm");
+    assert!(
+        traffic(&s) as f64 <= 1.05 * minimum,
+        "layer_norm moved {} bytes, minimum {minimum}: {s:?}",
+        traffic(&s)
+    );
+
+    let (t, h, k) = (1024usize, 1536usize, 4usize);
+    let x = float::<Ascend, 2>(&values(vec![t, h], 4), DType::F16, &d);
+    let idx =
+        Tensor::<Ascend, 1, Int>::from_data(routing_permutation(t * k, 64, 5), (&d, DType::I32));
+    let gathered = fused::moe_gather(x, idx.clone(), k);
+    let w = float::<Ascend, 1>(&values(vec![t * k], 6), DType::F16, &d);
+    let _ = fused::moe_scatter(gathered, idx, Some(w), k).into_data();
+    let g = stats("moe_gather");
+    let gather_min = (2 * t * k * h * 2 + t * k * 4) as f64;
+    assert!(
+        traffic(&g) as f64 <= 1.05 * gather_min,
+        "moe_gather moved {} bytes, minimum {gather_min}: {g:?}",
+        traffic(&g)
+    );
+    let s = stats("moe_scatter");
+    let scatter_min = (t * k * h * 2 + t * h * 2 + t * k * (4 + 2)) as f64;
+    assert!(
+        traffic(&s) as f64 <= 1.05 * scatter_min,
+        "moe_scatter moved {} bytes, minimum {scatter_min}: {s:?}",
+        traffic(&s)
+    );
+
+    let (rows, cols) = (1024usize, 32usize);
+    let x = float::<Ascend, 2>(&values(vec![rows, cols], 7), DType::F32, &d);
+    let perm =
+        Tensor::<Ascend, 1, Int>::from_data(routing_permutation(rows, 7, 1), (&d, DType::I32));
+    let _ = fused::token_rearrange(x, perm).into_data();
+    let r = stats("token_rearrange");
+    let rearrange_min = (2 * rows * cols * 4 + rows * 4) as f64;
+    assert!(
+        traffic(&r) as f64 <= 1.05 * rearrange_min,
+        "token_rearrange moved {} bytes, minimum {rearrange_min}: {r:?}",
+        traffic(&r)
+    );
+}
+
+#[test]
+fn bad_inputs_are_clear_errors() {
+    let d = ascend();
+    let x = Tensor::<Ascend, 2>::random([4, 8], Distribution::Default, &d);
+    let wrong = Tensor::<Ascend, 1, Int>::from_data(
+        TensorData::new(vec![0i64, 1, 2], [3]),
+        (&d, DType::I64),
+    );
+    let message = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fused::moe_gather(x.clone(), wrong, 1)
+    }))
+    .expect_err("wrong index length and dtype");
+    let text = message
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        text.contains("moe_gather") && text.contains("indices must be [4] int32"),
+        "{text}"
+    );
+
+    let out_of_range = Tensor::<Ascend, 1, Int>::from_data(
+        TensorData::new(vec![0i32, 1, 2, 99], [4]),
+        (&d, DType::I32),
+    );
+    let gathered = fused::moe_gather(x, out_of_range, 1);
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gathered.into_data()))
+        .expect_err("an index past x faults on the device");
+    let text = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(text.contains("moe_gather"), "{text}");
+}
