@@ -1,0 +1,74 @@
+//! The fused operations on the device, through the Ascend C kernels of
+//! `burn-ascend-kernels`: shape and dtype checks before launch, tiling from the device's
+//! properties, then the launch on the context's stream. One module per op family; this one
+//! holds what they share.
+
+mod elementwise;
+mod moe;
+mod norm;
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use burn_ascend_kernels::tiling::{DeviceProps, NormType};
+
+pub use elementwise::vector_add;
+pub use moe::{moe_gather, moe_scatter, token_rearrange};
+pub use norm::layer_norm;
+
+use super::broadcast::invalid_input;
+use super::copy::contiguous;
+use super::tensor::AscendTensor;
+use crate::acl::{AclResult, DataType};
+use crate::runtime::DeviceContext;
+
+/// Unified buffer per vector core on Atlas A2 (CANN 8.x has no query for it; see the hardware
+/// fact sheet).
+const UB_BYTES: u32 = 192 << 10;
+
+/// The properties tiling depends on.
+pub(crate) fn device_props(ctx: &Arc<DeviceContext>) -> AclResult<DeviceProps> {
+    Ok(DeviceProps {
+        vector_cores: ctx.vector_cores()?,
+        ub_bytes: UB_BYTES,
+    })
+}
+
+/// Device address of the first element of a contiguous tensor.
+pub(crate) fn data_ptr(t: &AscendTensor) -> *mut c_void {
+    debug_assert!(t.layout.is_contiguous());
+    // SAFETY: the offset stays inside the storage (the layout's invariant).
+    unsafe { (t.storage_ptr() as *mut u8).add(t.layout.offset * t.dtype.size()) as *mut c_void }
+}
+
+/// The kernels' code for a float type.
+pub(crate) fn norm_type(op: &str, t: &AscendTensor) -> AclResult<NormType> {
+    match t.dtype {
+        DataType::F32 => Ok(NormType::F32),
+        DataType::F16 => Ok(NormType::F16),
+        DataType::BF16 => Ok(NormType::BF16),
+        _ => Err(invalid_input(
+            op,
+            format!("takes f32, f16 or bf16, got {}", t.describe()),
+        )),
+    }
+}
+
+/// Checks an index tensor: 1-D, `len` entries, int32 (or int64 when allowed).
+pub(crate) fn index_tensor(
+    op: &str,
+    name: &str,
+    t: &AscendTensor,
+    len: usize,
+    int64_ok: bool,
+) -> AclResult<AscendTensor> {
+    let ok_type = t.dtype == DataType::I32 || (int64_ok && t.dtype == DataType::I64);
+    if t.shape() != [len] || !ok_type {
+        let types = if int64_ok { "int32 or int64" } else { "int32" };
+        return Err(invalid_input(
+            op,
+            format!("{name} must be [{len}] {types}, got {}", t.describe()),
+        ));
+    }
+    contiguous(t)
+}

@@ -1,0 +1,155 @@
+//! The MoE routing kernels: `moe_gather`, `moe_scatter` and `token_rearrange`.
+
+use burn_ascend_kernels::launch;
+use burn_ascend_kernels::tiling;
+
+use super::{data_ptr, device_props, index_tensor, norm_type};
+use crate::acl::{AclResult, DataType};
+use crate::ops::broadcast::invalid_input;
+use crate::ops::copy::{cast, contiguous};
+use crate::ops::tensor::AscendTensor;
+
+fn row_gather(
+    op: &'static str,
+    which: launch::RowGather,
+    x: &AscendTensor,
+    indices: &AscendTensor,
+    out_rows: usize,
+    divisor: usize,
+) -> AclResult<AscendTensor> {
+    if x.shape().len() != 2 || !matches!(x.dtype.size(), 2 | 4) {
+        return Err(invalid_input(
+            op,
+            format!("x must be 2-D f32, f16 or bf16, got {}", x.describe()),
+        ));
+    }
+    let (src_rows, cols) = (x.shape()[0], x.shape()[1]);
+    let x = contiguous(x)?;
+    let out = AscendTensor::empty(x.ctx(), vec![out_rows, cols], x.dtype)?;
+    if out.layout.numel() == 0 {
+        return Ok(out);
+    }
+    let plan = tiling::row_gather(
+        out_rows as u64,
+        src_rows as u64,
+        cols as u64,
+        x.dtype.size() as u64,
+        indices.dtype.size() as u64,
+        divisor as u64,
+        &device_props(x.ctx())?,
+    );
+    let (px, pi, po) = (data_ptr(&x), data_ptr(indices), data_ptr(&out));
+    // SAFETY: as in `vector_add`; indices out of range fault on the device, never read past x.
+    x.ctx()
+        .launch_kernel(op, |stream| unsafe {
+            launch::row_gather(stream, which, plan, px, pi, po)
+        })
+        .map_err(|e| {
+            e.with_context(|| format!("{op} of {} by {}", x.describe(), indices.describe()))
+        })?;
+    Ok(out)
+}
+
+/// `out[i] = x[indices[i] / top_k]` by the `moe_gather` kernel.
+pub fn moe_gather(
+    x: &AscendTensor,
+    indices: &AscendTensor,
+    top_k: usize,
+) -> AclResult<AscendTensor> {
+    let tokens = x.shape().first().copied().unwrap_or(0);
+    if top_k == 0 {
+        return Err(invalid_input(
+            "moe_gather",
+            "top_k must be at least 1".into(),
+        ));
+    }
+    let indices = index_tensor("moe_gather", "indices", indices, tokens * top_k, false)?;
+    row_gather(
+        "moe_gather",
+        launch::RowGather::MoeGather,
+        x,
+        &indices,
+        tokens * top_k,
+        top_k,
+    )
+}
+
+/// `out[i] = x[perm[i]]` by the `token_rearrange` kernel.
+pub fn token_rearrange(x: &AscendTensor, perm: &AscendTensor) -> AclResult<AscendTensor> {
+    let rows = x.shape().first().copied().unwrap_or(0);
+    let perm = index_tensor("token_rearrange", "perm", perm, rows, true)?;
+    row_gather(
+        "token_rearrange",
+        launch::RowGather::TokenRearrange,
+        x,
+        &perm,
+        rows,
+        1,
+    )
+}
+
+/// `out[t] = sum_k w(t*K + k) * y[inv[t*K + k]]` by the `moe_scatter` kernel, where the inverse
+/// permutation `inv` is first built on the device (aclnnScatter of `0..T*K` at `indices`).
+pub fn moe_scatter(
+    y: &AscendTensor,
+    indices: &AscendTensor,
+    weights: Option<&AscendTensor>,
+    top_k: usize,
+) -> AclResult<AscendTensor> {
+    let kind = norm_type("moe_scatter", y)?;
+    if y.shape().len() != 2 || top_k == 0 || !y.shape()[0].is_multiple_of(top_k) {
+        return Err(invalid_input(
+            "moe_scatter",
+            format!(
+                "y must be [T*K, H] with K = {top_k} >= 1, got {}",
+                y.describe()
+            ),
+        ));
+    }
+    let (slots, cols) = (y.shape()[0], y.shape()[1]);
+    let tokens = slots / top_k;
+    let indices = index_tensor("moe_scatter", "indices", indices, slots, false)?;
+    let weights = weights
+        .map(|w| {
+            if w.shape() != [slots] {
+                return Err(invalid_input(
+                    "moe_scatter",
+                    format!("weights must be [{slots}], got {}", w.describe()),
+                ));
+            }
+            contiguous(&cast(w, y.dtype)?)
+        })
+        .transpose()?;
+    let y = contiguous(y)?;
+    let ctx = y.ctx();
+    let out = AscendTensor::empty(ctx, vec![tokens, cols], y.dtype)?;
+    if out.layout.numel() == 0 {
+        return Ok(out);
+    }
+    let positions: Vec<u8> = (0..slots as i32).flat_map(|i| i.to_le_bytes()).collect();
+    let positions = crate::ops::creation::from_bytes(ctx, vec![slots], DataType::I32, &positions)?;
+    let zeros = crate::ops::creation::zeros(ctx, vec![slots], DataType::I32)?;
+    let inv = crate::ops::index::scatter(
+        0,
+        &zeros,
+        &indices,
+        &positions,
+        crate::ops::index::ScatterReduce::Assign,
+    )?;
+    let plan = tiling::moe_scatter(
+        tokens as u64,
+        top_k as u64,
+        cols as u64,
+        kind,
+        weights.is_some(),
+        &device_props(ctx)?,
+    );
+    let (py, pi, po) = (data_ptr(&y), data_ptr(&inv), data_ptr(&out));
+    let pw = weights.as_ref().map_or(std::ptr::null_mut(), data_ptr);
+    // SAFETY: as in `vector_add`.
+    ctx.launch_kernel("moe_scatter", |stream| unsafe {
+        launch::moe_scatter(stream, plan, py, pi, pw, po)
+    })
+    .map_err(|e| e.with_context(|| format!("moe_scatter of {}", y.describe())))?;
+    Ok(out)
+}
