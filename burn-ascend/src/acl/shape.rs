@@ -25,3 +25,32 @@ pub fn broadcast_dims(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         })
         .collect()
 }
+
+/// Whether a view is row-major and dense (size-1 dims may have any stride; empty views are).
+pub fn is_contiguous(shape: &[usize], strides: &[usize]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expected = 1;
+    for (&d, &s) in shape.iter().zip(strides).rev() {
+        if d != 1 && s != expected {
+            return false;
+        }
+        expected *= d;
+    }
+    true
+}
+
+/// One past the highest storage element a view reaches (its offset when it is empty).
+pub fn extent(shape: &[usize], strides: &[usize], offset: usize) -> usize {
+    if shape.contains(&0) {
+        return offset;
+    }
+    offset
+        + shape
+            .iter()
+            .zip(strides)
+            .map(|(&d, &s)| (d - 1) * s)
+            .sum::<usize>()
+        + 1
+}

@@ -49,17 +49,29 @@ pub fn to_bytes_many(tensors: &[AscendTensor]) -> AclResult<Vec<Vec<u8>>> {
         .collect()
 }
 
+/// A fresh tensor, filled by `fill` unless it is empty.
+fn filled(
+    ctx: &Arc<DeviceContext>,
+    shape: Vec<usize>,
+    dtype: DataType,
+    fill: impl FnOnce(&AscendTensor) -> AclResult<()>,
+) -> AclResult<AscendTensor> {
+    let out = AscendTensor::empty(ctx, shape, dtype)?;
+    if out.layout.numel() > 0 {
+        fill(&out)?;
+    }
+    Ok(out)
+}
+
 /// A tensor filled with zeros.
 pub fn zeros(
     ctx: &Arc<DeviceContext>,
     shape: Vec<usize>,
     dtype: DataType,
 ) -> AclResult<AscendTensor> {
-    let out = AscendTensor::empty(ctx, shape, dtype)?;
-    if out.layout.numel() > 0 {
-        aclnn!(&**ctx, aclnnInplaceZero(out.desc()?.as_ptr()))?;
-    }
-    Ok(out)
+    filled(ctx, shape, dtype, |t| {
+        aclnn!(&**ctx, aclnnInplaceZero(t.desc()?.as_ptr()))
+    })
 }
 
 /// A tensor filled with ones.
@@ -68,11 +80,9 @@ pub fn ones(
     shape: Vec<usize>,
     dtype: DataType,
 ) -> AclResult<AscendTensor> {
-    let out = AscendTensor::empty(ctx, shape, dtype)?;
-    if out.layout.numel() > 0 {
-        aclnn!(&**ctx, aclnnInplaceOne(out.desc()?.as_ptr()))?;
-    }
-    Ok(out)
+    filled(ctx, shape, dtype, |t| {
+        aclnn!(&**ctx, aclnnInplaceOne(t.desc()?.as_ptr()))
+    })
 }
 
 /// A tensor filled with `value`.
@@ -82,14 +92,11 @@ pub fn full(
     dtype: DataType,
     value: HostScalar,
 ) -> AclResult<AscendTensor> {
-    let out = AscendTensor::empty(ctx, shape, dtype)?;
-    if out.layout.numel() > 0 {
-        let api = ctx.bind();
-        let value = ScalarDesc::new(api, value)?;
+    filled(ctx, shape, dtype, |t| {
+        let value = ScalarDesc::new(ctx.bind(), value)?;
         aclnn!(
             &**ctx,
-            aclnnInplaceFillScalar(out.desc()?.as_ptr(), value.as_ptr())
-        )?;
-    }
-    Ok(out)
+            aclnnInplaceFillScalar(t.desc()?.as_ptr(), value.as_ptr())
+        )
+    })
 }

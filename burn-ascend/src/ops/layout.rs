@@ -33,32 +33,12 @@ impl Layout {
 
     /// Whether the view is row-major and dense (size-1 dims may have any stride).
     pub fn is_contiguous(&self) -> bool {
-        if self.numel() == 0 {
-            return true;
-        }
-        let mut expected = 1;
-        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
-            if d != 1 && s != expected {
-                return false;
-            }
-            expected *= d;
-        }
-        true
+        crate::acl::shape::is_contiguous(&self.shape, &self.strides)
     }
 
-    /// Number of storage elements the view spans from offset 0.
+    /// One past the highest storage element the view reaches.
     pub fn extent(&self) -> usize {
-        if self.numel() == 0 {
-            return self.offset;
-        }
-        self.offset
-            + self
-                .shape
-                .iter()
-                .zip(&self.strides)
-                .map(|(&d, &s)| (d - 1) * s)
-                .sum::<usize>()
-            + 1
+        crate::acl::shape::extent(&self.shape, &self.strides, self.offset)
     }
 
     /// The same elements under a new shape, if that needs no copy (contiguous data).

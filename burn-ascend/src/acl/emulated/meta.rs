@@ -29,32 +29,12 @@ impl TensorDesc {
     }
 
     pub fn is_contiguous(&self) -> bool {
-        if self.numel() == 0 {
-            return true;
-        }
-        let mut expected = 1;
-        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
-            if d != 1 && s != expected {
-                return false;
-            }
-            expected *= d;
-        }
-        true
+        crate::acl::shape::is_contiguous(&self.shape, &self.strides)
     }
 
-    /// One past the highest element the view reaches, relative to the base.
+    /// One past the highest storage element the view reaches.
     pub fn extent(&self) -> usize {
-        if self.numel() == 0 {
-            return self.offset;
-        }
-        self.offset
-            + self
-                .shape
-                .iter()
-                .zip(&self.strides)
-                .map(|(&d, &s)| (d - 1) * s)
-                .sum::<usize>()
-            + 1
+        crate::acl::shape::extent(&self.shape, &self.strides, self.offset)
     }
 
     pub fn describe(&self) -> String {
