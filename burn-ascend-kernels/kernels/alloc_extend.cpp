@@ -5,27 +5,39 @@
 // For request b with p = prefix_lens[b], s = seq_lens[b] and pages of P slots:
 //   new_pages(b) = ceil(s/P) - ceil(p/P), page_base(b) = sum of new_pages before b,
 //   out_base(b) = sum of (s - p) before b;
-//   token j in [p, s) goes to last_loc[b] + 1 + (j - p) while it is still inside the partly
-//   filled last page (j < ceil(p/P) * P), else to free_pages[page_base(b) + j/P - ceil(p/P)] * P
-//   + j % P.
-// Block 0 also writes the totals: pages taken and tokens extended. A page index past the free
-// list (a batch needing more pages than it holds, which the scheduler checks before launching)
-// is never read: its slots are written as -1, and the totals still report what was needed.
+//   token j in [p, s) goes to out_slots[out_base(b) + j - p] =
+//     last_loc[b] + 1 + (j - p) while it is still inside the partly filled last page
+//     (j < ceil(p/P) * P), else free_pages[page_base(b) + j/P - ceil(p/P)] * P + j % P.
+// A page past the free list (a batch needing more pages than it holds, which the scheduler
+// checks before launching) is never read: its slots are written as -1. Output positions that no
+// request covers (the lengths sum to less than out_slots holds) are -1 too, so every entry of
+// out_slots is written exactly once. The last block writes the totals: pages needed and tokens
+// extended (what the batch needed, even when the free list was too short).
 //
-// Work split: block b handles requests b, b + blockDim, ...; each block reads all lengths (the
-// batch is small) to form its prefix sums on the scalar unit, and writes its slots through the
-// unified buffer `slotChunk` slots at a time.
+// Work split: the output positions are cut into equal ranges, one per block, so the work is
+// balanced whatever the lengths. Each block streams the lengths `lenTile` requests at a time to
+// form the running sums on the scalar unit, stops once past its range (the last block goes on
+// to the end for the totals), and fills its slots into two ping-pong staging tiles of
+// `slotTile` slots, storing one while it fills the other. The free list is read through a
+// window of `pageTile` entries, only where the block's tokens take pages.
+//
+// Positions and lengths are int32 on the scalar unit (a sequence holds fewer than 2^31 tokens,
+// and out_slots fewer than 2^31 entries); slot values are of the index type, so an int64 cache
+// of 2^31 slots or more computes them in 64 bits.
 #include "kernel_operator.h"
 
 using namespace AscendC;
 
 struct AllocExtendTiling {
-    uint32_t batch;       // B
-    uint32_t freePages;   // entries of free_pages
-    uint32_t pageSize;    // slots per page
-    uint32_t outSlots;    // sum(seq_lens - prefix_lens), known to the scheduler
-    uint32_t slotChunk;   // slots written at a time (a multiple of 8)
-    uint32_t indexBytes;  // 4 (int32) or 8 (int64), for every index tensor
+    uint32_t batch;         // B
+    uint32_t freePages;     // entries of free_pages
+    uint32_t pageSize;      // slots per page
+    uint32_t outSlots;      // entries of out_slots: sum(seq_lens - prefix_lens), known to the scheduler
+    uint32_t slotsPerCore;  // output positions per block (a multiple of 8)
+    uint32_t slotTile;      // slots staged per store (a multiple of 8)
+    uint32_t lenTile;       // requests whose lengths are loaded at a time (a multiple of 8)
+    uint32_t pageTile;      // free-list entries loaded at a time (a multiple of 8)
+    uint32_t indexBytes;    // 4 (int32) or 8 (int64), for every index tensor
 };
 
 template <typename I>
@@ -35,18 +47,28 @@ public:
                                 GM_ADDR totals, const AllocExtendTiling& t, TPipe* pipe)
     {
         tiling = t;
+        uint32_t lo = static_cast<uint32_t>(GetBlockIdx()) * t.slotsPerCore;
+        lo = lo < t.outSlots ? lo : t.outSlots;
+        uint32_t hi = t.outSlots - lo < t.slotsPerCore ? t.outSlots : lo + t.slotsPerCore;
+        outLo = static_cast<int32_t>(lo);
+        outHi = static_cast<int32_t>(hi);
+        next = outLo;
+        lastBlock = GetBlockIdx() == GetBlockNum() - 1;
         prefixGm.SetGlobalBuffer((__gm__ I*)prefixLens, t.batch);
         seqGm.SetGlobalBuffer((__gm__ I*)seqLens, t.batch);
         lastGm.SetGlobalBuffer((__gm__ I*)lastLoc, t.batch);
         freeGm.SetGlobalBuffer((__gm__ I*)freePages, t.freePages);
         outGm.SetGlobalBuffer((__gm__ I*)outSlots, t.outSlots);
         totalsGm.SetGlobalBuffer((__gm__ I*)totals, 2);
-        uint32_t lens = Align32(t.batch * sizeof(I));
+        uint32_t lens = Align32(t.lenTile * sizeof(I));
         pipe->InitBuffer(prefixBuf, lens);
         pipe->InitBuffer(seqBuf, lens);
         pipe->InitBuffer(lastBuf, lens);
-        pipe->InitBuffer(slotBuf, Align32(t.slotChunk * sizeof(I)));
-        pipe->InitBuffer(pageBuf, 32);
+        pipe->InitBuffer(pageBuf, Align32(t.pageTile * sizeof(I)));
+        pipe->InitBuffer(stageBuf, 2 * Align32(t.slotTile * sizeof(I)));
+        pipe->InitBuffer(totalsBuf, 32);
+        stored[0] = GetTPipePtr()->AllocEventID<HardEvent::MTE3_S>();
+        stored[1] = GetTPipePtr()->AllocEventID<HardEvent::MTE3_S>();
     }
 
     __aicore__ inline void Process()
@@ -54,36 +76,61 @@ public:
         LocalTensor<I> prefix = prefixBuf.Get<I>();
         LocalTensor<I> seq = seqBuf.Get<I>();
         LocalTensor<I> last = lastBuf.Get<I>();
-        Load(prefix, prefixGm, tiling.batch);
-        Load(seq, seqGm, tiling.batch);
-        Load(last, lastGm, tiling.batch);
-        Sync<HardEvent::MTE2_S>();
-        uint32_t ps = tiling.pageSize;
-        int64_t pageBase = 0;
-        int64_t outBase = 0;
-        for (uint32_t b = 0; b < tiling.batch; ++b) {
-            int64_t p = static_cast<int64_t>(prefix.GetValue(b));
-            int64_t s = static_cast<int64_t>(seq.GetValue(b));
-            int64_t filledPages = (p + ps - 1) / ps;
-            int64_t newPages = (s + ps - 1) / ps - filledPages;
-            if (b % GetBlockNum() == static_cast<uint32_t>(GetBlockIdx())) {
-                Request(p, s, static_cast<int64_t>(last.GetValue(b)), filledPages, pageBase, outBase);
+        const int32_t ps = static_cast<int32_t>(tiling.pageSize);
+        int32_t pageBase = 0;
+        int32_t outBase = 0;
+        bool scanning = true;
+        for (uint32_t r0 = 0; scanning && r0 < tiling.batch; r0 += tiling.lenTile) {
+            uint32_t n = tiling.batch - r0 < tiling.lenTile ? tiling.batch - r0 : tiling.lenTile;
+            Load(prefix, prefixGm[r0], n);
+            Load(seq, seqGm[r0], n);
+            Load(last, lastGm[r0], n);
+            Sync<HardEvent::MTE2_S>();
+            for (uint32_t k = 0; k < n; ++k) {
+                int32_t p = static_cast<int32_t>(prefix.GetValue(k));
+                int32_t s = static_cast<int32_t>(seq.GetValue(k));
+                int32_t filled = CeilPages(p, ps);
+                int32_t extend = s - p;
+                // From `next`, not outLo: a position is written once, in order, so lengths that
+                // break the contract (p > s) cannot push a block past its range.
+                int32_t from = outBase > next ? outBase : next;
+                int32_t to = outBase + extend < outHi ? outBase + extend : outHi;
+                if (from < to) {
+                    Request(p + (from - outBase), p + (to - outBase), p, filled, last.GetValue(k), pageBase);
+                }
+                pageBase += CeilPages(s, ps) - filled;
+                outBase += extend;
+                if (!lastBlock && outBase >= outHi) {
+                    scanning = false;
+                    break;
+                }
             }
-            pageBase += newPages;
-            outBase += s - p;
         }
-        if (GetBlockIdx() == 0) {
-            LocalTensor<I> out = slotBuf.Get<I>();
-            out.SetValue(0, static_cast<I>(pageBase));
-            out.SetValue(1, static_cast<I>(outBase));
+        // Positions no request reached: the lengths sum to less than out_slots holds.
+        while (next < outHi) {
+            Emit(static_cast<I>(-1));
+        }
+        Flush();
+        for (int32_t b = 0; b < 2; ++b) {
+            if (pending[b]) {
+                WaitFlag<HardEvent::MTE3_S>(stored[b]);
+            }
+            GetTPipePtr()->ReleaseEventID<HardEvent::MTE3_S>(stored[b]);
+        }
+        if (lastBlock) {
+            LocalTensor<I> t = totalsBuf.Get<I>();
+            t.SetValue(0, static_cast<I>(pageBase));
+            t.SetValue(1, static_cast<I>(outBase));
             Sync<HardEvent::S_MTE3>();
-            Store(totalsGm, out, 2);
-            Sync<HardEvent::MTE3_S>();
+            Store(totalsGm, t, 2);
         }
     }
 
 private:
     __aicore__ static inline uint32_t Align32(uint32_t bytes) { return (bytes + 31) / 32 * 32; }
+
+    // ceil(len / ps), without the overflow of len + ps - 1.
+    __aicore__ static inline int32_t CeilPages(int32_t len, int32_t ps) { return len / ps + (len % ps > 0 ? 1 : 0); }
 
     template <HardEvent E>
     __aicore__ inline void Sync()
@@ -106,52 +153,102 @@ private:
         DataCopyPad(dst, src, row);
     }
 
-    // The free page at list position `at`, or -1 past the end of the list.
-    __aicore__ inline int64_t Page(int64_t at)
+    // Whether free-list position `at` exists: past either end it is never read.
+    __aicore__ inline bool Listed(int32_t at) const
     {
-        if (at < 0 || at >= static_cast<int64_t>(tiling.freePages)) {
-            return -1;
-        }
-        LocalTensor<I> page = pageBuf.Get<I>();
-        Load(page, freeGm[static_cast<uint64_t>(at)], 1);
-        Sync<HardEvent::MTE2_S>();
-        return static_cast<int64_t>(page.GetValue(0));
+        return at >= 0 && static_cast<uint32_t>(at) < tiling.freePages;
     }
 
-    __aicore__ inline void Request(int64_t p, int64_t s, int64_t lastLoc, int64_t filledPages, int64_t pageBase, int64_t outBase)
+    // The page at listed free-list position `at`, through a window of `pageTile` entries.
+    __aicore__ inline I Page(int32_t at)
     {
-        LocalTensor<I> slots = slotBuf.Get<I>();
-        uint32_t ps = tiling.pageSize;
-        int64_t partialEnd = filledPages * ps;
-        int64_t page = -1;
-        int64_t pageOf = -1;
-        for (int64_t j0 = p; j0 < s; j0 += tiling.slotChunk) {
-            int64_t n = s - j0 < tiling.slotChunk ? s - j0 : tiling.slotChunk;
-            // The previous chunk's store must have read the buffer before it is rewritten.
-            Sync<HardEvent::MTE3_S>();
-            for (int64_t k = 0; k < n; ++k) {
-                int64_t j = j0 + k;
-                int64_t slot;
-                if (j < partialEnd) {
-                    slot = lastLoc + 1 + (j - p);
-                } else {
-                    int64_t which = pageBase + j / ps - filledPages;
-                    if (which != pageOf) {
-                        page = Page(which);
-                        pageOf = which;
-                    }
-                    slot = page < 0 ? -1 : page * ps + j % ps;
-                }
-                slots.SetValue(static_cast<uint32_t>(k), static_cast<I>(slot));
-            }
-            Sync<HardEvent::S_MTE3>();
-            Store(outGm[static_cast<uint64_t>(outBase + (j0 - p))], slots, static_cast<uint32_t>(n));
+        LocalTensor<I> pages = pageBuf.Get<I>();
+        if (at < windowLo || at >= windowLo + windowLen) {
+            uint32_t left = tiling.freePages - static_cast<uint32_t>(at);
+            windowLo = at;
+            windowLen = static_cast<int32_t>(left < tiling.pageTile ? left : tiling.pageTile);
+            Load(pages, freeGm[static_cast<uint32_t>(at)], static_cast<uint32_t>(windowLen));
+            Sync<HardEvent::MTE2_S>();
         }
-        Sync<HardEvent::MTE3_S>();
+        return pages.GetValue(static_cast<uint32_t>(at - windowLo));
+    }
+
+    // Slots of positions [j0, j1) of a request with prefix p whose last partly filled page ends
+    // at position filled * P; its new pages start at free-list position pageBase.
+    __aicore__ inline void Request(int32_t j0, int32_t j1, int32_t p, int32_t filled, I lastLoc, int32_t pageBase)
+    {
+        const int32_t ps = static_cast<int32_t>(tiling.pageSize);
+        int32_t partialEnd = filled * ps;
+        int32_t j = j0;
+        I slot = lastLoc + static_cast<I>(1 + (j - p));
+        for (; j < j1 && j < partialEnd; ++j) {
+            Emit(slot);
+            slot = slot + static_cast<I>(1);
+        }
+        if (j == j1) {
+            return;
+        }
+        // Page by page: the division happens once per request, not per token.
+        int32_t at = pageBase + j / ps - filled;
+        int32_t offset = j % ps;
+        bool listed = Listed(at);
+        I base = listed ? Page(at) * static_cast<I>(ps) : static_cast<I>(-1);
+        for (; j < j1; ++j) {
+            Emit(listed ? base + static_cast<I>(offset) : static_cast<I>(-1));
+            if (++offset == ps && j + 1 < j1) {
+                offset = 0;
+                listed = Listed(++at);
+                base = listed ? Page(at) * static_cast<I>(ps) : static_cast<I>(-1);
+            }
+        }
+    }
+
+    // Appends the slot of output position `next` to the staging tile being filled.
+    __aicore__ inline void Emit(I slot)
+    {
+        if (staged == 0 && pending[current]) {
+            // The store that last read this tile must be done before it is refilled.
+            WaitFlag<HardEvent::MTE3_S>(stored[current]);
+            pending[current] = false;
+        }
+        Tile(current).SetValue(staged, slot);
+        ++next;
+        if (++staged == tiling.slotTile) {
+            Flush();
+        }
+    }
+
+    // Stores the staged slots and switches to the other tile.
+    __aicore__ inline void Flush()
+    {
+        if (staged == 0) {
+            return;
+        }
+        Sync<HardEvent::S_MTE3>();
+        Store(outGm[static_cast<uint32_t>(next) - staged], Tile(current), staged);
+        SetFlag<HardEvent::MTE3_S>(stored[current]);
+        pending[current] = true;
+        current ^= 1;
+        staged = 0;
+    }
+
+    __aicore__ inline LocalTensor<I> Tile(uint32_t which)
+    {
+        return stageBuf.Get<I>()[which * (Align32(tiling.slotTile * sizeof(I)) / sizeof(I))];
     }
 
     AllocExtendTiling tiling;
-    TBuf<TPosition::VECCALC> prefixBuf, seqBuf, lastBuf, slotBuf, pageBuf;
+    int32_t outLo = 0;
+    int32_t outHi = 0;
+    bool lastBlock = false;
+    int32_t next = 0;          // output position of the next slot
+    uint32_t staged = 0;       // slots in the tile being filled
+    uint32_t current = 0;      // the tile being filled
+    bool pending[2] = {false, false};  // a store of the tile is in flight
+    TEventID stored[2] = {0, 0};       // MTE3 -> S: the store of each tile has read it
+    int32_t windowLo = 0;      // free-list positions held in the page buffer
+    int32_t windowLen = 0;
+    TBuf<TPosition::VECCALC> prefixBuf, seqBuf, lastBuf, pageBuf, stageBuf, totalsBuf;
     GlobalTensor<I> prefixGm, seqGm, lastGm, freeGm, outGm, totalsGm;
 };
 

@@ -5,32 +5,42 @@
 // cap * tanh(s_j / cap)):
 //   part_out[b, h, c] = sum_j exp(s_j - m) v_j / Z,  part_lse[b, h, c] = m + ln Z,
 // where m = max_j s_j and Z = sum_j exp(s_j - m); an empty split gives lse = -inf and zeros.
-// Lengths, splits and slots are read on the device: the launch never waits for the host.
+// num_kv_splits[b] is clamped into [1, max_kv_splits], so every key belongs to a split that is
+// computed. Lengths, splits and slots are read on the device: the launch never waits for the host.
 //
-// Work split: one unit of work is (b, key/value head, split); units are dealt round-robin to
-// the blocks. A unit loads the G query heads of its group once and streams its keys in tiles
-// of `keyTile` rows (K and V rows gathered by slot), keeping for each head a running max,
-// normaliser and f32 accumulator (the online softmax), so each key and value row is read once
-// for the whole group. With the MLA layout (valueFromKey) the values are the first Dv dims of
-// the key rows and are not read again.
+// Work split: one unit of work is (b, key/value head, head tile, split): `headTile` query heads
+// of one group over one split's keys. Units are dealt round-robin to the blocks; the tiling
+// cuts a group into several head tiles only to give every vector core work (or when the whole
+// group does not fit the unified buffer beside a useful key tile), so each key and value row is
+// read once per head tile. A unit loads its queries once (widened to f32 and scaled) and streams
+// its keys in tiles of `keyTile` rows, K and V rows gathered by slot into double-buffered queues
+// (the next tile's copies overlap this tile's compute). Per tile and head: the scores by
+// Mul + ReduceSum per key, the tile's maxima by ReduceMax, then the online softmax (running max
+// m, normaliser Z and f32 accumulator per head, kept as vectors in the unified buffer), so one
+// tile costs two vector-to-scalar waits whatever the head count. With the MLA layout
+// (valueFromKey) the values are the first Dv dims of the key rows and are not read again.
+//
+// Head dims are bounded by the unified buffer: one head's query, accumulator and a tile of 8
+// key (and value) rows must fit (Dk = Dv up to about 1400), which the tiling checks.
 #include "kernel_operator.h"
 
 using namespace AscendC;
 
 struct DecodeStage1Tiling {
-    uint32_t batch;          // B
-    uint32_t qHeads;         // HQ
-    uint32_t kvHeads;        // HKV
-    uint32_t headDimK;       // Dk
-    uint32_t headDimV;       // Dv
-    uint32_t maxSplits;      // max_kv_splits
-    uint32_t slots;          // rows of the caches
-    uint32_t indices;        // entries of kv_indices (kv_indptr[B])
-    uint32_t keyTile;        // keys per tile
-    uint32_t valueFromKey;   // 1: values are the first Dv dims of the key rows (MLA)
-    uint32_t dtype;          // 0 float, 1 half, 2 bfloat16 (q, k, v)
-    float scale;             // sm_scale
-    float logitCap;          // 0: none
+    uint32_t batch;         // B
+    uint32_t qHeads;        // HQ
+    uint32_t kvHeads;       // HKV
+    uint32_t headDimK;      // Dk
+    uint32_t headDimV;      // Dv
+    uint32_t maxSplits;     // max_kv_splits
+    uint32_t slots;         // rows of the caches
+    uint32_t indices;       // entries of kv_indices
+    uint32_t headTile;      // query heads per unit (of one group)
+    uint32_t keyTile;       // keys per tile (a multiple of 8)
+    uint32_t valueFromKey;  // 1: values are the first Dv dims of the key rows (MLA)
+    uint32_t dtype;         // 0 float, 1 half, 2 bfloat16 (q, k, v)
+    float scale;            // sm_scale
+    float logitCap;         // 0: none
 };
 
 template <typename T>
@@ -41,6 +51,12 @@ public:
     {
         tiling = t;
         group = t.qHeads / t.kvHeads;
+        headTiles = (group + t.headTile - 1) / t.headTile;
+        rowK = AlignT(t.headDimK);
+        rowV = AlignT(t.headDimV);
+        accPitch = Align8(t.headDimV);
+        scorePitch = Align8(t.keyTile + 1);
+        statLen = Align8(t.headTile + 1);
         qGm.SetGlobalBuffer((__gm__ T*)q, static_cast<uint64_t>(t.batch) * t.qHeads * t.headDimK);
         kGm.SetGlobalBuffer((__gm__ T*)k, static_cast<uint64_t>(t.slots) * t.kvHeads * t.headDimK);
         if (!t.valueFromKey) {
@@ -51,35 +67,67 @@ public:
         splitsGm.SetGlobalBuffer((__gm__ int32_t*)splits, t.batch);
         outGm.SetGlobalBuffer((__gm__ float*)partOut, static_cast<uint64_t>(t.batch) * t.qHeads * t.maxSplits * t.headDimV);
         lseGm.SetGlobalBuffer((__gm__ float*)partLse, static_cast<uint64_t>(t.batch) * t.qHeads * t.maxSplits);
-        uint32_t dk = Align(t.headDimK);
-        uint32_t dv = Align(t.headDimV);
-        pipe->InitBuffer(qBuf, group * dk * sizeof(float));
-        pipe->InitBuffer(kBuf, t.keyTile * dk * sizeof(float));
-        pipe->InitBuffer(vBuf, t.valueFromKey ? 32 : t.keyTile * dv * sizeof(float));
-        pipe->InitBuffer(raw, (dk > dv ? dk : dv) * sizeof(T));
-        pipe->InitBuffer(accBuf, group * dv * sizeof(float));
-        pipe->InitBuffer(scoreBuf, Align(t.keyTile) * sizeof(float));
-        pipe->InitBuffer(tmpBuf, dk * sizeof(float));
-        pipe->InitBuffer(reduceBuf, Align((dk > t.keyTile ? dk : t.keyTile) / 64 + 8) * sizeof(float));
-        pipe->InitBuffer(scalarBuf, 64);
-        pipe->InitBuffer(idxBuf, Align(t.keyTile) * sizeof(int32_t));
+        const uint32_t h = t.headTile;
+        const uint32_t n = t.keyTile;
+        pipe->InitBuffer(qBuf, h * rowK * sizeof(float));
+        pipe->InitBuffer(accBuf, h * accPitch * sizeof(float));
+        pipe->InitBuffer(kQue, 2, n * rowK * sizeof(T));
+        if (!t.valueFromKey) {
+            pipe->InitBuffer(vQue, 2, n * rowV * sizeof(T));
+        }
+        if (sizeof(T) != sizeof(float)) {
+            pipe->InitBuffer(qRaw, h * rowK * sizeof(T));
+            pipe->InitBuffer(kWide, n * rowK * sizeof(float));
+            if (!t.valueFromKey) {
+                pipe->InitBuffer(vWide, n * rowV * sizeof(float));
+            }
+        }
+        pipe->InitBuffer(scoreBuf, h * scorePitch * sizeof(float));
+        if (t.logitCap > 0.0f) {
+            pipe->InitBuffer(capBuf, h * scorePitch * sizeof(float));
+        }
+        pipe->InitBuffer(tmpBuf, (rowK > rowV ? rowK : rowV) * sizeof(float));
+        pipe->InitBuffer(reduceBuf, ReduceElems() * sizeof(float));
+        pipe->InitBuffer(statBuf, 5 * statLen * sizeof(float));
+        pipe->InitBuffer(lseBuf, h * 8 * sizeof(float));
+        pipe->InitBuffer(idxBuf, Align8(n) * sizeof(int32_t));
         pipe->InitBuffer(metaBuf, 64);
     }
 
     __aicore__ inline void Process()
     {
-        uint32_t units = tiling.batch * tiling.kvHeads * tiling.maxSplits;
-        for (uint32_t u = GetBlockIdx(); u < units; u += GetBlockNum()) {
+        const uint32_t units = tiling.batch * tiling.kvHeads * headTiles * tiling.maxSplits;
+        for (uint32_t u = static_cast<uint32_t>(GetBlockIdx()); u < units; u += static_cast<uint32_t>(GetBlockNum())) {
             uint32_t c = u % tiling.maxSplits;
-            uint32_t hkv = (u / tiling.maxSplits) % tiling.kvHeads;
-            uint32_t b = u / tiling.maxSplits / tiling.kvHeads;
-            Unit(b, hkv, c);
+            uint32_t rest = u / tiling.maxSplits;
+            uint32_t tileOfGroup = rest % headTiles;
+            rest /= headTiles;
+            uint32_t hkv = rest % tiling.kvHeads;
+            uint32_t b = rest / tiling.kvHeads;
+            uint32_t first = tileOfGroup * tiling.headTile;
+            uint32_t heads = group - first < tiling.headTile ? group - first : tiling.headTile;
+            Unit(b, hkv, hkv * group + first, heads, c);
         }
     }
 
 private:
-    // Elements rounded up to whole 32-byte blocks of f32.
-    __aicore__ static inline uint32_t Align(uint32_t n) { return (n + 7) / 8 * 8; }
+    __aicore__ static inline uint32_t Align8(uint32_t n) { return (n + 7) / 8 * 8; }
+
+    // Elements of T rounded up to whole 32-byte blocks (also a multiple of 8): the unified-buffer
+    // pitch of a row of T, and of its f32 copy, so one Cast widens a whole tile.
+    __aicore__ static inline uint32_t AlignT(uint32_t n)
+    {
+        constexpr uint32_t perBlock = 32 / sizeof(T);
+        return (n + perBlock - 1) / perBlock * perBlock;
+    }
+
+    // ReduceSum over Dk and ReduceMax over a key tile need this many f32 of shared buffer.
+    __aicore__ inline uint32_t ReduceElems() const
+    {
+        uint32_t sum = (tiling.headDimK + 63) / 64;
+        uint32_t max = 2 * ((tiling.keyTile + 63) / 64);
+        return Align8(sum > max ? sum : max);
+    }
 
     template <HardEvent E>
     __aicore__ inline void Sync()
@@ -101,165 +149,258 @@ private:
         }
     }
 
-    template <typename U>
-    __aicore__ inline void Store(const GlobalTensor<U>& dst, const LocalTensor<U>& src, uint32_t n)
+    // The query rows of heads [h0, h0 + heads) of request b, widened to f32 and scaled.
+    __aicore__ inline void LoadQueries(uint32_t b, uint32_t h0, uint32_t heads)
     {
-        if ((n * sizeof(U)) % 32 == 0) {
-            DataCopy(dst, src, n);
+        LocalTensor<float> qs = qBuf.Get<float>();
+        // The previous unit's vector ops have read the query buffers.
+        Sync<HardEvent::V_MTE2>();
+        DataCopyExtParams rows{static_cast<uint16_t>(heads), static_cast<uint32_t>(tiling.headDimK * sizeof(T)), 0, 0, 0};
+        DataCopyPadExtParams<T> noPad{false, 0, 0, 0};
+        GlobalTensor<T> src = qGm[(static_cast<uint64_t>(b) * tiling.qHeads + h0) * tiling.headDimK];
+        if constexpr (sizeof(T) == sizeof(float)) {
+            DataCopyPad(qs.template ReinterpretCast<T>(), src, rows, noPad);
+            Sync<HardEvent::MTE2_V>();
         } else {
-            DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(U)), 0, 0, 0};
-            DataCopyPad(dst, src, row);
+            LocalTensor<T> raw = qRaw.Get<T>();
+            DataCopyPad(raw, src, rows, noPad);
+            Sync<HardEvent::MTE2_V>();
+            Cast(qs, raw, RoundMode::CAST_NONE, heads * rowK);
+        }
+        Muls(qs, qs, tiling.scale, static_cast<int32_t>(heads * rowK));
+    }
+
+    // Queues the key (and value) rows of kv_indices[at, at + n) for key/value head hkv.
+    __aicore__ inline void CopyIn(uint32_t hkv, int32_t at, uint32_t n)
+    {
+        LocalTensor<int32_t> slots = idxBuf.Get<int32_t>();
+        Load(slots, idxGm[static_cast<uint32_t>(at)], n);
+        Sync<HardEvent::MTE2_S>();
+        const uint64_t kRow = static_cast<uint64_t>(tiling.kvHeads) * tiling.headDimK;
+        const uint64_t vRow = static_cast<uint64_t>(tiling.kvHeads) * tiling.headDimV;
+        LocalTensor<T> keys = kQue.AllocTensor<T>();
+        for (uint32_t j = 0; j < n; ++j) {
+            uint64_t slot = static_cast<uint64_t>(static_cast<uint32_t>(slots.GetValue(j)));
+            Load(keys[j * rowK], kGm[slot * kRow + hkv * tiling.headDimK], tiling.headDimK);
+        }
+        kQue.EnQue(keys);
+        if (!tiling.valueFromKey) {
+            LocalTensor<T> vals = vQue.AllocTensor<T>();
+            for (uint32_t j = 0; j < n; ++j) {
+                uint64_t slot = static_cast<uint64_t>(static_cast<uint32_t>(slots.GetValue(j)));
+                Load(vals[j * rowV], vGm[slot * vRow + hkv * tiling.headDimV], tiling.headDimV);
+            }
+            vQue.EnQue(vals);
         }
     }
 
-    // n elements of `src` as f32 in `dst`.
-    __aicore__ inline void LoadWide(const LocalTensor<float>& dst, const GlobalTensor<T>& src, uint32_t n)
+    // n rows of a dequeued tile as f32 (a Cast into `wide` for narrow types).
+    __aicore__ inline LocalTensor<float> Widen(const LocalTensor<T>& raw, TBuf<TPosition::VECCALC>& wide, uint32_t pitch,
+                                               uint32_t n)
     {
         if constexpr (sizeof(T) == sizeof(float)) {
-            Load(dst.template ReinterpretCast<T>(), src, n);
-            Sync<HardEvent::MTE2_V>();
+            return raw.template ReinterpretCast<float>();
         } else {
-            LocalTensor<T> r = raw.Get<T>();
-            Sync<HardEvent::V_MTE2>();
-            Load(r, src, n);
-            Sync<HardEvent::MTE2_V>();
-            Cast(dst, r, RoundMode::CAST_NONE, n);
+            LocalTensor<float> w = wide.Get<float>();
+            Cast(w, raw, RoundMode::CAST_NONE, n * pitch);
+            return w;
         }
     }
 
-    __aicore__ inline int32_t Meta(const GlobalTensor<int32_t>& src, uint32_t at)
+    // scores[g][j] = q_g . k_j for the tile's n keys, soft-capped when asked.
+    __aicore__ inline void Scores(const LocalTensor<float>& keys, uint32_t heads, uint32_t n)
     {
-        LocalTensor<int32_t> m = metaBuf.Get<int32_t>();
-        Load(m, src[at], 1);
+        LocalTensor<float> qs = qBuf.Get<float>();
+        LocalTensor<float> scores = scoreBuf.Get<float>();
+        LocalTensor<float> tmp = tmpBuf.Get<float>();
+        LocalTensor<float> shared = reduceBuf.Get<float>();
+        const int32_t dk = static_cast<int32_t>(tiling.headDimK);
+        for (uint32_t g = 0; g < heads; ++g) {
+            for (uint32_t j = 0; j < n; ++j) {
+                Mul(tmp, qs[g * rowK], keys[j * rowK], dk);
+                ReduceSum(scores[g * scorePitch + j], tmp, shared, dk);
+            }
+        }
+        if (tiling.logitCap > 0.0f) {
+            // cap * tanh(x), x = s / cap, as cap * (e - 1) / (e + 1) with e = exp(2x); x is
+            // clamped to [-15, 15], where tanh is +-1 in f32, so e stays finite.
+            const int32_t all = static_cast<int32_t>(heads * scorePitch);
+            LocalTensor<float> den = capBuf.Get<float>();
+            Muls(scores, scores, 1.0f / tiling.logitCap, all);
+            Mins(scores, scores, 15.0f, all);
+            Maxs(scores, scores, -15.0f, all);
+            Muls(scores, scores, 2.0f, all);
+            Exp(scores, scores, all);
+            Adds(den, scores, 1.0f, all);
+            Adds(scores, scores, -1.0f, all);
+            Div(scores, scores, den, all);
+            Muls(scores, scores, tiling.logitCap, all);
+        }
+    }
+
+    // One tile of the online softmax: folds the tile's scores and values into m, Z and acc.
+    __aicore__ inline void Accumulate(const LocalTensor<float>& vals, uint32_t vPitch, uint32_t heads, uint32_t n,
+                                      LocalTensor<float>& m, LocalTensor<float>& mNew)
+    {
+        LocalTensor<float> scores = scoreBuf.Get<float>();
+        LocalTensor<float> shared = reduceBuf.Get<float>();
+        LocalTensor<float> stats = statBuf.Get<float>();
+        LocalTensor<float> z = stats[2 * statLen];
+        LocalTensor<float> alpha = stats[3 * statLen];
+        LocalTensor<float> sums = stats[4 * statLen];
+        LocalTensor<float> acc = accBuf.Get<float>();
+        LocalTensor<float> tmp = tmpBuf.Get<float>();
+        const int32_t h = static_cast<int32_t>(heads);
+        const int32_t dv = static_cast<int32_t>(tiling.headDimV);
+        for (uint32_t g = 0; g < heads; ++g) {
+            ReduceMax(mNew[g], scores[g * scorePitch], shared, static_cast<int32_t>(n));
+        }
+        Max(mNew, mNew, m, h);
+        Sub(alpha, m, mNew, h);
+        Exp(alpha, alpha, h);
+        Sync<HardEvent::V_S>();
+        for (uint32_t g = 0; g < heads; ++g) {
+            Adds(scores[g * scorePitch], scores[g * scorePitch], -mNew.GetValue(g), static_cast<int32_t>(n));
+        }
+        Exp(scores, scores, static_cast<int32_t>(heads * scorePitch));
+        for (uint32_t g = 0; g < heads; ++g) {
+            ReduceSum(sums[g], scores[g * scorePitch], shared, static_cast<int32_t>(n));
+        }
+        Mul(z, z, alpha, h);
+        Add(z, z, sums, h);
+        Sync<HardEvent::V_S>();
+        for (uint32_t g = 0; g < heads; ++g) {
+            LocalTensor<float> row = acc[g * accPitch];
+            Muls(row, row, alpha.GetValue(g), dv);
+            for (uint32_t j = 0; j < n; ++j) {
+                Muls(tmp, vals[j * vPitch], scores.GetValue(g * scorePitch + j), dv);
+                Add(row, row, tmp, dv);
+            }
+        }
+        LocalTensor<float> swap = m;
+        m = mNew;
+        mNew = swap;
+    }
+
+    // Attention of heads [h0, h0 + heads) over kv_indices[from, to) into acc, m and Z.
+    __aicore__ inline void Attend(uint32_t b, uint32_t hkv, uint32_t h0, uint32_t heads, int32_t from, int32_t to,
+                                  LocalTensor<float>& m)
+    {
+        LoadQueries(b, h0, heads);
+        LocalTensor<float> stats = statBuf.Get<float>();
+        LocalTensor<float> mNew = stats[statLen];
+        Duplicate(m, -3.0e38f, static_cast<int32_t>(heads));
+        Duplicate(stats[2 * statLen], 0.0f, static_cast<int32_t>(heads));
+        const int32_t tile = static_cast<int32_t>(tiling.keyTile);
+        CopyIn(hkv, from, static_cast<uint32_t>(to - from < tile ? to - from : tile));
+        for (int32_t at = from; at < to; at += tile) {
+            uint32_t n = static_cast<uint32_t>(to - at < tile ? to - at : tile);
+            LocalTensor<T> kRaw = kQue.DeQue<T>();
+            LocalTensor<T> vRaw;
+            if (!tiling.valueFromKey) {
+                vRaw = vQue.DeQue<T>();
+            }
+            if (at + tile < to) {
+                CopyIn(hkv, at + tile, static_cast<uint32_t>(to - at - tile < tile ? to - at - tile : tile));
+            }
+            LocalTensor<float> keys = Widen(kRaw, kWide, rowK, n);
+            Scores(keys, heads, n);
+            if (tiling.valueFromKey) {
+                Accumulate(keys, rowK, heads, n, m, mNew);
+            } else {
+                Accumulate(Widen(vRaw, vWide, rowV, n), rowV, heads, n, m, mNew);
+                vQue.FreeTensor(vRaw);
+            }
+            kQue.FreeTensor(kRaw);
+        }
+    }
+
+    __aicore__ inline void Unit(uint32_t b, uint32_t hkv, uint32_t h0, uint32_t heads, uint32_t c)
+    {
+        LocalTensor<int32_t> meta = metaBuf.Get<int32_t>();
+        DataCopyExtParams two{1, 2 * sizeof(int32_t), 0, 0, 0};
+        DataCopyExtParams one{1, sizeof(int32_t), 0, 0, 0};
+        DataCopyPadExtParams<int32_t> noPad{false, 0, 0, 0};
+        DataCopyPad(meta, indptrGm[b], two, noPad);
+        DataCopyPad(meta[8], splitsGm[b], one, noPad);
         Sync<HardEvent::MTE2_S>();
-        return m.GetValue(0);
-    }
-
-    // exp or ln of one value through the vector unit (the scalar unit has neither).
-    __aicore__ inline float Unary(float x, bool ln)
-    {
-        LocalTensor<float> s = scalarBuf.Get<float>();
-        s.SetValue(0, x);
-        Sync<HardEvent::S_V>();
-        if (ln) {
-            Ln(s, s, 1);
-        } else {
-            Exp(s, s, 1);
+        int32_t start = meta.GetValue(0);
+        int32_t len = meta.GetValue(1) - start;
+        int32_t splits = meta.GetValue(8);
+        const int32_t maxSplits = static_cast<int32_t>(tiling.maxSplits);
+        splits = splits < 1 ? 1 : (splits > maxSplits ? maxSplits : splits);
+        // Never read past kv_indices, whatever kv_indptr holds.
+        const int32_t indices = static_cast<int32_t>(tiling.indices);
+        if (start < 0 || start > indices) {
+            len = 0;
+        } else if (len > indices - start) {
+            len = indices - start;
         }
-        Sync<HardEvent::V_S>();
-        return s.GetValue(0);
-    }
-
-    __aicore__ inline float Dot(const LocalTensor<float>& a, const LocalTensor<float>& b, uint32_t n)
-    {
-        LocalTensor<float> t = tmpBuf.Get<float>();
-        Mul(t, a, b, static_cast<int32_t>(n));
-        LocalTensor<float> r = scalarBuf.Get<float>();
-        ReduceSum(r, t, reduceBuf.Get<float>(), static_cast<int32_t>(n));
-        Sync<HardEvent::V_S>();
-        return r.GetValue(0);
-    }
-
-    __aicore__ inline void Unit(uint32_t b, uint32_t hkv, uint32_t c)
-    {
-        const uint32_t dk = Align(tiling.headDimK);
-        const uint32_t dv = Align(tiling.headDimV);
-        int32_t start = Meta(indptrGm, b);
-        int32_t len = Meta(indptrGm, b + 1) - start;
-        int32_t splits = Meta(splitsGm, b);
-        int32_t per = splits > 0 ? (len + splits - 1) / splits : len;
+        int32_t per = len > 0 ? (len + splits - 1) / splits : 0;
         int32_t from = static_cast<int32_t>(c) * per;
         int32_t to = from + per < len ? from + per : len;
-        bool empty = splits <= 0 || static_cast<int32_t>(c) >= splits || from >= to;
-        LocalTensor<float> qs = qBuf.Get<float>();
+        // Splits past the request's count start at or after its end: empty.
+        bool empty = from >= to;
+
         LocalTensor<float> acc = accBuf.Get<float>();
-        float m[MAX_GROUP];
-        float z[MAX_GROUP];
-        for (uint32_t g = 0; g < group; ++g) {
-            uint64_t qAt = (static_cast<uint64_t>(b) * tiling.qHeads + hkv * group + g) * tiling.headDimK;
-            LoadWide(qs[g * dk], qGm[qAt], tiling.headDimK);
-            Muls(qs[g * dk], qs[g * dk], tiling.scale, static_cast<int32_t>(tiling.headDimK));
-            Duplicate(acc[g * dv], 0.0f, static_cast<int32_t>(dv));
-            m[g] = -3.0e38f;
-            z[g] = 0.0f;
+        LocalTensor<float> m = statBuf.Get<float>();
+        Duplicate(acc, 0.0f, static_cast<int32_t>(heads * accPitch));
+        if (!empty) {
+            Attend(b, hkv, h0, heads, start + from, start + to, m);
         }
-        LocalTensor<float> keys = kBuf.Get<float>();
-        LocalTensor<float> vals = tiling.valueFromKey ? keys : vBuf.Get<float>();
-        const uint32_t vStride = tiling.valueFromKey ? dk : dv;
-        LocalTensor<int32_t> slots = idxBuf.Get<int32_t>();
-        LocalTensor<float> scores = scoreBuf.Get<float>();
-        for (int32_t t0 = empty ? to : from; t0 < to; t0 += static_cast<int32_t>(tiling.keyTile)) {
-            uint32_t n = static_cast<uint32_t>(to - t0 < static_cast<int32_t>(tiling.keyTile) ? to - t0 : static_cast<int32_t>(tiling.keyTile));
-            Load(slots, idxGm[static_cast<uint32_t>(start + t0)], n);
-            Sync<HardEvent::MTE2_S>();
-            for (uint32_t j = 0; j < n; ++j) {
-                uint64_t slot = static_cast<uint64_t>(slots.GetValue(j));
-                LoadWide(keys[j * dk], kGm[(slot * tiling.kvHeads + hkv) * tiling.headDimK], tiling.headDimK);
-                if (!tiling.valueFromKey) {
-                    LoadWide(vals[j * dv], vGm[(slot * tiling.kvHeads + hkv) * tiling.headDimV], tiling.headDimV);
-                }
-            }
-            for (uint32_t g = 0; g < group; ++g) {
-                for (uint32_t j = 0; j < n; ++j) {
-                    float s = Dot(qs[g * dk], keys[j * dk], tiling.headDimK);
-                    if (tiling.logitCap > 0.0f) {
-                        // cap * tanh(s / cap), tanh(x) = 1 - 2 / (exp(2x) + 1)
-                        float e = Unary(2.0f * s / tiling.logitCap, false);
-                        s = tiling.logitCap * (1.0f - 2.0f / (e + 1.0f));
-                    }
-                    scores.SetValue(j, s);
-                }
-                float tileMax = -3.0e38f;
-                for (uint32_t j = 0; j < n; ++j) {
-                    float s = scores.GetValue(j);
-                    tileMax = s > tileMax ? s : tileMax;
-                }
-                float mNew = m[g] > tileMax ? m[g] : tileMax;
-                float alpha = Unary(m[g] - mNew, false);
-                Sync<HardEvent::S_V>();
-                Adds(scores, scores, -mNew, static_cast<int32_t>(n));
-                Exp(scores, scores, static_cast<int32_t>(n));
-                Muls(acc[g * dv], acc[g * dv], alpha, static_cast<int32_t>(tiling.headDimV));
-                Sync<HardEvent::V_S>();
-                float tileSum = 0.0f;
-                for (uint32_t j = 0; j < n; ++j) {
-                    float p = scores.GetValue(j);
-                    tileSum += p;
-                    LocalTensor<float> t = tmpBuf.Get<float>();
-                    Muls(t, vals[j * vStride], p, static_cast<int32_t>(tiling.headDimV));
-                    Add(acc[g * dv], acc[g * dv], t, static_cast<int32_t>(tiling.headDimV));
-                }
-                z[g] = z[g] * alpha + tileSum;
-                m[g] = mNew;
-            }
-        }
-        for (uint32_t g = 0; g < group; ++g) {
-            uint32_t h = hkv * group + g;
-            uint64_t unit = (static_cast<uint64_t>(b) * tiling.qHeads + h) * tiling.maxSplits + c;
-            float lse = -3.4028235e38f * 10.0f;  // -inf
-            if (!empty && z[g] > 0.0f) {
-                Muls(acc[g * dv], acc[g * dv], 1.0f / z[g], static_cast<int32_t>(tiling.headDimV));
-                lse = m[g] + Unary(z[g], true);
-            }
-            Sync<HardEvent::V_MTE3>();
-            Store(outGm[unit * tiling.headDimV], acc[g * dv], tiling.headDimV);
-            LocalTensor<float> l = scalarBuf.Get<float>();
-            Sync<HardEvent::MTE3_S>();
-            l.SetValue(0, lse);
-            Sync<HardEvent::S_MTE3>();
-            Store(lseGm[unit], l, 1);
-            Sync<HardEvent::MTE3_S>();
-        }
-        Sync<HardEvent::MTE3_V>();
+        Finish(b, h0, heads, c, empty, m);
     }
 
-public:
-    static constexpr uint32_t MAX_GROUP = 64;
+    // Normalises acc and stores the unit's rows of part_out and part_lse.
+    __aicore__ inline void Finish(uint32_t b, uint32_t h0, uint32_t heads, uint32_t c, bool empty,
+                                  const LocalTensor<float>& m)
+    {
+        LocalTensor<float> acc = accBuf.Get<float>();
+        LocalTensor<float> stage = lseBuf.Get<float>();
+        if (empty) {
+            union { uint32_t u; float f; } minusInf{0xff800000u};
+            for (uint32_t g = 0; g < heads; ++g) {
+                stage.SetValue(g * 8, minusInf.f);
+            }
+        } else {
+            LocalTensor<float> stats = statBuf.Get<float>();
+            LocalTensor<float> z = stats[2 * statLen];
+            LocalTensor<float> lse = stats[4 * statLen];
+            Ln(lse, z, static_cast<int32_t>(heads));
+            Add(lse, lse, m, static_cast<int32_t>(heads));
+            Sync<HardEvent::V_S>();
+            for (uint32_t g = 0; g < heads; ++g) {
+                Muls(acc[g * accPitch], acc[g * accPitch], 1.0f / z.GetValue(g), static_cast<int32_t>(tiling.headDimV));
+                stage.SetValue(g * 8, lse.GetValue(g));
+            }
+        }
+        Sync<HardEvent::V_MTE3>();
+        Sync<HardEvent::S_MTE3>();
+        // Head h's row of split c is maxSplits rows after head h-1's: one strided store each.
+        const uint32_t splits = tiling.maxSplits;
+        const uint64_t unit = (static_cast<uint64_t>(b) * tiling.qHeads + h0) * splits + c;
+        DataCopyExtParams rows{static_cast<uint16_t>(heads), static_cast<uint32_t>(tiling.headDimV * sizeof(float)), 0,
+                               static_cast<uint32_t>((splits - 1) * tiling.headDimV * sizeof(float)), 0};
+        DataCopyPad(outGm[unit * tiling.headDimV], acc, rows);
+        DataCopyExtParams lses{static_cast<uint16_t>(heads), sizeof(float), 0,
+                               static_cast<uint32_t>((splits - 1) * sizeof(float)), 0};
+        DataCopyPad(lseGm[unit], stage, lses);
+        // The next unit rewrites acc (vector) and the lse staging (scalar) after these stores.
+        Sync<HardEvent::MTE3_V>();
+        Sync<HardEvent::MTE3_S>();
+    }
 
-private:
     DecodeStage1Tiling tiling;
-    uint32_t group = 1;
-    TBuf<TPosition::VECCALC> qBuf, kBuf, vBuf, raw, accBuf, scoreBuf, tmpBuf, reduceBuf, scalarBuf, idxBuf, metaBuf;
+    uint32_t group = 1;       // G = HQ / HKV
+    uint32_t headTiles = 1;   // head tiles per group
+    uint32_t rowK = 8;        // UB pitch of a key row (elements)
+    uint32_t rowV = 8;        // UB pitch of a value row (elements)
+    uint32_t accPitch = 8;    // UB pitch of an accumulator row (f32)
+    uint32_t scorePitch = 8;  // UB pitch of a head's scores (f32)
+    uint32_t statLen = 8;     // f32 per running statistic (heads, plus room for ReduceMax)
+    TQue<TPosition::VECIN, 1> kQue, vQue;
+    TBuf<TPosition::VECCALC> qBuf, qRaw, accBuf, kWide, vWide, scoreBuf, capBuf, tmpBuf, reduceBuf, statBuf, lseBuf, idxBuf,
+        metaBuf;
     GlobalTensor<T> qGm, kGm, vGm;
     GlobalTensor<int32_t> indptrGm, idxGm, splitsGm;
     GlobalTensor<float> outGm, lseGm;

@@ -7,8 +7,8 @@
 use std::ffi::c_void;
 
 use crate::tiling::{
-    AllocExtendTiling, DecodeStage1Tiling, DecodeStage2Tiling, LayerNormTiling, MoeScatterTiling,
-    Plan, RowGatherTiling, VectorAddTiling,
+    AllocExtendTiling, DecodeStage1Tiling, DecodeStage2Tiling, LayerNormBackwardTiling,
+    LayerNormTiling, MoeScatterTiling, Plan, RowGatherTiling, VectorAddTiling,
 };
 
 extern "C" {
@@ -88,6 +88,19 @@ extern "C" {
         mean: *mut c_void,
         rstd: *mut c_void,
         tiling: *mut LayerNormTiling,
+    ) -> u32;
+    fn aclrtlaunch_layer_norm_backward(
+        block_dim: u32,
+        stream: *mut c_void,
+        dy: *mut c_void,
+        x: *mut c_void,
+        mean: *mut c_void,
+        rstd: *mut c_void,
+        gamma: *mut c_void,
+        dx: *mut c_void,
+        dgamma: *mut c_void,
+        dbeta: *mut c_void,
+        tiling: *mut LayerNormBackwardTiling,
     ) -> u32;
 }
 
@@ -178,6 +191,56 @@ pub unsafe fn layer_norm(
             b.y,
             b.mean,
             b.rstd,
+            &mut tiling,
+        ),
+    )
+}
+
+/// Device buffers of one `layer_norm_backward` launch.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerNormBackwardBuffers {
+    /// dy [rows, cols].
+    pub dy: *mut c_void,
+    /// x [rows, cols], dy's type.
+    pub x: *mut c_void,
+    /// mean [rows], f32, from the forward.
+    pub mean: *mut c_void,
+    /// rstd [rows], f32, from the forward.
+    pub rstd: *mut c_void,
+    /// gamma [cols], x's type, or null when the tiling says there is none.
+    pub gamma: *mut c_void,
+    /// dx [rows, cols], x's type.
+    pub dx: *mut c_void,
+    /// dgamma [cols], f32, zeros before the launch (blocks add into it).
+    pub dgamma: *mut c_void,
+    /// dbeta [cols], f32, zeros before the launch (blocks add into it).
+    pub dbeta: *mut c_void,
+}
+
+/// Queues a layer norm backward: dx, and the column sums dgamma and dbeta added into their
+/// (zeroed) buffers.
+///
+/// # Safety
+/// As [`vector_add`], for buffers of the sizes the tiling describes.
+pub unsafe fn layer_norm_backward(
+    stream: *mut c_void,
+    plan: Plan<LayerNormBackwardTiling>,
+    b: LayerNormBackwardBuffers,
+) -> Result<(), LaunchError> {
+    let mut tiling = plan.tiling;
+    check(
+        "layer_norm_backward",
+        aclrtlaunch_layer_norm_backward(
+            plan.block_dim,
+            stream,
+            b.dy,
+            b.x,
+            b.mean,
+            b.rstd,
+            b.gamma,
+            b.dx,
+            b.dgamma,
+            b.dbeta,
             &mut tiling,
         ),
     )
@@ -301,11 +364,12 @@ pub struct DecodeBuffers {
     pub part_lse: *mut c_void,
     /// out [B, HQ, Dv], q's type.
     pub out: *mut c_void,
-    /// lse [B, HQ], f32, or null.
+    /// lse [B, HQ], f32.
     pub lse: *mut c_void,
 }
 
-/// Queues both stages of split-KV decode attention.
+/// Queues both stages of split-KV decode attention: stage 1 writes the per-split results,
+/// stage 2 (queued behind it on the same stream) merges them.
 ///
 /// # Safety
 /// As [`vector_add`], for buffers of the sizes the tilings describe.

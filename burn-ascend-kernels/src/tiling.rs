@@ -237,6 +237,102 @@ pub fn layer_norm_ub_bytes(t: &LayerNormTiling, dtype: NormType) -> u64 {
         + staged
 }
 
+/// Mirrors `LayerNormBackwardTiling` in `kernels/layer_norm_backward.cpp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerNormBackwardTiling {
+    /// Rows (M).
+    pub rows: u32,
+    /// Columns (N).
+    pub cols: u32,
+    /// Rows per block (the last block may have fewer).
+    pub rows_per_core: u32,
+    /// Elements per unified-buffer chunk: N when a row fits, else fewer (two passes per row).
+    pub chunk: u32,
+    /// Rows whose statistics are loaded together (a multiple of 8).
+    pub stat_rows: u32,
+    /// 1 if gamma is given.
+    pub has_gamma: u32,
+    /// The element type ([`NormType`]).
+    pub dtype: u32,
+}
+
+/// Rows per block below which each block's atomic adds of the two column sums (and its own copy
+/// of gamma) would cost more than a few percent of its row traffic.
+const COLUMN_SUM_ROWS: u64 = 40;
+
+/// Unified-buffer bytes per chunk element of `layer_norm_backward`: input and output queues,
+/// f32 xhat, g, scratch and gamma, the two f32 column sums, and a staging buffer for narrow
+/// types.
+fn backward_bytes_per_element(dtype: NormType) -> u64 {
+    let staged = if dtype == NormType::F32 {
+        0
+    } else {
+        dtype.bytes()
+    };
+    2 * dtype.bytes() + 4 * 4 + 2 * 4 + staged
+}
+
+/// Rows evenly over the vector cores (each block keeping at least [`COLUMN_SUM_ROWS`] rows, as
+/// every block adds full-width column sums), and the largest chunk of a row the unified buffer
+/// holds with every buffer of the kernel.
+pub fn layer_norm_backward(
+    rows: u64,
+    cols: u64,
+    dtype: NormType,
+    has_gamma: bool,
+    props: &DeviceProps,
+) -> Plan<LayerNormBackwardTiling> {
+    let rows_per_core = rows
+        .div_ceil(props.vector_cores as u64)
+        .max(COLUMN_SUM_ROWS.min(rows))
+        .max(1);
+    let block_dim = rows.div_ceil(rows_per_core).max(1);
+    let stat_rows = rows_per_core.min(MAX_STAT_ROWS).div_ceil(8) * 8;
+    // Statistics, the reduction result, and the 32-byte rounding of ten buffers.
+    let fixed = 4 * stat_rows * 4 + 32 + UB_ALIGN * 10;
+    let per_element = backward_bytes_per_element(dtype);
+    // ReduceSum's shared buffer needs one f32 per 64 elements, a small share of each element.
+    let budget = (props.ub_bytes as u64).saturating_sub(fixed) * 64 / (64 * per_element + 4);
+    let align = UB_ALIGN / 2;
+    let chunk = if cols <= budget {
+        cols
+    } else {
+        budget / align * align
+    };
+    Plan {
+        block_dim: block_dim as u32,
+        tiling: LayerNormBackwardTiling {
+            rows: rows as u32,
+            cols: cols as u32,
+            rows_per_core: rows_per_core as u32,
+            chunk: chunk as u32,
+            stat_rows: stat_rows as u32,
+            has_gamma: has_gamma as u32,
+            dtype: dtype as u32,
+        },
+    }
+}
+
+/// The unified-buffer bytes `layer_norm_backward`'s kernel allocates for a tiling.
+pub fn layer_norm_backward_ub_bytes(t: &LayerNormBackwardTiling, dtype: NormType) -> u64 {
+    let a = |b: u64| b.div_ceil(UB_ALIGN) * UB_ALIGN;
+    let c = t.chunk as u64;
+    let reduce = c.div_ceil(64).div_ceil(8) * 8 * 4;
+    let staged = if dtype == NormType::F32 {
+        0
+    } else {
+        a(c * dtype.bytes())
+    };
+    2 * a(c * dtype.bytes())
+        + 4 * a(c * 4)
+        + 2 * a(c * 4)
+        + a(reduce)
+        + 32
+        + 4 * t.stat_rows as u64 * 4
+        + staged
+}
+
 /// Mirrors `RowGatherTiling` in `kernels/row_gather.h` (moe_gather, token_rearrange).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -377,14 +473,36 @@ pub struct AllocExtendTiling {
     pub page_size: u32,
     /// Slots to allocate (the sum of the extensions, known to the scheduler).
     pub out_slots: u32,
-    /// Slots written at a time.
-    pub slot_chunk: u32,
+    /// Output positions per block (a multiple of 8).
+    pub slots_per_core: u32,
+    /// Slots staged in the unified buffer per store (a multiple of 8).
+    pub slot_tile: u32,
+    /// Requests whose lengths are loaded at a time (a multiple of 8).
+    pub len_tile: u32,
+    /// Free-list entries loaded at a time (a multiple of 8).
+    pub page_tile: u32,
     /// Bytes per index (4 or 8).
     pub index_bytes: u32,
 }
 
-/// Requests round-robin over at most `batch` blocks; the per-request lengths live in the
-/// unified buffer, so the batch is bounded by it.
+/// Fewest output positions per `alloc_extend` block: every block scans the lengths of the
+/// requests before its range on the scalar unit, which costs about as much as filling a few
+/// hundred slots, so smaller shares would not finish sooner.
+const MIN_SLOTS_PER_CORE: u64 = 256;
+/// Most slots an `alloc_extend` block stages per store.
+const MAX_SLOT_TILE: u64 = 2048;
+/// Most requests whose lengths an `alloc_extend` block loads at a time.
+const MAX_LEN_TILE: u64 = 1024;
+/// Most free-list entries an `alloc_extend` block loads at a time.
+const MAX_PAGE_TILE: u64 = 256;
+
+fn align8(n: u64) -> u64 {
+    n.div_ceil(8) * 8
+}
+
+/// Output positions in equal ranges over the vector cores (at least 256 each); lengths,
+/// free-list entries and slots move through the unified buffer in tiles, so any batch, free
+/// list and output size fits.
 pub fn alloc_extend(
     batch: u64,
     free_pages: u64,
@@ -392,21 +510,33 @@ pub fn alloc_extend(
     out_slots: u64,
     index_bytes: u64,
     props: &DeviceProps,
-) -> Option<Plan<AllocExtendTiling>> {
-    let lens = 3 * (batch * index_bytes).div_ceil(UB_ALIGN) * UB_ALIGN;
-    let slot_chunk = 2048u64;
-    let need = lens + slot_chunk * index_bytes + UB_ALIGN;
-    (need <= props.ub_bytes as u64 && page_size > 0).then(|| Plan {
-        block_dim: batch.clamp(1, props.vector_cores as u64) as u32,
+) -> Plan<AllocExtendTiling> {
+    let page_size = page_size.max(1);
+    let slots_per_core = align8(
+        out_slots
+            .div_ceil(props.vector_cores as u64)
+            .max(MIN_SLOTS_PER_CORE),
+    );
+    Plan {
+        block_dim: out_slots.div_ceil(slots_per_core).max(1) as u32,
         tiling: AllocExtendTiling {
             batch: batch as u32,
             free_pages: free_pages as u32,
             page_size: page_size as u32,
             out_slots: out_slots as u32,
-            slot_chunk: slot_chunk as u32,
+            slots_per_core: slots_per_core as u32,
+            slot_tile: slots_per_core.min(MAX_SLOT_TILE) as u32,
+            len_tile: align8(batch.max(1)).min(MAX_LEN_TILE) as u32,
+            page_tile: align8(slots_per_core / page_size + 2).min(MAX_PAGE_TILE) as u32,
             index_bytes: index_bytes as u32,
         },
-    })
+    }
+}
+
+/// The unified-buffer bytes `alloc_extend`'s kernel allocates for a tiling (its `InitBuffer`s).
+pub fn alloc_extend_ub_bytes(t: &AllocExtendTiling) -> u64 {
+    let a = |elems: u32| (elems as u64 * t.index_bytes as u64).div_ceil(UB_ALIGN) * UB_ALIGN;
+    3 * a(t.len_tile) + a(t.page_tile) + 2 * a(t.slot_tile) + 32
 }
 
 /// Mirrors `DecodeStage1Tiling` in `kernels/decode_attention_stage1.cpp`.
@@ -429,7 +559,9 @@ pub struct DecodeStage1Tiling {
     pub slots: u32,
     /// Entries of kv_indices.
     pub indices: u32,
-    /// Keys per tile.
+    /// Query heads (of one group) per unit of work.
+    pub head_tile: u32,
+    /// Keys per tile (a multiple of 8).
     pub key_tile: u32,
     /// 1: values are the first Dv dims of the key rows (MLA layouts).
     pub value_from_key: u32,
@@ -451,14 +583,15 @@ pub struct DecodeStage2Tiling {
     pub max_splits: u32,
     /// Value head dim (Dv).
     pub head_dim_v: u32,
-    /// 1 to write the merged log-sum-exp.
-    pub with_lse: u32,
+    /// Pairs per block.
+    pub pairs_per_core: u32,
+    /// Pairs merged at a time.
+    pub pair_tile: u32,
+    /// Columns per pass: Dv, or a multiple of 16 when a pair's rows do not fit.
+    pub col_tile: u32,
     /// Element type of the output ([`NormType`] codes).
     pub dtype: u32,
 }
-
-/// Query heads per key/value head the stage-1 kernel handles at once.
-pub const MAX_GROUP: u64 = 64;
 
 /// The shape of a decode-attention launch.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -483,33 +616,140 @@ pub struct DecodeShape {
     pub value_from_key: bool,
 }
 
-/// Stage 1: units (request, key/value head, split) round-robin over the vector cores, keys in
-/// the largest tile the unified buffer holds beside the group's queries and accumulators.
-/// Stage 2: (request, head) pairs round-robin. `None` when one group does not fit.
+/// Most keys per stage-1 tile.
+const MAX_KEY_TILE: u64 = 256;
+/// Fewest keys per stage-1 tile the head tile is shrunk for: below it the per-tile waits
+/// dominate.
+const MIN_KEY_TILE: u64 = 16;
+/// Most rows one DataCopyPad moves (its blockCount).
+const MAX_COPY_ROWS: u64 = 4095;
+/// Most pairs stage 2 merges at a time.
+const MAX_PAIR_TILE: u64 = 64;
+/// Stage-2 column chunks are whole 32-byte blocks of f32 parts and of 2-byte outputs.
+const COL_ALIGN: u64 = 16;
+
+/// Elements of a `bytes`-wide type rounded up to whole 32-byte blocks.
+fn align_type(n: u64, bytes: u64) -> u64 {
+    let per = UB_ALIGN / bytes;
+    n.div_ceil(per) * per
+}
+
+/// The unified-buffer bytes of stage 1 with `heads` query heads and `keys` keys per tile (its
+/// `InitBuffer`s).
+pub fn decode_stage1_ub_bytes(
+    s: &DecodeShape,
+    dtype: NormType,
+    heads: u64,
+    keys: u64,
+    capped: bool,
+) -> u64 {
+    let eb = dtype.bytes();
+    let narrow = eb < 4;
+    let (row_k, row_v) = (align_type(s.head_dim_k, eb), align_type(s.head_dim_v, eb));
+    let score = heads * align8(keys + 1) * 4;
+    let reduce = align8(s.head_dim_k.div_ceil(64).max(2 * keys.div_ceil(64))) * 4;
+    let mut bytes = heads * row_k * 4
+        + heads * align8(s.head_dim_v) * 4
+        + 2 * keys * row_k * eb
+        + score
+        + row_k.max(row_v) * 4
+        + reduce
+        + 5 * align8(heads + 1) * 4
+        + heads * 8 * 4
+        + align8(keys) * 4
+        + 64;
+    if !s.value_from_key {
+        bytes += 2 * keys * row_v * eb;
+    }
+    if narrow {
+        bytes += heads * row_k * eb + keys * row_k * 4;
+        if !s.value_from_key {
+            bytes += keys * row_v * 4;
+        }
+    }
+    if capped {
+        bytes += score;
+    }
+    bytes
+}
+
+/// The unified-buffer bytes of stage 2 with `pairs` pairs and `cols` columns per pass.
+pub fn decode_stage2_ub_bytes(max_splits: u64, dtype: NormType, pairs: u64, cols: u64) -> u64 {
+    let eb = dtype.bytes();
+    let acc = if eb < 4 {
+        pairs * align_type(cols, eb) * 4
+    } else {
+        0
+    };
+    align8(pairs * max_splits) * 4
+        + pairs * align8(max_splits) * 4
+        + 3 * align8(pairs) * 4
+        + 2 * pairs * max_splits * align8(cols) * 4
+        + 2 * pairs * align_type(cols, eb) * eb
+        + acc
+}
+
+/// Stage 1: units (request, key/value head, head tile, split) round-robin over the vector
+/// cores. A group of query heads is cut into head tiles only when the units would not occupy
+/// every core, or when the whole group does not fit the unified buffer beside a key tile of
+/// 16 keys; the key tile is then the largest that fits (at most 256).
+/// Stage 2: (request, head) pairs in equal ranges over the vector cores, merged in tiles; a
+/// pair's rows are cut into column chunks when they do not fit. `None` when one head with a
+/// tile of 8 keys does not fit (Dk = Dv over about 1400), or max_splits exceeds 4095.
 pub fn decode_attention(
     s: &DecodeShape,
     dtype: NormType,
     scale: f32,
     logit_cap: f32,
-    with_lse: bool,
     props: &DeviceProps,
 ) -> Option<(Plan<DecodeStage1Tiling>, Plan<DecodeStage2Tiling>)> {
+    let ub = props.ub_bytes as u64;
+    let cores = props.vector_cores as u64;
+    let capped = logit_cap > 0.0;
     let group = s.q_heads / s.kv_heads.max(1);
-    let a8 = |n: u64| n.div_ceil(8) * 8;
-    let (dk, dv) = (a8(s.head_dim_k), a8(s.head_dim_v));
-    let fixed =
-        4 * group * (dk + dv) + dk.max(dv) * dtype.bytes() + 4 * dk + 4 * a8(dk / 64 + 8) + 256;
-    let per_key = 4 * dk + if s.value_from_key { 0 } else { 4 * dv } + 4 + 4 + 4;
-    let room = (props.ub_bytes as u64).checked_sub(fixed)?;
-    let key_tile = (room / per_key).min(256) / 8 * 8;
-    let stage2 =
-        4 * s.max_splits * dv + 4 * a8(s.max_splits) + 4 * dv + dv * dtype.bytes() + 32 + 64;
-    if key_tile == 0 || group == 0 || group > MAX_GROUP || stage2 > props.ub_bytes as u64 {
+    if group == 0 || s.max_splits == 0 || s.max_splits > MAX_COPY_ROWS {
         return None;
     }
-    let units = s.batch * s.kv_heads * s.max_splits;
+    let fits = |heads: u64, keys: u64| decode_stage1_ub_bytes(s, dtype, heads, keys, capped) <= ub;
+    // Head tiles: enough units for every core, then as many heads as fit beside a useful tile.
+    let base_units = (s.batch * s.kv_heads * s.max_splits).max(1);
+    let wanted = cores.div_ceil(base_units).clamp(1, group);
+    let mut heads = group.div_ceil(wanted).min(MAX_COPY_ROWS);
+    while heads > 1 && !fits(heads, MIN_KEY_TILE) {
+        heads -= 1;
+    }
+    if !fits(heads, 8) {
+        return None;
+    }
+    // Equal head tiles: the same number of tiles, spread evenly.
+    heads = group.div_ceil(group.div_ceil(heads));
+    let key_tile = (8..=MAX_KEY_TILE)
+        .rev()
+        .step_by(8)
+        .find(|&k| fits(heads, k))?;
+    let units = s.batch * s.kv_heads * group.div_ceil(heads) * s.max_splits;
+
     let pairs = s.batch * s.q_heads;
-    let cores = props.vector_cores as u64;
+    let pairs_per_core = pairs.div_ceil(cores).max(1);
+    let col_tile = if decode_stage2_ub_bytes(s.max_splits, dtype, 1, s.head_dim_v) <= ub {
+        s.head_dim_v
+    } else {
+        let mut cols = s.head_dim_v / COL_ALIGN * COL_ALIGN;
+        while cols > COL_ALIGN && decode_stage2_ub_bytes(s.max_splits, dtype, 1, cols) > ub {
+            cols -= COL_ALIGN;
+        }
+        cols
+    };
+    if decode_stage2_ub_bytes(s.max_splits, dtype, 1, col_tile) > ub {
+        return None;
+    }
+    let mut pair_tile = pairs_per_core
+        .min(MAX_PAIR_TILE)
+        .min(MAX_COPY_ROWS / s.max_splits)
+        .max(1);
+    while pair_tile > 1 && decode_stage2_ub_bytes(s.max_splits, dtype, pair_tile, col_tile) > ub {
+        pair_tile -= 1;
+    }
     Some((
         Plan {
             block_dim: units.clamp(1, cores) as u32,
@@ -522,6 +762,7 @@ pub fn decode_attention(
                 max_splits: s.max_splits as u32,
                 slots: s.slots as u32,
                 indices: s.indices as u32,
+                head_tile: heads as u32,
                 key_tile: key_tile as u32,
                 value_from_key: s.value_from_key as u32,
                 dtype: dtype as u32,
@@ -530,12 +771,14 @@ pub fn decode_attention(
             },
         },
         Plan {
-            block_dim: pairs.clamp(1, cores) as u32,
+            block_dim: pairs.div_ceil(pairs_per_core).max(1) as u32,
             tiling: DecodeStage2Tiling {
                 pairs: pairs as u32,
                 max_splits: s.max_splits as u32,
                 head_dim_v: s.head_dim_v as u32,
-                with_lse: with_lse as u32,
+                pairs_per_core: pairs_per_core as u32,
+                pair_tile: pair_tile as u32,
+                col_tile: col_tile as u32,
                 dtype: dtype as u32,
             },
         },
@@ -667,6 +910,53 @@ mod tests {
     }
 
     #[test]
+    fn layer_norm_backward_covers_rows_and_fits_the_unified_buffer() {
+        for dtype in [NormType::F32, NormType::F16, NormType::BF16] {
+            for (m, n) in [
+                (1, 1),
+                (256, 128),
+                (256, 1536),
+                (33, 4096),
+                (7, 8192),
+                (3, 100_000),
+                (4096, 64),
+                (100_000, 16),
+            ] {
+                let p = layer_norm_backward(m, n, dtype, true, &DeviceProps::ATLAS_A2);
+                let t = p.tiling;
+                let covered: u64 = (0..p.block_dim as u64)
+                    .map(|b| {
+                        ((b + 1) * t.rows_per_core as u64).min(m)
+                            - (b * t.rows_per_core as u64).min(m)
+                    })
+                    .sum();
+                assert_eq!(covered, m, "{dtype:?} {m}x{n}");
+                assert!(
+                    layer_norm_backward_ub_bytes(&t, dtype)
+                        <= DeviceProps::ATLAS_A2.ub_bytes as u64,
+                    "{dtype:?} {m}x{n}: {t:?}"
+                );
+                assert!(
+                    t.chunk as u64 == n
+                        || (t.chunk as u64) < n
+                            && (t.chunk as u64 * dtype.bytes()).is_multiple_of(UB_ALIGN)
+                );
+                assert!(t.stat_rows.is_multiple_of(8) && t.stat_rows as u64 <= MAX_STAT_ROWS);
+                assert!(p.block_dim <= DeviceProps::ATLAS_A2.vector_cores);
+            }
+        }
+    }
+
+    #[test]
+    fn layer_norm_backward_keeps_rows_resident_when_they_fit() {
+        let p = layer_norm_backward(256, 4096, NormType::F32, true, &DeviceProps::ATLAS_A2);
+        assert_eq!(p.tiling.chunk, 4096);
+        // The seed width 8192 does not fit in f32: its rows go in chunks.
+        let wide = layer_norm_backward(3, 8192, NormType::F32, true, &DeviceProps::ATLAS_A2);
+        assert!(wide.tiling.chunk < 8192);
+    }
+
+    #[test]
     fn gathers_cover_rows_and_fit_the_unified_buffer() {
         for (rows, cols, eb) in [
             (4096u64, 1536u64, 2u64),
@@ -704,37 +994,138 @@ mod tests {
         }
     }
 
+    fn decode_shape(
+        batch: u64,
+        q_heads: u64,
+        kv_heads: u64,
+        dims: (u64, u64),
+        max_splits: u64,
+        value_from_key: bool,
+    ) -> DecodeShape {
+        DecodeShape {
+            batch,
+            q_heads,
+            kv_heads,
+            head_dim_k: dims.0,
+            head_dim_v: dims.1,
+            max_splits,
+            slots: 1 << 20,
+            indices: 1 << 20,
+            value_from_key,
+        }
+    }
+
     #[test]
-    fn decode_attention_fits_the_seed_layouts() {
-        let mla = DecodeShape {
-            batch: 1,
-            q_heads: 32,
-            kv_heads: 1,
-            head_dim_k: 576,
-            head_dim_v: 512,
-            max_splits: 4,
-            slots: 128,
-            indices: 128,
-            value_from_key: true,
-        };
-        let gqa = DecodeShape {
-            batch: 32,
-            q_heads: 32,
-            kv_heads: 8,
-            head_dim_k: 128,
-            head_dim_v: 128,
-            max_splits: 4,
-            slots: 4096 * 32,
-            indices: 4096 * 32,
-            value_from_key: false,
-        };
-        for s in [mla, gqa] {
+    fn decode_attention_fits_the_unified_buffer_and_covers_every_head() {
+        let a2 = DeviceProps::ATLAS_A2;
+        let shapes = [
+            decode_shape(1, 32, 1, (576, 512), 4, true),
+            decode_shape(8, 128, 1, (576, 512), 4, true),
+            decode_shape(1, 16, 1, (288, 256), 8, true),
+            decode_shape(32, 32, 8, (128, 128), 4, false),
+            decode_shape(1, 32, 8, (128, 128), 4, false),
+            decode_shape(3, 7, 7, (80, 72), 3, false),
+            decode_shape(2, 4, 1, (1024, 1024), 64, false),
+            decode_shape(1, 2, 1, (64, 1024), 256, false),
+        ];
+        for s in shapes {
             for dtype in [NormType::F32, NormType::F16, NormType::BF16] {
-                let (one, two) =
-                    decode_attention(&s, dtype, 0.1, 0.0, true, &DeviceProps::ATLAS_A2)
-                        .expect("seed layouts fit");
-                assert!(one.tiling.key_tile >= 8 && one.block_dim <= 48 && two.block_dim <= 48);
+                for cap in [0.0, 30.0] {
+                    let (one, two) = decode_attention(&s, dtype, 0.1, cap, &a2)
+                        .unwrap_or_else(|| panic!("{s:?} {dtype:?} fits"));
+                    let (t1, t2) = (one.tiling, two.tiling);
+                    let group = s.q_heads / s.kv_heads;
+                    assert!(t1.head_tile >= 1 && t1.head_tile as u64 <= group, "{t1:?}");
+                    assert!(t1.key_tile >= 8 && t1.key_tile % 8 == 0, "{t1:?}");
+                    let ub = decode_stage1_ub_bytes(
+                        &s,
+                        dtype,
+                        t1.head_tile as u64,
+                        t1.key_tile as u64,
+                        cap > 0.0,
+                    );
+                    assert!(
+                        ub <= a2.ub_bytes as u64,
+                        "{s:?} {dtype:?}: stage 1 needs {ub}"
+                    );
+                    let ub2 = decode_stage2_ub_bytes(
+                        s.max_splits,
+                        dtype,
+                        t2.pair_tile as u64,
+                        t2.col_tile as u64,
+                    );
+                    assert!(
+                        ub2 <= a2.ub_bytes as u64,
+                        "{s:?} {dtype:?}: stage 2 needs {ub2}"
+                    );
+                    assert!(
+                        t2.col_tile == t2.head_dim_v || t2.col_tile % 16 == 0,
+                        "{t2:?}"
+                    );
+                    assert!(t2.pair_tile as u64 * s.max_splits <= MAX_COPY_ROWS);
+                    let pairs = s.batch * s.q_heads;
+                    let per = t2.pairs_per_core as u64;
+                    assert!(
+                        two.block_dim as u64 * per >= pairs
+                            && (two.block_dim as u64 - 1) * per < pairs,
+                        "{t2:?}"
+                    );
+                    assert!(one.block_dim <= 48 && two.block_dim <= 48);
+                }
             }
+        }
+    }
+
+    #[test]
+    fn decode_attention_occupies_the_cores_for_one_request() {
+        // The MLA seed (B=1, HKV=1, 4 splits) has 4 units per group: the group is cut into
+        // head tiles so that every core has work.
+        let s = decode_shape(1, 32, 1, (576, 512), 4, true);
+        let (one, _) =
+            decode_attention(&s, NormType::BF16, 0.1, 0.0, &DeviceProps::ATLAS_A2).expect("fits");
+        let tiles = 32u64.div_ceil(one.tiling.head_tile as u64);
+        assert!(tiles * 4 >= 40, "{:?}", one.tiling);
+        // A batch that fills the cores keeps whole groups, so keys are read once per group.
+        let s = decode_shape(32, 32, 8, (128, 128), 4, false);
+        let (one, _) =
+            decode_attention(&s, NormType::F16, 0.1, 0.0, &DeviceProps::ATLAS_A2).expect("fits");
+        assert_eq!(one.tiling.head_tile, 4);
+    }
+
+    #[test]
+    fn decode_attention_rejects_what_cannot_fit() {
+        let a2 = DeviceProps::ATLAS_A2;
+        let wide = decode_shape(1, 1, 1, (8192, 8192), 1, false);
+        assert!(decode_attention(&wide, NormType::F32, 0.1, 0.0, &a2).is_none());
+        let splits = decode_shape(1, 1, 1, (64, 64), 5000, false);
+        assert!(decode_attention(&splits, NormType::F32, 0.1, 0.0, &a2).is_none());
+    }
+
+    #[test]
+    fn alloc_extend_splits_the_output_evenly_and_fits() {
+        let a2 = DeviceProps::ATLAS_A2;
+        for (batch, free, page, out, ib) in [
+            (2u64, 2048u64, 128u64, 2500u64, 4u64),
+            (2, 2048, 128, 2500, 8),
+            (256, 4096, 16, 256, 4),
+            (1, 1, 1, 0, 4),
+            (0, 0, 64, 0, 8),
+            (100_000, 1 << 20, 1, 3_000_000, 8),
+        ] {
+            let p = alloc_extend(batch, free, page, out, ib, &a2);
+            let t = p.tiling;
+            let per = t.slots_per_core as u64;
+            assert!(per.is_multiple_of(8) && per >= MIN_SLOTS_PER_CORE, "{t:?}");
+            assert!(p.block_dim as u64 * per >= out, "{t:?}");
+            assert!(
+                out == 0 || (p.block_dim as u64 - 1) * per < out,
+                "no idle block: {t:?}"
+            );
+            assert!(p.block_dim >= 1 && p.block_dim <= a2.vector_cores);
+            for tile in [t.slot_tile, t.len_tile, t.page_tile] {
+                assert!(tile >= 8 && tile % 8 == 0, "{t:?}");
+            }
+            assert!(alloc_extend_ub_bytes(&t) <= a2.ub_bytes as u64, "{t:?}");
         }
     }
 

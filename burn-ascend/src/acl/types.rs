@@ -119,6 +119,7 @@ pub mod status {
     pub const ACLNN_ERR_PARAM_INVALID: i32 = 161002;
     pub const ACLNN_ERR_RUNTIME_ERROR: i32 = 361001;
     pub const ACLNN_ERR_INNER: i32 = 561000;
+    pub const ACLNN_ERR_INNER_TILING_ERROR: i32 = 561002;
     pub const ACLNN_ERR_INNER_NULLPTR: i32 = 561103;
 
     /// The CANN name of a status code, for error messages.
@@ -141,6 +142,7 @@ pub mod status {
             ACLNN_ERR_PARAM_INVALID => "ACLNN_ERR_PARAM_INVALID",
             ACLNN_ERR_RUNTIME_ERROR => "ACLNN_ERR_RUNTIME_ERROR",
             ACLNN_ERR_INNER => "ACLNN_ERR_INNER",
+            ACLNN_ERR_INNER_TILING_ERROR => "ACLNN_ERR_INNER_TILING_ERROR",
             ACLNN_ERR_INNER_NULLPTR => "ACLNN_ERR_INNER_NULLPTR",
             _ => "unnamed status",
         }

@@ -7,6 +7,7 @@
 
 mod elementwise;
 mod fault;
+mod grouped;
 mod index;
 mod kernel_host;
 mod kernels;
@@ -17,6 +18,7 @@ mod nn;
 pub(crate) mod ops;
 mod random;
 mod reduce;
+mod routing;
 mod runtime_api;
 mod sample;
 mod stream;
@@ -32,11 +34,13 @@ use super::table::SymbolSource;
 /// shared library built from the same list.
 pub mod exports {
     pub use super::elementwise::*;
+    pub use super::grouped::*;
     pub use super::index::*;
     pub use super::nn::*;
     pub use super::ops::*;
     pub use super::random::*;
     pub use super::reduce::*;
+    pub use super::routing::*;
     pub use super::runtime_api::*;
     pub use super::sample::*;
 }

@@ -202,10 +202,18 @@ impl Geometry {
 }
 
 /// A row-major matrix operand: data and (row stride, column stride).
-type Operand<'a> = (&'a [f32], usize, usize);
+pub(crate) type Operand<'a> = (&'a [f32], usize, usize);
 
 /// `dst[m, n] (+)= lhs[m, k] @ rhs[k, n]` with the `gemm` crate.
-fn gemm(m: usize, n: usize, k: usize, dst: &mut [f32], lhs: Operand, rhs: Operand, add: bool) {
+pub(crate) fn gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [f32],
+    lhs: Operand,
+    rhs: Operand,
+    add: bool,
+) {
     if m == 0 || n == 0 {
         return;
     }

@@ -1,11 +1,19 @@
 //! The fused-ops API: Burn's custom-operation pattern. [`FusedOps`] has one method per fused
 //! operation (contracts: the project's fused-ops specification), each with a default composed
 //! from standard Burn ops, so model code using it runs on any backend; the defaults are also the
-//! reference the kernels are tested against. `Ascend` overrides them with the Ascend C kernels.
-//! `Autodiff<B>` keeps the composed defaults, which are differentiable.
+//! reference the kernels are tested against. `Ascend` overrides them with the Ascend C kernels
+//! (and aclnn's grouped matmul). `Autodiff<B>` runs the inner backend's fused ops forward and
+//! records their adjoints, built from the inner backend's fused ops, for the backward pass
+//! (see `autodiff.rs`).
 
-use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn_autodiff::Autodiff;
+mod autodiff;
+mod paged;
+
+pub use paged::{
+    alloc_extend, decode_attention, AllocExtendOutput, AllocatedSlots, DecodeAttentionOptions,
+    DecodeAttentionOutput,
+};
+
 use burn_tensor::{Int, Tensor, TensorPrimitive};
 
 use super::*;
@@ -24,6 +32,25 @@ fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
 
 fn int<B: Backend, const D: usize>(t: IntTensor<B>) -> Tensor<B, D, Int> {
     Tensor::from_primitive(t)
+}
+
+/// `[R, E]` in `dtype`: 1 where row `r` lies in group `e`, else 0. The groups tile the rows
+/// in order, group `e` holding `group_sizes[e]` rows; the bounds come from a running sum on the
+/// device.
+fn group_masks<B: Backend>(group_sizes: IntTensor<B>, rows: usize, dtype: DType) -> Float2<B> {
+    let sizes: Ints<B> = int(group_sizes);
+    let groups = sizes.dims()[0];
+    let row = Ints::<B>::arange(0..rows as i64, &sizes.device());
+    let sizes = sizes.cast(row.dtype());
+    let ends = sizes.clone().cumsum(0);
+    let starts = ends.clone() - sizes;
+    let across = |t: Ints<B>| t.unsqueeze::<2>().expand([rows, groups]);
+    let row = row.unsqueeze_dim::<2>(1).expand([rows, groups]);
+    row.clone()
+        .greater_equal(across(starts))
+        .bool_and(row.lower(across(ends)))
+        .float()
+        .cast(dtype)
 }
 
 /// Layer-norm results: normalised rows and the f32 row statistics.
@@ -176,6 +203,107 @@ pub trait FusedOps: Backend {
     fn token_rearrange(x: FloatTensor<Self>, perm: IntTensor<Self>) -> FloatTensor<Self> {
         prim(float::<Self, 2>(x).select(0, int(perm)))
     }
+
+    /// Paged KV-cache slot allocation (contract 4) for requests growing from `prefix_lens[b]`
+    /// to `seq_lens[b]` tokens in pages of `page_size` slots: request b's new token j (in
+    /// `p..s`) takes slot `last_loc[b] + 1 + (j - p)` while inside its partly filled last page,
+    /// else `free_pages[page_base(b) + j / page_size - ceil(p / page_size)] * page_size + j %
+    /// page_size`, where page_base(b) counts the new pages of the requests before b. `prefix_lens`,
+    /// `seq_lens`, `last_loc` `[B]` and `free_pages` `[P]` share one index dtype (int32, or int64
+    /// for caches of 2^31 slots or more); `extend_total = sum(seq_lens - prefix_lens)` is known
+    /// to the scheduler. Slots of pages past the free list are -1 and the list is never read
+    /// past its end; the totals (pages needed, tokens extended) stay on the device.
+    ///
+    /// Inference-only: no gradient is defined (`Autodiff` keeps this composed default).
+    fn alloc_extend(
+        prefix_lens: IntTensor<Self>,
+        seq_lens: IntTensor<Self>,
+        last_loc: IntTensor<Self>,
+        free_pages: IntTensor<Self>,
+        page_size: usize,
+        extend_total: usize,
+    ) -> AllocExtendOutput<Self> {
+        paged::composed_alloc_extend::<Self>(
+            prefix_lens,
+            seq_lens,
+            last_loc,
+            free_pages,
+            page_size,
+            extend_total,
+        )
+    }
+
+    /// Split-KV grouped decode attention over a paged cache (contract 5): one query token per
+    /// request, `q [B, HQ, Dk]`, attends to its cached keys `k_cache[kv_indices[kv_indptr[b] ..
+    /// kv_indptr[b + 1]]]` (`k_cache [N, HKV, Dk]`, kv head `h / (HQ / HKV)`) and values
+    /// (`v_cache [N, HKV, Dv]`, or the first `options.value_dim` dims of the key rows when
+    /// `None`: the MLA layouts). Stage 1 cuts each request's keys into
+    /// `clamp(num_kv_splits[b], 1, max_kv_splits)` chunks of `ceil(L / splits)` and takes each
+    /// chunk's softmax; stage 2 merges them by their log-sum-exp. `kv_indptr`, `kv_indices` and
+    /// `num_kv_splits` are int32 and stay on the device; every request has at least one key.
+    ///
+    /// Inference-only: no gradient is defined (`Autodiff` keeps this composed default).
+    fn decode_attention(
+        q: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: Option<FloatTensor<Self>>,
+        kv_indptr: IntTensor<Self>,
+        kv_indices: IntTensor<Self>,
+        num_kv_splits: IntTensor<Self>,
+        options: DecodeAttentionOptions,
+    ) -> DecodeAttentionOutput<Self> {
+        paged::composed_decode_attention::<Self>(
+            q,
+            k_cache,
+            v_cache,
+            kv_indptr,
+            kv_indices,
+            num_kv_splits,
+            options,
+        )
+    }
+
+    /// Grouped matmul of MoE experts: the rows of `x [R, K]` are grouped contiguously by
+    /// expert, expert `e` owning the next `group_sizes[e]` rows, and `out[r] = x[r] @
+    /// weights[e]` for `weights [E, K, N]`, out `[R, N]`. Rows past `sum(group_sizes)` are zero.
+    /// `group_sizes [E]` (integers) stays on the device.
+    fn grouped_matmul(
+        x: FloatTensor<Self>,
+        weights: FloatTensor<Self>,
+        group_sizes: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let x: Float2<Self> = float(x);
+        let weights: Tensor<Self, 3> = float(weights);
+        let [rows, _] = x.dims();
+        let [groups, _, n] = weights.dims();
+        let masks = group_masks::<Self>(group_sizes, rows, x.dtype());
+        let zeros = Float2::<Self>::zeros([rows, n], (&x.device(), x.dtype()));
+        prim((0..groups).fold(zeros, |out, e| {
+            let rows_e = x.clone() * masks.clone().narrow(1, e, 1);
+            out + rows_e.matmul(weights.clone().narrow(0, e, 1).squeeze_dim::<2>(0))
+        }))
+    }
+
+    /// Weight gradient of [`FusedOps::grouped_matmul`]: `[E, K, N]` with `dw[e] = x_e^T @
+    /// dy_e`, where `x_e` and `dy_e` are the rows of `x [R, K]` and `dy [R, N]` in group `e`.
+    fn grouped_matmul_weight_grad(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        group_sizes: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let (x, dy): (Float2<Self>, Float2<Self>) = (float(x), float(dy));
+        let [rows, _] = x.dims();
+        let groups = group_sizes.shape()[0];
+        let masks = group_masks::<Self>(group_sizes, rows, x.dtype());
+        let per_group = (0..groups)
+            .map(|e| {
+                (x.clone() * masks.clone().narrow(1, e, 1))
+                    .transpose()
+                    .matmul(dy.clone())
+            })
+            .collect();
+        prim(Tensor::<Self, 2>::stack::<3>(per_group, 0))
+    }
 }
 
 impl FusedOps for Ascend {
@@ -198,6 +326,20 @@ impl FusedOps for Ascend {
             fused::layer_norm(&x, gamma.as_ref(), beta.as_ref(), eps),
         );
         LayerNormOutput { y, mean, rstd }
+    }
+
+    fn layer_norm_backward(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        gamma: Option<FloatTensor<Self>>,
+    ) -> LayerNormGrads<Self> {
+        let (dx, dgamma, dbeta) = run(
+            "layer_norm_backward",
+            fused::layer_norm_backward(&dy, &x, &mean, &rstd, gamma.as_ref()),
+        );
+        LayerNormGrads { dx, dgamma, dbeta }
     }
 
     fn moe_gather(
@@ -223,9 +365,80 @@ impl FusedOps for Ascend {
     fn token_rearrange(x: FloatTensor<Self>, perm: IntTensor<Self>) -> FloatTensor<Self> {
         run("token_rearrange", fused::token_rearrange(&x, &perm))
     }
-}
 
-impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {}
+    fn alloc_extend(
+        prefix_lens: IntTensor<Self>,
+        seq_lens: IntTensor<Self>,
+        last_loc: IntTensor<Self>,
+        free_pages: IntTensor<Self>,
+        page_size: usize,
+        extend_total: usize,
+    ) -> AllocExtendOutput<Self> {
+        let (slots, totals) = run(
+            "alloc_extend",
+            fused::alloc_extend(
+                &prefix_lens,
+                &seq_lens,
+                &last_loc,
+                &free_pages,
+                page_size,
+                extend_total,
+            ),
+        );
+        AllocExtendOutput { slots, totals }
+    }
+
+    fn decode_attention(
+        q: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: Option<FloatTensor<Self>>,
+        kv_indptr: IntTensor<Self>,
+        kv_indices: IntTensor<Self>,
+        num_kv_splits: IntTensor<Self>,
+        options: DecodeAttentionOptions,
+    ) -> DecodeAttentionOutput<Self> {
+        let r = run(
+            "decode_attention",
+            fused::decode_attention(
+                &q,
+                &k_cache,
+                v_cache.as_ref(),
+                &kv_indptr,
+                &kv_indices,
+                &num_kv_splits,
+                options,
+            ),
+        );
+        DecodeAttentionOutput {
+            out: r.out,
+            lse: r.lse,
+            part_out: r.part_out,
+            part_lse: r.part_lse,
+        }
+    }
+
+    fn grouped_matmul(
+        x: FloatTensor<Self>,
+        weights: FloatTensor<Self>,
+        group_sizes: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        run(
+            "grouped_matmul",
+            fused::grouped_matmul(&x, &weights, &group_sizes),
+        )
+    }
+
+    fn grouped_matmul_weight_grad(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        group_sizes: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        run(
+            "grouped_matmul_weight_grad",
+            fused::grouped_matmul_weight_grad(&x, &dy, &group_sizes),
+        )
+    }
+}
 
 #[cfg(feature = "flex")]
 impl FusedOps for burn_flex::Flex {}
@@ -293,4 +506,33 @@ pub fn moe_scatter<B: FusedOps>(
 /// Row gather by a permutation: `out[i] = x[perm[i]]`.
 pub fn token_rearrange<B: FusedOps>(x: Tensor<B, 2>, perm: Tensor<B, 1, Int>) -> Tensor<B, 2> {
     float(B::token_rearrange(prim(x), perm.into_primitive()))
+}
+
+/// Grouped matmul of MoE experts: `out[r] = x[r] @ weights[e]` for the rows `r` of group `e`,
+/// the rows of `x [R, K]` grouped contiguously by expert (`group_sizes[e]` rows each, on the
+/// device), `weights [E, K, N]`, out `[R, N]`; rows past `sum(group_sizes)` are zero.
+pub fn grouped_matmul<B: FusedOps>(
+    x: Tensor<B, 2>,
+    weights: Tensor<B, 3>,
+    group_sizes: Tensor<B, 1, Int>,
+) -> Tensor<B, 2> {
+    float(B::grouped_matmul(
+        prim(x),
+        prim(weights),
+        group_sizes.into_primitive(),
+    ))
+}
+
+/// The weight gradient of [`grouped_matmul`]: `dw[e] = x_e^T @ dy_e` over the rows of group
+/// `e`, `[E, K, N]`.
+pub fn grouped_matmul_weight_grad<B: FusedOps>(
+    x: Tensor<B, 2>,
+    dy: Tensor<B, 2>,
+    group_sizes: Tensor<B, 1, Int>,
+) -> Tensor<B, 3> {
+    float(B::grouped_matmul_weight_grad(
+        prim(x),
+        prim(dy),
+        group_sizes.into_primitive(),
+    ))
 }

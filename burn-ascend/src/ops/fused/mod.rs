@@ -1,11 +1,15 @@
 //! The fused operations on the device, through the Ascend C kernels of
 //! `burn-ascend-kernels`: shape and dtype checks before launch, tiling from the device's
-//! properties, then the launch on the context's stream. One module per op family; this one
-//! holds what they share.
+//! properties, then the launch on the context's stream. Grouped matmul and CANN's own MoE
+//! routing ops (the baselines of our kernels) go through aclnn operators instead. One module per
+//! op family; this one holds what they share.
 
 mod elementwise;
+mod grouped;
 mod moe;
 mod norm;
+mod paged;
+mod routing;
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -13,8 +17,11 @@ use std::sync::Arc;
 use burn_ascend_kernels::tiling::{DeviceProps, NormType};
 
 pub use elementwise::vector_add;
+pub use grouped::{grouped_matmul, grouped_matmul_weight_grad};
 pub use moe::{moe_gather, moe_scatter, token_rearrange};
-pub use norm::layer_norm;
+pub use norm::{layer_norm, layer_norm_backward};
+pub use paged::{alloc_extend, decode_attention, DecodeAttentionOptions, DecodeAttentionTensors};
+pub use routing::{cann_moe_init_routing, cann_moe_token_unpermute, CannRouting};
 
 use super::broadcast::invalid_input;
 use super::copy::contiguous;

@@ -1,4 +1,4 @@
-//! `layer_norm` through its kernel.
+//! `layer_norm` and its backward through their kernels.
 
 use burn_ascend_kernels::launch;
 use burn_ascend_kernels::tiling;
@@ -7,6 +7,7 @@ use super::{data_ptr, device_props, norm_type};
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
 use crate::ops::copy::{cast, contiguous};
+use crate::ops::creation::zeros;
 use crate::ops::tensor::AscendTensor;
 
 /// Checks an optional per-column parameter and makes it contiguous in x's dtype.
@@ -75,4 +76,72 @@ pub fn layer_norm(
     })
     .map_err(|e| e.with_context(|| format!("layer_norm of {}", x.describe())))?;
     Ok((y, mean, rstd))
+}
+
+/// Gradients of [`layer_norm`] by the `layer_norm_backward` kernel: `(dx, dgamma, dbeta)` for
+/// the output gradient `dy`, the input `x`, the forward's row statistics `mean` and `rstd`
+/// (`[rows]`) and gamma if the forward had one. dgamma and dbeta are summed in f32 by every
+/// block into zeroed buffers, then given x's type.
+pub fn layer_norm_backward(
+    dy: &AscendTensor,
+    x: &AscendTensor,
+    mean: &AscendTensor,
+    rstd: &AscendTensor,
+    gamma: Option<&AscendTensor>,
+) -> AclResult<(AscendTensor, AscendTensor, AscendTensor)> {
+    const OP: &str = "layer_norm_backward";
+    let kind = norm_type(OP, x)?;
+    let cols = *x
+        .shape()
+        .last()
+        .ok_or_else(|| invalid_input(OP, "x must have at least one dim".into()))?;
+    let rows = x.layout.numel() / cols.max(1);
+    let stat = |name: &str, t: &AscendTensor| {
+        if t.shape() != [rows] {
+            return Err(invalid_input(
+                OP,
+                format!("{name} must be [{rows}], got {}", t.describe()),
+            ));
+        }
+        contiguous(&cast(t, DataType::F32)?)
+    };
+    let (mean, rstd) = (stat("mean", mean)?, stat("rstd", rstd)?);
+    if dy.shape() != x.shape() {
+        return Err(invalid_input(
+            OP,
+            format!("dy {} must have x's shape {}", dy.describe(), x.describe()),
+        ));
+    }
+    let gamma = column_param(OP, "gamma", gamma, cols, x.dtype)?;
+    let (dy, x) = (contiguous(&cast(dy, x.dtype)?)?, contiguous(x)?);
+    let ctx = x.ctx();
+    let dx = AscendTensor::empty(ctx, x.shape().to_vec(), x.dtype)?;
+    let dgamma = zeros(ctx, vec![cols], DataType::F32)?;
+    let dbeta = zeros(ctx, vec![cols], DataType::F32)?;
+    if rows > 0 && cols > 0 {
+        let plan = tiling::layer_norm_backward(
+            rows as u64,
+            cols as u64,
+            kind,
+            gamma.is_some(),
+            &device_props(ctx)?,
+        );
+        let buffers = launch::LayerNormBackwardBuffers {
+            dy: data_ptr(&dy),
+            x: data_ptr(&x),
+            mean: data_ptr(&mean),
+            rstd: data_ptr(&rstd),
+            gamma: gamma.as_ref().map_or(std::ptr::null_mut(), data_ptr),
+            dx: data_ptr(&dx),
+            dgamma: data_ptr(&dgamma),
+            dbeta: data_ptr(&dbeta),
+        };
+        // SAFETY: every buffer holds what the tiling describes and outlives the kernel in
+        // stream order; dgamma and dbeta were zeroed before it on the same stream.
+        ctx.launch_kernel(OP, |stream| unsafe {
+            launch::layer_norm_backward(stream, plan, buffers)
+        })
+        .map_err(|e| e.with_context(|| format!("{OP} of {}", x.describe())))?;
+    }
+    Ok((dx, cast(&dgamma, x.dtype)?, cast(&dbeta, x.dtype)?))
 }

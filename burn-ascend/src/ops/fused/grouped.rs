@@ -1,0 +1,181 @@
+//! Grouped matrix products through aclnnGroupedMatmulV4 (Atlas A2): the MoE expert products
+//! (groups along M) and their weight gradients (groups along K). V4 is the first version that
+//! takes group sizes (rather than running totals) in a device tensor; torch_npu uses it from
+//! CANN 8.1, and a CANN without it fails the call with `MissingOp`. The group sizes stay on the
+//! device, where the operator reads them; nothing here reads them back.
+
+use super::norm_type;
+use crate::acl::handles::TensorListDesc;
+use crate::acl::types::aclTensorList;
+use crate::acl::{AclResult, DataType};
+use crate::aclnn;
+use crate::ops::broadcast::invalid_input;
+use crate::ops::copy::{cast, contiguous};
+use crate::ops::creation::zeros;
+use crate::ops::tensor::AscendTensor;
+
+/// groupType: groups along M (rows of x) or along K (columns of x, rows of the weight).
+const SPLIT_M: i64 = 0;
+const SPLIT_K: i64 = 2;
+/// splitItem: x, weight and out are one tensor each.
+const SINGLE_TENSOR: i64 = 3;
+/// groupListType: the group list holds the size of each group.
+const GROUP_SIZES: i64 = 1;
+/// actType: no fused activation.
+const NO_ACTIVATION: i64 = 0;
+
+/// The group sizes as the operator takes them: `[groups]`, INT64, contiguous.
+fn group_list(op: &str, sizes: &AscendTensor, groups: usize) -> AclResult<AscendTensor> {
+    if sizes.shape() != [groups] || sizes.dtype.is_float() || sizes.dtype == DataType::Bool {
+        return Err(invalid_input(
+            op,
+            format!(
+                "group_sizes must be [{groups}] integers, got {}",
+                sizes.describe()
+            ),
+        ));
+    }
+    contiguous(&cast(sizes, DataType::I64)?)
+}
+
+/// Checks that the two matrix operands share one of the cube unit's float types.
+fn same_float(op: &str, a: &AscendTensor, b: &AscendTensor) -> AclResult<()> {
+    norm_type(op, a)?;
+    if a.dtype != b.dtype {
+        return Err(invalid_input(
+            op,
+            format!(
+                "operands differ in type: {} and {}",
+                a.describe(),
+                b.describe()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Calls the operator on single-tensor lists; `out` was zero-filled, since the operator leaves
+/// what the groups do not cover untouched.
+fn launch(
+    op: &str,
+    x: &AscendTensor,
+    weight: &AscendTensor,
+    group_list: &AscendTensor,
+    group_type: i64,
+    out: &AscendTensor,
+) -> AclResult<()> {
+    let ctx = x.ctx();
+    let api = ctx.bind();
+    let xs = TensorListDesc::new(api, vec![x.desc()?])?;
+    let weights = TensorListDesc::new(api, vec![weight.desc()?])?;
+    let outs = TensorListDesc::new(api, vec![out.desc()?])?;
+    let list = group_list.desc()?;
+    let none = std::ptr::null::<aclTensorList>();
+    aclnn!(
+        &**ctx,
+        aclnnGroupedMatmulV4(
+            xs.as_ptr(),
+            weights.as_ptr(),
+            none,
+            none,
+            none,
+            none,
+            none,
+            none,
+            list.as_ptr(),
+            none,
+            none,
+            none,
+            SINGLE_TENSOR,
+            group_type,
+            GROUP_SIZES,
+            NO_ACTIVATION,
+            outs.as_ptr() as *mut aclTensorList,
+            std::ptr::null_mut(),
+            std::ptr::null_mut()
+        )
+    )
+    .map_err(|e| {
+        e.with_context(|| {
+            format!(
+                "{op}: aclnnGroupedMatmulV4 of {} and {} in {} groups",
+                x.describe(),
+                weight.describe(),
+                group_list.layout.numel()
+            )
+        })
+    })
+}
+
+/// `out [R, N]` with `out[r] = x[r] @ weights[e]` for the rows `r` of group `e`: the rows of
+/// `x [R, K]` are grouped contiguously, expert `e` owning the next `group_sizes[e]` rows, and
+/// `weights` is `[E, K, N]` (a view with its last two dims swapped is used as it lies). Rows
+/// past `sum(group_sizes)` are zero.
+pub fn grouped_matmul(
+    x: &AscendTensor,
+    weights: &AscendTensor,
+    group_sizes: &AscendTensor,
+) -> AclResult<AscendTensor> {
+    const OP: &str = "grouped_matmul";
+    same_float(OP, x, weights)?;
+    let fits =
+        x.shape().len() == 2 && weights.shape().len() == 3 && x.shape()[1] == weights.shape()[1];
+    if !fits {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "needs x [R, K] and weights [E, K, N], got {} and {}",
+                x.describe(),
+                weights.describe()
+            ),
+        ));
+    }
+    let (rows, k) = (x.shape()[0], x.shape()[1]);
+    let (groups, n) = (weights.shape()[0], weights.shape()[2]);
+    let list = group_list(OP, group_sizes, groups)?;
+    let out = zeros(x.ctx(), vec![rows, n], x.dtype)?;
+    if out.layout.numel() == 0 || k == 0 || groups == 0 {
+        return Ok(out);
+    }
+    let weights =
+        if weights.layout.is_contiguous() || weights.layout.swap_dims(1, 2).is_contiguous() {
+            weights.clone()
+        } else {
+            contiguous(weights)?
+        };
+    launch(OP, &contiguous(x)?, &weights, &list, SPLIT_M, &out)?;
+    Ok(out)
+}
+
+/// The weight gradient of [`grouped_matmul`]: `[E, K, N]` with `dw[e] = x_e^T @ dy_e`, where
+/// `x_e` and `dy_e` are the rows of `x [R, K]` and `dy [R, N]` in group `e` (zero for an empty
+/// group). The operator groups along K here: it takes x transposed.
+pub fn grouped_matmul_weight_grad(
+    x: &AscendTensor,
+    dy: &AscendTensor,
+    group_sizes: &AscendTensor,
+) -> AclResult<AscendTensor> {
+    const OP: &str = "grouped_matmul_weight_grad";
+    same_float(OP, x, dy)?;
+    if x.shape().len() != 2 || dy.shape().len() != 2 || x.shape()[0] != dy.shape()[0] {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "needs x [R, K] and dy [R, N], got {} and {}",
+                x.describe(),
+                dy.describe()
+            ),
+        ));
+    }
+    let (rows, k, n) = (x.shape()[0], x.shape()[1], dy.shape()[1]);
+    let groups = group_sizes.shape().first().copied().unwrap_or(0);
+    let list = group_list(OP, group_sizes, groups)?;
+    let out = zeros(x.ctx(), vec![groups, k, n], x.dtype)?;
+    if out.layout.numel() == 0 || rows == 0 {
+        return Ok(out);
+    }
+    let x = contiguous(x)?;
+    let x_t = x.with_layout(x.layout.swap_dims(0, 1));
+    launch(OP, &x_t, &contiguous(dy)?, &list, SPLIT_K, &out)?;
+    Ok(out)
+}

@@ -1,0 +1,289 @@
+//! The paged KV-cache kernels: `alloc_extend` (slot allocation for growing requests) and
+//! split-KV `decode_attention` (one query token per request over a slot-indexed cache). Both
+//! read every length, index and split count on the device; nothing here waits for the host.
+
+use burn_ascend_kernels::launch;
+use burn_ascend_kernels::tiling::{self, DecodeShape};
+
+use super::{data_ptr, device_props, index_tensor, norm_type};
+use crate::acl::{AclResult, DataType};
+use crate::ops::broadcast::invalid_input;
+use crate::ops::copy::contiguous;
+use crate::ops::tensor::AscendTensor;
+
+/// The kernels keep token positions and key counts in int32 on the scalar unit.
+const I32_LIMIT: usize = i32::MAX as usize;
+
+/// Cache slots for the new tokens of a batch of requests growing from `prefix_lens[b]` to
+/// `seq_lens[b]` tokens in pages of `page_size` slots (fused-ops contract 4), by the
+/// `alloc_extend` kernel: `(out_slots [extend_total], totals [2])`, both of the index dtype.
+///
+/// `prefix_lens`, `seq_lens`, `last_loc` are `[B]` and `free_pages` is `[P]`, all int32 or all
+/// int64 (int64 when the cache holds 2^31 slots or more). `extend_total` must be
+/// `sum(seq_lens - prefix_lens)`, which the scheduler knows on the host. The kernel writes the
+/// totals on the device: pages needed and tokens extended. Slots of pages past the free list
+/// are -1 (the list is never read past its end), as are output entries no request reaches.
+pub fn alloc_extend(
+    prefix_lens: &AscendTensor,
+    seq_lens: &AscendTensor,
+    last_loc: &AscendTensor,
+    free_pages: &AscendTensor,
+    page_size: usize,
+    extend_total: usize,
+) -> AclResult<(AscendTensor, AscendTensor)> {
+    const OP: &str = "alloc_extend";
+    let inputs = || {
+        format!(
+            "prefix_lens {}, seq_lens {}, last_loc {}, free_pages {}",
+            prefix_lens.describe(),
+            seq_lens.describe(),
+            last_loc.describe(),
+            free_pages.describe()
+        )
+    };
+    let dtype = prefix_lens.dtype;
+    if !matches!(dtype, DataType::I32 | DataType::I64)
+        || [seq_lens, last_loc, free_pages]
+            .iter()
+            .any(|t| t.dtype != dtype)
+    {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "the index tensors must be all int32 or all int64, got {}",
+                inputs()
+            ),
+        ));
+    }
+    let batch_shape = prefix_lens.shape();
+    if batch_shape.len() != 1
+        || seq_lens.shape() != batch_shape
+        || last_loc.shape() != batch_shape
+        || free_pages.shape().len() != 1
+    {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "prefix_lens, seq_lens and last_loc must be [B] and free_pages [P], got {}",
+                inputs()
+            ),
+        ));
+    }
+    let (batch, pages) = (batch_shape[0], free_pages.shape()[0]);
+    if page_size == 0 || page_size > I32_LIMIT {
+        return Err(invalid_input(
+            OP,
+            format!("page_size must be in 1..=2^31-1, got {page_size}"),
+        ));
+    }
+    if extend_total > I32_LIMIT || batch > I32_LIMIT || pages > u32::MAX as usize {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "extend_total {extend_total} and B must be below 2^31 and P below 2^32, got {}",
+                inputs()
+            ),
+        ));
+    }
+    let (prefix, seq) = (contiguous(prefix_lens)?, contiguous(seq_lens)?);
+    let (last, free) = (contiguous(last_loc)?, contiguous(free_pages)?);
+    let ctx = prefix.ctx();
+    let slots = AscendTensor::empty(ctx, vec![extend_total], dtype)?;
+    let totals = AscendTensor::empty(ctx, vec![2], dtype)?;
+    let plan = tiling::alloc_extend(
+        batch as u64,
+        pages as u64,
+        page_size as u64,
+        extend_total as u64,
+        dtype.size() as u64,
+        &device_props(ctx)?,
+    );
+    let buffers = launch::AllocExtendBuffers {
+        prefix_lens: data_ptr(&prefix),
+        seq_lens: data_ptr(&seq),
+        last_loc: data_ptr(&last),
+        free_pages: data_ptr(&free),
+        out_slots: data_ptr(&slots),
+        totals: data_ptr(&totals),
+    };
+    // SAFETY: every buffer holds what the tiling describes and outlives the kernel in stream
+    // order; the kernel never reads past free_pages nor writes past out_slots.
+    ctx.launch_kernel(OP, |stream| unsafe {
+        launch::alloc_extend(stream, plan, buffers)
+    })
+    .map_err(|e| e.with_context(|| format!("{OP} of {}", inputs())))?;
+    Ok((slots, totals))
+}
+
+/// The scalar parameters of [`decode_attention`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeAttentionOptions {
+    /// Splits per request at most: the split dim of the stage-1 results. `num_kv_splits[b]` is
+    /// clamped into `1..=max_kv_splits`, so no key is ever dropped.
+    pub max_kv_splits: usize,
+    /// The softmax scale applied to `q . k`.
+    pub sm_scale: f32,
+    /// Soft cap: scores become `cap * tanh(s / cap)` (cap > 0).
+    pub logit_cap: Option<f32>,
+    /// The value head dim Dv: `v_cache`'s last dim, or, with no `v_cache` (the MLA layouts,
+    /// Dk = 576 / Dv = 512 and 288 / 256), how many leading dims of each key row are its value.
+    pub value_dim: usize,
+}
+
+/// The results of [`decode_attention`].
+#[derive(Debug, Clone)]
+pub struct DecodeAttentionTensors {
+    /// `[B, HQ, Dv]`, q's dtype: the attention output.
+    pub out: AscendTensor,
+    /// `[B, HQ]` f32: the log-sum-exp of each head's scores.
+    pub lse: AscendTensor,
+    /// `[B, HQ, max_kv_splits, Dv]` f32: stage 1's normalised output of each split (zeros for
+    /// an empty split).
+    pub part_out: AscendTensor,
+    /// `[B, HQ, max_kv_splits]` f32: stage 1's log-sum-exp of each split (-inf when empty).
+    pub part_lse: AscendTensor,
+}
+
+/// Split-KV grouped decode attention over a paged cache (fused-ops contract 5) by the two
+/// `decode_attention` kernels.
+///
+/// `q [B, HQ, Dk]`, `k_cache [N, HKV, Dk]`, `v_cache [N, HKV, Dv]` (or `None`: values are the
+/// first `value_dim` dims of the key rows), all f32, f16 or bf16 alike, with `HQ % HKV == 0`;
+/// `kv_indptr [B + 1]`, `kv_indices [T]` and `num_kv_splits [B]` int32. Request b's keys are
+/// the slots `kv_indices[kv_indptr[b] .. kv_indptr[b + 1]]` and must be at least one.
+pub fn decode_attention(
+    q: &AscendTensor,
+    k_cache: &AscendTensor,
+    v_cache: Option<&AscendTensor>,
+    kv_indptr: &AscendTensor,
+    kv_indices: &AscendTensor,
+    num_kv_splits: &AscendTensor,
+    options: DecodeAttentionOptions,
+) -> AclResult<DecodeAttentionTensors> {
+    const OP: &str = "decode_attention";
+    let inputs = || {
+        format!(
+            "q {}, k_cache {}, v_cache {}, kv_indptr {}, kv_indices {}, num_kv_splits {}",
+            q.describe(),
+            k_cache.describe(),
+            v_cache.map_or("None".into(), AscendTensor::describe),
+            kv_indptr.describe(),
+            kv_indices.describe(),
+            num_kv_splits.describe()
+        )
+    };
+    let fail = |what: String| Err(invalid_input(OP, format!("{what}; got {}", inputs())));
+    let kind = norm_type(OP, q)?;
+    let (&[batch, q_heads, dim_k], &[slots, kv_heads, key_dim]) = (q.shape(), k_cache.shape())
+    else {
+        return fail("q must be [B, HQ, Dk] and k_cache [N, HKV, Dk]".into());
+    };
+    let dim_v = options.value_dim;
+    if k_cache.dtype != q.dtype || v_cache.is_some_and(|v| v.dtype != q.dtype) {
+        return fail("q, k_cache and v_cache must have one dtype".into());
+    }
+    if key_dim != dim_k || dim_k == 0 {
+        return fail(format!(
+            "k_cache's head dim {key_dim} must equal q's Dk = {dim_k} (at least 1)"
+        ));
+    }
+    if kv_heads == 0 || !q_heads.is_multiple_of(kv_heads) {
+        return fail(format!(
+            "HQ = {q_heads} must be a multiple of HKV = {kv_heads}"
+        ));
+    }
+    match v_cache {
+        Some(v) if v.shape() != [slots, kv_heads, dim_v] => {
+            return fail(format!(
+                "v_cache must be [{slots}, {kv_heads}, Dv] with Dv = value_dim = {dim_v}"
+            ));
+        }
+        None if dim_v > dim_k => {
+            return fail(format!(
+                "without v_cache the values are the first value_dim dims of the key rows, so \
+                 value_dim = {dim_v} must be at most Dk = {dim_k}"
+            ));
+        }
+        _ => {}
+    }
+    if dim_v == 0 {
+        return fail("value_dim must be at least 1".into());
+    }
+    let splits = options.max_kv_splits;
+    if splits == 0 || !options.sm_scale.is_finite() {
+        return fail(format!(
+            "max_kv_splits ({splits}) must be at least 1 and sm_scale ({}) finite",
+            options.sm_scale
+        ));
+    }
+    let cap = options.logit_cap.unwrap_or(0.0);
+    if options.logit_cap.is_some() && !(cap > 0.0 && cap.is_finite()) {
+        return fail(format!("logit_cap must be positive and finite, got {cap}"));
+    }
+    let Some(&keys) = kv_indices
+        .shape()
+        .first()
+        .filter(|_| kv_indices.shape().len() == 1)
+    else {
+        return fail("kv_indices must be 1-D".into());
+    };
+    if keys > I32_LIMIT || slots > u32::MAX as usize || batch > I32_LIMIT {
+        return fail(
+            "kv_indices and B must hold fewer than 2^31 entries, N fewer than 2^32".into(),
+        );
+    }
+    let indptr = index_tensor(OP, "kv_indptr", kv_indptr, batch + 1, false)?;
+    let indices = index_tensor(OP, "kv_indices", kv_indices, keys, false)?;
+    let split_counts = index_tensor(OP, "num_kv_splits", num_kv_splits, batch, false)?;
+
+    let ctx = q.ctx();
+    let result = DecodeAttentionTensors {
+        out: AscendTensor::empty(ctx, vec![batch, q_heads, dim_v], q.dtype)?,
+        lse: AscendTensor::empty(ctx, vec![batch, q_heads], DataType::F32)?,
+        part_out: AscendTensor::empty(ctx, vec![batch, q_heads, splits, dim_v], DataType::F32)?,
+        part_lse: AscendTensor::empty(ctx, vec![batch, q_heads, splits], DataType::F32)?,
+    };
+    if batch == 0 || q_heads == 0 {
+        return Ok(result);
+    }
+    let shape = DecodeShape {
+        batch: batch as u64,
+        q_heads: q_heads as u64,
+        kv_heads: kv_heads as u64,
+        head_dim_k: dim_k as u64,
+        head_dim_v: dim_v as u64,
+        max_splits: splits as u64,
+        slots: slots as u64,
+        indices: keys as u64,
+        value_from_key: v_cache.is_none(),
+    };
+    let Some((stage1, stage2)) =
+        tiling::decode_attention(&shape, kind, options.sm_scale, cap, &device_props(ctx)?)
+    else {
+        return fail(format!(
+            "one head's rows (Dk = {dim_k}, Dv = {dim_v}) must fit a vector core's unified \
+             buffer with a tile of 8 keys, and max_kv_splits ({splits}) must be at most 4095"
+        ));
+    };
+    let (q, k) = (contiguous(q)?, contiguous(k_cache)?);
+    let v = v_cache.map(contiguous).transpose()?;
+    let buffers = launch::DecodeBuffers {
+        q: data_ptr(&q),
+        k: data_ptr(&k),
+        v: v.as_ref().map_or(std::ptr::null_mut(), data_ptr),
+        indptr: data_ptr(&indptr),
+        kv_indices: data_ptr(&indices),
+        splits: data_ptr(&split_counts),
+        part_out: data_ptr(&result.part_out),
+        part_lse: data_ptr(&result.part_lse),
+        out: data_ptr(&result.out),
+        lse: data_ptr(&result.lse),
+    };
+    // SAFETY: every buffer holds what the tilings describe and outlives both kernels in stream
+    // order; v is null only when the tiling reads values from the key rows.
+    ctx.launch_kernel(OP, |stream| unsafe {
+        launch::decode_attention(stream, stage1, stage2, buffers)
+    })
+    .map_err(|e| e.with_context(|| format!("{OP} of {}", inputs())))?;
+    Ok(result)
+}
