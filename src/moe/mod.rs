@@ -1,0 +1,19 @@
+//! A decoder-only mixture-of-experts transformer written against [`FusedOps`], so it runs on any
+//! Burn backend (the composed defaults) and on `Ascend` with the fused Ascend C kernels.
+//!
+//! - [`config`]: sizes, with validation.
+//! - [`model`]: embedding, pre-norm blocks with grouped-query attention (rotary positions) and a
+//!   MoE feed-forward (router, top-k, gather, grouped SwiGLU experts, scatter), final norm, head.
+//! - [`cache`]: the paged KV cache and its page pool (slots allocated by `alloc_extend`).
+//! - [`serve`]: prefill and batched decode through `decode_attention`, and the dense reference.
+//! - [`train`]: next-byte training with the auxiliary load-balancing loss.
+//! - [`corpus`]: the small text the example trains on.
+//!
+//! [`FusedOps`]: burn_ascend::FusedOps
+
+pub mod cache;
+pub mod config;
+pub mod corpus;
+pub mod model;
+pub mod serve;
+pub mod train;

@@ -1,0 +1,350 @@
+//! The MoE decoder: embedding, pre-norm blocks (grouped-query attention with rotary positions,
+//! then a mixture-of-experts SwiGLU feed-forward), final norm and LM head.
+//!
+//! Every norm goes through `fused::layer_norm`, the MoE layer through `fused::moe_gather`,
+//! `fused::grouped_matmul` and `fused::moe_scatter` (expert counts stay on the device), and
+//! decode attention through `fused::decode_attention` (see [`super::serve`]).
+
+use burn::module::{Module, Param};
+use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, DType, Int, Tensor};
+use burn_ascend::{fused, FusedOps};
+
+use super::config::{ConfigError, MoeConfig};
+
+/// The sizes a forward pass needs (kept with the module, not stored in records).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Dims {
+    /// Query heads.
+    pub q_heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+    /// Experts.
+    pub experts: usize,
+    /// Experts per token.
+    pub top_k: usize,
+    /// Layer-norm epsilon.
+    pub eps: f64,
+    /// Rotary embedding base.
+    pub rope_theta: f64,
+    /// Vocabulary.
+    pub vocab: usize,
+}
+
+/// Layer norm with learned scale and shift, through the fused kernel.
+#[derive(Module, Debug)]
+pub struct Norm<B: Backend> {
+    gamma: Param<Tensor<B, 1>>,
+    beta: Param<Tensor<B, 1>>,
+}
+
+impl<B: FusedOps> Norm<B> {
+    fn new(size: usize, device: &B::Device) -> Self {
+        Self {
+            gamma: Param::from_tensor(Tensor::ones([size], device)),
+            beta: Param::from_tensor(Tensor::zeros([size], device)),
+        }
+    }
+
+    /// Normalises the last dim.
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>, eps: f64) -> Tensor<B, D> {
+        fused::layer_norm(x, Some(self.gamma.val()), Some(self.beta.val()), eps).0
+    }
+}
+
+/// Query, key and value projections of a block.
+#[derive(Module, Debug)]
+pub struct Attention<B: Backend> {
+    q: Linear<B>,
+    k: Linear<B>,
+    v: Linear<B>,
+    o: Linear<B>,
+}
+
+/// Rotary position embedding of `x [.., S, heads, D]` at `positions [S]`.
+pub fn rope<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    positions: Tensor<B, 1>,
+    theta: f64,
+) -> Tensor<B, D> {
+    let dims = x.dims();
+    let d = dims[D - 1];
+    let half = d / 2;
+    let device = x.device();
+    let inv_freq: Vec<f32> = (0..half)
+        .map(|i| theta.powf(-(2.0 * i as f64) / d as f64) as f32)
+        .collect();
+    let inv_freq = Tensor::<B, 1>::from_floats(inv_freq.as_slice(), &device).cast(x.dtype());
+    let s = positions.dims()[0];
+    let angles = positions.cast(x.dtype()).reshape([s, 1]) * inv_freq.reshape([1, half]);
+    let shape_of = |t: Tensor<B, 2>| {
+        let mut target = [1usize; D];
+        target[D - 3] = s;
+        target[D - 1] = d;
+        Tensor::cat(vec![t.clone(), t], 1).reshape(target)
+    };
+    let (cos, sin) = (shape_of(angles.clone().cos()), shape_of(angles.sin()));
+    let x1 = x.clone().narrow(D - 1, 0, half);
+    let x2 = x.clone().narrow(D - 1, half, half);
+    let rotated = Tensor::cat(vec![x2.neg(), x1], D - 1);
+    x * cos + rotated * sin
+}
+
+impl<B: FusedOps> Attention<B> {
+    fn new(cfg: &MoeConfig, device: &B::Device) -> Self {
+        let hd = cfg.head_dim();
+        let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
+        Self {
+            q: linear(cfg.hidden, cfg.q_heads * hd),
+            k: linear(cfg.hidden, cfg.kv_heads * hd),
+            v: linear(cfg.hidden, cfg.kv_heads * hd),
+            o: linear(cfg.q_heads * hd, cfg.hidden),
+        }
+    }
+
+    /// Projects `x [B, S, H]` to rotated queries `[B, S, HQ, D]`, rotated keys and values
+    /// `[B, S, HKV, D]`, for the tokens at `positions [S]`.
+    pub fn project(
+        &self,
+        x: Tensor<B, 3>,
+        positions: Tensor<B, 1>,
+        dims: &Dims,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
+        let [b, s, _] = x.dims();
+        let q = self
+            .q
+            .forward(x.clone())
+            .reshape([b, s, dims.q_heads, dims.head_dim]);
+        let k = self
+            .k
+            .forward(x.clone())
+            .reshape([b, s, dims.kv_heads, dims.head_dim]);
+        let v = self
+            .v
+            .forward(x)
+            .reshape([b, s, dims.kv_heads, dims.head_dim]);
+        (
+            rope(q, positions.clone(), dims.rope_theta),
+            rope(k, positions, dims.rope_theta),
+            v,
+        )
+    }
+
+    /// Causal attention over the whole sequence (training, prefill, and the reference path).
+    pub fn dense(&self, x: Tensor<B, 3>, positions: Tensor<B, 1>, dims: &Dims) -> Tensor<B, 3> {
+        let (q, k, v) = self.project(x, positions, dims);
+        self.attend(q, k, v, dims)
+    }
+
+    /// Causal attention of projected queries `[B, S, HQ, D]` over keys and values
+    /// `[B, S, HKV, D]`, through the output projection: `[B, S, H]`.
+    pub fn attend(
+        &self,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        dims: &Dims,
+    ) -> Tensor<B, 3> {
+        let [b, s, _, _] = q.dims();
+        let group = dims.q_heads / dims.kv_heads;
+        let widen = |t: Tensor<B, 4>| {
+            t.swap_dims(1, 2)
+                .unsqueeze_dim::<5>(2)
+                .expand([b, dims.kv_heads, group, s, dims.head_dim])
+                .reshape([b, dims.q_heads, s, dims.head_dim])
+        };
+        let q = q.swap_dims(1, 2);
+        let (k, v) = (widen(k), widen(v));
+        let scale = (dims.head_dim as f64).powf(-0.5);
+        let scores = q.matmul(k.swap_dims(2, 3)) * scale;
+        let device = scores.device();
+        let rows = Tensor::<B, 1, Int>::arange(0..s as i64, &device).reshape([s, 1]);
+        let cols = Tensor::<B, 1, Int>::arange(0..s as i64, &device).reshape([1, s]);
+        let future: Tensor<B, 2, Bool> = cols.greater(rows);
+        let scores = scores.mask_fill(
+            future.unsqueeze::<4>().expand([b, dims.q_heads, s, s]),
+            f32::NEG_INFINITY,
+        );
+        let out = softmax(scores, 3).matmul(v);
+        self.o.forward(
+            out.swap_dims(1, 2)
+                .reshape([b, s, dims.q_heads * dims.head_dim]),
+        )
+    }
+
+    /// The output projection of attention results `[T, HQ * D]`.
+    pub fn output(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.o.forward(x)
+    }
+}
+
+/// A mixture-of-experts SwiGLU feed-forward.
+#[derive(Module, Debug)]
+pub struct Moe<B: Backend> {
+    router: Linear<B>,
+    /// `[E, H, F]`
+    gate: Param<Tensor<B, 3>>,
+    /// `[E, H, F]`
+    up: Param<Tensor<B, 3>>,
+    /// `[E, F, H]`
+    down: Param<Tensor<B, 3>>,
+}
+
+impl<B: FusedOps> Moe<B> {
+    fn new(cfg: &MoeConfig, device: &B::Device) -> Self {
+        let (e, h, f) = (cfg.experts, cfg.hidden, cfg.expert_hidden);
+        let init = |shape: [usize; 3], fan_in: usize| {
+            Initializer::Normal {
+                mean: 0.0,
+                std: (fan_in as f64).powf(-0.5),
+            }
+            .init(shape, device)
+        };
+        Self {
+            router: LinearConfig::new(h, e).with_bias(false).init(device),
+            gate: init([e, h, f], h),
+            up: init([e, h, f], h),
+            down: init([e, f, h], f),
+        }
+    }
+
+    /// `x [T, H]` through the experts; also the load-balancing loss (Switch style: experts
+    /// times the dot product of each expert's routed fraction and mean router probability).
+    pub fn forward(&self, x: Tensor<B, 2>, dims: &Dims) -> (Tensor<B, 2>, Tensor<B, 1>) {
+        let [t, _] = x.dims();
+        let (e, k) = (dims.experts, dims.top_k);
+        let probs = softmax(self.router.forward(x.clone()), 1);
+        let (top, ids) = probs.clone().topk_with_indices(k, 1);
+        let weights = top.clone() / top.sum_dim(1);
+        let flat_ids = ids.reshape([t * k]);
+        // Rows routed to the same expert become contiguous, in token order within an expert.
+        let order = flat_ids.clone().argsort(0).cast(DType::I32);
+        let routed = flat_ids.one_hot::<2>(e).float();
+        let group_sizes = routed
+            .clone()
+            .sum_dim(0)
+            .reshape([e])
+            .int()
+            .cast(DType::I32);
+        let rows = fused::moe_gather(x, order.clone(), k);
+        let gate = fused::grouped_matmul(rows.clone(), self.gate.val(), group_sizes.clone());
+        let up = fused::grouped_matmul(rows, self.up.val(), group_sizes.clone());
+        let y = fused::grouped_matmul(silu(gate) * up, self.down.val(), group_sizes);
+        let out = fused::moe_scatter(y, order, Some(weights.reshape([t * k])), k);
+        let fraction = routed.sum_dim(0).reshape([e]) / (t * k) as f64;
+        let mean_prob = probs.mean_dim(0).reshape([e]);
+        let aux = (fraction.detach() * mean_prob).sum() * e as f64;
+        (out, aux)
+    }
+}
+
+/// One pre-norm transformer block.
+#[derive(Module, Debug)]
+pub struct Block<B: Backend> {
+    attn_norm: Norm<B>,
+    /// The block's attention.
+    pub attn: Attention<B>,
+    ffn_norm: Norm<B>,
+    moe: Moe<B>,
+}
+
+impl<B: FusedOps> Block<B> {
+    /// The attention sub-layer's input: the normalised residual stream.
+    pub fn attn_input<const D: usize>(&self, x: Tensor<B, D>, dims: &Dims) -> Tensor<B, D> {
+        self.attn_norm.forward(x, dims.eps)
+    }
+
+    /// The feed-forward sub-layer with its residual: `x + moe(norm(x))` for `x [T, H]`.
+    pub fn feed_forward(&self, x: Tensor<B, 2>, dims: &Dims) -> (Tensor<B, 2>, Tensor<B, 1>) {
+        let (y, aux) = self
+            .moe
+            .forward(self.ffn_norm.forward(x.clone(), dims.eps), dims);
+        (x + y, aux)
+    }
+}
+
+/// The whole model.
+#[derive(Module, Debug)]
+pub struct MoeDecoder<B: Backend> {
+    embed: Embedding<B>,
+    /// The blocks, in order.
+    pub blocks: Vec<Block<B>>,
+    norm: Norm<B>,
+    head: Linear<B>,
+    #[module(skip)]
+    dims: Dims,
+}
+
+impl<B: FusedOps> MoeDecoder<B> {
+    /// A freshly initialised model.
+    pub fn new(cfg: &MoeConfig, device: &B::Device) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        Ok(Self {
+            embed: EmbeddingConfig::new(cfg.vocab, cfg.hidden).init(device),
+            blocks: (0..cfg.layers)
+                .map(|_| Block {
+                    attn_norm: Norm::new(cfg.hidden, device),
+                    attn: Attention::new(cfg, device),
+                    ffn_norm: Norm::new(cfg.hidden, device),
+                    moe: Moe::new(cfg, device),
+                })
+                .collect(),
+            norm: Norm::new(cfg.hidden, device),
+            head: LinearConfig::new(cfg.hidden, cfg.vocab)
+                .with_bias(false)
+                .init(device),
+            dims: Dims {
+                q_heads: cfg.q_heads,
+                kv_heads: cfg.kv_heads,
+                head_dim: cfg.head_dim(),
+                experts: cfg.experts,
+                top_k: cfg.top_k,
+                eps: cfg.eps,
+                rope_theta: cfg.rope_theta,
+                vocab: cfg.vocab,
+            },
+        })
+    }
+
+    /// The sizes of a forward pass.
+    pub fn dims(&self) -> &Dims {
+        &self.dims
+    }
+
+    /// Token embeddings `[B, S, H]`.
+    pub fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.embed.forward(tokens)
+    }
+
+    /// Logits `[T, V]` of final hidden states `[T, H]`.
+    pub fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.head.forward(self.norm.forward(x, self.dims.eps))
+    }
+
+    /// Causal forward pass over whole sequences: logits `[B, S, V]` and the summed
+    /// load-balancing loss of the MoE layers.
+    pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>) {
+        let [b, s] = tokens.dims();
+        let device = tokens.device();
+        let positions = Tensor::<B, 1, Int>::arange(0..s as i64, &device).float();
+        let mut x = self.embed(tokens);
+        let h = x.dims()[2];
+        let mut aux = Tensor::<B, 1>::zeros([1], &device);
+        for block in &self.blocks {
+            let attended = block.attn.dense(
+                block.attn_input(x.clone(), &self.dims),
+                positions.clone(),
+                &self.dims,
+            );
+            let (y, a) = block.feed_forward((x + attended).reshape([b * s, h]), &self.dims);
+            x = y.reshape([b, s, h]);
+            aux = aux + a;
+        }
+        let v = self.dims.vocab;
+        (self.logits(x.reshape([b * s, h])).reshape([b, s, v]), aux)
+    }
+}
