@@ -156,17 +156,17 @@ pub unsafe fn vector_add(
 /// Device buffers of one `layer_norm` launch.
 #[derive(Debug, Clone, Copy)]
 pub struct LayerNormBuffers {
-    /// x [rows, cols].
+    /// x `[rows, cols]`.
     pub x: *mut c_void,
-    /// gamma [cols], or null when the tiling says there is none.
+    /// gamma `[cols]`, or null when the tiling says there is none.
     pub gamma: *mut c_void,
-    /// beta [cols], or null when the tiling says there is none.
+    /// beta `[cols]`, or null when the tiling says there is none.
     pub beta: *mut c_void,
-    /// y [rows, cols], x's type.
+    /// y `[rows, cols]`, x's type.
     pub y: *mut c_void,
-    /// mean [rows], f32.
+    /// mean `[rows]`, f32.
     pub mean: *mut c_void,
-    /// rstd [rows], f32.
+    /// rstd `[rows]`, f32.
     pub rstd: *mut c_void,
 }
 
@@ -199,21 +199,21 @@ pub unsafe fn layer_norm(
 /// Device buffers of one `layer_norm_backward` launch.
 #[derive(Debug, Clone, Copy)]
 pub struct LayerNormBackwardBuffers {
-    /// dy [rows, cols].
+    /// dy `[rows, cols]`.
     pub dy: *mut c_void,
-    /// x [rows, cols], dy's type.
+    /// x `[rows, cols]`, dy's type.
     pub x: *mut c_void,
-    /// mean [rows], f32, from the forward.
+    /// mean `[rows]`, f32, from the forward.
     pub mean: *mut c_void,
-    /// rstd [rows], f32, from the forward.
+    /// rstd `[rows]`, f32, from the forward.
     pub rstd: *mut c_void,
-    /// gamma [cols], x's type, or null when the tiling says there is none.
+    /// gamma `[cols]`, x's type, or null when the tiling says there is none.
     pub gamma: *mut c_void,
-    /// dx [rows, cols], x's type.
+    /// dx `[rows, cols]`, x's type.
     pub dx: *mut c_void,
-    /// dgamma [cols], f32, zeros before the launch (blocks add into it).
+    /// dgamma `[cols]`, f32, zeros before the launch (blocks add into it).
     pub dgamma: *mut c_void,
-    /// dbeta [cols], f32, zeros before the launch (blocks add into it).
+    /// dbeta `[cols]`, f32, zeros before the launch (blocks add into it).
     pub dbeta: *mut c_void,
 }
 
@@ -251,7 +251,7 @@ pub unsafe fn layer_norm_backward(
 pub enum RowGather {
     /// `moe_gather`: source row = index / top-k, int32 indices.
     MoeGather,
-    /// `token_rearrange`: source row = perm[i], int32 or int64.
+    /// `token_rearrange`: source row = perm`[i]`, int32 or int64.
     TokenRearrange,
 }
 
@@ -303,17 +303,17 @@ pub unsafe fn moe_scatter(
 /// Device buffers of one `alloc_extend` launch (all of the tiling's index type).
 #[derive(Debug, Clone, Copy)]
 pub struct AllocExtendBuffers {
-    /// prefix_lens [B].
+    /// prefix_lens `[B]`.
     pub prefix_lens: *mut c_void,
-    /// seq_lens [B].
+    /// seq_lens `[B]`.
     pub seq_lens: *mut c_void,
-    /// last_loc [B].
+    /// last_loc `[B]`.
     pub last_loc: *mut c_void,
-    /// free_pages [P].
+    /// free_pages `[P]`.
     pub free_pages: *mut c_void,
-    /// out_slots [sum of extensions].
+    /// out_slots `[sum of extensions]`.
     pub out_slots: *mut c_void,
-    /// totals [2]: pages taken, tokens extended.
+    /// totals `[2]`: pages taken, tokens extended.
     pub totals: *mut c_void,
 }
 
@@ -346,25 +346,25 @@ pub unsafe fn alloc_extend(
 /// Device buffers of one decode-attention launch (both stages).
 #[derive(Debug, Clone, Copy)]
 pub struct DecodeBuffers {
-    /// q [B, HQ, Dk].
+    /// q `[B, HQ, Dk]`.
     pub q: *mut c_void,
-    /// k_cache [slots, HKV, Dk].
+    /// k_cache `[slots, HKV, Dk]`.
     pub k: *mut c_void,
-    /// v_cache [slots, HKV, Dv], or null when values come from the key rows.
+    /// v_cache `[slots, HKV, Dv]`, or null when values come from the key rows.
     pub v: *mut c_void,
-    /// kv_indptr [B + 1], int32.
+    /// kv_indptr `[B + 1]`, int32.
     pub indptr: *mut c_void,
     /// kv_indices, int32.
     pub kv_indices: *mut c_void,
-    /// num_kv_splits [B], int32.
+    /// num_kv_splits `[B]`, int32.
     pub splits: *mut c_void,
-    /// part_out [B, HQ, max_splits, Dv], f32.
+    /// part_out `[B, HQ, max_splits, Dv]`, f32.
     pub part_out: *mut c_void,
-    /// part_lse [B, HQ, max_splits], f32.
+    /// part_lse `[B, HQ, max_splits]`, f32.
     pub part_lse: *mut c_void,
-    /// out [B, HQ, Dv], q's type.
+    /// out `[B, HQ, Dv]`, q's type.
     pub out: *mut c_void,
-    /// lse [B, HQ], f32.
+    /// lse `[B, HQ]`, f32.
     pub lse: *mut c_void,
 }
 

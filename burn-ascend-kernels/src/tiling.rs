@@ -169,7 +169,7 @@ const AFFINE_ROWS: u64 = 40;
 /// Most rows whose statistics a block buffers before storing them.
 const MAX_STAT_ROWS: u64 = 256;
 
-/// Rows evenly over the vector cores (each block keeping at least [`AFFINE_ROWS`] rows when
+/// Rows evenly over the vector cores (each block keeping at least `AFFINE_ROWS` rows when
 /// gamma or beta must be loaded per block), and the largest chunk of a row the unified buffer
 /// holds with every buffer of the kernel.
 pub fn layer_norm(
@@ -273,7 +273,7 @@ fn backward_bytes_per_element(dtype: NormType) -> u64 {
     2 * dtype.bytes() + 4 * 4 + 2 * 4 + staged
 }
 
-/// Rows evenly over the vector cores (each block keeping at least [`COLUMN_SUM_ROWS`] rows, as
+/// Rows evenly over the vector cores (each block keeping at least `COLUMN_SUM_ROWS` rows, as
 /// every block adds full-width column sums), and the largest chunk of a row the unified buffer
 /// holds with every buffer of the kernel.
 pub fn layer_norm_backward(

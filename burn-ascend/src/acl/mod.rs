@@ -2,7 +2,7 @@
 //!
 //! One table of C functions ([`table::AclApi`]), filled either from CANN's libraries
 //! ([`loader`]) or from the in-process emulated runtime ([`emulated`]); checked calls and safe
-//! owners of the C objects ([`handles`]); the two-phase operator call ([`aclnn!`]). Nothing here
+//! owners of the C objects ([`handles`]); the two-phase operator call (`aclnn!`). Nothing here
 //! knows of Burn.
 
 pub mod dtype;
