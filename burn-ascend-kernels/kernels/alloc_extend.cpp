@@ -24,7 +24,7 @@
 // Positions and lengths are int32 on the scalar unit (a sequence holds fewer than 2^31 tokens,
 // and out_slots fewer than 2^31 entries); slot values are of the index type, so an int64 cache
 // of 2^31 slots or more computes them in 64 bits.
-#include "kernel_operator.h"
+#include "kernel_common.h"
 
 using namespace AscendC;
 
@@ -127,31 +127,9 @@ public:
     }
 
 private:
-    __aicore__ static inline uint32_t Align32(uint32_t bytes) { return (bytes + 31) / 32 * 32; }
 
     // ceil(len / ps), without the overflow of len + ps - 1.
     __aicore__ static inline int32_t CeilPages(int32_t len, int32_t ps) { return len / ps + (len % ps > 0 ? 1 : 0); }
-
-    template <HardEvent E>
-    __aicore__ inline void Sync()
-    {
-        event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(E));
-        SetFlag<E>(e);
-        WaitFlag<E>(e);
-    }
-
-    __aicore__ inline void Load(const LocalTensor<I>& dst, const GlobalTensor<I>& src, uint32_t n)
-    {
-        DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(I)), 0, 0, 0};
-        DataCopyPadExtParams<I> noPad{false, 0, 0, 0};
-        DataCopyPad(dst, src, row, noPad);
-    }
-
-    __aicore__ inline void Store(const GlobalTensor<I>& dst, const LocalTensor<I>& src, uint32_t n)
-    {
-        DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(I)), 0, 0, 0};
-        DataCopyPad(dst, src, row);
-    }
 
     // Whether free-list position `at` exists: past either end it is never read.
     __aicore__ inline bool Listed(int32_t at) const

@@ -22,7 +22,7 @@
 //
 // Head dims are bounded by the unified buffer: one head's query, accumulator and a tile of 8
 // key (and value) rows must fit (Dk = Dv up to about 1400), which the tiling checks.
-#include "kernel_operator.h"
+#include "kernel_common.h"
 
 using namespace AscendC;
 
@@ -127,26 +127,6 @@ private:
         uint32_t sum = (tiling.headDimK + 63) / 64;
         uint32_t max = 2 * ((tiling.keyTile + 63) / 64);
         return Align8(sum > max ? sum : max);
-    }
-
-    template <HardEvent E>
-    __aicore__ inline void Sync()
-    {
-        event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(E));
-        SetFlag<E>(e);
-        WaitFlag<E>(e);
-    }
-
-    template <typename U>
-    __aicore__ inline void Load(const LocalTensor<U>& dst, const GlobalTensor<U>& src, uint32_t n)
-    {
-        if ((n * sizeof(U)) % 32 == 0) {
-            DataCopy(dst, src, n);
-        } else {
-            DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(U)), 0, 0, 0};
-            DataCopyPadExtParams<U> noPad{false, 0, 0, 0};
-            DataCopyPad(dst, src, row, noPad);
-        }
     }
 
     // The query rows of heads [h0, h0 + heads) of request b, widened to f32 and scaled.

@@ -11,7 +11,7 @@
 // (pairTile x max_kv_splits rows, contiguous in global memory) stream through a double-buffered
 // queue in column chunks of `colTile` (Dv when it fits), and the merged rows leave through an
 // output queue in one strided copy per chunk.
-#include "kernel_operator.h"
+#include "kernel_common.h"
 
 using namespace AscendC;
 
@@ -83,14 +83,6 @@ private:
     {
         constexpr uint32_t perBlock = 32 / sizeof(T);
         return (n + perBlock - 1) / perBlock * perBlock;
-    }
-
-    template <HardEvent E>
-    __aicore__ inline void Sync()
-    {
-        event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(E));
-        SetFlag<E>(e);
-        WaitFlag<E>(e);
     }
 
     __aicore__ inline uint32_t TilePairs(uint32_t tile) const

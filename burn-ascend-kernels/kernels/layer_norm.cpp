@@ -9,7 +9,7 @@
 // * chunked rows (chunk < N, rows wider than the unified buffer): three passes over the row in
 //   chunks of `chunk` elements: the sum, the sum of squared deviations, then the normalisation.
 // mean and rstd of up to `statRows` rows are gathered in the unified buffer and stored together.
-#include "kernel_operator.h"
+#include "kernel_common.h"
 
 using namespace AscendC;
 
@@ -85,39 +85,6 @@ public:
     }
 
 private:
-    __aicore__ static inline uint32_t Align32(uint32_t bytes) { return (bytes + 31) / 32 * 32; }
-
-    // ReduceSum's shared buffer: one partial per 256-byte repeat, rounded up to a 32-byte block.
-    __aicore__ static inline uint32_t ReduceTmpElems(uint32_t count)
-    {
-        uint32_t repeats = (count + 63) / 64;
-        return (repeats + 7) / 8 * 8;
-    }
-
-    // Copies n elements of a GM row into UB; lengths that are not whole 32-byte blocks use
-    // DataCopyPad so nothing past the row is read.
-    template <typename U>
-    __aicore__ inline void Load(const LocalTensor<U>& dst, const GlobalTensor<U>& src, uint32_t n)
-    {
-        if ((n * sizeof(U)) % 32 == 0) {
-            DataCopy(dst, src, n);
-        } else {
-            DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(U)), 0, 0, 0};
-            DataCopyPadExtParams<U> noPad{false, 0, 0, 0};
-            DataCopyPad(dst, src, row, noPad);
-        }
-    }
-
-    template <typename U>
-    __aicore__ inline void Store(const GlobalTensor<U>& dst, const LocalTensor<U>& src, uint32_t n)
-    {
-        if ((n * sizeof(U)) % 32 == 0) {
-            DataCopy(dst, src, n);
-        } else {
-            DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(U)), 0, 0, 0};
-            DataCopyPad(dst, src, row);
-        }
-    }
 
     // Loads n elements of x at `at` as f32 into `dst`.
     __aicore__ inline void LoadWide(const LocalTensor<float>& dst, uint64_t at, uint32_t n)
@@ -151,21 +118,13 @@ private:
     {
         if constexpr (sizeof(T) == sizeof(float)) {
             Load(dst.template ReinterpretCast<T>(), src, n);
-            PipeSync();
+            Sync<HardEvent::MTE2_V>();
         } else {
             LocalTensor<T> s = stage.Get<T>();
             Load(s, src, n);
-            PipeSync();
+            Sync<HardEvent::MTE2_V>();
             Cast(dst, s, RoundMode::CAST_NONE, n);
         }
-    }
-
-    // A TBuf gets no queue events: make the vector unit wait for the copy into it.
-    __aicore__ inline void PipeSync()
-    {
-        event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::MTE2_V));
-        SetFlag<HardEvent::MTE2_V>(e);
-        WaitFlag<HardEvent::MTE2_V>(e);
     }
 
     __aicore__ inline float Sum(const LocalTensor<float>& v, uint32_t n)

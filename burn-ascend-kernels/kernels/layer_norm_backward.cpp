@@ -16,7 +16,7 @@
 // * chunked rows (chunk < N, rows wider than the unified buffer): per group, a first pass over
 //   the chunks gathers each row's two means, then a second pass computes dx chunk by chunk for
 //   every row of the group and adds the group's column sums of that chunk atomically.
-#include "kernel_operator.h"
+#include "kernel_common.h"
 
 using namespace AscendC;
 
@@ -95,48 +95,6 @@ public:
     }
 
 private:
-    __aicore__ static inline uint32_t Align32(uint32_t bytes) { return (bytes + 31) / 32 * 32; }
-
-    // ReduceSum's shared buffer: one partial per 256-byte repeat, rounded up to a 32-byte block.
-    __aicore__ static inline uint32_t ReduceTmpElems(uint32_t count)
-    {
-        uint32_t repeats = (count + 63) / 64;
-        return (repeats + 7) / 8 * 8;
-    }
-
-    // Copies n elements of GM into UB; lengths that are not whole 32-byte blocks use DataCopyPad
-    // so nothing past the row is read.
-    template <typename U>
-    __aicore__ inline void Load(const LocalTensor<U>& dst, const GlobalTensor<U>& src, uint32_t n)
-    {
-        if ((n * sizeof(U)) % 32 == 0) {
-            DataCopy(dst, src, n);
-        } else {
-            DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(U)), 0, 0, 0};
-            DataCopyPadExtParams<U> noPad{false, 0, 0, 0};
-            DataCopyPad(dst, src, row, noPad);
-        }
-    }
-
-    template <typename U>
-    __aicore__ inline void Store(const GlobalTensor<U>& dst, const LocalTensor<U>& src, uint32_t n)
-    {
-        if ((n * sizeof(U)) % 32 == 0) {
-            DataCopy(dst, src, n);
-        } else {
-            DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(U)), 0, 0, 0};
-            DataCopyPad(dst, src, row);
-        }
-    }
-
-    // A TBuf gets no queue events: the consumer waits for the producer explicitly.
-    template <HardEvent E>
-    __aicore__ inline void Sync()
-    {
-        event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(E));
-        SetFlag<E>(e);
-        WaitFlag<E>(e);
-    }
 
     // Loads n elements of `src` at `at` as f32 into `dst`.
     __aicore__ inline void LoadWide(const LocalTensor<float>& dst, const GlobalTensor<T>& src, uint64_t at, uint32_t n)

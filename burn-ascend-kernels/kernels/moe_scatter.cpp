@@ -7,7 +7,7 @@
 // Work split: block b owns tokens [b * tokensPerCore, ...); its inverse indices and weights are
 // loaded `idxTokens` tokens at a time; rows wider than `chunk` elements are processed in column
 // chunks.
-#include "kernel_operator.h"
+#include "kernel_common.h"
 
 using namespace AscendC;
 
@@ -64,19 +64,6 @@ public:
     }
 
 private:
-    __aicore__ static inline uint32_t Align32(uint32_t bytes) { return (bytes + 31) / 32 * 32; }
-
-    template <typename U>
-    __aicore__ inline void Load(const LocalTensor<U>& dst, const GlobalTensor<U>& src, uint32_t n)
-    {
-        if ((n * sizeof(U)) % 32 == 0) {
-            DataCopy(dst, src, n);
-        } else {
-            DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(U)), 0, 0, 0};
-            DataCopyPadExtParams<U> noPad{false, 0, 0, 0};
-            DataCopyPad(dst, src, row, noPad);
-        }
-    }
 
     // Inverse indices (for the scalar unit) and weights (widened to f32) of n tokens.
     __aicore__ inline void LoadRouting(const LocalTensor<int32_t>& inv, const LocalTensor<float>& w, uint32_t token, uint32_t n)
@@ -96,14 +83,6 @@ private:
             }
         }
         Sync<HardEvent::MTE2_S>();
-    }
-
-    template <HardEvent E>
-    __aicore__ inline void Sync()
-    {
-        event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(E));
-        SetFlag<E>(e);
-        WaitFlag<E>(e);
     }
 
     // Columns [at, at + len) of output token `token` (slot base `local` in the loaded routing).

@@ -1,0 +1,53 @@
+// Helpers every kernel uses: copies between global memory and the unified buffer of lengths
+// that need not be whole 32-byte blocks, explicit pipe synchronisation for TBuf storage (which
+// gets no queue events), and the sizes the vector API asks for.
+#pragma once
+
+#include "kernel_operator.h"
+
+using namespace AscendC;
+
+// Bytes rounded up to a whole 32-byte block (the UB allocation granule).
+__aicore__ inline uint32_t Align32(uint32_t bytes) { return (bytes + 31) / 32 * 32; }
+
+// ReduceSum's shared buffer: one partial per 256-byte repeat, rounded up to a 32-byte block.
+__aicore__ inline uint32_t ReduceTmpElems(uint32_t count)
+{
+    uint32_t repeats = (count + 63) / 64;
+    return (repeats + 7) / 8 * 8;
+}
+
+// Copies n elements from GM into UB; a length that is not whole 32-byte blocks goes through
+// DataCopyPad, so nothing past the n elements is read.
+template <typename U>
+__aicore__ inline void Load(const LocalTensor<U>& dst, const GlobalTensor<U>& src, uint32_t n)
+{
+    if ((n * sizeof(U)) % 32 == 0) {
+        DataCopy(dst, src, n);
+    } else {
+        DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(U)), 0, 0, 0};
+        DataCopyPadExtParams<U> noPad{false, 0, 0, 0};
+        DataCopyPad(dst, src, row, noPad);
+    }
+}
+
+// Copies n elements from UB to GM; nothing past the n elements is written.
+template <typename U>
+__aicore__ inline void Store(const GlobalTensor<U>& dst, const LocalTensor<U>& src, uint32_t n)
+{
+    if ((n * sizeof(U)) % 32 == 0) {
+        DataCopy(dst, src, n);
+    } else {
+        DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(U)), 0, 0, 0};
+        DataCopyPad(dst, src, row);
+    }
+}
+
+// Makes the consumer pipe of event E wait for its producer (TBuf storage has no queue to do it).
+template <HardEvent E>
+__aicore__ inline void Sync()
+{
+    event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(E));
+    SetFlag<E>(e);
+    WaitFlag<E>(e);
+}
