@@ -1,0 +1,663 @@
+//! The fused ops at the seed sizes of the fused-ops specification: the Ascend C kernel on the
+//! emulated NPU beside its composed default (the `FusedOps` trait default, on burn-flex, where
+//! the default is not overridden) and, where CANN has one, CANN's own operator on the same
+//! emulated NPU. Then, from one more launch of each kernel, the emulation counters and a
+//! modelled Atlas A2 device time against the bandwidth limit.
+
+mod common;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
+use burn_ascend::fused::{self, DecodeAttentionOptions};
+use burn_ascend::ops::fused as device;
+use burn_ascend::{Ascend, AscendDevice, FusedOps};
+use burn_ascend_kernels::emulation::{clear_launch_log, launch_log, LaunchStats};
+use burn_flex::Flex;
+use common::{a2, mean, publish, ratio, timed, us, Table};
+use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
+
+type Run = Box<dyn FnMut()>;
+
+fn ascend() -> AscendDevice {
+    AscendDevice::Emulated(0)
+}
+
+/// Values drawn once on the host (multiples of 1/250 in [-4, 4]), the same for every backend.
+fn values(shape: &[usize], seed: u64) -> TensorData {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n as u64)
+        .map(|i| {
+            let h = (i
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(seed.wrapping_mul(1442695040888963407))
+                >> 33)
+                % 2001;
+            h as f32 / 250.0 - 4.0
+        })
+        .collect();
+    TensorData::new(v, shape.to_vec())
+}
+
+fn float<B: Backend, const D: usize>(
+    shape: [usize; D],
+    seed: u64,
+    dtype: DType,
+    d: &B::Device,
+) -> Tensor<B, D> {
+    Tensor::from_data(values(&shape, seed).convert_dtype(dtype), (d, dtype))
+}
+
+fn ints<B: Backend>(v: &[i32], d: &B::Device) -> Tensor<B, 1, Int> {
+    Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), (d, DType::I32))
+}
+
+/// Top-k expert ids `[T*K]` (distinct per token) as routing would pick them.
+fn expert_ids(tokens: usize, top_k: usize, experts: usize) -> Vec<i32> {
+    (0..tokens)
+        .flat_map(|t| {
+            let base = ((t as u64 * 2654435761 + 11) >> 7) as usize % experts;
+            (0..top_k).map(move |k| ((base + k * 5) % experts) as i32)
+        })
+        .collect()
+}
+
+/// The stable argsort of the ids: the expert-major permutation moe_gather/moe_scatter take.
+fn sort_order(ids: &[i32]) -> Vec<i32> {
+    let mut order: Vec<i32> = (0..ids.len() as i32).collect();
+    order.sort_by_key(|&slot| ids[slot as usize]);
+    order
+}
+
+/// A permutation of `0..n` that scatters neighbours far apart.
+fn scattered(n: usize) -> Vec<i32> {
+    let stride = (0..)
+        .map(|k| n / 2 + 1 + k)
+        .find(|s| gcd(*s, n) == 1)
+        .unwrap();
+    (0..n).map(|i| ((i * stride) % n) as i32).collect()
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// One fused op at one size: the kernel, its composed default and CANN's operator, if any.
+struct Case {
+    name: &'static str,
+    size: String,
+    fused: Run,
+    composed: Run,
+    cann: Option<(&'static str, Run)>,
+    /// The least global-memory traffic the op's contract allows (inputs read once, outputs
+    /// written once), bytes.
+    min_bytes: u64,
+}
+
+fn vector_add<B: FusedOps>(d: &B::Device) -> Run {
+    let n = 16384;
+    let x = Tensor::<B, 1, Int>::arange(0..n, d).cast(DType::I32);
+    let y = x.clone() * 3;
+    Box::new(move || drop(fused::int_vector_add(x.clone(), y.clone())))
+}
+
+fn layer_norm<B: FusedOps>(m: usize, n: usize, d: &B::Device) -> Run {
+    let x = float::<B, 2>([m, n], 1, DType::F32, d);
+    let gamma = float::<B, 1>([n], 2, DType::F32, d);
+    let beta = float::<B, 1>([n], 3, DType::F32, d);
+    Box::new(move || {
+        drop(fused::layer_norm(
+            x.clone(),
+            Some(gamma.clone()),
+            Some(beta.clone()),
+            1e-6,
+        ))
+    })
+}
+
+fn layer_norm_backward<B: FusedOps>(d: &B::Device) -> Run {
+    let (m, n) = (256, 128);
+    let dy = float::<B, 2>([m, n], 1, DType::F32, d);
+    let x = float::<B, 2>([m, n], 2, DType::F32, d);
+    let mean = float::<B, 1>([m], 3, DType::F32, d);
+    let rstd = float::<B, 1>([m], 4, DType::F32, d).abs() + 0.5;
+    let gamma = float::<B, 1>([n], 5, DType::F32, d);
+    Box::new(move || {
+        drop(fused::layer_norm_backward(
+            dy.clone(),
+            x.clone(),
+            mean.clone(),
+            rstd.clone(),
+            Some(gamma.clone()),
+        ))
+    })
+}
+
+/// The MoE routing seed size: T=1024, H=1536, E=64, K=4, f16.
+const MOE: (usize, usize, usize, usize) = (1024, 1536, 64, 4);
+
+fn moe_gather<B: FusedOps>(d: &B::Device) -> Run {
+    let (t, h, e, k) = MOE;
+    let x = float::<B, 2>([t, h], 1, DType::F16, d);
+    let idx = ints::<B>(&sort_order(&expert_ids(t, k, e)), d);
+    Box::new(move || drop(fused::moe_gather(x.clone(), idx.clone(), k)))
+}
+
+fn moe_scatter<B: FusedOps>(d: &B::Device) -> Run {
+    let (t, h, e, k) = MOE;
+    let y = float::<B, 2>([t * k, h], 1, DType::F16, d);
+    let w = float::<B, 1>([t * k], 2, DType::F16, d);
+    let idx = ints::<B>(&sort_order(&expert_ids(t, k, e)), d);
+    Box::new(move || {
+        drop(fused::moe_scatter(
+            y.clone(),
+            idx.clone(),
+            Some(w.clone()),
+            k,
+        ))
+    })
+}
+
+/// aclnnMoeInitRoutingV2: routes from the expert ids, so it also sorts (our gather is given
+/// the permutation).
+fn cann_init_routing() -> Run {
+    let (t, h, e, k) = MOE;
+    let d = ascend();
+    let x = float::<Ascend, 2>([t, h], 1, DType::F16, &d)
+        .into_primitive()
+        .tensor();
+    let ids = Tensor::<Ascend, 2, Int>::from_data(
+        TensorData::new(expert_ids(t, k, e), [t, k]),
+        (&d, DType::I32),
+    )
+    .into_primitive();
+    Box::new(move || drop(device::cann_moe_init_routing(&x, &ids, e, None).unwrap()))
+}
+
+/// aclnnMoeTokenUnpermute on the inverse permutation, weights `[T, K]`.
+fn cann_token_unpermute() -> Run {
+    let (t, h, e, k) = MOE;
+    let d = ascend();
+    let order = sort_order(&expert_ids(t, k, e));
+    let mut inverse = vec![0i32; t * k];
+    for (row, &slot) in order.iter().enumerate() {
+        inverse[slot as usize] = row as i32;
+    }
+    let y = float::<Ascend, 2>([t * k, h], 1, DType::F16, &d)
+        .into_primitive()
+        .tensor();
+    let probs = float::<Ascend, 2>([t, k], 2, DType::F16, &d)
+        .into_primitive()
+        .tensor();
+    let rows = ints::<Ascend>(&inverse, &d).into_primitive();
+    Box::new(move || drop(device::cann_moe_token_unpermute(&y, &rows, Some(&probs)).unwrap()))
+}
+
+fn token_rearrange<B: FusedOps>(d: &B::Device) -> Run {
+    let (s, dim) = (1024, 32);
+    let x = float::<B, 2>([s, dim], 1, DType::F32, d);
+    let perm = ints::<B>(&scattered(s), d);
+    Box::new(move || drop(fused::token_rearrange(x.clone(), perm.clone())))
+}
+
+fn alloc_extend<B: FusedOps>(d: &B::Device) -> Run {
+    let free: Vec<i32> = scattered(2048);
+    let (prefix, seq, last) = (
+        ints::<B>(&[0, 0], d),
+        ints::<B>(&[1000, 1500], d),
+        ints::<B>(&[0, 0], d),
+    );
+    let free = ints::<B>(&free, d);
+    Box::new(move || {
+        drop(fused::alloc_extend(
+            prefix.clone(),
+            seq.clone(),
+            last.clone(),
+            free.clone(),
+            128,
+            2500,
+        ))
+    })
+}
+
+/// Decode attention shape: batch, keys per request, q heads, kv heads, Dk, Dv, MLA.
+struct Attn {
+    batch: usize,
+    len: usize,
+    q_heads: usize,
+    kv_heads: usize,
+    dim_k: usize,
+    dim_v: usize,
+    mla: bool,
+}
+
+impl Attn {
+    /// q, the keys (and values) read once, the indices, out and lse written once.
+    const fn min_bytes(&self) -> usize {
+        let keys = self.batch * self.len;
+        let values = if self.mla {
+            0
+        } else {
+            keys * self.kv_heads * self.dim_v * 2
+        };
+        self.batch * self.q_heads * self.dim_k * 2
+            + keys * self.kv_heads * self.dim_k * 2
+            + values
+            + (keys + 2 * self.batch + 1) * 4
+            + self.batch * self.q_heads * (self.dim_v * 2 + 4)
+    }
+}
+
+const MLA: Attn = Attn {
+    batch: 1,
+    len: 128,
+    q_heads: 32,
+    kv_heads: 1,
+    dim_k: 576,
+    dim_v: 512,
+    mla: true,
+};
+const GQA: Attn = Attn {
+    batch: 8,
+    len: 1024,
+    q_heads: 32,
+    kv_heads: 8,
+    dim_k: 128,
+    dim_v: 128,
+    mla: false,
+};
+
+fn decode_attention<B: FusedOps>(a: &'static Attn, d: &B::Device) -> Run {
+    let slots = a.batch * a.len;
+    let dtype = DType::BF16;
+    let tensor = |shape: [usize; 3], seed| {
+        float::<B, 3>(shape, seed, dtype, d)
+            .into_primitive()
+            .tensor()
+    };
+    let q = tensor([a.batch, a.q_heads, a.dim_k], 1);
+    let k = tensor([slots, a.kv_heads, a.dim_k], 2);
+    let v = (!a.mla).then(|| tensor([slots, a.kv_heads, a.dim_v], 3));
+    let indptr: Vec<i32> = (0..=a.batch).map(|b| (b * a.len) as i32).collect();
+    let (indptr, indices) = (
+        ints::<B>(&indptr, d).into_primitive(),
+        ints::<B>(&scattered(slots), d).into_primitive(),
+    );
+    let splits = ints::<B>(&vec![4; a.batch], d).into_primitive();
+    let options = DecodeAttentionOptions {
+        max_kv_splits: 4,
+        sm_scale: (a.dim_k as f32).powf(-0.5),
+        logit_cap: None,
+        value_dim: a.dim_v,
+    };
+    Box::new(move || {
+        let out = B::decode_attention(
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            indptr.clone(),
+            indices.clone(),
+            splits.clone(),
+            options,
+        );
+        drop(Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(
+            out.out,
+        )));
+    })
+}
+
+/// No seed size in the specification: 8 experts of 128x128 over 512 rows, f32.
+fn grouped_matmul<B: FusedOps>(d: &B::Device) -> Run {
+    let (rows, e, kn) = (512, 8, 128);
+    let x = float::<B, 2>([rows, kn], 1, DType::F32, d);
+    let w = float::<B, 3>([e, kn, kn], 2, DType::F32, d);
+    let sizes = ints::<B>(&vec![(rows / e) as i32; e], d);
+    Box::new(move || drop(fused::grouped_matmul(x.clone(), w.clone(), sizes.clone())))
+}
+
+fn cases() -> Vec<Case> {
+    let (a, f) = (ascend(), Default::default());
+    let case = |name, size: &str, fused: Run, composed: Run, cann, min_bytes| Case {
+        name,
+        size: size.to_string(),
+        fused,
+        composed,
+        cann,
+        min_bytes: min_bytes as u64,
+    };
+    let aclnn_add: Run = {
+        let x = Tensor::<Ascend, 1, Int>::arange(0..16384, &a).cast(DType::I32);
+        let y = x.clone() * 3;
+        Box::new(move || drop(x.clone() + y.clone()))
+    };
+    let mut v = vec![case(
+        "vector_add",
+        "16384 i32",
+        vector_add::<Ascend>(&a),
+        vector_add::<Flex>(&f),
+        Some(("aclnnAdd", aclnn_add)),
+        3 * 16384 * 4,
+    )];
+    for n in [128, 1536, 4096, 8192] {
+        v.push(case(
+            "layer_norm",
+            &format!("256x{n} f32"),
+            layer_norm::<Ascend>(256, n, &a),
+            layer_norm::<Flex>(256, n, &f),
+            None,
+            (2 * 256 * n + 2 * n + 2 * 256) * 4,
+        ));
+    }
+    v.push(case(
+        "layer_norm_backward",
+        "256x128 f32",
+        layer_norm_backward::<Ascend>(&a),
+        layer_norm_backward::<Flex>(&f),
+        None,
+        (3 * 256 * 128 + 2 * 256 + 3 * 128) * 4,
+    ));
+    v.push(case(
+        "moe_gather",
+        "T1024 H1536 K4 f16",
+        moe_gather::<Ascend>(&a),
+        moe_gather::<Flex>(&f),
+        Some(("aclnnMoeInitRoutingV2", cann_init_routing())),
+        2 * 1024 * 4 * 1536 * 2 + 1024 * 4 * 4,
+    ));
+    v.push(case(
+        "moe_scatter",
+        "T1024 H1536 K4 f16",
+        moe_scatter::<Ascend>(&a),
+        moe_scatter::<Flex>(&f),
+        Some(("aclnnMoeTokenUnpermute", cann_token_unpermute())),
+        1024 * 4 * 1536 * 2 + 1024 * 1536 * 2 + 1024 * 4 * (4 + 2),
+    ));
+    v.push(case(
+        "token_rearrange",
+        "S1024 D32 f32",
+        token_rearrange::<Ascend>(&a),
+        token_rearrange::<Flex>(&f),
+        None,
+        2 * 1024 * 32 * 4 + 1024 * 4,
+    ));
+    v.push(case(
+        "alloc_extend",
+        "B2 page128 seq 1000,1500 i32",
+        alloc_extend::<Ascend>(&a),
+        alloc_extend::<Flex>(&f),
+        None,
+        (3 * 2 + 20 + 2500 + 2) * 4,
+    ));
+    v.push(case(
+        "decode_attention",
+        "MLA B1 S128 HQ32 Dk576 bf16",
+        decode_attention::<Ascend>(&MLA, &a),
+        decode_attention::<Flex>(&MLA, &f),
+        None,
+        MLA.min_bytes(),
+    ));
+    v.push(case(
+        "decode_attention",
+        "GQA B8 S1024 HQ32 HKV8 D128 bf16",
+        decode_attention::<Ascend>(&GQA, &a),
+        decode_attention::<Flex>(&GQA, &f),
+        None,
+        GQA.min_bytes(),
+    ));
+    v.push(case(
+        "grouped_matmul",
+        "R512 E8 128x128 f32",
+        grouped_matmul::<Ascend>(&a),
+        grouped_matmul::<Flex>(&f),
+        None,
+        (2 * 512 * 128 + 8 * 128 * 128 + 8) * 4,
+    ));
+    v
+}
+
+fn sync_ascend() {
+    Ascend::sync(&ascend()).unwrap();
+}
+
+fn sync_flex() {
+    Flex::sync(&Default::default()).unwrap();
+}
+
+/// Why an op's modelled time is above 1.2x the bandwidth limit of its minimum traffic, from
+/// its launches' counters: extra traffic, or too few (or unbalanced) cores.
+fn why(launches: &[LaunchStats], min_bytes: u64, modelled: f64) -> String {
+    let limit = min_bytes as f64 / a2::HBM_BYTES_PER_S;
+    if modelled <= 1.2 * limit {
+        return "within 1.2x".into();
+    }
+    let mut reasons = Vec::new();
+    let moved: u64 = launches
+        .iter()
+        .map(|s| s.gm_bytes_read + s.gm_bytes_written)
+        .sum();
+    if moved as f64 > 1.1 * min_bytes as f64 {
+        reasons.push(format!(
+            "moves {:.2}x the minimum traffic (re-reads or intermediates): fewer passes over GM",
+            moved as f64 / min_bytes as f64
+        ));
+    }
+    for s in launches {
+        let m = a2::model(s);
+        if m.modelled > 1.2 * m.limit {
+            reasons.push(if s.block_dim < a2::VECTOR_CORES {
+                format!(
+                    "{} on {} of {} cores, one core's GM rate bounds it: more, smaller blocks",
+                    s.kernel,
+                    s.block_dim,
+                    a2::VECTOR_CORES
+                )
+            } else {
+                format!(
+                    "{} blocks unbalanced ({:.2}x the mean): split the work finer",
+                    s.kernel,
+                    a2::balance(s)
+                )
+            });
+        }
+    }
+    if limit < 1e-6 {
+        reasons.push(format!(
+            "the limit ({:.3} µs) is far below any launch latency: latency-bound at this size",
+            limit * 1e6
+        ));
+    }
+    reasons.join("; ")
+}
+
+fn fused_kernels(c: &mut Criterion) {
+    let mut cases = cases();
+    let key = |c: &Case, side: &str| format!("{}/{}/{side}", c.name, c.size);
+    let mut g = c.benchmark_group("fused_kernels");
+    // Each call moves megabytes through the emulation: the same iterations per sample keeps the
+    // total short.
+    g.sampling_mode(SamplingMode::Flat);
+    for case in &mut cases {
+        let id = format!("{}/{}", case.name, case.size);
+        let k = key(case, "fused");
+        g.bench_function(format!("{id}/ascend_fused"), |b| {
+            timed(b, &k, &mut case.fused, sync_ascend);
+            clear_launch_log();
+        });
+        let k = key(case, "composed");
+        g.bench_function(format!("{id}/flex_composed"), |b| {
+            timed(b, &k, &mut case.composed, sync_flex)
+        });
+        let k = key(case, "cann");
+        if let Some((op, run)) = &mut case.cann {
+            g.bench_function(format!("{id}/ascend_{op}"), |b| {
+                timed(b, &k, &mut *run, sync_ascend)
+            });
+        }
+    }
+    g.finish();
+
+    let mut wall = Table::new(
+        "Fused ops: wall time per call, emulated NPU vs composed default on burn-flex and \
+         CANN's op",
+        &[
+            "op",
+            "size",
+            "fused, Ascend emul. (µs)",
+            "composed, flex (µs)",
+            "fused / composed",
+            "CANN op",
+            "CANN, Ascend emul. (µs)",
+            "fused / CANN",
+        ],
+    );
+    let mut counters = Table::new(
+        "Emulation counters, one call of each fused op",
+        &[
+            "op",
+            "size",
+            "kernel",
+            "blocks",
+            "GM read (B)",
+            "GM written (B)",
+            "data copies",
+            "UB peak (B)",
+            "busiest block / mean",
+        ],
+    );
+    let mut model = Table::new(
+        "MODELLED Atlas A2 (910B, 48 AIV, 1.6 TB/s) device time per launch - a model from the \
+         counters, not a measurement",
+        &[
+            "op",
+            "size",
+            "kernel",
+            "GM bytes",
+            "bytes / peak BW (µs)",
+            "modelled (µs)",
+            "modelled / limit",
+        ],
+    );
+    let mut per_op = Table::new(
+        "MODELLED Atlas A2 time per op against the bandwidth limit of the contract's minimum \
+         traffic - a model, not a measurement",
+        &[
+            "op",
+            "size",
+            "GM bytes moved",
+            "contract minimum",
+            "modelled (µs)",
+            "limit at minimum (µs)",
+            "modelled / limit",
+            "why not within 1.2x / what would close it",
+        ],
+    );
+    for case in &mut cases {
+        let (f, comp) = (mean(&key(case, "fused")), mean(&key(case, "composed")));
+        let cann = case
+            .cann
+            .as_ref()
+            .map(|(op, _)| (*op, mean(&key(case, "cann"))));
+        wall.row(vec![
+            case.name.into(),
+            case.size.clone(),
+            us(f),
+            us(comp),
+            ratio(f, comp),
+            cann.map_or("-".into(), |c| c.0.into()),
+            us(cann.and_then(|c| c.1)),
+            ratio(f, cann.and_then(|c| c.1)),
+        ]);
+        sync_ascend();
+        clear_launch_log();
+        (case.fused)();
+        sync_ascend();
+        let log = launch_log();
+        if log.is_empty() {
+            counters.row(vec![
+                case.name.into(),
+                case.size.clone(),
+                "(aclnn operator: no Ascend C counters)".into(),
+            ]);
+        }
+        for s in &log {
+            let m = a2::model(s);
+            counters.row(vec![
+                case.name.into(),
+                case.size.clone(),
+                s.kernel.clone(),
+                s.block_dim.to_string(),
+                s.gm_bytes_read.to_string(),
+                s.gm_bytes_written.to_string(),
+                s.data_copies.to_string(),
+                s.ub_peak_bytes.to_string(),
+                format!("{:.2}", a2::balance(s)),
+            ]);
+            model.row(vec![
+                case.name.into(),
+                case.size.clone(),
+                s.kernel.clone(),
+                (s.gm_bytes_read + s.gm_bytes_written).to_string(),
+                format!("{:.2}", m.limit * 1e6),
+                format!("{:.2}", m.modelled * 1e6),
+                format!("{:.2}x", m.modelled / m.limit.max(f64::MIN_POSITIVE)),
+            ]);
+        }
+        if !log.is_empty() {
+            let moved: u64 = log
+                .iter()
+                .map(|s| s.gm_bytes_read + s.gm_bytes_written)
+                .sum();
+            let modelled: f64 = log.iter().map(|s| a2::model(s).modelled).sum();
+            let limit = case.min_bytes as f64 / a2::HBM_BYTES_PER_S;
+            per_op.row(vec![
+                case.name.into(),
+                case.size.clone(),
+                moved.to_string(),
+                case.min_bytes.to_string(),
+                format!("{:.2}", modelled * 1e6),
+                format!("{:.2}", limit * 1e6),
+                format!("{:.2}x", modelled / limit),
+                why(&log, case.min_bytes, modelled),
+            ]);
+        }
+    }
+    clear_launch_log();
+    publish(
+        "fused_kernels",
+        &[wall, counters, model, per_op],
+        &[
+            "Wall times are criterion's means in this run, on the emulated NPU (kernels run on the \
+             host CPU) and on burn-flex; they compare code paths on this machine, not NPU speed.",
+            "The composed default is the `FusedOps` trait default, run on burn-flex (Ascend \
+             overrides every default with its kernel).",
+            "aclnnMoeInitRoutingV2 also sorts the expert ids; moe_gather is given the permutation.",
+            "No CANN baseline for layer norm: aclnnLayerNorm is not in the seam's function list.",
+            "THE A2 TIMES ARE A MODEL, NOT A MEASUREMENT: max(all GM bytes / 1.6 TB/s, busiest \
+             core's bytes / (32 B/cycle x 1.8 GHz)), blocks dealt round-robin to 48 vector \
+             cores; launches of one op add up. It ignores launch latency, compute, burst \
+             rounding and L2 hits; the hardware notes mark its figures UNCERTAIN.",
+            "The contract minimum is each input read once and each output written once; a \
+             kernel moving more than that is charged for it in the per-op table.",
+            "layer_norm(_backward): the tiling keeps at least 40 rows per block (so gamma/beta \
+             re-reads stay under 2.5 %), which leaves 256 rows on 7 cores; choosing the block \
+             count by this model (48 blocks of 6 rows: ~17 % more traffic, 6.9x the cores) would \
+             bring it near 1.2x. At N = 8192 the row is cut into UB chunks and x is read once \
+             per pass (mean, variance, normalise): 3x the minimum; a 32 KiB f32 row fits the \
+             192 KiB UB, so keeping it there between passes would read it once.",
+            "decode_attention MLA (HQ 32 over one KV head): stage 1 splits the 32 heads into \
+             tiles of 3 so 44 blocks have work, and each tile re-reads the keys (~12x); more KV \
+             splits instead of head tiles would fill the cores with each key read once. At \
+             ~2 MB the whole op is launch-latency-bound on the device anyway.",
+        ],
+    );
+}
+
+criterion_group! {
+    name = benches;
+    config = common::criterion();
+    targets = fused_kernels
+}
+criterion_main!(benches);
