@@ -13,6 +13,7 @@ use std::time::Instant;
 use burn::module::{AutodiffModule, Module};
 use burn::record::{BinFileRecorder, FullPrecisionSettings};
 use burn::tensor::backend::Backend;
+use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
@@ -98,6 +99,9 @@ fn run(args: Args) -> Result<(), String> {
             .ok_or_else(|| format!("--device {d:?} is not npu, npu:N, emulated or emulated:N"))?,
         None => AscendDevice::default(),
     };
+    // Open the device up front: an explicit --device npu without CANN or an NPU is an error
+    // here, not a panic inside the first tensor op.
+    DeviceContext::get(&device).map_err(|e| format!("cannot open {device:?}: {e}"))?;
     println!("device: {}", Ascend::name(&device));
     let cfg = MoeConfig::new()
         .with_hidden(args.hidden)

@@ -45,12 +45,13 @@ impl CannLibraries {
     pub fn open() -> AclResult<Self> {
         let dirs = search_dirs();
         let dir = dirs.iter().find(|d| d.join(LIBRARIES[0]).is_file());
-        Self::open_in(dir.map(PathBuf::as_path)).map_err(|e| match dir {
-            Some(_) => e,
-            None => AclError::Load(format!(
-                "{e}; looked in {} and the loader path (LD_LIBRARY_PATH). Source CANN's set_env.sh or set ASCEND_HOME_PATH",
+        Self::open_in(dir.map(PathBuf::as_path)).map_err(|e| match (dir, e) {
+            // Extend the reason rather than nest the error, so "cannot load CANN" is said once.
+            (None, AclError::Load(reason)) => AclError::Load(format!(
+                "{reason}; looked in {} and the loader path (LD_LIBRARY_PATH). Source CANN's set_env.sh or set ASCEND_HOME_PATH",
                 dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
             )),
+            (_, e) => e,
         })
     }
 
