@@ -1,0 +1,92 @@
+//! Tiling: how each kernel splits its work over the vector cores (blocks) and the unified
+//! buffer (tiles), as pure functions of the shapes and the device's properties. Tiling never
+//! depends on values held in device tensors, so a launch never waits for the host.
+//!
+//! The structs mirror the kernels' tiling structs field for field (`#[repr(C)]`, fixed-width
+//! fields), because the launch passes them by value to the kernel.
+
+/// The device properties tiling depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceProps {
+    /// Vector cores (AIV) a vector kernel can use in parallel.
+    pub vector_cores: u32,
+    /// Unified buffer per vector core, bytes.
+    pub ub_bytes: u32,
+}
+
+impl DeviceProps {
+    /// Atlas A2 (Ascend910B1/B2): 48 vector cores, 192 KiB unified buffer each.
+    pub const ATLAS_A2: Self = Self {
+        vector_cores: 48,
+        ub_bytes: 192 << 10,
+    };
+}
+
+/// Unified-buffer addresses and DataCopy lengths are multiples of this many bytes.
+pub const UB_ALIGN: u64 = 32;
+
+/// Buffers per queue: two, so the copy of tile i+1 overlaps the compute of tile i.
+pub const DOUBLE_BUFFER: u64 = 2;
+
+/// A kernel launch: how many blocks, and the tiling passed to each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan<T> {
+    /// Blocks to launch (at most the vector core count).
+    pub block_dim: u32,
+    /// The kernel's tiling argument.
+    pub tiling: T,
+}
+
+/// Float types `layer_norm` takes (statistics are f32 whatever the input).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum NormType {
+    /// f32
+    F32 = 0,
+    /// f16
+    F16 = 1,
+    /// bf16
+    BF16 = 2,
+}
+
+impl NormType {
+    /// Bytes per element in global memory.
+    pub fn bytes(self) -> u64 {
+        match self {
+            NormType::F32 => 4,
+            NormType::F16 | NormType::BF16 => 2,
+        }
+    }
+
+    /// Unified-buffer bytes per chunk element: input and output queues, f32 work and square
+    /// buffers, f32 gamma and beta, and a staging buffer for narrow types.
+    fn ub_bytes_per_element(self) -> u64 {
+        let staged = if self == NormType::F32 {
+            0
+        } else {
+            self.bytes()
+        };
+        2 * self.bytes() + 4 + 4 + 8 + staged
+    }
+}
+
+/// `n` rounded up to a multiple of 8 (elements of 32-byte blocks of f32/i32).
+pub(crate) fn align8(n: u64) -> u64 {
+    n.div_ceil(8) * 8
+}
+
+/// Elements of a `bytes`-wide type rounded up to whole 32-byte blocks.
+pub(crate) fn align_type(n: u64, bytes: u64) -> u64 {
+    let per = UB_ALIGN / bytes;
+    n.div_ceil(per) * per
+}
+
+mod elementwise;
+mod norm;
+mod paged;
+mod routing;
+
+pub use elementwise::*;
+pub use norm::*;
+pub use paged::*;
+pub use routing::*;

@@ -1,0 +1,174 @@
+//! Tiling of the row gathers (`moe_gather`, `token_rearrange`) and `moe_scatter`.
+
+use super::{DeviceProps, NormType, Plan, UB_ALIGN};
+
+/// Mirrors `RowGatherTiling` in `kernels/row_gather.h` (moe_gather, token_rearrange).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowGatherTiling {
+    /// Rows of the output.
+    pub out_rows: u32,
+    /// Rows of the source.
+    pub src_rows: u32,
+    /// Elements per row.
+    pub cols: u32,
+    /// Output rows per block.
+    pub rows_per_core: u32,
+    /// Elements per copy, a multiple of 32 bytes.
+    pub chunk: u32,
+    /// Indices loaded at a time, a multiple of 8.
+    pub idx_chunk: u32,
+    /// Source row = index / divisor.
+    pub divisor: u32,
+    /// Bytes per element (2 or 4).
+    pub elem_bytes: u32,
+    /// Bytes per index (4 or 8).
+    pub index_bytes: u32,
+}
+
+/// Most indices a gather block loads at once.
+const MAX_IDX_CHUNK: u64 = 1024;
+
+/// Output rows evenly over the vector cores; rows move in two ping-pong buffers of the largest
+/// chunk the unified buffer holds beside the index buffer.
+pub fn row_gather(
+    out_rows: u64,
+    src_rows: u64,
+    cols: u64,
+    elem_bytes: u64,
+    index_bytes: u64,
+    divisor: u64,
+    props: &DeviceProps,
+) -> Plan<RowGatherTiling> {
+    let rows_per_core = out_rows.div_ceil(props.vector_cores as u64).max(1);
+    let block_dim = out_rows.div_ceil(rows_per_core).max(1);
+    let idx_chunk = rows_per_core.min(MAX_IDX_CHUNK).div_ceil(8) * 8;
+    let idx_bytes = (idx_chunk * index_bytes).div_ceil(UB_ALIGN) * UB_ALIGN;
+    let align = UB_ALIGN / elem_bytes;
+    let max_chunk = (props.ub_bytes as u64 - idx_bytes) / (2 * elem_bytes) / align * align;
+    let chunk = cols
+        .div_ceil(align)
+        .max(1)
+        .saturating_mul(align)
+        .min(max_chunk);
+    Plan {
+        block_dim: block_dim as u32,
+        tiling: RowGatherTiling {
+            out_rows: out_rows as u32,
+            src_rows: src_rows as u32,
+            cols: cols as u32,
+            rows_per_core: rows_per_core as u32,
+            chunk: chunk as u32,
+            idx_chunk: idx_chunk as u32,
+            divisor: divisor.max(1) as u32,
+            elem_bytes: elem_bytes as u32,
+            index_bytes: index_bytes as u32,
+        },
+    }
+}
+
+/// Mirrors `MoeScatterTiling` in `kernels/moe_scatter.cpp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeScatterTiling {
+    /// Tokens (T).
+    pub tokens: u32,
+    /// Top-k (K).
+    pub top_k: u32,
+    /// Hidden size (H).
+    pub cols: u32,
+    /// Tokens per block.
+    pub tokens_per_core: u32,
+    /// Columns per pass, a multiple of 32 bytes.
+    pub chunk: u32,
+    /// Tokens whose routing is loaded at a time.
+    pub idx_tokens: u32,
+    /// 1 if weights are given.
+    pub has_weights: u32,
+    /// The element type ([`NormType`] codes: 0 f32, 1 f16, 2 bf16).
+    pub dtype: u32,
+}
+
+/// Tokens evenly over the vector cores; each pass holds a column chunk of one input row (double
+/// buffered), the output row, and the f32 accumulator and term.
+pub fn moe_scatter(
+    tokens: u64,
+    top_k: u64,
+    cols: u64,
+    dtype: NormType,
+    has_weights: bool,
+    props: &DeviceProps,
+) -> Plan<MoeScatterTiling> {
+    let tokens_per_core = tokens.div_ceil(props.vector_cores as u64).max(1);
+    let block_dim = tokens.div_ceil(tokens_per_core).max(1);
+    let idx_tokens = tokens_per_core.min((MAX_IDX_CHUNK / top_k.max(1)).max(1));
+    let slots = idx_tokens * top_k.max(1);
+    let routing = [4, dtype.bytes(), 4]
+        .iter()
+        .map(|b| (slots * b).div_ceil(UB_ALIGN) * UB_ALIGN)
+        .sum::<u64>();
+    let per_col = 3 * dtype.bytes() + 8;
+    let align = UB_ALIGN / dtype.bytes();
+    let max_chunk = (props.ub_bytes as u64 - routing) / per_col / align * align;
+    let chunk = cols
+        .div_ceil(align)
+        .max(1)
+        .saturating_mul(align)
+        .min(max_chunk);
+    Plan {
+        block_dim: block_dim as u32,
+        tiling: MoeScatterTiling {
+            tokens: tokens as u32,
+            top_k: top_k as u32,
+            cols: cols as u32,
+            tokens_per_core: tokens_per_core as u32,
+            chunk: chunk as u32,
+            idx_tokens: idx_tokens as u32,
+            has_weights: has_weights as u32,
+            dtype: dtype as u32,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gathers_cover_rows_and_fit_the_unified_buffer() {
+        for (rows, cols, eb) in [
+            (4096u64, 1536u64, 2u64),
+            (1, 1, 4),
+            (1024, 32, 4),
+            (5, 100_000, 2),
+            (100_000, 8, 2),
+        ] {
+            let p = row_gather(rows, rows, cols, eb, 4, 1, &DeviceProps::ATLAS_A2);
+            let t = p.tiling;
+            assert!(
+                (p.block_dim as u64 - 1) * (t.rows_per_core as u64) < rows
+                    && p.block_dim as u64 * t.rows_per_core as u64 >= rows
+            );
+            let idx = (t.idx_chunk as u64 * 4).div_ceil(32) * 32;
+            assert!(
+                idx + 2 * t.chunk as u64 * eb <= DeviceProps::ATLAS_A2.ub_bytes as u64,
+                "{t:?}"
+            );
+            assert_eq!(t.chunk as u64 * eb % UB_ALIGN, 0);
+            let s = moe_scatter(
+                rows,
+                4,
+                cols,
+                if eb == 2 {
+                    NormType::F16
+                } else {
+                    NormType::F32
+                },
+                true,
+                &DeviceProps::ATLAS_A2,
+            );
+            assert!(s.block_dim as u64 * s.tiling.tokens_per_core as u64 >= rows);
+            assert!(s.tiling.chunk >= 1 && s.tiling.idx_tokens >= 1);
+        }
+    }
+}
