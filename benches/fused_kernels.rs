@@ -1,22 +1,44 @@
 //! The fused ops at the seed sizes of the fused-ops specification: the Ascend C kernel on the
-//! emulated NPU beside its composed default (the `FusedOps` trait default, on burn-flex, where
-//! the default is not overridden) and, where CANN has one, CANN's own operator on the same
-//! emulated NPU. Then, from one more launch of each kernel, the emulation counters and a
+//! emulated NPU beside its composed default (`burn_ascend::fused::composed`, the standard Burn
+//! ops the trait defaults are made of) and, where CANN has one, CANN's own operator, all on the
+//! same emulated NPU. Then, from one more launch of each kernel, the emulation counters and a
 //! modelled Atlas A2 device time against the bandwidth limit.
 
 mod common;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
-use burn_ascend::fused::{self, DecodeAttentionOptions};
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn_ascend::fused::{composed, DecodeAttentionOptions};
 use burn_ascend::ops::fused as device;
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
 use burn_ascend_kernels::emulation::{clear_launch_log, launch_log, LaunchStats};
-use burn_flex::Flex;
 use common::{a2, mean, publish, ratio, timed, us, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 
 type Run = Box<dyn FnMut()>;
+
+/// Which implementation of a fused op a case runs.
+#[derive(Debug, Clone, Copy)]
+enum Path {
+    /// The backend's `FusedOps` method (on Ascend, the Ascend C kernel).
+    Kernel,
+    /// The composed default, on the same backend.
+    Composed,
+}
+
+/// Calls fused op `$op` of backend `B` on primitives, by `$path`.
+macro_rules! call {
+    ($path:expr, $op:ident($($arg:expr),* $(,)?)) => {
+        match $path {
+            Path::Kernel => drop(<B as FusedOps>::$op($($arg),*)),
+            Path::Composed => drop(composed::$op::<B>($($arg),*)),
+        }
+    };
+}
+
+fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
+    t.into_primitive().tensor()
+}
 
 fn ascend() -> AscendDevice {
     AscendDevice::Emulated(0)
@@ -97,67 +119,71 @@ struct Case {
     min_bytes: u64,
 }
 
-fn vector_add<B: FusedOps>(d: &B::Device) -> Run {
+fn vector_add<B: FusedOps>(d: &B::Device, path: Path) -> Run {
     let n = 16384;
     let x = Tensor::<B, 1, Int>::arange(0..n, d).cast(DType::I32);
     let y = x.clone() * 3;
-    Box::new(move || drop(fused::int_vector_add(x.clone(), y.clone())))
-}
-
-fn layer_norm<B: FusedOps>(m: usize, n: usize, d: &B::Device) -> Run {
-    let x = float::<B, 2>([m, n], 1, DType::F32, d);
-    let gamma = float::<B, 1>([n], 2, DType::F32, d);
-    let beta = float::<B, 1>([n], 3, DType::F32, d);
-    Box::new(move || {
-        drop(fused::layer_norm(
-            x.clone(),
-            Some(gamma.clone()),
-            Some(beta.clone()),
-            1e-6,
-        ))
+    let (x, y) = (x.into_primitive(), y.into_primitive());
+    // The composed default of an integer vector add is the backend's own add.
+    Box::new(move || match path {
+        Path::Kernel => drop(B::int_vector_add(x.clone(), y.clone())),
+        Path::Composed => drop(B::int_add(x.clone(), y.clone())),
     })
 }
 
-fn layer_norm_backward<B: FusedOps>(d: &B::Device) -> Run {
-    let (m, n) = (256, 128);
-    let dy = float::<B, 2>([m, n], 1, DType::F32, d);
-    let x = float::<B, 2>([m, n], 2, DType::F32, d);
-    let mean = float::<B, 1>([m], 3, DType::F32, d);
-    let rstd = float::<B, 1>([m], 4, DType::F32, d).abs() + 0.5;
-    let gamma = float::<B, 1>([n], 5, DType::F32, d);
+fn layer_norm<B: FusedOps>(m: usize, n: usize, d: &B::Device, path: Path) -> Run {
+    let x = prim(float::<B, 2>([m, n], 1, DType::F32, d));
+    let gamma = prim(float::<B, 1>([n], 2, DType::F32, d));
+    let beta = prim(float::<B, 1>([n], 3, DType::F32, d));
     Box::new(move || {
-        drop(fused::layer_norm_backward(
-            dy.clone(),
-            x.clone(),
-            mean.clone(),
-            rstd.clone(),
-            Some(gamma.clone()),
-        ))
+        call!(
+            path,
+            layer_norm(x.clone(), Some(gamma.clone()), Some(beta.clone()), 1e-6)
+        )
+    })
+}
+
+fn layer_norm_backward<B: FusedOps>(d: &B::Device, path: Path) -> Run {
+    let (m, n) = (256, 128);
+    let dy = prim(float::<B, 2>([m, n], 1, DType::F32, d));
+    let x = prim(float::<B, 2>([m, n], 2, DType::F32, d));
+    let mean = prim(float::<B, 1>([m], 3, DType::F32, d));
+    let rstd = prim(float::<B, 1>([m], 4, DType::F32, d).abs() + 0.5);
+    let gamma = prim(float::<B, 1>([n], 5, DType::F32, d));
+    Box::new(move || {
+        call!(
+            path,
+            layer_norm_backward(
+                dy.clone(),
+                x.clone(),
+                mean.clone(),
+                rstd.clone(),
+                Some(gamma.clone()),
+            )
+        )
     })
 }
 
 /// The MoE routing seed size: T=1024, H=1536, E=64, K=4, f16.
 const MOE: (usize, usize, usize, usize) = (1024, 1536, 64, 4);
 
-fn moe_gather<B: FusedOps>(d: &B::Device) -> Run {
+fn moe_gather<B: FusedOps>(d: &B::Device, path: Path) -> Run {
     let (t, h, e, k) = MOE;
-    let x = float::<B, 2>([t, h], 1, DType::F16, d);
-    let idx = ints::<B>(&sort_order(&expert_ids(t, k, e)), d);
-    Box::new(move || drop(fused::moe_gather(x.clone(), idx.clone(), k)))
+    let x = prim(float::<B, 2>([t, h], 1, DType::F16, d));
+    let idx = ints::<B>(&sort_order(&expert_ids(t, k, e)), d).into_primitive();
+    Box::new(move || call!(path, moe_gather(x.clone(), idx.clone(), k)))
 }
 
-fn moe_scatter<B: FusedOps>(d: &B::Device) -> Run {
+fn moe_scatter<B: FusedOps>(d: &B::Device, path: Path) -> Run {
     let (t, h, e, k) = MOE;
-    let y = float::<B, 2>([t * k, h], 1, DType::F16, d);
-    let w = float::<B, 1>([t * k], 2, DType::F16, d);
-    let idx = ints::<B>(&sort_order(&expert_ids(t, k, e)), d);
+    let y = prim(float::<B, 2>([t * k, h], 1, DType::F16, d));
+    let w = prim(float::<B, 1>([t * k], 2, DType::F16, d));
+    let idx = ints::<B>(&sort_order(&expert_ids(t, k, e)), d).into_primitive();
     Box::new(move || {
-        drop(fused::moe_scatter(
-            y.clone(),
-            idx.clone(),
-            Some(w.clone()),
-            k,
-        ))
+        call!(
+            path,
+            moe_scatter(y.clone(), idx.clone(), Some(w.clone()), k)
+        )
     })
 }
 
@@ -196,30 +222,32 @@ fn cann_token_unpermute() -> Run {
     Box::new(move || drop(device::cann_moe_token_unpermute(&y, &rows, Some(&probs)).unwrap()))
 }
 
-fn token_rearrange<B: FusedOps>(d: &B::Device) -> Run {
+fn token_rearrange<B: FusedOps>(d: &B::Device, path: Path) -> Run {
     let (s, dim) = (1024, 32);
-    let x = float::<B, 2>([s, dim], 1, DType::F32, d);
-    let perm = ints::<B>(&scattered(s), d);
-    Box::new(move || drop(fused::token_rearrange(x.clone(), perm.clone())))
+    let x = prim(float::<B, 2>([s, dim], 1, DType::F32, d));
+    let perm = ints::<B>(&scattered(s), d).into_primitive();
+    Box::new(move || call!(path, token_rearrange(x.clone(), perm.clone())))
 }
 
-fn alloc_extend<B: FusedOps>(d: &B::Device) -> Run {
-    let free: Vec<i32> = scattered(2048);
+fn alloc_extend<B: FusedOps>(d: &B::Device, path: Path) -> Run {
+    let free = ints::<B>(&scattered(2048), d).into_primitive();
     let (prefix, seq, last) = (
-        ints::<B>(&[0, 0], d),
-        ints::<B>(&[1000, 1500], d),
-        ints::<B>(&[0, 0], d),
+        ints::<B>(&[0, 0], d).into_primitive(),
+        ints::<B>(&[1000, 1500], d).into_primitive(),
+        ints::<B>(&[0, 0], d).into_primitive(),
     );
-    let free = ints::<B>(&free, d);
     Box::new(move || {
-        drop(fused::alloc_extend(
-            prefix.clone(),
-            seq.clone(),
-            last.clone(),
-            free.clone(),
-            128,
-            2500,
-        ))
+        call!(
+            path,
+            alloc_extend(
+                prefix.clone(),
+                seq.clone(),
+                last.clone(),
+                free.clone(),
+                128,
+                2500,
+            )
+        )
     })
 }
 
@@ -270,7 +298,7 @@ const GQA: Attn = Attn {
     mla: false,
 };
 
-fn decode_attention<B: FusedOps>(a: &'static Attn, d: &B::Device) -> Run {
+fn decode_attention<B: FusedOps>(a: &'static Attn, d: &B::Device, path: Path) -> Run {
     let slots = a.batch * a.len;
     let dtype = DType::BF16;
     let tensor = |shape: [usize; 3], seed| {
@@ -294,32 +322,32 @@ fn decode_attention<B: FusedOps>(a: &'static Attn, d: &B::Device) -> Run {
         value_dim: a.dim_v,
     };
     Box::new(move || {
-        let out = B::decode_attention(
-            q.clone(),
-            k.clone(),
-            v.clone(),
-            indptr.clone(),
-            indices.clone(),
-            splits.clone(),
-            options,
-        );
-        drop(Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(
-            out.out,
-        )));
+        call!(
+            path,
+            decode_attention(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                indptr.clone(),
+                indices.clone(),
+                splits.clone(),
+                options,
+            )
+        )
     })
 }
 
 /// No seed size in the specification: 8 experts of 128x128 over 512 rows, f32.
-fn grouped_matmul<B: FusedOps>(d: &B::Device) -> Run {
+fn grouped_matmul<B: FusedOps>(d: &B::Device, path: Path) -> Run {
     let (rows, e, kn) = (512, 8, 128);
-    let x = float::<B, 2>([rows, kn], 1, DType::F32, d);
-    let w = float::<B, 3>([e, kn, kn], 2, DType::F32, d);
-    let sizes = ints::<B>(&vec![(rows / e) as i32; e], d);
-    Box::new(move || drop(fused::grouped_matmul(x.clone(), w.clone(), sizes.clone())))
+    let x = prim(float::<B, 2>([rows, kn], 1, DType::F32, d));
+    let w = prim(float::<B, 3>([e, kn, kn], 2, DType::F32, d));
+    let sizes = ints::<B>(&vec![(rows / e) as i32; e], d).into_primitive();
+    Box::new(move || call!(path, grouped_matmul(x.clone(), w.clone(), sizes.clone())))
 }
 
 fn cases() -> Vec<Case> {
-    let (a, f) = (ascend(), Default::default());
+    let a = ascend();
     let case = |name, size: &str, fused: Run, composed: Run, cann, min_bytes| Case {
         name,
         size: size.to_string(),
@@ -336,8 +364,8 @@ fn cases() -> Vec<Case> {
     let mut v = vec![case(
         "vector_add",
         "16384 i32",
-        vector_add::<Ascend>(&a),
-        vector_add::<Flex>(&f),
+        vector_add::<Ascend>(&a, Path::Kernel),
+        vector_add::<Ascend>(&a, Path::Composed),
         Some(("aclnnAdd", aclnn_add)),
         3 * 16384 * 4,
     )];
@@ -345,8 +373,8 @@ fn cases() -> Vec<Case> {
         v.push(case(
             "layer_norm",
             &format!("256x{n} f32"),
-            layer_norm::<Ascend>(256, n, &a),
-            layer_norm::<Flex>(256, n, &f),
+            layer_norm::<Ascend>(256, n, &a, Path::Kernel),
+            layer_norm::<Ascend>(256, n, &a, Path::Composed),
             None,
             (2 * 256 * n + 2 * n + 2 * 256) * 4,
         ));
@@ -354,64 +382,64 @@ fn cases() -> Vec<Case> {
     v.push(case(
         "layer_norm_backward",
         "256x128 f32",
-        layer_norm_backward::<Ascend>(&a),
-        layer_norm_backward::<Flex>(&f),
+        layer_norm_backward::<Ascend>(&a, Path::Kernel),
+        layer_norm_backward::<Ascend>(&a, Path::Composed),
         None,
         (3 * 256 * 128 + 2 * 256 + 3 * 128) * 4,
     ));
     v.push(case(
         "moe_gather",
         "T1024 H1536 K4 f16",
-        moe_gather::<Ascend>(&a),
-        moe_gather::<Flex>(&f),
+        moe_gather::<Ascend>(&a, Path::Kernel),
+        moe_gather::<Ascend>(&a, Path::Composed),
         Some(("aclnnMoeInitRoutingV2", cann_init_routing())),
         2 * 1024 * 4 * 1536 * 2 + 1024 * 4 * 4,
     ));
     v.push(case(
         "moe_scatter",
         "T1024 H1536 K4 f16",
-        moe_scatter::<Ascend>(&a),
-        moe_scatter::<Flex>(&f),
+        moe_scatter::<Ascend>(&a, Path::Kernel),
+        moe_scatter::<Ascend>(&a, Path::Composed),
         Some(("aclnnMoeTokenUnpermute", cann_token_unpermute())),
         1024 * 4 * 1536 * 2 + 1024 * 1536 * 2 + 1024 * 4 * (4 + 2),
     ));
     v.push(case(
         "token_rearrange",
         "S1024 D32 f32",
-        token_rearrange::<Ascend>(&a),
-        token_rearrange::<Flex>(&f),
+        token_rearrange::<Ascend>(&a, Path::Kernel),
+        token_rearrange::<Ascend>(&a, Path::Composed),
         None,
         2 * 1024 * 32 * 4 + 1024 * 4,
     ));
     v.push(case(
         "alloc_extend",
         "B2 page128 seq 1000,1500 i32",
-        alloc_extend::<Ascend>(&a),
-        alloc_extend::<Flex>(&f),
+        alloc_extend::<Ascend>(&a, Path::Kernel),
+        alloc_extend::<Ascend>(&a, Path::Composed),
         None,
         (3 * 2 + 20 + 2500 + 2) * 4,
     ));
     v.push(case(
         "decode_attention",
         "MLA B1 S128 HQ32 Dk576 bf16",
-        decode_attention::<Ascend>(&MLA, &a),
-        decode_attention::<Flex>(&MLA, &f),
+        decode_attention::<Ascend>(&MLA, &a, Path::Kernel),
+        decode_attention::<Ascend>(&MLA, &a, Path::Composed),
         None,
         MLA.min_bytes(),
     ));
     v.push(case(
         "decode_attention",
         "GQA B8 S1024 HQ32 HKV8 D128 bf16",
-        decode_attention::<Ascend>(&GQA, &a),
-        decode_attention::<Flex>(&GQA, &f),
+        decode_attention::<Ascend>(&GQA, &a, Path::Kernel),
+        decode_attention::<Ascend>(&GQA, &a, Path::Composed),
         None,
         GQA.min_bytes(),
     ));
     v.push(case(
         "grouped_matmul",
         "R512 E8 128x128 f32",
-        grouped_matmul::<Ascend>(&a),
-        grouped_matmul::<Flex>(&f),
+        grouped_matmul::<Ascend>(&a, Path::Kernel),
+        grouped_matmul::<Ascend>(&a, Path::Composed),
         None,
         (2 * 512 * 128 + 8 * 128 * 128 + 8) * 4,
     ));
@@ -420,10 +448,6 @@ fn cases() -> Vec<Case> {
 
 fn sync_ascend() {
     Ascend::sync(&ascend()).unwrap();
-}
-
-fn sync_flex() {
-    Flex::sync(&Default::default()).unwrap();
 }
 
 /// Why an op's modelled time is above 1.2x the bandwidth limit of its minimum traffic, from
@@ -487,8 +511,8 @@ fn fused_kernels(c: &mut Criterion) {
             clear_launch_log();
         });
         let k = key(case, "composed");
-        g.bench_function(format!("{id}/flex_composed"), |b| {
-            timed(b, &k, &mut case.composed, sync_flex)
+        g.bench_function(format!("{id}/ascend_composed"), |b| {
+            timed(b, &k, &mut case.composed, sync_ascend)
         });
         let k = key(case, "cann");
         if let Some((op, run)) = &mut case.cann {
@@ -500,13 +524,13 @@ fn fused_kernels(c: &mut Criterion) {
     g.finish();
 
     let mut wall = Table::new(
-        "Fused ops: wall time per call, emulated NPU vs composed default on burn-flex and \
+        "Fused ops: wall time per call on the emulated NPU: kernel vs composed default and \
          CANN's op",
         &[
             "op",
             "size",
             "fused, Ascend emul. (µs)",
-            "composed, flex (µs)",
+            "composed, Ascend emul. (µs)",
             "fused / composed",
             "CANN op",
             "CANN, Ascend emul. (µs)",
@@ -629,10 +653,11 @@ fn fused_kernels(c: &mut Criterion) {
         "fused_kernels",
         &[wall, counters, model, per_op],
         &[
-            "Wall times are criterion's means in this run, on the emulated NPU (kernels run on the \
-             host CPU) and on burn-flex; they compare code paths on this machine, not NPU speed.",
-            "The composed default is the `FusedOps` trait default, run on burn-flex (Ascend \
-             overrides every default with its kernel).",
+            "Wall times are criterion's means in this run, all on the emulated NPU (kernels and \
+             aclnn ops run on the host CPU); they compare code paths on this machine, not NPU \
+             speed.",
+            "The composed default is `burn_ascend::fused::composed` (what the `FusedOps` trait \
+             defaults run) on the same device; vector_add's is the backend's add.",
             "aclnnMoeInitRoutingV2 also sorts the expert ids; moe_gather is given the permutation.",
             "No CANN baseline for layer norm: aclnnLayerNorm is not in the seam's function list.",
             "THE A2 TIMES ARE A MODEL, NOT A MEASUREMENT: max(all GM bytes / 1.6 TB/s, busiest \

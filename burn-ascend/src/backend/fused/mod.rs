@@ -7,6 +7,7 @@
 //! (see `autodiff.rs`).
 
 mod autodiff;
+pub mod composed;
 mod paged;
 
 pub use paged::{
@@ -32,25 +33,6 @@ fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
 
 fn int<B: Backend, const D: usize>(t: IntTensor<B>) -> Tensor<B, D, Int> {
     Tensor::from_primitive(t)
-}
-
-/// `[R, E]` in `dtype`: 1 where row `r` lies in group `e`, else 0. The groups tile the rows
-/// in order, group `e` holding `group_sizes[e]` rows; the bounds come from a running sum on the
-/// device.
-fn group_masks<B: Backend>(group_sizes: IntTensor<B>, rows: usize, dtype: DType) -> Float2<B> {
-    let sizes: Ints<B> = int(group_sizes);
-    let groups = sizes.dims()[0];
-    let row = Ints::<B>::arange(0..rows as i64, &sizes.device());
-    let sizes = sizes.cast(row.dtype());
-    let ends = sizes.clone().cumsum(0);
-    let starts = ends.clone() - sizes;
-    let across = |t: Ints<B>| t.unsqueeze::<2>().expand([rows, groups]);
-    let row = row.unsqueeze_dim::<2>(1).expand([rows, groups]);
-    row.clone()
-        .greater_equal(across(starts))
-        .bool_and(row.lower(across(ends)))
-        .float()
-        .cast(dtype)
 }
 
 /// Layer-norm results: normalised rows and the f32 row statistics.
@@ -92,30 +74,7 @@ pub trait FusedOps: Backend {
         beta: Option<FloatTensor<Self>>,
         eps: f64,
     ) -> LayerNormOutput<Self> {
-        let shape = x.shape();
-        let n = shape[shape.num_dims() - 1];
-        let dtype = x.dtype();
-        let x: Float2<Self> = float::<Self, 2>(Self::float_reshape(
-            x,
-            [shape.num_elements() / n.max(1), n].into(),
-        ))
-        .cast(DType::F32);
-        let mean = x.clone().mean_dim(1);
-        let centred = x - mean.clone();
-        let var = centred.clone().powi_scalar(2).mean_dim(1);
-        let rstd = (var + eps).sqrt().recip();
-        let mut y = centred * rstd.clone();
-        if let Some(g) = gamma {
-            y = y * float::<Self, 1>(g).cast(DType::F32).unsqueeze();
-        }
-        if let Some(b) = beta {
-            y = y + float::<Self, 1>(b).cast(DType::F32).unsqueeze();
-        }
-        LayerNormOutput {
-            y: Self::float_reshape(prim(y.cast(dtype)), shape),
-            mean: prim(mean.flatten::<1>(0, 1)),
-            rstd: prim(rstd.flatten::<1>(0, 1)),
-        }
+        composed::layer_norm::<Self>(x, gamma, beta, eps)
     }
 
     /// Gradients of [`FusedOps::layer_norm`]: `dx = rstd * (g - mean_N(g) - xhat * mean_N(g *
@@ -128,36 +87,7 @@ pub trait FusedOps: Backend {
         rstd: FloatTensor<Self>,
         gamma: Option<FloatTensor<Self>>,
     ) -> LayerNormGrads<Self> {
-        let shape = x.shape();
-        let n = shape[shape.num_dims() - 1];
-        let m = shape.num_elements() / n.max(1);
-        let dtype = x.dtype();
-        let as2 = |t: FloatTensor<Self>| {
-            float::<Self, 2>(Self::float_reshape(t, [m, n].into())).cast(DType::F32)
-        };
-        let (dy, x) = (as2(dy), as2(x));
-        let (mean, rstd): (Float2<Self>, Float2<Self>) = (
-            float::<Self, 1>(mean).cast(DType::F32).unsqueeze_dim(1),
-            float::<Self, 1>(rstd).cast(DType::F32).unsqueeze_dim(1),
-        );
-        let xhat = (x - mean) * rstd.clone();
-        let g = match gamma {
-            Some(gamma) => dy.clone() * float::<Self, 1>(gamma).cast(DType::F32).unsqueeze(),
-            None => dy.clone(),
-        };
-        let dx =
-            (g.clone() - g.clone().mean_dim(1) - xhat.clone() * (g * xhat.clone()).mean_dim(1))
-                * rstd;
-        LayerNormGrads {
-            dx: Self::float_reshape(prim(dx.cast(dtype)), shape),
-            dgamma: prim(
-                (dy.clone() * xhat)
-                    .sum_dim(0)
-                    .flatten::<1>(0, 1)
-                    .cast(dtype),
-            ),
-            dbeta: prim(dy.sum_dim(0).flatten::<1>(0, 1).cast(dtype)),
-        }
+        composed::layer_norm_backward::<Self>(dy, x, mean, rstd, gamma)
     }
 
     /// `out[i] = x[indices[i] / top_k]` for `x [T, H]` and a permutation `indices [T*K]`.
@@ -166,8 +96,7 @@ pub trait FusedOps: Backend {
         indices: IntTensor<Self>,
         top_k: usize,
     ) -> FloatTensor<Self> {
-        let rows = int::<Self, 1>(indices) / (top_k as i64);
-        prim(float::<Self, 2>(x).select(0, rows))
+        composed::moe_gather::<Self>(x, indices, top_k)
     }
 
     /// `out[indices[i] / K] += w(indices[i]) * y[i]` for `y [T*K, H]`, accumulated in f32.
@@ -177,31 +106,12 @@ pub trait FusedOps: Backend {
         weights: Option<FloatTensor<Self>>,
         top_k: usize,
     ) -> FloatTensor<Self> {
-        let y: Float2<Self> = float(y);
-        let dtype = y.dtype();
-        let [slots, h] = y.dims();
-        let idx: Ints<Self> = int(indices);
-        let mut terms = y.cast(DType::F32);
-        if let Some(w) = weights {
-            let w = float::<Self, 1>(w).cast(DType::F32).select(0, idx.clone());
-            terms = terms * w.unsqueeze_dim(1);
-        }
-        let tokens = slots / top_k.max(1);
-        let out = Float2::<Self>::zeros([tokens, h], (&terms.device(), DType::F32));
-        prim(
-            out.select_assign(
-                0,
-                idx / (top_k as i64),
-                terms,
-                burn_tensor::IndexingUpdateOp::Add,
-            )
-            .cast(dtype),
-        )
+        composed::moe_scatter::<Self>(y, indices, weights, top_k)
     }
 
     /// `out[i] = x[perm[i]]` for `x [S, D]`.
     fn token_rearrange(x: FloatTensor<Self>, perm: IntTensor<Self>) -> FloatTensor<Self> {
-        prim(float::<Self, 2>(x).select(0, int(perm)))
+        composed::token_rearrange::<Self>(x, perm)
     }
 
     /// Paged KV-cache slot allocation (contract 4) for requests growing from `prefix_lens[b]`
@@ -223,7 +133,7 @@ pub trait FusedOps: Backend {
         page_size: usize,
         extend_total: usize,
     ) -> AllocExtendOutput<Self> {
-        paged::composed_alloc_extend::<Self>(
+        composed::alloc_extend::<Self>(
             prefix_lens,
             seq_lens,
             last_loc,
@@ -252,7 +162,7 @@ pub trait FusedOps: Backend {
         num_kv_splits: IntTensor<Self>,
         options: DecodeAttentionOptions,
     ) -> DecodeAttentionOutput<Self> {
-        paged::composed_decode_attention::<Self>(
+        composed::decode_attention::<Self>(
             q,
             k_cache,
             v_cache,
@@ -272,16 +182,7 @@ pub trait FusedOps: Backend {
         weights: FloatTensor<Self>,
         group_sizes: IntTensor<Self>,
     ) -> FloatTensor<Self> {
-        let x: Float2<Self> = float(x);
-        let weights: Tensor<Self, 3> = float(weights);
-        let [rows, _] = x.dims();
-        let [groups, _, n] = weights.dims();
-        let masks = group_masks::<Self>(group_sizes, rows, x.dtype());
-        let zeros = Float2::<Self>::zeros([rows, n], (&x.device(), x.dtype()));
-        prim((0..groups).fold(zeros, |out, e| {
-            let rows_e = x.clone() * masks.clone().narrow(1, e, 1);
-            out + rows_e.matmul(weights.clone().narrow(0, e, 1).squeeze_dim::<2>(0))
-        }))
+        composed::grouped_matmul::<Self>(x, weights, group_sizes)
     }
 
     /// Weight gradient of [`FusedOps::grouped_matmul`]: `[E, K, N]` with `dw[e] = x_e^T @
@@ -291,18 +192,7 @@ pub trait FusedOps: Backend {
         dy: FloatTensor<Self>,
         group_sizes: IntTensor<Self>,
     ) -> FloatTensor<Self> {
-        let (x, dy): (Float2<Self>, Float2<Self>) = (float(x), float(dy));
-        let [rows, _] = x.dims();
-        let groups = group_sizes.shape()[0];
-        let masks = group_masks::<Self>(group_sizes, rows, x.dtype());
-        let per_group = (0..groups)
-            .map(|e| {
-                (x.clone() * masks.clone().narrow(1, e, 1))
-                    .transpose()
-                    .matmul(dy.clone())
-            })
-            .collect();
-        prim(Tensor::<Self, 2>::stack::<3>(per_group, 0))
+        composed::grouped_matmul_weight_grad::<Self>(x, dy, group_sizes)
     }
 }
 

@@ -37,7 +37,7 @@ pub struct DecodeAttentionOutput<B: Backend> {
 }
 
 /// The composed `alloc_extend` (the reference): contract 4's formula per output position.
-pub(super) fn composed_alloc_extend<B: Backend>(
+pub fn composed_alloc_extend<B: Backend>(
     prefix_lens: IntTensor<B>,
     seq_lens: IntTensor<B>,
     last_loc: IntTensor<B>,
@@ -108,7 +108,7 @@ pub(super) fn composed_alloc_extend<B: Backend>(
 
 /// The composed `decode_attention` (the reference): contract 5's two stages over dense scores
 /// of every query head against every key, masked to each (request, split).
-pub(super) fn composed_decode_attention<B: Backend>(
+pub fn composed_decode_attention<B: Backend>(
     q: FloatTensor<B>,
     k_cache: FloatTensor<B>,
     v_cache: Option<FloatTensor<B>>,
