@@ -12,6 +12,7 @@ use burn_ascend::fused::{composed, DecodeAttentionOptions};
 use burn_ascend::ops::fused as device;
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
 use burn_ascend_kernels::emulation::{clear_launch_log, launch_log, LaunchStats};
+use common::host_values::host_values;
 use common::{a2, mean, publish, ratio, timed, us, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 
@@ -44,29 +45,16 @@ fn ascend() -> AscendDevice {
     AscendDevice::Emulated(0)
 }
 
-/// Values drawn once on the host (multiples of 1/250 in [-4, 4]), the same for every backend.
-fn values(shape: &[usize], seed: u64) -> TensorData {
-    let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n as u64)
-        .map(|i| {
-            let h = (i
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(seed.wrapping_mul(1442695040888963407))
-                >> 33)
-                % 2001;
-            h as f32 / 250.0 - 4.0
-        })
-        .collect();
-    TensorData::new(v, shape.to_vec())
-}
-
 fn float<B: Backend, const D: usize>(
     shape: [usize; D],
     seed: u64,
     dtype: DType,
     d: &B::Device,
 ) -> Tensor<B, D> {
-    Tensor::from_data(values(&shape, seed).convert_dtype(dtype), (d, dtype))
+    Tensor::from_data(
+        host_values(shape.to_vec(), seed).convert_dtype(dtype),
+        (d, dtype),
+    )
 }
 
 fn ints<B: Backend>(v: &[i32], d: &B::Device) -> Tensor<B, 1, Int> {

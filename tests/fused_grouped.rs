@@ -5,6 +5,8 @@
 //! the fused ops, against their adjoints and against `Autodiff<Flex>` on compositions of
 //! standard Burn ops; and the `layer_norm_backward` kernel against its composed default.
 
+mod common;
+
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{s, DType, IndexingUpdateOp, Int, Tensor, TensorData, TensorPrimitive};
 use burn_ascend::acl::handles::TensorListDesc;
@@ -17,6 +19,7 @@ use burn_ascend::{fused, Ascend, AscendDevice, AscendTensor, FusedOps};
 use burn_ascend_kernels::emulation::{clear_launch_log, launch_log};
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
+use common::host_values::host_values;
 use serial_test::serial;
 
 type AdAscend = Autodiff<Ascend>;
@@ -28,23 +31,6 @@ fn ascend() -> AscendDevice {
 
 fn flex() -> FlexDevice {
     Default::default()
-}
-
-/// Values drawn once on the host, so every backend sees the same inputs: multiples of 1/250
-/// in [-4, 4].
-fn values(shape: Vec<usize>, seed: u64) -> TensorData {
-    let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n as u64)
-        .map(|i| {
-            let h = (i
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(seed.wrapping_mul(1442695040888963407))
-                >> 33)
-                % 2001;
-            h as f32 / 250.0 - 4.0
-        })
-        .collect();
-    TensorData::new(v, shape)
 }
 
 fn float<B: Backend, const D: usize>(
@@ -167,8 +153,8 @@ fn sizes_i32(sizes: &[usize]) -> Vec<i32> {
 fn grouped_matmul_matches_the_host_and_the_default() {
     for (case, (rows, k, n, sizes)) in grouped_cases().into_iter().enumerate() {
         let (groups, list) = (sizes.len(), sizes_i32(&sizes));
-        let x = values(vec![rows, k], 1 + case as u64);
-        let w = values(vec![groups, k, n], 2 + case as u64);
+        let x = host_values(vec![rows, k], 1 + case as u64);
+        let w = host_values(vec![groups, k, n], 2 + case as u64);
         let host = host_grouped_matmul(&to_f64(x.clone()), &to_f64(w.clone()), &sizes, k, n);
         let host = TensorData::new(host, [rows, n]);
         for dtype in [DType::F32, DType::F16, DType::BF16] {
@@ -223,8 +209,8 @@ fn grouped_matmul_matches_the_host_and_the_default() {
 fn grouped_matmul_weight_grad_matches_the_host_and_the_default() {
     for (case, (rows, k, n, sizes)) in grouped_cases().into_iter().enumerate() {
         let (groups, list) = (sizes.len(), sizes_i32(&sizes));
-        let x = values(vec![rows, k], 3 + case as u64);
-        let dy = values(vec![rows, n], 4 + case as u64);
+        let x = host_values(vec![rows, k], 3 + case as u64);
+        let dy = host_values(vec![rows, n], 4 + case as u64);
         let want = host_weight_grad(&to_f64(x.clone()), &to_f64(dy.clone()), &sizes, k, n);
         let want = TensorData::new(want, [groups, k, n]);
         let what = format!(
@@ -255,8 +241,8 @@ fn grouped_matmul_bad_inputs_are_clear_errors() {
     // A fault is reported at the stream's next synchronisation: this test has a device (and so
     // a stream) to itself, so the faults it provokes reach it and no other test.
     let d = AscendDevice::Emulated(1);
-    let x = || float::<Ascend, 2>(&values(vec![6, 4], 1), DType::F32, &d);
-    let w = || float::<Ascend, 3>(&values(vec![2, 4, 3], 2), DType::F32, &d);
+    let x = || float::<Ascend, 2>(&host_values(vec![6, 4], 1), DType::F32, &d);
+    let w = || float::<Ascend, 3>(&host_values(vec![2, 4, 3], 2), DType::F32, &d);
 
     let text = panic_message(|| fused::grouped_matmul(x(), w(), ints(&[6], [1], &d)));
     assert!(text.contains("group_sizes must be [2]"), "{text}");
@@ -334,10 +320,16 @@ fn i64s(v: &[i64]) -> AscendTensor {
 #[test]
 fn emulated_grouped_matmul_checks_what_the_operator_checks() {
     let d = ascend();
-    let weights = |dtype| primitive(float::<Ascend, 3>(&values(vec![2, 4, 3], 2), dtype, &d));
+    let weights = |dtype| {
+        primitive(float::<Ascend, 3>(
+            &host_values(vec![2, 4, 3], 2),
+            dtype,
+            &d,
+        ))
+    };
     let matrix = |rows: usize, cols: usize, seed| {
         primitive(float::<Ascend, 2>(
-            &values(vec![rows, cols], seed),
+            &host_values(vec![rows, cols], seed),
             DType::F32,
             &d,
         ))
@@ -450,7 +442,7 @@ fn cann_routing_agrees_with_moe_gather_and_moe_scatter() {
         for &id in &ids {
             counts[id as usize] += 1;
         }
-        let x = float::<Ascend, 2>(&values(vec![t, h], 1), dtype, &d);
+        let x = float::<Ascend, 2>(&host_values(vec![t, h], 1), dtype, &d);
         let routing = device::cann_moe_init_routing(
             &primitive(x.clone()),
             &ints::<Ascend, 2>(&ids, [t, k], &d).into_primitive(),
@@ -478,8 +470,8 @@ fn cann_routing_agrees_with_moe_gather_and_moe_scatter() {
             "expert tokens, {what}"
         );
 
-        let y = float::<Ascend, 2>(&values(vec![t * k, h], 2), dtype, &d);
-        let probs = float::<Ascend, 2>(&values(vec![t, k], 3), dtype, &d);
+        let y = float::<Ascend, 2>(&host_values(vec![t * k, h], 2), dtype, &d);
+        let probs = float::<Ascend, 2>(&host_values(vec![t, k], 3), dtype, &d);
         let cann = device::cann_moe_token_unpermute(
             &primitive(y.clone()),
             &routing.expanded_row_idx,
@@ -581,7 +573,7 @@ fn emulated_routing_ops_check_what_the_operators_check() {
     let d = ascend();
     let ids = expert_ids(t, k, e, 9);
     let order = sort_order(&ids);
-    let x_data = values(vec![t, h], 1);
+    let x_data = host_values(vec![t, h], 1);
     let x = primitive(float::<Ascend, 2>(&x_data, DType::F32, &d));
     let id_tensor = ints::<Ascend, 2>(&ids, [t, k], &d).into_primitive();
 
@@ -596,7 +588,7 @@ fn emulated_routing_ops_check_what_the_operators_check() {
         full.slice(s![0..active, ..]).into_data(),
         0.0,
     );
-    let probs_data = values(vec![t, k], 2);
+    let probs_data = host_values(vec![t, k], 2);
     let probs = primitive(float::<Ascend, 2>(&probs_data, DType::F32, &d));
     let got = unpermute(&expanded, &row_idx, &probs, false).unwrap();
     let (xv, pv) = (to_f64(x_data), to_f64(probs_data));
@@ -648,13 +640,13 @@ fn emulated_routing_ops_check_what_the_operators_check() {
     assert_eq!(padded.code(), Some(ACLNN_ERR_PARAM_INVALID), "{padded}");
     let wide = 513;
     let many = primitive(float::<Ascend, 2>(
-        &values(vec![wide, h], 3),
+        &host_values(vec![wide, h], 3),
         DType::F32,
         &d,
     ));
     let rows: Vec<i32> = (0..wide as i32).collect();
     let probs = primitive(float::<Ascend, 2>(
-        &values(vec![1, wide], 4),
+        &host_values(vec![1, wide], 4),
         DType::F32,
         &d,
     ));
@@ -674,7 +666,7 @@ fn cann_routing_with_a_capacity_drops_and_pads() {
     let d = ascend();
     let ids = expert_ids(t, k, e, 3);
     let order = sort_order(&ids);
-    let x = values(vec![t, h], 4);
+    let x = host_values(vec![t, h], 4);
     let routing = device::cann_moe_init_routing(
         &primitive(float::<Ascend, 2>(&x, DType::F32, &d)),
         &ints::<Ascend, 2>(&ids, [t, k], &d).into_primitive(),
@@ -740,20 +732,20 @@ fn gather_scatter_grads<B: AutodiffBackend + FusedOps>(
     let token = idx.clone() / k as i64;
     let f32 = DType::F32;
 
-    let x = float::<B, 2>(&values(vec![t, h], 1), f32, d).require_grad();
+    let x = float::<B, 2>(&host_values(vec![t, h], 1), f32, d).require_grad();
     let gathered = if fused {
         fused::moe_gather(x.clone(), idx.clone(), k)
     } else {
         x.clone().select(0, token.clone())
     };
-    let grads = (gathered * float::<B, 2>(&values(vec![t * k, h], 2), f32, d))
+    let grads = (gathered * float::<B, 2>(&host_values(vec![t * k, h], 2), f32, d))
         .sum()
         .backward();
     let dx = x.grad(&grads).unwrap().into_data();
 
-    let g = || float::<B, 2>(&values(vec![t, h], 3), f32, d);
-    let y = float::<B, 2>(&values(vec![t * k, h], 4), f32, d).require_grad();
-    let w = float::<B, 1>(&values(vec![t * k], 5), f32, d).require_grad();
+    let g = || float::<B, 2>(&host_values(vec![t, h], 3), f32, d);
+    let y = float::<B, 2>(&host_values(vec![t * k, h], 4), f32, d).require_grad();
+    let w = float::<B, 1>(&host_values(vec![t * k], 5), f32, d).require_grad();
     let scattered = if fused {
         fused::moe_scatter(y.clone(), idx.clone(), Some(w.clone()), k)
     } else {
@@ -771,7 +763,7 @@ fn gather_scatter_grads<B: AutodiffBackend + FusedOps>(
         w.grad(&grads).unwrap().into_data(),
     );
 
-    let y = float::<B, 2>(&values(vec![t * k, h], 6), f32, d).require_grad();
+    let y = float::<B, 2>(&host_values(vec![t * k, h], 6), f32, d).require_grad();
     let scattered = if fused {
         fused::moe_scatter(y.clone(), idx, None, k)
     } else {
@@ -812,16 +804,20 @@ fn moe_gather_and_moe_scatter_are_each_others_adjoints() {
     let d = ascend();
     let idx = || ints::<Ascend, 1>(&order, [t * k], &d);
     let f32 = DType::F32;
-    let scatter_of_g =
-        fused::moe_scatter(float(&values(vec![t * k, h], 2), f32, &d), idx(), None, k);
+    let scatter_of_g = fused::moe_scatter(
+        float(&host_values(vec![t * k, h], 2), f32, &d),
+        idx(),
+        None,
+        k,
+    );
     assert_close(
         "gather dx = scatter of the output gradient",
         got[0].clone(),
         scatter_of_g.into_data(),
         1e-6,
     );
-    let g = || float::<Ascend, 2>(&values(vec![t, h], 3), f32, &d);
-    let w = float::<Ascend, 1>(&values(vec![t * k], 5), f32, &d);
+    let g = || float::<Ascend, 2>(&host_values(vec![t, h], 3), f32, &d);
+    let w = float::<Ascend, 1>(&host_values(vec![t * k], 5), f32, &d);
     let routed = fused::moe_gather(g(), idx(), k);
     let weighted = routed.clone() * w.select(0, idx()).unsqueeze_dim(1);
     assert_close(
@@ -838,8 +834,8 @@ fn moe_gather_and_moe_scatter_are_each_others_adjoints() {
     );
     // dw[slot] = <g[token of slot], y[row the slot lands on]>, on the host.
     let (gv, yv) = (
-        to_f64(values(vec![t, h], 3)),
-        to_f64(values(vec![t * k, h], 4)),
+        to_f64(host_values(vec![t, h], 3)),
+        to_f64(host_values(vec![t * k, h], 4)),
     );
     let mut dw = vec![0.0; t * k];
     for (row, &slot) in order.iter().enumerate() {
@@ -862,14 +858,14 @@ fn rearrange_grad<B: AutodiffBackend + FusedOps>(
     fused: bool,
 ) -> TensorData {
     let rows = perm.len();
-    let x = float::<B, 2>(&values(vec![rows, cols], 1), DType::F32, d).require_grad();
+    let x = float::<B, 2>(&host_values(vec![rows, cols], 1), DType::F32, d).require_grad();
     let perm = ints::<B, 1>(perm, [rows], d);
     let out = if fused {
         fused::token_rearrange(x.clone(), perm)
     } else {
         x.clone().select(0, perm)
     };
-    let grads = (out * float::<B, 2>(&values(vec![rows, cols], 2), DType::F32, d))
+    let grads = (out * float::<B, 2>(&host_values(vec![rows, cols], 2), DType::F32, d))
         .sum()
         .backward();
     x.grad(&grads).unwrap().into_data()
@@ -886,7 +882,7 @@ fn token_rearrange_adjoint_is_the_inverse_permutation() {
     let got = rearrange_grad::<AdAscend>(&ascend(), &perm, cols, true);
     let d = ascend();
     let want = fused::token_rearrange(
-        float::<Ascend, 2>(&values(vec![rows, cols], 2), DType::F32, &d),
+        float::<Ascend, 2>(&host_values(vec![rows, cols], 2), DType::F32, &d),
         ints(&inverse, [rows], &d),
     );
     assert_close(
@@ -920,9 +916,9 @@ fn layer_norm_grads<B: AutodiffBackend + FusedOps>(
     fused: bool,
 ) -> Vec<TensorData> {
     let (f32, eps) = (DType::F32, 1e-6);
-    let x = float::<B, 2>(&values(vec![m, n], 1), f32, d).require_grad();
-    let gamma = float::<B, 1>(&values(vec![n], 2), f32, d).require_grad();
-    let beta = float::<B, 1>(&values(vec![n], 3), f32, d).require_grad();
+    let x = float::<B, 2>(&host_values(vec![m, n], 1), f32, d).require_grad();
+    let gamma = float::<B, 1>(&host_values(vec![n], 2), f32, d).require_grad();
+    let beta = float::<B, 1>(&host_values(vec![n], 3), f32, d).require_grad();
     let y = if fused {
         fused::layer_norm(
             x.clone(),
@@ -943,7 +939,7 @@ fn layer_norm_grads<B: AutodiffBackend + FusedOps>(
         }
         y
     };
-    let grads = (y.clone() * float::<B, 2>(&values(vec![m, n], 4), f32, d))
+    let grads = (y.clone() * float::<B, 2>(&host_values(vec![m, n], 4), f32, d))
         .sum()
         .backward();
     let grad = |t: &Tensor<B, 1>, given: bool| {
@@ -989,15 +985,15 @@ fn layer_norm_gradients_match_the_backward_and_flex() {
 
             // The same gradients from `layer_norm_backward`, called directly on the device.
             let (d, (m, n)) = (ascend(), shape);
-            let x = float::<Ascend, 2>(&values(vec![m, n], 1), DType::F32, &d);
+            let x = float::<Ascend, 2>(&host_values(vec![m, n], 1), DType::F32, &d);
             let gamma = params
                 .0
-                .then(|| float::<Ascend, 1>(&values(vec![n], 2), DType::F32, &d));
+                .then(|| float::<Ascend, 1>(&host_values(vec![n], 2), DType::F32, &d));
             let beta = params
                 .1
-                .then(|| float::<Ascend, 1>(&values(vec![n], 3), DType::F32, &d));
+                .then(|| float::<Ascend, 1>(&host_values(vec![n], 3), DType::F32, &d));
             let (_, mean, rstd) = fused::layer_norm(x.clone(), gamma.clone(), beta, 1e-6);
-            let dy = float::<Ascend, 2>(&values(vec![m, n], 4), DType::F32, &d);
+            let dy = float::<Ascend, 2>(&host_values(vec![m, n], 4), DType::F32, &d);
             let (dx, dgamma, dbeta) = fused::layer_norm_backward(dy, x, mean, rstd, gamma);
             assert_close(
                 &format!("{what}: dx = layer_norm_backward"),
@@ -1034,8 +1030,8 @@ fn grouped_grads<B: AutodiffBackend + FusedOps>(
     fused: bool,
 ) -> Vec<TensorData> {
     let (rows, k, n, groups) = (*rows, *k, *n, sizes.len());
-    let x = float::<B, 2>(&values(vec![rows, k], 1), dtype, d).require_grad();
-    let w = float::<B, 3>(&values(vec![groups, k, n], 2), dtype, d).require_grad();
+    let x = float::<B, 2>(&host_values(vec![rows, k], 1), dtype, d).require_grad();
+    let w = float::<B, 3>(&host_values(vec![groups, k, n], 2), dtype, d).require_grad();
     let out = if fused {
         fused::grouped_matmul(x.clone(), w.clone(), ints(&sizes_i32(sizes), [groups], d))
     } else {
@@ -1051,7 +1047,7 @@ fn grouped_grads<B: AutodiffBackend + FusedOps>(
         }
         Tensor::cat(parts, 0)
     };
-    let grads = (out.clone() * float::<B, 2>(&values(vec![rows, n], 3), dtype, d))
+    let grads = (out.clone() * float::<B, 2>(&host_values(vec![rows, n], 3), dtype, d))
         .sum()
         .backward();
     vec![
@@ -1110,9 +1106,9 @@ fn layer_norm_backward_kernel_matches_the_default() {
             for with_gamma in [true, false] {
                 let what = format!("layer_norm_backward {m}x{n} {dtype:?} gamma {with_gamma}");
                 let (x, dy, gamma) = (
-                    values(vec![m, n], 1),
-                    values(vec![m, n], 2),
-                    values(vec![n], 3),
+                    host_values(vec![m, n], 1),
+                    host_values(vec![m, n], 2),
+                    host_values(vec![n], 3),
                 );
                 // The same statistics on both sides: the reference's forward.
                 let (_, mean, rstd) = fused::layer_norm(
@@ -1165,11 +1161,11 @@ fn layer_norm_backward_kernel_matches_the_default() {
     clear_launch_log();
     let f32 = DType::F32;
     let _ = fused::layer_norm_backward(
-        float::<Ascend, 2>(&values(vec![m, n], 2), f32, &d),
-        float(&values(vec![m, n], 1), f32, &d),
-        float(&values(vec![m], 4), f32, &d),
-        float(&values(vec![m], 5), f32, &d),
-        Some(float(&values(vec![n], 3), f32, &d)),
+        float::<Ascend, 2>(&host_values(vec![m, n], 2), f32, &d),
+        float(&host_values(vec![m, n], 1), f32, &d),
+        float(&host_values(vec![m], 4), f32, &d),
+        float(&host_values(vec![m], 5), f32, &d),
+        Some(float(&host_values(vec![n], 3), f32, &d)),
     )
     .0
     .into_data();

@@ -8,6 +8,7 @@ mod common;
 use burn::tensor::{DType, Distribution, Int, Tensor, TensorData};
 use burn_ascend::fused;
 use burn_ascend_kernels::emulation::{clear_launch_log, launch_log, LaunchStats};
+use common::host_values::host_values;
 use common::*;
 use serial_test::serial;
 
@@ -17,22 +18,6 @@ fn ascend() -> AscendDevice {
 
 fn flex() -> burn_flex::FlexDevice {
     Default::default()
-}
-
-/// Values drawn once on the host, so both backends see the same inputs.
-fn values(shape: Vec<usize>, seed: u64) -> TensorData {
-    let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n as u64)
-        .map(|i| {
-            let h = (i
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(seed.wrapping_mul(1442695040888963407))
-                >> 33)
-                % 2001;
-            h as f32 / 250.0 - 4.0
-        })
-        .collect();
-    TensorData::new(v, shape)
 }
 
 fn float<B: burn::tensor::backend::Backend, const D: usize>(
@@ -93,7 +78,7 @@ fn traffic(s: &LaunchStats) -> u64 {
 fn vector_add_matches_the_reference_for_every_dtype() {
     for len in [1usize, 7, 1000, 16384, 100_003] {
         for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {
-            let (x, y) = (values(vec![len], 1), values(vec![len], 2));
+            let (x, y) = (host_values(vec![len], 1), host_values(vec![len], 2));
             let got = fused::vector_add(
                 float::<Ascend, 1>(&x, dtype, &ascend()),
                 float(&y, dtype, &ascend()),
@@ -146,9 +131,9 @@ fn layer_norm_matches_the_reference() {
     ];
     for (m, n, g, b) in cases {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
-            let x = values(vec![m, n], 3);
-            let gamma = values(vec![n], 4);
-            let beta = values(vec![n], 5);
+            let x = host_values(vec![m, n], 3);
+            let gamma = host_values(vec![n], 4);
+            let beta = host_values(vec![n], 5);
             let run = |on_ascend: bool| -> (TensorData, TensorData, TensorData) {
                 if on_ascend {
                     let (y, mu, r) = fused::layer_norm(
@@ -185,7 +170,7 @@ fn gather_scatter_and_rearrange_match_the_reference() {
         (37, 100, 2, DType::BF16),
         (5, 8, 3, DType::F32),
     ] {
-        let x = values(vec![t, h], 6);
+        let x = host_values(vec![t, h], 6);
         let perm = routing_permutation(t * k, 8, 7);
         let idx =
             |d: &AscendDevice| Tensor::<Ascend, 1, Int>::from_data(perm.clone(), (d, DType::I32));
@@ -201,7 +186,7 @@ fn gather_scatter_and_rearrange_match_the_reference() {
             0.0,
         );
 
-        let w = values(vec![t * k], 8);
+        let w = host_values(vec![t * k], 8);
         let got_s = fused::moe_scatter(got, idx(&ascend()), Some(float(&w, dtype, &ascend())), k);
         let want_s = fused::moe_scatter(want, idx_ref.clone(), Some(float(&w, dtype, &flex())), k);
         assert_close(
@@ -212,7 +197,7 @@ fn gather_scatter_and_rearrange_match_the_reference() {
         );
     }
     for (s, d, index) in [(1024usize, 32usize, DType::I32), (17, 5, DType::I64)] {
-        let x = values(vec![s, d], 9);
+        let x = host_values(vec![s, d], 9);
         let perm = routing_permutation(s, 5, 3).convert_dtype(index);
         let got = fused::token_rearrange(
             float::<Ascend, 2>(&x, DType::F32, &ascend()),
@@ -237,9 +222,9 @@ fn kernels_move_at_most_five_percent_over_the_minimum_bytes() {
     let d = ascend();
     clear_launch_log();
     let (m, n) = (256usize, 128usize);
-    let x = float::<Ascend, 2>(&values(vec![m, n], 1), DType::F32, &d);
-    let gamma = float::<Ascend, 1>(&values(vec![n], 2), DType::F32, &d);
-    let beta = float::<Ascend, 1>(&values(vec![n], 3), DType::F32, &d);
+    let x = float::<Ascend, 2>(&host_values(vec![m, n], 1), DType::F32, &d);
+    let gamma = float::<Ascend, 1>(&host_values(vec![n], 2), DType::F32, &d);
+    let beta = float::<Ascend, 1>(&host_values(vec![n], 3), DType::F32, &d);
     let _ = fused::layer_norm(x, Some(gamma), Some(beta), 1e-6)
         .0
         .into_data();
@@ -252,11 +237,11 @@ fn kernels_move_at_most_five_percent_over_the_minimum_bytes() {
     );
 
     let (t, h, k) = (1024usize, 1536usize, 4usize);
-    let x = float::<Ascend, 2>(&values(vec![t, h], 4), DType::F16, &d);
+    let x = float::<Ascend, 2>(&host_values(vec![t, h], 4), DType::F16, &d);
     let idx =
         Tensor::<Ascend, 1, Int>::from_data(routing_permutation(t * k, 64, 5), (&d, DType::I32));
     let gathered = fused::moe_gather(x, idx.clone(), k);
-    let w = float::<Ascend, 1>(&values(vec![t * k], 6), DType::F16, &d);
+    let w = float::<Ascend, 1>(&host_values(vec![t * k], 6), DType::F16, &d);
     let _ = fused::moe_scatter(gathered, idx, Some(w), k).into_data();
     let g = stats("moe_gather");
     let gather_min = (2 * t * k * h * 2 + t * k * 4) as f64;
@@ -274,7 +259,7 @@ fn kernels_move_at_most_five_percent_over_the_minimum_bytes() {
     );
 
     let (rows, cols) = (1024usize, 32usize);
-    let x = float::<Ascend, 2>(&values(vec![rows, cols], 7), DType::F32, &d);
+    let x = float::<Ascend, 2>(&host_values(vec![rows, cols], 7), DType::F32, &d);
     let perm =
         Tensor::<Ascend, 1, Int>::from_data(routing_permutation(rows, 7, 1), (&d, DType::I32));
     let _ = fused::token_rearrange(x, perm).into_data();

@@ -8,11 +8,14 @@
 //! Every test is serial: the counter test reads the global launch log, which the other tests
 //! would otherwise append to concurrently.
 
+mod common;
+
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_ascend::fused::{self, DecodeAttentionOptions};
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
 use burn_ascend_kernels::emulation::{clear_launch_log, launch_log};
 use burn_flex::Flex;
+use common::host_values::host_values;
 use serial_test::serial;
 
 fn ascend() -> AscendDevice {
@@ -21,22 +24,6 @@ fn ascend() -> AscendDevice {
 
 fn flex() -> burn_flex::FlexDevice {
     Default::default()
-}
-
-/// Values in [-4, 4] drawn once on the host, so every side sees the same inputs.
-fn values(shape: Vec<usize>, seed: u64) -> TensorData {
-    let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n as u64)
-        .map(|i| {
-            let h = (i
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(seed.wrapping_mul(1442695040888963407))
-                >> 33)
-                % 2001;
-            h as f32 / 250.0 - 4.0
-        })
-        .collect();
-    TensorData::new(v, shape)
 }
 
 /// A pseudo-random permutation of `0..n`.
@@ -389,9 +376,9 @@ impl DecodeCase {
         }
         let b = self.batch();
         DecodeInputs {
-            q: values(vec![b, self.q_heads, self.dim_k], 11),
-            k: values(vec![slots, self.kv_heads, self.dim_k], 12),
-            v: (!self.mla).then(|| values(vec![slots, self.kv_heads, self.dim_v], 13)),
+            q: host_values(vec![b, self.q_heads, self.dim_k], 11),
+            k: host_values(vec![slots, self.kv_heads, self.dim_k], 12),
+            v: (!self.mla).then(|| host_values(vec![slots, self.kv_heads, self.dim_v], 13)),
             indptr,
             indices: permutation(slots, 5).into_iter().take(keys).collect(),
         }
@@ -858,7 +845,10 @@ fn bad_inputs_are_clear_errors() {
     assert!(text.contains("page_size"), "{text}");
 
     let float3 = |shape: [usize; 3], dtype: DType| {
-        Tensor::<Ascend, 3>::from_data(values(shape.to_vec(), 1).convert_dtype(dtype), (&d, dtype))
+        Tensor::<Ascend, 3>::from_data(
+            host_values(shape.to_vec(), 1).convert_dtype(dtype),
+            (&d, dtype),
+        )
     };
     let options = DecodeAttentionOptions {
         max_kv_splits: 2,

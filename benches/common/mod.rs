@@ -2,6 +2,9 @@
 //! reference measured in the same run), the markdown table writer and the Atlas A2 model.
 #![allow(dead_code)]
 
+#[path = "../../tests/common/host_values.rs"]
+pub mod host_values;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;

@@ -13,6 +13,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use burn::tensor::backend::Backend;
 use burn::tensor::{s, BasicOps, Bool, DType, Int, Tensor, TensorData};
 
+pub mod host_values;
+
 pub use burn_ascend::{Ascend, AscendDevice};
 pub use burn_flex::Flex;
 
