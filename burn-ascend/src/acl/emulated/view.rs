@@ -101,25 +101,37 @@ pub(crate) fn map(op: &str, name: &str, desc: &TensorDesc) -> Result<Mapped, Fau
 
 /// Element offsets of a (shape, strides, offset) view in row-major order.
 pub(crate) fn offsets(shape: &[usize], strides: &[usize], offset: usize) -> Vec<usize> {
+    let mut out = Vec::with_capacity(shape.iter().product());
+    for_offsets(shape, strides, offset, |o| out.push(o));
+    out
+}
+
+/// Calls `f` with each element offset of a view in row-major order, without holding an index
+/// per element (kernels stream over views of any size).
+pub(crate) fn for_offsets(
+    shape: &[usize],
+    strides: &[usize],
+    offset: usize,
+    mut f: impl FnMut(usize),
+) {
     let n: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(n);
     if n == 0 {
-        return out;
+        return;
     }
     let rank = shape.len();
-    if rank == 0 {
-        out.push(offset);
-        return out;
+    if rank == 0 || crate::acl::shape::is_contiguous(shape, strides) {
+        (offset..offset + n).for_each(f);
+        return;
     }
     let (inner, inner_stride) = (shape[rank - 1], strides[rank - 1]);
     let mut idx = vec![0usize; rank];
     let mut base = offset;
     loop {
-        out.extend((0..inner).map(|i| base + i * inner_stride));
+        (0..inner).for_each(|i| f(base + i * inner_stride));
         let mut d = rank - 1;
         loop {
             if d == 0 {
-                return out;
+                return;
             }
             d -= 1;
             idx[d] += 1;
@@ -169,6 +181,20 @@ impl Mapped {
         block.host_ptr(self.start + elem * self.desc.dtype.size())
     }
 
+    /// The elements of a (shape, strides) view of this allocation, each through `load`.
+    fn gather<T>(
+        &self,
+        shape: &[usize],
+        strides: &[usize],
+        load: impl Fn(*const u8) -> T,
+    ) -> Vec<T> {
+        let mut out = Vec::with_capacity(shape.iter().product());
+        for_offsets(shape, strides, self.desc.offset, |o| {
+            out.push(load(self.ptr(o)))
+        });
+        out
+    }
+
     /// Reads the view broadcast to `target` (its own shape if `None`).
     pub fn read(&self, target: Option<&[usize]>) -> Result<Vals, Fault> {
         let d = &self.desc;
@@ -184,68 +210,48 @@ impl Mapped {
                 (t.to_vec(), s)
             }
         };
-        let offs = offsets(&shape, &strides, d.offset);
         // SAFETY: `map` checked that every offset of the view lies inside the allocation.
-        unsafe {
-            Ok(match d.dtype {
-                DataType::F64 => Vals::F(offs.iter().map(|&o| load!(self.ptr(o), f64)).collect()),
-                DataType::F32 => Vals::F(
-                    offs.iter()
-                        .map(|&o| load!(self.ptr(o), f32) as f64)
-                        .collect(),
-                ),
-                DataType::F16 => Vals::F(
-                    offs.iter()
-                        .map(|&o| f16::from_bits(load!(self.ptr(o), u16)).to_f64())
-                        .collect(),
-                ),
-                DataType::BF16 => Vals::F(
-                    offs.iter()
-                        .map(|&o| bf16::from_bits(load!(self.ptr(o), u16)).to_f64())
-                        .collect(),
-                ),
-                DataType::I64 | DataType::U64 => {
-                    Vals::I(offs.iter().map(|&o| load!(self.ptr(o), i64)).collect())
-                }
-                DataType::I32 => Vals::I(
-                    offs.iter()
-                        .map(|&o| load!(self.ptr(o), i32) as i64)
-                        .collect(),
-                ),
-                DataType::I16 => Vals::I(
-                    offs.iter()
-                        .map(|&o| load!(self.ptr(o), i16) as i64)
-                        .collect(),
-                ),
-                DataType::I8 => Vals::I(
-                    offs.iter()
-                        .map(|&o| load!(self.ptr(o), i8) as i64)
-                        .collect(),
-                ),
-                DataType::U32 => Vals::I(
-                    offs.iter()
-                        .map(|&o| load!(self.ptr(o), u32) as i64)
-                        .collect(),
-                ),
-                DataType::U16 => Vals::I(
-                    offs.iter()
-                        .map(|&o| load!(self.ptr(o), u16) as i64)
-                        .collect(),
-                ),
-                DataType::U8 => Vals::I(offs.iter().map(|&o| *self.ptr(o) as i64).collect()),
-                DataType::Bool => {
-                    Vals::I(offs.iter().map(|&o| (*self.ptr(o) != 0) as i64).collect())
-                }
-            })
-        }
+        Ok(match d.dtype {
+            DataType::F64 => Vals::F(self.gather(&shape, &strides, |p| unsafe { load!(p, f64) })),
+            DataType::F32 => {
+                Vals::F(self.gather(&shape, &strides, |p| unsafe { load!(p, f32) } as f64))
+            }
+            DataType::F16 => Vals::F(self.gather(&shape, &strides, |p| {
+                f16::from_bits(unsafe { load!(p, u16) }).to_f64()
+            })),
+            DataType::BF16 => Vals::F(self.gather(&shape, &strides, |p| {
+                bf16::from_bits(unsafe { load!(p, u16) }).to_f64()
+            })),
+            DataType::I64 | DataType::U64 => {
+                Vals::I(self.gather(&shape, &strides, |p| unsafe { load!(p, i64) }))
+            }
+            DataType::I32 => {
+                Vals::I(self.gather(&shape, &strides, |p| unsafe { load!(p, i32) } as i64))
+            }
+            DataType::I16 => {
+                Vals::I(self.gather(&shape, &strides, |p| unsafe { load!(p, i16) } as i64))
+            }
+            DataType::I8 => {
+                Vals::I(self.gather(&shape, &strides, |p| unsafe { load!(p, i8) } as i64))
+            }
+            DataType::U32 => {
+                Vals::I(self.gather(&shape, &strides, |p| unsafe { load!(p, u32) } as i64))
+            }
+            DataType::U16 => {
+                Vals::I(self.gather(&shape, &strides, |p| unsafe { load!(p, u16) } as i64))
+            }
+            DataType::U8 => Vals::I(self.gather(&shape, &strides, |p| unsafe { *p } as i64)),
+            DataType::Bool => {
+                Vals::I(self.gather(&shape, &strides, |p| (unsafe { *p } != 0) as i64))
+            }
+        })
     }
 
     /// Writes `vals` (row-major over the view's shape), converting to the view's type.
     pub fn write(&self, vals: Vals) -> Result<(), Fault> {
         let d = &self.desc;
-        let offs = offsets(&d.shape, &d.strides, d.offset);
         assert_eq!(
-            offs.len(),
+            d.numel(),
             vals.len(),
             "kernel produced the wrong element count"
         );
@@ -253,14 +259,18 @@ impl Mapped {
             ($conv:expr, $t:ty) => {
                 match vals {
                     Vals::F(v) => {
-                        for (&o, x) in offs.iter().zip(v) {
+                        let mut v = v.into_iter();
+                        for_offsets(&d.shape, &d.strides, d.offset, |o| {
+                            let x = v.next().expect("counted");
                             (self.ptr(o) as *mut $t).write_unaligned($conv(Num::F(x)));
-                        }
+                        });
                     }
                     Vals::I(v) => {
-                        for (&o, x) in offs.iter().zip(v) {
+                        let mut v = v.into_iter();
+                        for_offsets(&d.shape, &d.strides, d.offset, |o| {
+                            let x = v.next().expect("counted");
                             (self.ptr(o) as *mut $t).write_unaligned($conv(Num::I(x)));
-                        }
+                        });
                     }
                 }
             };
