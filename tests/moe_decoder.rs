@@ -215,3 +215,48 @@ fn training_reduces_the_loss_and_follows_the_reference() {
         );
     }
 }
+
+#[test]
+fn the_model_trains_and_serves_on_fusion_as_on_ascend() {
+    // Lazy execution through burn-fusion must not change what the model computes.
+    type Lazy = burn_fusion::Fusion<Ascend>;
+    let cfg = small();
+    let bytes = weights(&cfg);
+    let device = AscendDevice::Emulated(0);
+    let eager = train_losses(load::<Autodiff<Ascend>>(&cfg, &bytes, &device), &device);
+    let lazy = train_losses(load::<Autodiff<Lazy>>(&cfg, &bytes, &device), &device);
+    for (step, (x, y)) in lazy.iter().zip(&eager).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-3 * y.abs().max(1.0),
+            "step {step}: loss {x} on Fusion<Ascend>, {y} on Ascend"
+        );
+    }
+    let prompts = vec![prompt("The"), prompt("lighthouse keeper")];
+    let a = Server::new(
+        load::<Ascend>(&cfg, &bytes, &device),
+        serve_config(),
+        &device,
+    )
+    .generate(&prompts, 4, Sampling::Greedy);
+    let b = Server::new(load::<Lazy>(&cfg, &bytes, &device), serve_config(), &device).generate(
+        &prompts,
+        4,
+        Sampling::Greedy,
+    );
+    // Fusion<Ascend> runs the fused ops' compositions, not the kernels: rounding may differ.
+    for (x, y) in a.results.iter().zip(&b.results) {
+        let (x, y) = (
+            x.as_ref().expect("a valid prompt"),
+            y.as_ref().expect("a valid prompt"),
+        );
+        assert_eq!(x.tokens, y.tokens, "the same continuation");
+        for (step, (lx, ly)) in x.logits.iter().zip(&y.logits).enumerate() {
+            let worst = lx
+                .iter()
+                .zip(ly)
+                .map(|(p, q)| (p - q).abs())
+                .fold(0f32, f32::max);
+            assert!(worst <= 2e-4, "step {step}: logits differ by {worst}");
+        }
+    }
+}

@@ -9,6 +9,7 @@ mod bool;
 mod device;
 mod float;
 pub mod fused;
+pub mod fusion;
 mod int;
 mod module;
 mod qtensor;

@@ -1,0 +1,165 @@
+//! `Ascend` as a `burn-fusion` backend, so that `Fusion<Ascend>` (and
+//! `Autodiff<Fusion<Ascend>>`) records the op stream lazily and runs it on the device.
+//!
+//! Handles are the backend's own tensors: fusion hands them back to the `Ascend` ops unchanged,
+//! so a lazily executed stream runs exactly the kernels an eager one does. No optimization is
+//! registered yet (issue 5's interpreted elementwise kernel is the first planned), so every
+//! recorded op runs through its `Ascend` implementation.
+
+use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
+use burn_backend::{DType, TensorMetadata};
+use burn_fusion::stream::{Context, OrderedExecution};
+use burn_fusion::{
+    Fusion, FusionBackend, FusionRuntime, NumOperations, OperationFuser, Optimization,
+};
+use burn_ir::{BackendIr, TensorHandle};
+use serde::{Deserialize, Serialize};
+
+use super::{run, Ascend, AscendQTensor};
+use crate::backend::fused::FusedOps;
+use crate::ops::{copy, AscendTensor};
+use crate::runtime::AscendDevice;
+
+/// A tensor of any kind as the fusion runtime holds it.
+#[derive(Debug, Clone)]
+pub enum AscendFusionHandle {
+    /// A float, int or bool tensor.
+    Tensor(AscendTensor),
+    /// A quantized tensor (values and scales).
+    Quantized(AscendQTensor),
+}
+
+impl AscendFusionHandle {
+    fn tensor(self, kind: &str) -> AscendTensor {
+        match self {
+            Self::Tensor(t) => t,
+            // Fusion keeps each handle with the kind it was registered as.
+            Self::Quantized(_) => unreachable!("a quantized handle used as a {kind} tensor"),
+        }
+    }
+}
+
+/// The fusion runtime of [`Ascend`].
+#[derive(Debug)]
+pub struct AscendFusionRuntime;
+
+/// The optimizations `Fusion<Ascend>` can run: none are registered yet, so the type has no
+/// value and every recorded op runs unfused.
+#[derive(Debug)]
+pub enum AscendOptimization {}
+
+/// The serialized form of an [`AscendOptimization`] (none exist).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum AscendOptimizationState {}
+
+impl NumOperations for AscendOptimization {
+    fn len(&self) -> usize {
+        match *self {}
+    }
+
+    fn name(&self) -> &'static str {
+        match *self {}
+    }
+}
+
+impl Optimization<AscendFusionRuntime> for AscendOptimization {
+    fn execute(
+        &mut self,
+        _context: &mut Context<AscendFusionHandle>,
+        _execution: &OrderedExecution<AscendFusionRuntime>,
+    ) {
+        match *self {}
+    }
+
+    fn to_state(&self) -> AscendOptimizationState {
+        match *self {}
+    }
+
+    fn from_state(_device: &AscendDevice, state: AscendOptimizationState) -> Self {
+        match state {}
+    }
+}
+
+impl FusionRuntime for AscendFusionRuntime {
+    type OptimizationState = AscendOptimizationState;
+    type Optimization = AscendOptimization;
+    type FusionHandle = AscendFusionHandle;
+    type FusionDevice = AscendDevice;
+
+    fn fusers(_device: AscendDevice) -> Vec<Box<dyn OperationFuser<AscendOptimization>>> {
+        Vec::new()
+    }
+}
+
+impl BackendIr for Ascend {
+    type Handle = AscendFusionHandle;
+
+    // The recorded shape is the one the op stream expects; a handle whose view differs (it
+    // cannot, while no optimization rewrites handles) is reshaped rather than trusted.
+    fn float_tensor(handle: TensorHandle<Self::Handle>) -> FloatTensor<Self> {
+        let t = handle.handle.tensor("float");
+        if TensorMetadata::shape(&t) == handle.shape {
+            t
+        } else {
+            Ascend::float_reshape(t, handle.shape)
+        }
+    }
+
+    fn int_tensor(handle: TensorHandle<Self::Handle>) -> IntTensor<Self> {
+        let t = handle.handle.tensor("int");
+        if TensorMetadata::shape(&t) == handle.shape {
+            t
+        } else {
+            Ascend::int_reshape(t, handle.shape)
+        }
+    }
+
+    fn bool_tensor(handle: TensorHandle<Self::Handle>) -> BoolTensor<Self> {
+        let t = handle.handle.tensor("bool");
+        if TensorMetadata::shape(&t) == handle.shape {
+            t
+        } else {
+            Ascend::bool_reshape(t, handle.shape)
+        }
+    }
+
+    fn quantized_tensor(handle: TensorHandle<Self::Handle>) -> QuantizedTensor<Self> {
+        match handle.handle {
+            AscendFusionHandle::Quantized(q) => q,
+            AscendFusionHandle::Tensor(_) => {
+                unreachable!("a float/int/bool handle used as a quantized tensor")
+            }
+        }
+    }
+
+    fn float_tensor_handle(tensor: FloatTensor<Self>) -> Self::Handle {
+        AscendFusionHandle::Tensor(tensor)
+    }
+
+    fn int_tensor_handle(tensor: IntTensor<Self>) -> Self::Handle {
+        AscendFusionHandle::Tensor(tensor)
+    }
+
+    fn bool_tensor_handle(tensor: BoolTensor<Self>) -> Self::Handle {
+        AscendFusionHandle::Tensor(tensor)
+    }
+
+    fn quantized_tensor_handle(tensor: QuantizedTensor<Self>) -> Self::Handle {
+        AscendFusionHandle::Quantized(tensor)
+    }
+}
+
+impl FusionBackend for Ascend {
+    type FusionRuntime = AscendFusionRuntime;
+    type FullPrecisionBackend = Ascend;
+
+    fn cast_float(tensor: FloatTensor<Self>, dtype: DType) -> Self::Handle {
+        let target = super::float_type(dtype.into());
+        AscendFusionHandle::Tensor(run("cast_float", copy::cast(&tensor, target)))
+    }
+}
+
+/// The fused ops on a lazily executed backend run their composed defaults: each op of the
+/// composition is recorded in the fusion stream like any other.
+impl<B: FusionBackend + FusedOps> FusedOps for Fusion<B> {}
