@@ -70,6 +70,18 @@ impl NormType {
     }
 }
 
+/// `bytes` rounded up to whole 32-byte blocks (the UB allocation granule).
+pub(crate) fn ub_align(bytes: u64) -> u64 {
+    bytes.div_ceil(UB_ALIGN) * UB_ALIGN
+}
+
+/// Bytes of ReduceSum's shared f32 buffer for `count` elements, as the kernels size it
+/// (`ReduceTmpElems` in `kernels/kernel_common.h`): one partial per 256-byte repeat, rounded
+/// up to a 32-byte block.
+pub(crate) fn reduce_tmp_bytes(count: u64) -> u64 {
+    align8(count.div_ceil(64)) * 4
+}
+
 /// `n` rounded up to a multiple of 8 (elements of 32-byte blocks of f32/i32).
 pub(crate) fn align8(n: u64) -> u64 {
     n.div_ceil(8) * 8

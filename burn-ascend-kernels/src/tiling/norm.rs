@@ -1,6 +1,6 @@
 //! Tiling of `layer_norm` and `layer_norm_backward`.
 
-use super::{DeviceProps, NormType, Plan, UB_ALIGN};
+use super::{reduce_tmp_bytes, ub_align, DeviceProps, NormType, Plan, UB_ALIGN};
 
 /// Mirrors `LayerNormTiling` in `kernels/layer_norm.cpp`.
 #[repr(C)]
@@ -83,18 +83,17 @@ pub fn layer_norm(
 
 /// The unified-buffer bytes `layer_norm`'s kernel allocates for a tiling (its `InitBuffer`s).
 pub fn layer_norm_ub_bytes(t: &LayerNormTiling, dtype: NormType) -> u64 {
-    let a = |b: u64| b.div_ceil(UB_ALIGN) * UB_ALIGN;
     let c = t.chunk as u64;
-    let reduce = c.div_ceil(64).div_ceil(8) * 8 * 4;
+    let reduce = reduce_tmp_bytes(c);
     let staged = if dtype == NormType::F32 {
         0
     } else {
-        a(c * dtype.bytes())
+        ub_align(c * dtype.bytes())
     };
-    2 * a(c * dtype.bytes())
-        + 2 * a(c * 4)
-        + 2 * a(c * 4)
-        + a(reduce)
+    2 * ub_align(c * dtype.bytes())
+        + 2 * ub_align(c * 4)
+        + 2 * ub_align(c * 4)
+        + reduce
         + 32
         + 2 * t.stat_rows as u64 * 4
         + staged
@@ -179,18 +178,17 @@ pub fn layer_norm_backward(
 
 /// The unified-buffer bytes `layer_norm_backward`'s kernel allocates for a tiling.
 pub fn layer_norm_backward_ub_bytes(t: &LayerNormBackwardTiling, dtype: NormType) -> u64 {
-    let a = |b: u64| b.div_ceil(UB_ALIGN) * UB_ALIGN;
     let c = t.chunk as u64;
-    let reduce = c.div_ceil(64).div_ceil(8) * 8 * 4;
+    let reduce = reduce_tmp_bytes(c);
     let staged = if dtype == NormType::F32 {
         0
     } else {
-        a(c * dtype.bytes())
+        ub_align(c * dtype.bytes())
     };
-    2 * a(c * dtype.bytes())
-        + 4 * a(c * 4)
-        + 2 * a(c * 4)
-        + a(reduce)
+    2 * ub_align(c * dtype.bytes())
+        + 4 * ub_align(c * 4)
+        + 2 * ub_align(c * 4)
+        + reduce
         + 32
         + 4 * t.stat_rows as u64 * 4
         + staged

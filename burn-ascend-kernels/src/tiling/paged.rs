@@ -1,6 +1,6 @@
 //! Tiling of the paged-KV kernels: `alloc_extend` and split-KV `decode_attention`.
 
-use super::{align8, align_type, DeviceProps, NormType, Plan, UB_ALIGN};
+use super::{align8, align_type, ub_align, DeviceProps, NormType, Plan};
 
 /// Mirrors `AllocExtendTiling` in `kernels/alloc_extend.cpp`.
 #[repr(C)]
@@ -72,7 +72,7 @@ pub fn alloc_extend(
 
 /// The unified-buffer bytes `alloc_extend`'s kernel allocates for a tiling (its `InitBuffer`s).
 pub fn alloc_extend_ub_bytes(t: &AllocExtendTiling) -> u64 {
-    let a = |elems: u32| (elems as u64 * t.index_bytes as u64).div_ceil(UB_ALIGN) * UB_ALIGN;
+    let a = |elems: u32| ub_align(elems as u64 * t.index_bytes as u64);
     3 * a(t.len_tile) + a(t.page_tile) + 2 * a(t.slot_tile) + 32
 }
 

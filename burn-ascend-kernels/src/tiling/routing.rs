@@ -1,6 +1,6 @@
 //! Tiling of the row gathers (`moe_gather`, `token_rearrange`) and `moe_scatter`.
 
-use super::{DeviceProps, NormType, Plan, UB_ALIGN};
+use super::{ub_align, DeviceProps, NormType, Plan, UB_ALIGN};
 
 /// Mirrors `RowGatherTiling` in `kernels/row_gather.h` (moe_gather, token_rearrange).
 #[repr(C)]
@@ -43,7 +43,7 @@ pub fn row_gather(
     let rows_per_core = out_rows.div_ceil(props.vector_cores as u64).max(1);
     let block_dim = out_rows.div_ceil(rows_per_core).max(1);
     let idx_chunk = rows_per_core.min(MAX_IDX_CHUNK).div_ceil(8) * 8;
-    let idx_bytes = (idx_chunk * index_bytes).div_ceil(UB_ALIGN) * UB_ALIGN;
+    let idx_bytes = ub_align(idx_chunk * index_bytes);
     let align = UB_ALIGN / elem_bytes;
     let max_chunk = (props.ub_bytes as u64 - idx_bytes) / (2 * elem_bytes) / align * align;
     let chunk = cols
@@ -105,7 +105,7 @@ pub fn moe_scatter(
     let slots = idx_tokens * top_k.max(1);
     let routing = [4, dtype.bytes(), 4]
         .iter()
-        .map(|b| (slots * b).div_ceil(UB_ALIGN) * UB_ALIGN)
+        .map(|b| ub_align(slots * b))
         .sum::<u64>();
     let per_col = 3 * dtype.bytes() + 8;
     let align = UB_ALIGN / dtype.bytes();
