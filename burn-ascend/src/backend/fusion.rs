@@ -8,7 +8,7 @@
 
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
-use burn_backend::{DType, TensorMetadata};
+use burn_backend::{DType, Shape, TensorMetadata};
 use burn_fusion::stream::{Context, OrderedExecution};
 use burn_fusion::{
     Fusion, FusionBackend, FusionRuntime, NumOperations, OperationFuser, Optimization,
@@ -95,33 +95,16 @@ impl FusionRuntime for AscendFusionRuntime {
 impl BackendIr for Ascend {
     type Handle = AscendFusionHandle;
 
-    // The recorded shape is the one the op stream expects; a handle whose view differs (it
-    // cannot, while no optimization rewrites handles) is reshaped rather than trusted.
     fn float_tensor(handle: TensorHandle<Self::Handle>) -> FloatTensor<Self> {
-        let t = handle.handle.tensor("float");
-        if TensorMetadata::shape(&t) == handle.shape {
-            t
-        } else {
-            Ascend::float_reshape(t, handle.shape)
-        }
+        shaped(handle, "float", Ascend::float_reshape)
     }
 
     fn int_tensor(handle: TensorHandle<Self::Handle>) -> IntTensor<Self> {
-        let t = handle.handle.tensor("int");
-        if TensorMetadata::shape(&t) == handle.shape {
-            t
-        } else {
-            Ascend::int_reshape(t, handle.shape)
-        }
+        shaped(handle, "int", Ascend::int_reshape)
     }
 
     fn bool_tensor(handle: TensorHandle<Self::Handle>) -> BoolTensor<Self> {
-        let t = handle.handle.tensor("bool");
-        if TensorMetadata::shape(&t) == handle.shape {
-            t
-        } else {
-            Ascend::bool_reshape(t, handle.shape)
-        }
+        shaped(handle, "bool", Ascend::bool_reshape)
     }
 
     fn quantized_tensor(handle: TensorHandle<Self::Handle>) -> QuantizedTensor<Self> {
@@ -147,6 +130,21 @@ impl BackendIr for Ascend {
 
     fn quantized_tensor_handle(tensor: QuantizedTensor<Self>) -> Self::Handle {
         AscendFusionHandle::Quantized(tensor)
+    }
+}
+
+/// The tensor of a handle with the shape the op stream recorded for it. The views agree while
+/// no optimization rewrites handles; one that differed would be reshaped rather than trusted.
+fn shaped(
+    handle: TensorHandle<AscendFusionHandle>,
+    kind: &str,
+    reshape: fn(AscendTensor, Shape) -> AscendTensor,
+) -> AscendTensor {
+    let t = handle.handle.tensor(kind);
+    if TensorMetadata::shape(&t) == handle.shape {
+        t
+    } else {
+        reshape(t, handle.shape)
     }
 }
 
