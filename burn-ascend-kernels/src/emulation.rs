@@ -61,6 +61,25 @@ pub struct LaunchStats {
 
 static LOG: Mutex<Vec<LaunchStats>> = Mutex::new(Vec::new());
 
+/// Totals over every kernel launch completed in this process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaunchTotals {
+    /// Launches completed (failed ones included).
+    pub launches: u64,
+    /// Global-memory bytes read and written.
+    pub gm_bytes: u64,
+}
+
+static TOTALS: Mutex<LaunchTotals> = Mutex::new(LaunchTotals {
+    launches: 0,
+    gm_bytes: 0,
+});
+
+/// Totals over every kernel launch completed so far (never reset, unlike the launch log).
+pub fn launch_totals() -> LaunchTotals {
+    *TOTALS.lock().unwrap()
+}
+
 /// The counters of every kernel launch completed so far, oldest first.
 pub fn launch_log() -> Vec<LaunchStats> {
     LOG.lock().unwrap().clone()
@@ -201,6 +220,11 @@ pub unsafe extern "C" fn ascendc_emu_launch(
             )
         };
         drop(owned);
+        {
+            let mut totals = TOTALS.lock().unwrap();
+            totals.launches += 1;
+            totals.gm_bytes += stats.gm_bytes_read + stats.gm_bytes_written;
+        }
         LOG.lock().unwrap().push(LaunchStats {
             kernel: kernel.clone(),
             block_dim,

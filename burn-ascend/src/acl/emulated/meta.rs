@@ -65,6 +65,8 @@ pub(crate) struct Executor {
     pub op: &'static str,
     pub workspace: u64,
     pub task: Task,
+    /// Global-memory bytes of its tensor arguments (the work counters' model).
+    pub bytes: u64,
 }
 
 #[allow(clippy::too_many_arguments)] // mirrors aclCreateTensor
@@ -192,6 +194,7 @@ pub(crate) unsafe fn tensor_arg(
             format!("{op}: {name} has no device address"),
         ));
     }
+    super::counters::note(&desc);
     Ok(desc)
 }
 

@@ -5,6 +5,7 @@
 //! It is reached only through the function table, exactly like CANN: [`EmulatedRuntime`] is a
 //! [`SymbolSource`] whose symbols are generated from the same function list as the table.
 
+mod counters;
 mod elementwise;
 mod fault;
 mod grouped;
@@ -26,6 +27,7 @@ mod view;
 
 use std::ffi::c_void;
 
+pub use counters::{work_counters, WorkCounters};
 pub use machine::{set_device_memory_limit, ENV_DEVICES, ENV_HBM_MIB};
 
 use super::table::SymbolSource;

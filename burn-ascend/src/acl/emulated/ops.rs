@@ -81,12 +81,14 @@ pub(crate) unsafe fn phase1(
                 format!("{op}GetWorkspaceSize: workspaceSize or executor is NULL"),
             ));
         }
-        let (workspace, task) = build()?;
+        let (built, bytes) = super::counters::capture(build);
+        let (workspace, task) = built?;
         *workspace_size = workspace;
         *executor = Box::into_raw(Box::new(Executor {
             op,
             workspace,
             task,
+            bytes,
         })) as *mut aclOpExecutor;
         Ok(())
     })
@@ -136,6 +138,7 @@ pub(crate) unsafe fn phase2(
         let stream = machine().stream(stream)?;
         let need = exec.workspace as usize;
         let task = exec.task;
+        super::counters::launched(exec.bytes);
         stream.enqueue(Box::new(move || {
             if need > 0 {
                 // The workspace must still be live when the kernel runs.
