@@ -7,11 +7,18 @@
 use std::ffi::c_void;
 
 use crate::tiling::{
-    AllocExtendTiling, DecodeStage1Tiling, DecodeStage2Tiling, LayerNormBackwardTiling,
-    LayerNormTiling, MoeScatterTiling, Plan, RowGatherTiling, VectorAddTiling,
+    AllocExtendTiling, DecodeStage1Tiling, DecodeStage2Tiling, ElementwiseTiling,
+    LayerNormBackwardTiling, LayerNormTiling, MoeScatterTiling, Plan, RowGatherTiling,
+    VectorAddTiling,
 };
 
 extern "C" {
+    fn aclrtlaunch_elementwise_program(
+        block_dim: u32,
+        stream: *mut c_void,
+        program: *mut c_void,
+        tiling: *mut ElementwiseTiling,
+    ) -> u32;
     fn aclrtlaunch_vector_add(
         block_dim: u32,
         stream: *mut c_void,
@@ -150,6 +157,25 @@ pub unsafe fn vector_add(
     check(
         "vector_add",
         aclrtlaunch_vector_add(plan.block_dim, stream, x, y, z, &mut tiling),
+    )
+}
+
+/// Queues an element-wise program (`kernels/elementwise_program.cpp`).
+///
+/// # Safety
+/// `program` is a device buffer holding the words of
+/// [`Compiled::encode`](crate::program::Compiled::encode) for the plan's program, whose input
+/// and output addresses are live device allocations large enough for the grid; all stay alive
+/// until the stream has run the kernel.
+pub unsafe fn elementwise_program(
+    stream: *mut c_void,
+    plan: Plan<ElementwiseTiling>,
+    program: *mut c_void,
+) -> Result<(), LaunchError> {
+    let mut tiling = plan.tiling;
+    check(
+        "elementwise_program",
+        aclrtlaunch_elementwise_program(plan.block_dim, stream, program, &mut tiling),
     )
 }
 

@@ -5,6 +5,8 @@
 //!   compiler against the emulation in `emulation/` (see `build.rs`).
 //! - [`tiling`]: how each kernel splits its work over the vector cores and the unified buffer,
 //!   as pure functions of the shapes and the device's properties.
+//! - [`program`]: the programs of the interpreted element-wise kernel (`elementwise_program`):
+//!   instructions over f32 tile registers, register allocation, operand layout, encoding.
 //! - [`launch`]: safe launchers over the `aclrtlaunch_<kernel>` entry points, which queue a
 //!   kernel on a stream like any other device work.
 //! - [`emulation`] (emulated builds): the bridge from the emulated kernels to the emulated
@@ -16,6 +18,7 @@
 
 pub mod emulation;
 pub mod launch;
+pub mod program;
 pub mod tiling;
 
 /// Whether the kernels were built for the emulated device (no CANN at build time) rather than

@@ -96,9 +96,11 @@ pub(crate) fn align_type(n: u64, bytes: u64) -> u64 {
 mod elementwise;
 mod norm;
 mod paged;
+mod program;
 mod routing;
 
 pub use elementwise::*;
 pub use norm::*;
 pub use paged::*;
+pub use program::*;
 pub use routing::*;

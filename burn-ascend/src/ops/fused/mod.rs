@@ -9,6 +9,7 @@ mod grouped;
 mod moe;
 mod norm;
 mod paged;
+mod program;
 mod routing;
 
 use std::ffi::c_void;
@@ -21,6 +22,7 @@ pub use grouped::{grouped_matmul, grouped_matmul_weight_grad};
 pub use moe::{moe_gather, moe_scatter, token_rearrange};
 pub use norm::{layer_norm, layer_norm_backward};
 pub use paged::{alloc_extend, decode_attention, DecodeAttentionOptions, DecodeAttentionTensors};
+pub use program::run_program;
 pub use routing::{cann_moe_init_routing, cann_moe_token_unpermute, CannRouting};
 
 use super::broadcast::invalid_input;
