@@ -1,10 +1,15 @@
 //! `Ascend` as a `burn-fusion` backend, so that `Fusion<Ascend>` (and
 //! `Autodiff<Fusion<Ascend>>`) records the op stream lazily and runs it on the device.
 //!
-//! Handles are the backend's own tensors: fusion hands them back to the `Ascend` ops unchanged,
-//! so a lazily executed stream runs exactly the kernels an eager one does. No optimization is
-//! registered yet (issue 5's interpreted elementwise kernel is the first planned), so every
-//! recorded op runs through its `Ascend` implementation.
+//! Handles are the backend's own tensors: fusion hands them back to the `Ascend` ops unchanged.
+//! One fuser is registered: runs of element-wise ops become one launch of the interpreted
+//! `elementwise_program` kernel (`elementwise.rs`, lowered by `lower.rs`); every other recorded
+//! op runs through its `Ascend` implementation.
+
+mod elementwise;
+mod lower;
+
+pub use elementwise::{ElementwiseFuser, ElementwiseOptimization};
 
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
@@ -44,40 +49,55 @@ impl AscendFusionHandle {
 #[derive(Debug)]
 pub struct AscendFusionRuntime;
 
-/// The optimizations `Fusion<Ascend>` can run: none are registered yet, so the type has no
-/// value and every recorded op runs unfused.
+/// The optimizations `Fusion<Ascend>` runs in place of recorded ops.
 #[derive(Debug)]
-pub enum AscendOptimization {}
+pub enum AscendOptimization {
+    /// A run of element-wise ops as one interpreted-kernel launch.
+    Elementwise(ElementwiseOptimization),
+}
 
-/// The serialized form of an [`AscendOptimization`] (none exist).
+/// The serialized form of an [`AscendOptimization`].
 #[derive(Debug, Serialize, Deserialize)]
-pub enum AscendOptimizationState {}
+pub enum AscendOptimizationState {
+    /// See [`AscendOptimization::Elementwise`].
+    Elementwise(ElementwiseOptimization),
+}
 
 impl NumOperations for AscendOptimization {
     fn len(&self) -> usize {
-        match *self {}
+        match self {
+            Self::Elementwise(o) => o.len(),
+        }
     }
 
     fn name(&self) -> &'static str {
-        match *self {}
+        match self {
+            Self::Elementwise(o) => o.name(),
+        }
     }
 }
 
 impl Optimization<AscendFusionRuntime> for AscendOptimization {
     fn execute(
         &mut self,
-        _context: &mut Context<AscendFusionHandle>,
-        _execution: &OrderedExecution<AscendFusionRuntime>,
+        context: &mut Context<AscendFusionHandle>,
+        execution: &OrderedExecution<AscendFusionRuntime>,
     ) {
-        match *self {}
+        match self {
+            Self::Elementwise(o) => o.execute(context, execution),
+        }
     }
 
     fn to_state(&self) -> AscendOptimizationState {
-        match *self {}
+        match self {
+            Self::Elementwise(o) => AscendOptimizationState::Elementwise(o.clone()),
+        }
     }
 
     fn from_state(_device: &AscendDevice, state: AscendOptimizationState) -> Self {
-        match state {}
+        match state {
+            AscendOptimizationState::Elementwise(o) => Self::Elementwise(o),
+        }
     }
 }
 
@@ -88,7 +108,7 @@ impl FusionRuntime for AscendFusionRuntime {
     type FusionDevice = AscendDevice;
 
     fn fusers(_device: AscendDevice) -> Vec<Box<dyn OperationFuser<AscendOptimization>>> {
-        Vec::new()
+        vec![Box::new(ElementwiseFuser::default())]
     }
 }
 
@@ -135,7 +155,7 @@ impl BackendIr for Ascend {
 
 /// The tensor of a handle with the shape the op stream recorded for it. The views agree while
 /// no optimization rewrites handles; one that differed would be reshaped rather than trusted.
-fn shaped(
+pub(super) fn shaped(
     handle: TensorHandle<AscendFusionHandle>,
     kind: &str,
     reshape: fn(AscendTensor, Shape) -> AscendTensor,

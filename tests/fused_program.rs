@@ -1,0 +1,318 @@
+//! The interpreted element-wise kernel (`elementwise_program`): programs run on the emulated
+//! NPU against the same formulas on burn-flex, over every operand layout the kernel addresses
+//! (dense, row and column broadcasts, scalars, sliced rows, transposes), every element type,
+//! rows wider than a tile and tensors of many short rows; then whole blocks fused from the op
+//! stream of `Fusion<Ascend>`, with the device's work counters showing what fusion saved. The
+//! counters are process-wide, so every test here runs alone.
+
+mod common;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, DType, Tensor, TensorData, TensorPrimitive};
+use burn_ascend::acl::emulated::work_counters;
+use burn_ascend::ops::fused::run_program;
+use burn_ascend::{Ascend, AscendDevice, AscendTensor};
+use burn_ascend_kernels::program::{Cmp, ElemType, Op, Program};
+use burn_flex::Flex;
+use burn_fusion::Fusion;
+use common::host_values::host_values;
+use serial_test::serial;
+
+fn ascend() -> AscendDevice {
+    AscendDevice::Emulated(0)
+}
+
+fn on_ascend<const D: usize>(data: &TensorData, dtype: DType) -> AscendTensor {
+    Tensor::<Ascend, D>::from_data(data.clone().convert_dtype(dtype), (&ascend(), dtype))
+        .into_primitive()
+        .tensor()
+}
+
+fn on_flex<const D: usize>(data: &TensorData) -> Tensor<Flex, D> {
+    Tensor::from_data(data.clone(), &Default::default())
+}
+
+fn read<const D: usize>(t: AscendTensor) -> TensorData {
+    Tensor::<Ascend, D>::from_primitive(TensorPrimitive::Float(t))
+        .into_data()
+        .convert::<f32>()
+}
+
+fn assert_close(what: &str, got: &TensorData, want: &TensorData, tol: f64) {
+    assert_eq!(got.shape, want.shape, "{what}: shape");
+    let (g, w): (Vec<f64>, Vec<f64>) = (got.iter::<f64>().collect(), want.iter::<f64>().collect());
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        let ok = (a - b).abs() <= tol * b.abs().max(1.0) || (a.is_nan() && b.is_nan());
+        assert!(ok, "{what}: element {i} is {a}, the reference gives {b}");
+    }
+}
+
+/// `exp(x) * 0.5 + x / y - 3`, with a second output `x > y`.
+fn chain() -> Program {
+    let mut p = Program::new();
+    let x = p.input(ElemType::F32);
+    let y = p.input(ElemType::F32);
+    let e = p.push(Op::Exp(x));
+    let e = p.push(Op::MulS(e, 0.5));
+    let q = p.push(Op::Div(x, y));
+    let s = p.push(Op::Add(e, q));
+    let s = p.push(Op::AddS(s, -3.0));
+    let gt = p.push(Op::Cmp(x, Cmp::Gt, y));
+    p.output(s, ElemType::F32);
+    p.output(gt, ElemType::Bool);
+    p
+}
+
+fn chain_reference<const D: usize>(
+    x: Tensor<Flex, D>,
+    y: Tensor<Flex, D>,
+) -> (TensorData, TensorData) {
+    let s = x.clone().exp() * 0.5 + x.clone() / y.clone() - 3.0;
+    (s.into_data(), x.greater(y).into_data())
+}
+
+fn check_chain<const D: usize>(what: &str, x: &TensorData, y: &TensorData, out: [usize; D]) {
+    let outs = run_program(
+        &chain(),
+        &[on_ascend::<D>(x, DType::F32), on_ascend::<D>(y, DType::F32)],
+        &out,
+    )
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let (want, want_gt) = chain_reference(on_flex::<D>(x).expand(out), on_flex::<D>(y).expand(out));
+    let mut outs = outs.into_iter();
+    assert_close(what, &read::<D>(outs.next().unwrap()), &want, 1e-5);
+    let gt = Tensor::<Ascend, D, Bool>::from_primitive(outs.next().unwrap()).into_data();
+    assert_eq!(gt, want_gt, "{what}: x > y");
+}
+
+/// Divisors kept away from zero.
+fn divisor(shape: Vec<usize>, seed: u64) -> TensorData {
+    let v: Vec<f32> = host_values(shape.clone(), seed)
+        .iter::<f32>()
+        .map(|v| if v.abs() < 0.25 { 0.25 + v.abs() } else { v })
+        .collect();
+    TensorData::new(v, shape)
+}
+
+#[test]
+#[serial]
+fn dense_operands_of_many_sizes() {
+    for n in [1, 7, 64, 1000, 100_003] {
+        check_chain(
+            &format!("dense [{n}]"),
+            &host_values(vec![n], 1),
+            &divisor(vec![n], 2),
+            [n],
+        );
+    }
+    check_chain(
+        "dense [3000, 3]",
+        &host_values(vec![3000, 3], 3),
+        &divisor(vec![3000, 3], 4),
+        [3000, 3],
+    );
+}
+
+#[test]
+#[serial]
+fn broadcast_rows_columns_and_scalars() {
+    let x = host_values(vec![4, 5, 37], 5);
+    check_chain("row broadcast", &x, &divisor(vec![1, 1, 37], 6), [4, 5, 37]);
+    check_chain(
+        "column broadcast",
+        &x,
+        &divisor(vec![4, 5, 1], 7),
+        [4, 5, 37],
+    );
+    check_chain(
+        "middle broadcast",
+        &x,
+        &divisor(vec![4, 1, 37], 8),
+        [4, 5, 37],
+    );
+    check_chain("scalar", &x, &divisor(vec![1, 1, 1], 9), [4, 5, 37]);
+    check_chain(
+        "both broadcast",
+        &host_values(vec![4, 1, 37], 10),
+        &divisor(vec![1, 5, 1], 11),
+        [4, 5, 37],
+    );
+    // Rows wider than a tile, against a broadcast row.
+    check_chain(
+        "wide rows",
+        &host_values(vec![3, 70_001], 12),
+        &divisor(vec![1, 70_001], 13),
+        [3, 70_001],
+    );
+}
+
+#[test]
+#[serial]
+fn sliced_and_transposed_views() {
+    let wide = host_values(vec![6, 40], 14);
+    let y = divisor(vec![6, 33], 15);
+    // Rows of 33 taken at column 5 of rows of 40: each row contiguous, rows apart.
+    let x = Tensor::<Ascend, 2>::from_data(wide.clone(), &ascend()).slice([0..6, 5..38]);
+    let outs = run_program(
+        &chain(),
+        &[x.into_primitive().tensor(), on_ascend::<2>(&y, DType::F32)],
+        &[6, 33],
+    )
+    .unwrap();
+    let (want, _) = chain_reference(on_flex::<2>(&wide).slice([0..6, 5..38]), on_flex::<2>(&y));
+    assert_close(
+        "sliced rows",
+        &read::<2>(outs.into_iter().next().unwrap()),
+        &want,
+        1e-5,
+    );
+    // A transpose is read with stride 6 along the row: it is made contiguous first.
+    let t = host_values(vec![33, 6], 16);
+    let xt = Tensor::<Ascend, 2>::from_data(t.clone(), &ascend()).transpose();
+    let outs = run_program(
+        &chain(),
+        &[xt.into_primitive().tensor(), on_ascend::<2>(&y, DType::F32)],
+        &[6, 33],
+    )
+    .unwrap();
+    let (want, _) = chain_reference(on_flex::<2>(&t).transpose(), on_flex::<2>(&y));
+    assert_close(
+        "transposed",
+        &read::<2>(outs.into_iter().next().unwrap()),
+        &want,
+        1e-5,
+    );
+}
+
+#[test]
+#[serial]
+fn narrow_types_compute_in_f32_and_round_once() {
+    for (dtype, elem, tol) in [
+        (DType::F16, ElemType::F16, 1e-3),
+        (DType::BF16, ElemType::BF16, 8e-3),
+    ] {
+        let mut p = Program::new();
+        let x = p.input(elem);
+        let y = p.input(elem);
+        let s = p.push(Op::Mul(x, y));
+        let s = p.push(Op::AddS(s, 1.0));
+        let r = p.push(Op::Relu(s));
+        p.output(r, elem);
+        let (xd, yd) = (host_values(vec![5, 77], 17), host_values(vec![5, 77], 18));
+        // The reference sees the same rounded inputs and rounds the f32 result once.
+        let (xr, yr) = (
+            xd.clone().convert_dtype(dtype).convert::<f32>(),
+            yd.clone().convert_dtype(dtype).convert::<f32>(),
+        );
+        let want = (on_flex::<2>(&xr) * on_flex::<2>(&yr) + 1.0)
+            .clamp_min(0.0)
+            .into_data();
+        let out = run_program(
+            &p,
+            &[on_ascend::<2>(&xd, dtype), on_ascend::<2>(&yd, dtype)],
+            &[5, 77],
+        )
+        .unwrap();
+        let got = Tensor::<Ascend, 2>::from_primitive(TensorPrimitive::Float(
+            out.into_iter().next().unwrap(),
+        ));
+        assert_eq!(got.dtype(), dtype);
+        assert_close(
+            &format!("{dtype:?}"),
+            &got.into_data().convert::<f32>(),
+            &want,
+            tol,
+        );
+    }
+}
+
+#[test]
+#[serial]
+fn bool_inputs_select() {
+    let mut p = Program::new();
+    let x = p.input(ElemType::F32);
+    let m = p.input(ElemType::Bool);
+    let neg = p.push(Op::MulS(x, -1.0));
+    let out = p.push(Op::Select {
+        cond: m,
+        then: neg,
+        otherwise: x,
+    });
+    p.output(out, ElemType::F32);
+    let xd = host_values(vec![9, 70], 19);
+    let md = TensorData::new((0..70).map(|i| i % 3 == 0).collect::<Vec<bool>>(), [1, 70]);
+    let mask = Tensor::<Ascend, 2, Bool>::from_data(md.clone(), &ascend()).into_primitive();
+    let outs = run_program(&p, &[on_ascend::<2>(&xd, DType::F32), mask], &[9, 70]).unwrap();
+    let fx = on_flex::<2>(&xd);
+    let fm = Tensor::<Flex, 2, Bool>::from_data(md, &Default::default()).expand([9, 70]);
+    let want = fx.clone().mask_where(fm, fx.neg()).into_data();
+    assert_close(
+        "select",
+        &read::<2>(outs.into_iter().next().unwrap()),
+        &want,
+        0.0,
+    );
+}
+
+#[test]
+#[serial]
+fn empty_outputs_and_bad_inputs() {
+    let outs = run_program(
+        &chain(),
+        &[
+            on_ascend::<2>(&TensorData::new(Vec::<f32>::new(), [0, 3]), DType::F32),
+            on_ascend::<2>(&TensorData::new(Vec::<f32>::new(), [0, 3]), DType::F32),
+        ],
+        &[0, 3],
+    )
+    .unwrap();
+    assert_eq!(outs[0].shape(), &[0, 3]);
+    let x = on_ascend::<2>(&host_values(vec![2, 3], 20), DType::F16);
+    let err = run_program(&chain(), &[x.clone(), x], &[2, 3])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("elementwise_program") && err.contains("[2, 3]"),
+        "{err}"
+    );
+}
+
+/// Runs `block` on `Fusion<Ascend>`, returns its result and the device work it queued.
+fn fused<const D: usize>(
+    x: &TensorData,
+    block: impl Fn(Tensor<Fusion<Ascend>, D>) -> Tensor<Fusion<Ascend>, D>,
+) -> (TensorData, u64, u64) {
+    let d = ascend();
+    let x = Tensor::<Fusion<Ascend>, D>::from_data(x.clone(), &d);
+    <Fusion<Ascend> as Backend>::sync(&d).unwrap();
+    let before = work_counters();
+    let out = block(x).into_data();
+    let work = work_counters().since(&before);
+    (out, work.kernel_launches, work.aclnn_launches)
+}
+
+#[test]
+#[serial]
+fn fusion_runs_activation_blocks_as_one_launch() {
+    let x = host_values(vec![16, 96], 21);
+    let gelu = |t: Tensor<Fusion<Ascend>, 2>| burn::tensor::activation::gelu(t * 1.5 + 0.25);
+    let (got, kernels, aclnn) = fused(&x, gelu);
+    let want = burn::tensor::activation::gelu(on_flex::<2>(&x) * 1.5 + 0.25).into_data();
+    assert_close("gelu block", &got, &want, 2e-6);
+    assert_eq!(
+        (kernels, aclnn),
+        (1, 0),
+        "the gelu block is one program launch"
+    );
+
+    let silu = |t: Tensor<Fusion<Ascend>, 2>| burn::tensor::activation::silu(t.clone()) * t.tanh();
+    let (got, kernels, aclnn) = fused(&x, silu);
+    let fx = on_flex::<2>(&x);
+    let want = (burn::tensor::activation::silu(fx.clone()) * fx.tanh()).into_data();
+    assert_close("silu * tanh", &got, &want, 2e-6);
+    assert_eq!(
+        (kernels, aclnn),
+        (1, 0),
+        "silu * tanh is one program launch"
+    );
+}
