@@ -15,7 +15,7 @@ use burn::tensor::ops::{
     InterpolateOptions, UnfoldOptions,
 };
 use burn::tensor::signal::{irfft, rfft};
-use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, Int, Tensor, TensorData, TensorPrimitive};
 use common::*;
 
 /// Every float dtype the reference implements these ops for.
@@ -365,5 +365,27 @@ module_test!(
         let x = t::<B, 4>(d, dtype, [1, 2, 3, 2], Role::Lhs, 0);
         let w = t::<B, 4>(d, dtype, [2, 2, 2, 2], Role::Signs, 1);
         conv2d(x, w, None, ConvOptions::new([97, 1], [260, 1], [1, 1], 1))
+    }
+);
+
+// `ModuleOps::layer_norm` (the fused kernel on Ascend, f64 composed) against burn-flex's
+// composition, on a strided input, with and without beta.
+module_test!(
+    layer_norm_strided_with_and_without_beta,
+    ALL,
+    MODULE,
+    |d, dtype| {
+        let x = strided::<B>(d, dtype, [2, 3, 5, 40], 0);
+        let gamma = t::<B, 1>(d, dtype, [40], Role::Lhs, 1);
+        let beta = t::<B, 1>(d, dtype, [40], Role::Lhs, 2);
+        let norm = |beta: Option<Tensor<B, 1>>| {
+            Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(B::layer_norm(
+                x.clone().into_primitive().tensor(),
+                gamma.clone().into_primitive().tensor(),
+                beta.map(|b| b.into_primitive().tensor()),
+                1e-5,
+            )))
+        };
+        (norm(Some(beta)), norm(None))
     }
 );

@@ -3,9 +3,9 @@
 //! Convolutions of every rank go straight to aclnnConvolution (Burn's defaults would route
 //! 1-D through 2-D); their input and weight gradients go to aclnnConvolutionBackward, except
 //! the input gradient of a transposed convolution, which is a plain convolution of the output
-//! gradient by the same weight (Burn gives no input tensor there). Bias gradients, embedding,
-//! linear, unfold4d, layer norm, CTC loss and the 1-D pools keep Burn's defaults, which run on
-//! the mapped tensor ops.
+//! gradient by the same weight (Burn gives no input tensor there). Layer norm runs the fused
+//! `layer_norm` kernel. Bias gradients, embedding, linear, unfold4d, CTC loss and the 1-D pools
+//! keep Burn's defaults, which run on the mapped tensor ops.
 
 use crate::ops::attention::{self, AttentionOptions};
 use crate::ops::conv::{self, ConvGrads, ConvParams};
@@ -118,6 +118,34 @@ fn spatial(x: &AscendTensor) -> [usize; 2] {
 }
 
 impl ModuleOps<Ascend> for Ascend {
+    /// One launch of the `layer_norm` kernel for f32, f16 and bf16. f64, which the vector unit
+    /// cannot compute, keeps Burn's composition in f64 (mean and variance over the last axis).
+    fn layer_norm(
+        tensor: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: Option<FloatTensor<Self>>,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
+        if tensor.dtype != DataType::F64 {
+            return <Self as crate::FusedOps>::layer_norm(tensor, Some(gamma), beta, epsilon).y;
+        }
+        let last = tensor.shape().len() - 1;
+        let mean = Self::float_mean_dim(tensor.clone(), last);
+        let centered = Self::float_sub(tensor, mean);
+        let var = Self::float_mean_dim(Self::float_mul(centered.clone(), centered.clone()), last);
+        let denom = Self::float_sqrt(Self::float_add_scalar(var, epsilon.into()));
+        let row = |p: FloatTensor<Self>| {
+            let mut dims = vec![1; last + 1];
+            dims[last] = p.shape()[0];
+            Self::float_reshape(p, Shape::from(dims))
+        };
+        let scaled = Self::float_mul(Self::float_div(centered, denom), row(gamma));
+        match beta {
+            Some(b) => Self::float_add(scaled, row(b)),
+            None => scaled,
+        }
+    }
+
     fn conv1d(
         x: FloatTensor<Ascend>,
         weight: FloatTensor<Ascend>,
