@@ -316,3 +316,64 @@ fn fusion_runs_activation_blocks_as_one_launch() {
         "silu * tanh is one program launch"
     );
 }
+
+#[test]
+#[serial]
+fn fusion_runs_composed_layer_norm_as_the_layer_norm_kernel() {
+    let x = host_values(vec![24, 160], 22);
+    let (g, b) = (host_values(vec![160], 23), host_values(vec![160], 24));
+    let d = ascend();
+    let gamma = Tensor::<Fusion<Ascend>, 1>::from_data(g.clone(), &d);
+    let beta = Tensor::<Fusion<Ascend>, 1>::from_data(b.clone(), &d);
+    // Burn's own composition, as Fusion records ModuleOps::layer_norm.
+    let module = |t: Tensor<Fusion<Ascend>, 2>| {
+        Tensor::from_primitive(TensorPrimitive::Float(
+            <Fusion<Ascend> as burn::tensor::ops::ModuleOps<_>>::layer_norm(
+                t.into_primitive().tensor(),
+                gamma.clone().into_primitive().tensor(),
+                Some(beta.clone().into_primitive().tensor()),
+                1e-5,
+            ),
+        ))
+    };
+    let flex_norm = |x: Tensor<Flex, 2>| {
+        let mean = x.clone().mean_dim(1);
+        let c = x - mean;
+        let var = (c.clone() * c.clone()).mean_dim(1);
+        c / (var + 1e-5).sqrt() * on_flex::<1>(&g).unsqueeze() + on_flex::<1>(&b).unsqueeze()
+    };
+    let want = flex_norm(on_flex::<2>(&x)).into_data();
+    let (got, kernels, aclnn) = fused(&x, module);
+    assert_close("ModuleOps::layer_norm", &got, &want, 1e-5);
+    assert_eq!((kernels, aclnn), (1, 0), "one layer_norm launch");
+    // The same written out by hand with the bias broadcast made up front.
+    let by_hand = |t: Tensor<Fusion<Ascend>, 2>| {
+        let b2 = beta.clone().unsqueeze::<2>();
+        let mean = t.clone().mean_dim(1);
+        let c = t - mean;
+        let var = (c.clone() * c.clone()).mean_dim(1);
+        c / (var + 1e-5).sqrt() * gamma.clone().unsqueeze() + b2
+    };
+    let (got, kernels, aclnn) = fused(&x, by_hand);
+    assert_close("composed by hand", &got, &want, 1e-5);
+    assert_eq!((kernels, aclnn), (1, 0), "one layer_norm launch");
+    // A block whose intermediate outlives it is not a layer norm: it runs as composed ops.
+    let keeps_mean = |t: Tensor<Fusion<Ascend>, 2>| {
+        let mean = t.clone().mean_dim(1);
+        let c = t - mean.clone();
+        let var = (c.clone() * c.clone()).mean_dim(1);
+        c / (var + 1e-5).sqrt() + mean
+    };
+    let (got, _, aclnn) = fused(&x, keeps_mean);
+    let fx = on_flex::<2>(&x);
+    let mean = fx.clone().mean_dim(1);
+    let c = fx - mean.clone();
+    let var = (c.clone() * c.clone()).mean_dim(1);
+    assert_close(
+        "mean kept",
+        &got,
+        &(c / (var + 1e-5).sqrt() + mean).into_data(),
+        1e-5,
+    );
+    assert!(aclnn >= 2, "the two means stay aclnn reductions");
+}

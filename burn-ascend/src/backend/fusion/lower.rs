@@ -40,7 +40,7 @@ pub(crate) fn elem_type(dtype: DType) -> Option<ElemType> {
 
 /// The dim id the op stream gives every dim of size 1 (burn-fusion maps sizes to ids per
 /// block and reserves 0 for 1), so an operand dim with this id broadcasts.
-const SIZE_ONE: usize = 0;
+pub(super) const SIZE_ONE: usize = 0;
 
 /// A fused block being lowered: the program so far and which recorded tensors it reads and
 /// creates. Tensor ids and shapes are those of the op stream the block was recorded from

@@ -2,14 +2,17 @@
 //! `Autodiff<Fusion<Ascend>>`) records the op stream lazily and runs it on the device.
 //!
 //! Handles are the backend's own tensors: fusion hands them back to the `Ascend` ops unchanged.
-//! One fuser is registered: runs of element-wise ops become one launch of the interpreted
-//! `elementwise_program` kernel (`elementwise.rs`, lowered by `lower.rs`); every other recorded
-//! op runs through its `Ascend` implementation.
+//! Two fusers are registered: runs of element-wise ops become one launch of the interpreted
+//! `elementwise_program` kernel (`elementwise.rs`, lowered by `lower.rs`), and layer norm as
+//! Burn composes it becomes one launch of the `layer_norm` kernel (`layer_norm.rs`); every other
+//! recorded op runs through its `Ascend` implementation.
 
 mod elementwise;
+mod layer_norm;
 mod lower;
 
 pub use elementwise::{ElementwiseFuser, ElementwiseOptimization};
+pub use layer_norm::{LayerNormFuser, LayerNormOptimization};
 
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
@@ -54,6 +57,8 @@ pub struct AscendFusionRuntime;
 pub enum AscendOptimization {
     /// A run of element-wise ops as one interpreted-kernel launch.
     Elementwise(ElementwiseOptimization),
+    /// A composed layer norm as one `layer_norm` kernel launch.
+    LayerNorm(LayerNormOptimization),
 }
 
 /// The serialized form of an [`AscendOptimization`].
@@ -61,18 +66,22 @@ pub enum AscendOptimization {
 pub enum AscendOptimizationState {
     /// See [`AscendOptimization::Elementwise`].
     Elementwise(ElementwiseOptimization),
+    /// See [`AscendOptimization::LayerNorm`].
+    LayerNorm(LayerNormOptimization),
 }
 
 impl NumOperations for AscendOptimization {
     fn len(&self) -> usize {
         match self {
             Self::Elementwise(o) => o.len(),
+            Self::LayerNorm(o) => o.len(),
         }
     }
 
     fn name(&self) -> &'static str {
         match self {
             Self::Elementwise(o) => o.name(),
+            Self::LayerNorm(o) => o.name(),
         }
     }
 }
@@ -85,18 +94,21 @@ impl Optimization<AscendFusionRuntime> for AscendOptimization {
     ) {
         match self {
             Self::Elementwise(o) => o.execute(context, execution),
+            Self::LayerNorm(o) => o.execute(context),
         }
     }
 
     fn to_state(&self) -> AscendOptimizationState {
         match self {
             Self::Elementwise(o) => AscendOptimizationState::Elementwise(o.clone()),
+            Self::LayerNorm(o) => AscendOptimizationState::LayerNorm(o.clone()),
         }
     }
 
     fn from_state(_device: &AscendDevice, state: AscendOptimizationState) -> Self {
         match state {
             AscendOptimizationState::Elementwise(o) => Self::Elementwise(o),
+            AscendOptimizationState::LayerNorm(o) => Self::LayerNorm(o),
         }
     }
 }
@@ -108,7 +120,10 @@ impl FusionRuntime for AscendFusionRuntime {
     type FusionDevice = AscendDevice;
 
     fn fusers(_device: AscendDevice) -> Vec<Box<dyn OperationFuser<AscendOptimization>>> {
-        vec![Box::new(ElementwiseFuser::default())]
+        vec![
+            Box::new(ElementwiseFuser::default()),
+            Box::new(LayerNormFuser::default()),
+        ]
     }
 }
 
