@@ -71,6 +71,7 @@ macro_rules! acl_function_list {
                 aclnnDivMod / aclnnDivModGetWorkspaceSize(self_: *const aclTensor, other: *const aclTensor, mode: ::std::ffi::c_int, out: *mut aclTensor);
                 aclnnDivMods / aclnnDivModsGetWorkspaceSize(self_: *const aclTensor, other: *const aclScalar, mode: ::std::ffi::c_int, out: *mut aclTensor);
                 aclnnMatmul / aclnnMatmulGetWorkspaceSize(self_: *const aclTensor, mat2: *const aclTensor, out: *mut aclTensor, cube_math_type: i8);
+                aclnnAddmm / aclnnAddmmGetWorkspaceSize(self_: *const aclTensor, mat1: *const aclTensor, mat2: *const aclTensor, beta: *const aclScalar, alpha: *const aclScalar, out: *mut aclTensor, cube_math_type: i8);
                 aclnnReduceSum / aclnnReduceSumGetWorkspaceSize(self_: *const aclTensor, dims: *const aclIntArray, keep_dims: bool, dtype: i32, out: *mut aclTensor);
                 aclnnCat / aclnnCatGetWorkspaceSize(tensors: *const aclTensorList, dim: i64, out: *mut aclTensor);
                 aclnnGridSampler2D / aclnnGridSampler2DGetWorkspaceSize(input: *const aclTensor, grid: *const aclTensor, interpolation_mode: i64, padding_mode: i64, align_corners: bool, out: *mut aclTensor);

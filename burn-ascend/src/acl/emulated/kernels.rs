@@ -161,6 +161,25 @@ pub(crate) fn matmul(
     out: TensorDesc,
     _cube: i8,
 ) -> Result<Task, Fault> {
+    matmul_add(op, a, b, out, None)
+}
+
+/// The `beta * self` term of aclnnAddmm, and the `alpha` that scales the product.
+pub(crate) struct Addend {
+    pub tensor: TensorDesc,
+    pub beta: f32,
+    pub alpha: f32,
+}
+
+/// [`matmul`], plus `beta * self` broadcast onto the product (scaled by `alpha`) before the
+/// one rounding to the output type, as aclnnAddmm's epilogue does.
+pub(crate) fn matmul_add(
+    op: &'static str,
+    a: TensorDesc,
+    b: TensorDesc,
+    out: TensorDesc,
+    addend: Option<Addend>,
+) -> Result<Task, Fault> {
     let (ra, rb) = (a.shape.len(), b.shape.len());
     if !(1..=6).contains(&ra) || !(1..=6).contains(&rb) {
         return Err(invalid(
@@ -208,6 +227,25 @@ pub(crate) fn matmul(
             op,
             format!("out shape {:?} should be {expect:?}", out.shape),
         ));
+    }
+    if let Some(add) = &addend {
+        let fits = add.tensor.shape.len() <= expect.len()
+            && add
+                .tensor
+                .shape
+                .iter()
+                .rev()
+                .zip(expect.iter().rev())
+                .all(|(&s, &e)| s == e || s == 1);
+        if !fits {
+            return Err(invalid(
+                op,
+                format!(
+                    "self {:?} does not broadcast to {expect:?}",
+                    add.tensor.shape
+                ),
+            ));
+        }
     }
     let nb: usize = batch.iter().product();
     Ok(Box::new(move || {
@@ -266,6 +304,14 @@ pub(crate) fn matmul(
                     false,
                     gemm::Parallelism::None,
                 );
+            }
+        }
+        if let Some(add) = &addend {
+            let c = map(op, "self", &add.tensor)?
+                .read(Some(&out.shape))?
+                .into_f64();
+            for (z, c) in z.iter_mut().zip(c) {
+                *z = add.alpha * *z + add.beta * c as f32;
             }
         }
         map(op, "out", &out)?.write(Vals::F(z.into_iter().map(f64::from).collect()))

@@ -182,6 +182,7 @@ phase2_entry_points!(
     aclnnDivMod,
     aclnnDivMods,
     aclnnMatmul,
+    aclnnAddmm,
     aclnnReduceSum,
     aclnnCat,
     aclnnFlip,
@@ -578,6 +579,65 @@ pub unsafe extern "C" fn aclnnMatmulGetWorkspaceSize(
             ));
         }
         let task = kernels::matmul(OP, a, b, out, cube_math_type)?;
+        Ok((SCRATCH_WORKSPACE, task))
+    })
+}
+
+/// `out = beta * self + alpha * (mat1 @ mat2)` for 2-D `mat1 [m, k]`, `mat2 [k, n]` and
+/// `self` broadcastable to `[m, n]`.
+pub unsafe extern "C" fn aclnnAddmmGetWorkspaceSize(
+    self_: *const aclTensor,
+    mat1: *const aclTensor,
+    mat2: *const aclTensor,
+    beta: *const aclScalar,
+    alpha: *const aclScalar,
+    out: *mut aclTensor,
+    cube_math_type: i8,
+    ws: Ws,
+    ex: Ex,
+) -> aclnnStatus {
+    const OP: &str = "aclnnAddmm";
+    phase1(OP, ws, ex, || {
+        let (c, a, b, out) = (
+            tensor_arg(OP, "self", self_)?,
+            tensor_arg(OP, "mat1", mat1)?,
+            tensor_arg(OP, "mat2", mat2)?,
+            tensor_arg(OP, "out", out)?,
+        );
+        let (beta, alpha) = (
+            scalar_arg(OP, "beta", beta)?,
+            scalar_arg(OP, "alpha", alpha)?,
+        );
+        for (n, t) in [("self", &c), ("mat1", &a), ("mat2", &b), ("out", &out)] {
+            check_dtype(OP, n, t, MATMUL)?;
+        }
+        if a.dtype != b.dtype || c.dtype != a.dtype {
+            return Err(invalid(
+                OP,
+                format!(
+                    "mixed dtypes {}, {} and {} are not supported on Atlas A2",
+                    c.dtype, a.dtype, b.dtype
+                ),
+            ));
+        }
+        if a.shape.len() != 2 || b.shape.len() != 2 {
+            return Err(invalid(
+                OP,
+                format!("mat1 {:?} and mat2 {:?} must be 2-D", a.shape, b.shape),
+            ));
+        }
+        if !(0..=3).contains(&cube_math_type) {
+            return Err(invalid(
+                OP,
+                format!("cubeMathType {cube_math_type} is not valid"),
+            ));
+        }
+        let addend = kernels::Addend {
+            tensor: c,
+            beta: beta.as_f64() as f32,
+            alpha: alpha.as_f64() as f32,
+        };
+        let task = kernels::matmul_add(OP, a, b, out, Some(addend))?;
         Ok((SCRATCH_WORKSPACE, task))
     })
 }
