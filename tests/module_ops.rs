@@ -8,7 +8,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::module::{
     adaptive_avg_pool2d, attention, avg_pool1d, avg_pool2d, conv1d, conv2d, conv3d,
     conv_transpose1d, conv_transpose2d, conv_transpose3d, deform_conv2d, embedding, interpolate,
-    max_pool1d, max_pool2d, max_pool2d_with_indices, unfold4d,
+    linear, max_pool1d, max_pool2d, max_pool2d_with_indices, unfold4d,
 };
 use burn::tensor::ops::{
     AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConvOptions, InterpolateMode,
@@ -389,3 +389,19 @@ module_test!(
         (norm(Some(beta)), norm(None))
     }
 );
+
+// `linear` (one aclnnAddmm with a bias on Ascend; composed without, and in f64) on a strided
+// input and a transposed weight, ranks 2 and 3.
+module_test!(linear_with_and_without_bias, ALL, MODULE, |d, dtype| {
+    let x3 = strided::<B>(d, dtype, [2, 3, 5, 12], 0)
+        .narrow(0, 0, 1)
+        .squeeze_dim::<3>(0);
+    let x2 = t::<B, 2>(d, dtype, [7, 12], Role::Lhs, 1);
+    let w = t::<B, 2>(d, dtype, [9, 12], Role::Signs, 2).transpose();
+    let b = t::<B, 1>(d, dtype, [9], Role::Lhs, 3);
+    (
+        linear(x3.clone(), w.clone(), Some(b.clone())),
+        linear(x2.clone(), w.clone(), Some(b)),
+        linear(x2, w, None),
+    )
+});

@@ -4,8 +4,8 @@
 //! 1-D through 2-D); their input and weight gradients go to aclnnConvolutionBackward, except
 //! the input gradient of a transposed convolution, which is a plain convolution of the output
 //! gradient by the same weight (Burn gives no input tensor there). Layer norm runs the fused
-//! `layer_norm` kernel. Bias gradients, embedding, linear, unfold4d, CTC loss and the 1-D pools
-//! keep Burn's defaults, which run on the mapped tensor ops.
+//! `layer_norm` kernel and linear with a bias one aclnnAddmm. Bias gradients, embedding,
+//! unfold4d, CTC loss and the 1-D pools keep Burn's defaults, which run on the mapped tensor ops.
 
 use crate::ops::attention::{self, AttentionOptions};
 use crate::ops::conv::{self, ConvGrads, ConvParams};
@@ -118,6 +118,32 @@ fn spatial(x: &AscendTensor) -> [usize; 2] {
 }
 
 impl ModuleOps<Ascend> for Ascend {
+    /// `x @ weight + bias` as one aclnnAddmm for the cube float types; otherwise (no bias, or
+    /// f64) Burn's composition: a matmul against the weight unsqueezed to x's rank, then the
+    /// add.
+    fn linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        if let Some(b) = &bias {
+            if x.dtype != DataType::F64 && x.dtype == weight.dtype && x.dtype == b.dtype {
+                return run("linear", crate::ops::matmul::linear(&x, &weight, b));
+            }
+        }
+        let rank = x.shape().len();
+        let lead = |t: FloatTensor<Self>| {
+            let mut dims = vec![1; rank.saturating_sub(t.shape().len())];
+            dims.extend_from_slice(t.shape());
+            Self::float_reshape(t, Shape::from(dims))
+        };
+        let out = Self::float_matmul(x, lead(weight));
+        match bias {
+            Some(b) => Self::float_add(out, lead(b)),
+            None => out,
+        }
+    }
+
     /// One launch of the `layer_norm` kernel for f32, f16 and bf16. f64, which the vector unit
     /// cannot compute, keeps Burn's composition in f64 (mean and variance over the last axis).
     fn layer_norm(

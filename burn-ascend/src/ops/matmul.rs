@@ -1,14 +1,15 @@
 //! Matrix products. Float types the cube unit takes (F32, F16, BF16) go to aclnnMatmul with
 //! cubeMathType 0 (no HF32 down-conversion of f32). aclnn has no integer or f64 matmul, so
 //! those are composed exactly on the device: a broadcast multiply `[.., m, k, 1] * [.., 1, k, n]`
-//! and a sum over k, in chunks of columns that bound the temporary.
+//! and a sum over k, in chunks of columns that bound the temporary. `linear` (matmul plus bias)
+//! is one aclnnAddmm.
 
 use super::arith::{binary, BinaryOp};
 use super::broadcast::invalid_input;
 use super::copy::copy_into;
 use super::layout::Layout;
 use super::tensor::AscendTensor;
-use crate::acl::handles::IntArrayDesc;
+use crate::acl::handles::{HostScalar, IntArrayDesc, ScalarDesc};
 use crate::acl::shape::broadcast_dims;
 use crate::acl::types::CUBE_MATH_KEEP_DTYPE;
 use crate::acl::{AclResult, DataType};
@@ -114,4 +115,75 @@ fn composed(
         start = end;
     }
     Ok(())
+}
+
+/// `x @ weight + bias` in one aclnnAddmm (the bias added in the matmul's epilogue): `x [.., k]`
+/// is viewed as `[m, k]` (copied only if its layout does not allow it), `weight [k, n]`,
+/// `bias [n]`. Cube float types only (F32, F16, BF16), all of one dtype.
+pub fn linear(
+    x: &AscendTensor,
+    weight: &AscendTensor,
+    bias: &AscendTensor,
+) -> AclResult<AscendTensor> {
+    let bad = |why: &str| {
+        invalid_input(
+            "linear",
+            format!(
+                "{why}: {} @ {} + {}",
+                x.describe(),
+                weight.describe(),
+                bias.describe()
+            ),
+        )
+    };
+    let rank = x.shape().len();
+    if rank < 1 || weight.shape().len() != 2 || bias.shape().len() != 1 {
+        return Err(bad("needs x [.., k], weight [k, n] and bias [n]"));
+    }
+    let (k, n) = (weight.shape()[0], weight.shape()[1]);
+    if x.shape()[rank - 1] != k || bias.shape()[0] != n {
+        return Err(bad("sizes disagree"));
+    }
+    let cube = [DataType::F32, DataType::F16, DataType::BF16];
+    if !cube.contains(&x.dtype) || weight.dtype != x.dtype || bias.dtype != x.dtype {
+        return Err(bad("takes one cube float type (f32, f16, bf16)"));
+    }
+    let m = x.layout.numel() / k.max(1);
+    let mut shape = x.shape().to_vec();
+    shape[rank - 1] = n;
+    if m == 0 || n == 0 || k == 0 {
+        // No products to add: the broadcast bias (or nothing).
+        let out = AscendTensor::empty(x.ctx(), shape, x.dtype)?;
+        if out.layout.numel() > 0 {
+            copy_into(&out, bias)?;
+        }
+        return Ok(out);
+    }
+    let x2 = super::copy::reshape(x, vec![m, k])?;
+    let out = AscendTensor::empty(x.ctx(), vec![m, n], x.dtype)?;
+    let api = x.ctx().bind();
+    let one = || ScalarDesc::new(api, HostScalar::Int(1));
+    aclnn!(
+        &**x.ctx(),
+        aclnnAddmm(
+            bias.desc()?.as_ptr(),
+            x2.desc()?.as_ptr(),
+            weight.desc()?.as_ptr(),
+            one()?.as_ptr(),
+            one()?.as_ptr(),
+            out.desc()?.as_ptr(),
+            CUBE_MATH_KEEP_DTYPE
+        )
+    )
+    .map_err(|e| {
+        e.with_context(|| {
+            format!(
+                "aclnnAddmm of {} @ {} + {}",
+                x2.describe(),
+                weight.describe(),
+                bias.describe()
+            )
+        })
+    })?;
+    super::copy::reshape(&out, shape)
 }
