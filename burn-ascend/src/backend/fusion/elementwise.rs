@@ -2,14 +2,16 @@
 //! from the op stream, and the optimization runs each run as one launch of the precompiled
 //! `elementwise_program` kernel, with the program lowered on the host (`lower.rs`).
 
-use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
+use burn_fusion::stream::{Context, OrderedExecution};
 use burn_fusion::{FuserProperties, FuserStatus, NumOperations, OperationFuser};
 use burn_ir::{OperationIr, ScalarIr, TensorIr};
 use serde::{Deserialize, Serialize};
 
-use super::lower::{scalar_f32, Lowering};
-use super::{AscendFusionHandle, AscendFusionRuntime, AscendOptimization};
-use crate::backend::{run, Ascend};
+use super::lower::Lowering;
+use super::{
+    global, scalar, take_input, AscendFusionHandle, AscendFusionRuntime, AscendOptimization,
+};
+use crate::backend::run;
 use crate::ops::fused::run_program;
 use crate::ops::AscendTensor;
 
@@ -108,29 +110,18 @@ impl ElementwiseOptimization {
         context: &mut Context<AscendFusionHandle>,
         execution: &OrderedExecution<AscendFusionRuntime>,
     ) {
-        let scalar = |s: &ScalarIr| match s {
-            ScalarIr::UInt(id) => context
-                .scalars
-                .get(&ScalarId { value: *id })
-                .map(scalar_f32)
-                .expect("the op stream registered every scalar of the block"),
-            other => scalar_f32(other),
-        };
         let mut lowering = Lowering::default();
         for op in &self.ops {
             lowering
-                .lower(op, &scalar)
+                .lower(op, &|s| scalar(context, s))
                 .expect("a recorded block lowers as it did when fused");
         }
-        let global = |t: &TensorIr| -> TensorIr {
-            context
-                .tensors
-                .get(&t.id)
-                .expect("every tensor of the block is mapped")
-                .clone()
-        };
-        let outputs: Vec<TensorIr> = lowering.outputs().iter().map(global).collect();
-        let inputs: Vec<TensorIr> = lowering.inputs.iter().map(global).collect();
+        let outputs: Vec<TensorIr> = lowering
+            .outputs()
+            .iter()
+            .map(|t| global(context, t))
+            .collect();
+        let inputs: Vec<TensorIr> = lowering.inputs.iter().map(|t| global(context, t)).collect();
         let Some(shape) = outputs.first().map(|t| t.shape.clone()) else {
             // Nothing outlives the block: only the inputs it consumed need releasing.
             for t in &inputs {
@@ -147,20 +138,7 @@ impl ElementwiseOptimization {
             }
             return;
         }
-        let tensors: Vec<AscendTensor> = inputs
-            .iter()
-            .map(|t| {
-                let handle = context.handles.get_handle(&t.id, &t.status);
-                super::shaped(
-                    burn_ir::TensorHandle {
-                        handle,
-                        shape: t.shape.clone(),
-                    },
-                    "float",
-                    <Ascend as burn_backend::ops::FloatTensorOps<Ascend>>::float_reshape,
-                )
-            })
-            .collect();
+        let tensors: Vec<AscendTensor> = inputs.iter().map(|t| take_input(context, t)).collect();
         let results = run(
             "elementwise_program",
             run_program(&lowering.program(), &tensors, shape.as_slice()),

@@ -8,7 +8,8 @@
 //! just before). Every intermediate must die inside the block, since the kernel produces only
 //! the result.
 
-use burn_fusion::stream::{Context, ScalarId};
+use burn_backend::ops::FloatTensorOps;
+use burn_fusion::stream::Context;
 use burn_fusion::{FuserProperties, FuserStatus, NumOperations, OperationFuser};
 use burn_ir::{
     BaseOperationIr, BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr,
@@ -16,11 +17,9 @@ use burn_ir::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::lower::scalar_f32;
-use super::{AscendFusionHandle, AscendOptimization};
+use super::{global, scalar, take_input, AscendFusionHandle, AscendOptimization};
 use crate::backend::{run, Ascend};
 use crate::ops::fused::layer_norm;
-use crate::ops::AscendTensor;
 
 /// What a recorded prefix of the pattern has bound.
 #[derive(Debug, Clone, PartialEq)]
@@ -305,31 +304,14 @@ impl NumOperations for LayerNormOptimization {
 impl LayerNormOptimization {
     pub(super) fn execute(&mut self, context: &mut Context<AscendFusionHandle>) {
         let b = parse(&self.ops).expect("a recorded block parses as it did when fused");
-        let global = |t: &TensorIr| context.tensors[&t.id].clone();
-        let eps = match b.eps {
-            ScalarIr::UInt(id) => scalar_f32(&context.scalars[&ScalarId { value: id }]),
-            other => scalar_f32(&other),
-        };
-        let (x, out) = (global(&b.x), global(&b.result));
-        let (gamma, beta) = (b.gamma.as_ref().map(global), b.beta.as_ref().map(global));
-        let mut take = |t: &TensorIr| -> AscendTensor {
-            let handle = context.handles.get_handle(&t.id, &t.status);
-            super::shaped(
-                burn_ir::TensorHandle {
-                    handle,
-                    shape: t.shape.clone(),
-                },
-                "float",
-                <Ascend as burn_backend::ops::FloatTensorOps<Ascend>>::float_reshape,
-            )
-        };
-        let xt = take(&x);
+        let eps = scalar(context, &b.eps);
+        let (x, out) = (global(context, &b.x), global(context, &b.result));
+        let gamma = b.gamma.as_ref().map(|t| global(context, t));
+        let beta = b.beta.as_ref().map(|t| global(context, t));
+        let xt = take_input(context, &x);
         let h = *x.shape.last().expect("rank >= 1");
         let mut param = |t: Option<TensorIr>| {
-            t.map(|t| {
-                let p = take(&t);
-                <Ascend as burn_backend::ops::FloatTensorOps<Ascend>>::float_reshape(p, [h].into())
-            })
+            t.map(|t| Ascend::float_reshape(take_input(context, &t), [h].into()))
         };
         let (g, bt) = (param(gamma), param(beta));
         let (y, _, _) = run(

@@ -2,26 +2,29 @@
 //! `Autodiff<Fusion<Ascend>>`) records the op stream lazily and runs it on the device.
 //!
 //! Handles are the backend's own tensors: fusion hands them back to the `Ascend` ops unchanged.
-//! Two fusers are registered: runs of element-wise ops become one launch of the interpreted
-//! `elementwise_program` kernel (`elementwise.rs`, lowered by `lower.rs`), and layer norm as
-//! Burn composes it becomes one launch of the `layer_norm` kernel (`layer_norm.rs`); every other
-//! recorded op runs through its `Ascend` implementation.
+//! Three fusers are registered: runs of element-wise ops become one launch of the interpreted
+//! `elementwise_program` kernel (`elementwise.rs`, lowered by `lower.rs`); layer norm as Burn
+//! composes it becomes one launch of the `layer_norm` kernel (`layer_norm.rs`); linear as Burn
+//! composes it (matmul, then bias) becomes one aclnnAddmm (`linear.rs`). Every other recorded
+//! op runs through its `Ascend` implementation.
 
 mod elementwise;
 mod layer_norm;
+mod linear;
 mod lower;
 
 pub use elementwise::{ElementwiseFuser, ElementwiseOptimization};
 pub use layer_norm::{LayerNormFuser, LayerNormOptimization};
+pub use linear::{LinearFuser, LinearOptimization};
 
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::{DType, Shape, TensorMetadata};
-use burn_fusion::stream::{Context, OrderedExecution};
+use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
 use burn_fusion::{
     Fusion, FusionBackend, FusionRuntime, NumOperations, OperationFuser, Optimization,
 };
-use burn_ir::{BackendIr, TensorHandle};
+use burn_ir::{BackendIr, ScalarIr, TensorHandle, TensorIr};
 use serde::{Deserialize, Serialize};
 
 use super::{run, Ascend, AscendQTensor};
@@ -59,6 +62,8 @@ pub enum AscendOptimization {
     Elementwise(ElementwiseOptimization),
     /// A composed layer norm as one `layer_norm` kernel launch.
     LayerNorm(LayerNormOptimization),
+    /// A composed linear (matmul plus bias) as one aclnnAddmm.
+    Linear(LinearOptimization),
 }
 
 /// The serialized form of an [`AscendOptimization`].
@@ -68,6 +73,8 @@ pub enum AscendOptimizationState {
     Elementwise(ElementwiseOptimization),
     /// See [`AscendOptimization::LayerNorm`].
     LayerNorm(LayerNormOptimization),
+    /// See [`AscendOptimization::Linear`].
+    Linear(LinearOptimization),
 }
 
 impl NumOperations for AscendOptimization {
@@ -75,6 +82,7 @@ impl NumOperations for AscendOptimization {
         match self {
             Self::Elementwise(o) => o.len(),
             Self::LayerNorm(o) => o.len(),
+            Self::Linear(o) => o.len(),
         }
     }
 
@@ -82,6 +90,7 @@ impl NumOperations for AscendOptimization {
         match self {
             Self::Elementwise(o) => o.name(),
             Self::LayerNorm(o) => o.name(),
+            Self::Linear(o) => o.name(),
         }
     }
 }
@@ -95,6 +104,7 @@ impl Optimization<AscendFusionRuntime> for AscendOptimization {
         match self {
             Self::Elementwise(o) => o.execute(context, execution),
             Self::LayerNorm(o) => o.execute(context),
+            Self::Linear(o) => o.execute(context),
         }
     }
 
@@ -102,6 +112,7 @@ impl Optimization<AscendFusionRuntime> for AscendOptimization {
         match self {
             Self::Elementwise(o) => AscendOptimizationState::Elementwise(o.clone()),
             Self::LayerNorm(o) => AscendOptimizationState::LayerNorm(o.clone()),
+            Self::Linear(o) => AscendOptimizationState::Linear(o.clone()),
         }
     }
 
@@ -109,6 +120,7 @@ impl Optimization<AscendFusionRuntime> for AscendOptimization {
         match state {
             AscendOptimizationState::Elementwise(o) => Self::Elementwise(o),
             AscendOptimizationState::LayerNorm(o) => Self::LayerNorm(o),
+            AscendOptimizationState::Linear(o) => Self::Linear(o),
         }
     }
 }
@@ -123,6 +135,7 @@ impl FusionRuntime for AscendFusionRuntime {
         vec![
             Box::new(ElementwiseFuser::default()),
             Box::new(LayerNormFuser::default()),
+            Box::new(LinearFuser::default()),
         ]
     }
 }
@@ -168,9 +181,44 @@ impl BackendIr for Ascend {
     }
 }
 
+/// The execution's tensor behind a block's recorded (relative) tensor.
+fn global(context: &Context<AscendFusionHandle>, t: &TensorIr) -> TensorIr {
+    context
+        .tensors
+        .get(&t.id)
+        .expect("every tensor of an executed block is mapped")
+        .clone()
+}
+
+/// Takes a block input (an execution's tensor) as an `Ascend` float tensor of its recorded
+/// shape; its handle leaves the context when this is its last use.
+fn take_input(context: &mut Context<AscendFusionHandle>, t: &TensorIr) -> AscendTensor {
+    let handle = context.handles.get_handle(&t.id, &t.status);
+    shaped(
+        TensorHandle {
+            handle,
+            shape: t.shape.clone(),
+        },
+        "float",
+        Ascend::float_reshape,
+    )
+}
+
+/// A recorded scalar's value in this execution, as the f32 the kernels compute with.
+fn scalar(context: &Context<AscendFusionHandle>, s: &ScalarIr) -> f32 {
+    match s {
+        ScalarIr::UInt(id) => context
+            .scalars
+            .get(&ScalarId { value: *id })
+            .map(lower::scalar_f32)
+            .expect("the op stream registered every scalar of the block"),
+        other => lower::scalar_f32(other),
+    }
+}
+
 /// The tensor of a handle with the shape the op stream recorded for it. The views agree while
 /// no optimization rewrites handles; one that differed would be reshaped rather than trusted.
-pub(super) fn shaped(
+fn shaped(
     handle: TensorHandle<AscendFusionHandle>,
     kind: &str,
     reshape: fn(AscendTensor, Shape) -> AscendTensor,

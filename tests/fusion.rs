@@ -1,8 +1,9 @@
-//! The interpreted element-wise kernel (`elementwise_program`): programs run on the emulated
-//! NPU against the same formulas on burn-flex, over every operand layout the kernel addresses
-//! (dense, row and column broadcasts, scalars, sliced rows, transposes), every element type,
-//! rows wider than a tile and tensors of many short rows; then whole blocks fused from the op
-//! stream of `Fusion<Ascend>`, with the device's work counters showing what fusion saved. The
+//! `Fusion<Ascend>`'s optimizations. First the interpreted element-wise kernel
+//! (`elementwise_program`): programs run on the emulated NPU against the same formulas on
+//! burn-flex, over every operand layout the kernel addresses (dense, row and column broadcasts,
+//! scalars, sliced rows, transposes), every element type, rows wider than a tile and tensors of
+//! many short rows. Then whole blocks fused from the op stream (element-wise runs, composed
+//! layer norm, composed linear), with the device's work counters showing what fusion saved. The
 //! counters are process-wide, so every test here runs alone.
 
 mod common;
@@ -376,4 +377,44 @@ fn fusion_runs_composed_layer_norm_as_the_layer_norm_kernel() {
         1e-5,
     );
     assert!(aclnn >= 2, "the two means stay aclnn reductions");
+}
+
+#[test]
+#[serial]
+fn fusion_runs_composed_linear_as_one_addmm() {
+    let d = ascend();
+    let (xd, wd, bd) = (
+        host_values(vec![2, 5, 12], 25),
+        host_values(vec![12, 9], 26),
+        host_values(vec![9], 27),
+    );
+    let w = Tensor::<Fusion<Ascend>, 2>::from_data(wd.clone(), &d);
+    let b = Tensor::<Fusion<Ascend>, 1>::from_data(bd.clone(), &d);
+    let want = burn::tensor::module::linear(
+        on_flex::<3>(&xd),
+        on_flex::<2>(&wd),
+        Some(on_flex::<1>(&bd)),
+    )
+    .into_data();
+    let (got, kernels, aclnn) = fused(&xd, |x: Tensor<Fusion<Ascend>, 3>| {
+        burn::tensor::module::linear(x, w.clone(), Some(b.clone()))
+    });
+    assert_close("linear", &got, &want, 1e-5);
+    assert_eq!((kernels, aclnn), (0, 1), "one aclnnAddmm");
+    // With an activation after it: the addmm, then one program for the GELU.
+    let want = burn::tensor::activation::gelu(burn::tensor::module::linear(
+        on_flex::<3>(&xd),
+        on_flex::<2>(&wd),
+        Some(on_flex::<1>(&bd)),
+    ))
+    .into_data();
+    let (got, kernels, aclnn) = fused(&xd, |x: Tensor<Fusion<Ascend>, 3>| {
+        burn::tensor::activation::gelu(burn::tensor::module::linear(x, w.clone(), Some(b.clone())))
+    });
+    assert_close("linear + gelu", &got, &want, 2e-6);
+    assert_eq!(
+        (kernels, aclnn),
+        (1, 1),
+        "aclnnAddmm, then the GELU program"
+    );
 }

@@ -1,0 +1,236 @@
+//! A pattern fusion: linear as Burn composes it (`ModuleOps::linear`'s default, which `Fusion`
+//! records op by op) runs as one aclnnAddmm, the bias added in the matmul's epilogue.
+//!
+//! The recorded pattern: `[w' = reshape(w)] y = x @ w' [b' = reshape(b)] out = y + b'`, with
+//! `w [k, n]` (reshaped to `[1, .., k, n]` for an `x` of higher rank), `b [n]` (reshaped to
+//! `[1, .., n]`), and `y` dying inside the block.
+
+use burn_backend::ops::FloatTensorOps;
+use burn_fusion::stream::Context;
+use burn_fusion::{FuserProperties, FuserStatus, NumOperations, OperationFuser};
+use burn_ir::{
+    BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, ShapeOpIr, TensorIr,
+    TensorStatus,
+};
+use burn_std::DType;
+use serde::{Deserialize, Serialize};
+
+use super::lower::SIZE_ONE;
+use super::{global, take_input, AscendFusionHandle, AscendOptimization};
+use crate::backend::{run, Ascend};
+use crate::ops::matmul::linear;
+
+/// The operands of a recognised (prefix of a) linear.
+#[derive(Debug, Clone, PartialEq)]
+struct Bound {
+    x: TensorIr,
+    /// The weight as `[k, n]`.
+    weight: Option<TensorIr>,
+    /// The bias as `[n]`.
+    bias: Option<TensorIr>,
+    out: Option<TensorIr>,
+}
+
+fn reshape(op: &OperationIr) -> Option<&ShapeOpIr> {
+    match op {
+        OperationIr::BaseFloat(BaseOperationIr::Reshape(r)) => Some(r),
+        _ => None,
+    }
+}
+
+/// Whether `t` is `[1, .., 1, tail..]` of rank `rank`.
+fn leading_ones(t: &TensorIr, rank: usize, tail: &[usize]) -> bool {
+    let lead = rank.saturating_sub(tail.len());
+    t.shape.rank() == rank
+        && t.shape.iter().take(lead).all(|&d| d == SIZE_ONE)
+        && t.shape.iter().skip(lead).eq(tail.iter())
+}
+
+/// `Some(bound)` while `ops` is a prefix of the pattern.
+fn parse(ops: &[OperationIr]) -> Option<Bound> {
+    let mut at = 0;
+    let weight_reshape = ops.first().and_then(reshape);
+    if weight_reshape.is_some() {
+        at += 1;
+    }
+    let Some(op) = ops.get(at) else {
+        // A lone reshape may start the pattern; the matmul decides.
+        let r = weight_reshape?;
+        return (r.input.shape.rank() == 2).then(|| Bound {
+            x: r.input.clone(),
+            weight: None,
+            bias: None,
+            out: None,
+        });
+    };
+    let OperationIr::Float(_, FloatOperationIr::Matmul(mm)) = op else {
+        return None;
+    };
+    let (x, w) = (&mm.lhs, &mm.rhs);
+    let rank = x.shape.rank();
+    let cube = matches!(x.dtype, DType::F32 | DType::F16 | DType::BF16);
+    if rank < 2 || !cube || w.dtype != x.dtype {
+        return None;
+    }
+    let kn = [w.shape[w.shape.rank() - 2], w.shape[w.shape.rank() - 1]];
+    let weight = match weight_reshape {
+        Some(r) => {
+            let ok = r.out.id == w.id
+                && w.status == TensorStatus::ReadWrite
+                && r.input.shape.iter().eq(kn.iter());
+            ok.then(|| r.input.clone())?
+        }
+        None => w.clone(),
+    };
+    if !leading_ones(w, rank, &kn) {
+        return None;
+    }
+    at += 1;
+    let mut bound = Bound {
+        x: x.clone(),
+        weight: Some(weight),
+        bias: None,
+        out: None,
+    };
+    let bias_reshape = ops.get(at).and_then(reshape);
+    if bias_reshape.is_some() {
+        at += 1;
+    }
+    let Some(op) = ops.get(at) else {
+        return Some(bound);
+    };
+    let OperationIr::NumericFloat(_, NumericOperationIr::Add(add)) = op else {
+        return None;
+    };
+    let y = &mm.out;
+    let (mine, other) = if add.lhs.id == y.id {
+        (&add.lhs, &add.rhs)
+    } else {
+        (&add.rhs, &add.lhs)
+    };
+    let n = [kn[1]];
+    if mine.id != y.id
+        || mine.status != TensorStatus::ReadWrite
+        || other.dtype != x.dtype
+        || !leading_ones(other, rank, &n)
+    {
+        return None;
+    }
+    let bias = match bias_reshape {
+        Some(r) => {
+            let ok = r.out.id == other.id
+                && other.status == TensorStatus::ReadWrite
+                && r.input.shape.iter().eq(n.iter());
+            ok.then(|| r.input.clone())?
+        }
+        None => other.clone(),
+    };
+    bound.bias = Some(bias);
+    bound.out = Some(add.out.clone());
+    (at + 1 == ops.len()).then_some(bound)
+}
+
+/// Recognises the composed linear in the op stream.
+#[derive(Debug, Clone)]
+pub struct LinearFuser {
+    ops: Vec<OperationIr>,
+    complete: bool,
+    status: FuserStatus,
+}
+
+impl Default for LinearFuser {
+    fn default() -> Self {
+        Self {
+            ops: Vec::new(),
+            complete: false,
+            status: FuserStatus::Open,
+        }
+    }
+}
+
+impl OperationFuser<AscendOptimization> for LinearFuser {
+    fn fuse(&mut self, operation: &OperationIr) {
+        if self.status == FuserStatus::Closed {
+            return;
+        }
+        self.ops.push(operation.clone());
+        match parse(&self.ops) {
+            Some(b) => {
+                self.complete = b.out.is_some();
+                if self.complete {
+                    self.status = FuserStatus::Closed;
+                }
+            }
+            None => {
+                self.ops.pop();
+                self.status = FuserStatus::Closed;
+            }
+        }
+    }
+
+    fn finish(&mut self) -> AscendOptimization {
+        AscendOptimization::Linear(LinearOptimization {
+            ops: self.ops.clone(),
+        })
+    }
+
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
+
+    fn status(&self) -> FuserStatus {
+        self.status
+    }
+
+    fn properties(&self) -> FuserProperties {
+        FuserProperties {
+            score: self.ops.len() as u64,
+            ready: self.complete,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn clone_dyn(&self) -> Box<dyn OperationFuser<AscendOptimization>> {
+        Box::new(self.clone())
+    }
+}
+
+/// A composed linear run as one aclnnAddmm.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LinearOptimization {
+    ops: Vec<OperationIr>,
+}
+
+impl NumOperations for LinearOptimization {
+    fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+}
+
+impl LinearOptimization {
+    pub(super) fn execute(&mut self, context: &mut Context<AscendFusionHandle>) {
+        let b = parse(&self.ops).expect("a recorded block parses as it did when fused");
+        let recorded = |t: &Option<TensorIr>| t.clone().expect("a complete pattern");
+        let out = global(context, &recorded(&b.out));
+        let (x, w, bias) = (
+            global(context, &b.x),
+            global(context, &recorded(&b.weight)),
+            global(context, &recorded(&b.bias)),
+        );
+        let (k, n) = (w.shape[w.shape.rank() - 2], w.shape[w.shape.rank() - 1]);
+        let xt = take_input(context, &x);
+        let wt = Ascend::float_reshape(take_input(context, &w), [k, n].into());
+        let bt = Ascend::float_reshape(take_input(context, &bias), [n].into());
+        let y = run("linear", linear(&xt, &wt, &bt));
+        context
+            .handles
+            .register_handle(out.id, AscendFusionHandle::Tensor(y));
+    }
+}
