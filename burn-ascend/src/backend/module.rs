@@ -15,6 +15,13 @@ use crate::ops::{deform, fft};
 
 use super::*;
 
+/// `t` with size-1 dims prepended up to `rank` (a view), as Burn broadcasts module parameters.
+fn leading_ones(t: FloatTensor<Ascend>, rank: usize) -> FloatTensor<Ascend> {
+    let mut dims = vec![1; rank.saturating_sub(t.shape().len())];
+    dims.extend_from_slice(t.shape());
+    Ascend::float_reshape(t, Shape::from(dims))
+}
+
 fn conv_params<const N: usize>(o: &ConvOptions<N>) -> ConvParams {
     ConvParams {
         stride: o.stride.to_vec(),
@@ -132,14 +139,9 @@ impl ModuleOps<Ascend> for Ascend {
             }
         }
         let rank = x.shape().len();
-        let lead = |t: FloatTensor<Self>| {
-            let mut dims = vec![1; rank.saturating_sub(t.shape().len())];
-            dims.extend_from_slice(t.shape());
-            Self::float_reshape(t, Shape::from(dims))
-        };
-        let out = Self::float_matmul(x, lead(weight));
+        let out = Self::float_matmul(x, leading_ones(weight, rank));
         match bias {
-            Some(b) => Self::float_add(out, lead(b)),
+            Some(b) => Self::float_add(out, leading_ones(b, rank)),
             None => out,
         }
     }
@@ -155,19 +157,16 @@ impl ModuleOps<Ascend> for Ascend {
         if tensor.dtype != DataType::F64 {
             return <Self as crate::FusedOps>::layer_norm(tensor, Some(gamma), beta, epsilon).y;
         }
-        let last = tensor.shape().len() - 1;
-        let mean = Self::float_mean_dim(tensor.clone(), last);
+        let rank = tensor.shape().len();
+        let mean = Self::float_mean_dim(tensor.clone(), rank - 1);
         let centered = Self::float_sub(tensor, mean);
-        let var = Self::float_mean_dim(Self::float_mul(centered.clone(), centered.clone()), last);
+        let sq = Self::float_mul(centered.clone(), centered.clone());
+        let var = Self::float_mean_dim(sq, rank - 1);
         let denom = Self::float_sqrt(Self::float_add_scalar(var, epsilon.into()));
-        let row = |p: FloatTensor<Self>| {
-            let mut dims = vec![1; last + 1];
-            dims[last] = p.shape()[0];
-            Self::float_reshape(p, Shape::from(dims))
-        };
-        let scaled = Self::float_mul(Self::float_div(centered, denom), row(gamma));
+        let normalized = Self::float_div(centered, denom);
+        let scaled = Self::float_mul(normalized, leading_ones(gamma, rank));
         match beta {
-            Some(b) => Self::float_add(scaled, row(b)),
+            Some(b) => Self::float_add(scaled, leading_ones(b, rank)),
             None => scaled,
         }
     }

@@ -10,13 +10,14 @@
 
 use burn_backend::ops::FloatTensorOps;
 use burn_fusion::stream::Context;
-use burn_fusion::{FuserProperties, FuserStatus, NumOperations, OperationFuser};
+use burn_fusion::NumOperations;
 use burn_ir::{
     BaseOperationIr, BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr,
     TensorId, TensorIr, TensorStatus,
 };
 use serde::{Deserialize, Serialize};
 
+use super::pattern::{Pattern, PatternFuser};
 use super::{global, scalar, take_input, AscendFusionHandle, AscendOptimization};
 use crate::backend::{run, Ascend};
 use crate::ops::fused::layer_norm;
@@ -221,69 +222,24 @@ fn affine(
     Some((Some((param, bin.out.clone())), at + 1))
 }
 
+/// The composed layer norm as a [`Pattern`].
+#[derive(Debug)]
+pub struct LayerNormPattern;
+
+impl Pattern for LayerNormPattern {
+    const GROWS: bool = true;
+
+    fn matches(ops: &[OperationIr]) -> Option<bool> {
+        parse(ops).map(|b| b.complete)
+    }
+
+    fn optimization(ops: Vec<OperationIr>) -> AscendOptimization {
+        AscendOptimization::LayerNorm(LayerNormOptimization { ops })
+    }
+}
+
 /// Recognises the composed layer norm in the op stream.
-#[derive(Debug, Clone)]
-pub struct LayerNormFuser {
-    ops: Vec<OperationIr>,
-    bound: Option<Bound>,
-    status: FuserStatus,
-}
-
-impl Default for LayerNormFuser {
-    fn default() -> Self {
-        Self {
-            ops: Vec::new(),
-            bound: None,
-            status: FuserStatus::Open,
-        }
-    }
-}
-
-impl OperationFuser<AscendOptimization> for LayerNormFuser {
-    fn fuse(&mut self, operation: &OperationIr) {
-        if self.status == FuserStatus::Closed {
-            return;
-        }
-        self.ops.push(operation.clone());
-        match parse(&self.ops) {
-            Some(b) => self.bound = Some(b),
-            None => {
-                self.ops.pop();
-                self.status = FuserStatus::Closed;
-            }
-        }
-    }
-
-    fn finish(&mut self) -> AscendOptimization {
-        AscendOptimization::LayerNorm(LayerNormOptimization {
-            ops: self.ops.clone(),
-        })
-    }
-
-    fn reset(&mut self) {
-        *self = Self::default();
-    }
-
-    fn status(&self) -> FuserStatus {
-        self.status
-    }
-
-    fn properties(&self) -> FuserProperties {
-        let complete = self.bound.as_ref().is_some_and(|b| b.complete);
-        FuserProperties {
-            score: self.ops.len() as u64,
-            ready: complete,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.ops.len()
-    }
-
-    fn clone_dyn(&self) -> Box<dyn OperationFuser<AscendOptimization>> {
-        Box::new(self.clone())
-    }
-}
+pub type LayerNormFuser = PatternFuser<LayerNormPattern>;
 
 /// A composed layer norm run by the `layer_norm` kernel.
 #[derive(Debug, Clone, Serialize, Deserialize)]

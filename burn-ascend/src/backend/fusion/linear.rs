@@ -7,7 +7,7 @@
 
 use burn_backend::ops::FloatTensorOps;
 use burn_fusion::stream::Context;
-use burn_fusion::{FuserProperties, FuserStatus, NumOperations, OperationFuser};
+use burn_fusion::NumOperations;
 use burn_ir::{
     BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, ShapeOpIr, TensorIr,
     TensorStatus,
@@ -16,6 +16,7 @@ use burn_std::DType;
 use serde::{Deserialize, Serialize};
 
 use super::lower::SIZE_ONE;
+use super::pattern::{Pattern, PatternFuser};
 use super::{global, take_input, AscendFusionHandle, AscendOptimization};
 use crate::backend::{run, Ascend};
 use crate::ops::matmul::linear;
@@ -46,6 +47,20 @@ fn leading_ones(t: &TensorIr, rank: usize, tail: &[usize]) -> bool {
         && t.shape.iter().skip(lead).eq(tail.iter())
 }
 
+/// The parameter behind operand `used`: the input of `reshape` when the operand is its (dying)
+/// output and the input has shape `want`, else the operand itself.
+fn parameter(reshape: Option<&ShapeOpIr>, used: &TensorIr, want: &[usize]) -> Option<TensorIr> {
+    match reshape {
+        Some(r) => {
+            let ok = r.out.id == used.id
+                && used.status == TensorStatus::ReadWrite
+                && r.input.shape.iter().eq(want.iter());
+            ok.then(|| r.input.clone())
+        }
+        None => Some(used.clone()),
+    }
+}
+
 /// `Some(bound)` while `ops` is a prefix of the pattern.
 fn parse(ops: &[OperationIr]) -> Option<Bound> {
     let mut at = 0;
@@ -73,15 +88,7 @@ fn parse(ops: &[OperationIr]) -> Option<Bound> {
         return None;
     }
     let kn = [w.shape[w.shape.rank() - 2], w.shape[w.shape.rank() - 1]];
-    let weight = match weight_reshape {
-        Some(r) => {
-            let ok = r.out.id == w.id
-                && w.status == TensorStatus::ReadWrite
-                && r.input.shape.iter().eq(kn.iter());
-            ok.then(|| r.input.clone())?
-        }
-        None => w.clone(),
-    };
+    let weight = parameter(weight_reshape, w, &kn)?;
     if !leading_ones(w, rank, &kn) {
         return None;
     }
@@ -116,87 +123,30 @@ fn parse(ops: &[OperationIr]) -> Option<Bound> {
     {
         return None;
     }
-    let bias = match bias_reshape {
-        Some(r) => {
-            let ok = r.out.id == other.id
-                && other.status == TensorStatus::ReadWrite
-                && r.input.shape.iter().eq(n.iter());
-            ok.then(|| r.input.clone())?
-        }
-        None => other.clone(),
-    };
+    let bias = parameter(bias_reshape, other, &n)?;
     bound.bias = Some(bias);
     bound.out = Some(add.out.clone());
     (at + 1 == ops.len()).then_some(bound)
 }
 
+/// The composed linear as a [`Pattern`].
+#[derive(Debug)]
+pub struct LinearPattern;
+
+impl Pattern for LinearPattern {
+    const GROWS: bool = false;
+
+    fn matches(ops: &[OperationIr]) -> Option<bool> {
+        parse(ops).map(|b| b.out.is_some())
+    }
+
+    fn optimization(ops: Vec<OperationIr>) -> AscendOptimization {
+        AscendOptimization::Linear(LinearOptimization { ops })
+    }
+}
+
 /// Recognises the composed linear in the op stream.
-#[derive(Debug, Clone)]
-pub struct LinearFuser {
-    ops: Vec<OperationIr>,
-    complete: bool,
-    status: FuserStatus,
-}
-
-impl Default for LinearFuser {
-    fn default() -> Self {
-        Self {
-            ops: Vec::new(),
-            complete: false,
-            status: FuserStatus::Open,
-        }
-    }
-}
-
-impl OperationFuser<AscendOptimization> for LinearFuser {
-    fn fuse(&mut self, operation: &OperationIr) {
-        if self.status == FuserStatus::Closed {
-            return;
-        }
-        self.ops.push(operation.clone());
-        match parse(&self.ops) {
-            Some(b) => {
-                self.complete = b.out.is_some();
-                if self.complete {
-                    self.status = FuserStatus::Closed;
-                }
-            }
-            None => {
-                self.ops.pop();
-                self.status = FuserStatus::Closed;
-            }
-        }
-    }
-
-    fn finish(&mut self) -> AscendOptimization {
-        AscendOptimization::Linear(LinearOptimization {
-            ops: self.ops.clone(),
-        })
-    }
-
-    fn reset(&mut self) {
-        *self = Self::default();
-    }
-
-    fn status(&self) -> FuserStatus {
-        self.status
-    }
-
-    fn properties(&self) -> FuserProperties {
-        FuserProperties {
-            score: self.ops.len() as u64,
-            ready: self.complete,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.ops.len()
-    }
-
-    fn clone_dyn(&self) -> Box<dyn OperationFuser<AscendOptimization>> {
-        Box::new(self.clone())
-    }
-}
+pub type LinearFuser = PatternFuser<LinearPattern>;
 
 /// A composed linear run as one aclnnAddmm.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -12,10 +12,12 @@ mod elementwise;
 mod layer_norm;
 mod linear;
 mod lower;
+mod pattern;
 
 pub use elementwise::{ElementwiseFuser, ElementwiseOptimization};
-pub use layer_norm::{LayerNormFuser, LayerNormOptimization};
-pub use linear::{LinearFuser, LinearOptimization};
+pub use layer_norm::{LayerNormFuser, LayerNormOptimization, LayerNormPattern};
+pub use linear::{LinearFuser, LinearOptimization, LinearPattern};
+pub use pattern::{Pattern, PatternFuser};
 
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};

@@ -1,0 +1,101 @@
+//! Fusers that recognise a fixed sequence of recorded ops (a pattern) and hand a whole match to
+//! one optimization. They accept ops while the ops so far are a prefix of the pattern.
+
+use std::marker::PhantomData;
+
+use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
+use burn_ir::OperationIr;
+
+use super::AscendOptimization;
+
+/// A sequence of recorded ops with one optimization that runs it.
+pub trait Pattern: Send + 'static {
+    /// Whether a complete match may still grow (by optional trailing ops).
+    const GROWS: bool;
+
+    /// `Some(complete)` while `ops` is a prefix of the pattern (`complete`: a whole match that
+    /// can run as is), `None` once it is not.
+    fn matches(ops: &[OperationIr]) -> Option<bool>;
+
+    /// The optimization that runs the complete match `ops`.
+    fn optimization(ops: Vec<OperationIr>) -> AscendOptimization;
+}
+
+/// The fuser of a [`Pattern`].
+#[derive(Debug)]
+pub struct PatternFuser<P> {
+    ops: Vec<OperationIr>,
+    complete: bool,
+    status: FuserStatus,
+    pattern: PhantomData<fn() -> P>,
+}
+
+impl<P> Default for PatternFuser<P> {
+    fn default() -> Self {
+        Self {
+            ops: Vec::new(),
+            complete: false,
+            status: FuserStatus::Open,
+            pattern: PhantomData,
+        }
+    }
+}
+
+impl<P> Clone for PatternFuser<P> {
+    fn clone(&self) -> Self {
+        Self {
+            ops: self.ops.clone(),
+            complete: self.complete,
+            status: self.status,
+            pattern: PhantomData,
+        }
+    }
+}
+
+impl<P: Pattern> OperationFuser<AscendOptimization> for PatternFuser<P> {
+    fn fuse(&mut self, operation: &OperationIr) {
+        if self.status == FuserStatus::Closed {
+            return;
+        }
+        self.ops.push(operation.clone());
+        match P::matches(&self.ops) {
+            Some(complete) => {
+                self.complete = complete;
+                if complete && !P::GROWS {
+                    self.status = FuserStatus::Closed;
+                }
+            }
+            None => {
+                self.ops.pop();
+                self.status = FuserStatus::Closed;
+            }
+        }
+    }
+
+    fn finish(&mut self) -> AscendOptimization {
+        P::optimization(self.ops.clone())
+    }
+
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
+
+    fn status(&self) -> FuserStatus {
+        self.status
+    }
+
+    fn properties(&self) -> FuserProperties {
+        FuserProperties {
+            score: self.ops.len() as u64,
+            ready: self.complete,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn clone_dyn(&self) -> Box<dyn OperationFuser<AscendOptimization>> {
+        Box::new(self.clone())
+    }
+}
