@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -167,13 +168,39 @@ impl Launch {
     }
 }
 
+/// Handles are a counter: one multiply spreads them over the table (every op looks one up).
+#[derive(Default)]
+struct HandleHasher(u64);
+
+impl Hasher for HandleHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 << 8 | b as u64);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+type ExecutorMap = HashMap<usize, Executor, BuildHasherDefault<HandleHasher>>;
+
 /// Live executors by handle. Handles are never reused, so a launched (non-repeatable) or
 /// destroyed executor is reported as such instead of being mistaken for a newer one.
-static EXECUTORS: Mutex<Option<HashMap<usize, Executor>>> = Mutex::new(None);
+static EXECUTORS: Mutex<Option<ExecutorMap>> = Mutex::new(None);
 static NEXT_EXECUTOR: AtomicUsize = AtomicUsize::new(1);
 
-fn with_executors<R>(f: impl FnOnce(&mut HashMap<usize, Executor>) -> R) -> R {
-    f(EXECUTORS.lock().unwrap().get_or_insert_with(HashMap::new))
+fn with_executors<R>(f: impl FnOnce(&mut ExecutorMap) -> R) -> R {
+    f(EXECUTORS
+        .lock()
+        .unwrap()
+        .get_or_insert_with(Default::default))
 }
 
 /// Registers the product of phase one and returns its handle.

@@ -135,7 +135,7 @@ pub(crate) unsafe fn phase2(
                     format!("{op}: workspace {workspace:?} is not device memory"),
                 )
             })?;
-            npu.memory.resolve(ws, exec.workspace as usize)?;
+            npu.memory.check(ws, exec.workspace as usize)?;
         }
         let stream = machine().stream(stream)?;
         let need = exec.workspace as usize;
@@ -144,7 +144,7 @@ pub(crate) unsafe fn phase2(
                 // The workspace must still be live when the kernel runs.
                 machine()
                     .npu_of(ws)
-                    .map(|n| n.memory.resolve(ws, need))
+                    .map(|n| n.memory.check(ws, need))
                     .transpose()?;
             }
             exec.run().map_err(|f| Fault {
