@@ -28,6 +28,9 @@
 //! - a launch captures the addresses bound at that moment, so rebinding after phase two
 //!   returned does not reach work already queued, and a repeatable executor may be destroyed
 //!   while a launch of it is still queued (as a one-shot one is by its own phase two);
+//! - the `index` of `aclSetInputTensorAddr` / `aclSetOutputTensorAddr` counts the operator's
+//!   input (output) `aclTensor` arguments in header order (the docs give only its range), so
+//!   only operators whose tensors are plain `aclTensor` arguments go through this cache;
 //! - the executor belongs to the device current at phase one, so the key includes the device;
 //! - no operator used here rewrites its descriptors, except Nonzero's output, which is never
 //!   taken from the cache (`AscendTensor::desc_owned`).
