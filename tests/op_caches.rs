@@ -384,3 +384,24 @@ fn without_the_repeatable_api_or_when_refused_every_call_runs_phase_one() {
         "Cast is not cached"
     );
 }
+
+#[test]
+fn a_lent_descriptor_given_to_a_tensor_list_is_copied_not_taken() {
+    use burn_ascend::acl::handles::TensorListDesc;
+    let ctx = DeviceContext::get(&DEVICE).unwrap();
+    let x = upload(&ctx, &[1.0, 2.0, 3.0, 4.0]);
+    for _ in 0..3 {
+        // The list destroys its member; the cache must still hold a live descriptor after.
+        let list = TensorListDesc::new(ctx.bind(), vec![x.desc().unwrap()]).unwrap();
+        drop(list);
+        let y = AscendTensor::empty(&ctx, vec![4], DataType::F32).unwrap();
+        aclnn_cached!(
+            &*ctx,
+            aclnnMuls(In(x.view()), HostScalar::Float(2.0), Out(y.view()))
+        )
+        .unwrap();
+        assert_eq!(download(&y), [2.0, 4.0, 6.0, 8.0]);
+        drop(x.desc().unwrap());
+    }
+    cache::clear();
+}

@@ -109,11 +109,13 @@ impl<'a> TensorDesc<'a> {
 
     /// Hands the descriptor over to a tensor list, which then owns it (a lent descriptor is
     /// copied first: the cache keeps its own).
-    fn into_raw(mut self) -> AclResult<*mut aclTensor> {
-        if let Some(lent) = self.lent.take() {
+    fn into_raw(self) -> AclResult<*mut aclTensor> {
+        if let Some(lent) = &self.lent {
             // SAFETY: the view was valid when the cache created it, and still is for the
             // caller that asked for it.
-            self = unsafe { lent.view().describe(self.api)? };
+            let copy = unsafe { lent.view().describe(self.api)? };
+            // Dropping `self` only ends the loan.
+            return copy.into_raw();
         }
         let p = self.ptr;
         std::mem::forget(self);
