@@ -284,3 +284,233 @@ fn an_executor_runs_once_and_a_missing_workspace_is_rejected() {
         assert!(api.recent_error_message().contains("workspace"));
     }
 }
+
+fn upload_f32(api: &AclApi, dst: *mut c_void, values: &[f32]) {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    // SAFETY: `dst` holds at least `bytes.len()` bytes.
+    let status = unsafe {
+        (api.core.aclrtMemcpy)(
+            dst,
+            bytes.len(),
+            bytes.as_ptr() as _,
+            bytes.len(),
+            ACL_MEMCPY_HOST_TO_DEVICE,
+        )
+    };
+    api.check(status, "h2d").unwrap();
+}
+
+fn download_f32(api: &AclApi, src: *mut c_void, n: usize) -> Vec<f32> {
+    let mut bytes = vec![0u8; n * 4];
+    // SAFETY: `src` holds at least `n` f32; the caller synchronised.
+    let status = unsafe {
+        (api.core.aclrtMemcpy)(
+            bytes.as_mut_ptr() as _,
+            bytes.len(),
+            src,
+            bytes.len(),
+            ACL_MEMCPY_DEVICE_TO_HOST,
+        )
+    };
+    api.check(status, "d2h").unwrap();
+    bytes
+        .chunks(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_repeatable_executor_relaunches_with_rebound_addresses() {
+    let api = api();
+    let set_repeatable = api.optional.aclSetAclOpExecutorRepeatable.unwrap();
+    let set_input = api.optional.aclSetInputTensorAddr.unwrap();
+    let set_output = api.optional.aclSetOutputTensorAddr.unwrap();
+    let s = stream(api);
+    let [x, y, out1, out2] = [0; 4].map(|_| malloc(api, 64));
+    upload_f32(api, x, &[1.0, 2.0, 3.0, 4.0]);
+    upload_f32(api, y, &[10.0, 20.0, 30.0, 40.0]);
+    let desc = |p| {
+        // SAFETY: every buffer holds 4 f32.
+        unsafe { TensorDesc::new(api, &[4], &[1], 0, DataType::F32, 4, p) }.unwrap()
+    };
+    let (tx, ty, tout) = (desc(x), desc(y), desc(out1));
+    let alpha = ScalarDesc::new(api, HostScalar::Float(1.0)).unwrap();
+    // SAFETY: the table types each operator with its declared signature.
+    let (phase1, phase2) = unsafe {
+        api.ops
+            .aclnnAdd
+            .resolve(api.source(), "aclnnAdd", "aclnnAddGetWorkspaceSize")
+    }
+    .unwrap();
+    let (mut ws, mut exec) = (0u64, std::ptr::null_mut());
+    // SAFETY: live descriptors, buffers and out-pointers throughout.
+    unsafe {
+        let status = phase1(
+            tx.as_ptr(),
+            ty.as_ptr(),
+            alpha.as_ptr(),
+            tout.as_ptr(),
+            &mut ws,
+            &mut exec,
+        );
+        api.check(status, "phase1").unwrap();
+        assert_eq!(
+            set_input(exec, 0, tx.as_ptr(), y),
+            ACLNN_ERR_PARAM_INVALID,
+            "not repeatable yet"
+        );
+        api.check(set_repeatable(exec), "repeatable").unwrap();
+        api.check(phase2(std::ptr::null_mut(), 0, exec, s), "launch 1")
+            .unwrap();
+        // Rebinding while launch 1 is still queued must not reach it.
+        api.check(set_input(exec, 0, tx.as_ptr(), y), "rebind self")
+            .unwrap();
+        api.check(set_output(exec, 0, tout.as_ptr(), out2), "rebind out")
+            .unwrap();
+        api.check(phase2(std::ptr::null_mut(), 0, exec, s), "launch 2")
+            .unwrap();
+        api.check((api.core.aclrtSynchronizeStream)(s), "sync")
+            .unwrap();
+        assert_eq!(download_f32(api, out1, 4), [11.0, 22.0, 33.0, 44.0]);
+        assert_eq!(download_f32(api, out2, 4), [20.0, 40.0, 60.0, 80.0]);
+
+        assert_eq!(
+            set_input(exec, 2, tx.as_ptr(), y),
+            ACLNN_ERR_PARAM_INVALID,
+            "index 2"
+        );
+        assert_eq!(
+            set_output(exec, 1, tout.as_ptr(), y),
+            ACLNN_ERR_PARAM_INVALID,
+            "index 1"
+        );
+        assert_eq!(
+            set_input(exec, 0, tx.as_ptr(), (y as *mut u8).add(4) as _),
+            ACLNN_ERR_PARAM_INVALID,
+            "misaligned"
+        );
+        assert_eq!(
+            set_input(std::ptr::null_mut(), 0, tx.as_ptr(), y),
+            ACLNN_ERR_INNER_NULLPTR
+        );
+        assert_eq!(
+            set_input(exec, 0, std::ptr::null_mut(), y),
+            ACLNN_ERR_INNER_NULLPTR
+        );
+
+        api.check((api.core.aclDestroyAclOpExecutor)(exec), "destroy")
+            .unwrap();
+        assert_eq!(
+            phase2(std::ptr::null_mut(), 0, exec, s),
+            ACLNN_ERR_INNER,
+            "launch after destroy"
+        );
+        assert!(api.recent_error_message().contains("not a live executor"));
+        assert_eq!(
+            set_input(exec, 0, tx.as_ptr(), x),
+            ACLNN_ERR_INNER,
+            "rebind after destroy"
+        );
+        assert_eq!(
+            (api.core.aclDestroyAclOpExecutor)(exec),
+            ACLNN_ERR_INNER,
+            "destroy twice"
+        );
+        assert_eq!(
+            (api.core.aclDestroyAclOpExecutor)(std::ptr::null_mut()),
+            ACLNN_ERR_INNER_NULLPTR
+        );
+        assert_eq!(
+            set_repeatable(std::ptr::null_mut()),
+            ACLNN_ERR_INNER_NULLPTR
+        );
+        for p in [x, y, out1, out2] {
+            api.check((api.core.aclrtFree)(p), "free").unwrap();
+        }
+        api.check((api.core.aclrtDestroyStream)(s), "destroy stream")
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_one_shot_executor_runs_once_and_can_be_destroyed_unlaunched() {
+    let api = api();
+    let set_repeatable = api.optional.aclSetAclOpExecutorRepeatable.unwrap();
+    let x = malloc(api, 256);
+    let (_, exec, phase2) = add_phase_one(api, x, 64);
+    // SAFETY: the executor comes from phase one; NULL stream = default stream.
+    unsafe {
+        api.check(
+            phase2(std::ptr::null_mut(), 0, exec, std::ptr::null_mut()),
+            "launch",
+        )
+        .unwrap();
+        assert_eq!(
+            phase2(std::ptr::null_mut(), 0, exec, std::ptr::null_mut()),
+            ACLNN_ERR_INNER,
+            "a second launch of a one-shot executor"
+        );
+        assert_eq!(
+            set_repeatable(exec),
+            ACLNN_ERR_INNER,
+            "repeatable after its launch"
+        );
+        assert_eq!(
+            (api.core.aclDestroyAclOpExecutor)(exec),
+            ACLNN_ERR_INNER,
+            "consumed by its launch"
+        );
+    }
+    let (_, unlaunched, _) = add_phase_one(api, x, 64);
+    // SAFETY: as above.
+    unsafe {
+        api.check(
+            (api.core.aclDestroyAclOpExecutor)(unlaunched),
+            "destroy unlaunched",
+        )
+        .unwrap();
+    }
+
+    // An operator the emulation does not model as repeatable refuses, and still runs once.
+    // SAFETY: `x` holds 64 f32 (and so 64 f16 of the output).
+    let (src, dst) = unsafe {
+        (
+            TensorDesc::new(api, &[64], &[1], 0, DataType::F32, 64, x).unwrap(),
+            TensorDesc::new(api, &[64], &[1], 0, DataType::F16, 128, x).unwrap(),
+        )
+    };
+    // SAFETY: the table types each operator with its declared signature.
+    let (phase1, phase2) = unsafe {
+        api.ops
+            .aclnnCast
+            .resolve(api.source(), "aclnnCast", "aclnnCastGetWorkspaceSize")
+    }
+    .unwrap();
+    let (mut ws, mut exec) = (0u64, std::ptr::null_mut());
+    // SAFETY: live descriptors and out-pointers.
+    unsafe {
+        api.check(
+            phase1(
+                src.as_ptr(),
+                DataType::F16.acl(),
+                dst.as_ptr(),
+                &mut ws,
+                &mut exec,
+            ),
+            "phase1",
+        )
+        .unwrap();
+        assert_eq!(set_repeatable(exec), ACLNN_ERR_PARAM_INVALID);
+        api.check(
+            phase2(std::ptr::null_mut(), 0, exec, std::ptr::null_mut()),
+            "cast",
+        )
+        .unwrap();
+        api.check(
+            (api.core.aclrtSynchronizeStream)(std::ptr::null_mut()),
+            "sync",
+        )
+        .unwrap();
+        api.check((api.core.aclrtFree)(x), "free").unwrap();
+    }
+}

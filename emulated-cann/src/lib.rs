@@ -23,6 +23,7 @@ macro_rules! export_cann_symbols {
     (
         runtime { $(fn $rname:ident($($rarg:ident: $rty:ty),*) -> $rret:ty;)* }
         nnopbase { $(fn $bname:ident($($barg:ident: $bty:ty),*) -> $bret:ty;)* }
+        optional { $(fn $xname:ident($($xarg:ident: $xty:ty),*) -> $xret:ty;)* }
         ops { $($op:ident / $ws:ident($($oarg:ident: $oty:ty),*);)* }
     ) => {
         $(
@@ -37,6 +38,13 @@ macro_rules! export_cann_symbols {
             #[no_mangle]
             pub unsafe extern "C" fn $bname($($barg: $bty),*) -> $bret {
                 burn_ascend::acl::emulated::exports::$bname($($barg),*)
+            }
+        )*
+        $(
+            #[doc = concat!("`", stringify!($xname), "` (libnnopbase), forwarded to the emulated runtime.")]
+            #[no_mangle]
+            pub unsafe extern "C" fn $xname($($xarg: $xty),*) -> $xret {
+                burn_ascend::acl::emulated::exports::$xname($($xarg),*)
             }
         )*
         $(

@@ -4,7 +4,9 @@
 //! CANN shared library used by the loader tests are all generated from this list, so the real
 //! loader and the emulation cannot disagree on a name or a signature.
 //!
-//! `runtime` and `nnopbase` functions are resolved when the table is loaded. `ops` are aclnn
+//! `runtime` and `nnopbase` functions are resolved when the table is loaded, and so are the
+//! `optional` nnopbase functions (the repeatable-executor API), which a library may lack: the
+//! backend then runs every operator through phase one instead of reusing executors. `ops` are aclnn
 //! operators, resolved lazily on first use: the list gives the phase-one parameters (header
 //! order, without the trailing `workspaceSize` and `executor`), and every op also has the common
 //! phase-two function `aclnnXxx(workspace, workspaceSize, executor, stream)`.
@@ -53,6 +55,11 @@ macro_rules! acl_function_list {
                 fn aclDestroyTensorList(array: *const aclTensorList) -> aclnnStatus;
                 fn aclDestroyAclOpExecutor(executor: *mut aclOpExecutor) -> aclnnStatus;
                 fn aclGetViewShape(tensor: *const aclTensor, view_dims: *mut *mut i64, view_dims_num: *mut u64) -> aclnnStatus;
+            }
+            optional {
+                fn aclSetAclOpExecutorRepeatable(executor: *mut aclOpExecutor) -> aclnnStatus;
+                fn aclSetInputTensorAddr(executor: *mut aclOpExecutor, index: usize, tensor: *mut aclTensor, addr: *mut ::std::ffi::c_void) -> aclnnStatus;
+                fn aclSetOutputTensorAddr(executor: *mut aclOpExecutor, index: usize, tensor: *mut aclTensor, addr: *mut ::std::ffi::c_void) -> aclnnStatus;
             }
             ops {
                 aclnnCast / aclnnCastGetWorkspaceSize(self_: *const aclTensor, dtype: i32, out: *mut aclTensor);

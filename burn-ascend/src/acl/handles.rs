@@ -2,7 +2,9 @@
 //! operator call.
 
 use std::ffi::c_void;
+use std::rc::Rc;
 
+use super::cache::{Lent, View};
 use super::dtype::DataType;
 use super::error::{AclError, AclResult};
 use super::table::{AclApi, Phase2Fn};
@@ -32,10 +34,12 @@ fn created<T>(api: &AclApi, p: *mut T, function: &str) -> AclResult<*mut T> {
     }
 }
 
-/// An `aclTensor` view descriptor.
+/// An `aclTensor` view descriptor: its own, or lent by the thread's descriptor cache
+/// ([`super::cache`]), which destroys it on eviction.
 pub struct TensorDesc<'a> {
     api: &'a AclApi,
     ptr: *mut aclTensor,
+    lent: Option<Rc<Lent>>,
 }
 
 impl<'a> TensorDesc<'a> {
@@ -75,7 +79,27 @@ impl<'a> TensorDesc<'a> {
         Ok(Self {
             api,
             ptr: created(api, ptr, "aclCreateTensor")?,
+            lent: None,
         })
+    }
+
+    /// Describes `view`, reusing the calling thread's cached descriptor of an identical view
+    /// (same table, address, shape, strides, offset, dtype and storage size) when it is not
+    /// lent out already; see [`super::cache`].
+    ///
+    /// # Safety
+    /// As for [`TensorDesc::new`].
+    pub unsafe fn cached(api: &'static AclApi, view: &View<'_>) -> AclResult<TensorDesc<'static>> {
+        super::cache::lend_descriptor(api, view)
+    }
+
+    /// A descriptor lent by the cache.
+    pub(super) fn lent(api: &'a AclApi, lent: Rc<Lent>) -> Self {
+        Self {
+            api,
+            ptr: lent.ptr(),
+            lent: Some(lent),
+        }
     }
 
     /// The raw descriptor, for an operator argument.
@@ -83,18 +107,28 @@ impl<'a> TensorDesc<'a> {
         self.ptr
     }
 
-    /// Hands the descriptor over to a tensor list, which then owns it.
-    fn into_raw(self) -> *mut aclTensor {
+    /// Hands the descriptor over to a tensor list, which then owns it (a lent descriptor is
+    /// copied first: the cache keeps its own).
+    fn into_raw(self) -> AclResult<*mut aclTensor> {
+        if let Some(lent) = &self.lent {
+            // SAFETY: the view was valid when the cache created it, and still is for the
+            // caller that asked for it.
+            let copy = unsafe { lent.view().describe(self.api)? };
+            // Dropping `self` only ends the loan.
+            return copy.into_raw();
+        }
         let p = self.ptr;
         std::mem::forget(self);
-        p
+        Ok(p)
     }
 }
 
 impl Drop for TensorDesc<'_> {
     fn drop(&mut self) {
-        // SAFETY: created by aclCreateTensor and not owned by a list.
-        unsafe { (self.api.core.aclDestroyTensor)(self.ptr) };
+        if self.lent.is_none() {
+            // SAFETY: created by aclCreateTensor and not owned by a list or the cache.
+            unsafe { (self.api.core.aclDestroyTensor)(self.ptr) };
+        }
     }
 }
 
@@ -224,10 +258,19 @@ pub struct TensorListDesc<'a> {
 impl<'a> TensorListDesc<'a> {
     /// Creates the list, taking ownership of the tensors.
     pub fn new(api: &'a AclApi, tensors: Vec<TensorDesc<'a>>) -> AclResult<Self> {
-        let raw: Vec<*const aclTensor> = tensors
-            .into_iter()
-            .map(|t| t.into_raw() as *const _)
-            .collect();
+        let mut raw: Vec<*const aclTensor> = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            match t.into_raw() {
+                Ok(p) => raw.push(p),
+                Err(e) => {
+                    for t in raw {
+                        // SAFETY: handed over above and not yet in a list.
+                        unsafe { (api.core.aclDestroyTensor)(t) };
+                    }
+                    return Err(e);
+                }
+            }
+        }
         // SAFETY: the pointer array is valid for its length and copied by the callee.
         let ptr = unsafe { (api.core.aclCreateTensorList)(raw.as_ptr(), raw.len() as u64) };
         if ptr.is_null() {
@@ -259,7 +302,9 @@ impl Drop for TensorListDesc<'_> {
 /// blocking mode).
 pub trait OpLauncher {
     /// The table to call through.
-    fn api(&self) -> &AclApi;
+    fn api(&self) -> &'static AclApi;
+    /// The device the operators run on (executors are cached per device).
+    fn device_id(&self) -> i32;
     /// Takes a `workspace_size`-byte workspace, calls `phase2` on the stream, releases the
     /// workspace in stream order.
     ///
@@ -267,6 +312,18 @@ pub trait OpLauncher {
     /// `executor` must come from phase one of the operator whose phase two is `phase2`, and
     /// must not have been launched before.
     unsafe fn launch(
+        &self,
+        op: &'static str,
+        phase2: Phase2Fn,
+        executor: *mut aclOpExecutor,
+        workspace_size: u64,
+    ) -> AclResult<()>;
+    /// As [`OpLauncher::launch`], for a repeatable executor, which stays the caller's
+    /// whatever happens.
+    ///
+    /// # Safety
+    /// `executor` must be a repeatable executor of the operator whose phase two is `phase2`.
+    unsafe fn launch_repeatable(
         &self,
         op: &'static str,
         phase2: Phase2Fn,

@@ -73,6 +73,7 @@ macro_rules! define_table {
     (
         runtime { $(fn $rname:ident($($rarg:ident: $rty:ty),*) -> $rret:ty;)* }
         nnopbase { $(fn $bname:ident($($barg:ident: $bty:ty),*) -> $bret:ty;)* }
+        optional { $(fn $xname:ident($($xarg:ident: $xty:ty),*) -> $xret:ty;)* }
         ops { $($op:ident / $ws:ident($($oarg:ident: $oty:ty),*);)* }
     ) => {
         /// Runtime (`libascendcl`) and descriptor (`libnnopbase`) functions, resolved at load.
@@ -94,6 +95,23 @@ macro_rules! define_table {
             }
         }
 
+        /// nnopbase functions a library may lack, resolved at load (`None` when missing).
+        #[allow(non_snake_case, missing_docs)]
+        pub struct OptionalFns {
+            $(pub $xname: Option<unsafe extern "C" fn($($xty),*) -> $xret>,)*
+        }
+
+        impl OptionalFns {
+            fn resolve(source: &dyn SymbolSource) -> Self {
+                // SAFETY: each symbol is transmuted to the signature the function list declares.
+                unsafe {
+                    Self {
+                        $($xname: source.lookup(stringify!($xname)).map(|p| std::mem::transmute::<*const c_void, unsafe extern "C" fn($($xty),*) -> $xret>(p)),)*
+                    }
+                }
+            }
+        }
+
         /// aclnn operators (phase one), each resolved on first use.
         #[allow(non_snake_case, missing_docs)]
         #[derive(Default)]
@@ -109,6 +127,8 @@ pub struct AclApi {
     source: Box<dyn SymbolSource>,
     /// Functions resolved at load.
     pub core: CoreFns,
+    /// Functions resolved at load if the source has them.
+    pub optional: OptionalFns,
     /// Operators resolved lazily.
     pub ops: OpFns,
 }
@@ -117,9 +137,11 @@ impl AclApi {
     /// Resolves the required functions of `source`.
     pub fn new(source: Box<dyn SymbolSource>) -> AclResult<Self> {
         let core = CoreFns::resolve(&*source)?;
+        let optional = OptionalFns::resolve(&*source);
         Ok(Self {
             source,
             core,
+            optional,
             ops: OpFns::default(),
         })
     }

@@ -230,16 +230,15 @@ fn host_scalar(value: Scalar, dtype: DataType) -> HostScalar {
     }
 }
 
+// The hottest ops name themselves only when they fail (no formatting per call).
 fn binary(op: BinaryOp, lhs: AscendTensor, rhs: AscendTensor) -> AscendTensor {
-    run(&format!("{op:?}"), arith::binary(op, &lhs, &rhs))
+    arith::binary(op, &lhs, &rhs).unwrap_or_else(|e| panic!("burn-ascend: {op:?} failed: {e}"))
 }
 
 fn binary_scalar(op: BinaryOp, lhs: AscendTensor, rhs: Scalar) -> AscendTensor {
     let s = host_scalar(rhs, lhs.dtype());
-    run(
-        &format!("{op:?} (scalar)"),
-        arith::binary_scalar(op, &lhs, s),
-    )
+    arith::binary_scalar(op, &lhs, s)
+        .unwrap_or_else(|e| panic!("burn-ascend: {op:?} (scalar) failed: {e}"))
 }
 
 /// Burn slices (possibly negative, possibly fewer than the rank) as device slices.

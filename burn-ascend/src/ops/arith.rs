@@ -3,14 +3,17 @@
 //! Bridged semantics: integer division truncates in Burn, while aclnnDiv is true division, so
 //! integer division uses aclnnDivMod in trunc mode. Integer scalars pass through f32 inside
 //! aclnn's scalar ops, so integer scalars beyond 2^24 go through a 0-d device tensor instead.
+//!
+//! These are the hottest tiny ops, so they go through the executor cache (`aclnn_cached!`).
 
 use super::broadcast::broadcast_shape;
 use super::creation::full;
 use super::tensor::AscendTensor;
-use crate::acl::handles::{HostScalar, ScalarDesc};
+use crate::acl::cache::{In, Out};
+use crate::acl::handles::HostScalar;
 use crate::acl::types::DIV_MODE_TRUNC;
 use crate::acl::AclResult;
-use crate::aclnn;
+use crate::aclnn_cached;
 
 /// An elementwise binary operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,25 +40,14 @@ pub fn binary(op: BinaryOp, a: &AscendTensor, b: &AscendTensor) -> AclResult<Asc
         return Ok(out);
     }
     let ctx = &**a.ctx();
-    let (da, db, dout) = (a.desc()?, b.desc()?, out.desc()?);
-    let one = || ScalarDesc::new(ctx.bind(), HostScalar::Int(1));
+    let (x, y, o) = (In(a.view()), In(b.view()), Out(out.view()));
+    let one = HostScalar::Int(1);
     let result = match op {
-        BinaryOp::Add => aclnn!(
-            ctx,
-            aclnnAdd(da.as_ptr(), db.as_ptr(), one()?.as_ptr(), dout.as_ptr())
-        ),
-        BinaryOp::Sub => aclnn!(
-            ctx,
-            aclnnSub(da.as_ptr(), db.as_ptr(), one()?.as_ptr(), dout.as_ptr())
-        ),
-        BinaryOp::Mul => aclnn!(ctx, aclnnMul(da.as_ptr(), db.as_ptr(), dout.as_ptr())),
-        BinaryOp::Div if a.dtype.is_float() => {
-            aclnn!(ctx, aclnnDiv(da.as_ptr(), db.as_ptr(), dout.as_ptr()))
-        }
-        BinaryOp::Div => aclnn!(
-            ctx,
-            aclnnDivMod(da.as_ptr(), db.as_ptr(), DIV_MODE_TRUNC, dout.as_ptr())
-        ),
+        BinaryOp::Add => aclnn_cached!(ctx, aclnnAdd(x, y, one, o)),
+        BinaryOp::Sub => aclnn_cached!(ctx, aclnnSub(x, y, one, o)),
+        BinaryOp::Mul => aclnn_cached!(ctx, aclnnMul(x, y, o)),
+        BinaryOp::Div if a.dtype.is_float() => aclnn_cached!(ctx, aclnnDiv(x, y, o)),
+        BinaryOp::Div => aclnn_cached!(ctx, aclnnDivMod(x, y, DIV_MODE_TRUNC, o)),
     };
     result.map_err(|e| {
         e.with_context(|| {
@@ -83,27 +75,14 @@ pub fn binary_scalar(op: BinaryOp, a: &AscendTensor, s: HostScalar) -> AclResult
         return Ok(out);
     }
     let ctx = &**a.ctx();
-    let api = ctx.bind();
-    let (da, dout) = (a.desc()?, out.desc()?);
-    let other = ScalarDesc::new(api, s)?;
-    let one = || ScalarDesc::new(api, HostScalar::Int(1));
+    let (x, o) = (In(a.view()), Out(out.view()));
+    let one = HostScalar::Int(1);
     let result = match op {
-        BinaryOp::Add => aclnn!(
-            ctx,
-            aclnnAdds(da.as_ptr(), other.as_ptr(), one()?.as_ptr(), dout.as_ptr())
-        ),
-        BinaryOp::Sub => aclnn!(
-            ctx,
-            aclnnSubs(da.as_ptr(), other.as_ptr(), one()?.as_ptr(), dout.as_ptr())
-        ),
-        BinaryOp::Mul => aclnn!(ctx, aclnnMuls(da.as_ptr(), other.as_ptr(), dout.as_ptr())),
-        BinaryOp::Div if a.dtype.is_float() => {
-            aclnn!(ctx, aclnnDivs(da.as_ptr(), other.as_ptr(), dout.as_ptr()))
-        }
-        BinaryOp::Div => aclnn!(
-            ctx,
-            aclnnDivMods(da.as_ptr(), other.as_ptr(), DIV_MODE_TRUNC, dout.as_ptr())
-        ),
+        BinaryOp::Add => aclnn_cached!(ctx, aclnnAdds(x, s, one, o)),
+        BinaryOp::Sub => aclnn_cached!(ctx, aclnnSubs(x, s, one, o)),
+        BinaryOp::Mul => aclnn_cached!(ctx, aclnnMuls(x, s, o)),
+        BinaryOp::Div if a.dtype.is_float() => aclnn_cached!(ctx, aclnnDivs(x, s, o)),
+        BinaryOp::Div => aclnn_cached!(ctx, aclnnDivMods(x, s, DIV_MODE_TRUNC, o)),
     };
     result.map_err(|e| {
         e.with_context(|| format!("{} of {} and {s:?}", op_name(op, true), a.describe()))

@@ -99,7 +99,7 @@ pub fn cat(tensors: &[AscendTensor], dim: usize) -> AclResult<AscendTensor> {
     let api = first.ctx().bind();
     let descs = tensors
         .iter()
-        .map(AscendTensor::desc)
+        .map(AscendTensor::desc_owned)
         .collect::<AclResult<Vec<_>>>()?;
     let list = TensorListDesc::new(api, descs)?;
     aclnn!(

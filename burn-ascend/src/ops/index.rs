@@ -207,7 +207,8 @@ pub fn argwhere(x: &AscendTensor) -> AclResult<AscendTensor> {
     if n == 0 {
         return Ok(out);
     }
-    let od = out.desc()?;
+    // Nonzero rewrites the descriptor's view shape, so it is not one the cache could reuse.
+    let od = out.desc_owned()?;
     run_op!(
         x.ctx(),
         aclnnNonzero(x.desc()?.as_ptr(), od.as_ptr()),

@@ -9,11 +9,12 @@ use super::broadcast::invalid_input;
 use super::copy::copy_into;
 use super::layout::Layout;
 use super::tensor::AscendTensor;
+use crate::acl::cache::{In, Out};
 use crate::acl::handles::{HostScalar, IntArrayDesc, ScalarDesc};
 use crate::acl::shape::broadcast_dims;
 use crate::acl::types::CUBE_MATH_KEEP_DTYPE;
 use crate::acl::{AclResult, DataType};
-use crate::aclnn;
+use crate::{aclnn, aclnn_cached};
 
 /// Largest temporary of the composed matmul, in bytes.
 const COMPOSED_CHUNK_BYTES: usize = 64 << 20;
@@ -49,12 +50,12 @@ pub fn matmul(a: &AscendTensor, b: &AscendTensor) -> AclResult<AscendTensor> {
     }
     if matches!(a.dtype, DataType::F32 | DataType::F16 | DataType::BF16) {
         let b = super::copy::cast(b, a.dtype)?;
-        aclnn!(
+        aclnn_cached!(
             &**a.ctx(),
             aclnnMatmul(
-                a.desc()?.as_ptr(),
-                b.desc()?.as_ptr(),
-                out.desc()?.as_ptr(),
+                In(a.view()),
+                In(b.view()),
+                Out(out.view()),
                 CUBE_MATH_KEEP_DTYPE
             )
         )

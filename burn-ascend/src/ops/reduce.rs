@@ -7,8 +7,10 @@
 use super::arith::{binary_scalar, BinaryOp};
 use super::copy::cast;
 use super::tensor::AscendTensor;
+use crate::acl::cache::{In, Ints, Out};
 use crate::acl::handles::{HostScalar, IntArrayDesc, ScalarDesc};
 use crate::acl::{AclResult, DataType};
+use crate::aclnn_cached;
 
 /// A reduction over dims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,13 +55,14 @@ pub fn reduce(op: Reduce, x: &AscendTensor, dim: Option<usize>) -> AclResult<Asc
         None => (0..rank as i64).collect(),
     };
     let keep = dim.is_some();
-    let what = format!("{} over {:?}", x.describe(), dim);
+    // Formatted only for an error message.
+    let what = || format!("{} over {:?}", x.describe(), dim);
     let ctx = x.ctx();
     if x.layout.numel() == 0 {
         if matches!(op, Reduce::Max | Reduce::Min) {
             return Err(super::broadcast::invalid_input(
                 "max/min",
-                format!("{what}: the tensor is empty"),
+                format!("{}: the tensor is empty", what()),
             ));
         }
         // Reducing nothing gives the reduction's identity (NaN for a mean, as 0/0); aclnn's
@@ -74,6 +77,14 @@ pub fn reduce(op: Reduce, x: &AscendTensor, dim: Option<usize>) -> AclResult<Asc
     }
     if rank == 0 {
         super::copy::copy_into(&out, &cast(x, out_dtype)?)?;
+    } else if out.layout.numel() > 0 && op == Reduce::Sum {
+        // The hot reduction goes through the executor cache.
+        let (i, o) = (In(x.view()), Out(out.view()));
+        aclnn_cached!(
+            &**ctx,
+            aclnnReduceSum(i, Ints(&dims), keep, out_dtype.acl(), o)
+        )
+        .map_err(|e| e.with_context(|| format!("aclnnReduceSum of {}", what())))?;
     } else if out.layout.numel() > 0 {
         let api = ctx.bind();
         let dims_d = IntArrayDesc::new(api, &dims)?;
@@ -81,18 +92,18 @@ pub fn reduce(op: Reduce, x: &AscendTensor, dim: Option<usize>) -> AclResult<Asc
         let (i, o) = (i.as_ptr(), o.as_ptr());
         let dt = out_dtype.acl();
         match op {
-            Reduce::Sum => run_op!(ctx, aclnnReduceSum(i, dd, keep, dt, o), what),
+            Reduce::Sum => unreachable!("cached above"),
             Reduce::Prod => match dim {
-                Some(d) => run_op!(ctx, aclnnProdDim(i, d as i64, true, dt, o), what),
-                None => run_op!(ctx, aclnnProd(i, dt, o), what),
+                Some(d) => run_op!(ctx, aclnnProdDim(i, d as i64, true, dt, o), what()),
+                None => run_op!(ctx, aclnnProd(i, dt, o), what()),
             },
-            Reduce::Mean => run_op!(ctx, aclnnMean(i, dd, keep, dt, o), what),
-            Reduce::Max if dim.is_none() => run_op!(ctx, aclnnMax(i, o), what),
-            Reduce::Min if dim.is_none() => run_op!(ctx, aclnnMin(i, o), what),
-            Reduce::Max => run_op!(ctx, aclnnAmax(i, dd, keep, o), what),
-            Reduce::Min => run_op!(ctx, aclnnAmin(i, dd, keep, o), what),
-            Reduce::Any => run_op!(ctx, aclnnAny(i, dd, keep, o), what),
-            Reduce::All => run_op!(ctx, aclnnAll(i, dd, keep, o), what),
+            Reduce::Mean => run_op!(ctx, aclnnMean(i, dd, keep, dt, o), what()),
+            Reduce::Max if dim.is_none() => run_op!(ctx, aclnnMax(i, o), what()),
+            Reduce::Min if dim.is_none() => run_op!(ctx, aclnnMin(i, o), what()),
+            Reduce::Max => run_op!(ctx, aclnnAmax(i, dd, keep, o), what()),
+            Reduce::Min => run_op!(ctx, aclnnAmin(i, dd, keep, o), what()),
+            Reduce::Any => run_op!(ctx, aclnnAny(i, dd, keep, o), what()),
+            Reduce::All => run_op!(ctx, aclnnAll(i, dd, keep, o), what()),
         }?;
     }
     super::copy::reshape(&out, final_shape(dim, out.shape()))

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::layout::Layout;
+use crate::acl::cache::View;
 use crate::acl::handles::TensorDesc;
 use crate::acl::{AclResult, DataType};
 use crate::runtime::{DeviceContext, DeviceStorage};
@@ -61,21 +62,30 @@ impl AscendTensor {
         }
     }
 
-    /// An `aclTensor` describing this view.
+    /// This view as `aclCreateTensor` takes it (an argument of `aclnn_cached!`).
+    pub fn view(&self) -> View<'_> {
+        View {
+            shape: &self.layout.shape,
+            strides: &self.layout.strides,
+            offset: self.layout.offset,
+            dtype: self.dtype,
+            storage_elems: self.storage.bytes() / self.dtype.size(),
+            base: self.storage.ptr(),
+        }
+    }
+
+    /// An `aclTensor` describing this view, lent by the thread's descriptor cache.
     pub fn desc(&self) -> AclResult<TensorDesc<'static>> {
         // SAFETY: the storage holds `bytes / size` elements and outlives the descriptor's use
         // (it is freed in stream order after the last operator that reads it).
-        unsafe {
-            TensorDesc::new(
-                self.ctx().bind(),
-                &self.layout.shape,
-                &self.layout.strides,
-                self.layout.offset,
-                self.dtype,
-                self.storage.bytes() / self.dtype.size(),
-                self.storage.ptr(),
-            )
-        }
+        unsafe { TensorDesc::cached(self.ctx().bind(), &self.view()) }
+    }
+
+    /// An `aclTensor` of its own describing this view, for a tensor list (which takes
+    /// ownership) or an operator that rewrites its descriptor (Nonzero).
+    pub fn desc_owned(&self) -> AclResult<TensorDesc<'static>> {
+        // SAFETY: as for `desc`.
+        unsafe { self.view().describe(self.ctx().bind()) }
     }
 
     /// `[2, 3] DT_FLOAT`, for error messages.

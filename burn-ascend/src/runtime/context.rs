@@ -283,17 +283,16 @@ impl DeviceContext {
     }
 }
 
-impl OpLauncher for DeviceContext {
-    fn api(&self) -> &AclApi {
-        self.bind()
-    }
-
-    unsafe fn launch(
+impl DeviceContext {
+    /// Phase two on the stream with a workspace from the pool; a one-shot executor that never
+    /// reaches phase two (no workspace) is destroyed, a repeatable one stays the caller's.
+    unsafe fn run_phase2(
         &self,
         op: &'static str,
         phase2: Phase2Fn,
         executor: *mut aclOpExecutor,
         workspace_size: u64,
+        repeatable: bool,
     ) -> AclResult<()> {
         let api = self.bind();
         let workspace = if workspace_size > 0 {
@@ -305,8 +304,10 @@ impl OpLauncher for DeviceContext {
             match taken {
                 Ok(block) => Some(block),
                 Err(e) => {
-                    // SAFETY: phase two never ran, so the executor is still ours.
-                    unsafe { (api.core.aclDestroyAclOpExecutor)(executor) };
+                    if !repeatable {
+                        // SAFETY: phase two never ran, so the executor is still ours.
+                        unsafe { (api.core.aclDestroyAclOpExecutor)(executor) };
+                    }
                     return Err(e);
                 }
             }
@@ -325,6 +326,38 @@ impl OpLauncher for DeviceContext {
             self.synchronize()?;
         }
         Ok(())
+    }
+}
+
+impl OpLauncher for DeviceContext {
+    fn api(&self) -> &'static AclApi {
+        self.bind()
+    }
+
+    fn device_id(&self) -> i32 {
+        self.device.index() as i32
+    }
+
+    unsafe fn launch(
+        &self,
+        op: &'static str,
+        phase2: Phase2Fn,
+        executor: *mut aclOpExecutor,
+        workspace_size: u64,
+    ) -> AclResult<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.run_phase2(op, phase2, executor, workspace_size, false) }
+    }
+
+    unsafe fn launch_repeatable(
+        &self,
+        op: &'static str,
+        phase2: Phase2Fn,
+        executor: *mut aclOpExecutor,
+        workspace_size: u64,
+    ) -> AclResult<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.run_phase2(op, phase2, executor, workspace_size, true) }
     }
 }
 

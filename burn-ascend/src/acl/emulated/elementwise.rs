@@ -5,13 +5,14 @@
 #![allow(missing_docs, non_snake_case, clippy::missing_safety_doc)]
 
 use super::fault::{fault, Fault};
+use super::meta::Kernel;
 use super::meta::{scalar_arg, tensor_arg, ScalarValue, TensorDesc};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
-use super::stream::Task;
 use super::view::{broadcast_shape, map, round_to, Vals};
 use crate::acl::dtype::DataType::{self, *};
 use crate::acl::types::status::ACL_ERROR_RT_AICORE_EXCEPTION;
 use crate::acl::types::*;
+use std::sync::Arc;
 
 const FLOAT: &[DataType] = &[F32, F16, BF16, F64];
 const FLOAT_A2: &[DataType] = &[F32, F16, BF16];
@@ -113,7 +114,7 @@ fn elementwise(
     args: Vec<(&'static str, Arg)>,
     out: TensorDesc,
     spec: Spec,
-) -> Result<(u64, Task), Fault> {
+) -> Result<(u64, Kernel), Fault> {
     let mut shape: Vec<usize> = Vec::new();
     let mut first = None;
     for (name, arg) in &args {
@@ -161,7 +162,7 @@ fn elementwise(
     }
     Ok((
         0,
-        Box::new(move || {
+        Arc::new(move || {
             let n = out.numel();
             let mo = map(op, "out", &out)?;
             if float_domain {
@@ -468,7 +469,7 @@ pub unsafe extern "C" fn aclnnSWhereGetWorkspaceSize(
         }
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 let c = map(OP, "condition", &cond)?
                     .read(Some(&out.shape))?
                     .into_i64();
@@ -492,7 +493,7 @@ pub unsafe extern "C" fn aclnnSWhereGetWorkspaceSize(
                     )
                 };
                 map(OP, "out", &out)?.write(vals)
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -522,7 +523,7 @@ pub unsafe extern "C" fn aclnnInplaceMaskedFillScalarGetWorkspaceSize(
         }
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 let m = map(OP, "mask", &mask)?.read(Some(&dst.shape))?.into_i64();
                 let md = map(OP, "selfRef", &dst)?;
                 let vals = match (md.read(None)?, value) {
@@ -549,7 +550,7 @@ pub unsafe extern "C" fn aclnnInplaceMaskedFillScalarGetWorkspaceSize(
                     }
                 };
                 md.write(vals)
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }

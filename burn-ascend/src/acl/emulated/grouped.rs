@@ -14,12 +14,13 @@
 )]
 
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use super::fault::{fault, Fault};
+use super::meta::Kernel;
 use super::meta::{tensor_arg, tensor_list_arg, TensorDesc};
 use super::nn::gemm;
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::stream::Task;
 use super::view::{map, Vals};
 use crate::acl::dtype::DataType::{self, *};
 use crate::acl::types::status::*;
@@ -158,7 +159,7 @@ impl Plan {
     /// Each non-empty group computed on f32 (the cube unit's accumulator) and written to its
     /// part of out in out's type; empty groups and rows past the last group are not written
     /// (op doc: parts the group list does not cover are not updated).
-    fn run(self, op: &str) -> Result<(), Fault> {
+    fn run(&self, op: &str) -> Result<(), Fault> {
         let list = map(op, "groupListOptional", &self.group_list)?
             .read(None)?
             .into_i64();
@@ -412,6 +413,6 @@ pub unsafe extern "C" fn aclnnGroupedMatmulV4GetWorkspaceSize(
             k,
             n,
         };
-        Ok((SCRATCH_WORKSPACE, Box::new(move || plan.run(OP)) as Task))
+        Ok((SCRATCH_WORKSPACE, Arc::new(move || plan.run(OP)) as Kernel))
     })
 }

@@ -5,13 +5,14 @@
 
 use super::elementwise::checked_index;
 use super::fault::Fault;
+use super::meta::Kernel;
 use super::meta::{contiguous_strides, int_array_arg, scalar_arg, tensor_arg, TensorDesc};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
 use super::reduce::normalize_dim;
-use super::stream::Task;
 use super::view::{broadcast_shape, map, Vals};
 use crate::acl::dtype::DataType::{self, *};
 use crate::acl::types::*;
+use std::sync::Arc;
 
 const GATHER: &[DataType] = &[
     F64, F16, BF16, F32, I32, U32, I64, U64, I16, U16, I8, U8, Bool,
@@ -78,7 +79,7 @@ pub unsafe extern "C" fn aclnnGatherGetWorkspaceSize(
         }
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 let src = read(OP, "self", &x)?;
                 let ix = read(OP, "index", &idx)?.into_i64();
                 let xs = contiguous_strides(&x.shape);
@@ -90,7 +91,7 @@ pub unsafe extern "C" fn aclnnGatherGetWorkspaceSize(
                     from.push(ravel(&pos, &xs));
                 }
                 map(OP, "out", &out)?.write(pick(&src, &from))
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -162,7 +163,7 @@ pub unsafe extern "C" fn aclnnScatterAddGetWorkspaceSize(
         }
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 let base = read(OP, "self", &x)?;
                 let ix = read(OP, "index", &idx)?.into_i64();
                 let sv = read(OP, "src", &src)?;
@@ -176,7 +177,7 @@ pub unsafe extern "C" fn aclnnScatterAddGetWorkspaceSize(
                     to.push(ravel(&pos, &xs));
                 }
                 map(OP, "out", &out)?.write(accumulate(base, pick(&sv, &from), &to, 1.0))
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -226,7 +227,7 @@ pub unsafe extern "C" fn aclnnScatterGetWorkspaceSize(
         }
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 let base = read(OP, "self", &x)?;
                 let ix = read(OP, "index", &idx)?.into_i64();
                 let sv = read(OP, "src", &src)?;
@@ -263,7 +264,7 @@ pub unsafe extern "C" fn aclnnScatterGetWorkspaceSize(
                     _ => unreachable!("self and src share a dtype"),
                 };
                 map(OP, "out", &out)?.write(vals)
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -327,12 +328,12 @@ pub unsafe extern "C" fn aclnnIndexSelectGetWorkspaceSize(
         }
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 let src = read(OP, "self", &x)?;
                 let ix = read(OP, "index", &idx)?.into_i64();
                 let (from, _) = select_positions(OP, &x.shape, d, &ix)?;
                 map(OP, "out", &out)?.write(pick(&src, &from))
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -379,13 +380,13 @@ pub unsafe extern "C" fn aclnnIndexAddGetWorkspaceSize(
         }
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 let base = read(OP, "self", &x)?;
                 let ix = read(OP, "index", &idx)?.into_i64();
                 let (to, _) = select_positions(OP, &x.shape, d, &ix)?;
                 let sv = read(OP, "source", &src)?;
                 map(OP, "out", &out)?.write(accumulate(base, sv, &to, alpha))
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -428,7 +429,7 @@ pub unsafe extern "C" fn aclnnRepeatGetWorkspaceSize(
         }
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 let src = read(OP, "self", &x)?;
                 let xs = contiguous_strides(&padded);
                 let mut pos = vec![0; expect.len()];
@@ -440,7 +441,7 @@ pub unsafe extern "C" fn aclnnRepeatGetWorkspaceSize(
                     })
                     .collect();
                 map(OP, "out", &out)?.write(pick(&src, &from))
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -450,6 +451,8 @@ struct OutDesc(*mut TensorDesc);
 // SAFETY: CANN documents that the out descriptor of Nonzero stays alive until the stream is
 // synchronised and its shape read; the kernel writes it before that.
 unsafe impl Send for OutDesc {}
+// SAFETY: only the kernel dereferences it, on the stream's worker, one launch at a time.
+unsafe impl Sync for OutDesc {}
 
 /// Coordinates of the non-zero elements, `[count, rank]` in row-major order; the kernel
 /// shrinks the out descriptor's view shape to the count (read it with `aclGetViewShape`).
@@ -478,7 +481,7 @@ pub unsafe extern "C" fn aclnnNonzeroGetWorkspaceSize(
         let target = OutDesc(out as *mut TensorDesc);
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 let v = read(OP, "self", &x)?;
                 let nz: Vec<usize> = match v {
                     Vals::F(v) => v
@@ -511,7 +514,7 @@ pub unsafe extern "C" fn aclnnNonzeroGetWorkspaceSize(
                     (*target.0).strides = written.strides;
                 }
                 Ok(())
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -545,7 +548,7 @@ pub unsafe extern "C" fn aclnnLinalgCrossGetWorkspaceSize(
         }
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 let x = map(OP, "self", &a)?.read(Some(&shape))?.into_f64();
                 let y = map(OP, "other", &b)?.read(Some(&shape))?.into_f64();
                 let st = contiguous_strides(&shape)[d];
@@ -564,7 +567,7 @@ pub unsafe extern "C" fn aclnnLinalgCrossGetWorkspaceSize(
                     Vals::I(r.into_iter().map(|v| v as i64).collect())
                 };
                 map(OP, "out", &out)?.write(vals)
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }

@@ -2,11 +2,12 @@
 //! shapes happens here too, at phase one, so that bad launches fail with aclnn's status.
 
 use super::fault::Fault;
+use super::meta::Kernel;
 use super::meta::{ScalarValue, TensorDesc, MAX_RANK};
 use super::ops::invalid;
 use super::reduce::normalize_dim;
-use super::stream::Task;
 use super::view::{broadcast_shape, map, round_to, Vals};
+use std::sync::Arc;
 
 pub(crate) fn same_shape(op: &str, a: &TensorDesc, out: &TensorDesc) -> Result<(), Fault> {
     if a.shape == out.shape {
@@ -23,19 +24,19 @@ pub(crate) fn same_shape(op: &str, a: &TensorDesc, out: &TensorDesc) -> Result<(
 }
 
 /// Copy with broadcast and dtype conversion (Cast, InplaceCopy).
-pub(crate) fn copy(op: &'static str, src: TensorDesc, dst: TensorDesc) -> Task {
-    Box::new(move || {
+pub(crate) fn copy(op: &'static str, src: TensorDesc, dst: TensorDesc) -> Kernel {
+    Arc::new(move || {
         let (s, d) = (map(op, "src", &src)?, map(op, "dst", &dst)?);
         d.write(s.read(Some(&dst.shape))?)
     })
 }
 
-pub(crate) fn fill(op: &'static str, dst: TensorDesc, value: f64) -> Task {
-    Box::new(move || map(op, "selfRef", &dst)?.write(Vals::F(vec![value; dst.numel()])))
+pub(crate) fn fill(op: &'static str, dst: TensorDesc, value: f64) -> Kernel {
+    Arc::new(move || map(op, "selfRef", &dst)?.write(Vals::F(vec![value; dst.numel()])))
 }
 
-pub(crate) fn fill_scalar(op: &'static str, dst: TensorDesc, value: ScalarValue) -> Task {
-    Box::new(move || {
+pub(crate) fn fill_scalar(op: &'static str, dst: TensorDesc, value: ScalarValue) -> Kernel {
+    Arc::new(move || {
         let n = dst.numel();
         map(op, "selfRef", &dst)?.write(match value {
             ScalarValue::Float(v) => Vals::F(vec![round_to(dst.dtype, v); n]),
@@ -109,8 +110,8 @@ pub(crate) fn binary(
     b: Operand,
     out: TensorDesc,
     f: Binary,
-) -> Task {
-    Box::new(move || {
+) -> Kernel {
+    Arc::new(move || {
         let (ma, mo) = (map(op, "self", &a)?, map(op, "out", &out)?);
         let shape = &out.shape;
         if out.dtype.is_float() {
@@ -160,7 +161,7 @@ pub(crate) fn matmul(
     b: TensorDesc,
     out: TensorDesc,
     _cube: i8,
-) -> Result<Task, Fault> {
+) -> Result<Kernel, Fault> {
     matmul_add(op, a, b, out, None)
 }
 
@@ -179,7 +180,7 @@ pub(crate) fn matmul_add(
     b: TensorDesc,
     out: TensorDesc,
     addend: Option<Addend>,
-) -> Result<Task, Fault> {
+) -> Result<Kernel, Fault> {
     let (ra, rb) = (a.shape.len(), b.shape.len());
     if !(1..=6).contains(&ra) || !(1..=6).contains(&rb) {
         return Err(invalid(
@@ -248,7 +249,7 @@ pub(crate) fn matmul_add(
         }
     }
     let nb: usize = batch.iter().product();
-    Ok(Box::new(move || {
+    Ok(Arc::new(move || {
         let mut full_a = batch.clone();
         full_a.extend([m, k]);
         let mut full_b = batch.clone();
@@ -323,7 +324,7 @@ pub(crate) fn cat(
     inputs: Vec<TensorDesc>,
     dim: i64,
     out: TensorDesc,
-) -> Result<Task, Fault> {
+) -> Result<Kernel, Fault> {
     let rank = out.shape.len();
     let d = normalize_dim(op, dim, rank)?;
     let mut total = 0;
@@ -359,7 +360,7 @@ pub(crate) fn cat(
             ),
         ));
     }
-    Ok(Box::new(move || {
+    Ok(Arc::new(move || {
         let mut start = 0;
         for t in &inputs {
             let mut part = out.clone();
@@ -380,7 +381,7 @@ pub(crate) fn flip(
     x: TensorDesc,
     dims: &[i64],
     out: TensorDesc,
-) -> Result<Task, Fault> {
+) -> Result<Kernel, Fault> {
     same_shape(op, &x, &out)?;
     if x.dtype != out.dtype {
         return Err(invalid(
@@ -396,7 +397,7 @@ pub(crate) fn flip(
     for &d in dims {
         flipped[normalize_dim(op, d, rank)?] = true;
     }
-    Ok(Box::new(move || {
+    Ok(Arc::new(move || {
         let vals = map(op, "self", &x)?.read(None)?;
         let c = super::meta::contiguous_strides(&x.shape);
         // Source index of each output element: reversed dims walk their axis backwards.

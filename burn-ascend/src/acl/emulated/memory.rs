@@ -143,11 +143,24 @@ impl DeviceMemory {
 
     /// The block holding `[addr, addr + len)`, and the offset of `addr` in it.
     pub fn resolve(&self, addr: u64, len: usize) -> Result<(Arc<Block>, usize), Fault> {
+        self.locate(addr, len, |b, offset| (b.clone(), offset))
+    }
+
+    /// Whether `[addr, addr + len)` is live memory of one allocation (without holding it).
+    pub fn check(&self, addr: u64, len: usize) -> Result<(), Fault> {
+        self.locate(addr, len, |_, _| ())
+    }
+
+    fn locate<R>(
+        &self,
+        addr: u64,
+        len: usize,
+        found: impl FnOnce(&Arc<Block>, usize) -> R,
+    ) -> Result<R, Fault> {
         let s = self.state.read().unwrap();
-        let found = s.blocks.range(..=addr).next_back().map(|(_, b)| b.clone());
-        match found {
+        match s.blocks.range(..=addr).next_back().map(|(_, b)| b) {
             Some(b) if addr + len as u64 <= b.base + b.len as u64 => {
-                Ok((b.clone(), (addr - b.base) as usize))
+                Ok(found(b, (addr - b.base) as usize))
             }
             Some(b) if addr < b.base + b.len as u64 => Err(fault(
                 ACL_ERROR_RT_AICORE_EXCEPTION,

@@ -1,10 +1,15 @@
 //! The aclnn object layer of the emulated runtime: tensor, scalar, int-array and tensor-list
-//! descriptors, and executors (the product of phase one of an operator call).
+//! descriptors, and executors (the product of phase one of an operator call), repeatable ones
+//! included.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::c_void;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::fault::{fault, Fault};
-use super::stream::Task;
 use crate::acl::dtype::DataType;
 pub(crate) use crate::acl::shape::contiguous_strides;
 use crate::acl::types::status::*;
@@ -21,9 +26,21 @@ pub(crate) struct TensorDesc {
     pub offset: usize,
     pub dtype: DataType,
     pub addr: u64,
+    /// The executor argument this view was captured as, for operators whose repeatable
+    /// executors can rebind addresses; `None` elsewhere.
+    pub slot: Option<Slot>,
 }
 
 impl TensorDesc {
+    /// The device address of the view's storage for the kernel now running: a view captured as
+    /// an executor argument follows the address bound to that argument for this launch.
+    pub fn device_addr(&self) -> u64 {
+        match self.slot {
+            None => self.addr,
+            Some(slot) => RUNNING.with(|r| r.borrow().as_ref().map_or(self.addr, |b| b.get(slot))),
+        }
+    }
+
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
@@ -60,13 +77,291 @@ impl ScalarValue {
 
 pub(crate) struct TensorList(pub Vec<*mut aclTensor>);
 
-/// A validated operator launch waiting for phase two.
+/// What an operator computes once its stream reaches it; an executor may run it many times.
+pub(crate) type Kernel = Arc<dyn Fn() -> Result<(), Fault> + Send + Sync>;
+
+/// An executor argument whose device address `aclSetInputTensorAddr` /
+/// `aclSetOutputTensorAddr` can change. Indices count the operator's input (or output) tensors
+/// in header order, scalars and arrays left out (assumption: CANN's docs give the range as
+/// "0 to the number of input tensors - 1" without defining the order further).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    Input(usize),
+    Output(usize),
+}
+
+/// The device address of every argument slot of an executor.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Bindings {
+    inputs: Vec<u64>,
+    outputs: Vec<u64>,
+}
+
+impl Bindings {
+    fn get(&self, slot: Slot) -> u64 {
+        match slot {
+            Slot::Input(i) => self.inputs[i],
+            Slot::Output(i) => self.outputs[i],
+        }
+    }
+}
+
+/// Collects the argument slots of an operator during phase one.
+#[derive(Default)]
+pub(crate) struct Io {
+    bindings: Bindings,
+}
+
+impl Io {
+    /// Captures `desc` as the operator's next input tensor.
+    pub fn input(&mut self, mut desc: TensorDesc) -> TensorDesc {
+        desc.slot = Some(Slot::Input(self.bindings.inputs.len()));
+        self.bindings.inputs.push(desc.addr);
+        desc
+    }
+
+    /// Captures `desc` as the operator's next output tensor.
+    pub fn output(&mut self, mut desc: TensorDesc) -> TensorDesc {
+        desc.slot = Some(Slot::Output(self.bindings.outputs.len()));
+        self.bindings.outputs.push(desc.addr);
+        desc
+    }
+}
+
+thread_local! {
+    /// The bindings of the launch whose kernel runs on this (stream worker) thread.
+    static RUNNING: RefCell<Option<Arc<Bindings>>> = const { RefCell::new(None) };
+}
+
+/// A validated operator launch: made by phase one, run by phase two (once, or as often as
+/// the caller likes once made repeatable, until destroyed).
 pub(crate) struct Executor {
-    pub op: &'static str,
-    pub workspace: u64,
-    pub task: Task,
+    op: &'static str,
+    workspace: u64,
+    kernel: Kernel,
+    bindings: Arc<Bindings>,
+    /// Operators that capture their arguments as slots can be made repeatable; others keep
+    /// aclnn's documented one-shot behaviour (see [`set_repeatable`]).
+    rebindable: bool,
+    repeatable: bool,
     /// Global-memory bytes of its tensor arguments (the work counters' model).
+    bytes: u64,
+}
+
+/// One launch of an executor: its kernel with the addresses bound when phase two was called
+/// (later rebinding does not reach work already queued).
+pub(crate) struct Launch {
+    pub workspace: u64,
+    /// Global-memory bytes of the executor's tensor arguments (the work counters' model).
     pub bytes: u64,
+    kernel: Kernel,
+    bindings: Arc<Bindings>,
+}
+
+impl Launch {
+    /// Runs the kernel with this launch's addresses.
+    pub fn run(&self) -> Result<(), Fault> {
+        struct Restore(Option<Arc<Bindings>>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                RUNNING.with(|r| *r.borrow_mut() = self.0.take());
+            }
+        }
+        let _restore = Restore(RUNNING.with(|r| r.replace(Some(self.bindings.clone()))));
+        (self.kernel)()
+    }
+}
+
+/// Handles are a counter: one multiply spreads them over the table (every op looks one up).
+#[derive(Default)]
+struct HandleHasher(u64);
+
+impl Hasher for HandleHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 << 8 | b as u64);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+type ExecutorMap = HashMap<usize, Executor, BuildHasherDefault<HandleHasher>>;
+
+/// Live executors by handle. Handles are never reused, so a launched (non-repeatable) or
+/// destroyed executor is reported as such instead of being mistaken for a newer one.
+static EXECUTORS: Mutex<Option<ExecutorMap>> = Mutex::new(None);
+static NEXT_EXECUTOR: AtomicUsize = AtomicUsize::new(1);
+
+fn with_executors<R>(f: impl FnOnce(&mut ExecutorMap) -> R) -> R {
+    f(EXECUTORS
+        .lock()
+        .unwrap()
+        .get_or_insert_with(Default::default))
+}
+
+/// Registers the product of phase one and returns its handle.
+pub(crate) fn new_executor(
+    op: &'static str,
+    workspace: u64,
+    kernel: Kernel,
+    io: Io,
+    bytes: u64,
+) -> *mut aclOpExecutor {
+    let rebindable = !(io.bindings.inputs.is_empty() && io.bindings.outputs.is_empty());
+    let exec = Executor {
+        op,
+        workspace,
+        kernel,
+        bindings: Arc::new(io.bindings),
+        rebindable,
+        repeatable: false,
+        bytes,
+    };
+    // Aligned like a heap object, never NULL.
+    let handle = NEXT_EXECUTOR.fetch_add(1, Ordering::Relaxed) << 4;
+    with_executors(|m| m.insert(handle, exec));
+    handle as *mut aclOpExecutor
+}
+
+fn not_live(what: &str, handle: *mut aclOpExecutor) -> Fault {
+    // CANN's nnopbase answers ACLNN_ERR_INNER for a pointer that is not an executor.
+    fault(
+        ACLNN_ERR_INNER,
+        format!("{what}: {handle:?} is not a live executor (launched already, or destroyed)"),
+    )
+}
+
+fn null_executor(what: &str) -> Fault {
+    fault(ACLNN_ERR_INNER_NULLPTR, format!("{what}: executor is NULL"))
+}
+
+/// Phase two's view of an executor: a non-repeatable one is consumed, a repeatable one stays.
+pub(crate) fn launch_of(op: &str, handle: *mut aclOpExecutor) -> Result<Launch, Fault> {
+    with_executors(|m| {
+        let key = handle as usize;
+        let exec = m.get(&key).ok_or_else(|| not_live(op, handle))?;
+        if exec.op != op {
+            return Err(fault(
+                ACLNN_ERR_PARAM_INVALID,
+                format!(
+                    "{op}: the executor was built by {}GetWorkspaceSize",
+                    exec.op
+                ),
+            ));
+        }
+        let launch = Launch {
+            workspace: exec.workspace,
+            bytes: exec.bytes,
+            kernel: exec.kernel.clone(),
+            bindings: exec.bindings.clone(),
+        };
+        if !exec.repeatable {
+            m.remove(&key);
+        }
+        Ok(launch)
+    })
+}
+
+/// `aclSetAclOpExecutorRepeatable`.
+pub(crate) fn set_repeatable(handle: *mut aclOpExecutor) -> Result<(), Fault> {
+    const WHAT: &str = "aclSetAclOpExecutorRepeatable";
+    if handle.is_null() {
+        return Err(null_executor(WHAT));
+    }
+    with_executors(|m| {
+        let exec = m
+            .get_mut(&(handle as usize))
+            .ok_or_else(|| not_live(WHAT, handle))?;
+        if !exec.rebindable {
+            // CANN refuses some operators (those with internal copies); the emulation models
+            // repeatable executors only for operators that declare their tensor slots.
+            return Err(fault(
+                ACLNN_ERR_PARAM_INVALID,
+                format!(
+                    "{WHAT}: the emulated {} does not support repeatable executors",
+                    exec.op
+                ),
+            ));
+        }
+        exec.repeatable = true;
+        Ok(())
+    })
+}
+
+/// `aclSetInputTensorAddr` / `aclSetOutputTensorAddr`: rebinds `slot` of a repeatable
+/// executor to `addr`, and records `addr` in `tensor` as CANN does.
+pub(crate) unsafe fn set_tensor_addr(
+    what: &str,
+    handle: *mut aclOpExecutor,
+    slot: Slot,
+    tensor: *mut aclTensor,
+    addr: *mut c_void,
+) -> Result<(), Fault> {
+    if handle.is_null() || tensor.is_null() {
+        return Err(fault(
+            ACLNN_ERR_INNER_NULLPTR,
+            format!("{what}: executor or tensor is NULL"),
+        ));
+    }
+    // CANN leaves a misaligned address undefined; the emulation rejects it.
+    if !(addr as u64).is_multiple_of(32) {
+        return Err(fault(
+            ACLNN_ERR_PARAM_INVALID,
+            format!("{what}: address {addr:?} is not 32-byte aligned"),
+        ));
+    }
+    with_executors(|m| {
+        let exec = m
+            .get_mut(&(handle as usize))
+            .ok_or_else(|| not_live(what, handle))?;
+        if !exec.repeatable {
+            // Assumption: rebinding a one-shot executor is refused (CANN documents it only
+            // for executors made repeatable).
+            return Err(fault(
+                ACLNN_ERR_PARAM_INVALID,
+                format!("{what}: the {} executor is not repeatable", exec.op),
+            ));
+        }
+        let bindings = Arc::make_mut(&mut exec.bindings);
+        let (list, index) = match slot {
+            Slot::Input(i) => (&mut bindings.inputs, i),
+            Slot::Output(i) => (&mut bindings.outputs, i),
+        };
+        let count = list.len();
+        let entry = list.get_mut(index).ok_or_else(|| {
+            fault(
+                ACLNN_ERR_PARAM_INVALID,
+                format!(
+                    "{what}: index {index} is out of range: {} has {count}",
+                    exec.op
+                ),
+            )
+        })?;
+        *entry = addr as u64;
+        Ok(())
+    })?;
+    (*(tensor as *mut TensorDesc)).addr = addr as u64;
+    Ok(())
+}
+
+/// `aclDestroyAclOpExecutor`: drops a live executor (a repeatable one, or one that phase two
+/// never consumed, as CANN's nnopbase also accepts).
+pub(crate) fn destroy_executor(handle: *mut aclOpExecutor) -> Result<(), Fault> {
+    const WHAT: &str = "aclDestroyAclOpExecutor";
+    if handle.is_null() {
+        return Err(null_executor(WHAT));
+    }
+    with_executors(|m| m.remove(&(handle as usize)))
+        .map(drop)
+        .ok_or_else(|| not_live(WHAT, handle))
 }
 
 #[allow(clippy::too_many_arguments)] // mirrors aclCreateTensor
@@ -125,6 +420,7 @@ pub(crate) unsafe fn create_tensor(
         offset: offset as usize,
         dtype,
         addr: data as u64,
+        slot: None,
     };
     if desc.numel() > 0 && desc.extent() > storage_elems {
         return Err(bad(format!(

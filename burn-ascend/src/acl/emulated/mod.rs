@@ -54,6 +54,7 @@ macro_rules! emulated_symbols {
     (
         runtime { $(fn $rname:ident($($rarg:ident: $rty:ty),*) -> $rret:ty;)* }
         nnopbase { $(fn $bname:ident($($barg:ident: $bty:ty),*) -> $bret:ty;)* }
+        optional { $(fn $xname:ident($($xarg:ident: $xty:ty),*) -> $xret:ty;)* }
         ops { $($op:ident / $ws:ident($($oarg:ident: $oty:ty),*);)* }
     ) => {
         #[allow(unused_imports)]
@@ -65,6 +66,7 @@ macro_rules! emulated_symbols {
             Some(match name {
                 $(stringify!($rname) => { let f: unsafe extern "C" fn($($rty),*) -> $rret = exports::$rname; f as *const c_void })*
                 $(stringify!($bname) => { let f: unsafe extern "C" fn($($bty),*) -> $bret = exports::$bname; f as *const c_void })*
+                $(stringify!($xname) => { let f: unsafe extern "C" fn($($xty),*) -> $xret = exports::$xname; f as *const c_void })*
                 $(stringify!($ws) => { let f: unsafe extern "C" fn($($oty,)* *mut u64, *mut *mut aclOpExecutor) -> aclnnStatus = exports::$ws; f as *const c_void })*
                 $(stringify!($op) => { let f: Phase2Fn = exports::$op; f as *const c_void })*
                 _ => return None,

@@ -5,12 +5,13 @@
 #![allow(missing_docs, non_snake_case, clippy::missing_safety_doc)]
 
 use super::fault::Fault;
+use super::meta::Kernel;
 use super::meta::{bool_array_arg, int_array_arg, scalar_arg, tensor_arg, TensorDesc};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::stream::Task;
 use super::view::{map, round_to, Vals};
 use crate::acl::dtype::DataType::{self, *};
 use crate::acl::types::*;
+use std::sync::Arc;
 
 const PAD: &[DataType] = &[
     F32, F16, I32, I64, I16, I8, U8, U16, U32, U64, Bool, F64, BF16,
@@ -70,7 +71,7 @@ pub unsafe extern "C" fn aclnnConstantPadNdGetWorkspaceSize(
         }
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 let src = map(OP, "self", &x)?.read(None)?;
                 let in_strides = super::meta::contiguous_strides(&x.shape);
                 let rank = out.shape.len();
@@ -107,7 +108,7 @@ pub unsafe extern "C" fn aclnnConstantPadNdGetWorkspaceSize(
                     }
                 };
                 map(OP, "out", &out)?.write(vals)
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -672,7 +673,7 @@ pub unsafe extern "C" fn aclnnConvolutionGetWorkspaceSize(
         }
         Ok((
             SCRATCH_WORKSPACE,
-            Box::new(move || {
+            Arc::new(move || {
                 let xv = read_cube(OP, "input", &x, conv.cube)?;
                 let wv = read_cube(OP, "weight", &w, conv.cube)?;
                 let mut y = conv.forward(&xv, &wv);
@@ -685,7 +686,7 @@ pub unsafe extern "C" fn aclnnConvolutionGetWorkspaceSize(
                     }
                 }
                 write_f32(OP, "output", &out, y)
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -782,7 +783,7 @@ pub unsafe extern "C" fn aclnnConvolutionBackwardGetWorkspaceSize(
         }
         Ok((
             SCRATCH_WORKSPACE,
-            Box::new(move || {
+            Arc::new(move || {
                 let gv = read_cube(OP, "gradOutput", &go, conv.cube)?;
                 if gi.is_some() || gw.is_some() {
                     let xv = read_cube(OP, "input", &x, conv.cube)?;
@@ -800,7 +801,7 @@ pub unsafe extern "C" fn aclnnConvolutionBackwardGetWorkspaceSize(
                     write_f32(OP, "gradBias", t, channel_sums(&gv, conv.c_out, per))?;
                 }
                 Ok(())
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }

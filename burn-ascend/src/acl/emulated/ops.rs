@@ -1,6 +1,8 @@
 //! The emulated aclnn operators. Phase one validates what the real operator validates (dtypes
 //! on Atlas A2 from `aclnn-ops.tsv`, shapes, ranks) and returns its status; phase two queues
-//! the kernel on the stream. Kernels map their views when they run.
+//! the kernel on the stream. Kernels map their views when they run. The arithmetic family,
+//! matmul and ReduceSum capture their tensors as argument slots, so their executors can be made
+//! repeatable and rebound to other addresses.
 #![allow(
     missing_docs,
     non_snake_case,
@@ -13,7 +15,10 @@ use std::ffi::{c_int, c_void};
 use super::fault::{fault, guard, Fault};
 use super::kernels;
 use super::machine::machine;
-use super::meta::{int_array_arg, scalar_arg, tensor_arg, tensor_list_arg, Executor, TensorDesc};
+use super::meta::{
+    int_array_arg, launch_of, new_executor, scalar_arg, tensor_arg, tensor_list_arg, Io, Kernel,
+    TensorDesc,
+};
 use crate::acl::dtype::DataType::{self, *};
 use crate::acl::types::status::*;
 use crate::acl::types::*;
@@ -72,7 +77,18 @@ pub(crate) unsafe fn phase1(
     op: &'static str,
     workspace_size: *mut u64,
     executor: *mut *mut aclOpExecutor,
-    build: impl FnOnce() -> Result<(u64, super::stream::Task), Fault>,
+    build: impl FnOnce() -> Result<(u64, Kernel), Fault>,
+) -> aclnnStatus {
+    phase1_io(op, workspace_size, executor, |_| build())
+}
+
+/// Phase one of an operator that captures its tensor arguments as slots (`io.input(..)`,
+/// `io.output(..)`, in header order), so that its executor can be made repeatable and rebound.
+pub(crate) unsafe fn phase1_io(
+    op: &'static str,
+    workspace_size: *mut u64,
+    executor: *mut *mut aclOpExecutor,
+    build: impl FnOnce(&mut Io) -> Result<(u64, Kernel), Fault>,
 ) -> aclnnStatus {
     guard(op, || {
         if workspace_size.is_null() || executor.is_null() {
@@ -81,20 +97,16 @@ pub(crate) unsafe fn phase1(
                 format!("{op}GetWorkspaceSize: workspaceSize or executor is NULL"),
             ));
         }
-        let (built, bytes) = super::counters::capture(build);
-        let (workspace, task) = built?;
+        let mut io = Io::default();
+        let (built, bytes) = super::counters::capture(|| build(&mut io));
+        let (workspace, kernel) = built?;
         *workspace_size = workspace;
-        *executor = Box::into_raw(Box::new(Executor {
-            op,
-            workspace,
-            task,
-            bytes,
-        })) as *mut aclOpExecutor;
+        *executor = new_executor(op, workspace, kernel, io, bytes);
         Ok(())
     })
 }
 
-/// Phase two: check the workspace and queue the kernel; the executor is consumed.
+/// Phase two: check the workspace and queue the kernel; a non-repeatable executor is consumed.
 pub(crate) unsafe fn phase2(
     op: &'static str,
     workspace: *mut c_void,
@@ -109,16 +121,7 @@ pub(crate) unsafe fn phase2(
                 format!("{op}: executor is NULL"),
             ));
         }
-        let exec = Box::from_raw(executor as *mut Executor);
-        if exec.op != op {
-            return Err(fault(
-                ACLNN_ERR_PARAM_INVALID,
-                format!(
-                    "{op}: the executor was built by {}GetWorkspaceSize",
-                    exec.op
-                ),
-            ));
-        }
+        let exec = launch_of(op, executor)?;
         let ws = workspace as u64;
         if exec.workspace > 0 {
             if workspace_size < exec.workspace || workspace.is_null() {
@@ -133,21 +136,20 @@ pub(crate) unsafe fn phase2(
                     format!("{op}: workspace {workspace:?} is not device memory"),
                 )
             })?;
-            npu.memory.resolve(ws, exec.workspace as usize)?;
+            npu.memory.check(ws, exec.workspace as usize)?;
         }
         let stream = machine().stream(stream)?;
         let need = exec.workspace as usize;
-        let task = exec.task;
         super::counters::launched(exec.bytes);
         stream.enqueue(Box::new(move || {
             if need > 0 {
                 // The workspace must still be live when the kernel runs.
                 machine()
                     .npu_of(ws)
-                    .map(|n| n.memory.resolve(ws, need))
+                    .map(|n| n.memory.check(ws, need))
                     .transpose()?;
             }
-            task().map_err(|f| Fault {
+            exec.run().map_err(|f| Fault {
                 code: f.code,
                 message: format!("{op} kernel: {}", f.message),
             })
@@ -299,11 +301,11 @@ unsafe fn binary(
     ws: Ws,
     ex: Ex,
 ) -> aclnnStatus {
-    phase1(op, ws, ex, || {
+    phase1_io(op, ws, ex, |io| {
         let (a, b, out) = (
-            tensor_arg(op, "self", a)?,
-            tensor_arg(op, "other", b)?,
-            tensor_arg(op, "out", out)?,
+            io.input(tensor_arg(op, "self", a)?),
+            io.input(tensor_arg(op, "other", b)?),
+            io.output(tensor_arg(op, "out", out)?),
         );
         for (n, t) in [("self", &a), ("other", &b), ("out", &out)] {
             check_dtype(op, n, t, ARITH)?;
@@ -325,8 +327,11 @@ unsafe fn binary_scalar(
     ws: Ws,
     ex: Ex,
 ) -> aclnnStatus {
-    phase1(op, ws, ex, || {
-        let (a, out) = (tensor_arg(op, "self", a)?, tensor_arg(op, "out", out)?);
+    phase1_io(op, ws, ex, |io| {
+        let (a, out) = (
+            io.input(tensor_arg(op, "self", a)?),
+            io.output(tensor_arg(op, "out", out)?),
+        );
         let s = scalar_arg(op, "other", s)?;
         for (n, t) in [("self", &a), ("out", &out)] {
             check_dtype(op, n, t, ARITH)?;
@@ -551,11 +556,11 @@ pub unsafe extern "C" fn aclnnMatmulGetWorkspaceSize(
     ex: Ex,
 ) -> aclnnStatus {
     const OP: &str = "aclnnMatmul";
-    phase1(OP, ws, ex, || {
+    phase1_io(OP, ws, ex, |io| {
         let (a, b, out) = (
-            tensor_arg(OP, "self", self_)?,
-            tensor_arg(OP, "mat2", mat2)?,
-            tensor_arg(OP, "out", out)?,
+            io.input(tensor_arg(OP, "self", self_)?),
+            io.input(tensor_arg(OP, "mat2", mat2)?),
+            io.output(tensor_arg(OP, "out", out)?),
         );
         for (n, t) in [("self", &a), ("mat2", &b), ("out", &out)] {
             check_dtype(OP, n, t, MATMUL)?;
@@ -652,8 +657,11 @@ pub unsafe extern "C" fn aclnnReduceSumGetWorkspaceSize(
     ex: Ex,
 ) -> aclnnStatus {
     const OP: &str = "aclnnReduceSum";
-    phase1(OP, ws, ex, || {
-        let (x, out) = (tensor_arg(OP, "self", self_)?, tensor_arg(OP, "out", out)?);
+    phase1_io(OP, ws, ex, |io| {
+        let (x, out) = (
+            io.input(tensor_arg(OP, "self", self_)?),
+            io.output(tensor_arg(OP, "out", out)?),
+        );
         let dims = int_array_arg(OP, "dims", dims)?;
         check_dtype(OP, "self", &x, REDUCE_SUM)?;
         check_dtype(OP, "out", &out, REDUCE_SUM)?;

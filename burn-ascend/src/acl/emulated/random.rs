@@ -3,12 +3,13 @@
 //! passing the same seed and advancing the offset.
 #![allow(missing_docs, non_snake_case, clippy::missing_safety_doc)]
 
+use super::meta::Kernel;
 use super::meta::{scalar_arg, tensor_arg, TensorDesc};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
-use super::stream::Task;
 use super::view::{map, Vals};
 use crate::acl::dtype::DataType::{self, *};
 use crate::acl::types::*;
+use std::sync::Arc;
 
 const UNIFORM: &[DataType] = &[F32, I32, I64, BF16, F16, I16, I8, U8, F64];
 const NORMAL: &[DataType] = &[F32, F16, BF16, F64];
@@ -31,9 +32,13 @@ fn unit(seed: u64, offset: u64, i: u64, stream: u64) -> f64 {
         / (1u64 << 53) as f64
 }
 
-fn fill(op: &'static str, dst: TensorDesc, f: impl Fn(u64) -> f64 + Send + 'static) -> Task {
-    Box::new(move || {
-        let v: Vec<f64> = (0..dst.numel() as u64).map(f).collect();
+fn fill(
+    op: &'static str,
+    dst: TensorDesc,
+    f: impl Fn(u64) -> f64 + Send + Sync + 'static,
+) -> Kernel {
+    Arc::new(move || {
+        let v: Vec<f64> = (0..dst.numel() as u64).map(&f).collect();
         let vals = if dst.dtype.is_float() {
             Vals::F(v)
         } else {

@@ -10,13 +10,14 @@
 )]
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use super::fault::Fault;
+use super::meta::Kernel;
 use super::meta::{
     contiguous_strides, int_array_arg, scalar_arg, tensor_arg, ScalarValue, TensorDesc,
 };
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::stream::Task;
 use super::view::{map, offsets, Vals};
 use crate::acl::dtype::DataType::{self, *};
 use crate::acl::types::*;
@@ -99,7 +100,7 @@ pub(crate) fn reduce_dims(
     keep: bool,
     out: TensorDesc,
     fold: Fold,
-) -> Result<Task, Fault> {
+) -> Result<Kernel, Fault> {
     let rank = x.shape.len();
     let mut reduced = vec![false; rank];
     for &d in dims {
@@ -137,7 +138,7 @@ pub(crate) fn reduce_dims(
             "cannot take the max or min of an empty dimension",
         ));
     }
-    Ok(Box::new(move || {
+    Ok(Arc::new(move || {
         // Accumulator slot of every input element: kept dims get the out strides, reduced 0.
         let kept: Vec<usize> = x
             .shape
@@ -527,7 +528,7 @@ unsafe fn arg_reduction(
         }
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 let r: Vec<i64> = match map(op, "self", &x)?.read(None)? {
                     Vals::F(v) => lanes(&x.shape, d)
                         .iter()
@@ -545,7 +546,7 @@ unsafe fn arg_reduction(
                         .collect(),
                 };
                 map(op, "out", &out)?.write(Vals::I(r))
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -597,8 +598,8 @@ fn same_shape_lane_op(
 }
 
 /// Running sum or product along a lane.
-fn scan(op: &'static str, x: TensorDesc, d: usize, out: TensorDesc, product: bool) -> Task {
-    Box::new(move || {
+fn scan(op: &'static str, x: TensorDesc, d: usize, out: TensorDesc, product: bool) -> Kernel {
+    Arc::new(move || {
         let vals = match map(op, "self", &x)?.read(None)? {
             Vals::F(v) => Vals::F(per_lane(&v, &x.shape, d, |l| {
                 let mut acc = if product { 1.0 } else { 0.0 };
@@ -693,7 +694,7 @@ unsafe fn running_extreme(
         )?;
         Ok((
             0,
-            Box::new(move || {
+            Arc::new(move || {
                 fn run<T: Copy + Default>(
                     lane: &[T],
                     better_or_equal: impl Fn(T, T) -> bool,
@@ -733,7 +734,7 @@ unsafe fn running_extreme(
                 };
                 map(op, "valuesOut", &vo)?.write(vals)?;
                 map(op, "indicesOut", &io)?.write(Vals::I(idx))
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -793,7 +794,7 @@ unsafe fn softmax(
         let d = same_shape_lane_op(op, &x, dim, &[("out", &out)], SOFTMAX)?;
         Ok((
             SCRATCH_WORKSPACE,
-            Box::new(move || {
+            Arc::new(move || {
                 let v = map(op, "self", &x)?.read(None)?.into_f64();
                 let r = per_lane(&v, &x.shape, d, |l| {
                     let m = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -809,7 +810,7 @@ unsafe fn softmax(
                         .collect()
                 });
                 map(op, "out", &out)?.write(Vals::F(r))
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }
@@ -863,7 +864,7 @@ pub unsafe extern "C" fn aclnnSortGetWorkspaceSize(
         )?;
         Ok((
             SCRATCH_WORKSPACE,
-            Box::new(move || {
+            Arc::new(move || {
                 fn sorted<T: Copy + Default>(
                     lane: &[T],
                     cmp: impl Fn(T, T) -> Ordering,
@@ -900,7 +901,7 @@ pub unsafe extern "C" fn aclnnSortGetWorkspaceSize(
                 };
                 map(OP, "valuesOut", &vo)?.write(vals)?;
                 map(OP, "indicesOut", &io)?.write(Vals::I(idx))
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }

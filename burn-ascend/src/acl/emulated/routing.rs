@@ -15,13 +15,14 @@
 )]
 
 use super::fault::{fault, Fault};
+use super::meta::Kernel;
 use super::meta::{tensor_arg, TensorDesc};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::stream::Task;
 use super::view::{map, Vals};
 use crate::acl::dtype::DataType::{self, *};
 use crate::acl::types::status::*;
 use crate::acl::types::*;
+use std::sync::Arc;
 
 const TOKENS: &[DataType] = &[F16, BF16, F32];
 const INDEX: &[DataType] = &[I32];
@@ -108,7 +109,7 @@ struct InitRouting {
 }
 
 impl InitRouting {
-    fn run(self, op: &str) -> Result<(), Fault> {
+    fn run(&self, op: &str) -> Result<(), Fault> {
         let ids = map(op, "expertIdx", &self.expert_idx)?
             .read(None)?
             .into_i64();
@@ -343,7 +344,7 @@ pub unsafe extern "C" fn aclnnMoeInitRoutingV2GetWorkspaceSize(
             experts,
             layout,
         };
-        Ok((SCRATCH_WORKSPACE, Box::new(move || call.run(OP)) as Task))
+        Ok((SCRATCH_WORKSPACE, Arc::new(move || call.run(OP)) as Kernel))
     })
 }
 
@@ -411,7 +412,7 @@ pub unsafe extern "C" fn aclnnMoeTokenUnpermuteGetWorkspaceSize(
         let rows = tokens.shape[0];
         Ok((
             SCRATCH_WORKSPACE,
-            Box::new(move || {
+            Arc::new(move || {
                 let values: Vec<f32> = map(OP, "permutedTokens", &tokens)?
                     .read(None)?
                     .into_f64()
@@ -456,7 +457,7 @@ pub unsafe extern "C" fn aclnnMoeTokenUnpermuteGetWorkspaceSize(
                     }
                 }
                 map(OP, "out", &out)?.write(Vals::F(acc.into_iter().map(f64::from).collect()))
-            }) as Task,
+            }) as Kernel,
         ))
     })
 }

@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use super::fault::{fault, guard, recent, report, Fault};
 use super::machine::{machine, AI_CORES, L2_BYTES, SOC_NAME, VECTOR_CORES};
-use super::meta::{create_scalar, create_tensor, Executor, TensorDesc, TensorList};
+use super::meta::{
+    create_scalar, create_tensor, destroy_executor, set_repeatable, set_tensor_addr, Slot,
+    TensorDesc, TensorList,
+};
 use super::stream::{Event, Stream};
 use crate::acl::types::device_info::*;
 use crate::acl::types::event_status::*;
@@ -507,7 +510,37 @@ pub unsafe extern "C" fn aclDestroyTensorList(array: *const aclTensorList) -> ac
 }
 
 pub unsafe extern "C" fn aclDestroyAclOpExecutor(executor: *mut aclOpExecutor) -> aclnnStatus {
-    destroy::<Executor>(executor as _, "executor")
+    guard("aclDestroyAclOpExecutor", || destroy_executor(executor))
+}
+
+pub unsafe extern "C" fn aclSetAclOpExecutorRepeatable(
+    executor: *mut aclOpExecutor,
+) -> aclnnStatus {
+    guard("aclSetAclOpExecutorRepeatable", || set_repeatable(executor))
+}
+
+pub unsafe extern "C" fn aclSetInputTensorAddr(
+    executor: *mut aclOpExecutor,
+    index: usize,
+    tensor: *mut aclTensor,
+    addr: *mut c_void,
+) -> aclnnStatus {
+    const WHAT: &str = "aclSetInputTensorAddr";
+    guard(WHAT, || {
+        set_tensor_addr(WHAT, executor, Slot::Input(index), tensor, addr)
+    })
+}
+
+pub unsafe extern "C" fn aclSetOutputTensorAddr(
+    executor: *mut aclOpExecutor,
+    index: usize,
+    tensor: *mut aclTensor,
+    addr: *mut c_void,
+) -> aclnnStatus {
+    const WHAT: &str = "aclSetOutputTensorAddr";
+    guard(WHAT, || {
+        set_tensor_addr(WHAT, executor, Slot::Output(index), tensor, addr)
+    })
 }
 
 /// The view shape of a descriptor (after data-dependent operators rewrite it). The array is

@@ -2,12 +2,13 @@
 //! 1 nearest, 2 bicubic; padding 0 zeros, 1 border, 2 reflection).
 #![allow(missing_docs, non_snake_case, clippy::missing_safety_doc)]
 
+use super::meta::Kernel;
 use super::meta::{tensor_arg, TensorDesc};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
-use super::stream::Task;
 use super::view::{map, Vals};
 use crate::acl::dtype::DataType::{self, *};
 use crate::acl::types::*;
+use std::sync::Arc;
 
 /// UNCERTAIN: the op doc lists F32/F16 (and F64 on some releases); BF16 is not listed.
 const GRID_SAMPLE: &[DataType] = &[F32, F16, F64];
@@ -114,8 +115,8 @@ fn sample(
     mode: i64,
     padding: i64,
     align: bool,
-) -> Task {
-    Box::new(move || {
+) -> Kernel {
+    Arc::new(move || {
         let v = map(op, "input", &x)?.read(None)?.into_f64();
         let grid = map(op, "grid", &g)?.read(None)?.into_f64();
         let [n, c, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];

@@ -79,16 +79,14 @@ pub(crate) fn map(op: &str, name: &str, desc: &TensorDesc) -> Result<Mapped, Fau
             desc: desc.clone(),
         });
     }
-    let npu = machine().npu_of(desc.addr).ok_or_else(|| {
+    let addr = desc.device_addr();
+    let npu = machine().npu_of(addr).ok_or_else(|| {
         fault(
             ACL_ERROR_RT_AICORE_EXCEPTION,
-            format!(
-                "{op}: {name} points at 0x{:x}, which is not device memory",
-                desc.addr
-            ),
+            format!("{op}: {name} points at 0x{addr:x}, which is not device memory"),
         )
     })?;
-    let (block, start) = npu.memory.resolve(desc.addr, bytes).map_err(|f| Fault {
+    let (block, start) = npu.memory.resolve(addr, bytes).map_err(|f| Fault {
         code: f.code,
         message: format!("{op}: {name} {}: {}", desc.describe(), f.message),
     })?;

@@ -66,9 +66,9 @@ fn launch(
 ) -> AclResult<()> {
     let ctx = x.ctx();
     let api = ctx.bind();
-    let xs = TensorListDesc::new(api, vec![x.desc()?])?;
-    let weights = TensorListDesc::new(api, vec![weight.desc()?])?;
-    let outs = TensorListDesc::new(api, vec![out.desc()?])?;
+    let xs = TensorListDesc::new(api, vec![x.desc_owned()?])?;
+    let weights = TensorListDesc::new(api, vec![weight.desc_owned()?])?;
+    let outs = TensorListDesc::new(api, vec![out.desc_owned()?])?;
     let list = group_list.desc()?;
     let none = std::ptr::null::<aclTensorList>();
     aclnn!(
