@@ -420,3 +420,96 @@ fn fusion_runs_composed_linear_as_one_addmm() {
         "aclnnAddmm, then the GELU program"
     );
 }
+
+/// Runs `f` on `B` (synchronised) and returns its outputs and the device work it queued.
+fn with_work<B: Backend>(
+    d: &B::Device,
+    f: impl FnOnce() -> Vec<TensorData>,
+) -> (Vec<TensorData>, u64, u64) {
+    B::sync(d).unwrap();
+    let before = work_counters();
+    let out = f();
+    B::sync(d).unwrap();
+    let w = work_counters().since(&before);
+    (out, w.kernel_launches, w.aclnn_launches)
+}
+
+/// Every fused op on the lazy backend: the outputs and the launches of `B`.
+fn fused_ops<B: Backend + burn_ascend::FusedOps>(d: &B::Device) -> (Vec<TensorData>, u64, u64) {
+    use burn::tensor::Int;
+    use burn_ascend::fused;
+    let x = Tensor::<B, 2>::from_data(host_values(vec![12, 40], 30), d);
+    let gamma = Tensor::<B, 1>::from_data(host_values(vec![40], 31), d);
+    let beta = Tensor::<B, 1>::from_data(host_values(vec![40], 32), d);
+    let dy = Tensor::<B, 2>::from_data(host_values(vec![12, 40], 33), d);
+    // Top-2 routing of 12 tokens: slot i holds token perm[i] / 2.
+    let perm = Tensor::<B, 1, Int>::from_data(
+        TensorData::new((0..24).map(|i| (i * 7) % 24).collect::<Vec<i32>>(), [24]),
+        d,
+    );
+    let w = Tensor::<B, 1>::from_data(host_values(vec![24], 34), d);
+    let experts = Tensor::<B, 3>::from_data(host_values(vec![3, 40, 16], 35), d);
+    let sizes = Tensor::<B, 1, Int>::from_data(TensorData::new(vec![5i32, 0, 7], [3]), d);
+    let ints =
+        Tensor::<B, 1, Int>::from_data(TensorData::new((0..9).collect::<Vec<i32>>(), [9]), d);
+    with_work::<B>(d, || {
+        let (y, mean, rstd) = fused::layer_norm(x.clone(), Some(gamma.clone()), Some(beta), 1e-5);
+        let (dx, dgamma, dbeta) = fused::layer_norm_backward(
+            dy.clone(),
+            x.clone(),
+            mean.clone(),
+            rstd.clone(),
+            Some(gamma),
+        );
+        let gathered = fused::moe_gather(x.clone(), perm.clone(), 2);
+        let scattered = fused::moe_scatter(gathered.clone(), perm.clone(), Some(w), 2);
+        let rearranged =
+            fused::token_rearrange(x.clone(), perm.clone().narrow(0, 0, 12).div_scalar(2));
+        let grouped = fused::grouped_matmul(x.clone(), experts, sizes.clone());
+        let dw =
+            fused::grouped_matmul_weight_grad(x.clone(), dy.clone().slice([0..12, 0..16]), sizes);
+        let added = fused::vector_add(x.clone().reshape([480]), dy.reshape([480]));
+        let int_added = fused::int_vector_add(ints.clone(), ints);
+        vec![
+            y.into_data(),
+            mean.into_data(),
+            rstd.into_data(),
+            dx.into_data(),
+            dgamma.into_data(),
+            dbeta.into_data(),
+            gathered.into_data(),
+            scattered.into_data(),
+            rearranged.into_data(),
+            grouped.into_data(),
+            dw.into_data(),
+            added.into_data(),
+            int_added.into_data(),
+        ]
+    })
+}
+
+#[test]
+#[serial]
+fn fused_ops_on_fusion_run_ascends_kernels_as_custom_ops() {
+    let d = ascend();
+    let (eager, eager_kernels, eager_aclnn) = fused_ops::<Ascend>(&d);
+    let (lazy, lazy_kernels, lazy_aclnn) = fused_ops::<Fusion<Ascend>>(&d);
+    for (i, (a, b)) in lazy.iter().zip(&eager).enumerate() {
+        assert_eq!(
+            a, b,
+            "output {i}: Fusion<Ascend> runs the same kernel as Ascend"
+        );
+    }
+    assert_eq!(
+        lazy_kernels, eager_kernels,
+        "the same Ascend C kernel launches"
+    );
+    assert_eq!(lazy_aclnn, eager_aclnn, "the same aclnn launches");
+    // layer_norm, its backward, moe_gather, moe_scatter, token_rearrange and the two vector
+    // adds are Ascend C kernels (the grouped matmuls are aclnn operators); their compositions
+    // would launch none.
+    assert_eq!(
+        lazy_kernels, 7,
+        "the fused ops ran as kernels, not compositions"
+    );
+}

@@ -4,10 +4,12 @@
 //! reference the kernels are tested against. `Ascend` overrides them with the Ascend C kernels
 //! (and aclnn's grouped matmul). `Autodiff<B>` runs the inner backend's fused ops forward and
 //! records their adjoints, built from the inner backend's fused ops, for the backward pass
-//! (see `autodiff.rs`).
+//! (see `autodiff.rs`). `Fusion<Ascend>` records each fused op as one custom op of its stream,
+//! run by Ascend's kernel (see `fusion.rs`).
 
 mod autodiff;
 pub mod composed;
+mod fusion;
 mod paged;
 
 pub use paged::{

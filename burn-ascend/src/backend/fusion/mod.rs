@@ -23,14 +23,11 @@ use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::{DType, Shape, TensorMetadata};
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
-use burn_fusion::{
-    Fusion, FusionBackend, FusionRuntime, NumOperations, OperationFuser, Optimization,
-};
+use burn_fusion::{FusionBackend, FusionRuntime, NumOperations, OperationFuser, Optimization};
 use burn_ir::{BackendIr, ScalarIr, TensorHandle, TensorIr};
 use serde::{Deserialize, Serialize};
 
 use super::{run, Ascend, AscendQTensor};
-use crate::backend::fused::FusedOps;
 use crate::ops::{copy, AscendTensor};
 use crate::runtime::AscendDevice;
 
@@ -242,7 +239,3 @@ impl FusionBackend for Ascend {
         AscendFusionHandle::Tensor(run("cast_float", copy::cast(&tensor, target)))
     }
 }
-
-/// The fused ops on a lazily executed backend run their composed defaults: each op of the
-/// composition is recorded in the fusion stream like any other.
-impl<B: FusionBackend + FusedOps> FusedOps for Fusion<B> {}

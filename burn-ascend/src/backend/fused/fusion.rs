@@ -1,0 +1,378 @@
+//! The fused ops on `Fusion<Ascend>`: each call is recorded as one custom op of the fusion
+//! stream and runs Ascend's kernel when the stream executes, instead of its composition op by
+//! op. The outputs' shapes and dtypes are recorded up front from the inputs' (the kernels'
+//! contracts fix them); the kernels' own checks run at execution, like every lazily executed op.
+
+use std::fmt::Debug;
+
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionTensor};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr, TensorStatus};
+
+use super::*;
+use crate::backend::fusion::{AscendFusionHandle, AscendFusionRuntime};
+
+type Handles = HandleContainer<AscendFusionHandle>;
+type Lazy = FusionTensor<AscendFusionRuntime>;
+
+/// A fused op in the stream: its recorded tensors, its scalar arguments and how to run it.
+#[derive(Debug)]
+struct FusedCall<A> {
+    desc: CustomOpIr,
+    args: A,
+    run: fn(&mut Handles, &CustomOpIr, &A),
+}
+
+impl<A: Debug + Send + Sync> Operation<AscendFusionRuntime> for FusedCall<A> {
+    fn execute(&self, handles: &mut Handles) {
+        (self.run)(handles, &self.desc, &self.args)
+    }
+}
+
+/// Records fused op `name` over `inputs` (optional ones already left out), producing tensors of
+/// the given shapes and dtypes.
+fn record<A: Debug + Send + Sync + 'static>(
+    name: &'static str,
+    inputs: Vec<Lazy>,
+    outputs: &[(Vec<usize>, DType)],
+    args: A,
+    run: fn(&mut Handles, &CustomOpIr, &A),
+) -> Vec<Lazy> {
+    let client = inputs[0].client.clone();
+    let streams = OperationStreams::with_inputs(&inputs);
+    let desc = CustomOpIr {
+        id: name.to_owned(),
+        inputs: inputs.into_iter().map(Lazy::into_ir).collect(),
+        outputs: outputs
+            .iter()
+            .map(|(shape, dtype)| TensorIr {
+                id: client.create_empty_handle(),
+                shape: Shape::from(shape.clone()),
+                status: TensorStatus::NotInit,
+                dtype: *dtype,
+            })
+            .collect(),
+    };
+    client.register(
+        streams,
+        OperationIr::Custom(desc.clone()),
+        FusedCall { desc, args, run },
+    )
+}
+
+/// Input `i` of a recorded call. Float, int and bool tensors are all `AscendTensor`s, so one
+/// accessor serves every kind.
+fn arg(h: &mut Handles, d: &CustomOpIr, i: usize) -> AscendTensor {
+    h.get_float_tensor::<Ascend>(&d.inputs[i])
+}
+
+/// Input `*next` if `present` (and then moves past it).
+fn optional(
+    h: &mut Handles,
+    d: &CustomOpIr,
+    present: bool,
+    next: &mut usize,
+) -> Option<AscendTensor> {
+    present.then(|| {
+        *next += 1;
+        arg(h, d, *next - 1)
+    })
+}
+
+/// Registers output `i` of a recorded call.
+fn put(h: &mut Handles, d: &CustomOpIr, i: usize, t: AscendTensor) {
+    h.register_float_tensor::<Ascend>(&d.outputs[i].id, t);
+}
+
+/// Dim `i` of a recorded tensor, 0 if it has no such dim (the kernel then reports the shape).
+fn dim(t: &Lazy, i: usize) -> usize {
+    t.shape.as_slice().get(i).copied().unwrap_or(0)
+}
+
+fn dims(t: &Lazy) -> Vec<usize> {
+    t.shape.as_slice().to_vec()
+}
+
+fn one(mut v: Vec<Lazy>) -> Lazy {
+    v.pop().expect("one output")
+}
+
+fn with_optional(
+    mut inputs: Vec<Lazy>,
+    optional: impl IntoIterator<Item = Option<Lazy>>,
+) -> Vec<Lazy> {
+    inputs.extend(optional.into_iter().flatten());
+    inputs
+}
+
+impl FusedOps for Fusion<Ascend> {
+    fn vector_add(x: FloatTensor<Self>, y: FloatTensor<Self>) -> FloatTensor<Self> {
+        let meta = [(dims(&x), x.dtype)];
+        one(record("vector_add", vec![x, y], &meta, (), |h, d, _| {
+            let r = Ascend::vector_add(arg(h, d, 0), arg(h, d, 1));
+            put(h, d, 0, r)
+        }))
+    }
+
+    fn int_vector_add(x: IntTensor<Self>, y: IntTensor<Self>) -> IntTensor<Self> {
+        let meta = [(dims(&x), x.dtype)];
+        one(record(
+            "int_vector_add",
+            vec![x, y],
+            &meta,
+            (),
+            |h, d, _| {
+                let r = Ascend::int_vector_add(arg(h, d, 0), arg(h, d, 1));
+                put(h, d, 0, r)
+            },
+        ))
+    }
+
+    fn layer_norm(
+        x: FloatTensor<Self>,
+        gamma: Option<FloatTensor<Self>>,
+        beta: Option<FloatTensor<Self>>,
+        eps: f64,
+    ) -> LayerNormOutput<Self> {
+        let shape = dims(&x);
+        let rows = shape[..shape.len().saturating_sub(1)].iter().product();
+        let meta = [
+            (shape, x.dtype),
+            (vec![rows], DType::F32),
+            (vec![rows], DType::F32),
+        ];
+        let args = (eps, gamma.is_some(), beta.is_some());
+        let inputs = with_optional(vec![x], [gamma, beta]);
+        let mut out = record("layer_norm", inputs, &meta, args, |h, d, &(eps, g, b)| {
+            let mut next = 1;
+            let x = arg(h, d, 0);
+            let gamma = optional(h, d, g, &mut next);
+            let beta = optional(h, d, b, &mut next);
+            let r = <Ascend as FusedOps>::layer_norm(x, gamma, beta, eps);
+            put(h, d, 0, r.y);
+            put(h, d, 1, r.mean);
+            put(h, d, 2, r.rstd);
+        })
+        .into_iter();
+        let mut next = || out.next().expect("three outputs");
+        LayerNormOutput {
+            y: next(),
+            mean: next(),
+            rstd: next(),
+        }
+    }
+
+    fn layer_norm_backward(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        gamma: Option<FloatTensor<Self>>,
+    ) -> LayerNormGrads<Self> {
+        let cols = dim(&x, x.shape.num_dims().saturating_sub(1));
+        let meta = [
+            (dims(&x), x.dtype),
+            (vec![cols], DType::F32),
+            (vec![cols], DType::F32),
+        ];
+        let has_gamma = gamma.is_some();
+        let inputs = with_optional(vec![dy, x, mean, rstd], [gamma]);
+        let mut out = record(
+            "layer_norm_backward",
+            inputs,
+            &meta,
+            has_gamma,
+            |h, d, &g| {
+                let mut next = 4;
+                let (dy, x, mean, rstd) = (arg(h, d, 0), arg(h, d, 1), arg(h, d, 2), arg(h, d, 3));
+                let gamma = optional(h, d, g, &mut next);
+                let r = Ascend::layer_norm_backward(dy, x, mean, rstd, gamma);
+                put(h, d, 0, r.dx);
+                put(h, d, 1, r.dgamma);
+                put(h, d, 2, r.dbeta);
+            },
+        )
+        .into_iter();
+        let mut next = || out.next().expect("three outputs");
+        LayerNormGrads {
+            dx: next(),
+            dgamma: next(),
+            dbeta: next(),
+        }
+    }
+
+    fn moe_gather(
+        x: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+        top_k: usize,
+    ) -> FloatTensor<Self> {
+        let meta = [(vec![dim(&indices, 0), dim(&x, 1)], x.dtype)];
+        one(record(
+            "moe_gather",
+            vec![x, indices],
+            &meta,
+            top_k,
+            |h, d, &k| {
+                let r = Ascend::moe_gather(arg(h, d, 0), arg(h, d, 1), k);
+                put(h, d, 0, r)
+            },
+        ))
+    }
+
+    fn moe_scatter(
+        y: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+        weights: Option<FloatTensor<Self>>,
+        top_k: usize,
+    ) -> FloatTensor<Self> {
+        let tokens = dim(&y, 0).checked_div(top_k).unwrap_or(0);
+        let meta = [(vec![tokens, dim(&y, 1)], y.dtype)];
+        let args = (top_k, weights.is_some());
+        let inputs = with_optional(vec![y, indices], [weights]);
+        one(record(
+            "moe_scatter",
+            inputs,
+            &meta,
+            args,
+            |h, d, &(k, w)| {
+                let mut next = 2;
+                let (y, indices) = (arg(h, d, 0), arg(h, d, 1));
+                let weights = optional(h, d, w, &mut next);
+                let r = Ascend::moe_scatter(y, indices, weights, k);
+                put(h, d, 0, r)
+            },
+        ))
+    }
+
+    fn token_rearrange(x: FloatTensor<Self>, perm: IntTensor<Self>) -> FloatTensor<Self> {
+        let meta = [(vec![dim(&perm, 0), dim(&x, 1)], x.dtype)];
+        one(record(
+            "token_rearrange",
+            vec![x, perm],
+            &meta,
+            (),
+            |h, d, _| {
+                let r = Ascend::token_rearrange(arg(h, d, 0), arg(h, d, 1));
+                put(h, d, 0, r)
+            },
+        ))
+    }
+
+    fn alloc_extend(
+        prefix_lens: IntTensor<Self>,
+        seq_lens: IntTensor<Self>,
+        last_loc: IntTensor<Self>,
+        free_pages: IntTensor<Self>,
+        page_size: usize,
+        extend_total: usize,
+    ) -> AllocExtendOutput<Self> {
+        let dtype = prefix_lens.dtype;
+        let meta = [(vec![extend_total], dtype), (vec![2], dtype)];
+        let inputs = vec![prefix_lens, seq_lens, last_loc, free_pages];
+        let args = (page_size, extend_total);
+        let mut out = record(
+            "alloc_extend",
+            inputs,
+            &meta,
+            args,
+            |h, d, &(page, total)| {
+                let r = Ascend::alloc_extend(
+                    arg(h, d, 0),
+                    arg(h, d, 1),
+                    arg(h, d, 2),
+                    arg(h, d, 3),
+                    page,
+                    total,
+                );
+                put(h, d, 0, r.slots);
+                put(h, d, 1, r.totals);
+            },
+        )
+        .into_iter();
+        let mut next = || out.next().expect("two outputs");
+        AllocExtendOutput {
+            slots: next(),
+            totals: next(),
+        }
+    }
+
+    fn decode_attention(
+        q: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: Option<FloatTensor<Self>>,
+        kv_indptr: IntTensor<Self>,
+        kv_indices: IntTensor<Self>,
+        num_kv_splits: IntTensor<Self>,
+        options: DecodeAttentionOptions,
+    ) -> DecodeAttentionOutput<Self> {
+        let (b, heads, dv, splits) = (
+            dim(&q, 0),
+            dim(&q, 1),
+            options.value_dim,
+            options.max_kv_splits,
+        );
+        let meta = [
+            (vec![b, heads, dv], q.dtype),
+            (vec![b, heads], DType::F32),
+            (vec![b, heads, splits, dv], DType::F32),
+            (vec![b, heads, splits], DType::F32),
+        ];
+        let args = (options, v_cache.is_some());
+        let inputs = with_optional(
+            vec![q, k_cache, kv_indptr, kv_indices, num_kv_splits],
+            [v_cache],
+        );
+        let mut out = record("decode_attention", inputs, &meta, args, |h, d, &(o, v)| {
+            let mut next = 5;
+            let (q, k) = (arg(h, d, 0), arg(h, d, 1));
+            let (indptr, indices, splits) = (arg(h, d, 2), arg(h, d, 3), arg(h, d, 4));
+            let v = optional(h, d, v, &mut next);
+            let r = Ascend::decode_attention(q, k, v, indptr, indices, splits, o);
+            put(h, d, 0, r.out);
+            put(h, d, 1, r.lse);
+            put(h, d, 2, r.part_out);
+            put(h, d, 3, r.part_lse);
+        })
+        .into_iter();
+        let mut next = || out.next().expect("four outputs");
+        DecodeAttentionOutput {
+            out: next(),
+            lse: next(),
+            part_out: next(),
+            part_lse: next(),
+        }
+    }
+
+    fn grouped_matmul(
+        x: FloatTensor<Self>,
+        weights: FloatTensor<Self>,
+        group_sizes: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let meta = [(vec![dim(&x, 0), dim(&weights, 2)], x.dtype)];
+        let inputs = vec![x, weights, group_sizes];
+        one(record("grouped_matmul", inputs, &meta, (), |h, d, _| {
+            let r = Ascend::grouped_matmul(arg(h, d, 0), arg(h, d, 1), arg(h, d, 2));
+            put(h, d, 0, r)
+        }))
+    }
+
+    fn grouped_matmul_weight_grad(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        group_sizes: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let meta = [(vec![dim(&group_sizes, 0), dim(&x, 1), dim(&dy, 1)], x.dtype)];
+        let inputs = vec![x, dy, group_sizes];
+        one(record(
+            "grouped_matmul_weight_grad",
+            inputs,
+            &meta,
+            (),
+            |h, d, _| {
+                let r =
+                    Ascend::grouped_matmul_weight_grad(arg(h, d, 0), arg(h, d, 1), arg(h, d, 2));
+                put(h, d, 0, r)
+            },
+        ))
+    }
+}
