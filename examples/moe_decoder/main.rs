@@ -2,7 +2,8 @@
 //! device (a real NPU when CANN finds one, else the emulated NPU) with `Autodiff<Ascend>`, saves
 //! its weights with Burn's recorder, then serves a batch of prompts of different lengths with
 //! the paged KV cache (fused `alloc_extend` and `decode_attention`) and prints each
-//! continuation and the decode throughput.
+//! continuation and the decode throughput. `--fusion` runs the same on `Fusion<Ascend>` (lazy
+//! execution with fused element-wise runs), with the same outputs.
 //!
 //! `cargo run --release --example moe_decoder -- --help` lists the options.
 
@@ -12,19 +13,18 @@ use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
 use burn::record::{BinFileRecorder, FullPrecisionSettings};
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_ascend::runtime::DeviceContext;
-use burn_ascend::{Ascend, AscendDevice};
+use burn_ascend::{Ascend, AscendDevice, FusedOps};
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::model::MoeDecoder;
 use burn_ascend_suite::moe::serve::{Sampling, ServeConfig, Server};
 use burn_ascend_suite::moe::train::{train, TrainConfig};
 use burn_autodiff::Autodiff;
+use burn_fusion::Fusion;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-
-type Training = Autodiff<Ascend>;
 
 /// Train and serve the MoE decoder on Ascend.
 #[derive(Parser, Debug)]
@@ -32,6 +32,9 @@ struct Args {
     /// Device: npu, npu:N, emulated or emulated:N (default: an NPU if CANN has one).
     #[arg(long)]
     device: Option<String>,
+    /// Run on Fusion<Ascend>: ops recorded lazily, element-wise runs fused into one kernel.
+    #[arg(long)]
+    fusion: bool,
     /// Training steps (0 with --load to only serve).
     #[arg(long, default_value_t = 60)]
     steps: usize,
@@ -102,7 +105,21 @@ fn run(args: Args) -> Result<(), String> {
     // Open the device up front: an explicit --device npu without CANN or an NPU is an error
     // here, not a panic inside the first tensor op.
     DeviceContext::get(&device).map_err(|e| format!("cannot open {device:?}: {e}"))?;
-    println!("device: {}", Ascend::name(&device));
+    if args.fusion {
+        println!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
+        train_and_serve::<Autodiff<Fusion<Ascend>>>(&args, &device)
+    } else {
+        println!("device: {}", Ascend::name(&device));
+        train_and_serve::<Autodiff<Ascend>>(&args, &device)
+    }
+}
+
+/// Trains on `B` (an autodiff backend over an Ascend backend), then serves on its inner backend.
+fn train_and_serve<B>(args: &Args, device: &AscendDevice) -> Result<(), String>
+where
+    B: AutodiffBackend<Device = AscendDevice> + FusedOps,
+    B::InnerBackend: FusedOps,
+{
     let cfg = MoeConfig::new()
         .with_hidden(args.hidden)
         .with_layers(args.layers)
@@ -112,12 +129,12 @@ fn run(args: Args) -> Result<(), String> {
         .with_top_k(args.top_k)
         .with_expert_hidden(args.expert_hidden);
     cfg.validate().map_err(|e| e.to_string())?;
-    <Ascend as Backend>::seed(&device, args.seed);
+    B::seed(device, args.seed);
     let recorder = BinFileRecorder::<FullPrecisionSettings>::new();
-    let mut model = MoeDecoder::<Training>::new(&cfg, &device).map_err(|e| e.to_string())?;
+    let mut model = MoeDecoder::<B>::new(&cfg, device).map_err(|e| e.to_string())?;
     if let Some(path) = &args.load {
         model = model
-            .load_file(path.clone(), &recorder, &device)
+            .load_file(path.clone(), &recorder, device)
             .map_err(|e| format!("loading {}: {e}", path.display()))?;
         println!("loaded weights from {}", path.display());
     }
@@ -146,7 +163,7 @@ fn run(args: Args) -> Result<(), String> {
             bar
         });
         let start = Instant::now();
-        model = train(model, &tokens, &train_cfg, &device, |r| {
+        model = train(model, &tokens, &train_cfg, device, |r| {
             let line = format!(
                 "loss {:.3} aux {:.3} {:.0} tokens/s",
                 r.loss, r.aux, r.tokens_per_second
@@ -190,7 +207,7 @@ fn run(args: Args) -> Result<(), String> {
         max_kv_splits: 4,
         record_logits: false,
     };
-    let mut server = Server::new(model.valid(), serve, &device);
+    let mut server = Server::new(model.valid(), serve, device);
     let prompts = [
         "The lighthouse keeper",
         "She counted",
