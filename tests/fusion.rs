@@ -513,3 +513,29 @@ fn fused_ops_on_fusion_run_ascends_kernels_as_custom_ops() {
         "the fused ops ran as kernels, not compositions"
     );
 }
+
+#[test]
+#[serial]
+fn an_input_read_again_after_the_block_stays_alive() {
+    // `b` feeds a fused run and, later in the same recorded stream, a reduction. The block must
+    // not release `b`: its last use is the reduction, after the block.
+    let d = ascend();
+    let (ad, bd) = (host_values(vec![4, 8], 40), host_values(vec![4, 8], 41));
+    let a = Tensor::<Fusion<Ascend>, 2>::from_data(ad.clone(), &d);
+    let b = Tensor::<Fusion<Ascend>, 2>::from_data(bd.clone(), &d);
+    let fused = (a * 2.0 + b.clone()).exp();
+    let later = b.sum();
+    let (fa, fb) = (on_flex::<2>(&ad), on_flex::<2>(&bd));
+    assert_close(
+        "fused run",
+        &fused.into_data(),
+        &(fa * 2.0 + fb.clone()).exp().into_data(),
+        1e-5,
+    );
+    assert_close(
+        "later reduction",
+        &later.into_data(),
+        &fb.sum().into_data(),
+        1e-5,
+    );
+}

@@ -114,12 +114,18 @@ fn config() -> ProptestConfig {
 
 /// Runs one property case on Ascend and on the reference and compares the results.
 fn both(what: &str, ascend: impl FnOnce() -> TensorData, reference: impl FnOnce() -> TensorData) {
-    compare(
-        what,
-        Tolerance::DEFAULT,
-        ("Ascend", || vec![ascend()]),
-        || vec![reference()],
-    );
+    both_within(what, Tolerance::DEFAULT, ascend, reference)
+}
+
+fn both_within(
+    what: &str,
+    tolerance: Tolerance,
+    ascend: impl FnOnce() -> TensorData,
+    reference: impl FnOnce() -> TensorData,
+) {
+    compare(what, tolerance, ("Ascend", || vec![ascend()]), || {
+        vec![reference()]
+    });
 }
 
 const ASCEND: AscendDevice = AscendDevice::Emulated(0);
@@ -136,6 +142,24 @@ fn add_mul<B: Backend>(
     let a = l.tensor::<B>(device, dtype, Role::Lhs, 0);
     let b = r.tensor::<B>(device, dtype, Role::Rhs, 3);
     (a.clone() + b.clone() * a).into_data()
+}
+
+/// A chain of element-wise ops over broadcast strided operands (one fused program on
+/// `Fusion<Ascend>`): GELU of an affine map, sigmoid times tanh, a comparison mask, a clamp.
+fn fused_chain<B: Backend>(
+    device: &B::Device,
+    dtype: DType,
+    (l, r): &(Strided, Strided),
+) -> TensorData {
+    use burn::tensor::activation::{gelu, sigmoid};
+    let a = l.tensor::<B>(device, dtype, Role::Lhs, 0);
+    let b = r.tensor::<B>(device, dtype, Role::Rhs, 3);
+    let g = gelu(a.clone() * 0.5 + b.clone());
+    let s = sigmoid(b.clone()) * a.clone().tanh();
+    let mask = a.clone().greater(b.clone());
+    (g + s)
+        .mask_where(mask, a.clamp(-1.0, 1.0) - b.abs())
+        .into_data()
 }
 
 fn sum_dim<B: Backend>(device: &B::Device, dtype: DType, x: &Strided, dim: usize) -> TensorData {
@@ -209,6 +233,13 @@ proptest! {
         both(&format!("a + b * a {dtype:?} {pair:?}"),
             || add_mul::<Ascend>(&ASCEND, dtype, &pair),
             || add_mul::<Flex>(&Default::default(), dtype, &pair));
+    }
+
+    #[test]
+    fn prop_fused_chain(pair in broadcast_pair(), dtype in float_dtype()) {
+        both_within(&format!("element-wise chain {dtype:?} {pair:?}"), Tolerance::F32_IN_F64,
+            || fused_chain::<Ascend>(&ASCEND, dtype, &pair),
+            || fused_chain::<Flex>(&Default::default(), dtype, &pair));
     }
 
     #[test]

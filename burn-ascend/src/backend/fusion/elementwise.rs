@@ -121,11 +121,10 @@ impl ElementwiseOptimization {
             .iter()
             .map(|t| global(context, t))
             .collect();
-        let inputs: Vec<TensorIr> = lowering.inputs.iter().map(|t| global(context, t)).collect();
         let Some(shape) = outputs.first().map(|t| t.shape.clone()) else {
             // Nothing outlives the block: only the inputs it consumed need releasing.
-            for t in &inputs {
-                context.handles.get_handle(&t.id, &t.status);
+            for t in &lowering.inputs {
+                take_input(context, t);
             }
             return;
         };
@@ -138,7 +137,11 @@ impl ElementwiseOptimization {
             }
             return;
         }
-        let tensors: Vec<AscendTensor> = inputs.iter().map(|t| take_input(context, t)).collect();
+        let tensors: Vec<AscendTensor> = lowering
+            .inputs
+            .iter()
+            .map(|t| take_input(context, t))
+            .collect();
         let results = run(
             "elementwise_program",
             run_program(&lowering.program(), &tensors, shape.as_slice()),

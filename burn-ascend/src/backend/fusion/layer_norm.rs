@@ -127,7 +127,8 @@ fn parse(ops: &[OperationIr]) -> Option<Bound> {
         return None;
     }
     let mut bound = Bound {
-        x: x.clone(),
+        // The subtraction is x's last use in the block: its status says who else holds x.
+        x: sub.lhs.clone(),
         eps,
         gamma: None,
         beta: None,
@@ -261,15 +262,14 @@ impl LayerNormOptimization {
     pub(super) fn execute(&mut self, context: &mut Context<AscendFusionHandle>) {
         let b = parse(&self.ops).expect("a recorded block parses as it did when fused");
         let eps = scalar(context, &b.eps);
-        let (x, out) = (global(context, &b.x), global(context, &b.result));
-        let gamma = b.gamma.as_ref().map(|t| global(context, t));
-        let beta = b.beta.as_ref().map(|t| global(context, t));
-        let xt = take_input(context, &x);
-        let h = *x.shape.last().expect("rank >= 1");
-        let mut param = |t: Option<TensorIr>| {
-            t.map(|t| Ascend::float_reshape(take_input(context, &t), [h].into()))
+        let out = global(context, &b.result);
+        let h = *out.shape.last().expect("rank >= 1");
+        let xt = take_input(context, &b.x);
+        let mut param = |t: &Option<TensorIr>| {
+            t.as_ref()
+                .map(|t| Ascend::float_reshape(take_input(context, t), [h].into()))
         };
-        let (g, bt) = (param(gamma), param(beta));
+        let (g, bt) = (param(&b.gamma), param(&b.beta));
         let (y, _, _) = run(
             "layer_norm",
             layer_norm(&xt, g.as_ref(), bt.as_ref(), eps as f64),

@@ -168,14 +168,13 @@ impl LinearOptimization {
     pub(super) fn execute(&mut self, context: &mut Context<AscendFusionHandle>) {
         let b = parse(&self.ops).expect("a recorded block parses as it did when fused");
         let recorded = |t: &Option<TensorIr>| t.clone().expect("a complete pattern");
+        let (w, bias) = (recorded(&b.weight), recorded(&b.bias));
         let out = global(context, &recorded(&b.out));
-        let (x, w, bias) = (
-            global(context, &b.x),
-            global(context, &recorded(&b.weight)),
-            global(context, &recorded(&b.bias)),
-        );
-        let (k, n) = (w.shape[w.shape.rank() - 2], w.shape[w.shape.rank() - 1]);
-        let xt = take_input(context, &x);
+        let (k, n) = {
+            let w = global(context, &w);
+            (w.shape[w.shape.rank() - 2], w.shape[w.shape.rank() - 1])
+        };
+        let xt = take_input(context, &b.x);
         let wt = Ascend::float_reshape(take_input(context, &w), [k, n].into());
         let bt = Ascend::float_reshape(take_input(context, &bias), [n].into());
         let y = run("linear", linear(&xt, &wt, &bt));

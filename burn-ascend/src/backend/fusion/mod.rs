@@ -189,10 +189,13 @@ fn global(context: &Context<AscendFusionHandle>, t: &TensorIr) -> TensorIr {
         .clone()
 }
 
-/// Takes a block input (an execution's tensor) as an `Ascend` float tensor of its recorded
-/// shape; its handle leaves the context when this is its last use.
-fn take_input(context: &mut Context<AscendFusionHandle>, t: &TensorIr) -> AscendTensor {
-    let handle = context.handles.get_handle(&t.id, &t.status);
+/// Takes a block input as an `Ascend` float tensor of this execution's shape. `recorded` is the
+/// input as the block's last op using it recorded it: its status says whether the block holds
+/// the last reference (then the handle leaves the context). The context's own status is the
+/// tensor's last use in the whole recorded stream, which may come after the block.
+fn take_input(context: &mut Context<AscendFusionHandle>, recorded: &TensorIr) -> AscendTensor {
+    let t = global(context, recorded);
+    let handle = context.handles.get_handle(&t.id, &recorded.status);
     shaped(
         TensorHandle {
             handle,
