@@ -539,3 +539,36 @@ fn an_input_read_again_after_the_block_stays_alive() {
         1e-5,
     );
 }
+
+#[test]
+#[serial]
+fn fusion_runs_composed_softmax_as_one_operator() {
+    use burn::tensor::activation::{log_softmax, softmax};
+    let x = host_values(vec![6, 4, 33], 50);
+    for dim in [2, 1] {
+        let (got, kernels, aclnn) = fused(&x, |t: Tensor<Fusion<Ascend>, 3>| softmax(t, dim));
+        assert_close(
+            "softmax",
+            &got,
+            &softmax(on_flex::<3>(&x), dim).into_data(),
+            1e-5,
+        );
+        assert_eq!(
+            (kernels, aclnn),
+            (0, 1),
+            "softmax over dim {dim}: one aclnnSoftmax"
+        );
+        let (got, kernels, aclnn) = fused(&x, |t: Tensor<Fusion<Ascend>, 3>| log_softmax(t, dim));
+        assert_close(
+            "log_softmax",
+            &got,
+            &log_softmax(on_flex::<3>(&x), dim).into_data(),
+            1e-5,
+        );
+        assert_eq!(
+            (kernels, aclnn),
+            (0, 1),
+            "log_softmax over dim {dim}: one aclnnLogSoftmax"
+        );
+    }
+}

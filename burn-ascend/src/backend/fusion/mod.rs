@@ -2,22 +2,25 @@
 //! `Autodiff<Fusion<Ascend>>`) records the op stream lazily and runs it on the device.
 //!
 //! Handles are the backend's own tensors: fusion hands them back to the `Ascend` ops unchanged.
-//! Three fusers are registered: runs of element-wise ops become one launch of the interpreted
+//! Four fusers are registered: runs of element-wise ops become one launch of the interpreted
 //! `elementwise_program` kernel (`elementwise.rs`, lowered by `lower.rs`); layer norm as Burn
 //! composes it becomes one launch of the `layer_norm` kernel (`layer_norm.rs`); linear as Burn
-//! composes it (matmul, then bias) becomes one aclnnAddmm (`linear.rs`). Every other recorded
-//! op runs through its `Ascend` implementation.
+//! composes it (matmul, then bias) becomes one aclnnAddmm (`linear.rs`); softmax and
+//! log-softmax as Burn composes them become one aclnnSoftmax / aclnnLogSoftmax (`softmax.rs`).
+//! Every other recorded op runs through its `Ascend` implementation.
 
 mod elementwise;
 mod layer_norm;
 mod linear;
 mod lower;
 mod pattern;
+mod softmax;
 
 pub use elementwise::{ElementwiseFuser, ElementwiseOptimization};
 pub use layer_norm::{LayerNormFuser, LayerNormOptimization, LayerNormPattern};
 pub use linear::{LinearFuser, LinearOptimization, LinearPattern};
 pub use pattern::{Pattern, PatternFuser};
+pub use softmax::{SoftmaxFuser, SoftmaxOptimization, SoftmaxPattern};
 
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
@@ -63,6 +66,8 @@ pub enum AscendOptimization {
     LayerNorm(LayerNormOptimization),
     /// A composed linear (matmul plus bias) as one aclnnAddmm.
     Linear(LinearOptimization),
+    /// A composed softmax or log-softmax as one aclnn operator.
+    Softmax(SoftmaxOptimization),
 }
 
 /// The serialized form of an [`AscendOptimization`].
@@ -74,6 +79,8 @@ pub enum AscendOptimizationState {
     LayerNorm(LayerNormOptimization),
     /// See [`AscendOptimization::Linear`].
     Linear(LinearOptimization),
+    /// See [`AscendOptimization::Softmax`].
+    Softmax(SoftmaxOptimization),
 }
 
 impl NumOperations for AscendOptimization {
@@ -82,6 +89,7 @@ impl NumOperations for AscendOptimization {
             Self::Elementwise(o) => o.len(),
             Self::LayerNorm(o) => o.len(),
             Self::Linear(o) => o.len(),
+            Self::Softmax(o) => o.len(),
         }
     }
 
@@ -90,6 +98,7 @@ impl NumOperations for AscendOptimization {
             Self::Elementwise(o) => o.name(),
             Self::LayerNorm(o) => o.name(),
             Self::Linear(o) => o.name(),
+            Self::Softmax(o) => o.name(),
         }
     }
 }
@@ -104,6 +113,7 @@ impl Optimization<AscendFusionRuntime> for AscendOptimization {
             Self::Elementwise(o) => o.execute(context, execution),
             Self::LayerNorm(o) => o.execute(context),
             Self::Linear(o) => o.execute(context),
+            Self::Softmax(o) => o.execute(context),
         }
     }
 
@@ -112,6 +122,7 @@ impl Optimization<AscendFusionRuntime> for AscendOptimization {
             Self::Elementwise(o) => AscendOptimizationState::Elementwise(o.clone()),
             Self::LayerNorm(o) => AscendOptimizationState::LayerNorm(o.clone()),
             Self::Linear(o) => AscendOptimizationState::Linear(o.clone()),
+            Self::Softmax(o) => AscendOptimizationState::Softmax(o.clone()),
         }
     }
 
@@ -120,6 +131,7 @@ impl Optimization<AscendFusionRuntime> for AscendOptimization {
             AscendOptimizationState::Elementwise(o) => Self::Elementwise(o),
             AscendOptimizationState::LayerNorm(o) => Self::LayerNorm(o),
             AscendOptimizationState::Linear(o) => Self::Linear(o),
+            AscendOptimizationState::Softmax(o) => Self::Softmax(o),
         }
     }
 }
@@ -135,6 +147,7 @@ impl FusionRuntime for AscendFusionRuntime {
             Box::new(ElementwiseFuser::default()),
             Box::new(LayerNormFuser::default()),
             Box::new(LinearFuser::default()),
+            Box::new(SoftmaxFuser::default()),
         ]
     }
 }

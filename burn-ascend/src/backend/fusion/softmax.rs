@@ -1,0 +1,179 @@
+//! A pattern fusion: softmax and log-softmax as Burn composes them (`ActivationOps`' defaults,
+//! which `Fusion` records op by op: a max, a shift, exp, a sum, then a divide or a log and a
+//! subtract) run as one aclnnSoftmax or aclnnLogSoftmax, as eager `Ascend` does.
+//!
+//! Softmax: `m = max_dim(x)`, `c = x - m`, `e = exp(c)`, `s = sum_dim(e)`, `e / s`.
+//! Log-softmax: the same up to `s`, then `c - log(s)`. Every intermediate must die inside the
+//! block.
+
+use burn_backend::ops::ActivationOps;
+use burn_fusion::stream::Context;
+use burn_fusion::NumOperations;
+use burn_ir::{FloatOperationIr, NumericOperationIr, OperationIr, TensorIr, TensorStatus};
+use serde::{Deserialize, Serialize};
+
+use super::pattern::{Pattern, PatternFuser};
+use super::{global, take_input, AscendFusionHandle, AscendOptimization};
+use crate::backend::Ascend;
+
+/// What a recorded prefix of the pattern has bound.
+#[derive(Debug, Clone, PartialEq)]
+struct Bound {
+    /// x as its last use in the block (the shift) recorded it.
+    x: TensorIr,
+    dim: usize,
+    log: bool,
+    out: Option<TensorIr>,
+}
+
+fn consumed(t: &TensorIr, id: burn_ir::TensorId) -> bool {
+    t.id == id && t.status == TensorStatus::ReadWrite
+}
+
+fn numeric(op: &OperationIr) -> Option<&NumericOperationIr> {
+    match op {
+        OperationIr::NumericFloat(_, n) => Some(n),
+        _ => None,
+    }
+}
+
+fn float(op: &OperationIr) -> Option<&FloatOperationIr> {
+    match op {
+        OperationIr::Float(_, f) => Some(f),
+        _ => None,
+    }
+}
+
+/// `Some(bound)` while `ops` is a prefix of either pattern (`bound.out` once complete).
+fn parse(ops: &[OperationIr]) -> Option<Bound> {
+    use NumericOperationIr as N;
+    let N::MaxDim(max) = numeric(ops.first()?)? else {
+        return None;
+    };
+    let (x, dim) = (&max.input, max.axis);
+    let mut bound = Bound {
+        x: x.clone(),
+        dim,
+        log: false,
+        out: None,
+    };
+    let Some(op) = ops.get(1) else {
+        return Some(bound);
+    };
+    let N::Sub(shift) = numeric(op)? else {
+        return None;
+    };
+    if shift.lhs.id != x.id || !consumed(&shift.rhs, max.out.id) {
+        return None;
+    }
+    bound.x = shift.lhs.clone();
+    let c = &shift.out;
+    let Some(op) = ops.get(2) else {
+        return Some(bound);
+    };
+    let FloatOperationIr::Exp(exp) = float(op)? else {
+        return None;
+    };
+    // Softmax's shift dies in exp; log-softmax keeps it for the final subtraction.
+    if exp.input.id != c.id {
+        return None;
+    }
+    bound.log = exp.input.status == TensorStatus::ReadOnly;
+    let e = &exp.out;
+    let Some(op) = ops.get(3) else {
+        return Some(bound);
+    };
+    let N::SumDim(sum) = numeric(op)? else {
+        return None;
+    };
+    let e_status = if bound.log {
+        TensorStatus::ReadWrite
+    } else {
+        TensorStatus::ReadOnly
+    };
+    if sum.input.id != e.id || sum.input.status != e_status || sum.axis != dim {
+        return None;
+    }
+    let s = &sum.out;
+    let Some(op) = ops.get(4) else {
+        return Some(bound);
+    };
+    if !bound.log {
+        let N::Div(div) = numeric(op)? else {
+            return None;
+        };
+        if !consumed(&div.lhs, e.id) || !consumed(&div.rhs, s.id) || ops.len() > 5 {
+            return None;
+        }
+        bound.out = Some(div.out.clone());
+        return Some(bound);
+    }
+    let FloatOperationIr::Log(log) = float(op)? else {
+        return None;
+    };
+    if !consumed(&log.input, s.id) {
+        return None;
+    }
+    let Some(op) = ops.get(5) else {
+        return Some(bound);
+    };
+    let N::Sub(sub) = numeric(op)? else {
+        return None;
+    };
+    if !consumed(&sub.lhs, c.id) || !consumed(&sub.rhs, log.out.id) || ops.len() > 6 {
+        return None;
+    }
+    bound.out = Some(sub.out.clone());
+    Some(bound)
+}
+
+/// The composed softmax and log-softmax as a [`Pattern`].
+#[derive(Debug)]
+pub struct SoftmaxPattern;
+
+impl Pattern for SoftmaxPattern {
+    const GROWS: bool = false;
+
+    fn matches(ops: &[OperationIr]) -> Option<bool> {
+        parse(ops).map(|b| b.out.is_some())
+    }
+
+    fn optimization(ops: Vec<OperationIr>) -> AscendOptimization {
+        AscendOptimization::Softmax(SoftmaxOptimization { ops })
+    }
+}
+
+/// Recognises the composed softmax and log-softmax in the op stream.
+pub type SoftmaxFuser = PatternFuser<SoftmaxPattern>;
+
+/// A composed softmax or log-softmax run as one aclnn operator.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SoftmaxOptimization {
+    ops: Vec<OperationIr>,
+}
+
+impl NumOperations for SoftmaxOptimization {
+    fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn name(&self) -> &'static str {
+        "softmax"
+    }
+}
+
+impl SoftmaxOptimization {
+    pub(super) fn execute(&mut self, context: &mut Context<AscendFusionHandle>) {
+        let b = parse(&self.ops).expect("a recorded block parses as it did when fused");
+        let out = global(context, &b.out.expect("a complete pattern"));
+        let x = take_input(context, &b.x);
+        let y = if b.log {
+            Ascend::log_softmax(x, b.dim)
+        } else {
+            Ascend::softmax(x, b.dim)
+        };
+        context
+            .handles
+            .register_handle(out.id, AscendFusionHandle::Tensor(y));
+    }
+}
