@@ -17,10 +17,6 @@ mod common {
     // entry must keep failing against the reference; when burn-fusion changes, it leaves.
     const DEFAULT_COMPOSITION: &str = "burn-fusion 0.21 runs Burn's default composition";
     const NO_BOOL_SCALARS: &str = "burn-fusion 0.21 has no bool scalars";
-    const EMPTY_SOFTMAX: &str = "burn-fusion 0.21 composes it as a negation, then softmax's \
-                                 composition, whose max_dim rejects an empty dim when it runs \
-                                 unfused (burn-flex's native op accepts it; softmax and \
-                                 log_softmax map onto aclnn's operators)";
 
     /// Where `Fusion<Ascend>` differs from burn-flex because of burn-fusion itself.
     pub const KNOWN_DEVIATIONS: &[(&str, &str)] = &[
@@ -32,7 +28,6 @@ mod common {
         ("bool_equal_elem", NO_BOOL_SCALARS),
         ("bool_not_equal_elem", NO_BOOL_SCALARS),
         ("bool_mask_fill", NO_BOOL_SCALARS),
-        ("activation_softmin", EMPTY_SOFTMAX),
     ];
 }
 

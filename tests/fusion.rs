@@ -543,7 +543,7 @@ fn an_input_read_again_after_the_block_stays_alive() {
 #[test]
 #[serial]
 fn fusion_runs_composed_softmax_as_one_operator() {
-    use burn::tensor::activation::{log_softmax, softmax};
+    use burn::tensor::activation::{log_softmax, softmax, softmin};
     let x = host_values(vec![6, 4, 33], 50);
     for dim in [2, 1] {
         let (got, kernels, aclnn) = fused(&x, |t: Tensor<Fusion<Ascend>, 3>| softmax(t, dim));
@@ -570,5 +570,19 @@ fn fusion_runs_composed_softmax_as_one_operator() {
             (0, 1),
             "log_softmax over dim {dim}: one aclnnLogSoftmax"
         );
+        // softmin (a negation first) and a scaled softmax (attention's): aclnnMuls, aclnnSoftmax.
+        let (got, kernels, aclnn) = fused(&x, |t: Tensor<Fusion<Ascend>, 3>| softmin(t, dim));
+        assert_close(
+            "softmin",
+            &got,
+            &softmin(on_flex::<3>(&x), dim).into_data(),
+            1e-5,
+        );
+        assert_eq!((kernels, aclnn), (0, 2), "softmin over dim {dim}");
+        let (got, kernels, aclnn) =
+            fused(&x, |t: Tensor<Fusion<Ascend>, 3>| softmax(t * 0.125, dim));
+        let want = softmax(on_flex::<3>(&x) * 0.125, dim).into_data();
+        assert_close("scaled softmax", &got, &want, 1e-5);
+        assert_eq!((kernels, aclnn), (0, 2), "scaled softmax over dim {dim}");
     }
 }

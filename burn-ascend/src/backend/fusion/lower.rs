@@ -365,12 +365,17 @@ fn bool_not(p: &mut Program, b: Value) -> Value {
     p.push(Op::AddS(neg, 1.0))
 }
 
+/// A scalar of the op stream as an f64.
+pub(crate) fn scalar_f64(s: &ScalarIr) -> f64 {
+    match *s {
+        ScalarIr::Float(v) => v,
+        ScalarIr::Int(v) => v as f64,
+        ScalarIr::UInt(v) => v as f64,
+        ScalarIr::Bool(b) => b as u8 as f64,
+    }
+}
+
 /// A scalar of the op stream as the f32 the program computes with.
 pub(crate) fn scalar_f32(s: &ScalarIr) -> f32 {
-    match *s {
-        ScalarIr::Float(v) => v as f32,
-        ScalarIr::Int(v) => v as f32,
-        ScalarIr::UInt(v) => v as f32,
-        ScalarIr::Bool(b) => b as u8 as f32,
-    }
+    scalar_f64(s) as f32
 }

@@ -219,16 +219,20 @@ fn take_input(context: &mut Context<AscendFusionHandle>, recorded: &TensorIr) ->
     )
 }
 
-/// A recorded scalar's value in this execution, as the f32 the kernels compute with.
-fn scalar(context: &Context<AscendFusionHandle>, s: &ScalarIr) -> f32 {
+/// A recorded scalar's value in this execution.
+fn scalar_value(context: &Context<AscendFusionHandle>, s: &ScalarIr) -> ScalarIr {
     match s {
-        ScalarIr::UInt(id) => context
+        ScalarIr::UInt(id) => *context
             .scalars
             .get(&ScalarId { value: *id })
-            .map(lower::scalar_f32)
             .expect("the op stream registered every scalar of the block"),
-        other => lower::scalar_f32(other),
+        other => *other,
     }
+}
+
+/// A recorded scalar's value in this execution, as the f32 the kernels compute with.
+fn scalar(context: &Context<AscendFusionHandle>, s: &ScalarIr) -> f32 {
+    lower::scalar_f32(&scalar_value(context, s))
 }
 
 /// The tensor of a handle with the shape the op stream recorded for it. The views agree while

@@ -3,17 +3,21 @@
 //! subtract) run as one aclnnSoftmax or aclnnLogSoftmax, as eager `Ascend` does.
 //!
 //! Softmax: `m = max_dim(x)`, `c = x - m`, `e = exp(c)`, `s = sum_dim(e)`, `e / s`.
-//! Log-softmax: the same up to `s`, then `c - log(s)`. Every intermediate must die inside the
-//! block.
+//! Log-softmax: the same up to `s`, then `c - log(s)`. Either may start with `x = x0 * a`
+//! (softmin's negation, attention's scale), which then runs first as one aclnnMuls. Every
+//! intermediate must die inside the block.
 
-use burn_backend::ops::ActivationOps;
+use burn_backend::ops::{ActivationOps, FloatTensorOps};
 use burn_fusion::stream::Context;
 use burn_fusion::NumOperations;
-use burn_ir::{FloatOperationIr, NumericOperationIr, OperationIr, TensorIr, TensorStatus};
+use burn_ir::{
+    FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorIr, TensorStatus,
+};
 use serde::{Deserialize, Serialize};
 
+use super::lower::scalar_f64;
 use super::pattern::{Pattern, PatternFuser};
-use super::{global, take_input, AscendFusionHandle, AscendOptimization};
+use super::{global, scalar_value, take_input, AscendFusionHandle, AscendOptimization};
 use crate::backend::Ascend;
 
 /// What a recorded prefix of the pattern has bound.
@@ -21,6 +25,8 @@ use crate::backend::Ascend;
 struct Bound {
     /// x as its last use in the block (the shift) recorded it.
     x: TensorIr,
+    /// `x = x0 * a` first: x0 as the block's multiply recorded it, and `a`.
+    scaled: Option<(TensorIr, ScalarIr)>,
     dim: usize,
     log: bool,
     out: Option<TensorIr>,
@@ -47,12 +53,30 @@ fn float(op: &OperationIr) -> Option<&FloatOperationIr> {
 /// `Some(bound)` while `ops` is a prefix of either pattern (`bound.out` once complete).
 fn parse(ops: &[OperationIr]) -> Option<Bound> {
     use NumericOperationIr as N;
-    let N::MaxDim(max) = numeric(ops.first()?)? else {
+    let (scaled, ops) = match numeric(ops.first()?)? {
+        N::MulScalar(m) => (Some(m), &ops[1..]),
+        _ => (None, ops),
+    };
+    let Some(first) = ops.first() else {
+        // A lone multiply may start the pattern; the max decides.
+        return scaled.map(|m| Bound {
+            x: m.out.clone(),
+            scaled: Some((m.lhs.clone(), m.rhs)),
+            dim: 0,
+            log: false,
+            out: None,
+        });
+    };
+    let N::MaxDim(max) = numeric(first)? else {
         return None;
     };
     let (x, dim) = (&max.input, max.axis);
+    if scaled.is_some_and(|m| m.out.id != x.id) {
+        return None;
+    }
     let mut bound = Bound {
         x: x.clone(),
+        scaled: scaled.map(|m| (m.lhs.clone(), m.rhs)),
         dim,
         log: false,
         out: None,
@@ -64,6 +88,10 @@ fn parse(ops: &[OperationIr]) -> Option<Bound> {
         return None;
     };
     if shift.lhs.id != x.id || !consumed(&shift.rhs, max.out.id) {
+        return None;
+    }
+    // A scaled x is never written out, so it must die here.
+    if bound.scaled.is_some() && shift.lhs.status != TensorStatus::ReadWrite {
         return None;
     }
     bound.x = shift.lhs.clone();
@@ -166,7 +194,13 @@ impl SoftmaxOptimization {
     pub(super) fn execute(&mut self, context: &mut Context<AscendFusionHandle>) {
         let b = parse(&self.ops).expect("a recorded block parses as it did when fused");
         let out = global(context, &b.out.expect("a complete pattern"));
-        let x = take_input(context, &b.x);
+        let x = match &b.scaled {
+            Some((x0, a)) => {
+                let a = scalar_f64(&scalar_value(context, a));
+                Ascend::float_mul_scalar(take_input(context, x0), a.into())
+            }
+            None => take_input(context, &b.x),
+        };
         let y = if b.log {
             Ascend::log_softmax(x, b.dim)
         } else {
