@@ -3,7 +3,9 @@
 //! stay exact when memory is freed and its address reused, stay bounded, and fall back to
 //! phase one when the table lacks the repeatable-executor API or the runtime refuses it.
 //!
-//! The caches are per thread, so each test reads the counters of its own thread.
+//! The caches are per thread, so each test reads the counters of its own thread. The device's
+//! allocator is shared, so the tests run one at a time (one of them waits for a freed block to
+//! come back).
 
 use std::ffi::c_void;
 
@@ -19,6 +21,7 @@ use burn_ascend::ops::{creation, AscendTensor};
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{aclnn_cached, Ascend, AscendDevice};
 use burn_flex::Flex;
+use serial_test::serial;
 
 const DEVICE: AscendDevice = AscendDevice::Emulated(0);
 
@@ -86,6 +89,7 @@ fn assert_matches(got: &[TensorData], want: &[TensorData]) {
 }
 
 #[test]
+#[serial]
 fn cached_executors_give_the_results_of_burn_flex_and_follow_rebound_addresses() {
     let flex = Default::default();
     let before = cache::stats();
@@ -106,6 +110,7 @@ fn cached_executors_give_the_results_of_burn_flex_and_follow_rebound_addresses()
 }
 
 #[test]
+#[serial]
 fn one_executor_serves_different_tensors_of_the_same_shape() {
     let a1 = tensor::<Ascend, 1>([8], 0.0, &DEVICE);
     let a2 = tensor::<Ascend, 1>([8], 100.0, &DEVICE);
@@ -134,6 +139,7 @@ fn one_executor_serves_different_tensors_of_the_same_shape() {
 }
 
 #[test]
+#[serial]
 fn the_same_tensor_twice_and_aliased_arguments_stay_exact() {
     let a = tensor::<Ascend, 1>([6], 2.0, &DEVICE);
     let b = tensor::<Ascend, 1>([6], 5.0, &DEVICE);
@@ -156,6 +162,7 @@ fn primitive(t: Tensor<Ascend, 1>) -> AscendTensor {
 }
 
 #[test]
+#[serial]
 fn freed_memory_whose_address_is_reused_is_described_exactly() {
     let first = tensor::<Ascend, 1>([16], 1.0, &DEVICE);
     let first_ptr = primitive(first.clone()).storage_ptr();
@@ -196,6 +203,7 @@ fn freed_memory_whose_address_is_reused_is_described_exactly() {
 }
 
 #[test]
+#[serial]
 fn the_caches_stay_bounded_and_evicted_entries_are_rebuilt_correctly() {
     let shapes = EXECUTOR_CAPACITY + 20;
     let check = |n: usize| {
@@ -237,6 +245,7 @@ fn the_caches_stay_bounded_and_evicted_entries_are_rebuilt_correctly() {
 }
 
 #[test]
+#[serial]
 fn each_thread_has_its_own_caches() {
     let handles: Vec<_> = (0..3)
         .map(|k| {
@@ -330,6 +339,7 @@ fn download(t: &AscendTensor) -> Vec<f32> {
 }
 
 #[test]
+#[serial]
 fn without_the_repeatable_api_or_when_refused_every_call_runs_phase_one() {
     let ctx = DeviceContext::get(&DEVICE).unwrap();
     let api: &'static AclApi =
@@ -386,6 +396,7 @@ fn without_the_repeatable_api_or_when_refused_every_call_runs_phase_one() {
 }
 
 #[test]
+#[serial]
 fn a_lent_descriptor_given_to_a_tensor_list_is_copied_not_taken() {
     use burn_ascend::acl::handles::TensorListDesc;
     let ctx = DeviceContext::get(&DEVICE).unwrap();
