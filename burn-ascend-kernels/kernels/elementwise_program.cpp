@@ -413,6 +413,9 @@ private:
     }
 
     ElementwiseTiling t;
+    // The program is decoded once per block into scalar memory (about 4.5 KB at the limits):
+    // reading it from the unified buffer with GetValue inside the tile loop would be slow.
+    // Assumption (untested without hardware): the AI Core's scalar stack holds it.
     Input in[MAX_INPUTS];
     Output out[MAX_OUTPUTS];
     Instr code[MAX_CODE];
