@@ -12,12 +12,11 @@ use burn_backend::ops::FloatTensorOps;
 use burn_fusion::stream::Context;
 use burn_fusion::NumOperations;
 use burn_ir::{
-    BaseOperationIr, BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr,
-    TensorId, TensorIr, TensorStatus,
+    BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorIr, TensorStatus,
 };
 use serde::{Deserialize, Serialize};
 
-use super::pattern::{Pattern, PatternFuser};
+use super::pattern::{consumed, leading_ones, numeric, parameter, reshape, Pattern, PatternFuser};
 use super::{global, scalar, take_input, AscendFusionHandle, AscendOptimization};
 use crate::backend::{run, Ascend};
 use crate::ops::fused::layer_norm;
@@ -35,19 +34,8 @@ struct Bound {
     complete: bool,
 }
 
-fn consumed(t: &TensorIr, id: TensorId) -> bool {
-    t.id == id && t.status == TensorStatus::ReadWrite
-}
-
 fn is_last_axis(axis: usize, x: &TensorIr) -> bool {
     axis + 1 == x.shape.rank()
-}
-
-fn float(op: &OperationIr) -> Option<&NumericOperationIr> {
-    match op {
-        OperationIr::NumericFloat(_, n) => Some(n),
-        _ => None,
-    }
 }
 
 /// `Some(bound)` while `ops` is a prefix of the pattern, `None` once it is not.
@@ -55,7 +43,7 @@ fn parse(ops: &[OperationIr]) -> Option<Bound> {
     use NumericOperationIr as N;
     // mean_dim(x)
     let op = ops.first()?;
-    let N::MeanDim(mean) = float(op)? else {
+    let N::MeanDim(mean) = numeric(op)? else {
         return None;
     };
     let x = mean.input.clone();
@@ -74,7 +62,9 @@ fn parse(ops: &[OperationIr]) -> Option<Bound> {
     let Some(op) = ops.get(1) else {
         return Some(partial(&mean.out));
     };
-    let N::Sub(sub) = float(op)? else { return None };
+    let N::Sub(sub) = numeric(op)? else {
+        return None;
+    };
     if sub.lhs.id != x.id || !consumed(&sub.rhs, mean.out.id) {
         return None;
     }
@@ -83,7 +73,9 @@ fn parse(ops: &[OperationIr]) -> Option<Bound> {
     let Some(op) = ops.get(2) else {
         return Some(partial(c));
     };
-    let N::Mul(sq) = float(op)? else { return None };
+    let N::Mul(sq) = numeric(op)? else {
+        return None;
+    };
     if sq.lhs.id != c.id || sq.rhs.id != c.id || sq.rhs.status != TensorStatus::ReadOnly {
         return None;
     }
@@ -91,7 +83,7 @@ fn parse(ops: &[OperationIr]) -> Option<Bound> {
     let Some(op) = ops.get(3) else {
         return Some(partial(&sq.out));
     };
-    let N::MeanDim(var) = float(op)? else {
+    let N::MeanDim(var) = numeric(op)? else {
         return None;
     };
     if !consumed(&var.input, sq.out.id) || !is_last_axis(var.axis, &x) {
@@ -101,7 +93,7 @@ fn parse(ops: &[OperationIr]) -> Option<Bound> {
     let Some(op) = ops.get(4) else {
         return Some(partial(&var.out));
     };
-    let N::AddScalar(add) = float(op)? else {
+    let N::AddScalar(add) = numeric(op)? else {
         return None;
     };
     if !consumed(&add.lhs, var.out.id) {
@@ -122,7 +114,9 @@ fn parse(ops: &[OperationIr]) -> Option<Bound> {
     let Some(op) = ops.get(6) else {
         return Some(partial(&sqrt.out));
     };
-    let N::Div(div) = float(op)? else { return None };
+    let N::Div(div) = numeric(op)? else {
+        return None;
+    };
     if !consumed(&div.lhs, c.id) || !consumed(&div.rhs, sqrt.out.id) {
         return None;
     }
@@ -180,20 +174,10 @@ fn affine(
 ) -> Option<(Option<(TensorIr, TensorIr)>, usize)> {
     let h = *bound.x.shape.last()?;
     let rank = bound.x.shape.rank();
-    let row_shaped = |t: &TensorIr| {
-        t.shape.rank() == rank
-            && t.shape.last() == Some(&h)
-            && t.shape
-                .iter()
-                .take(rank - 1)
-                .all(|&d| d == super::lower::SIZE_ONE)
-            && t.dtype == bound.x.dtype
-    };
-    let (reshape, at) = match rest[0] {
-        OperationIr::BaseFloat(BaseOperationIr::Reshape(r)) => (Some(r), 1),
-        _ => (None, 0),
-    };
-    if let Some(r) = reshape {
+    let row_shaped = |t: &TensorIr| leading_ones(t, rank, &[h]) && t.dtype == bound.x.dtype;
+    let reshaped = reshape(rest[0]);
+    let at = usize::from(reshaped.is_some());
+    if let Some(r) = reshaped {
         let param_ok = r.input.shape.rank() == 1 && r.input.shape[0] == h && row_shaped(&r.out);
         if !param_ok {
             return None;
@@ -215,11 +199,7 @@ fn affine(
     if !consumed(mine, bound.result.id) || !row_shaped(other) {
         return None;
     }
-    let param = match reshape {
-        Some(r) if consumed(other, r.out.id) => r.input.clone(),
-        Some(_) => return None,
-        None => other.clone(),
-    };
+    let param = parameter(reshaped, other, &[h])?;
     Some((Some((param, bin.out.clone())), at + 1))
 }
 

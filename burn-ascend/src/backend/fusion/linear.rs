@@ -8,15 +8,11 @@
 use burn_backend::ops::FloatTensorOps;
 use burn_fusion::stream::Context;
 use burn_fusion::NumOperations;
-use burn_ir::{
-    BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, ShapeOpIr, TensorIr,
-    TensorStatus,
-};
+use burn_ir::{FloatOperationIr, NumericOperationIr, OperationIr, TensorIr, TensorStatus};
 use burn_std::DType;
 use serde::{Deserialize, Serialize};
 
-use super::lower::SIZE_ONE;
-use super::pattern::{Pattern, PatternFuser};
+use super::pattern::{leading_ones, parameter, reshape, Pattern, PatternFuser};
 use super::{global, take_input, AscendFusionHandle, AscendOptimization};
 use crate::backend::{run, Ascend};
 use crate::ops::matmul::linear;
@@ -30,35 +26,6 @@ struct Bound {
     /// The bias as `[n]`.
     bias: Option<TensorIr>,
     out: Option<TensorIr>,
-}
-
-fn reshape(op: &OperationIr) -> Option<&ShapeOpIr> {
-    match op {
-        OperationIr::BaseFloat(BaseOperationIr::Reshape(r)) => Some(r),
-        _ => None,
-    }
-}
-
-/// Whether `t` is `[1, .., 1, tail..]` of rank `rank`.
-fn leading_ones(t: &TensorIr, rank: usize, tail: &[usize]) -> bool {
-    let lead = rank.saturating_sub(tail.len());
-    t.shape.rank() == rank
-        && t.shape.iter().take(lead).all(|&d| d == SIZE_ONE)
-        && t.shape.iter().skip(lead).eq(tail.iter())
-}
-
-/// The parameter behind operand `used`: the input of `reshape` when the operand is its (dying)
-/// output and the input has shape `want`, else the operand itself.
-fn parameter(reshape: Option<&ShapeOpIr>, used: &TensorIr, want: &[usize]) -> Option<TensorIr> {
-    match reshape {
-        Some(r) => {
-            let ok = r.out.id == used.id
-                && used.status == TensorStatus::ReadWrite
-                && r.input.shape.iter().eq(want.iter());
-            ok.then(|| r.input.clone())
-        }
-        None => Some(used.clone()),
-    }
 }
 
 /// `Some(bound)` while `ops` is a prefix of the pattern.

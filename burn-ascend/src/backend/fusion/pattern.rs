@@ -4,9 +4,66 @@
 use std::marker::PhantomData;
 
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
-use burn_ir::OperationIr;
+use burn_ir::{
+    BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, ShapeOpIr, TensorId,
+    TensorIr, TensorStatus,
+};
 
+use super::lower::SIZE_ONE;
 use super::AscendOptimization;
+
+/// Whether `t` is tensor `id` at its last use (the block may let it go).
+pub(super) fn consumed(t: &TensorIr, id: TensorId) -> bool {
+    t.id == id && t.status == TensorStatus::ReadWrite
+}
+
+/// The numeric float op of `op`, if it is one.
+pub(super) fn numeric(op: &OperationIr) -> Option<&NumericOperationIr> {
+    match op {
+        OperationIr::NumericFloat(_, n) => Some(n),
+        _ => None,
+    }
+}
+
+/// The float-specific op of `op`, if it is one.
+pub(super) fn float(op: &OperationIr) -> Option<&FloatOperationIr> {
+    match op {
+        OperationIr::Float(_, f) => Some(f),
+        _ => None,
+    }
+}
+
+/// The float reshape of `op`, if it is one.
+pub(super) fn reshape(op: &OperationIr) -> Option<&ShapeOpIr> {
+    match op {
+        OperationIr::BaseFloat(BaseOperationIr::Reshape(r)) => Some(r),
+        _ => None,
+    }
+}
+
+/// Whether `t` is `[1, .., 1, tail..]` of rank `rank`.
+pub(super) fn leading_ones(t: &TensorIr, rank: usize, tail: &[usize]) -> bool {
+    let lead = rank.saturating_sub(tail.len());
+    t.shape.rank() == rank
+        && t.shape.iter().take(lead).all(|&d| d == SIZE_ONE)
+        && t.shape.iter().skip(lead).eq(tail.iter())
+}
+
+/// The parameter behind operand `used`: the input of `reshape` when the operand is its (dying)
+/// output and the input has shape `want`, else the operand itself.
+pub(super) fn parameter(
+    reshape: Option<&ShapeOpIr>,
+    used: &TensorIr,
+    want: &[usize],
+) -> Option<TensorIr> {
+    match reshape {
+        Some(r) => {
+            let ok = consumed(used, r.out.id) && r.input.shape.iter().eq(want.iter());
+            ok.then(|| r.input.clone())
+        }
+        None => Some(used.clone()),
+    }
+}
 
 /// A sequence of recorded ops with one optimization that runs it.
 pub trait Pattern: Send + 'static {

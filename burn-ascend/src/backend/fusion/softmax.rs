@@ -16,7 +16,7 @@ use burn_ir::{
 use serde::{Deserialize, Serialize};
 
 use super::lower::scalar_f64;
-use super::pattern::{Pattern, PatternFuser};
+use super::pattern::{consumed, float, numeric, Pattern, PatternFuser};
 use super::{global, scalar_value, take_input, AscendFusionHandle, AscendOptimization};
 use crate::backend::Ascend;
 
@@ -30,24 +30,6 @@ struct Bound {
     dim: usize,
     log: bool,
     out: Option<TensorIr>,
-}
-
-fn consumed(t: &TensorIr, id: burn_ir::TensorId) -> bool {
-    t.id == id && t.status == TensorStatus::ReadWrite
-}
-
-fn numeric(op: &OperationIr) -> Option<&NumericOperationIr> {
-    match op {
-        OperationIr::NumericFloat(_, n) => Some(n),
-        _ => None,
-    }
-}
-
-fn float(op: &OperationIr) -> Option<&FloatOperationIr> {
-    match op {
-        OperationIr::Float(_, f) => Some(f),
-        _ => None,
-    }
 }
 
 /// `Some(bound)` while `ops` is a prefix of either pattern (`bound.out` once complete).
