@@ -33,7 +33,8 @@ fn op<B: Backend>(name: &str, a: &Tensor<B, 2>, b: &Tensor<B, 2>, m: &Tensor<B, 
 /// The calling thread's cache counters gained while each Ascend op was benchmarked.
 static CACHE_USE: Mutex<Option<HashMap<&'static str, (CacheStats, CacheStats)>>> = Mutex::new(None);
 
-fn bench_backend<B: Backend>(c: &mut Criterion, label: &str, device: &B::Device) {
+/// The ops' operands: `a`, `b` `[4, 4]` and `m` `[2, 2]`.
+fn operands<B: Backend>(device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>) {
     let a = Tensor::<B, 1, Int>::arange(0..16, device)
         .float()
         .reshape([4, 4]);
@@ -41,6 +42,11 @@ fn bench_backend<B: Backend>(c: &mut Criterion, label: &str, device: &B::Device)
     let m = Tensor::<B, 1, Int>::arange(0..4, device)
         .float()
         .reshape([2, 2]);
+    (a, b, m)
+}
+
+fn bench_backend<B: Backend>(c: &mut Criterion, label: &str, device: &B::Device) {
+    let (a, b, m) = operands::<B>(device);
     B::sync(device).unwrap();
     let mut g = c.benchmark_group(format!("host_overhead/{label}"));
     for name in OPS {
@@ -78,13 +84,7 @@ fn thread_cpu_ns() -> Option<u64> {
 /// thread is not counted): the host-side work itself, whatever the other core is doing.
 fn host_cpu_per_op<B: Backend>(device: &B::Device) -> HashMap<&'static str, f64> {
     const CPU_CALLS: u32 = 100_000;
-    let a = Tensor::<B, 1, Int>::arange(0..16, device)
-        .float()
-        .reshape([4, 4]);
-    let b = a.clone() * 0.5;
-    let m = Tensor::<B, 1, Int>::arange(0..4, device)
-        .float()
-        .reshape([2, 2]);
+    let (a, b, m) = operands::<B>(device);
     let mut out = HashMap::new();
     for name in OPS {
         B::sync(device).unwrap();
