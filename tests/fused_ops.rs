@@ -43,14 +43,7 @@ fn routing_permutation(n: usize, experts: usize, seed: u64) -> TensorData {
 }
 
 fn assert_close(what: &str, got: TensorData, want: TensorData, tol: f64) {
-    assert_eq!(got.shape, want.shape, "{what}: shape");
-    let (g, w): (Vec<f64>, Vec<f64>) = (got.iter::<f64>().collect(), want.iter::<f64>().collect());
-    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert!(
-            (a - b).abs() <= tol * b.abs().max(1.0),
-            "{what}: element {i} is {a}, the reference gives {b}"
-        );
-    }
+    common::assert_close(what, &got, &want, Tolerance::everywhere(tol));
 }
 
 fn tolerance(dtype: DType) -> f64 {

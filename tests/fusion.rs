@@ -40,12 +40,7 @@ fn read<const D: usize>(t: AscendTensor) -> TensorData {
 }
 
 fn assert_close(what: &str, got: &TensorData, want: &TensorData, tol: f64) {
-    assert_eq!(got.shape, want.shape, "{what}: shape");
-    let (g, w): (Vec<f64>, Vec<f64>) = (got.iter::<f64>().collect(), want.iter::<f64>().collect());
-    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        let ok = (a - b).abs() <= tol * b.abs().max(1.0) || (a.is_nan() && b.is_nan());
-        assert!(ok, "{what}: element {i} is {a}, the reference gives {b}");
-    }
+    common::assert_close(what, got, want, common::Tolerance::everywhere(tol));
 }
 
 /// `exp(x) * 0.5 + x / y - 3`, with a second output `x > y`.

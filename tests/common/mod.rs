@@ -215,6 +215,17 @@ impl Tolerance {
         signed_zeros: true,
     };
 
+    /// The same relative tolerance `tol` in every float type.
+    pub const fn everywhere(tol: f64) -> Self {
+        Self {
+            f64: tol,
+            f32: tol,
+            f16: tol,
+            bf16: tol,
+            signed_zeros: false,
+        }
+    }
+
     fn of(&self, dtype: DType) -> f64 {
         match dtype {
             DType::F64 => self.f64,
