@@ -57,8 +57,6 @@ pub(crate) struct Lowering {
     consumed: HashSet<TensorId>,
     /// The shape every op of the block produces.
     shape: Option<Shape>,
-    /// Ops lowered (drops included), the count the fusion runtime drains.
-    pub ops: usize,
     /// Ops that compute something.
     pub computing: usize,
 }
@@ -87,20 +85,19 @@ impl Lowering {
         let v = emit(&mut self.program, &values);
         self.values.insert(out.id, v);
         self.created.push(out.clone());
-        self.ops += 1;
         self.computing += 1;
         Some(())
     }
 
     fn drop_tensor(&mut self, t: &TensorIr) -> Option<()> {
-        if self.ops == 0 || !self.values.contains_key(&t.id) {
+        // Only a tensor the block already knows can be dropped inside it.
+        if !self.values.contains_key(&t.id) {
             return None;
         }
         self.consumed.insert(t.id);
         if let Some(i) = self.inputs.iter().position(|x| x.id == t.id) {
             self.inputs[i].status = TensorStatus::ReadWrite;
         }
-        self.ops += 1;
         Some(())
     }
 
