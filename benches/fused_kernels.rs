@@ -8,10 +8,10 @@ mod common;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log, LaunchStats};
 use burn_ascend::fused::{composed, DecodeAttentionOptions};
 use burn_ascend::ops::fused as device;
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
-use burn_ascend_kernels::emulation::{clear_launch_log, launch_log, LaunchStats};
 use common::host_values::host_values;
 use common::{a2, mean, publish, ratio, timed, us, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};

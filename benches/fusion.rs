@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use burn::tensor::activation::{gelu, silu};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
-use burn_ascend::acl::emulated::{work_counters, WorkCounters};
+use burn_ascend::emulator::{work_counters, WorkCounters};
 use burn_ascend::{Ascend, AscendDevice};
 use burn_fusion::Fusion;
 use common::host_values::host_values;

@@ -1,10 +1,23 @@
-//! Builds the Ascend C kernels in `kernels/`.
+//! Builds the Ascend C kernels in `kernels/` into shared libraries that the backend opens at run
+//! time, one per kind of device:
 //!
-//! With CANN (an `ascendc.cmake` under `$ASCEND_HOME_PATH`, see README), CANN's toolchain
-//! compiles them for the NPU and generates the `aclrtlaunch_<kernel>` entry points. Otherwise
-//! the host C++ compiler compiles the same sources against the Ascend C emulation in
-//! `emulation/`, and this script generates the `aclrtlaunch_<kernel>` entry points (same C
-//! prototypes) that queue the emulated blocks on the emulated stream.
+//! - **emulated** (feature `emulated`, on by default; needs only a host C++ compiler): the same
+//!   sources compiled against the Ascend C emulation of `ascend-emulator` (its include directory
+//!   and runner come from that package's `links` metadata), plus a generated
+//!   `aclrtlaunch_<kernel>` entry point per kernel, with CANN's prototype, that queues the
+//!   kernel's blocks on an emulated stream. Always optimised: the emulated kernels are the
+//!   default device of every user without an NPU. The library is embedded in the crate
+//!   (`BURN_ASCEND_EMULATED_KERNELS_SO`).
+//! - **NPU** (when CANN's `ascendc.cmake` is found under `$ASCEND_HOME_PATH` or
+//!   `$ASCEND_TOOLKIT_HOME`): `CMakeLists.txt` beside this file, CANN's `ascendc_library(...
+//!   SHARED ...)`, for `SOC_VERSION=$BURN_ASCEND_SOC` (default Ascend910B2). Its path is compiled
+//!   in (`BURN_ASCEND_NPU_KERNELS_BUILT`); `BURN_ASCEND_KERNELS_LIB` overrides it at run time. A
+//!   failed CANN build is a warning, not an error: NPUs then run the composed defaults, with a
+//!   notice naming what is missing.
+
+#[path = "src/signature.rs"]
+#[allow(dead_code)]
+mod signature;
 
 use std::env;
 use std::fmt::Write as _;
@@ -12,87 +25,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A kernel's entry point as declared in its source.
-struct Kernel {
-    name: String,
-    source: PathBuf,
-    params: Vec<Param>,
-}
-
-/// One kernel parameter and how the launch ABI passes it.
-struct Param {
-    name: String,
-    ty: String,
-    kind: ParamKind,
-}
-
-enum ParamKind {
-    /// `GM_ADDR`: a device pointer, `void*` on the host.
-    Global,
-    /// A fundamental scalar, passed by value.
-    Scalar,
-    /// A POD struct passed by value to the kernel, by host pointer to the launcher.
-    Struct,
-}
-
-const SCALARS: [&str; 12] = [
-    "int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t", "uint32_t", "int64_t", "uint64_t",
-    "float", "double", "bool", "half",
-];
-
-fn kernels(dir: &Path) -> Vec<Kernel> {
-    let mut files: Vec<PathBuf> = fs::read_dir(dir)
-        .expect("kernels/ exists")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "cpp"))
-        .collect();
-    files.sort();
-    files.into_iter().map(|source| parse(&source)).collect()
-}
-
-/// Finds `extern "C" __global__ __aicore__ void name(params)` in a kernel source.
-fn parse(source: &Path) -> Kernel {
-    let text = fs::read_to_string(source).expect("kernel source is readable");
-    let marker = "__global__ __aicore__ void ";
-    let start = text
-        .find(marker)
-        .unwrap_or_else(|| panic!("{}: no `{marker}` entry point", source.display()))
-        + marker.len();
-    let open = start + text[start..].find('(').expect("parameter list");
-    let close = open + text[open..].find(')').expect("end of parameter list");
-    let name = text[start..open].trim().to_string();
-    let params = text[open + 1..close]
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let split = p
-                .rfind(|c: char| c.is_whitespace() || c == '*')
-                .expect("typed parameter");
-            let (ty, name) = (
-                p[..=split].trim().to_string(),
-                p[split + 1..].trim().to_string(),
-            );
-            let kind = if ty == "GM_ADDR" {
-                ParamKind::Global
-            } else if SCALARS.contains(&ty.as_str()) {
-                ParamKind::Scalar
-            } else {
-                ParamKind::Struct
-            };
-            Param { name, ty, kind }
-        })
-        .collect();
-    Kernel {
-        name,
-        source: source.to_path_buf(),
-        params,
-    }
-}
+use signature::{KernelSource, ParamKind};
 
 /// The emulated launch entry point of `k`, with CANN's generated prototype.
-fn emulated_stub(k: &Kernel) -> String {
+fn emulated_stub(k: &KernelSource) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -101,7 +37,7 @@ fn emulated_stub(k: &Kernel) -> String {
     );
     let _ = writeln!(s, "#include \"{}\"", k.source.display());
     let _ = writeln!(s, "#include \"ascendc_emu_abi.h\"\n");
-    let _ = writeln!(s, "namespace {{\nstruct Args_{} {{", k.name);
+    let _ = writeln!(s, "namespace {{\nstruct Args {{");
     for p in &k.params {
         let _ = writeln!(s, "    {} {};", p.ty, p.name);
     }
@@ -109,14 +45,13 @@ fn emulated_stub(k: &Kernel) -> String {
     let call: Vec<String> = k.params.iter().map(|p| format!("a->{}", p.name)).collect();
     let _ = writeln!(
         s,
-        "void entry_{0}(void* p) {{\n    auto* a = static_cast<Args_{0}*>(p);\n    {0}({1});\n}}\n",
+        "void entry(void* p) {{\n    auto* a = static_cast<Args*>(p);\n    {}({});\n}}\n",
         k.name,
         call.join(", ")
     );
     let _ = writeln!(
         s,
-        "void drop_{0}(void* p) {{ delete static_cast<Args_{0}*>(p); }}\n}}\n",
-        k.name
+        "void drop(void* p) {{ delete static_cast<Args*>(p); }}\n}}  // namespace\n"
     );
     let host_params: Vec<String> = k
         .params
@@ -138,7 +73,8 @@ fn emulated_stub(k: &Kernel) -> String {
         .collect();
     let _ = writeln!(
         s,
-        "extern \"C\" uint32_t aclrtlaunch_{0}(uint32_t blockDim, void* stream{1}{2}) {{\n    auto* a = new Args_{0}{{{3}}};\n    return ascendc_emu_launch(stream, \"{0}\", blockDim, entry_{0}, a, drop_{0});\n}}",
+        "extern \"C\" ASCENDC_EMU_EXPORT uint32_t aclrtlaunch_{0}(uint32_t blockDim, void* stream{1}{2}) {{\n    \
+         auto* a = new Args{{{3}}};\n    return ascendc_emu_launch(stream, \"{0}\", blockDim, entry, a, drop);\n}}",
         k.name,
         if host_params.is_empty() { "" } else { ", " },
         host_params.join(", "),
@@ -147,7 +83,55 @@ fn emulated_stub(k: &Kernel) -> String {
     s
 }
 
-/// CANN's `ascendc.cmake`, if the toolkit is installed.
+/// Compiles the kernels against the Ascend C emulation into one shared library.
+fn build_emulated(root: &Path, kernels: &[KernelSource], out: &Path) {
+    let include = PathBuf::from(
+        env::var_os("DEP_ASCENDC_EMU_INCLUDE").expect("ascend-emulator publishes its include dir"),
+    );
+    let runner = PathBuf::from(
+        env::var_os("DEP_ASCENDC_EMU_RUNNER").expect("ascend-emulator publishes its runner"),
+    );
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .std("c++17")
+        .pic(true)
+        // The emulated kernels are everyone's default device: optimised in every profile.
+        .opt_level(2)
+        .debug(false)
+        .flag("-fvisibility=hidden")
+        .include(&include)
+        .include(root.join("kernels"))
+        .warnings(true)
+        .extra_warnings(true)
+        .warnings_into_errors(true)
+        .file(&runner);
+    for k in kernels {
+        let stub = out.join(format!("launch_{}.cpp", k.name));
+        fs::write(&stub, emulated_stub(k)).expect("generated stub");
+        build.file(stub);
+    }
+    let objects = build.compile_intermediates();
+    let library = out.join("libburn_ascend_kernels_emulated.so");
+    let status = build
+        .get_compiler()
+        .to_command()
+        .arg("-shared")
+        .args(&objects)
+        .arg("-o")
+        .arg(&library)
+        .status()
+        .expect("the C++ compiler runs");
+    assert!(status.success(), "linking {} failed", library.display());
+    println!(
+        "cargo:rustc-env=BURN_ASCEND_EMULATED_KERNELS_SO={}",
+        library.display()
+    );
+    println!("cargo:rerun-if-changed={}", include.display());
+    println!("cargo:rerun-if-changed={}", runner.display());
+}
+
+/// CANN's `ascendc.cmake` directory, if the toolkit is installed.
 fn cann_cmake_dir() -> Option<PathBuf> {
     let home = env::var_os("ASCEND_HOME_PATH").or_else(|| env::var_os("ASCEND_TOOLKIT_HOME"))?;
     let home = PathBuf::from(home);
@@ -160,77 +144,67 @@ fn cann_cmake_dir() -> Option<PathBuf> {
     .find(|d| d.join("ascendc.cmake").is_file())
 }
 
-fn build_with_cann(cmake_dir: &Path, kernels: &[Kernel], out: &Path) {
+/// Builds the NPU kernel library with CANN's toolchain through `CMakeLists.txt`; its path, or
+/// the reason it could not be built.
+fn build_with_cann(root: &Path, cmake_dir: &Path, out: &Path) -> Result<PathBuf, String> {
     let soc = env::var("BURN_ASCEND_SOC").unwrap_or_else(|_| "Ascend910B2".into());
-    let sources: Vec<String> = kernels
-        .iter()
-        .map(|k| k.source.display().to_string())
-        .collect();
-    let lists = format!(
-        "cmake_minimum_required(VERSION 3.16)\nproject(burn_ascend_kernels LANGUAGES CXX)\n\
-         set(SOC_VERSION \"{soc}\")\nset(ASCEND_CANN_PACKAGE_PATH $ENV{{ASCEND_HOME_PATH}})\n\
-         include({}/ascendc.cmake)\nascendc_library(burn_ascend_kernels STATIC {})\n",
-        cmake_dir.display(),
-        sources.join(" ")
-    );
     let build = out.join("cann");
-    fs::create_dir_all(&build).expect("build dir");
-    fs::write(build.join("CMakeLists.txt"), lists).expect("CMakeLists.txt");
-    for args in [
-        vec!["-S", ".", "-B", "build"],
-        vec!["--build", "build", "-j"],
-    ] {
-        let status = Command::new("cmake")
-            .args(&args)
-            .current_dir(&build)
-            .status();
-        assert!(
-            status.is_ok_and(|s| s.success()),
-            "building the Ascend C kernels with CANN ({}) failed; unset ASCEND_HOME_PATH to build the emulation instead",
-            cmake_dir.display()
-        );
+    let configure = Command::new("cmake")
+        .arg("-S")
+        .arg(root)
+        .arg("-B")
+        .arg(&build)
+        .arg(format!("-DSOC_VERSION={soc}"))
+        .arg(format!("-DASCENDC_CMAKE_DIR={}", cmake_dir.display()))
+        .arg("-DCMAKE_BUILD_TYPE=Release")
+        .status();
+    let compile = || {
+        Command::new("cmake")
+            .arg("--build")
+            .arg(&build)
+            .arg("-j")
+            .status()
+    };
+    match configure {
+        Ok(s) if s.success() => {}
+        other => return Err(format!("configuring CMake failed ({other:?})")),
     }
-    println!(
-        "cargo:rustc-link-search=native={}",
-        build.join("build/lib").display()
-    );
-    println!("cargo:rustc-link-lib=static=burn_ascend_kernels");
-    println!("cargo:rustc-cfg=ascendc_npu");
-}
-
-fn build_emulated(root: &Path, kernels: &[Kernel], out: &Path) {
-    let mut build = cc::Build::new();
-    build
-        .cpp(true)
-        .std("c++17")
-        .include(root.join("emulation/include"))
-        .include(root.join("kernels"))
-        .warnings(true)
-        .extra_warnings(true)
-        .file(root.join("emulation/src/runner.cpp"));
-    for k in kernels {
-        let stub = out.join(format!("launch_{}.cpp", k.name));
-        fs::write(&stub, emulated_stub(k)).expect("generated stub");
-        build.file(stub);
+    match compile() {
+        Ok(s) if s.success() => {}
+        other => return Err(format!("building failed ({other:?})")),
     }
-    build.compile("burn_ascend_kernels_emulated");
-    println!("cargo:rustc-cfg=ascendc_emulated");
+    let library = build.join("lib/libburn_ascend_kernels.so");
+    if library.is_file() {
+        Ok(library)
+    } else {
+        Err(format!("CANN built no {}", library.display()))
+    }
 }
 
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets it"));
-    println!("cargo:rustc-check-cfg=cfg(ascendc_emulated)");
-    println!("cargo:rustc-check-cfg=cfg(ascendc_npu)");
     println!("cargo:rerun-if-changed=kernels");
-    println!("cargo:rerun-if-changed=emulation");
+    println!("cargo:rerun-if-changed=CMakeLists.txt");
+    println!("cargo:rerun-if-changed=src/signature.rs");
     println!("cargo:rerun-if-env-changed=ASCEND_HOME_PATH");
-    println!("cargo:rerun-if-env-changed=BURN_ASCEND_KERNELS_EMULATED");
-    let kernels = kernels(&root.join("kernels"));
-    match cann_cmake_dir() {
-        Some(dir) if env::var_os("BURN_ASCEND_KERNELS_EMULATED").is_none() => {
-            build_with_cann(&dir, &kernels, &out)
+    println!("cargo:rerun-if-env-changed=ASCEND_TOOLKIT_HOME");
+    println!("cargo:rerun-if-env-changed=BURN_ASCEND_SOC");
+    let kernels = signature::kernels_in(&root.join("kernels")).unwrap_or_else(|e| panic!("{e}"));
+    if env::var_os("CARGO_FEATURE_EMULATED").is_some() {
+        build_emulated(&root, &kernels, &out);
+    }
+    if let Some(dir) = cann_cmake_dir() {
+        match build_with_cann(&root, &dir, &out) {
+            Ok(library) => println!(
+                "cargo:rustc-env=BURN_ASCEND_NPU_KERNELS_BUILT={}",
+                library.display()
+            ),
+            Err(why) => println!(
+                "cargo:warning=the NPU kernel library was not built with CANN ({}): {why}; NPUs \
+                 will run the composed defaults unless BURN_ASCEND_KERNELS_LIB names a library",
+                dir.display()
+            ),
         }
-        _ => build_emulated(&root, &kernels, &out),
     }
 }

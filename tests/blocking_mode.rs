@@ -4,10 +4,10 @@
 //! This file holds a single test because the variable is read when the device context is
 //! created, once per process.
 
+use burn_ascend::acl::aclnn;
 use burn_ascend::acl::handles::TensorDesc;
 use burn_ascend::acl::types::status::ACL_ERROR_RT_AICORE_EXCEPTION;
 use burn_ascend::acl::DataType;
-use burn_ascend::aclnn;
 use burn_ascend::runtime::context::ENV_LAUNCH_BLOCKING;
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{AscendDevice, AscendTensor};

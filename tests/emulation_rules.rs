@@ -6,11 +6,12 @@
 use std::sync::Arc;
 
 use burn::tensor::Tensor;
+use burn_ascend::acl::aclnn;
 use burn_ascend::acl::handles::TensorDesc;
 use burn_ascend::acl::types::status::*;
 use burn_ascend::acl::types::CUBE_MATH_KEEP_DTYPE;
-use burn_ascend::acl::{emulated, AclError, DataType};
-use burn_ascend::aclnn;
+use burn_ascend::acl::{AclError, DataType};
+use burn_ascend::emulator as emulated;
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{Ascend, AscendDevice, AscendTensor};
 use serial_test::serial;

@@ -9,14 +9,14 @@ mod common;
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{s, DType, IndexingUpdateOp, Int, Tensor, TensorData, TensorPrimitive};
+use burn_ascend::acl::aclnn;
 use burn_ascend::acl::handles::TensorListDesc;
 use burn_ascend::acl::types::status::*;
 use burn_ascend::acl::types::{aclTensor, aclTensorList};
 use burn_ascend::acl::{AclError, DataType};
-use burn_ascend::aclnn;
+use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log};
 use burn_ascend::ops::fused as device;
 use burn_ascend::{fused, Ascend, AscendDevice, AscendTensor, FusedOps};
-use burn_ascend_kernels::emulation::{clear_launch_log, launch_log};
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use common::host_values::host_values;

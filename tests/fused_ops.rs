@@ -6,8 +6,8 @@
 mod common;
 
 use burn::tensor::{DType, Distribution, Int, Tensor, TensorData};
+use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log, LaunchStats};
 use burn_ascend::fused;
-use burn_ascend_kernels::emulation::{clear_launch_log, launch_log, LaunchStats};
 use common::host_values::host_values;
 use common::*;
 use serial_test::serial;

@@ -11,9 +11,9 @@
 mod common;
 
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
+use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log};
 use burn_ascend::fused::{self, DecodeAttentionOptions};
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
-use burn_ascend_kernels::emulation::{clear_launch_log, launch_log};
 use burn_flex::Flex;
 use common::host_values::host_values;
 use serial_test::serial;

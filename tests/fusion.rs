@@ -10,7 +10,7 @@ mod common;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, Tensor, TensorData, TensorPrimitive};
-use burn_ascend::acl::emulated::work_counters;
+use burn_ascend::emulator::work_counters;
 use burn_ascend::ops::fused::run_program;
 use burn_ascend::{Ascend, AscendDevice, AscendTensor};
 use burn_ascend_kernels::program::{Cmp, ElemType, Op, Program};

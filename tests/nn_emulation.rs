@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
+use burn_ascend::acl::aclnn;
 use burn_ascend::acl::handles::{BoolArrayDesc, HostScalar, IntArrayDesc, ScalarDesc};
 use burn_ascend::acl::types::status::ACLNN_ERR_PARAM_INVALID;
 use burn_ascend::acl::{AclError, AclResult, DataType};
-use burn_ascend::aclnn;
 use burn_ascend::ops::creation::{from_bytes, to_bytes};
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{AscendDevice, AscendTensor};

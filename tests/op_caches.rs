@@ -11,15 +11,16 @@ use std::ffi::c_void;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData, Tolerance};
+use burn_ascend::acl::aclnn_cached;
 use burn_ascend::acl::cache::{self, In, Out, DESCRIPTOR_CAPACITY, EXECUTOR_CAPACITY};
-use burn_ascend::acl::emulated::EmulatedRuntime;
 use burn_ascend::acl::handles::{HostScalar, OpLauncher};
 use burn_ascend::acl::table::{Phase2Fn, SymbolSource};
 use burn_ascend::acl::types::aclOpExecutor;
 use burn_ascend::acl::{AclApi, AclResult, DataType};
+use burn_ascend::emulator::EmulatedRuntime;
 use burn_ascend::ops::{creation, AscendTensor};
 use burn_ascend::runtime::DeviceContext;
-use burn_ascend::{aclnn_cached, Ascend, AscendDevice};
+use burn_ascend::{Ascend, AscendDevice};
 use burn_flex::Flex;
 use serial_test::serial;
 

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use burn_ascend_kernels::emulation::LaunchStats;
+use burn_ascend::emulator::kernel_runner::LaunchStats;
 use criterion::{Bencher, Criterion};
 
 /// Short runs: the whole set must finish in a few minutes on a shared 2-core machine.

@@ -9,11 +9,11 @@
 use super::broadcast::broadcast_shape;
 use super::creation::full;
 use super::tensor::AscendTensor;
+use crate::acl::aclnn_cached;
 use crate::acl::cache::{In, Out};
 use crate::acl::handles::HostScalar;
 use crate::acl::types::DIV_MODE_TRUNC;
 use crate::acl::AclResult;
-use crate::aclnn_cached;
 
 /// An elementwise binary operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,9 +4,9 @@
 
 use super::layout::Layout;
 use super::tensor::AscendTensor;
+use crate::acl::aclnn;
 use crate::acl::handles::{IntArrayDesc, TensorListDesc};
 use crate::acl::{AclResult, DataType};
-use crate::aclnn;
 use crate::runtime::{AscendDevice, DeviceContext};
 
 /// Writes `src` (broadcast and converted) into the view `dst` with aclnnInplaceCopy.

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use super::tensor::AscendTensor;
+use crate::acl::aclnn;
 use crate::acl::handles::{HostScalar, ScalarDesc};
 use crate::acl::{AclResult, DataType};
-use crate::aclnn;
 use crate::runtime::DeviceContext;
 
 /// A tensor holding little-endian element `bytes` in row-major order.

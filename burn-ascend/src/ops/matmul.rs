@@ -13,8 +13,8 @@ use crate::acl::cache::{In, Out};
 use crate::acl::handles::{HostScalar, IntArrayDesc, ScalarDesc};
 use crate::acl::shape::broadcast_dims;
 use crate::acl::types::CUBE_MATH_KEEP_DTYPE;
+use crate::acl::{aclnn, aclnn_cached};
 use crate::acl::{AclResult, DataType};
-use crate::{aclnn, aclnn_cached};
 
 /// Largest temporary of the composed matmul, in bytes.
 const COMPOSED_CHUNK_BYTES: usize = 64 << 20;

@@ -6,7 +6,7 @@
 /// operands (`$what`).
 macro_rules! run_op {
     ($ctx:expr, $op:ident($($arg:expr),* $(,)?), $what:expr) => {
-        $crate::aclnn!(&**$ctx, $op($($arg),*))
+        $crate::acl::aclnn!(&**$ctx, $op($($arg),*))
             .map_err(|e| e.with_context(|| format!("{} of {}", stringify!($op), $what)))
     };
 }

@@ -7,10 +7,10 @@
 use super::arith::{binary_scalar, BinaryOp};
 use super::copy::cast;
 use super::tensor::AscendTensor;
+use crate::acl::aclnn_cached;
 use crate::acl::cache::{In, Ints, Out};
 use crate::acl::handles::{HostScalar, IntArrayDesc, ScalarDesc};
 use crate::acl::{AclResult, DataType};
-use crate::aclnn_cached;
 
 /// A reduction over dims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

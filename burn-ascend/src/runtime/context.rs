@@ -2,9 +2,11 @@
 //! workspaces), host/device transfers and the launch of aclnn operators.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
+
+use burn_ascend_kernels::{KernelApi, LaunchError};
 
 use super::allocator::{Block, CachingAllocator, MemoryStats};
 use super::device::AscendDevice;
@@ -46,6 +48,10 @@ pub struct DeviceContext {
     blocking: bool,
     /// (seed, offset) of the device's counter-based generator.
     rng: Mutex<(u64, u64)>,
+    /// The device's fused-kernel library, or why it has none (opened on first use).
+    kernels: OnceLock<Result<&'static KernelApi, String>>,
+    /// Kernels whose absence was already reported.
+    kernels_noticed: Mutex<HashSet<&'static str>>,
 }
 
 // SAFETY: the stream handle is used from any thread after binding the device to it, which
@@ -93,6 +99,8 @@ impl DeviceContext {
             workspaces: Mutex::default(),
             blocking: std::env::var(ENV_LAUNCH_BLOCKING).is_ok_and(|v| v.trim() == "1"),
             rng: Mutex::new((entropy_seed(), 0)),
+            kernels: OnceLock::new(),
+            kernels_noticed: Mutex::default(),
         })
     }
 
@@ -251,30 +259,59 @@ impl DeviceContext {
         Ok(value.max(1) as u32)
     }
 
-    /// Launches a custom Ascend C kernel on this context's stream: `launch` receives the stream
-    /// and calls the kernel's `aclrtlaunch_*` entry point. The kernels must have been built for
-    /// this kind of device (CANN's toolchain for NPUs, the emulation for the emulated NPU).
+    /// The device's fused-kernel library, or why it has none.
+    fn kernel_library(&self) -> Result<&'static KernelApi, &str> {
+        self.kernels
+            .get_or_init(|| self.device.kernels().map_err(|e| e.to_string()))
+            .as_ref()
+            .map(|api| *api)
+            .map_err(String::as_str)
+    }
+
+    /// Whether `kernel` can run on this device. When it cannot (the device has no kernel
+    /// library, or its library lacks the kernel), the fused op that needs it runs its composed
+    /// default instead, and this says so once per kernel and device, naming what is missing.
+    pub fn has_kernel(&self, kernel: &'static str) -> bool {
+        let why = match self.kernel_library() {
+            Ok(api) if api.has(kernel) => return true,
+            Ok(api) => format!(
+                "its kernel library ({}) has no aclrtlaunch_{kernel}",
+                api.describe()
+            ),
+            Err(reason) => format!("it has no kernel library: {reason}"),
+        };
+        if self.kernels_noticed.lock().unwrap().insert(kernel) {
+            eprintln!(
+                "burn-ascend: {} cannot run the fused kernel {kernel}: {why}. The ops that use it \
+                 run their composed defaults (standard operators: correct, slower).",
+                self.device
+            );
+        }
+        false
+    }
+
+    /// Launches a fused Ascend C kernel on this context's stream: `launch` receives the
+    /// device's kernel library and the stream, and calls the kernel's launcher. Callers check
+    /// [`DeviceContext::has_kernel`] first (a missing kernel is an error here).
     pub fn launch_kernel(
         &self,
         kernel: &'static str,
-        launch: impl FnOnce(aclrtStream) -> Result<(), burn_ascend_kernels::launch::LaunchError>,
+        launch: impl FnOnce(&KernelApi, aclrtStream) -> Result<(), LaunchError>,
     ) -> AclResult<()> {
-        let emulated_device = matches!(self.device, AscendDevice::Emulated(_));
-        if burn_ascend_kernels::EMULATED != emulated_device {
-            return Err(crate::acl::AclError::Load(format!(
-                "the fused kernel {kernel} was built for {}, but {} is {}; rebuild burn-ascend-kernels {}",
-                if burn_ascend_kernels::EMULATED { "the emulated NPU (no CANN at build time)" } else { "real NPUs" },
-                self.device,
-                if emulated_device { "the emulated NPU" } else { "a real NPU" },
-                if emulated_device { "with BURN_ASCEND_KERNELS_EMULATED=1" } else { "with CANN installed" },
-            )));
-        }
+        let api = self.kernel_library().map_err(|reason| {
+            crate::acl::AclError::Load(format!("{} cannot run {kernel}: {reason}", self.device))
+        })?;
         self.bind();
-        launch(self.stream).map_err(|e| crate::acl::AclError::Call {
-            code: e.code as i32,
-            function: format!("aclrtlaunch_{kernel}"),
-            message: self.api.recent_error_message(),
-            context: None,
+        launch(api, self.stream).map_err(|e| match e {
+            LaunchError::Refused { code, .. } => crate::acl::AclError::Call {
+                code: code as i32,
+                function: format!("aclrtlaunch_{kernel}"),
+                message: self.api.recent_error_message(),
+                context: None,
+            },
+            LaunchError::Missing { .. } => {
+                crate::acl::AclError::Load(format!("{}: {e} ({})", self.device, api.describe()))
+            }
         })?;
         if self.blocking {
             self.synchronize()?;

@@ -3,7 +3,6 @@
 
 use std::sync::OnceLock;
 
-use crate::acl::emulated::EmulatedRuntime;
 use crate::acl::loader::CannLibraries;
 use crate::acl::{AclApi, AclError, AclResult};
 
@@ -63,17 +62,43 @@ impl AscendDevice {
     pub fn api(&self) -> AclResult<&'static AclApi> {
         match self {
             AscendDevice::Npu(_) => cann_api(),
-            AscendDevice::Emulated(_) => Ok(emulated_api()),
+            AscendDevice::Emulated(_) => emulated_api(),
+        }
+    }
+
+    /// The library of fused kernels serving this device.
+    pub fn kernels(&self) -> AclResult<&'static burn_ascend_kernels::KernelApi> {
+        match self {
+            AscendDevice::Npu(_) => burn_ascend_kernels::library::npu(),
+            #[cfg(feature = "emulator")]
+            AscendDevice::Emulated(_) => burn_ascend_kernels::library::emulated(),
+            #[cfg(not(feature = "emulator"))]
+            AscendDevice::Emulated(_) => Err(no_emulator()),
         }
     }
 }
 
 /// The table filled by the emulated runtime.
-pub fn emulated_api() -> &'static AclApi {
+#[cfg(feature = "emulator")]
+pub fn emulated_api() -> AclResult<&'static AclApi> {
     static API: OnceLock<AclApi> = OnceLock::new();
-    API.get_or_init(|| {
-        AclApi::new(Box::new(EmulatedRuntime)).expect("the emulated runtime exports every function")
-    })
+    Ok(API.get_or_init(|| {
+        AclApi::new(Box::new(crate::emulator::EmulatedRuntime))
+            .expect("the emulated runtime exports every function")
+    }))
+}
+
+/// Without the `emulator` feature there is no emulated NPU.
+#[cfg(not(feature = "emulator"))]
+pub fn emulated_api() -> AclResult<&'static AclApi> {
+    Err(no_emulator())
+}
+
+#[cfg(not(feature = "emulator"))]
+fn no_emulator() -> AclError {
+    AclError::Load(
+        "burn-ascend was built without its `emulator` feature, so there is no emulated NPU".into(),
+    )
 }
 
 /// The table filled from CANN's libraries (loaded once).
@@ -107,6 +132,10 @@ fn select_default() -> AscendDevice {
     }
     match cann_device_count() {
         Ok(n) if n > 0 => AscendDevice::Npu(0),
+        // Nothing else to run on: the first use reports why CANN is unavailable.
+        #[cfg(not(feature = "emulator"))]
+        _ => AscendDevice::Npu(0),
+        #[cfg(feature = "emulator")]
         outcome => {
             let why = match outcome {
                 Ok(_) => "CANN loaded but reports no NPU".to_string(),
@@ -127,7 +156,7 @@ pub fn device_count(device: &AscendDevice) -> AclResult<usize> {
     match device {
         AscendDevice::Npu(_) => cann_device_count().map(|n| n as usize),
         AscendDevice::Emulated(_) => {
-            let api = emulated_api();
+            let api = emulated_api()?;
             super::context::initialize(api)?;
             let mut count = 0u32;
             // SAFETY: `count` is a valid out-pointer.

@@ -200,10 +200,16 @@ pub trait FusedOps: Backend {
 
 impl FusedOps for Ascend {
     fn vector_add(x: FloatTensor<Self>, y: FloatTensor<Self>) -> FloatTensor<Self> {
+        if !has_kernels(&x, &["vector_add"]) {
+            return Self::float_add(x, y);
+        }
         run("vector_add", fused::vector_add(&x, &y))
     }
 
     fn int_vector_add(x: IntTensor<Self>, y: IntTensor<Self>) -> IntTensor<Self> {
+        if !has_kernels(&x, &["vector_add"]) {
+            return Self::int_add(x, y);
+        }
         run("vector_add", fused::vector_add(&x, &y))
     }
 
@@ -213,6 +219,9 @@ impl FusedOps for Ascend {
         beta: Option<FloatTensor<Self>>,
         eps: f64,
     ) -> LayerNormOutput<Self> {
+        if !has_kernels(&x, &["layer_norm"]) {
+            return composed::layer_norm::<Self>(x, gamma, beta, eps);
+        }
         let (y, mean, rstd) = run(
             "layer_norm",
             fused::layer_norm(&x, gamma.as_ref(), beta.as_ref(), eps),
@@ -227,6 +236,9 @@ impl FusedOps for Ascend {
         rstd: FloatTensor<Self>,
         gamma: Option<FloatTensor<Self>>,
     ) -> LayerNormGrads<Self> {
+        if !has_kernels(&x, &["layer_norm_backward"]) {
+            return composed::layer_norm_backward::<Self>(dy, x, mean, rstd, gamma);
+        }
         let (dx, dgamma, dbeta) = run(
             "layer_norm_backward",
             fused::layer_norm_backward(&dy, &x, &mean, &rstd, gamma.as_ref()),
@@ -239,6 +251,9 @@ impl FusedOps for Ascend {
         indices: IntTensor<Self>,
         top_k: usize,
     ) -> FloatTensor<Self> {
+        if !has_kernels(&x, &["moe_gather"]) {
+            return composed::moe_gather::<Self>(x, indices, top_k);
+        }
         run("moe_gather", fused::moe_gather(&x, &indices, top_k))
     }
 
@@ -248,6 +263,9 @@ impl FusedOps for Ascend {
         weights: Option<FloatTensor<Self>>,
         top_k: usize,
     ) -> FloatTensor<Self> {
+        if !has_kernels(&y, &["moe_scatter"]) {
+            return composed::moe_scatter::<Self>(y, indices, weights, top_k);
+        }
         run(
             "moe_scatter",
             fused::moe_scatter(&y, &indices, weights.as_ref(), top_k),
@@ -255,6 +273,9 @@ impl FusedOps for Ascend {
     }
 
     fn token_rearrange(x: FloatTensor<Self>, perm: IntTensor<Self>) -> FloatTensor<Self> {
+        if !has_kernels(&x, &["token_rearrange"]) {
+            return composed::token_rearrange::<Self>(x, perm);
+        }
         run("token_rearrange", fused::token_rearrange(&x, &perm))
     }
 
@@ -266,6 +287,16 @@ impl FusedOps for Ascend {
         page_size: usize,
         extend_total: usize,
     ) -> AllocExtendOutput<Self> {
+        if !has_kernels(&seq_lens, &["alloc_extend"]) {
+            return composed::alloc_extend::<Self>(
+                prefix_lens,
+                seq_lens,
+                last_loc,
+                free_pages,
+                page_size,
+                extend_total,
+            );
+        }
         let (slots, totals) = run(
             "alloc_extend",
             fused::alloc_extend(
@@ -289,6 +320,17 @@ impl FusedOps for Ascend {
         num_kv_splits: IntTensor<Self>,
         options: DecodeAttentionOptions,
     ) -> DecodeAttentionOutput<Self> {
+        if !has_kernels(&q, &["decode_attention_stage1", "decode_attention_stage2"]) {
+            return composed::decode_attention::<Self>(
+                q,
+                k_cache,
+                v_cache,
+                kv_indptr,
+                kv_indices,
+                num_kv_splits,
+                options,
+            );
+        }
         let r = run(
             "decode_attention",
             fused::decode_attention(
@@ -330,6 +372,12 @@ impl FusedOps for Ascend {
             fused::grouped_matmul_weight_grad(&x, &dy, &group_sizes),
         )
     }
+}
+
+/// Whether `t`'s device can run every kernel of a fused op; when it cannot, the op runs its
+/// composed default (and the device says so once, see `DeviceContext::has_kernel`).
+fn has_kernels(t: &crate::ops::AscendTensor, kernels: &[&'static str]) -> bool {
+    kernels.iter().all(|k| t.ctx().has_kernel(k))
 }
 
 #[cfg(feature = "flex")]

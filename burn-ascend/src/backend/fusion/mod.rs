@@ -142,13 +142,22 @@ impl FusionRuntime for AscendFusionRuntime {
     type FusionHandle = AscendFusionHandle;
     type FusionDevice = AscendDevice;
 
-    fn fusers(_device: AscendDevice) -> Vec<Box<dyn OperationFuser<AscendOptimization>>> {
-        vec![
-            Box::new(ElementwiseFuser::default()),
-            Box::new(LayerNormFuser::default()),
-            Box::new(LinearFuser::default()),
-            Box::new(SoftmaxFuser::default()),
-        ]
+    /// The kernel-backed fusers only where the device can run their kernel: elsewhere the
+    /// recorded ops run unfused (see `DeviceContext::has_kernel`).
+    fn fusers(device: AscendDevice) -> Vec<Box<dyn OperationFuser<AscendOptimization>>> {
+        let has_kernel = |kernel| {
+            crate::runtime::DeviceContext::get(&device).is_ok_and(|ctx| ctx.has_kernel(kernel))
+        };
+        let mut fusers: Vec<Box<dyn OperationFuser<AscendOptimization>>> = Vec::new();
+        if has_kernel("elementwise_program") {
+            fusers.push(Box::new(ElementwiseFuser::default()));
+        }
+        if has_kernel("layer_norm") {
+            fusers.push(Box::new(LayerNormFuser::default()));
+        }
+        fusers.push(Box::new(LinearFuser::default()));
+        fusers.push(Box::new(SoftmaxFuser::default()));
+        fusers
     }
 }
 

@@ -1,6 +1,5 @@
 //! `vector_add` through its kernel.
 
-use burn_ascend_kernels::launch;
 use burn_ascend_kernels::tiling::{self, AddType};
 
 use super::{data_ptr, device_props};
@@ -47,8 +46,8 @@ pub fn vector_add(x: &AscendTensor, y: &AscendTensor) -> AclResult<AscendTensor>
     // SAFETY: the three buffers hold `len` elements of the tiling's type and stay alive in
     // stream order until the kernel has run.
     x.ctx()
-        .launch_kernel("vector_add", |stream| unsafe {
-            launch::vector_add(stream, plan, px, py, pz)
+        .launch_kernel("vector_add", |kernels, stream| unsafe {
+            kernels.vector_add(stream, plan, px, py, pz)
         })
         .map_err(|e| {
             e.with_context(|| format!("vector_add of {} and {}", x.describe(), y.describe()))

@@ -5,10 +5,10 @@
 //! device, where the operator reads them; nothing here reads them back.
 
 use super::norm_type;
+use crate::acl::aclnn;
 use crate::acl::handles::TensorListDesc;
 use crate::acl::types::aclTensorList;
 use crate::acl::{AclResult, DataType};
-use crate::aclnn;
 use crate::ops::broadcast::invalid_input;
 use crate::ops::copy::{cast, contiguous};
 use crate::ops::creation::zeros;

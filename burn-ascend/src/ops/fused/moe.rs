@@ -41,8 +41,8 @@ fn row_gather(
     let (px, pi, po) = (data_ptr(&x), data_ptr(indices), data_ptr(&out));
     // SAFETY: as in `vector_add`; indices out of range fault on the device, never read past x.
     x.ctx()
-        .launch_kernel(op, |stream| unsafe {
-            launch::row_gather(stream, which, plan, px, pi, po)
+        .launch_kernel(op, |kernels, stream| unsafe {
+            kernels.row_gather(stream, which, plan, px, pi, po)
         })
         .map_err(|e| {
             e.with_context(|| format!("{op} of {} by {}", x.describe(), indices.describe()))
@@ -147,8 +147,8 @@ pub fn moe_scatter(
     let (py, pi, po) = (data_ptr(&y), data_ptr(&inv), data_ptr(&out));
     let pw = weights.as_ref().map_or(std::ptr::null_mut(), data_ptr);
     // SAFETY: as in `vector_add`.
-    ctx.launch_kernel("moe_scatter", |stream| unsafe {
-        launch::moe_scatter(stream, plan, py, pi, pw, po)
+    ctx.launch_kernel("moe_scatter", |kernels, stream| unsafe {
+        kernels.moe_scatter(stream, plan, py, pi, pw, po)
     })
     .map_err(|e| e.with_context(|| format!("moe_scatter of {}", y.describe())))?;
     Ok(out)

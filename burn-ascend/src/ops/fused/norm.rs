@@ -71,8 +71,8 @@ pub fn layer_norm(
         rstd: data_ptr(&rstd),
     };
     // SAFETY: every buffer holds what the tiling describes and outlives the kernel in stream order.
-    ctx.launch_kernel("layer_norm", |stream| unsafe {
-        launch::layer_norm(stream, plan, buffers)
+    ctx.launch_kernel("layer_norm", |kernels, stream| unsafe {
+        kernels.layer_norm(stream, plan, buffers)
     })
     .map_err(|e| e.with_context(|| format!("layer_norm of {}", x.describe())))?;
     Ok((y, mean, rstd))
@@ -138,8 +138,8 @@ pub fn layer_norm_backward(
         };
         // SAFETY: every buffer holds what the tiling describes and outlives the kernel in
         // stream order; dgamma and dbeta were zeroed before it on the same stream.
-        ctx.launch_kernel(OP, |stream| unsafe {
-            launch::layer_norm_backward(stream, plan, buffers)
+        ctx.launch_kernel(OP, |kernels, stream| unsafe {
+            kernels.layer_norm_backward(stream, plan, buffers)
         })
         .map_err(|e| e.with_context(|| format!("{OP} of {}", x.describe())))?;
     }

@@ -108,8 +108,8 @@ pub fn alloc_extend(
     };
     // SAFETY: every buffer holds what the tiling describes and outlives the kernel in stream
     // order; the kernel never reads past free_pages nor writes past out_slots.
-    ctx.launch_kernel(OP, |stream| unsafe {
-        launch::alloc_extend(stream, plan, buffers)
+    ctx.launch_kernel(OP, |kernels, stream| unsafe {
+        kernels.alloc_extend(stream, plan, buffers)
     })
     .map_err(|e| e.with_context(|| format!("{OP} of {}", inputs())))?;
     Ok((slots, totals))
@@ -281,8 +281,8 @@ pub fn decode_attention(
     };
     // SAFETY: every buffer holds what the tilings describe and outlives both kernels in stream
     // order; v is null only when the tiling reads values from the key rows.
-    ctx.launch_kernel(OP, |stream| unsafe {
-        launch::decode_attention(stream, stage1, stage2, buffers)
+    ctx.launch_kernel(OP, |kernels, stream| unsafe {
+        kernels.decode_attention(stream, stage1, stage2, buffers)
     })
     .map_err(|e| e.with_context(|| format!("{OP} of {}", inputs())))?;
     Ok(result)

@@ -1,7 +1,6 @@
 //! Element-wise programs through the interpreted `elementwise_program` kernel: operand layout
 //! on the grid, tiling, the program upload and the launch.
 
-use burn_ascend_kernels::launch;
 use burn_ascend_kernels::program::{grid, ElemType, InputPlacement, OperandView, Program};
 use burn_ascend_kernels::tiling;
 
@@ -116,8 +115,8 @@ pub fn run_program(
     // SAFETY: the program names the inputs' storages (held by `inputs` until this returns and
     // then freed in stream order), the outputs (held by the caller) and `code`, which goes
     // back to the allocator in stream order after the kernel.
-    ctx.launch_kernel(op, |stream| unsafe {
-        launch::elementwise_program(stream, plan, code_ptr)
+    ctx.launch_kernel(op, |kernels, stream| unsafe {
+        kernels.elementwise_program(stream, plan, code_ptr)
     })
     .map_err(|e| {
         e.with_context(|| {

@@ -5,9 +5,9 @@
 //! permutation (`indices[i]` is the token-major slot that lands on row `i`), CANN's ops produce
 //! and take its inverse (`expanded_row_idx[slot]` is the row slot `t*K + k` lands on).
 
+use crate::acl::aclnn;
 use crate::acl::types::aclTensor;
 use crate::acl::{AclResult, DataType};
-use crate::aclnn;
 use crate::ops::broadcast::invalid_input;
 use crate::ops::copy::cast;
 use crate::ops::tensor::AscendTensor;

@@ -1,0 +1,363 @@
+//! Safe owners of ACL objects (each released exactly once, on drop) and the two-phase
+//! operator call.
+
+use std::ffi::c_void;
+use std::rc::Rc;
+
+use super::cache::{Lent, View};
+use super::dtype::DataType;
+use super::error::{AclError, AclResult};
+use super::table::{AclApi, Phase2Fn};
+use super::types::format::*;
+use super::types::*;
+
+/// The layout format aclnn expects for a plain tensor of this rank (as torch_npu passes).
+fn format_for_rank(rank: usize) -> i32 {
+    match rank {
+        3 => ACL_FORMAT_NCL,
+        4 => ACL_FORMAT_NCHW,
+        5 => ACL_FORMAT_NCDHW,
+        _ => ACL_FORMAT_ND,
+    }
+}
+
+fn created<T>(api: &AclApi, p: *mut T, function: &str) -> AclResult<*mut T> {
+    if p.is_null() {
+        Err(AclError::Call {
+            code: status::ACLNN_ERR_PARAM_INVALID,
+            function: function.into(),
+            message: api.recent_error_message(),
+            context: None,
+        })
+    } else {
+        Ok(p)
+    }
+}
+
+/// An `aclTensor` view descriptor: its own, or lent by the thread's descriptor cache
+/// ([`super::cache`]), which destroys it on eviction.
+pub struct TensorDesc<'a> {
+    api: &'a AclApi,
+    ptr: *mut aclTensor,
+    lent: Option<Rc<Lent>>,
+}
+
+impl<'a> TensorDesc<'a> {
+    /// Describes a view of the device allocation at `base` holding `storage_elems` elements.
+    /// Strides and offset are in elements, as aclCreateTensor takes them.
+    ///
+    /// # Safety
+    /// `base` must be a live device allocation of at least `storage_elems` elements of `dtype`
+    /// for as long as operators launched with the descriptor may run: aclnn reads and writes
+    /// through it without further checks on real hardware.
+    pub unsafe fn new(
+        api: &'a AclApi,
+        shape: &[usize],
+        strides: &[usize],
+        offset: usize,
+        dtype: DataType,
+        storage_elems: usize,
+        base: *mut c_void,
+    ) -> AclResult<Self> {
+        let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        let strides: Vec<i64> = strides.iter().map(|&s| s as i64).collect();
+        let storage = [storage_elems as i64];
+        // SAFETY: the arrays are valid for the lengths passed; aclCreateTensor copies them.
+        let ptr = unsafe {
+            (api.core.aclCreateTensor)(
+                dims.as_ptr(),
+                dims.len() as u64,
+                dtype.acl(),
+                strides.as_ptr(),
+                offset as i64,
+                format_for_rank(shape.len()),
+                storage.as_ptr(),
+                1,
+                base,
+            )
+        };
+        Ok(Self {
+            api,
+            ptr: created(api, ptr, "aclCreateTensor")?,
+            lent: None,
+        })
+    }
+
+    /// Describes `view`, reusing the calling thread's cached descriptor of an identical view
+    /// (same table, address, shape, strides, offset, dtype and storage size) when it is not
+    /// lent out already; see [`super::cache`].
+    ///
+    /// # Safety
+    /// As for [`TensorDesc::new`].
+    pub unsafe fn cached(api: &'static AclApi, view: &View<'_>) -> AclResult<TensorDesc<'static>> {
+        super::cache::lend_descriptor(api, view)
+    }
+
+    /// A descriptor lent by the cache.
+    pub(super) fn lent(api: &'a AclApi, lent: Rc<Lent>) -> Self {
+        Self {
+            api,
+            ptr: lent.ptr(),
+            lent: Some(lent),
+        }
+    }
+
+    /// The raw descriptor, for an operator argument.
+    pub fn as_ptr(&self) -> *mut aclTensor {
+        self.ptr
+    }
+
+    /// Hands the descriptor over to a tensor list, which then owns it (a lent descriptor is
+    /// copied first: the cache keeps its own).
+    fn into_raw(self) -> AclResult<*mut aclTensor> {
+        if let Some(lent) = &self.lent {
+            // SAFETY: the view was valid when the cache created it, and still is for the
+            // caller that asked for it.
+            let copy = unsafe { lent.view().describe(self.api)? };
+            // Dropping `self` only ends the loan.
+            return copy.into_raw();
+        }
+        let p = self.ptr;
+        std::mem::forget(self);
+        Ok(p)
+    }
+}
+
+impl Drop for TensorDesc<'_> {
+    fn drop(&mut self) {
+        if self.lent.is_none() {
+            // SAFETY: created by aclCreateTensor and not owned by a list or the cache.
+            unsafe { (self.api.core.aclDestroyTensor)(self.ptr) };
+        }
+    }
+}
+
+/// An `aclScalar`, created as torch_npu does: DOUBLE for floats, INT64 for integers, BOOL.
+pub struct ScalarDesc<'a> {
+    api: &'a AclApi,
+    ptr: *mut aclScalar,
+}
+
+/// A host scalar operand.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HostScalar {
+    /// Passed as ACL_DOUBLE.
+    Float(f64),
+    /// Passed as ACL_INT64.
+    Int(i64),
+    /// Passed as ACL_BOOL.
+    Bool(bool),
+}
+
+impl<'a> ScalarDesc<'a> {
+    /// Creates the scalar (its value is copied).
+    pub fn new(api: &'a AclApi, value: HostScalar) -> AclResult<Self> {
+        let mut bytes = [0u8; 8];
+        let dtype = match value {
+            HostScalar::Float(v) => {
+                bytes = v.to_ne_bytes();
+                DataType::F64
+            }
+            HostScalar::Int(v) => {
+                bytes = v.to_ne_bytes();
+                DataType::I64
+            }
+            HostScalar::Bool(v) => {
+                bytes[0] = v as u8;
+                DataType::Bool
+            }
+        };
+        // SAFETY: `bytes` holds a value of `dtype`; aclCreateScalar copies it.
+        let ptr =
+            unsafe { (api.core.aclCreateScalar)(bytes.as_mut_ptr() as *mut c_void, dtype.acl()) };
+        Ok(Self {
+            api,
+            ptr: created(api, ptr, "aclCreateScalar")?,
+        })
+    }
+
+    /// The raw descriptor.
+    pub fn as_ptr(&self) -> *const aclScalar {
+        self.ptr
+    }
+}
+
+impl Drop for ScalarDesc<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by aclCreateScalar.
+        unsafe { (self.api.core.aclDestroyScalar)(self.ptr) };
+    }
+}
+
+/// An `aclIntArray`.
+pub struct IntArrayDesc<'a> {
+    api: &'a AclApi,
+    ptr: *mut aclIntArray,
+}
+
+impl<'a> IntArrayDesc<'a> {
+    /// Creates the array (its values are copied).
+    pub fn new(api: &'a AclApi, values: &[i64]) -> AclResult<Self> {
+        // SAFETY: valid for `values.len()` elements; copied by the callee.
+        let ptr = unsafe { (api.core.aclCreateIntArray)(values.as_ptr(), values.len() as u64) };
+        Ok(Self {
+            api,
+            ptr: created(api, ptr, "aclCreateIntArray")?,
+        })
+    }
+
+    /// The raw descriptor.
+    pub fn as_ptr(&self) -> *const aclIntArray {
+        self.ptr
+    }
+}
+
+impl Drop for IntArrayDesc<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by aclCreateIntArray.
+        unsafe { (self.api.core.aclDestroyIntArray)(self.ptr) };
+    }
+}
+
+/// An `aclBoolArray`.
+pub struct BoolArrayDesc<'a> {
+    api: &'a AclApi,
+    ptr: *mut aclBoolArray,
+}
+
+impl<'a> BoolArrayDesc<'a> {
+    /// Creates the array (its values are copied).
+    pub fn new(api: &'a AclApi, values: &[bool]) -> AclResult<Self> {
+        // SAFETY: valid for `values.len()` one-byte bools; copied by the callee.
+        let ptr = unsafe { (api.core.aclCreateBoolArray)(values.as_ptr(), values.len() as u64) };
+        Ok(Self {
+            api,
+            ptr: created(api, ptr, "aclCreateBoolArray")?,
+        })
+    }
+
+    /// The raw descriptor.
+    pub fn as_ptr(&self) -> *const aclBoolArray {
+        self.ptr
+    }
+}
+
+impl Drop for BoolArrayDesc<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by aclCreateBoolArray.
+        unsafe { (self.api.core.aclDestroyBoolArray)(self.ptr) };
+    }
+}
+
+/// An `aclTensorList`; it owns (and destroys) its member tensors.
+pub struct TensorListDesc<'a> {
+    api: &'a AclApi,
+    ptr: *mut aclTensorList,
+}
+
+impl<'a> TensorListDesc<'a> {
+    /// Creates the list, taking ownership of the tensors.
+    pub fn new(api: &'a AclApi, tensors: Vec<TensorDesc<'a>>) -> AclResult<Self> {
+        let mut raw: Vec<*const aclTensor> = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            match t.into_raw() {
+                Ok(p) => raw.push(p),
+                Err(e) => {
+                    for t in raw {
+                        // SAFETY: handed over above and not yet in a list.
+                        unsafe { (api.core.aclDestroyTensor)(t) };
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        // SAFETY: the pointer array is valid for its length and copied by the callee.
+        let ptr = unsafe { (api.core.aclCreateTensorList)(raw.as_ptr(), raw.len() as u64) };
+        if ptr.is_null() {
+            for t in raw {
+                // SAFETY: the list was not created, so the tensors are still ours to destroy.
+                unsafe { (api.core.aclDestroyTensor)(t) };
+            }
+        }
+        Ok(Self {
+            api,
+            ptr: created(api, ptr, "aclCreateTensorList")?,
+        })
+    }
+
+    /// The raw descriptor.
+    pub fn as_ptr(&self) -> *const aclTensorList {
+        self.ptr
+    }
+}
+
+impl Drop for TensorListDesc<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by aclCreateTensorList; this also destroys the member tensors.
+        unsafe { (self.api.core.aclDestroyTensorList)(self.ptr) };
+    }
+}
+
+/// Runs phase two of an operator: the device runtime implements it (workspace, stream,
+/// blocking mode).
+pub trait OpLauncher {
+    /// The table to call through.
+    fn api(&self) -> &'static AclApi;
+    /// The device the operators run on (executors are cached per device).
+    fn device_id(&self) -> i32;
+    /// Takes a `workspace_size`-byte workspace, calls `phase2` on the stream, releases the
+    /// workspace in stream order.
+    ///
+    /// # Safety
+    /// `executor` must come from phase one of the operator whose phase two is `phase2`, and
+    /// must not have been launched before.
+    unsafe fn launch(
+        &self,
+        op: &'static str,
+        phase2: Phase2Fn,
+        executor: *mut aclOpExecutor,
+        workspace_size: u64,
+    ) -> AclResult<()>;
+    /// As [`OpLauncher::launch`], for a repeatable executor, which stays the caller's
+    /// whatever happens.
+    ///
+    /// # Safety
+    /// `executor` must be a repeatable executor of the operator whose phase two is `phase2`.
+    unsafe fn launch_repeatable(
+        &self,
+        op: &'static str,
+        phase2: Phase2Fn,
+        executor: *mut aclOpExecutor,
+        workspace_size: u64,
+    ) -> AclResult<()>;
+}
+
+/// Calls an aclnn operator through the table: resolves it, runs phase one with the given
+/// arguments (in header order, without workspace size and executor), then hands the executor
+/// to the launcher for phase two.
+///
+/// `aclnn!(launcher, aclnnAdd(a.as_ptr(), b.as_ptr(), alpha.as_ptr(), out.as_ptr()))`
+#[macro_export]
+macro_rules! aclnn {
+    ($launcher:expr, $op:ident($($arg:expr),* $(,)?)) => {{
+        let launcher = $launcher;
+        let api = $crate::handles::OpLauncher::api(launcher);
+        const PHASE1: &str = concat!(stringify!($op), "GetWorkspaceSize");
+        // SAFETY: the table types each operator with its declared C signature.
+        match unsafe { api.ops.$op.resolve(api.source(), stringify!($op), PHASE1) } {
+            Err(e) => Err(e),
+            Ok((phase1, phase2)) => {
+                let mut workspace = 0u64;
+                let mut executor = ::std::ptr::null_mut();
+                // SAFETY: arguments are live descriptors owned by the caller for this call.
+                #[allow(clippy::macro_metavars_in_unsafe)] // the arguments are plain pointer expressions
+                let status = unsafe { phase1($($arg,)* &mut workspace, &mut executor) };
+                match api.check(status, PHASE1) {
+                    Err(e) => Err(e),
+                    // SAFETY: the executor comes from phase one of this operator, launched once.
+                    Ok(()) => unsafe { $crate::handles::OpLauncher::launch(launcher, stringify!($op), phase2, executor, workspace) },
+                }
+            }
+        }
+    }};
+}

@@ -1,0 +1,20 @@
+// Host emulation of the Ascend C vector-kernel API subset (CANN 8.x, Atlas A2/A3), for g++ -std=c++17.
+//
+// Kernels written against the real API (`#include "kernel_operator.h"`, `using namespace AscendC;`,
+// `extern "C" __global__ __aicore__ void k(GM_ADDR x, ..., Tiling t)`) compile unchanged against
+// this header and run on the host through ascendc_emu_run (src/runner.cpp), which enforces the
+// hardware rules of /work/shared/ascend/ascendc-api.md §9 and reports a broken one as an AI Core
+// error (507015) naming the kernel, the block and the rule. The emulation's scope and its limits
+// are listed in ascend-emulator/ascendc/README.md.
+#ifndef KERNEL_OPERATOR_H
+#define KERNEL_OPERATOR_H
+
+#include "ascendc_emu/types.h"      // qualifiers, half/bfloat16_t, enums, copy parameters
+#include "ascendc_emu/core.h"       // per-core state, rule violations, GM access, event flags
+#include "ascendc_emu/tensor.h"     // GlobalTensor, LocalTensor
+#include "ascendc_emu/pipe.h"       // TPipe, TQue/TQueBind, TBuf
+#include "ascendc_emu/data_copy.h"  // DataCopy, DataCopyPad
+#include "ascendc_emu/vector.h"     // vector compute APIs
+#include "ascendc_emu/sync.h"       // flags, barriers, atomics, block indices, kernel type
+
+#endif

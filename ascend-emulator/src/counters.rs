@@ -1,0 +1,103 @@
+//! Work counters of the emulated device: launches and the global-memory bytes they move, for
+//! aclnn operators and Ascend C kernels alike, so a benchmark can compare how much work two
+//! ways of computing the same thing put on the device.
+//!
+//! Kernels are measured (the Ascend C emulation counts every byte its copies move). aclnn
+//! operators are modelled: each distinct tensor argument is counted once at its view's size,
+//! the least any implementation must move (reading every input and writing every output once).
+//! The model flatters the aclnn side, so savings measured against it are not overstated.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::meta::TensorDesc;
+
+static ACLNN_LAUNCHES: AtomicU64 = AtomicU64::new(0);
+static ACLNN_BYTES: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The distinct tensor views of the operator whose phase one runs on this thread.
+    static ARGS: RefCell<Option<Vec<TensorDesc>>> = const { RefCell::new(None) };
+}
+
+/// Runs an operator's phase one, returning its result and the bytes its tensor arguments span.
+pub(crate) fn capture<T>(build: impl FnOnce() -> T) -> (T, u64) {
+    ARGS.with(|a| *a.borrow_mut() = Some(Vec::new()));
+    let out = build();
+    let args = ARGS.with(|a| a.borrow_mut().take()).unwrap_or_default();
+    let bytes = args
+        .iter()
+        .map(|t| (t.numel() * t.dtype.size()) as u64)
+        .sum();
+    (out, bytes)
+}
+
+/// Notes a tensor argument of the operator being built.
+pub(crate) fn note(t: &TensorDesc) {
+    ARGS.with(|a| {
+        if let Some(args) = a.borrow_mut().as_mut() {
+            let same = |u: &TensorDesc| {
+                u.addr == t.addr
+                    && u.offset == t.offset
+                    && u.shape == t.shape
+                    && u.strides == t.strides
+            };
+            if !args.iter().any(same) {
+                args.push(t.clone());
+            }
+        }
+    });
+}
+
+/// Counts a launched operator that moves `bytes`.
+pub(crate) fn launched(bytes: u64) {
+    ACLNN_LAUNCHES.fetch_add(1, Ordering::Relaxed);
+    ACLNN_BYTES.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// Work queued on the emulated devices of this process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkCounters {
+    /// aclnn operators launched.
+    pub aclnn_launches: u64,
+    /// Global-memory bytes of those operators (modelled: each tensor argument once).
+    pub aclnn_bytes: u64,
+    /// Ascend C kernels run.
+    pub kernel_launches: u64,
+    /// Global-memory bytes those kernels read and wrote (measured).
+    pub kernel_bytes: u64,
+}
+
+impl WorkCounters {
+    /// Launches of both kinds.
+    pub fn launches(&self) -> u64 {
+        self.aclnn_launches + self.kernel_launches
+    }
+
+    /// Global-memory bytes of both kinds.
+    pub fn bytes(&self) -> u64 {
+        self.aclnn_bytes + self.kernel_bytes
+    }
+
+    /// The work done between `earlier` and `self`.
+    pub fn since(&self, earlier: &WorkCounters) -> WorkCounters {
+        WorkCounters {
+            aclnn_launches: self.aclnn_launches - earlier.aclnn_launches,
+            aclnn_bytes: self.aclnn_bytes - earlier.aclnn_bytes,
+            kernel_launches: self.kernel_launches - earlier.kernel_launches,
+            kernel_bytes: self.kernel_bytes - earlier.kernel_bytes,
+        }
+    }
+}
+
+/// The work queued so far (aclnn operators when launched, kernels once they have run, so
+/// synchronise the device first).
+pub fn work_counters() -> WorkCounters {
+    let k = super::kernel_runner::launch_totals();
+    WorkCounters {
+        aclnn_launches: ACLNN_LAUNCHES.load(Ordering::Relaxed),
+        aclnn_bytes: ACLNN_BYTES.load(Ordering::Relaxed),
+        kernel_launches: k.launches,
+        kernel_bytes: k.gm_bytes,
+    }
+}

@@ -1,0 +1,266 @@
+//! The host of the emulated Ascend C kernels: how a kernel library built against the Ascend C
+//! emulation (`ascendc/`) reaches the emulated device.
+//!
+//! Such a library (built by `burn-ascend-kernels` with the host C++ compiler) is opened at run
+//! time like CANN's kernel library. [`EmulatedKernelLibrary::open`] binds it to this process's
+//! emulated machine (`ascendc_emu_bind`, see `ascendc/include/ascendc_emu_abi.h`): its
+//! `aclrtlaunch_<kernel>` entry points then queue the kernel's blocks on an emulated stream, and
+//! the emulated Ascend C API resolves global memory in emulated HBM, with the same checks as every
+//! other device access. Each finished launch leaves its counters in a log.
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::path::Path;
+use std::sync::Mutex;
+
+use ascend_acl::loader::SharedLibrary;
+use ascend_acl::table::SymbolSource;
+use ascend_acl::types::status::ACL_ERROR_RT_PARAM_INVALID;
+use ascend_acl::{AclError, AclResult};
+
+use super::fault::Fault;
+use super::machine::machine;
+
+/// Counters of one kernel launch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaunchStats {
+    /// The kernel.
+    pub kernel: String,
+    /// Blocks launched.
+    pub block_dim: u32,
+    /// Bytes read from global memory.
+    pub gm_bytes_read: u64,
+    /// Bytes written to global memory.
+    pub gm_bytes_written: u64,
+    /// DataCopy/DataCopyPad calls between global memory and the unified buffer.
+    pub data_copies: u64,
+    /// Largest unified-buffer footprint of any block, bytes.
+    pub ub_peak_bytes: u64,
+    /// Global-memory bytes moved by each block (the per-core balance).
+    pub per_block_gm_bytes: Vec<u64>,
+}
+
+/// Totals over every kernel launch completed in this process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaunchTotals {
+    /// Launches completed (failed ones included).
+    pub launches: u64,
+    /// Global-memory bytes read and written.
+    pub gm_bytes: u64,
+}
+
+static LOG: Mutex<Vec<LaunchStats>> = Mutex::new(Vec::new());
+static TOTALS: Mutex<LaunchTotals> = Mutex::new(LaunchTotals {
+    launches: 0,
+    gm_bytes: 0,
+});
+
+/// Totals over every kernel launch completed so far (never reset, unlike the launch log).
+pub fn launch_totals() -> LaunchTotals {
+    *TOTALS.lock().unwrap()
+}
+
+/// The counters of every kernel launch completed so far, oldest first.
+pub fn launch_log() -> Vec<LaunchStats> {
+    LOG.lock().unwrap().clone()
+}
+
+/// Empties the launch log.
+pub fn clear_launch_log() {
+    LOG.lock().unwrap().clear();
+}
+
+/// `AscendcEmuStats` of the C ABI.
+#[repr(C)]
+#[derive(Default)]
+struct EmuStats {
+    gm_bytes_read: u64,
+    gm_bytes_written: u64,
+    data_copies: u64,
+    ub_peak_bytes: u64,
+}
+
+type Entry = unsafe extern "C" fn(*mut c_void);
+
+/// `ascendc_emu_run` of the library that queued the launch.
+type RunFn = unsafe extern "C" fn(
+    name: *const c_char,
+    block_dim: u32,
+    entry: Entry,
+    args: *mut c_void,
+    stats: *mut EmuStats,
+    per_block_gm_bytes: *mut u64,
+    err: *mut c_char,
+    err_len: usize,
+) -> i32;
+
+/// `AscendcEmuHost` of the C ABI: what the library calls back into.
+#[repr(C)]
+struct HostTable {
+    gm: unsafe extern "C" fn(u64, u64, *mut c_char, usize) -> *mut c_void,
+    launch: unsafe extern "C" fn(
+        *mut c_void,
+        *const c_char,
+        u32,
+        Entry,
+        *mut c_void,
+        Entry,
+        RunFn,
+    ) -> u32,
+}
+
+static HOST: HostTable = HostTable {
+    gm: host_gm,
+    launch: host_launch,
+};
+
+fn write_message(err: *mut c_char, err_len: usize, message: &str) {
+    if err.is_null() || err_len == 0 {
+        return;
+    }
+    let n = message.len().min(err_len - 1);
+    // SAFETY: `err` has room for `err_len` bytes (the caller's contract).
+    unsafe {
+        std::ptr::copy_nonoverlapping(message.as_ptr(), err as *mut u8, n);
+        *err.add(n) = 0;
+    }
+}
+
+/// The host address of emulated global memory `[addr, addr + len)`, or NULL with the reason.
+unsafe extern "C" fn host_gm(addr: u64, len: u64, err: *mut c_char, err_len: usize) -> *mut c_void {
+    let resolved = machine()
+        .npu_of(addr)
+        .ok_or_else(|| format!("0x{addr:x} is not device memory"))
+        .and_then(|npu| {
+            npu.memory
+                .resolve(addr, len as usize)
+                .map_err(|f| f.message)
+        });
+    match resolved {
+        Ok((block, offset)) => block.host_ptr(offset) as *mut c_void,
+        Err(m) => {
+            write_message(err, err_len, &m);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Args owned by a queued launch; freed by the kernel's own deleter.
+struct LaunchArgs {
+    args: *mut c_void,
+    drop_args: Entry,
+}
+
+// SAFETY: the args blob is plain data copied by the generated stub, used by one task.
+unsafe impl Send for LaunchArgs {}
+
+impl Drop for LaunchArgs {
+    fn drop(&mut self) {
+        // SAFETY: the generated deleter of this blob, called once.
+        unsafe { (self.drop_args)(self.args) };
+    }
+}
+
+/// Queues a kernel launch on an emulated stream (called by the library's generated
+/// `aclrtlaunch_<kernel>` entry points through the bound host table).
+unsafe extern "C" fn host_launch(
+    stream: *mut c_void,
+    name: *const c_char,
+    block_dim: u32,
+    entry: Entry,
+    args: *mut c_void,
+    drop_args: Entry,
+    run: RunFn,
+) -> u32 {
+    let owned = LaunchArgs { args, drop_args };
+    // SAFETY: the generated stub passes its kernel's static name.
+    let kernel = unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned();
+    if block_dim == 0 {
+        return ACL_ERROR_RT_PARAM_INVALID as u32;
+    }
+    let stream = match machine().stream(stream) {
+        Ok(s) => s,
+        Err(f) => return f.code as u32,
+    };
+    stream.enqueue(Box::new(move || {
+        let mut stats = EmuStats::default();
+        let mut per_block = vec![0u64; block_dim as usize];
+        let mut err = [0 as c_char; 1024];
+        let c_name = CString::new(kernel.clone()).unwrap_or_default();
+        // SAFETY: the buffers are sized as the runner expects; `owned` keeps the args alive.
+        let code = unsafe {
+            run(
+                c_name.as_ptr(),
+                block_dim,
+                entry,
+                owned.args,
+                &mut stats,
+                per_block.as_mut_ptr(),
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        drop(owned);
+        {
+            let mut totals = TOTALS.lock().unwrap();
+            totals.launches += 1;
+            totals.gm_bytes += stats.gm_bytes_read + stats.gm_bytes_written;
+        }
+        LOG.lock().unwrap().push(LaunchStats {
+            kernel,
+            block_dim,
+            gm_bytes_read: stats.gm_bytes_read,
+            gm_bytes_written: stats.gm_bytes_written,
+            data_copies: stats.data_copies,
+            ub_peak_bytes: stats.ub_peak_bytes,
+            per_block_gm_bytes: per_block,
+        });
+        if code == 0 {
+            Ok(())
+        } else {
+            // SAFETY: the runner NUL-terminates its message.
+            let message = unsafe { CStr::from_ptr(err.as_ptr()) }
+                .to_string_lossy()
+                .into_owned();
+            Err(Fault { code, message })
+        }
+    }));
+    0
+}
+
+/// A kernel library built against the Ascend C emulation, bound to the emulated machine.
+pub struct EmulatedKernelLibrary {
+    lib: SharedLibrary,
+}
+
+impl EmulatedKernelLibrary {
+    /// Opens the library at `path` and binds it to the emulated machine.
+    pub fn open(path: &Path) -> AclResult<Self> {
+        let lib = SharedLibrary::open(path)?;
+        let bind = lib.lookup("ascendc_emu_bind").ok_or_else(|| {
+            AclError::Load(format!(
+                "{} is not a kernel library built against the Ascend C emulation (no ascendc_emu_bind)",
+                path.display()
+            ))
+        })?;
+        // SAFETY: `ascendc_emu_bind` has this C signature (ascendc_emu_abi.h); the host table is
+        // static, so it outlives the library.
+        unsafe {
+            let bind: unsafe extern "C" fn(*const HostTable) =
+                std::mem::transmute::<*const c_void, _>(bind);
+            bind(&HOST);
+        }
+        Ok(Self { lib })
+    }
+}
+
+impl SymbolSource for EmulatedKernelLibrary {
+    fn lookup(&self, name: &str) -> Option<*const c_void> {
+        self.lib.lookup(name)
+    }
+
+    fn describe(&self) -> String {
+        format!("emulated Ascend C kernels ({})", self.lib.describe())
+    }
+}

@@ -1,0 +1,96 @@
+//! ascend-emulator: an emulated Ascend NPU, modelled on an Atlas A2 (Ascend910B2) device.
+//!
+//! - The emulated runtime: AscendCL, the aclnn object layer and the aclnn operators the backend
+//!   calls, implemented in-process with CANN's C signatures and documented semantics. It is
+//!   reached only through `ascend-acl`'s function table, exactly like CANN: [`EmulatedRuntime`]
+//!   is a [`SymbolSource`] whose symbols are generated from the same function list as the table.
+//! - The host emulation of the Ascend C API (`ascendc/`, C++): kernels written against the real
+//!   API compile unchanged against its `kernel_operator.h`; its runner enforces the hardware's
+//!   rules. [`kernel_runner`] binds a kernel library built that way to the emulated machine.
+//! - With the `cann-exports` feature, every function of the list is also exported under its C
+//!   name, so the crate built as a shared library stands in for CANN's libraries (the loader
+//!   test opens it through the real loader).
+#![warn(missing_docs)]
+
+#[cfg(feature = "cann-exports")]
+mod cann_exports;
+mod counters;
+mod elementwise;
+mod fault;
+mod grouped;
+mod index;
+pub mod kernel_runner;
+mod kernels;
+mod machine;
+mod memory;
+mod meta;
+mod nn;
+pub(crate) mod ops;
+mod random;
+mod reduce;
+mod routing;
+mod runtime_api;
+mod sample;
+mod stream;
+mod view;
+
+use std::ffi::c_void;
+
+pub use counters::{work_counters, WorkCounters};
+pub use machine::{set_device_memory_limit, ENV_DEVICES, ENV_HBM_MIB};
+
+use ascend_acl::table::SymbolSource;
+
+/// The emulated functions under their C names, with their C signatures, for the emulated CANN
+/// shared library built from the same list.
+pub mod exports {
+    pub use super::elementwise::*;
+    pub use super::grouped::*;
+    pub use super::index::*;
+    pub use super::nn::*;
+    pub use super::ops::*;
+    pub use super::random::*;
+    pub use super::reduce::*;
+    pub use super::routing::*;
+    pub use super::runtime_api::*;
+    pub use super::sample::*;
+}
+
+/// The emulated runtime as a symbol source for the function table.
+pub struct EmulatedRuntime;
+
+macro_rules! emulated_symbols {
+    (
+        runtime { $(fn $rname:ident($($rarg:ident: $rty:ty),*) -> $rret:ty;)* }
+        nnopbase { $(fn $bname:ident($($barg:ident: $bty:ty),*) -> $bret:ty;)* }
+        optional { $(fn $xname:ident($($xarg:ident: $xty:ty),*) -> $xret:ty;)* }
+        ops { $($op:ident / $ws:ident($($oarg:ident: $oty:ty),*);)* }
+    ) => {
+        #[allow(unused_imports)]
+        fn emulated_symbol(name: &str) -> Option<*const c_void> {
+            use ascend_acl::types::*;
+            use ascend_acl::table::Phase2Fn;
+            // Each entry is first bound to its declared signature, so a mismatch between the
+            // list and the emulation fails to compile.
+            Some(match name {
+                $(stringify!($rname) => { let f: unsafe extern "C" fn($($rty),*) -> $rret = exports::$rname; f as *const c_void })*
+                $(stringify!($bname) => { let f: unsafe extern "C" fn($($bty),*) -> $bret = exports::$bname; f as *const c_void })*
+                $(stringify!($xname) => { let f: unsafe extern "C" fn($($xty),*) -> $xret = exports::$xname; f as *const c_void })*
+                $(stringify!($ws) => { let f: unsafe extern "C" fn($($oty,)* *mut u64, *mut *mut aclOpExecutor) -> aclnnStatus = exports::$ws; f as *const c_void })*
+                $(stringify!($op) => { let f: Phase2Fn = exports::$op; f as *const c_void })*
+                _ => return None,
+            })
+        }
+    };
+}
+ascend_acl::acl_function_list!(emulated_symbols);
+
+impl SymbolSource for EmulatedRuntime {
+    fn lookup(&self, name: &str) -> Option<*const c_void> {
+        emulated_symbol(name)
+    }
+
+    fn describe(&self) -> String {
+        format!("emulated Atlas A2 ({})", machine::SOC_NAME)
+    }
+}

@@ -1,0 +1,187 @@
+//! Emulated HBM: a virtual device address space with a capacity, backed by host memory.
+//!
+//! Device addresses are non-canonical on every 64-bit host (the top bits are neither all zero
+//! nor all one), so host code that dereferences one by accident faults at once instead of
+//! reading plausible data. Freed ranges are never handed out again, so any later use of a freed
+//! buffer is detected and reported.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use super::fault::{fault, Fault};
+use ascend_acl::types::status::*;
+
+/// Base of the emulated address space; each device gets its own 2^40-byte window.
+const ADDRESS_BASE: u64 = 0x0A5C_0000_0000_0000;
+/// aclrtMalloc rounds sizes up to 32 bytes and pads by 32 (CANN header); blocks start on 512.
+const ALLOC_GRANULE: u64 = 32;
+const BLOCK_ALIGN: u64 = 512;
+
+/// One allocation: its address range and its host backing.
+pub(crate) struct Block {
+    pub base: u64,
+    pub len: usize,
+    charged: u64,
+    data: *mut u64,
+    words: usize,
+}
+
+// SAFETY: the backing is plain memory; concurrent access follows the device's rules (stream
+// order), exactly as with real device memory.
+unsafe impl Send for Block {}
+unsafe impl Sync for Block {}
+
+impl Block {
+    /// Raw host address of byte `offset` of this block.
+    pub fn host_ptr(&self, offset: usize) -> *mut u8 {
+        debug_assert!(offset <= self.len);
+        // SAFETY: offset is within the allocation.
+        unsafe { (self.data as *mut u8).add(offset) }
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        // SAFETY: reconstructs the boxed slice created in `DeviceMemory::malloc`.
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.data, self.words,
+            )))
+        };
+    }
+}
+
+struct State {
+    blocks: BTreeMap<u64, Arc<Block>>,
+    next: u64,
+    used: u64,
+    capacity: u64,
+}
+
+/// The HBM of one emulated device.
+pub(crate) struct DeviceMemory {
+    device: i32,
+    state: RwLock<State>,
+}
+
+impl DeviceMemory {
+    pub fn new(device: i32, capacity: u64) -> Self {
+        Self {
+            device,
+            state: RwLock::new(State {
+                blocks: BTreeMap::new(),
+                next: ADDRESS_BASE + ((device as u64) << 40),
+                used: 0,
+                capacity,
+            }),
+        }
+    }
+
+    pub fn set_capacity(&self, capacity: u64) {
+        self.state.write().unwrap().capacity = capacity;
+    }
+
+    /// (free, total) bytes, as `aclrtGetMemInfo` reports them.
+    pub fn info(&self) -> (u64, u64) {
+        let s = self.state.read().unwrap();
+        (s.capacity.saturating_sub(s.used), s.capacity)
+    }
+
+    pub fn malloc(&self, size: usize) -> Result<u64, Fault> {
+        if size == 0 {
+            return Err(fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "aclrtMalloc: size must be greater than 0",
+            ));
+        }
+        let charged = (size as u64).div_ceil(ALLOC_GRANULE) * ALLOC_GRANULE + ALLOC_GRANULE;
+        let mut s = self.state.write().unwrap();
+        if s.used + charged > s.capacity {
+            return Err(fault(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                format!(
+                    "out of device memory on emulated npu:{}: cannot allocate {size} bytes, {} of {} bytes in use",
+                    self.device, s.used, s.capacity
+                ),
+            ));
+        }
+        let words = (charged / 8) as usize;
+        // calloc-backed: untouched pages cost no host memory.
+        let data = Box::into_raw(vec![0u64; words].into_boxed_slice()) as *mut u64;
+        let base = s.next;
+        s.next += charged.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
+        s.used += charged;
+        s.blocks.insert(
+            base,
+            Arc::new(Block {
+                base,
+                len: size,
+                charged,
+                data,
+                words,
+            }),
+        );
+        Ok(base)
+    }
+
+    pub fn free(&self, addr: u64) -> Result<(), Fault> {
+        let mut s = self.state.write().unwrap();
+        match s.blocks.remove(&addr) {
+            Some(block) => {
+                s.used -= block.charged;
+                Ok(())
+            }
+            None => Err(fault(
+                ACL_ERROR_RT_MEMORY_FREE,
+                format!(
+                    "aclrtFree: 0x{addr:x} is not the start of a live allocation on emulated npu:{} (double free?)",
+                    self.device
+                ),
+            )),
+        }
+    }
+
+    /// The block holding `[addr, addr + len)`, and the offset of `addr` in it.
+    pub fn resolve(&self, addr: u64, len: usize) -> Result<(Arc<Block>, usize), Fault> {
+        self.locate(addr, len, |b, offset| (b.clone(), offset))
+    }
+
+    /// Whether `[addr, addr + len)` is live memory of one allocation (without holding it).
+    pub fn check(&self, addr: u64, len: usize) -> Result<(), Fault> {
+        self.locate(addr, len, |_, _| ())
+    }
+
+    fn locate<R>(
+        &self,
+        addr: u64,
+        len: usize,
+        found: impl FnOnce(&Arc<Block>, usize) -> R,
+    ) -> Result<R, Fault> {
+        let s = self.state.read().unwrap();
+        match s.blocks.range(..=addr).next_back().map(|(_, b)| b) {
+            Some(b) if addr + len as u64 <= b.base + b.len as u64 => {
+                Ok(found(b, (addr - b.base) as usize))
+            }
+            Some(b) if addr < b.base + b.len as u64 => Err(fault(
+                ACL_ERROR_RT_AICORE_EXCEPTION,
+                format!(
+                    "out-of-bounds global memory access: [0x{addr:x}, +{len}) runs past the end of the {}-byte allocation at 0x{:x}",
+                    b.len, b.base
+                ),
+            )),
+            _ => Err(fault(
+                ACL_ERROR_RT_AICORE_EXCEPTION,
+                format!(
+                    "access to 0x{addr:x} (+{len} bytes), which is not live device memory on emulated npu:{} (freed, or never allocated)",
+                    self.device
+                ),
+            )),
+        }
+    }
+
+    /// Whether `addr` lies in this device's address window.
+    pub fn owns(&self, addr: u64) -> bool {
+        let lo = ADDRESS_BASE + ((self.device as u64) << 40);
+        (lo..lo + (1 << 40)).contains(&addr)
+    }
+}

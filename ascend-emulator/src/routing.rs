@@ -1,0 +1,463 @@
+//! Emulated MoE routing operators of CANN's transformer library on Atlas A2:
+//! `aclnnMoeInitRoutingV2` sorts the flattened top-k expert ids (stably, by expert), expands the
+//! tokens in that expert-major order and counts tokens per expert (dropless, active or drop/pad
+//! mode); `aclnnMoeTokenUnpermute` gathers expert outputs back into token order, weights them by
+//! the routing probabilities and sums each token's top-k.
+//!
+//! Index semantics, from the ops' kernels: the row index InitRoutingV2 writes, and Unpermute
+//! reads, maps each token-major slot `t*K + k` to its row in the expanded tensor (the inverse
+//! of the sorting permutation).
+#![allow(
+    missing_docs,
+    non_snake_case,
+    clippy::missing_safety_doc,
+    clippy::too_many_arguments
+)]
+
+use super::fault::{fault, Fault};
+use super::meta::Kernel;
+use super::meta::{tensor_arg, TensorDesc};
+use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
+use super::view::{map, Vals};
+use ascend_acl::dtype::DataType::{self, *};
+use ascend_acl::types::status::*;
+use ascend_acl::types::*;
+use std::sync::Arc;
+
+const TOKENS: &[DataType] = &[F16, BF16, F32];
+const INDEX: &[DataType] = &[I32];
+/// Largest top-k aclnnMoeTokenUnpermute takes on Atlas A2 (op doc).
+const MAX_UNPERMUTE_TOP_K: usize = 512;
+
+phase2_entry_points!(aclnnMoeInitRoutingV2, aclnnMoeTokenUnpermute);
+
+/// InitRoutingV2 reports its attribute and shape checks from tiling (op doc).
+fn tiling(op: &str, message: impl std::fmt::Display) -> Fault {
+    fault(ACLNN_ERR_INNER_TILING_ERROR, format!("{op}: {message}"))
+}
+
+fn dense(op: &str, name: &str, t: &TensorDesc) -> Result<(), Fault> {
+    if t.is_contiguous() {
+        Ok(())
+    } else {
+        Err(invalid(
+            op,
+            format!("{name} {} must be contiguous", t.describe()),
+        ))
+    }
+}
+
+/// An output of `shape` and `dtype`, contiguous.
+fn output(
+    op: &str,
+    name: &str,
+    t: &TensorDesc,
+    shape: &[usize],
+    dtype: DataType,
+) -> Result<(), Fault> {
+    if t.shape != shape || t.dtype != dtype {
+        return Err(invalid(
+            op,
+            format!("{name} {} should be {shape:?} {dtype}", t.describe()),
+        ));
+    }
+    dense(op, name, t)
+}
+
+/// Rows of a `[rows, h]` value block picked by `from` (`None` gives a zero row).
+fn pick_rows(src: &Vals, h: usize, from: &[Option<usize>]) -> Vals {
+    match src {
+        Vals::F(v) => Vals::F(
+            from.iter()
+                .flat_map(|r| match r {
+                    Some(r) => v[r * h..(r + 1) * h].to_vec(),
+                    None => vec![0.0; h],
+                })
+                .collect(),
+        ),
+        Vals::I(v) => Vals::I(
+            from.iter()
+                .flat_map(|r| match r {
+                    Some(r) => v[r * h..(r + 1) * h].to_vec(),
+                    None => vec![0; h],
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// How InitRoutingV2 lays out its expanded tokens.
+#[derive(Debug, Clone, Copy)]
+enum Layout {
+    /// `[rows, h]`: the first `rows` slots in expert-major order (all of them when dropless).
+    Dropless { rows: usize },
+    /// `[experts, capacity, h]`: each expert's first `capacity` slots, zero padded.
+    Capacity { capacity: usize },
+}
+
+/// The checked InitRoutingV2 call.
+struct InitRouting {
+    x: TensorDesc,
+    expert_idx: TensorDesc,
+    expanded_x: TensorDesc,
+    expanded_row_idx: TensorDesc,
+    /// Per-expert counts, with `true` for running totals.
+    counts: Option<(TensorDesc, bool)>,
+    top_k: usize,
+    experts: usize,
+    layout: Layout,
+}
+
+impl InitRouting {
+    fn run(&self, op: &str) -> Result<(), Fault> {
+        let ids = map(op, "expertIdx", &self.expert_idx)?
+            .read(None)?
+            .into_i64();
+        // Expert ids index the per-expert counts and slots whenever those are produced.
+        let bounded = self.counts.is_some() || matches!(self.layout, Layout::Capacity { .. });
+        for (slot, &id) in ids.iter().enumerate() {
+            let why = if id < 0 {
+                "negative".to_string()
+            } else if bounded && id as usize >= self.experts {
+                format!("not below expertNum {}", self.experts)
+            } else {
+                continue;
+            };
+            return Err(fault(
+                ACL_ERROR_RT_AICORE_EXCEPTION,
+                format!("{op}: expertIdx[{slot}] = {id} is {why}"),
+            ));
+        }
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|&slot| ids[slot]);
+        let mut histogram = vec![0i64; self.experts];
+        if bounded {
+            for &id in &ids {
+                histogram[id as usize] += 1;
+            }
+        }
+        let h = self.x.shape[1];
+        let tokens = map(op, "x", &self.x)?.read(None)?;
+        let mut row_idx = vec![-1i64; ids.len()];
+        let picked: Vec<Option<usize>> = match self.layout {
+            Layout::Dropless { rows } => {
+                for (i, &slot) in order.iter().enumerate() {
+                    row_idx[slot] = i as i64;
+                }
+                order[..rows]
+                    .iter()
+                    .map(|&slot| Some(slot / self.top_k))
+                    .collect()
+            }
+            Layout::Capacity { capacity } => {
+                // Slots past an expert's capacity are dropped; their row index stays -1 (the
+                // value the kernel initialises it with).
+                let mut picked = vec![None; self.experts * capacity];
+                let mut start = 0;
+                for (e, &count) in histogram.iter().enumerate() {
+                    let count = count as usize;
+                    for (rank, &slot) in order[start..start + count].iter().enumerate() {
+                        if rank < capacity {
+                            picked[e * capacity + rank] = Some(slot / self.top_k);
+                            row_idx[slot] = (e * capacity + rank) as i64;
+                        }
+                    }
+                    start += count;
+                }
+                picked
+            }
+        };
+        map(op, "expandedXOut", &self.expanded_x)?.write(pick_rows(&tokens, h, &picked))?;
+        map(op, "expandedRowIdxOut", &self.expanded_row_idx)?.write(Vals::I(row_idx))?;
+        if let Some((out, cumsum)) = &self.counts {
+            let values = if *cumsum {
+                histogram
+                    .iter()
+                    .scan(0, |total, &c| {
+                        *total += c;
+                        Some(*total)
+                    })
+                    .collect()
+            } else {
+                histogram
+            };
+            map(op, "expert token counts", out)?.write(Vals::I(values))?;
+        }
+        Ok(())
+    }
+}
+
+/// An optional output: `None` when the pointer is NULL.
+unsafe fn optional_arg(
+    op: &str,
+    name: &str,
+    p: *const aclTensor,
+) -> Result<Option<TensorDesc>, Fault> {
+    if p.is_null() {
+        Ok(None)
+    } else {
+        tensor_arg(op, name, p).map(Some)
+    }
+}
+
+/// A required optional output: present because a flag asks for it.
+fn required(op: &str, name: &str, t: Option<TensorDesc>) -> Result<TensorDesc, Fault> {
+    t.ok_or_else(|| {
+        fault(
+            ACLNN_ERR_PARAM_NULLPTR,
+            format!("{op}: {name} is NULL but its flag asks for it"),
+        )
+    })
+}
+
+pub unsafe extern "C" fn aclnnMoeInitRoutingV2GetWorkspaceSize(
+    x: *const aclTensor,
+    expert_idx: *const aclTensor,
+    active_num: i64,
+    expert_capacity: i64,
+    expert_num: i64,
+    drop_pad_mode: i64,
+    expert_tokens_count_or_cumsum_flag: i64,
+    expert_tokens_before_capacity_flag: bool,
+    expanded_x_out: *const aclTensor,
+    expanded_row_idx_out: *const aclTensor,
+    expert_tokens_count_or_cumsum_out: *const aclTensor,
+    expert_tokens_before_capacity_out: *const aclTensor,
+    ws: Ws,
+    ex: Ex,
+) -> aclnnStatus {
+    const OP: &str = "aclnnMoeInitRoutingV2";
+    phase1(OP, ws, ex, || {
+        let (x, idx) = (
+            tensor_arg(OP, "x", x)?,
+            tensor_arg(OP, "expertIdx", expert_idx)?,
+        );
+        let (expanded_x, expanded_row_idx) = (
+            tensor_arg(OP, "expandedXOut", expanded_x_out)?,
+            tensor_arg(OP, "expandedRowIdxOut", expanded_row_idx_out)?,
+        );
+        let count_out = optional_arg(
+            OP,
+            "expertTokensCountOrCumsumOut",
+            expert_tokens_count_or_cumsum_out,
+        )?;
+        let before_out = optional_arg(
+            OP,
+            "expertTokensBeforeCapacityOut",
+            expert_tokens_before_capacity_out,
+        )?;
+        check_dtype(OP, "x", &x, TOKENS)?;
+        check_dtype(OP, "expertIdx", &idx, INDEX)?;
+        if x.shape.len() != 2 || idx.shape.len() != 2 || x.shape[0] != idx.shape[0] {
+            return Err(tiling(
+                OP,
+                format!(
+                    "x {} and expertIdx {} must be [numRows, h] and [numRows, k] (A2 takes 2-D expertIdx)",
+                    x.describe(),
+                    idx.describe()
+                ),
+            ));
+        }
+        if active_num < 0 || expert_capacity < 0 || expert_num < 0 {
+            return Err(tiling(
+                OP,
+                format!("activeNum {active_num}, expertCapacity {expert_capacity} and expertNum {expert_num} must be >= 0"),
+            ));
+        }
+        if !(0..=1).contains(&drop_pad_mode)
+            || !(0..=2).contains(&expert_tokens_count_or_cumsum_flag)
+        {
+            return Err(tiling(
+                OP,
+                format!("dropPadMode {drop_pad_mode} (0 or 1) or expertTokensCountOrCumsumFlag {expert_tokens_count_or_cumsum_flag} (0, 1 or 2) is not supported"),
+            ));
+        }
+        let (rows, h, top_k) = (x.shape[0], x.shape[1], idx.shape[1]);
+        let slots = rows * top_k;
+        let experts = expert_num as usize;
+        let counted = expert_tokens_count_or_cumsum_flag > 0;
+        let (layout, counts) = if drop_pad_mode == 1 {
+            let capacity = expert_capacity as usize;
+            if experts == 0 || capacity == 0 || capacity > rows {
+                return Err(tiling(
+                    OP,
+                    format!("drop/pad mode needs expertNum > 0 and expertCapacity in (0, {rows}], got {experts} and {capacity}"),
+                ));
+            }
+            if counted {
+                return Err(tiling(
+                    OP,
+                    "expertTokensCountOrCumsumOut is produced only without drop/pad",
+                ));
+            }
+            output(
+                OP,
+                "expandedXOut",
+                &expanded_x,
+                &[experts, capacity, h],
+                x.dtype,
+            )?;
+            let counts = if expert_tokens_before_capacity_flag {
+                let out = required(OP, "expertTokensBeforeCapacityOut", before_out)?;
+                output(OP, "expertTokensBeforeCapacityOut", &out, &[experts], I32)?;
+                Some((out, false))
+            } else {
+                None
+            };
+            (Layout::Capacity { capacity }, counts)
+        } else {
+            if expert_tokens_before_capacity_flag {
+                return Err(tiling(
+                    OP,
+                    "expertTokensBeforeCapacityOut is produced only in drop/pad mode",
+                ));
+            }
+            let rows = if active_num == 0 {
+                slots
+            } else {
+                slots.min(active_num as usize)
+            };
+            output(OP, "expandedXOut", &expanded_x, &[rows, h], x.dtype)?;
+            let counts = if counted {
+                if experts == 0 {
+                    return Err(tiling(
+                        OP,
+                        "expertNum must be > 0 to count tokens per expert",
+                    ));
+                }
+                let out = required(OP, "expertTokensCountOrCumsumOut", count_out)?;
+                output(OP, "expertTokensCountOrCumsumOut", &out, &[experts], I32)?;
+                Some((out, expert_tokens_count_or_cumsum_flag == 1))
+            } else {
+                None
+            };
+            (Layout::Dropless { rows }, counts)
+        };
+        output(OP, "expandedRowIdxOut", &expanded_row_idx, &[slots], I32)?;
+        let call = InitRouting {
+            x,
+            expert_idx: idx,
+            expanded_x,
+            expanded_row_idx,
+            counts,
+            top_k,
+            experts,
+            layout,
+        };
+        Ok((SCRATCH_WORKSPACE, Arc::new(move || call.run(OP)) as Kernel))
+    })
+}
+
+pub unsafe extern "C" fn aclnnMoeTokenUnpermuteGetWorkspaceSize(
+    permuted_tokens: *const aclTensor,
+    sorted_indices: *const aclTensor,
+    probs_optional: *const aclTensor,
+    padded_mode: bool,
+    restore_shape_optional: *const aclIntArray,
+    out: *mut aclTensor,
+    ws: Ws,
+    ex: Ex,
+) -> aclnnStatus {
+    const OP: &str = "aclnnMoeTokenUnpermute";
+    phase1(OP, ws, ex, || {
+        let (tokens, indices, out) = (
+            tensor_arg(OP, "permutedTokens", permuted_tokens)?,
+            tensor_arg(OP, "sortedIndices", sorted_indices)?,
+            tensor_arg(OP, "out", out)?,
+        );
+        let probs = optional_arg(OP, "probsOptional", probs_optional)?;
+        if padded_mode || !restore_shape_optional.is_null() {
+            return Err(invalid(
+                OP,
+                "only paddedMode false without restoreShapeOptional is supported",
+            ));
+        }
+        check_dtype(OP, "permutedTokens", &tokens, TOKENS)?;
+        check_dtype(OP, "sortedIndices", &indices, INDEX)?;
+        if tokens.shape.len() != 2 || indices.shape.len() != 1 {
+            return Err(invalid(
+                OP,
+                format!(
+                    "permutedTokens {} must be 2-D and sortedIndices {} 1-D",
+                    tokens.describe(),
+                    indices.describe()
+                ),
+            ));
+        }
+        let slots = indices.numel();
+        let (count, top_k) = match &probs {
+            Some(p) => {
+                check_dtype(OP, "probsOptional", p, TOKENS)?;
+                if p.shape.len() != 2 || p.numel() != slots {
+                    return Err(invalid(
+                        OP,
+                        format!(
+                            "probsOptional {} must be [tokens, topK] with tokens * topK = {slots}",
+                            p.describe()
+                        ),
+                    ));
+                }
+                (p.shape[0], p.shape[1])
+            }
+            None => (slots, 1),
+        };
+        if top_k > MAX_UNPERMUTE_TOP_K {
+            return Err(invalid(
+                OP,
+                format!("topK {top_k} exceeds {MAX_UNPERMUTE_TOP_K}"),
+            ));
+        }
+        let h = tokens.shape[1];
+        output(OP, "out", &out, &[count, h], tokens.dtype)?;
+        let rows = tokens.shape[0];
+        Ok((
+            SCRATCH_WORKSPACE,
+            Arc::new(move || {
+                let values: Vec<f32> = map(OP, "permutedTokens", &tokens)?
+                    .read(None)?
+                    .into_f64()
+                    .into_iter()
+                    .map(|v| v as f32)
+                    .collect();
+                let rows_of = map(OP, "sortedIndices", &indices)?.read(None)?.into_i64();
+                let weights: Option<Vec<f32>> = probs
+                    .as_ref()
+                    .map(|p| {
+                        Ok::<_, Fault>(
+                            map(OP, "probsOptional", p)?
+                                .read(None)?
+                                .into_f64()
+                                .into_iter()
+                                .map(|v| v as f32)
+                                .collect(),
+                        )
+                    })
+                    .transpose()?;
+                // Per token, in f32 as the vector unit does: the first kept slot's row times
+                // its probability, plus each further one; slots whose row lies past
+                // permutedTokens (dropped) or whose probability is 0 are skipped.
+                let mut acc = vec![0f32; count * h];
+                for (slot, &row) in rows_of.iter().enumerate() {
+                    if row < 0 {
+                        return Err(fault(
+                            ACL_ERROR_RT_AICORE_EXCEPTION,
+                            format!("{OP}: sortedIndices[{slot}] = {row} is negative"),
+                        ));
+                    }
+                    let p = weights.as_ref().map_or(1.0, |w| w[slot]);
+                    if row as usize >= rows || p == 0.0 {
+                        continue;
+                    }
+                    let (row, t) = (row as usize, slot / top_k);
+                    for (a, &v) in acc[t * h..(t + 1) * h]
+                        .iter_mut()
+                        .zip(&values[row * h..(row + 1) * h])
+                    {
+                        *a += v * p;
+                    }
+                }
+                map(OP, "out", &out)?.write(Vals::F(acc.into_iter().map(f64::from).collect()))
+            }) as Kernel,
+        ))
+    })
+}

@@ -1,0 +1,567 @@
+//! The emulated AscendCL runtime and aclnn object API, with CANN's C signatures.
+#![allow(missing_docs, non_snake_case, clippy::missing_safety_doc)]
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::fault::{fault, guard, recent, report, Fault};
+use super::machine::{machine, AI_CORES, L2_BYTES, SOC_NAME, VECTOR_CORES};
+use super::meta::{
+    create_scalar, create_tensor, destroy_executor, set_repeatable, set_tensor_addr, Slot,
+    TensorDesc, TensorList,
+};
+use super::stream::{Event, Stream};
+use ascend_acl::types::device_info::*;
+use ascend_acl::types::event_status::*;
+use ascend_acl::types::memcpy_kind::*;
+use ascend_acl::types::status::*;
+use ascend_acl::types::*;
+
+pub unsafe extern "C" fn aclInit(_config_path: *const c_char) -> aclError {
+    if machine().initialized.swap(true, Ordering::AcqRel) {
+        report(fault(
+            ACL_ERROR_REPEAT_INITIALIZE,
+            "aclInit was already called",
+        ))
+    } else {
+        ACL_SUCCESS
+    }
+}
+
+pub unsafe extern "C" fn aclFinalize() -> aclError {
+    machine().initialized.store(false, Ordering::Release);
+    ACL_SUCCESS
+}
+
+pub unsafe extern "C" fn aclrtSetDevice(device_id: i32) -> aclError {
+    guard("aclrtSetDevice", || machine().set_current(device_id))
+}
+
+pub unsafe extern "C" fn aclrtResetDevice(device_id: i32) -> aclError {
+    guard("aclrtResetDevice", || {
+        let m = machine();
+        m.npu(device_id)?.default_stream(device_id).synchronize()
+    })
+}
+
+pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> aclError {
+    guard("aclrtGetDeviceCount", || {
+        let m = machine();
+        m.check_initialized()?;
+        *non_null(count, "count")? = m.npus.len() as u32;
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtCreateStream(stream: *mut aclrtStream) -> aclError {
+    guard("aclrtCreateStream", || {
+        let out = non_null(stream, "stream")?;
+        let m = machine();
+        let (id, _) = m.current()?;
+        let handle = Arc::into_raw(Stream::new(id)) as aclrtStream;
+        m.streams.lock().unwrap().insert(handle as usize);
+        *out = handle;
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtDestroyStream(stream: aclrtStream) -> aclError {
+    guard("aclrtDestroyStream", || {
+        let m = machine();
+        if stream.is_null() {
+            return Err(fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "the default stream cannot be destroyed",
+            ));
+        }
+        let s = m.stream(stream)?;
+        m.streams.lock().unwrap().remove(&(stream as usize));
+        s.shutdown();
+        drop(Arc::from_raw(stream as *const Stream));
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtSynchronizeStream(stream: aclrtStream) -> aclError {
+    guard("aclrtSynchronizeStream", || {
+        machine().stream(stream)?.synchronize()
+    })
+}
+
+pub unsafe extern "C" fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtEvent) -> aclError {
+    guard("aclrtStreamWaitEvent", || {
+        let m = machine();
+        m.event(event)?.wait_on(&*m.stream(stream)?);
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtCreateEvent(event: *mut aclrtEvent) -> aclError {
+    guard("aclrtCreateEvent", || {
+        let out = non_null(event, "event")?;
+        let m = machine();
+        m.current()?;
+        let handle = Arc::into_raw(Arc::new(Event::default())) as aclrtEvent;
+        m.events.lock().unwrap().insert(handle as usize);
+        *out = handle;
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtDestroyEvent(event: aclrtEvent) -> aclError {
+    guard("aclrtDestroyEvent", || {
+        let m = machine();
+        m.event(event)?;
+        m.events.lock().unwrap().remove(&(event as usize));
+        drop(Arc::from_raw(event as *const Event));
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream) -> aclError {
+    guard("aclrtRecordEvent", || {
+        let m = machine();
+        m.event(event)?.record(&*m.stream(stream)?);
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtSynchronizeEvent(event: aclrtEvent) -> aclError {
+    guard("aclrtSynchronizeEvent", || {
+        machine().event(event)?.wait();
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtQueryEventStatus(event: aclrtEvent, status: *mut i32) -> aclError {
+    guard("aclrtQueryEventStatus", || {
+        let out = non_null(status, "status")?;
+        *out = if machine().event(event)?.is_complete() {
+            ACL_EVENT_RECORDED_STATUS_COMPLETE
+        } else {
+            ACL_EVENT_RECORDED_STATUS_NOT_READY
+        };
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtMalloc(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    _policy: i32,
+) -> aclError {
+    guard("aclrtMalloc", || {
+        let out = non_null(dev_ptr, "devPtr")?;
+        let (_, npu) = machine().current()?;
+        *out = npu.memory.malloc(size)? as *mut c_void;
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtFree(dev_ptr: *mut c_void) -> aclError {
+    guard("aclrtFree", || {
+        let addr = dev_ptr as u64;
+        let npu = machine().npu_of(addr).ok_or_else(|| {
+            fault(
+                ACL_ERROR_RT_MEMORY_FREE,
+                format!("aclrtFree: {dev_ptr:?} is not a device address"),
+            )
+        })?;
+        npu.memory.free(addr)
+    })
+}
+
+/// A copy between host memory and emulated device memory, run when called.
+struct Copy {
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: i32,
+}
+// SAFETY: the caller keeps both ends alive until the copy has run (it waits for it).
+unsafe impl Send for Copy {}
+
+impl Copy {
+    unsafe fn run(&self) -> Result<(), Fault> {
+        if self.count == 0 {
+            return Ok(());
+        }
+        let m = machine();
+        let device = |p: u64| -> Result<*mut u8, Fault> {
+            let npu = m.npu_of(p).ok_or_else(|| {
+                fault(
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    format!("0x{p:x} is not a device address, but the copy kind says it is"),
+                )
+            })?;
+            let (block, off) = npu.memory.resolve(p, self.count).map_err(|f| Fault {
+                code: ACL_ERROR_RT_PARAM_INVALID,
+                message: format!("memcpy of {} bytes: {}", self.count, f.message),
+            })?;
+            Ok(block.host_ptr(off))
+        };
+        let host = |p: u64| -> Result<(), Fault> {
+            if m.npu_of(p).is_some() {
+                Err(fault(
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    format!("0x{p:x} is a device address, but the copy kind says host"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        let (dst, src) = match self.kind {
+            ACL_MEMCPY_HOST_TO_DEVICE => {
+                host(self.src as u64)?;
+                (device(self.dst as u64)?, self.src as *const u8)
+            }
+            ACL_MEMCPY_DEVICE_TO_HOST => {
+                host(self.dst as u64)?;
+                (self.dst as *mut u8, device(self.src as u64)? as *const u8)
+            }
+            ACL_MEMCPY_DEVICE_TO_DEVICE => (
+                device(self.dst as u64)?,
+                device(self.src as u64)? as *const u8,
+            ),
+            ACL_MEMCPY_HOST_TO_HOST => {
+                host(self.src as u64)?;
+                host(self.dst as u64)?;
+                (self.dst as *mut u8, self.src as *const u8)
+            }
+            k => {
+                return Err(fault(
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    format!("unsupported aclrtMemcpyKind {k}"),
+                ))
+            }
+        };
+        std::ptr::copy(src, dst, self.count);
+        Ok(())
+    }
+}
+
+unsafe fn check_copy(
+    dst: *mut c_void,
+    dest_max: usize,
+    src: *const c_void,
+    count: usize,
+) -> Result<(), Fault> {
+    if count > dest_max {
+        return Err(fault(
+            ACL_ERROR_RT_PARAM_INVALID,
+            format!("copy of {count} bytes exceeds destMax {dest_max}"),
+        ));
+    }
+    if count > 0 && (dst.is_null() || src.is_null()) {
+        return Err(fault(ACL_ERROR_RT_PARAM_INVALID, "NULL copy address"));
+    }
+    machine().current()?;
+    Ok(())
+}
+
+/// Synchronous and, as on hardware, not ordered with stream work.
+pub unsafe extern "C" fn aclrtMemcpy(
+    dst: *mut c_void,
+    dest_max: usize,
+    src: *const c_void,
+    count: usize,
+    kind: i32,
+) -> aclError {
+    guard("aclrtMemcpy", || {
+        check_copy(dst, dest_max, src, count)?;
+        Copy {
+            dst,
+            src,
+            count,
+            kind,
+        }
+        .run()
+    })
+}
+
+/// Stream-ordered. Host memory here is pageable (not from `aclrtMallocHost`), for which CANN
+/// completes the copy before returning; the emulation does the same.
+pub unsafe extern "C" fn aclrtMemcpyAsync(
+    dst: *mut c_void,
+    dest_max: usize,
+    src: *const c_void,
+    count: usize,
+    kind: i32,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtMemcpyAsync", || {
+        check_copy(dst, dest_max, src, count)?;
+        let copy = Copy {
+            dst,
+            src,
+            count,
+            kind,
+        };
+        machine()
+            .stream(stream)?
+            .run_blocking(Box::new(move || unsafe { copy.run() }))
+    })
+}
+
+pub unsafe extern "C" fn aclrtMemsetAsync(
+    dev_ptr: *mut c_void,
+    max_count: usize,
+    value: i32,
+    count: usize,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtMemsetAsync", || {
+        if count > max_count {
+            return Err(fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                format!("memset of {count} bytes exceeds maxCount {max_count}"),
+            ));
+        }
+        let m = machine();
+        let addr = dev_ptr as u64;
+        let s = m.stream(stream)?;
+        s.enqueue(Box::new(move || {
+            let npu = machine().npu_of(addr).ok_or_else(|| {
+                fault(
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    format!("0x{addr:x} is not a device address"),
+                )
+            })?;
+            let (block, off) = npu.memory.resolve(addr, count)?;
+            // SAFETY: resolve checked the range.
+            unsafe { std::ptr::write_bytes(block.host_ptr(off), value as u8, count) };
+            Ok(())
+        }));
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtGetMemInfo(
+    _attr: i32,
+    free: *mut usize,
+    total: *mut usize,
+) -> aclError {
+    guard("aclrtGetMemInfo", || {
+        let (f, t) = machine().current()?.1.memory.info();
+        *non_null(free, "free")? = f as usize;
+        *non_null(total, "total")? = t as usize;
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtGetSocName() -> *const c_char {
+    static NAME: &CStr = c"Ascend910B2";
+    debug_assert_eq!(NAME.to_str().ok(), Some(SOC_NAME));
+    NAME.as_ptr()
+}
+
+pub unsafe extern "C" fn aclGetDeviceCapability(
+    device_id: u32,
+    info: i32,
+    value: *mut i64,
+) -> aclError {
+    guard("aclGetDeviceCapability", || {
+        machine().npu(device_id as i32)?;
+        *non_null(value, "value")? = match info {
+            ACL_DEVICE_INFO_AI_CORE_NUM => AI_CORES,
+            ACL_DEVICE_INFO_VECTOR_CORE_NUM => VECTOR_CORES,
+            ACL_DEVICE_INFO_L2_SIZE => L2_BYTES,
+            other => {
+                return Err(fault(
+                    ACL_ERROR_INVALID_PARAM,
+                    format!("unknown aclDeviceInfo {other}"),
+                ))
+            }
+        };
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclGetRecentErrMsg() -> *const c_char {
+    recent()
+}
+
+unsafe fn non_null<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T, Fault> {
+    p.as_mut()
+        .ok_or_else(|| fault(ACL_ERROR_RT_PARAM_INVALID, format!("{name} is NULL")))
+}
+
+/// Boxes a descriptor, or reports why it could not be created and returns NULL.
+fn boxed<T, U>(r: Result<T, Fault>) -> *mut U {
+    match r {
+        Ok(v) => Box::into_raw(Box::new(v)) as *mut U,
+        Err(f) => {
+            report(f);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+unsafe fn destroy<T>(p: *const c_void, what: &str) -> aclnnStatus {
+    if p.is_null() {
+        return report(fault(ACLNN_ERR_PARAM_NULLPTR, format!("{what} is NULL")));
+    }
+    drop(Box::from_raw(p as *mut T));
+    ACLNN_SUCCESS
+}
+
+pub unsafe extern "C" fn aclCreateTensor(
+    view_dims: *const i64,
+    view_dims_num: u64,
+    data_type: i32,
+    stride: *const i64,
+    offset: i64,
+    _format: i32,
+    storage_dims: *const i64,
+    storage_dims_num: u64,
+    tensor_data: *mut c_void,
+) -> *mut aclTensor {
+    boxed(create_tensor(
+        view_dims,
+        view_dims_num,
+        data_type,
+        stride,
+        offset,
+        storage_dims,
+        storage_dims_num,
+        tensor_data,
+    ))
+}
+
+pub unsafe extern "C" fn aclDestroyTensor(tensor: *const aclTensor) -> aclnnStatus {
+    destroy::<TensorDesc>(tensor as _, "tensor")
+}
+
+pub unsafe extern "C" fn aclCreateScalar(value: *mut c_void, data_type: i32) -> *mut aclScalar {
+    boxed(create_scalar(value, data_type))
+}
+
+pub unsafe extern "C" fn aclDestroyScalar(scalar: *const aclScalar) -> aclnnStatus {
+    destroy::<super::meta::ScalarValue>(scalar as _, "scalar")
+}
+
+pub unsafe extern "C" fn aclCreateIntArray(value: *const i64, size: u64) -> *mut aclIntArray {
+    boxed(if size > 0 && value.is_null() {
+        Err(fault(
+            ACLNN_ERR_PARAM_NULLPTR,
+            "aclCreateIntArray: value is NULL",
+        ))
+    } else if size == 0 {
+        Ok(Vec::<i64>::new())
+    } else {
+        Ok(std::slice::from_raw_parts(value, size as usize).to_vec())
+    })
+}
+
+pub unsafe extern "C" fn aclDestroyIntArray(array: *const aclIntArray) -> aclnnStatus {
+    destroy::<Vec<i64>>(array as _, "array")
+}
+
+pub unsafe extern "C" fn aclCreateBoolArray(value: *const bool, size: u64) -> *mut aclBoolArray {
+    boxed(if size > 0 && value.is_null() {
+        Err(fault(
+            ACLNN_ERR_PARAM_NULLPTR,
+            "aclCreateBoolArray: value is NULL",
+        ))
+    } else if size == 0 {
+        Ok(Vec::<bool>::new())
+    } else {
+        Ok(std::slice::from_raw_parts(value, size as usize).to_vec())
+    })
+}
+
+pub unsafe extern "C" fn aclDestroyBoolArray(array: *const aclBoolArray) -> aclnnStatus {
+    destroy::<Vec<bool>>(array as _, "array")
+}
+
+pub unsafe extern "C" fn aclCreateTensorList(
+    value: *const *const aclTensor,
+    size: u64,
+) -> *mut aclTensorList {
+    boxed(if size > 0 && value.is_null() {
+        Err(fault(
+            ACLNN_ERR_PARAM_NULLPTR,
+            "aclCreateTensorList: value is NULL",
+        ))
+    } else {
+        let items = (0..size as usize)
+            .map(|i| *value.add(i) as *mut aclTensor)
+            .collect();
+        Ok(TensorList(items))
+    })
+}
+
+/// Destroys the list and, as CANN does, every tensor in it.
+pub unsafe extern "C" fn aclDestroyTensorList(array: *const aclTensorList) -> aclnnStatus {
+    if array.is_null() {
+        return report(fault(
+            ACLNN_ERR_PARAM_NULLPTR,
+            "aclDestroyTensorList: array is NULL",
+        ));
+    }
+    let list = Box::from_raw(array as *mut TensorList);
+    for t in list.0 {
+        if !t.is_null() {
+            drop(Box::from_raw(t as *mut TensorDesc));
+        }
+    }
+    ACLNN_SUCCESS
+}
+
+pub unsafe extern "C" fn aclDestroyAclOpExecutor(executor: *mut aclOpExecutor) -> aclnnStatus {
+    guard("aclDestroyAclOpExecutor", || destroy_executor(executor))
+}
+
+pub unsafe extern "C" fn aclSetAclOpExecutorRepeatable(
+    executor: *mut aclOpExecutor,
+) -> aclnnStatus {
+    guard("aclSetAclOpExecutorRepeatable", || set_repeatable(executor))
+}
+
+pub unsafe extern "C" fn aclSetInputTensorAddr(
+    executor: *mut aclOpExecutor,
+    index: usize,
+    tensor: *mut aclTensor,
+    addr: *mut c_void,
+) -> aclnnStatus {
+    const WHAT: &str = "aclSetInputTensorAddr";
+    guard(WHAT, || {
+        set_tensor_addr(WHAT, executor, Slot::Input(index), tensor, addr)
+    })
+}
+
+pub unsafe extern "C" fn aclSetOutputTensorAddr(
+    executor: *mut aclOpExecutor,
+    index: usize,
+    tensor: *mut aclTensor,
+    addr: *mut c_void,
+) -> aclnnStatus {
+    const WHAT: &str = "aclSetOutputTensorAddr";
+    guard(WHAT, || {
+        set_tensor_addr(WHAT, executor, Slot::Output(index), tensor, addr)
+    })
+}
+
+/// The view shape of a descriptor (after data-dependent operators rewrite it). The array is
+/// allocated by the runtime and, as with CANN's `new[]`, not freed by the caller.
+pub unsafe extern "C" fn aclGetViewShape(
+    tensor: *const aclTensor,
+    view_dims: *mut *mut i64,
+    view_dims_num: *mut u64,
+) -> aclnnStatus {
+    if tensor.is_null() || view_dims.is_null() || view_dims_num.is_null() {
+        return report(fault(
+            ACLNN_ERR_PARAM_NULLPTR,
+            "aclGetViewShape: NULL argument",
+        ));
+    }
+    let dims: Vec<i64> = (*(tensor as *const TensorDesc))
+        .shape
+        .iter()
+        .map(|&d| d as i64)
+        .collect();
+    *view_dims_num = dims.len() as u64;
+    *view_dims = Box::leak(dims.into_boxed_slice()).as_mut_ptr();
+    ACLNN_SUCCESS
+}

@@ -1,0 +1,525 @@
+//! The emulated AscendCL runtime through the function table: copies in every direction,
+//! memset, events ordering two streams, and the two-phase call's workspace and executor rules.
+
+use std::ffi::c_void;
+
+use std::sync::OnceLock;
+
+use ascend_acl::handles::{HostScalar, ScalarDesc, TensorDesc};
+use ascend_acl::table::Phase2Fn;
+use ascend_acl::types::event_status::ACL_EVENT_RECORDED_STATUS_COMPLETE;
+use ascend_acl::types::memcpy_kind::*;
+use ascend_acl::types::status::*;
+use ascend_acl::types::*;
+use ascend_acl::{AclApi, DataType};
+use ascend_emulator::EmulatedRuntime;
+
+/// The table over the emulated runtime, initialised once, with emulated NPU 0 bound to the
+/// calling thread (AscendCL binds devices per thread).
+fn api() -> &'static AclApi {
+    static API: OnceLock<AclApi> = OnceLock::new();
+    let api = API.get_or_init(|| {
+        let api = AclApi::new(Box::new(EmulatedRuntime)).expect("the emulator exports the list");
+        // SAFETY: NULL means "no configuration file".
+        api.check(unsafe { (api.core.aclInit)(std::ptr::null()) }, "aclInit")
+            .unwrap();
+        api
+    });
+    // SAFETY: plain call; device 0 exists on the emulated machine.
+    api.check(unsafe { (api.core.aclrtSetDevice)(0) }, "aclrtSetDevice")
+        .unwrap();
+    api
+}
+
+fn malloc(api: &AclApi, bytes: usize) -> *mut c_void {
+    let mut p = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    api.check(
+        unsafe { (api.core.aclrtMalloc)(&mut p, bytes, ACL_MEM_MALLOC_HUGE_FIRST) },
+        "aclrtMalloc",
+    )
+    .unwrap();
+    p
+}
+
+fn stream(api: &AclApi) -> aclrtStream {
+    let mut s = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    api.check(
+        unsafe { (api.core.aclrtCreateStream)(&mut s) },
+        "aclrtCreateStream",
+    )
+    .unwrap();
+    s
+}
+
+#[test]
+fn copies_in_every_direction_and_memset() {
+    let api = api();
+    let s = stream(api);
+    let (a, b) = (malloc(api, 64), malloc(api, 64));
+    let src: Vec<u8> = (0..64).collect();
+    let mut back = vec![0u8; 64];
+    // SAFETY: every buffer holds 64 bytes.
+    unsafe {
+        api.check(
+            (api.core.aclrtMemcpy)(a, 64, src.as_ptr() as _, 64, ACL_MEMCPY_HOST_TO_DEVICE),
+            "h2d",
+        )
+        .unwrap();
+        api.check(
+            (api.core.aclrtMemcpyAsync)(b, 64, a, 64, ACL_MEMCPY_DEVICE_TO_DEVICE, s),
+            "d2d",
+        )
+        .unwrap();
+        api.check((api.core.aclrtMemsetAsync)(a, 64, 0xAB, 16, s), "memset")
+            .unwrap();
+        api.check((api.core.aclrtSynchronizeStream)(s), "sync")
+            .unwrap();
+        api.check(
+            (api.core.aclrtMemcpy)(back.as_mut_ptr() as _, 64, b, 64, ACL_MEMCPY_DEVICE_TO_HOST),
+            "d2h",
+        )
+        .unwrap();
+        assert_eq!(back, src);
+        api.check(
+            (api.core.aclrtMemcpy)(back.as_mut_ptr() as _, 64, a, 64, ACL_MEMCPY_DEVICE_TO_HOST),
+            "d2h",
+        )
+        .unwrap();
+        assert!(back[..16].iter().all(|&x| x == 0xAB) && back[16..] == src[16..]);
+
+        let status = (api.core.aclrtMemcpy)(
+            back.as_mut_ptr() as _,
+            64,
+            a,
+            128,
+            ACL_MEMCPY_DEVICE_TO_HOST,
+        );
+        assert_eq!(status, ACL_ERROR_RT_PARAM_INVALID, "count beyond destMax");
+        let status = (api.core.aclrtMemcpy)(
+            back.as_mut_ptr() as _,
+            64,
+            src.as_ptr() as _,
+            64,
+            ACL_MEMCPY_DEVICE_TO_HOST,
+        );
+        assert_eq!(
+            status, ACL_ERROR_RT_PARAM_INVALID,
+            "a host source for a device-to-host copy"
+        );
+        assert!(api.recent_error_message().contains("not a device address"));
+
+        for p in [a, b] {
+            api.check((api.core.aclrtFree)(p), "free").unwrap();
+        }
+        assert_eq!(
+            (api.core.aclrtFree)(a),
+            ACL_ERROR_RT_MEMORY_FREE,
+            "double free"
+        );
+        api.check((api.core.aclrtDestroyStream)(s), "destroy")
+            .unwrap();
+    }
+}
+
+#[test]
+fn an_event_orders_work_across_streams() {
+    let api = api();
+    let (producer, consumer) = (stream(api), stream(api));
+    let (a, b) = (malloc(api, 4096), malloc(api, 4096));
+    let mut event = std::ptr::null_mut();
+    let mut back = vec![0u8; 4096];
+    // SAFETY: every buffer holds 4096 bytes.
+    unsafe {
+        api.check((api.core.aclrtCreateEvent)(&mut event), "event")
+            .unwrap();
+        api.check(
+            (api.core.aclrtMemsetAsync)(a, 4096, 7, 4096, producer),
+            "memset",
+        )
+        .unwrap();
+        api.check((api.core.aclrtRecordEvent)(event, producer), "record")
+            .unwrap();
+        api.check((api.core.aclrtStreamWaitEvent)(consumer, event), "wait")
+            .unwrap();
+        api.check(
+            (api.core.aclrtMemcpyAsync)(b, 4096, a, 4096, ACL_MEMCPY_DEVICE_TO_DEVICE, consumer),
+            "d2d",
+        )
+        .unwrap();
+        api.check((api.core.aclrtSynchronizeStream)(consumer), "sync")
+            .unwrap();
+        api.check(
+            (api.core.aclrtMemcpy)(
+                back.as_mut_ptr() as _,
+                4096,
+                b,
+                4096,
+                ACL_MEMCPY_DEVICE_TO_HOST,
+            ),
+            "d2h",
+        )
+        .unwrap();
+        assert!(back.iter().all(|&x| x == 7));
+        api.check((api.core.aclrtSynchronizeEvent)(event), "sync event")
+            .unwrap();
+        let mut status = -1;
+        api.check(
+            (api.core.aclrtQueryEventStatus)(event, &mut status),
+            "query",
+        )
+        .unwrap();
+        assert_eq!(status, ACL_EVENT_RECORDED_STATUS_COMPLETE);
+        api.check((api.core.aclrtDestroyEvent)(event), "destroy event")
+            .unwrap();
+        assert_eq!(
+            (api.core.aclrtRecordEvent)(event, producer),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "destroyed event"
+        );
+        for s in [producer, consumer] {
+            api.check((api.core.aclrtDestroyStream)(s), "destroy")
+                .unwrap();
+        }
+        for p in [a, b] {
+            api.check((api.core.aclrtFree)(p), "free").unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_thread_without_a_device_gets_context_null() {
+    let api = api();
+    let status = std::thread::spawn(move || {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the call is expected to fail.
+        unsafe { (api.core.aclrtMalloc)(&mut p, 64, ACL_MEM_MALLOC_HUGE_FIRST) }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(status, ACL_ERROR_RT_CONTEXT_NULL);
+}
+
+/// Phase one of aclnnAdd on `[n]` f32 views of `x`, as the raw table entries.
+fn add_phase_one(
+    api: &'static AclApi,
+    x: *mut c_void,
+    n: usize,
+) -> (u64, *mut aclOpExecutor, Phase2Fn) {
+    // SAFETY: `x` holds `n` f32 elements.
+    let t = unsafe { TensorDesc::new(api, &[n], &[1], 0, DataType::F32, n, x) }.unwrap();
+    let alpha = ScalarDesc::new(api, HostScalar::Float(1.0)).unwrap();
+    // SAFETY: the table types each operator with its declared signature.
+    let (phase1, phase2) = unsafe {
+        api.ops
+            .aclnnAdd
+            .resolve(api.source(), "aclnnAdd", "aclnnAddGetWorkspaceSize")
+    }
+    .unwrap();
+    let (mut ws, mut exec) = (0u64, std::ptr::null_mut());
+    // SAFETY: live descriptors and out-pointers.
+    let status = unsafe {
+        phase1(
+            t.as_ptr(),
+            t.as_ptr(),
+            alpha.as_ptr(),
+            t.as_ptr(),
+            &mut ws,
+            &mut exec,
+        )
+    };
+    api.check(status, "aclnnAddGetWorkspaceSize").unwrap();
+    (ws, exec, phase2)
+}
+
+#[test]
+fn an_executor_runs_once_and_a_missing_workspace_is_rejected() {
+    let api = api();
+    let x = malloc(api, 256);
+    let (ws, exec, phase2) = add_phase_one(api, x, 64);
+    assert_eq!(ws, 0);
+    // SAFETY: the executor comes from phase one; NULL stream = default stream.
+    unsafe {
+        api.check(
+            phase2(std::ptr::null_mut(), 0, exec, std::ptr::null_mut()),
+            "aclnnAdd",
+        )
+        .unwrap();
+        assert_eq!(
+            phase2(
+                std::ptr::null_mut(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut()
+            ),
+            ACLNN_ERR_PARAM_NULLPTR
+        );
+    }
+
+    let (a, out) = (malloc(api, 64), malloc(api, 64));
+    // SAFETY: both hold 4x4 f32.
+    let (ta, tout) = unsafe {
+        (
+            TensorDesc::new(api, &[4, 4], &[4, 1], 0, DataType::F32, 16, a).unwrap(),
+            TensorDesc::new(api, &[4, 4], &[4, 1], 0, DataType::F32, 16, out).unwrap(),
+        )
+    };
+    // SAFETY: as above.
+    let (phase1, phase2) = unsafe {
+        api.ops
+            .aclnnMatmul
+            .resolve(api.source(), "aclnnMatmul", "aclnnMatmulGetWorkspaceSize")
+    }
+    .unwrap();
+    let (mut ws, mut exec) = (0u64, std::ptr::null_mut());
+    // SAFETY: live descriptors and out-pointers.
+    unsafe {
+        api.check(
+            phase1(
+                ta.as_ptr(),
+                ta.as_ptr(),
+                tout.as_ptr(),
+                CUBE_MATH_KEEP_DTYPE,
+                &mut ws,
+                &mut exec,
+            ),
+            "phase1",
+        )
+        .unwrap();
+        assert!(ws > 0, "matmul asks for a workspace");
+        let status = phase2(std::ptr::null_mut(), 0, exec, std::ptr::null_mut());
+        assert_eq!(status, ACLNN_ERR_PARAM_INVALID);
+        assert!(api.recent_error_message().contains("workspace"));
+    }
+}
+
+fn upload_f32(api: &AclApi, dst: *mut c_void, values: &[f32]) {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    // SAFETY: `dst` holds at least `bytes.len()` bytes.
+    let status = unsafe {
+        (api.core.aclrtMemcpy)(
+            dst,
+            bytes.len(),
+            bytes.as_ptr() as _,
+            bytes.len(),
+            ACL_MEMCPY_HOST_TO_DEVICE,
+        )
+    };
+    api.check(status, "h2d").unwrap();
+}
+
+fn download_f32(api: &AclApi, src: *mut c_void, n: usize) -> Vec<f32> {
+    let mut bytes = vec![0u8; n * 4];
+    // SAFETY: `src` holds at least `n` f32; the caller synchronised.
+    let status = unsafe {
+        (api.core.aclrtMemcpy)(
+            bytes.as_mut_ptr() as _,
+            bytes.len(),
+            src,
+            bytes.len(),
+            ACL_MEMCPY_DEVICE_TO_HOST,
+        )
+    };
+    api.check(status, "d2h").unwrap();
+    bytes
+        .chunks(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_repeatable_executor_relaunches_with_rebound_addresses() {
+    let api = api();
+    let set_repeatable = api.optional.aclSetAclOpExecutorRepeatable.unwrap();
+    let set_input = api.optional.aclSetInputTensorAddr.unwrap();
+    let set_output = api.optional.aclSetOutputTensorAddr.unwrap();
+    let s = stream(api);
+    let [x, y, out1, out2] = [0; 4].map(|_| malloc(api, 64));
+    upload_f32(api, x, &[1.0, 2.0, 3.0, 4.0]);
+    upload_f32(api, y, &[10.0, 20.0, 30.0, 40.0]);
+    let desc = |p| {
+        // SAFETY: every buffer holds 4 f32.
+        unsafe { TensorDesc::new(api, &[4], &[1], 0, DataType::F32, 4, p) }.unwrap()
+    };
+    let (tx, ty, tout) = (desc(x), desc(y), desc(out1));
+    let alpha = ScalarDesc::new(api, HostScalar::Float(1.0)).unwrap();
+    // SAFETY: the table types each operator with its declared signature.
+    let (phase1, phase2) = unsafe {
+        api.ops
+            .aclnnAdd
+            .resolve(api.source(), "aclnnAdd", "aclnnAddGetWorkspaceSize")
+    }
+    .unwrap();
+    let (mut ws, mut exec) = (0u64, std::ptr::null_mut());
+    // SAFETY: live descriptors, buffers and out-pointers throughout.
+    unsafe {
+        let status = phase1(
+            tx.as_ptr(),
+            ty.as_ptr(),
+            alpha.as_ptr(),
+            tout.as_ptr(),
+            &mut ws,
+            &mut exec,
+        );
+        api.check(status, "phase1").unwrap();
+        assert_eq!(
+            set_input(exec, 0, tx.as_ptr(), y),
+            ACLNN_ERR_PARAM_INVALID,
+            "not repeatable yet"
+        );
+        api.check(set_repeatable(exec), "repeatable").unwrap();
+        api.check(phase2(std::ptr::null_mut(), 0, exec, s), "launch 1")
+            .unwrap();
+        // Rebinding while launch 1 is still queued must not reach it.
+        api.check(set_input(exec, 0, tx.as_ptr(), y), "rebind self")
+            .unwrap();
+        api.check(set_output(exec, 0, tout.as_ptr(), out2), "rebind out")
+            .unwrap();
+        api.check(phase2(std::ptr::null_mut(), 0, exec, s), "launch 2")
+            .unwrap();
+        api.check((api.core.aclrtSynchronizeStream)(s), "sync")
+            .unwrap();
+        assert_eq!(download_f32(api, out1, 4), [11.0, 22.0, 33.0, 44.0]);
+        assert_eq!(download_f32(api, out2, 4), [20.0, 40.0, 60.0, 80.0]);
+
+        assert_eq!(
+            set_input(exec, 2, tx.as_ptr(), y),
+            ACLNN_ERR_PARAM_INVALID,
+            "index 2"
+        );
+        assert_eq!(
+            set_output(exec, 1, tout.as_ptr(), y),
+            ACLNN_ERR_PARAM_INVALID,
+            "index 1"
+        );
+        assert_eq!(
+            set_input(exec, 0, tx.as_ptr(), (y as *mut u8).add(4) as _),
+            ACLNN_ERR_PARAM_INVALID,
+            "misaligned"
+        );
+        assert_eq!(
+            set_input(std::ptr::null_mut(), 0, tx.as_ptr(), y),
+            ACLNN_ERR_INNER_NULLPTR
+        );
+        assert_eq!(
+            set_input(exec, 0, std::ptr::null_mut(), y),
+            ACLNN_ERR_INNER_NULLPTR
+        );
+
+        api.check((api.core.aclDestroyAclOpExecutor)(exec), "destroy")
+            .unwrap();
+        assert_eq!(
+            phase2(std::ptr::null_mut(), 0, exec, s),
+            ACLNN_ERR_INNER,
+            "launch after destroy"
+        );
+        assert!(api.recent_error_message().contains("not a live executor"));
+        assert_eq!(
+            set_input(exec, 0, tx.as_ptr(), x),
+            ACLNN_ERR_INNER,
+            "rebind after destroy"
+        );
+        assert_eq!(
+            (api.core.aclDestroyAclOpExecutor)(exec),
+            ACLNN_ERR_INNER,
+            "destroy twice"
+        );
+        assert_eq!(
+            (api.core.aclDestroyAclOpExecutor)(std::ptr::null_mut()),
+            ACLNN_ERR_INNER_NULLPTR
+        );
+        assert_eq!(
+            set_repeatable(std::ptr::null_mut()),
+            ACLNN_ERR_INNER_NULLPTR
+        );
+        for p in [x, y, out1, out2] {
+            api.check((api.core.aclrtFree)(p), "free").unwrap();
+        }
+        api.check((api.core.aclrtDestroyStream)(s), "destroy stream")
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_one_shot_executor_runs_once_and_can_be_destroyed_unlaunched() {
+    let api = api();
+    let set_repeatable = api.optional.aclSetAclOpExecutorRepeatable.unwrap();
+    let x = malloc(api, 256);
+    let (_, exec, phase2) = add_phase_one(api, x, 64);
+    // SAFETY: the executor comes from phase one; NULL stream = default stream.
+    unsafe {
+        api.check(
+            phase2(std::ptr::null_mut(), 0, exec, std::ptr::null_mut()),
+            "launch",
+        )
+        .unwrap();
+        assert_eq!(
+            phase2(std::ptr::null_mut(), 0, exec, std::ptr::null_mut()),
+            ACLNN_ERR_INNER,
+            "a second launch of a one-shot executor"
+        );
+        assert_eq!(
+            set_repeatable(exec),
+            ACLNN_ERR_INNER,
+            "repeatable after its launch"
+        );
+        assert_eq!(
+            (api.core.aclDestroyAclOpExecutor)(exec),
+            ACLNN_ERR_INNER,
+            "consumed by its launch"
+        );
+    }
+    let (_, unlaunched, _) = add_phase_one(api, x, 64);
+    // SAFETY: as above.
+    unsafe {
+        api.check(
+            (api.core.aclDestroyAclOpExecutor)(unlaunched),
+            "destroy unlaunched",
+        )
+        .unwrap();
+    }
+
+    // An operator the emulation does not model as repeatable refuses, and still runs once.
+    // SAFETY: `x` holds 64 f32 (and so 64 f16 of the output).
+    let (src, dst) = unsafe {
+        (
+            TensorDesc::new(api, &[64], &[1], 0, DataType::F32, 64, x).unwrap(),
+            TensorDesc::new(api, &[64], &[1], 0, DataType::F16, 128, x).unwrap(),
+        )
+    };
+    // SAFETY: the table types each operator with its declared signature.
+    let (phase1, phase2) = unsafe {
+        api.ops
+            .aclnnCast
+            .resolve(api.source(), "aclnnCast", "aclnnCastGetWorkspaceSize")
+    }
+    .unwrap();
+    let (mut ws, mut exec) = (0u64, std::ptr::null_mut());
+    // SAFETY: live descriptors and out-pointers.
+    unsafe {
+        api.check(
+            phase1(
+                src.as_ptr(),
+                DataType::F16.acl(),
+                dst.as_ptr(),
+                &mut ws,
+                &mut exec,
+            ),
+            "phase1",
+        )
+        .unwrap();
+        assert_eq!(set_repeatable(exec), ACLNN_ERR_PARAM_INVALID);
+        api.check(
+            phase2(std::ptr::null_mut(), 0, exec, std::ptr::null_mut()),
+            "cast",
+        )
+        .unwrap();
+        api.check(
+            (api.core.aclrtSynchronizeStream)(std::ptr::null_mut()),
+            "sync",
+        )
+        .unwrap();
+        api.check((api.core.aclrtFree)(x), "free").unwrap();
+    }
+}
