@@ -26,9 +26,9 @@
 // of 2^31 slots or more computes them in 64 bits.
 #include "kernel_common.h"
 
-using namespace AscendC;
 
-struct AllocExtendTiling {
+// Global and prefixed: a by-value kernel parameter (see kernel_common.h).
+struct BurnAllocExtendTiling {
     uint32_t batch;         // B
     uint32_t freePages;     // entries of free_pages
     uint32_t pageSize;      // slots per page
@@ -40,11 +40,15 @@ struct AllocExtendTiling {
     uint32_t indexBytes;    // 4 (int32) or 8 (int64), for every index tensor
 };
 
+namespace burn_ascend {
+
+using namespace AscendC;
+
 template <typename I>
-class AllocExtend {
+class AllocExtendKernel {
 public:
     __aicore__ inline void Init(GM_ADDR prefixLens, GM_ADDR seqLens, GM_ADDR lastLoc, GM_ADDR freePages, GM_ADDR outSlots,
-                                GM_ADDR totals, const AllocExtendTiling& t, TPipe* pipe)
+                                GM_ADDR totals, const BurnAllocExtendTiling& t, TPipe* pipe)
     {
         tiling = t;
         uint32_t lo = static_cast<uint32_t>(GetBlockIdx()) * t.slotsPerCore;
@@ -215,7 +219,7 @@ private:
         return stageBuf.Get<I>()[which * (Align32(tiling.slotTile * sizeof(I)) / sizeof(I))];
     }
 
-    AllocExtendTiling tiling;
+    BurnAllocExtendTiling tiling;
     int32_t outLo = 0;
     int32_t outHi = 0;
     bool lastBlock = false;
@@ -232,21 +236,23 @@ private:
 
 template <typename I>
 __aicore__ inline void Run(GM_ADDR prefixLens, GM_ADDR seqLens, GM_ADDR lastLoc, GM_ADDR freePages, GM_ADDR outSlots,
-                           GM_ADDR totals, const AllocExtendTiling& t)
+                           GM_ADDR totals, const BurnAllocExtendTiling& t)
 {
     TPipe pipe;
-    AllocExtend<I> op;
+    AllocExtendKernel<I> op;
     op.Init(prefixLens, seqLens, lastLoc, freePages, outSlots, totals, t, &pipe);
     op.Process();
 }
 
+}  // namespace burn_ascend
+
 extern "C" __global__ __aicore__ void alloc_extend(GM_ADDR prefixLens, GM_ADDR seqLens, GM_ADDR lastLoc, GM_ADDR freePages,
-                                                   GM_ADDR outSlots, GM_ADDR totals, AllocExtendTiling tiling)
+                                                   GM_ADDR outSlots, GM_ADDR totals, BurnAllocExtendTiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     if (tiling.indexBytes == 8) {
-        Run<int64_t>(prefixLens, seqLens, lastLoc, freePages, outSlots, totals, tiling);
+        burn_ascend::Run<int64_t>(prefixLens, seqLens, lastLoc, freePages, outSlots, totals, tiling);
     } else {
-        Run<int32_t>(prefixLens, seqLens, lastLoc, freePages, outSlots, totals, tiling);
+        burn_ascend::Run<int32_t>(prefixLens, seqLens, lastLoc, freePages, outSlots, totals, tiling);
     }
 }

@@ -24,9 +24,9 @@
 // key (and value) rows must fit (Dk = Dv up to about 1400), which the tiling checks.
 #include "kernel_common.h"
 
-using namespace AscendC;
 
-struct DecodeStage1Tiling {
+// Global and prefixed: a by-value kernel parameter (see kernel_common.h).
+struct BurnDecodeStage1Tiling {
     uint32_t batch;         // B
     uint32_t qHeads;        // HQ
     uint32_t kvHeads;       // HKV
@@ -43,11 +43,15 @@ struct DecodeStage1Tiling {
     float logitCap;         // 0: none
 };
 
+namespace burn_ascend {
+
+using namespace AscendC;
+
 template <typename T>
-class DecodeStage1 {
+class DecodeStage1Kernel {
 public:
     __aicore__ inline void Init(GM_ADDR q, GM_ADDR k, GM_ADDR v, GM_ADDR indptr, GM_ADDR kvIndices, GM_ADDR splits,
-                                GM_ADDR partOut, GM_ADDR partLse, const DecodeStage1Tiling& t, TPipe* pipe)
+                                GM_ADDR partOut, GM_ADDR partLse, const BurnDecodeStage1Tiling& t, TPipe* pipe)
     {
         tiling = t;
         group = t.qHeads / t.kvHeads;
@@ -370,7 +374,7 @@ private:
         Sync<HardEvent::MTE3_S>();
     }
 
-    DecodeStage1Tiling tiling;
+    BurnDecodeStage1Tiling tiling;
     uint32_t group = 1;       // G = HQ / HKV
     uint32_t headTiles = 1;   // head tiles per group
     uint32_t rowK = 8;        // UB pitch of a key row (elements)
@@ -388,22 +392,24 @@ private:
 
 template <typename T>
 __aicore__ inline void Run(GM_ADDR q, GM_ADDR k, GM_ADDR v, GM_ADDR indptr, GM_ADDR kvIndices, GM_ADDR splits, GM_ADDR partOut,
-                           GM_ADDR partLse, const DecodeStage1Tiling& t)
+                           GM_ADDR partLse, const BurnDecodeStage1Tiling& t)
 {
     TPipe pipe;
-    DecodeStage1<T> op;
+    DecodeStage1Kernel<T> op;
     op.Init(q, k, v, indptr, kvIndices, splits, partOut, partLse, t, &pipe);
     op.Process();
 }
 
+}  // namespace burn_ascend
+
 extern "C" __global__ __aicore__ void decode_attention_stage1(GM_ADDR q, GM_ADDR k, GM_ADDR v, GM_ADDR indptr, GM_ADDR kvIndices,
                                                               GM_ADDR splits, GM_ADDR partOut, GM_ADDR partLse,
-                                                              DecodeStage1Tiling tiling)
+                                                              BurnDecodeStage1Tiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     switch (tiling.dtype) {
-        case 0: Run<float>(q, k, v, indptr, kvIndices, splits, partOut, partLse, tiling); break;
-        case 1: Run<half>(q, k, v, indptr, kvIndices, splits, partOut, partLse, tiling); break;
-        default: Run<bfloat16_t>(q, k, v, indptr, kvIndices, splits, partOut, partLse, tiling); break;
+        case 0: burn_ascend::Run<float>(q, k, v, indptr, kvIndices, splits, partOut, partLse, tiling); break;
+        case 1: burn_ascend::Run<half>(q, k, v, indptr, kvIndices, splits, partOut, partLse, tiling); break;
+        default: burn_ascend::Run<bfloat16_t>(q, k, v, indptr, kvIndices, splits, partOut, partLse, tiling); break;
     }
 }

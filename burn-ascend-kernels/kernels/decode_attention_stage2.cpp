@@ -13,9 +13,9 @@
 // output queue in one strided copy per chunk.
 #include "kernel_common.h"
 
-using namespace AscendC;
 
-struct DecodeStage2Tiling {
+// Global and prefixed: a by-value kernel parameter (see kernel_common.h).
+struct BurnDecodeStage2Tiling {
     uint32_t pairs;         // B * HQ
     uint32_t maxSplits;     // max_kv_splits
     uint32_t headDimV;      // Dv
@@ -25,10 +25,14 @@ struct DecodeStage2Tiling {
     uint32_t dtype;         // 0 float, 1 half, 2 bfloat16 (out)
 };
 
+namespace burn_ascend {
+
+using namespace AscendC;
+
 template <typename T>
-class DecodeStage2 {
+class DecodeStage2Kernel {
 public:
-    __aicore__ inline void Init(GM_ADDR partOut, GM_ADDR partLse, GM_ADDR out, GM_ADDR lse, const DecodeStage2Tiling& t,
+    __aicore__ inline void Init(GM_ADDR partOut, GM_ADDR partLse, GM_ADDR out, GM_ADDR lse, const BurnDecodeStage2Tiling& t,
                                 TPipe* pipe)
     {
         tiling = t;
@@ -209,7 +213,7 @@ private:
         outQue.FreeTensor(res);
     }
 
-    DecodeStage2Tiling tiling;
+    BurnDecodeStage2Tiling tiling;
     uint32_t first = 0;  // first pair of this block
     uint32_t count = 0;  // pairs of this block
     uint32_t wPitch = 8;
@@ -221,21 +225,23 @@ private:
 };
 
 template <typename T>
-__aicore__ inline void Run(GM_ADDR partOut, GM_ADDR partLse, GM_ADDR out, GM_ADDR lse, const DecodeStage2Tiling& t)
+__aicore__ inline void Run(GM_ADDR partOut, GM_ADDR partLse, GM_ADDR out, GM_ADDR lse, const BurnDecodeStage2Tiling& t)
 {
     TPipe pipe;
-    DecodeStage2<T> op;
+    DecodeStage2Kernel<T> op;
     op.Init(partOut, partLse, out, lse, t, &pipe);
     op.Process();
 }
 
+}  // namespace burn_ascend
+
 extern "C" __global__ __aicore__ void decode_attention_stage2(GM_ADDR partOut, GM_ADDR partLse, GM_ADDR out, GM_ADDR lse,
-                                                              DecodeStage2Tiling tiling)
+                                                              BurnDecodeStage2Tiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     switch (tiling.dtype) {
-        case 0: Run<float>(partOut, partLse, out, lse, tiling); break;
-        case 1: Run<half>(partOut, partLse, out, lse, tiling); break;
-        default: Run<bfloat16_t>(partOut, partLse, out, lse, tiling); break;
+        case 0: burn_ascend::Run<float>(partOut, partLse, out, lse, tiling); break;
+        case 1: burn_ascend::Run<half>(partOut, partLse, out, lse, tiling); break;
+        default: burn_ascend::Run<bfloat16_t>(partOut, partLse, out, lse, tiling); break;
     }
 }

@@ -21,19 +21,12 @@
 // Offsets and strides are in elements; outer strides follow the tiling's outer dims.
 #include "kernel_common.h"
 
-constexpr uint32_t MAX_RANK = 8;
-constexpr uint32_t MAX_INPUTS = 8;
-constexpr uint32_t MAX_OUTPUTS = 8;
-constexpr uint32_t MAX_CODE = 128;
-constexpr uint32_t MAX_REGS = 24;
-constexpr uint32_t INPUT_WORDS = 8 + 2 * MAX_RANK;
-constexpr uint32_t OUTPUT_WORDS = 4;
-constexpr uint32_t CODE_WORDS = 4;
-
-struct ElementwiseTiling {
+// Global and prefixed: a by-value kernel parameter (see kernel_common.h). The outer array's length
+// is MAX_RANK written as a literal, so the definition stands alone wherever it is copied.
+struct BurnElementwiseTiling {
     uint64_t rows;           // outer elements of the collapsed output
     uint64_t units;          // tiles in the whole grid
-    uint64_t outer[MAX_RANK];  // the outer dims, outermost first (outerRank of them)
+    uint64_t outer[8];       // the outer dims, outermost first (outerRank of them)
     uint32_t outerRank;
     uint32_t cols;           // elements per output row
     uint32_t chunk;          // columns per tile
@@ -49,6 +42,21 @@ struct ElementwiseTiling {
     uint32_t programWords;
     uint32_t needsMask;      // the code compares or selects
 };
+
+namespace burn_ascend {
+
+using namespace AscendC;
+
+constexpr uint32_t MAX_RANK = 8;
+constexpr uint32_t MAX_INPUTS = 8;
+constexpr uint32_t MAX_OUTPUTS = 8;
+constexpr uint32_t MAX_CODE = 128;
+constexpr uint32_t MAX_REGS = 24;
+constexpr uint32_t INPUT_WORDS = 8 + 2 * MAX_RANK;
+constexpr uint32_t OUTPUT_WORDS = 4;
+constexpr uint32_t CODE_WORDS = 4;
+
+static_assert(sizeof(BurnElementwiseTiling::outer) == MAX_RANK * sizeof(uint64_t), "outer holds MAX_RANK dims");
 
 // How an input's elements follow the [rows, cols] grid.
 enum InputMode : uint32_t {
@@ -94,9 +102,9 @@ struct Instr {
     float s;
 };
 
-class ElementwiseProgram {
+class ElementwiseProgramKernel {
 public:
-    __aicore__ inline void Init(GM_ADDR program, const ElementwiseTiling& tiling, TPipe* pipe)
+    __aicore__ inline void Init(GM_ADDR program, const BurnElementwiseTiling& tiling, TPipe* pipe)
     {
         t = tiling;
         uint32_t n = t.regElems;
@@ -412,7 +420,7 @@ private:
         }
     }
 
-    ElementwiseTiling t;
+    BurnElementwiseTiling t;
     // The program is decoded once per block into scalar memory (about 4.5 KB at the limits):
     // reading it from the unified buffer with GetValue inside the tile loop would be slow.
     // Assumption (untested without hardware): the AI Core's scalar stack holds it.
@@ -425,11 +433,13 @@ private:
     LocalTensor<uint8_t> stage, mask;
 };
 
-extern "C" __global__ __aicore__ void elementwise_program(GM_ADDR program, ElementwiseTiling tiling)
+}  // namespace burn_ascend
+
+extern "C" __global__ __aicore__ void elementwise_program(GM_ADDR program, BurnElementwiseTiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
-    TPipe pipe;
-    ElementwiseProgram op;
+    AscendC::TPipe pipe;
+    burn_ascend::ElementwiseProgramKernel op;
     op.Init(program, tiling, &pipe);
     op.Process();
 }

@@ -1,9 +1,23 @@
 // Helpers every kernel uses: copies between global memory and the unified buffer of lengths
 // that need not be whole 32-byte blocks, explicit pipe synchronisation for TBuf storage (which
 // gets no queue events), and the sizes the vector API asks for.
+//
+// Names. The real kernel_operator.h puts many names in scope that a kernel's own can collide with
+// (the emulation declares them too, in ascendc_emu/real_names.h): high-level API functions such
+// as AscendC::LayerNorm, unscoped enumerators such as AscendC::MAX, and tiling structs such as
+// LayerNormTiling exported to the global namespace. So every kernel keeps its types and helpers
+// in namespace burn_ascend, with `using namespace AscendC;` inside it (never at file scope in a
+// shared header), and its classes end in `Kernel`. Only the entry points and their by-value
+// tiling structs stay global: the structs are part of the launch ABI, and CANN's stub generator
+// copies their definition textually into the generated host stub (ascendc-api.md §1.2), where a
+// namespace-qualified type might not survive. They take the prefix `Burn` (`Burn<Name>Tiling`)
+// so no name of the real headers can clash with them; #[repr(C)] structs in src/tiling/ mirror
+// their layout.
 #pragma once
 
 #include "kernel_operator.h"
+
+namespace burn_ascend {
 
 using namespace AscendC;
 
@@ -51,3 +65,5 @@ __aicore__ inline void Sync()
     SetFlag<E>(e);
     WaitFlag<E>(e);
 }
+
+}  // namespace burn_ascend

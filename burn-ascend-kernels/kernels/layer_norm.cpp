@@ -11,9 +11,9 @@
 // mean and rstd of up to `statRows` rows are gathered in the unified buffer and stored together.
 #include "kernel_common.h"
 
-using namespace AscendC;
 
-struct LayerNormTiling {
+// Global and prefixed: a by-value kernel parameter (see kernel_common.h).
+struct BurnLayerNormTiling {
     uint32_t rows;         // M
     uint32_t cols;         // N
     uint32_t rowsPerCore;  // rows per block (the last block may have fewer)
@@ -25,11 +25,15 @@ struct LayerNormTiling {
     float eps;
 };
 
+namespace burn_ascend {
+
+using namespace AscendC;
+
 template <typename T>
-class LayerNorm {
+class LayerNormKernel {
 public:
     __aicore__ inline void Init(GM_ADDR x, GM_ADDR gamma, GM_ADDR beta, GM_ADDR y, GM_ADDR mean,
-                                GM_ADDR rstd, const LayerNormTiling& t, TPipe* pipe)
+                                GM_ADDR rstd, const BurnLayerNormTiling& t, TPipe* pipe)
     {
         tiling = t;
         uint32_t first = GetBlockIdx() * t.rowsPerCore;
@@ -127,7 +131,7 @@ private:
         }
     }
 
-    __aicore__ inline float Sum(const LocalTensor<float>& v, uint32_t n)
+    __aicore__ inline float VectorSum(const LocalTensor<float>& v, uint32_t n)
     {
         LocalTensor<float> tmp = reduceTmp.Get<float>();
         LocalTensor<float> r = result.Get<float>();
@@ -140,7 +144,7 @@ private:
         LocalTensor<float> sq = square.Get<float>();
         Adds(sq, v, -mean, static_cast<int32_t>(n));
         Mul(sq, sq, sq, static_cast<int32_t>(n));
-        return Sum(sq, n);
+        return VectorSum(sq, n);
     }
 
     // Normalises n f32 values in place and stores them to y at `at`.
@@ -173,9 +177,9 @@ private:
         uint64_t at = static_cast<uint64_t>(row) * n;
         LocalTensor<float> v = work.Get<float>();
         LoadWide(v, at, n);
-        mean = Sum(v, n) / static_cast<float>(n);
+        mean = VectorSum(v, n) / static_cast<float>(n);
         float var = SquaredDeviation(v, mean, n) / static_cast<float>(n);
-        rstd = 1.0f / Sqrt(var + tiling.eps);
+        rstd = 1.0f / ScalarSqrt(var + tiling.eps);
         NormaliseAndStore(v, mean, rstd, at, n);
     }
 
@@ -189,7 +193,7 @@ private:
         for (uint32_t at = 0; at < n; at += c) {
             uint32_t len = n - at < c ? n - at : c;
             LoadWide(v, base + at, len);
-            sum += Sum(v, len);
+            sum += VectorSum(v, len);
         }
         mean = sum / static_cast<float>(n);
         float dev = 0.0f;
@@ -198,7 +202,7 @@ private:
             LoadWide(v, base + at, len);
             dev += SquaredDeviation(v, mean, len);
         }
-        rstd = 1.0f / Sqrt(dev / static_cast<float>(n) + tiling.eps);
+        rstd = 1.0f / ScalarSqrt(dev / static_cast<float>(n) + tiling.eps);
         for (uint32_t at = 0; at < n; at += c) {
             uint32_t len = n - at < c ? n - at : c;
             LoadAffine(at, len);
@@ -207,7 +211,7 @@ private:
         }
     }
 
-    __aicore__ static inline float Sqrt(float v)
+    __aicore__ static inline float ScalarSqrt(float v)
     {
         // Newton's iteration on the scalar unit, from a bit-level first guess.
         union { float f; uint32_t u; } g{v};
@@ -228,7 +232,7 @@ private:
         WaitFlag<HardEvent::MTE3_S>(e);
     }
 
-    LayerNormTiling tiling;
+    BurnLayerNormTiling tiling;
     uint32_t rows = 0;
     TQue<TPosition::VECIN, 1> inQ;
     TQue<TPosition::VECOUT, 1> outQ;
@@ -239,21 +243,23 @@ private:
 
 template <typename T>
 __aicore__ inline void Run(GM_ADDR x, GM_ADDR gamma, GM_ADDR beta, GM_ADDR y, GM_ADDR mean, GM_ADDR rstd,
-                           const LayerNormTiling& t)
+                           const BurnLayerNormTiling& t)
 {
     TPipe pipe;
-    LayerNorm<T> op;
+    LayerNormKernel<T> op;
     op.Init(x, gamma, beta, y, mean, rstd, t, &pipe);
     op.Process();
 }
 
+}  // namespace burn_ascend
+
 extern "C" __global__ __aicore__ void layer_norm(GM_ADDR x, GM_ADDR gamma, GM_ADDR beta, GM_ADDR y, GM_ADDR mean,
-                                                 GM_ADDR rstd, LayerNormTiling tiling)
+                                                 GM_ADDR rstd, BurnLayerNormTiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     switch (tiling.dtype) {
-        case 0: Run<float>(x, gamma, beta, y, mean, rstd, tiling); break;
-        case 1: Run<half>(x, gamma, beta, y, mean, rstd, tiling); break;
-        default: Run<bfloat16_t>(x, gamma, beta, y, mean, rstd, tiling); break;
+        case 0: burn_ascend::Run<float>(x, gamma, beta, y, mean, rstd, tiling); break;
+        case 1: burn_ascend::Run<half>(x, gamma, beta, y, mean, rstd, tiling); break;
+        default: burn_ascend::Run<bfloat16_t>(x, gamma, beta, y, mean, rstd, tiling); break;
     }
 }

@@ -18,9 +18,9 @@
 //   every row of the group and adds the group's column sums of that chunk atomically.
 #include "kernel_common.h"
 
-using namespace AscendC;
 
-struct LayerNormBackwardTiling {
+// Global and prefixed: a by-value kernel parameter (see kernel_common.h).
+struct BurnLayerNormBackwardTiling {
     uint32_t rows;         // M
     uint32_t cols;         // N
     uint32_t rowsPerCore;  // rows per block (the last block may have fewer)
@@ -30,11 +30,15 @@ struct LayerNormBackwardTiling {
     uint32_t dtype;        // 0 float, 1 half, 2 bfloat16
 };
 
+namespace burn_ascend {
+
+using namespace AscendC;
+
 template <typename T>
-class LayerNormBackward {
+class LayerNormBackwardKernel {
 public:
     __aicore__ inline void Init(GM_ADDR dy, GM_ADDR x, GM_ADDR mean, GM_ADDR rstd, GM_ADDR gamma, GM_ADDR dx,
-                                GM_ADDR dgamma, GM_ADDR dbeta, const LayerNormBackwardTiling& t, TPipe* pipe)
+                                GM_ADDR dgamma, GM_ADDR dbeta, const BurnLayerNormBackwardTiling& t, TPipe* pipe)
     {
         tiling = t;
         uint32_t first = GetBlockIdx() * t.rowsPerCore;
@@ -139,7 +143,7 @@ private:
         Sync<HardEvent::MTE2_S>();
     }
 
-    __aicore__ inline float Sum(const LocalTensor<float>& v, uint32_t n)
+    __aicore__ inline float VectorSum(const LocalTensor<float>& v, uint32_t n)
     {
         LocalTensor<float> tmp = reduceTmp.Get<float>();
         LocalTensor<float> r = result.Get<float>();
@@ -210,9 +214,9 @@ private:
     {
         LocalTensor<float> g = gBuf.Get<float>();
         LocalTensor<float> tmp = tmpBuf.Get<float>();
-        sumG += Sum(g, n);
+        sumG += VectorSum(g, n);
         Mul(tmp, g, xhatBuf.Get<float>(), static_cast<int32_t>(n));
-        sumGX += Sum(tmp, n);
+        sumGX += VectorSum(tmp, n);
     }
 
     // dx = rstd * (g - meanG - xhat * meanGX) for n elements, stored to row `row` at `at`.
@@ -291,7 +295,7 @@ private:
         }
     }
 
-    LayerNormBackwardTiling tiling;
+    BurnLayerNormBackwardTiling tiling;
     uint32_t rows = 0;
     TQue<TPosition::VECIN, 1> inQ;
     TQue<TPosition::VECOUT, 1> outQ;
@@ -302,22 +306,24 @@ private:
 
 template <typename T>
 __aicore__ inline void Run(GM_ADDR dy, GM_ADDR x, GM_ADDR mean, GM_ADDR rstd, GM_ADDR gamma, GM_ADDR dx,
-                           GM_ADDR dgamma, GM_ADDR dbeta, const LayerNormBackwardTiling& t)
+                           GM_ADDR dgamma, GM_ADDR dbeta, const BurnLayerNormBackwardTiling& t)
 {
     TPipe pipe;
-    LayerNormBackward<T> op;
+    LayerNormBackwardKernel<T> op;
     op.Init(dy, x, mean, rstd, gamma, dx, dgamma, dbeta, t, &pipe);
     op.Process();
 }
 
+}  // namespace burn_ascend
+
 extern "C" __global__ __aicore__ void layer_norm_backward(GM_ADDR dy, GM_ADDR x, GM_ADDR mean, GM_ADDR rstd,
                                                           GM_ADDR gamma, GM_ADDR dx, GM_ADDR dgamma,
-                                                          GM_ADDR dbeta, LayerNormBackwardTiling tiling)
+                                                          GM_ADDR dbeta, BurnLayerNormBackwardTiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     switch (tiling.dtype) {
-        case 0: Run<float>(dy, x, mean, rstd, gamma, dx, dgamma, dbeta, tiling); break;
-        case 1: Run<half>(dy, x, mean, rstd, gamma, dx, dgamma, dbeta, tiling); break;
-        default: Run<bfloat16_t>(dy, x, mean, rstd, gamma, dx, dgamma, dbeta, tiling); break;
+        case 0: burn_ascend::Run<float>(dy, x, mean, rstd, gamma, dx, dgamma, dbeta, tiling); break;
+        case 1: burn_ascend::Run<half>(dy, x, mean, rstd, gamma, dx, dgamma, dbeta, tiling); break;
+        default: burn_ascend::Run<bfloat16_t>(dy, x, mean, rstd, gamma, dx, dgamma, dbeta, tiling); break;
     }
 }

@@ -3,8 +3,8 @@
 // rows move as 2- or 4-byte elements (the data is not computed on).
 #include "row_gather.h"
 
-extern "C" __global__ __aicore__ void moe_gather(GM_ADDR x, GM_ADDR indices, GM_ADDR out, RowGatherTiling tiling)
+extern "C" __global__ __aicore__ void moe_gather(GM_ADDR x, GM_ADDR indices, GM_ADDR out, BurnRowGatherTiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
-    RunRowGather<int32_t>(x, indices, out, tiling);
+    burn_ascend::RunRowGather<int32_t>(x, indices, out, tiling);
 }

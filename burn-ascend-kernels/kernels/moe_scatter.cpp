@@ -9,9 +9,9 @@
 // chunks.
 #include "kernel_common.h"
 
-using namespace AscendC;
 
-struct MoeScatterTiling {
+// Global and prefixed: a by-value kernel parameter (see kernel_common.h).
+struct BurnMoeScatterTiling {
     uint32_t tokens;         // T
     uint32_t topK;           // K
     uint32_t cols;           // H
@@ -22,10 +22,14 @@ struct MoeScatterTiling {
     uint32_t dtype;          // 0 float, 1 half, 2 bfloat16 (y, out and weights)
 };
 
+namespace burn_ascend {
+
+using namespace AscendC;
+
 template <typename T>
-class MoeScatter {
+class MoeScatterKernel {
 public:
-    __aicore__ inline void Init(GM_ADDR y, GM_ADDR inv, GM_ADDR weights, GM_ADDR out, const MoeScatterTiling& t, TPipe* pipe)
+    __aicore__ inline void Init(GM_ADDR y, GM_ADDR inv, GM_ADDR weights, GM_ADDR out, const BurnMoeScatterTiling& t, TPipe* pipe)
     {
         tiling = t;
         first = GetBlockIdx() * t.tokensPerCore;
@@ -128,7 +132,7 @@ private:
         outQ.FreeTensor(res);
     }
 
-    MoeScatterTiling tiling;
+    BurnMoeScatterTiling tiling;
     uint32_t first = 0;
     uint32_t tokens = 0;
     TBuf<TPosition::VECCALC> invBuf, wRaw, wWide, acc, term;
@@ -139,20 +143,22 @@ private:
 };
 
 template <typename T>
-__aicore__ inline void Run(GM_ADDR y, GM_ADDR inv, GM_ADDR weights, GM_ADDR out, const MoeScatterTiling& t)
+__aicore__ inline void Run(GM_ADDR y, GM_ADDR inv, GM_ADDR weights, GM_ADDR out, const BurnMoeScatterTiling& t)
 {
     TPipe pipe;
-    MoeScatter<T> op;
+    MoeScatterKernel<T> op;
     op.Init(y, inv, weights, out, t, &pipe);
     op.Process();
 }
 
-extern "C" __global__ __aicore__ void moe_scatter(GM_ADDR y, GM_ADDR inv, GM_ADDR weights, GM_ADDR out, MoeScatterTiling tiling)
+}  // namespace burn_ascend
+
+extern "C" __global__ __aicore__ void moe_scatter(GM_ADDR y, GM_ADDR inv, GM_ADDR weights, GM_ADDR out, BurnMoeScatterTiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     switch (tiling.dtype) {
-        case 0: Run<float>(y, inv, weights, out, tiling); break;
-        case 1: Run<half>(y, inv, weights, out, tiling); break;
-        default: Run<bfloat16_t>(y, inv, weights, out, tiling); break;
+        case 0: burn_ascend::Run<float>(y, inv, weights, out, tiling); break;
+        case 1: burn_ascend::Run<half>(y, inv, weights, out, tiling); break;
+        default: burn_ascend::Run<bfloat16_t>(y, inv, weights, out, tiling); break;
     }
 }

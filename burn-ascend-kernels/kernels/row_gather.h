@@ -11,9 +11,8 @@
 
 #include "kernel_operator.h"
 
-using namespace AscendC;
-
-struct RowGatherTiling {
+// Global and prefixed: a by-value kernel parameter (see kernel_common.h).
+struct BurnRowGatherTiling {
     uint32_t outRows;      // rows of out
     uint32_t srcRows;      // rows of x
     uint32_t cols;         // elements per row
@@ -25,10 +24,14 @@ struct RowGatherTiling {
     uint32_t indexBytes;   // 4 (int32) or 8 (int64)
 };
 
+namespace burn_ascend {
+
+using namespace AscendC;
+
 template <typename T, typename I>
-class RowGather {
+class RowGatherKernel {
 public:
-    __aicore__ inline void Init(GM_ADDR x, GM_ADDR indices, GM_ADDR out, const RowGatherTiling& t, TPipe* pipe)
+    __aicore__ inline void Init(GM_ADDR x, GM_ADDR indices, GM_ADDR out, const BurnRowGatherTiling& t, TPipe* pipe)
     {
         tiling = t;
         first = GetBlockIdx() * t.rowsPerCore;
@@ -102,7 +105,7 @@ private:
         }
     }
 
-    RowGatherTiling tiling;
+    BurnRowGatherTiling tiling;
     uint32_t first = 0;
     uint32_t rows = 0;
     TBuf<TPosition::VECCALC> idxBuf, rowBuf;
@@ -111,18 +114,20 @@ private:
 };
 
 template <typename I>
-__aicore__ inline void RunRowGather(GM_ADDR x, GM_ADDR indices, GM_ADDR out, const RowGatherTiling& t)
+__aicore__ inline void RunRowGather(GM_ADDR x, GM_ADDR indices, GM_ADDR out, const BurnRowGatherTiling& t)
 {
     TPipe pipe;
     if (t.elemBytes == 4) {
-        RowGather<float, I> op;
+        RowGatherKernel<float, I> op;
         op.Init(x, indices, out, t, &pipe);
         op.Process();
     } else {
-        RowGather<half, I> op;
+        RowGatherKernel<half, I> op;
         op.Init(x, indices, out, t, &pipe);
         op.Process();
     }
 }
+
+}  // namespace burn_ascend
 
 #endif

@@ -7,21 +7,25 @@
 // The vector unit has no bf16 arithmetic: bf16 is widened to float, added, rounded back.
 #include "kernel_operator.h"
 
-using namespace AscendC;
 
-struct VectorAddTiling {
+// Global and prefixed: a by-value kernel parameter (see kernel_common.h).
+struct BurnVectorAddTiling {
     uint64_t total;    // elements in each tensor
     uint32_t perCore;  // elements per block (a multiple of 32 bytes, except the last block's share)
     uint32_t tile;     // elements per tile (a multiple of 32 bytes)
     uint32_t dtype;    // 0 float, 1 half, 2 bfloat16, 3 int32, 4 int16
 };
 
+namespace burn_ascend {
+
+using namespace AscendC;
+
 constexpr int32_t BUFFERS = 2;
 
 template <typename T, typename C>
-class VectorAdd {
+class VectorAddKernel {
 public:
-    __aicore__ inline void Init(GM_ADDR x, GM_ADDR y, GM_ADDR z, const VectorAddTiling& t, TPipe* pipe)
+    __aicore__ inline void Init(GM_ADDR x, GM_ADDR y, GM_ADDR z, const BurnVectorAddTiling& t, TPipe* pipe)
     {
         uint64_t start = static_cast<uint64_t>(GetBlockIdx()) * t.perCore;
         count = start >= t.total ? 0 : static_cast<uint32_t>(t.total - start < t.perCore ? t.total - start : t.perCore);
@@ -109,22 +113,24 @@ private:
 };
 
 template <typename T, typename C>
-__aicore__ inline void Run(GM_ADDR x, GM_ADDR y, GM_ADDR z, const VectorAddTiling& t)
+__aicore__ inline void Run(GM_ADDR x, GM_ADDR y, GM_ADDR z, const BurnVectorAddTiling& t)
 {
     TPipe pipe;
-    VectorAdd<T, C> op;
+    VectorAddKernel<T, C> op;
     op.Init(x, y, z, t, &pipe);
     op.Process();
 }
 
-extern "C" __global__ __aicore__ void vector_add(GM_ADDR x, GM_ADDR y, GM_ADDR z, VectorAddTiling tiling)
+}  // namespace burn_ascend
+
+extern "C" __global__ __aicore__ void vector_add(GM_ADDR x, GM_ADDR y, GM_ADDR z, BurnVectorAddTiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     switch (tiling.dtype) {
-        case 0: Run<float, float>(x, y, z, tiling); break;
-        case 1: Run<half, half>(x, y, z, tiling); break;
-        case 2: Run<bfloat16_t, float>(x, y, z, tiling); break;
-        case 3: Run<int32_t, int32_t>(x, y, z, tiling); break;
-        default: Run<int16_t, int16_t>(x, y, z, tiling); break;
+        case 0: burn_ascend::Run<float, float>(x, y, z, tiling); break;
+        case 1: burn_ascend::Run<half, half>(x, y, z, tiling); break;
+        case 2: burn_ascend::Run<bfloat16_t, float>(x, y, z, tiling); break;
+        case 3: burn_ascend::Run<int32_t, int32_t>(x, y, z, tiling); break;
+        default: burn_ascend::Run<int16_t, int16_t>(x, y, z, tiling); break;
     }
 }

@@ -52,7 +52,8 @@ mod tests {
             assert_eq!(names, k.globals, "{}: global-memory parameters", k.name);
             assert_eq!(last.kind, ParamKind::Struct, "{}: tiling last", k.name);
             assert_eq!(
-                last.ty, k.tiling,
+                last.ty,
+                format!("Burn{}", k.tiling),
                 "{}: the tiling struct the kernel takes",
                 k.name
             );

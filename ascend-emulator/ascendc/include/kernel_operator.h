@@ -5,7 +5,7 @@
 // this header and run on the host through ascendc_emu_run (src/runner.cpp), which enforces the
 // hardware rules of /work/shared/ascend/ascendc-api.md §9 and reports a broken one as an AI Core
 // error (507015) naming the kernel, the block and the rule. The emulation's scope and its limits
-// are listed in ascend-emulator/ascendc/README.md.
+// are listed in ascendc/README.md.
 #ifndef KERNEL_OPERATOR_H
 #define KERNEL_OPERATOR_H
 
@@ -16,5 +16,6 @@
 #include "ascendc_emu/data_copy.h"  // DataCopy, DataCopyPad
 #include "ascendc_emu/vector.h"     // vector compute APIs
 #include "ascendc_emu/sync.h"       // flags, barriers, atomics, block indices, kernel type
+#include "ascendc_emu/real_names.h" // the rest of the real header's names, declared so kernels clash as on CANN
 
 #endif
