@@ -1,8 +1,11 @@
 //! The caching allocator under a repeated workload: device allocations stop growing once the
 //! cache is warm, and dropping every tensor returns the bytes in use to zero.
 
+mod common;
+
 use burn::tensor::Tensor;
 use burn_ascend::{Ascend, AscendDevice};
+use common::device;
 
 fn step(device: &AscendDevice) -> f32 {
     let a = Tensor::<Ascend, 2>::ones([64, 64], device);
@@ -14,7 +17,7 @@ fn step(device: &AscendDevice) -> f32 {
 
 #[test]
 fn allocations_plateau_and_bytes_return_to_zero() {
-    let device = AscendDevice::Emulated(0);
+    let device = device();
     assert_eq!(step(&device), 64.0 * 9.0);
     step(&device);
     let warm = Ascend::memory_stats(&device);

@@ -1,6 +1,6 @@
 //! The differential conformance suite (issue 3): every method of Burn 0.21's
 //! `FloatTensorOps`, `IntTensorOps`, `BoolTensorOps`, `ActivationOps` and `TransactionOps`,
-//! reached through the public tensor API, runs on `Ascend` (`AscendDevice::Emulated(0)`) and
+//! reached through the public tensor API, runs on `Ascend` (the suite's device, `common::device()`) and
 //! on `burn_flex::Flex`, the reference, and the results are compared.
 //!
 //! Most tests are entries of the op tables (`ops!` in `common`): each names the dtypes it

@@ -46,7 +46,7 @@ macro_rules! grad_test {
                     &what,
                     $tol,
                     ("Autodiff<Ascend>", || {
-                        case::<Autodiff<Ascend>>(&AscendDevice::Emulated(0), dtype)
+                        case::<Autodiff<Ascend>>(&device(), dtype)
                     }),
                     || case::<Autodiff<Flex>>(&Default::default(), dtype),
                 );

@@ -44,9 +44,7 @@ macro_rules! module_test {
                 compare(
                     &what,
                     $tol,
-                    ("Ascend", || {
-                        case::<Ascend>(&AscendDevice::Emulated(0), dtype)
-                    }),
+                    ("Ascend", || case::<Ascend>(&device(), dtype)),
                     || case::<Flex>(&Default::default(), dtype),
                 );
             }

@@ -66,7 +66,7 @@ fn models(cfg: &MoeConfig) -> (MoeDecoder<Flex>, MoeDecoder<Ascend>) {
     let bytes = weights(cfg);
     (
         load(cfg, &bytes, &Default::default()),
-        load(cfg, &bytes, &AscendDevice::Emulated(0)),
+        load(cfg, &bytes, &device()),
     )
 }
 
@@ -78,7 +78,7 @@ fn prompt(text: &str) -> Vec<u32> {
 fn paged_decode_matches_the_dense_reference_at_every_step() {
     let cfg = small();
     let (reference, model) = models(&cfg);
-    let mut server = Server::new(model, serve_config(), &AscendDevice::Emulated(0));
+    let mut server = Server::new(model, serve_config(), &device());
     let prompts = vec![
         prompt("The"),
         prompt("lighthouse keeper"),
@@ -113,7 +113,7 @@ fn paged_decode_matches_the_dense_reference_at_every_step() {
 fn finished_requests_free_their_pages_for_the_next_batch() {
     let cfg = small();
     let (_, model) = models(&cfg);
-    let mut server = Server::new(model, serve_config(), &AscendDevice::Emulated(0));
+    let mut server = Server::new(model, serve_config(), &device());
     let total = server.pool().free_pages();
     let prompts = vec![prompt("She counted the gulls"), prompt("Ten seconds")];
     let first = server.generate(&prompts, 5, Sampling::Greedy);
@@ -132,7 +132,7 @@ fn finished_requests_free_their_pages_for_the_next_batch() {
 fn bad_requests_fail_alone() {
     let cfg = small();
     let (_, model) = models(&cfg);
-    let device = AscendDevice::Emulated(0);
+    let device = device();
     let mut server = Server::new(model.clone(), serve_config(), &device);
     let good = prompt("The sea");
     let batch = vec![good.clone(), Vec::new(), vec![65; 45], vec![72, 300, 73]];
@@ -163,11 +163,8 @@ fn bad_requests_fail_alone() {
 
 #[test]
 fn heads_that_do_not_divide_are_a_clear_error() {
-    let err = MoeDecoder::<Ascend>::new(
-        &small().with_q_heads(4).with_kv_heads(3),
-        &AscendDevice::Emulated(0),
-    )
-    .unwrap_err();
+    let err = MoeDecoder::<Ascend>::new(&small().with_q_heads(4).with_kv_heads(3), &device())
+        .unwrap_err();
     assert!(
         err.to_string()
             .contains("q_heads 4 is not a multiple of kv_heads 3"),
@@ -197,7 +194,7 @@ fn train_losses<B: AutodiffBackend + burn_ascend::FusedOps>(
 fn training_reduces_the_loss_and_follows_the_reference() {
     let cfg = small();
     let bytes = weights(&cfg);
-    let device = AscendDevice::Emulated(0);
+    let device = device();
     let on_ascend = load::<Autodiff<Ascend>>(&cfg, &bytes, &device);
     let on_flex = load::<Autodiff<Flex>>(&cfg, &bytes, &Default::default());
     let (a, f) = (
@@ -222,7 +219,7 @@ fn the_model_trains_and_serves_on_fusion_as_on_ascend() {
     type Lazy = burn_fusion::Fusion<Ascend>;
     let cfg = small();
     let bytes = weights(&cfg);
-    let device = AscendDevice::Emulated(0);
+    let device = device();
     let eager = train_losses(load::<Autodiff<Ascend>>(&cfg, &bytes, &device), &device);
     let lazy = train_losses(load::<Autodiff<Lazy>>(&cfg, &bytes, &device), &device);
     for (step, (x, y)) in lazy.iter().zip(&eager).enumerate() {

@@ -2,6 +2,8 @@
 //! shapes, A2 limits, cubeMathType, contiguous gradient outputs) and answer 161002 with a
 //! message naming the operator; cubeMathType 1 on F32 computes in HF32, as the cube unit does.
 
+mod common;
+
 use std::sync::Arc;
 
 use burn_ascend::acl::aclnn;
@@ -84,6 +86,9 @@ fn assert_rejected(result: AclResult<()>, needles: &[&str]) {
 
 #[test]
 fn convolution_rejects_f64_and_mismatched_shapes() {
+    if common::skipped_on_npu("convolution_rejects_f64_and_mismatched_shapes") {
+        return;
+    }
     let ctx = ctx();
     let x = tensor(&ctx, &[1, 2, 4, 4], &ramp(32, 0.5), DataType::F64);
     let w = tensor(&ctx, &[3, 2, 3, 3], &ramp(54, 0.25), DataType::F64);
@@ -104,6 +109,9 @@ fn convolution_rejects_f64_and_mismatched_shapes() {
 
 #[test]
 fn convolution_enforces_the_a2_limits_and_cube_modes() {
+    if common::skipped_on_npu("convolution_enforces_the_a2_limits_and_cube_modes") {
+        return;
+    }
     let ctx = ctx();
     let x = tensor(&ctx, &[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0], DataType::F32);
     let w = tensor(&ctx, &[1, 1, 1, 1], &[1.0], DataType::F32);
@@ -118,6 +126,9 @@ fn convolution_enforces_the_a2_limits_and_cube_modes() {
 
 #[test]
 fn cube_math_type_one_computes_f32_in_hf32() {
+    if common::skipped_on_npu("cube_math_type_one_computes_f32_in_hf32") {
+        return;
+    }
     let ctx = ctx();
     // Values with more mantissa bits than HF32 keeps.
     let xs: Vec<f32> = (0..16).map(|i| 1.0 + (i as f32) * 1.234_567e-4).collect();
@@ -144,6 +155,11 @@ fn cube_math_type_one_computes_f32_in_hf32() {
 
 #[test]
 fn convolution_backward_needs_contiguous_outputs_and_a_three_value_mask() {
+    if common::skipped_on_npu(
+        "convolution_backward_needs_contiguous_outputs_and_a_three_value_mask",
+    ) {
+        return;
+    }
     let ctx = ctx();
     let api = ctx.bind();
     let x = tensor(&ctx, &[1, 2, 4, 4], &ramp(32, 0.5), DataType::F32);
@@ -189,6 +205,9 @@ fn convolution_backward_needs_contiguous_outputs_and_a_three_value_mask() {
 
 #[test]
 fn constant_pad_checks_the_output_shape_and_fills() {
+    if common::skipped_on_npu("constant_pad_checks_the_output_shape_and_fills") {
+        return;
+    }
     let ctx = ctx();
     let api = ctx.bind();
     let x = tensor(

@@ -7,6 +7,8 @@
 //! allocator is shared, so the tests run one at a time (one of them waits for a freed block to
 //! come back).
 
+mod common;
+
 use std::ffi::c_void;
 
 use burn::tensor::backend::Backend;
@@ -24,7 +26,9 @@ use burn_ascend::{Ascend, AscendDevice};
 use burn_flex::Flex;
 use serial_test::serial;
 
-const DEVICE: AscendDevice = AscendDevice::Emulated(0);
+fn device() -> AscendDevice {
+    common::device()
+}
 
 fn values(n: usize, seed: f32) -> Vec<f32> {
     (0..n).map(|i| seed + i as f32 * 0.5 - 3.0).collect()
@@ -96,7 +100,7 @@ fn cached_executors_give_the_results_of_burn_flex_and_follow_rebound_addresses()
     let before = cache::stats();
     for seed in [1.0, 7.0, -2.0] {
         assert_matches(
-            &hot_ops::<Ascend>(&DEVICE, seed),
+            &hot_ops::<Ascend>(&device(), seed),
             &hot_ops::<Flex>(&flex, seed),
         );
     }
@@ -113,10 +117,10 @@ fn cached_executors_give_the_results_of_burn_flex_and_follow_rebound_addresses()
 #[test]
 #[serial]
 fn one_executor_serves_different_tensors_of_the_same_shape() {
-    let a1 = tensor::<Ascend, 1>([8], 0.0, &DEVICE);
-    let a2 = tensor::<Ascend, 1>([8], 100.0, &DEVICE);
-    let b1 = tensor::<Ascend, 1>([8], 1.0, &DEVICE);
-    let b2 = tensor::<Ascend, 1>([8], -50.0, &DEVICE);
+    let a1 = tensor::<Ascend, 1>([8], 0.0, &device());
+    let a2 = tensor::<Ascend, 1>([8], 100.0, &device());
+    let b1 = tensor::<Ascend, 1>([8], 1.0, &device());
+    let b2 = tensor::<Ascend, 1>([8], -50.0, &device());
     let before = cache::stats();
     // Kept alive together, so every operand and output has its own address.
     let r1 = a1.clone() + b1.clone();
@@ -142,8 +146,8 @@ fn one_executor_serves_different_tensors_of_the_same_shape() {
 #[test]
 #[serial]
 fn the_same_tensor_twice_and_aliased_arguments_stay_exact() {
-    let a = tensor::<Ascend, 1>([6], 2.0, &DEVICE);
-    let b = tensor::<Ascend, 1>([6], 5.0, &DEVICE);
+    let a = tensor::<Ascend, 1>([6], 2.0, &device());
+    let b = tensor::<Ascend, 1>([6], 5.0, &device());
     // `a + a` passes one buffer twice (one descriptor lent, one fresh; its own executor),
     // `a + b` two buffers of the same structure.
     let twice = (a.clone() + a.clone()).into_data().to_vec::<f32>().unwrap();
@@ -165,7 +169,7 @@ fn primitive(t: Tensor<Ascend, 1>) -> AscendTensor {
 #[test]
 #[serial]
 fn freed_memory_whose_address_is_reused_is_described_exactly() {
-    let first = tensor::<Ascend, 1>([16], 1.0, &DEVICE);
+    let first = tensor::<Ascend, 1>([16], 1.0, &device());
     let first_ptr = primitive(first.clone()).storage_ptr();
     let out = (first.clone() * 2.0).into_data().to_vec::<f32>().unwrap();
     assert_eq!(
@@ -173,14 +177,14 @@ fn freed_memory_whose_address_is_reused_is_described_exactly() {
         values(16, 1.0).iter().map(|x| x * 2.0).collect::<Vec<_>>()
     );
     drop(first);
-    <Ascend as Backend>::sync(&DEVICE).unwrap();
+    <Ascend as Backend>::sync(&device()).unwrap();
 
     // The caching allocator hands the freed block out again; the cached descriptor and
     // executor of the same view now describe other data.
     let mut reused = None;
     let mut keep = Vec::new();
     for attempt in 0..64 {
-        let t = tensor::<Ascend, 1>([16], 40.0 + attempt as f32, &DEVICE);
+        let t = tensor::<Ascend, 1>([16], 40.0 + attempt as f32, &device());
         if primitive(t.clone()).storage_ptr() == first_ptr {
             reused = Some((t, 40.0 + attempt as f32));
             break;
@@ -208,8 +212,8 @@ fn freed_memory_whose_address_is_reused_is_described_exactly() {
 fn the_caches_stay_bounded_and_evicted_entries_are_rebuilt_correctly() {
     let shapes = EXECUTOR_CAPACITY + 20;
     let check = |n: usize| {
-        let a = tensor::<Ascend, 1>([n], n as f32, &DEVICE);
-        let b = tensor::<Ascend, 1>([n], 1.0, &DEVICE);
+        let a = tensor::<Ascend, 1>([n], n as f32, &device());
+        let b = tensor::<Ascend, 1>([n], 1.0, &device());
         let got = (a + b).tanh().into_data().to_vec::<f32>().unwrap();
         let want: Vec<f32> = values(n, n as f32)
             .iter()
@@ -229,7 +233,7 @@ fn the_caches_stay_bounded_and_evicted_entries_are_rebuilt_correctly() {
         assert!(s.descriptors <= DESCRIPTOR_CAPACITY, "{s:?}");
     }
     for n in 1..=shapes * 2 {
-        let t = tensor::<Ascend, 2>([2, n], 0.0, &DEVICE);
+        let t = tensor::<Ascend, 2>([2, n], 0.0, &device());
         drop(t.exp());
     }
     let s = cache::stats();
@@ -253,7 +257,7 @@ fn each_thread_has_its_own_caches() {
             std::thread::spawn(move || {
                 for round in 0..4 {
                     let seed = (k * 10 + round) as f32;
-                    let a = tensor::<Ascend, 2>([3, 3], seed, &DEVICE);
+                    let a = tensor::<Ascend, 2>([3, 3], seed, &device());
                     let got = (a.clone() * a).sum().into_data().to_vec::<f32>().unwrap()[0];
                     let want: f32 = values(9, seed).iter().map(|x| x * x).sum();
                     assert!((got - want).abs() <= 1e-3, "{got} vs {want}");
@@ -342,7 +346,12 @@ fn download(t: &AscendTensor) -> Vec<f32> {
 #[test]
 #[serial]
 fn without_the_repeatable_api_or_when_refused_every_call_runs_phase_one() {
-    let ctx = DeviceContext::get(&DEVICE).unwrap();
+    if common::skipped_on_npu(
+        "without_the_repeatable_api_or_when_refused_every_call_runs_phase_one",
+    ) {
+        return;
+    }
+    let ctx = DeviceContext::get(&device()).unwrap();
     let api: &'static AclApi =
         Box::leak(Box::new(AclApi::new(Box::new(WithoutRepeatable)).unwrap()));
     assert!(api.optional.aclSetAclOpExecutorRepeatable.is_none());
@@ -400,7 +409,7 @@ fn without_the_repeatable_api_or_when_refused_every_call_runs_phase_one() {
 #[serial]
 fn a_lent_descriptor_given_to_a_tensor_list_is_copied_not_taken() {
     use burn_ascend::acl::handles::TensorListDesc;
-    let ctx = DeviceContext::get(&DEVICE).unwrap();
+    let ctx = DeviceContext::get(&device()).unwrap();
     let x = upload(&ctx, &[1.0, 2.0, 3.0, 4.0]);
     for _ in 0..3 {
         // The list destroys its member; the cache must still hold a live descriptor after.

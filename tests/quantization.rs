@@ -73,7 +73,7 @@ macro_rules! quant_test {
             compare(
                 stringify!($name),
                 $tol,
-                ("Ascend", || case::<Ascend>(&AscendDevice::Emulated(0))),
+                ("Ascend", || case::<Ascend>(&device())),
                 || case::<Flex>(&Default::default()),
             );
         }
@@ -213,12 +213,9 @@ quant_test!(arithmetic_through_dequantization, Tolerance::DEFAULT, |d| {
 
 #[test]
 fn quantized_tensors_move_between_devices() {
-    let x = Tensor::<Ascend, 2>::from_data(
-        data(vec![3, 8], DType::F32, Role::Lhs, 6),
-        &AscendDevice::Emulated(0),
-    );
+    let x = Tensor::<Ascend, 2>::from_data(data(vec![3, 8], DType::F32, Role::Lhs, 6), &device());
     let qt = x.quantize_dynamic(&scheme(QuantValue::Q8S, QuantLevel::block([4])));
-    let moved = qt.clone().to_device(&AscendDevice::Emulated(1));
-    assert_eq!(moved.device(), AscendDevice::Emulated(1));
+    let moved = qt.clone().to_device(&second_device());
+    assert_eq!(moved.device(), second_device());
     assert_eq!(parts(moved.into_data()), parts(qt.into_data()));
 }

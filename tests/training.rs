@@ -192,14 +192,14 @@ fn assert_same_descent(what: &str, ascend: &[f64], flex: &[f64], tol: f64) {
 
 #[test]
 fn mlp_with_adam_follows_the_reference() {
-    let ascend = train_mlp::<Autodiff<Ascend>>(&AscendDevice::Emulated(0), 15);
+    let ascend = train_mlp::<Autodiff<Ascend>>(&device(), 15);
     let flex = train_mlp::<Autodiff<Flex>>(&Default::default(), 15);
     assert_same_descent("MLP + Adam", &ascend, &flex, 1e-4);
 }
 
 #[test]
 fn cnn_with_sgd_momentum_follows_the_reference() {
-    let ascend = train_cnn::<Autodiff<Ascend>>(&AscendDevice::Emulated(0), 12);
+    let ascend = train_cnn::<Autodiff<Ascend>>(&device(), 12);
     let flex = train_cnn::<Autodiff<Flex>>(&Default::default(), 12);
     assert_same_descent("CNN + SGD", &ascend, &flex, 1e-4);
 }
@@ -227,9 +227,7 @@ fn half_precision_step_matches_the_reference() {
     compare(
         "F16 step",
         Tolerance::LOOSE,
-        ("Autodiff<Ascend>", || {
-            step::<Autodiff<Ascend>>(&AscendDevice::Emulated(0))
-        }),
+        ("Autodiff<Ascend>", || step::<Autodiff<Ascend>>(&device())),
         || step::<Autodiff<Flex>>(&Default::default()),
     );
 }

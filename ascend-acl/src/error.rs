@@ -21,6 +21,9 @@ pub enum AclError {
     /// A CANN library could not be opened or lacks a required symbol.
     #[error("cannot load CANN: {0}")]
     Load(String),
+    /// Another shared library (a kernel library) could not be opened or used.
+    #[error("{0}")]
+    Library(String),
     /// The installed CANN release does not export an aclnn operator the backend needs.
     #[error(
         "this CANN release has no {symbol} (needed for {op}); upgrade CANN or use the emulated NPU"

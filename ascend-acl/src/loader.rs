@@ -45,7 +45,7 @@ impl SharedLibrary {
     pub fn open(path: &Path) -> AclResult<Self> {
         // SAFETY: loading a library runs its initialisers, which is what using it means.
         let lib = unsafe { Library::new(path) }
-            .map_err(|e| AclError::Load(format!("cannot open {}: {e}", path.display())))?;
+            .map_err(|e| AclError::Library(format!("cannot open {}: {e}", path.display())))?;
         Ok(Self {
             path: path.to_path_buf(),
             lib,
@@ -98,7 +98,7 @@ impl CannLibraries {
         let mut libs = Vec::new();
         for name in LIBRARIES {
             let path = dir.map_or_else(|| PathBuf::from(name), |d| d.join(name));
-            libs.push(SharedLibrary::open(&path)?);
+            libs.push(SharedLibrary::open(&path).map_err(as_load)?);
         }
         if let Some(dir) = dir {
             let mut extra: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -114,10 +114,18 @@ impl CannLibraries {
                 .collect();
             extra.sort();
             for path in extra {
-                libs.push(SharedLibrary::open(&path)?);
+                libs.push(SharedLibrary::open(&path).map_err(as_load)?);
             }
         }
         Ok(Self { libs })
+    }
+}
+
+/// A library of CANN's that cannot be opened means CANN cannot be loaded.
+fn as_load(e: AclError) -> AclError {
+    match e {
+        AclError::Library(reason) => AclError::Load(reason),
+        other => other,
     }
 }
 

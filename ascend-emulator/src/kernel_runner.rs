@@ -239,7 +239,7 @@ impl EmulatedKernelLibrary {
     pub fn open(path: &Path) -> AclResult<Self> {
         let lib = SharedLibrary::open(path)?;
         let bind = lib.lookup("ascendc_emu_bind").ok_or_else(|| {
-            AclError::Load(format!(
+            AclError::Library(format!(
                 "{} is not a kernel library built against the Ascend C emulation (no ascendc_emu_bind)",
                 path.display()
             ))

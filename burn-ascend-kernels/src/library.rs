@@ -34,7 +34,7 @@ pub fn npu() -> AclResult<&'static KernelApi> {
             None => match option_env!("BURN_ASCEND_NPU_KERNELS_BUILT") {
                 Some(built) => PathBuf::from(built),
                 None => {
-                    return Err(AclError::Load(format!(
+                    return Err(AclError::Library(format!(
                         "no NPU kernel library: burn-ascend-kernels was built without CANN and \
                          {ENV_KERNELS_LIB} is not set (build the library with \
                          burn-ascend-kernels/CMakeLists.txt on the NPU machine, see the README)"
@@ -58,7 +58,7 @@ pub fn emulated() -> AclResult<&'static KernelApi> {
     API.get_or_init(|| {
         let path = match std::env::var(ENV_EMULATED_KERNELS) {
             Ok(v) if v.trim().eq_ignore_ascii_case("off") => {
-                return Err(AclError::Load(format!(
+                return Err(AclError::Library(format!(
                     "the emulated kernel library is switched off ({ENV_EMULATED_KERNELS}=off)"
                 )))
             }
@@ -100,7 +100,7 @@ mod embedded {
             std::fs::write(&partial, LIBRARY)
                 .and_then(|()| std::fs::rename(&partial, &path))
                 .map_err(|e| {
-                    AclError::Load(format!(
+                    AclError::Library(format!(
                         "cannot write the emulated kernel library to {}: {e}",
                         path.display()
                     ))

@@ -15,6 +15,53 @@ use burn::tensor::{s, BasicOps, Bool, DType, Int, Tensor, TensorData};
 
 pub mod host_values;
 
+// ---------------------------------------------------------------------------------------------
+// The device under test: one place chooses it for the whole suite.
+// ---------------------------------------------------------------------------------------------
+
+/// Environment variable: the device the suite runs on, `emulated`, `emulated:N`, `npu` or
+/// `npu:N` (default `emulated:0`).
+pub const ENV_TEST_DEVICE: &str = "BURN_ASCEND_TEST_DEVICE";
+
+/// The device the suite runs on (see [`ENV_TEST_DEVICE`]).
+pub fn device() -> AscendDevice {
+    static DEVICE: std::sync::OnceLock<AscendDevice> = std::sync::OnceLock::new();
+    *DEVICE.get_or_init(|| match std::env::var(ENV_TEST_DEVICE) {
+        Err(_) => AscendDevice::Emulated(0),
+        Ok(v) => AscendDevice::parse(&v).unwrap_or_else(|| {
+            panic!(
+                "{ENV_TEST_DEVICE}={v:?} is not a device: use emulated, emulated:N, npu or npu:N"
+            )
+        }),
+    })
+}
+
+/// Another device of the same kind, for transfers between devices, or the same device when
+/// the machine has only one.
+pub fn second_device() -> AscendDevice {
+    let device = device();
+    let count = burn_ascend::runtime::device::device_count(&device).unwrap_or(1);
+    let other = (device.index() + 1) % count.max(1);
+    match device {
+        AscendDevice::Npu(_) => AscendDevice::Npu(other),
+        AscendDevice::Emulated(_) => AscendDevice::Emulated(other),
+    }
+}
+
+/// For tests that read the emulation's internals (its launch log and work counters, its fault
+/// injection, its operators' own checks): `true`, after saying so, when the suite runs on a
+/// real NPU, where the test has nothing to read. `test` names the test.
+pub fn skipped_on_npu(test: &str) -> bool {
+    let npu = matches!(device(), AscendDevice::Npu(_));
+    if npu {
+        eprintln!(
+            "{test}: skipped on {}: it reads the emulated NPU's internals",
+            device()
+        );
+    }
+    npu
+}
+
 // The fusion suite shadows `Ascend` with `Fusion<Ascend>`, leaving this one unused there.
 #[allow(unused_imports)]
 pub use burn_ascend::Ascend;
@@ -285,7 +332,7 @@ macro_rules! differential_test {
             for &dtype in $dtypes.iter() {
                 for view in $crate::common::VIEWS {
                     let what = format!("{} ({dtype:?}, {view:?} input)", stringify!($name));
-                    let got = case::<$crate::common::Ascend>(&$crate::common::AscendDevice::Emulated(0), dtype, view);
+                    let got = case::<$crate::common::Ascend>(&$crate::common::device(), dtype, view);
                     let want = case::<$crate::common::Flex>(&Default::default(), dtype, view);
                     $crate::common::assert_same(&what, &got, &want);
                 }
@@ -565,8 +612,8 @@ pub fn run<A: Backend<Device = AscendDevice>>(
                 compare(&what, tolerance, ("the reference (self-check)", want), want);
             } else {
                 let case = Case::<A> {
-                    device: AscendDevice::Emulated(0),
-                    other_device: AscendDevice::Emulated(1),
+                    device: device(),
+                    other_device: second_device(),
                     dtype,
                     operands,
                 };

@@ -238,7 +238,7 @@ fn float_sort_puts_nan_last() {
             &want,
             Tolerance::EXACT,
         );
-        let got = sorted::<Ascend>(&AscendDevice::Emulated(0), dtype);
+        let got = sorted::<Ascend>(&device(), dtype);
         assert_close(
             &format!("float_sort_puts_nan_last ({dtype:?})"),
             &got,

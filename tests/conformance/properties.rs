@@ -128,7 +128,9 @@ fn both_within(
     });
 }
 
-const ASCEND: AscendDevice = AscendDevice::Emulated(0);
+fn ascend() -> AscendDevice {
+    device()
+}
 
 fn round_trip<B: Backend>(device: &B::Device, dtype: DType, x: &Strided) -> TensorData {
     x.tensor::<B>(device, dtype, Role::Lhs, 0).into_data()
@@ -224,42 +226,42 @@ proptest! {
     #[test]
     fn prop_strided_round_trip(x in strided(dims(5)), dtype in float_dtype()) {
         both(&format!("round trip {dtype:?} {x:?}"),
-            || round_trip::<Ascend>(&ASCEND, dtype, &x),
+            || round_trip::<Ascend>(&ascend(), dtype, &x),
             || round_trip::<Flex>(&Default::default(), dtype, &x));
     }
 
     #[test]
     fn prop_broadcast_add_mul(pair in broadcast_pair(), dtype in float_dtype()) {
         both(&format!("a + b * a {dtype:?} {pair:?}"),
-            || add_mul::<Ascend>(&ASCEND, dtype, &pair),
+            || add_mul::<Ascend>(&ascend(), dtype, &pair),
             || add_mul::<Flex>(&Default::default(), dtype, &pair));
     }
 
     #[test]
     fn prop_fused_chain(pair in broadcast_pair(), dtype in float_dtype()) {
         both_within(&format!("element-wise chain {dtype:?} {pair:?}"), Tolerance::F32_IN_F64,
-            || fused_chain::<Ascend>(&ASCEND, dtype, &pair),
+            || fused_chain::<Ascend>(&ascend(), dtype, &pair),
             || fused_chain::<Flex>(&Default::default(), dtype, &pair));
     }
 
     #[test]
     fn prop_sum_dim(x in strided(dims(5)), dim in 0..3usize, dtype in float_dtype()) {
         both(&format!("sum_dim({dim}) {dtype:?} {x:?}"),
-            || sum_dim::<Ascend>(&ASCEND, dtype, &x, dim),
+            || sum_dim::<Ascend>(&ascend(), dtype, &x, dim),
             || sum_dim_dense::<Flex>(&Default::default(), dtype, &x, dim));
     }
 
     #[test]
     fn prop_cat((pair, dim) in cat_pair(), dtype in float_dtype()) {
         both(&format!("cat(dim {dim}) {dtype:?} {pair:?}"),
-            || cat::<Ascend>(&ASCEND, dtype, &pair, dim),
+            || cat::<Ascend>(&ascend(), dtype, &pair, dim),
             || cat::<Flex>(&Default::default(), dtype, &pair, dim));
     }
 
     #[test]
     fn prop_matmul(pair in matmul_pair(), dtype in float_dtype()) {
         both(&format!("matmul {dtype:?} {pair:?}"),
-            || matmul::<Ascend>(&ASCEND, dtype, &pair),
+            || matmul::<Ascend>(&ascend(), dtype, &pair),
             || matmul::<Flex>(&Default::default(), dtype, &pair));
     }
 }

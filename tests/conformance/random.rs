@@ -136,19 +136,19 @@ fn check_seed<B: Backend>(device: &B::Device) {
 #[serial]
 fn float_random_distributions() {
     check_float_random::<Flex>(&Default::default());
-    check_float_random::<Ascend>(&AscendDevice::Emulated(0));
+    check_float_random::<Ascend>(&device());
 }
 
 #[test]
 #[serial]
 fn int_random_uniform() {
     check_int_random::<Flex>(&Default::default());
-    check_int_random::<Ascend>(&AscendDevice::Emulated(0));
+    check_int_random::<Ascend>(&device());
 }
 
 #[test]
 #[serial]
 fn random_seed_reproducible() {
     check_seed::<Flex>(&Default::default());
-    check_seed::<Ascend>(&AscendDevice::Emulated(0));
+    check_seed::<Ascend>(&device());
 }

@@ -299,7 +299,7 @@ impl DeviceContext {
         launch: impl FnOnce(&KernelApi, aclrtStream) -> Result<(), LaunchError>,
     ) -> AclResult<()> {
         let api = self.kernel_library().map_err(|reason| {
-            crate::acl::AclError::Load(format!("{} cannot run {kernel}: {reason}", self.device))
+            crate::acl::AclError::Library(format!("{} cannot run {kernel}: {reason}", self.device))
         })?;
         self.bind();
         launch(api, self.stream).map_err(|e| match e {
@@ -310,7 +310,7 @@ impl DeviceContext {
                 context: None,
             },
             LaunchError::Missing { .. } => {
-                crate::acl::AclError::Load(format!("{}: {e} ({})", self.device, api.describe()))
+                crate::acl::AclError::Library(format!("{}: {e} ({})", self.device, api.describe()))
             }
         })?;
         if self.blocking {

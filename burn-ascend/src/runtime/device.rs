@@ -96,7 +96,7 @@ pub fn emulated_api() -> AclResult<&'static AclApi> {
 
 #[cfg(not(feature = "emulator"))]
 fn no_emulator() -> AclError {
-    AclError::Load(
+    AclError::Library(
         "burn-ascend was built without its `emulator` feature, so there is no emulated NPU".into(),
     )
 }
