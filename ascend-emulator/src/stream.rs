@@ -21,6 +21,7 @@ struct StreamState {
 
 /// One stream and its worker.
 pub(crate) struct Stream {
+    device: i32,
     sender: Mutex<Option<Sender<Task>>>,
     state: Arc<(Mutex<StreamState>, Condvar)>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -53,10 +54,16 @@ impl Stream {
             })
             .expect("cannot start an emulated stream worker thread");
         Arc::new(Self {
+            device,
             sender: Mutex::new(Some(tx)),
             state,
             worker: Mutex::new(Some(worker)),
         })
+    }
+
+    /// The device the stream was created on.
+    pub fn device(&self) -> i32 {
+        self.device
     }
 
     /// Queues `task`; it runs after everything queued before it.
