@@ -15,6 +15,7 @@ pub mod backend;
 pub mod ops;
 pub mod runtime;
 
+pub use backend::collective::{self, CollectiveOps};
 pub use backend::fused::{self, FusedOps};
 pub use backend::{Ascend, AscendQTensor};
 pub use ops::AscendTensor;

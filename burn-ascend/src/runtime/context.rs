@@ -126,6 +126,11 @@ impl DeviceContext {
         self.api
     }
 
+    /// The context's stream, on which all its work is queued (collectives join it there).
+    pub fn stream(&self) -> aclrtStream {
+        self.stream
+    }
+
     /// A description of the device for `Backend::name`.
     pub fn describe(&self) -> String {
         let api = self.bind();
