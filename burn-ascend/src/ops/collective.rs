@@ -121,8 +121,9 @@ fn empty_like(t: &AscendTensor, shape: Vec<usize>) -> AclResult<AscendTensor> {
     AscendTensor::empty(t.ctx(), shape, t.dtype())
 }
 
-fn with_context<T>(op: &'static str, tensors: &[AscendTensor], r: AclResult<T>) -> AclResult<T> {
-    r.map_err(|e| e.with_context(|| format!("{op} of {}", describe(tensors))))
+/// What a failure of `op` on `tensors` says the backend was doing.
+fn what<'a>(op: &'a str, tensors: &'a [AscendTensor]) -> impl Fn() -> String + 'a {
+    move || format!("{op} of {}", describe(tensors))
 }
 
 /// Every rank receives the elementwise reduction of all ranks' tensors.
@@ -147,10 +148,11 @@ pub fn all_reduce(
     let count = tensors[0].layout().numel() as u64;
     if count > 0 {
         let dtype = hccl_data_type(tensors[0].dtype());
-        with_context(
-            OP,
-            tensors,
-            comm.issue(&ranks, "HcclAllReduce", |api, i, c, s| {
+        comm.issue(
+            &ranks,
+            "HcclAllReduce",
+            &what(OP, tensors),
+            |api, i, c, s| {
                 // SAFETY: both buffers hold `count` elements on rank i's device and live until
                 // the transfer has run (stream-ordered reuse).
                 unsafe {
@@ -164,7 +166,7 @@ pub fn all_reduce(
                         s,
                     )
                 }
-            }),
+            },
         )?;
     }
     if op != Reduce::Mean {
@@ -206,13 +208,14 @@ pub fn broadcast(
     let count = tensors[0].layout().numel() as u64;
     if count > 0 {
         let dtype = hccl_data_type(tensors[0].dtype());
-        with_context(
-            OP,
-            tensors,
-            comm.issue(&ranks, "HcclBroadcast", |api, i, c, s| {
+        comm.issue(
+            &ranks,
+            "HcclBroadcast",
+            &what(OP, tensors),
+            |api, i, c, s| {
                 // SAFETY: the buffer holds `count` elements on rank i's device.
                 unsafe { (api.fns.HcclBroadcast)(addr(&bufs[i]), count, dtype, root as u32, c, s) }
-            }),
+            },
         )?;
     }
     Ok(bufs)
@@ -239,15 +242,16 @@ pub fn all_gather(comm: &Communicator, tensors: &[AscendTensor]) -> AclResult<Ve
     let count = tensors[0].layout().numel() as u64;
     if count > 0 {
         let dtype = hccl_data_type(tensors[0].dtype());
-        with_context(
-            OP,
-            tensors,
-            comm.issue(&ranks, "HcclAllGather", |api, i, c, s| {
+        comm.issue(
+            &ranks,
+            "HcclAllGather",
+            &what(OP, tensors),
+            |api, i, c, s| {
                 // SAFETY: the input holds `count` elements, the output `count` per rank.
                 unsafe {
                     (api.fns.HcclAllGather)(addr(&inputs[i]), addr(&outs[i]), count, dtype, c, s)
                 }
-            }),
+            },
         )?;
     }
     Ok(outs)
@@ -287,10 +291,11 @@ pub fn reduce_scatter(
     let count = tensors[0].layout().numel() as u64 / n as u64;
     if count > 0 {
         let dtype = hccl_data_type(tensors[0].dtype());
-        with_context(
-            OP,
-            tensors,
-            comm.issue(&ranks, "HcclReduceScatter", |api, i, c, s| {
+        comm.issue(
+            &ranks,
+            "HcclReduceScatter",
+            &what(OP, tensors),
+            |api, i, c, s| {
                 // SAFETY: the input holds `count` elements per rank, the output `count`.
                 unsafe {
                     (api.fns.HcclReduceScatter)(
@@ -303,7 +308,7 @@ pub fn reduce_scatter(
                         s,
                     )
                 }
-            }),
+            },
         )?;
     }
     if op != Reduce::Mean {
@@ -402,10 +407,11 @@ pub fn all_to_all_v(
         })
         .collect();
     let dtype = hccl_data_type(tensors[0].dtype());
-    with_context(
-        OP,
-        tensors,
-        comm.issue(&ranks, "HcclAlltoAllV", |api, i, c, s| {
+    comm.issue(
+        &ranks,
+        "HcclAlltoAllV",
+        &what(OP, tensors),
+        |api, i, c, s| {
             let ((sc, sd), (rc, rd)) = &plans[i];
             // SAFETY: the buffers hold the rows the counts describe; the count arrays are host
             // memory HCCL reads during the call.
@@ -423,7 +429,7 @@ pub fn all_to_all_v(
                     s,
                 )
             }
-        }),
+        },
     )?;
     Ok(outs)
 }
@@ -443,14 +449,10 @@ pub fn send(comm: &Communicator, tensor: &AscendTensor, dst: usize) -> AclResult
     let input = contiguous(tensor)?;
     let count = tensor.layout().numel() as u64;
     let dtype = hccl_data_type(tensor.dtype());
-    with_context(
-        OP,
-        one,
-        comm.issue(&[rank], "HcclSend", |api, _, c, s| {
-            // SAFETY: the buffer holds `count` elements and lives until the pair has run.
-            unsafe { (api.fns.HcclSend)(addr(&input), count, dtype, dst as u32, c, s) }
-        }),
-    )
+    comm.issue(&[rank], "HcclSend", &what(OP, one), |api, _, c, s| {
+        // SAFETY: the buffer holds `count` elements and lives until the pair has run.
+        unsafe { (api.fns.HcclSend)(addr(&input), count, dtype, dst as u32, c, s) }
+    })
 }
 
 /// Receives a `shape` tensor of `dtype` from rank `src` on `device` (which holds a rank of the
@@ -470,13 +472,14 @@ pub fn recv(
     let out = AscendTensor::empty(&rank.ctx, shape, dtype)?;
     let count = out.layout().numel() as u64;
     let hccl_dtype = hccl_data_type(dtype);
-    with_context(
-        "recv",
-        std::slice::from_ref(&out),
-        comm.issue(&[rank], "HcclRecv", |api, _, c, s| {
+    comm.issue(
+        &[rank],
+        "HcclRecv",
+        &what("recv", std::slice::from_ref(&out)),
+        |api, _, c, s| {
             // SAFETY: the buffer holds `count` elements.
             unsafe { (api.fns.HcclRecv)(addr(&out), count, hccl_dtype, src as u32, c, s) }
-        }),
+        },
     )?;
     Ok(out)
 }

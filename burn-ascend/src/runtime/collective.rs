@@ -221,19 +221,22 @@ impl Communicator {
 
     /// Issues one transfer: `issue(api, i, comm, stream)` is called for each of `ranks` (local
     /// ranks; `i` is the position in `ranks`), in order, with the rank's device bound to the
-    /// thread, and returns the `HcclResult` of the HCCL call it made.
+    /// thread, and returns the `HcclResult` of the HCCL call it made. A failure names `what`
+    /// (the op and its operands) and the rank.
     pub fn issue(
         &self,
         ranks: &[&LocalRank],
         function: &str,
+        what: &dyn Fn() -> String,
         mut issue: impl FnMut(&HcclApi, usize, HcclComm, aclrtStream) -> i32,
     ) -> AclResult<()> {
         let _serial = issue_lock();
         for (i, r) in ranks.iter().enumerate() {
             r.ctx.bind();
             let code = issue(self.api, i, r.comm, r.ctx.stream());
-            check(self.api, &r.ctx, code, function)
-                .map_err(|e| e.with_context(|| format!("rank {} on {}", r.rank, r.ctx.device())))?;
+            check(self.api, &r.ctx, code, function).map_err(|e| {
+                e.with_context(|| format!("{}, rank {} on {}", what(), r.rank, r.ctx.device()))
+            })?;
         }
         Ok(())
     }
