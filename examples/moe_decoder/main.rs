@@ -15,15 +15,17 @@ use burn::module::{AutodiffModule, Module};
 use burn::record::{BinFileRecorder, FullPrecisionSettings};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_ascend::runtime::DeviceContext;
-use burn_ascend::{Ascend, AscendDevice, FusedOps};
+use burn_ascend::{Ascend, AscendDevice, CollectiveOps, FusedOps};
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::model::MoeDecoder;
 use burn_ascend_suite::moe::serve::{Sampling, ServeConfig, Server};
-use burn_ascend_suite::moe::train::{train, TrainConfig};
+use burn_ascend_suite::moe::train::{StepReport, TrainConfig};
 use burn_autodiff::Autodiff;
 use burn_fusion::Fusion;
 use clap::Parser;
+
+mod parallel;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Train and serve the MoE decoder on Ascend.
@@ -35,6 +37,9 @@ struct Args {
     /// Run on Fusion<Ascend>: ops recorded lazily, element-wise runs fused into one kernel.
     #[arg(long)]
     fusion: bool,
+    /// NPUs to use, from --device on: data-parallel training, expert-parallel serving.
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
     /// Training steps (0 with --load to only serve).
     #[arg(long, default_value_t = 60)]
     steps: usize,
@@ -102,24 +107,28 @@ fn run(args: Args) -> Result<(), String> {
             .ok_or_else(|| format!("--device {d:?} is not npu, npu:N, emulated or emulated:N"))?,
         None => AscendDevice::default(),
     };
-    // Open the device up front: an explicit --device npu without CANN or an NPU is an error
+    let devices = parallel::devices(device, args.devices)?;
+    // Open the devices up front: an explicit --device npu without CANN or an NPU is an error
     // here, not a panic inside the first tensor op.
-    DeviceContext::get(&device).map_err(|e| format!("cannot open {device:?}: {e}"))?;
+    for d in &devices {
+        DeviceContext::get(d).map_err(|e| format!("cannot open {d:?}: {e}"))?;
+    }
     if args.fusion {
         println!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
-        train_and_serve::<Autodiff<Fusion<Ascend>>>(&args, &device)
+        train_and_serve::<Autodiff<Fusion<Ascend>>>(&args, &devices)
     } else {
         println!("device: {}", Ascend::name(&device));
-        train_and_serve::<Autodiff<Ascend>>(&args, &device)
+        train_and_serve::<Autodiff<Ascend>>(&args, &devices)
     }
 }
 
 /// Trains on `B` (an autodiff backend over an Ascend backend), then serves on its inner backend.
-fn train_and_serve<B>(args: &Args, device: &AscendDevice) -> Result<(), String>
+fn train_and_serve<B>(args: &Args, devices: &[AscendDevice]) -> Result<(), String>
 where
     B: AutodiffBackend<Device = AscendDevice> + FusedOps,
-    B::InnerBackend: FusedOps,
+    B::InnerBackend: FusedOps + CollectiveOps,
 {
+    let device = &devices[0];
     let cfg = MoeConfig::new()
         .with_hidden(args.hidden)
         .with_layers(args.layers)
@@ -163,7 +172,7 @@ where
             bar
         });
         let start = Instant::now();
-        model = train(model, &tokens, &train_cfg, device, |r| {
+        let report = |r: StepReport| {
             let line = format!(
                 "loss {:.3} aux {:.3} {:.0} tokens/s",
                 r.loss, r.aux, r.tokens_per_second
@@ -178,7 +187,8 @@ where
                 }
                 None => {}
             }
-        });
+        };
+        model = parallel::train(model, &tokens, &train_cfg, devices, report)?;
         if let Some(bar) = bar {
             bar.finish();
         }
@@ -207,7 +217,7 @@ where
         max_kv_splits: 4,
         record_logits: false,
     };
-    let mut server = Server::new(model.valid(), serve, device);
+    let mut server = Server::new(parallel::serving(model.valid(), devices)?, serve, device);
     let prompts = [
         "The lighthouse keeper",
         "She counted",
