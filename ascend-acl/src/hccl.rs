@@ -15,7 +15,7 @@
 //!   does (the library does not export it), avoiding the traps of older parsers.
 
 use std::ffi::{c_void, CStr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::dtype::DataType;
 use crate::error::{AclError, AclResult};
@@ -473,10 +473,12 @@ impl HcclLibraries {
         let dir = search_dirs()
             .into_iter()
             .find(|d| d.join("libhccl.so").is_file());
-        let path = |name: &str| {
-            dir.as_ref()
-                .map_or_else(|| PathBuf::from(name), |d| d.join(name))
-        };
+        Self::open_in(dir.as_deref())
+    }
+
+    /// Opens the libraries from `dir`, or by bare name through the loader path.
+    pub fn open_in(dir: Option<&Path>) -> AclResult<Self> {
+        let path = |name: &str| dir.map_or_else(|| PathBuf::from(name), |d| d.join(name));
         let hccl = SharedLibrary::open(&path("libhccl.so")).map_err(|e| {
             AclError::Load(format!(
                 "HCCL is needed for work across NPUs: {e} (looked in {} and the loader path)",

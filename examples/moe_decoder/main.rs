@@ -217,7 +217,8 @@ where
         max_kv_splits: 4,
         record_logits: false,
     };
-    let mut server = Server::new(parallel::serving(model.valid(), devices)?, serve, device);
+    let served = model.valid();
+    let mut server = Server::new(parallel::serving(served.clone(), devices)?, serve, device);
     let prompts = [
         "The lighthouse keeper",
         "She counted",
@@ -249,6 +250,15 @@ where
         "decode throughput: {:.1} tokens/s ({} free pages after the batch)",
         out.decode_tokens_per_second,
         server.pool().free_pages()
+    );
+    parallel::check_one_device(
+        served,
+        serve,
+        devices,
+        &batch,
+        args.new_tokens,
+        sampling,
+        &out,
     );
     Ok(())
 }

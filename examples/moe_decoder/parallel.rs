@@ -7,6 +7,7 @@ use burn_ascend::{AscendDevice, CollectiveOps, FusedOps};
 use burn_ascend_suite::moe::data_parallel::train_data_parallel;
 use burn_ascend_suite::moe::expert_parallel::ExpertParallel;
 use burn_ascend_suite::moe::model::MoeDecoder;
+use burn_ascend_suite::moe::serve::{BatchOutput, Sampling, ServeConfig, Server};
 use burn_ascend_suite::moe::train::{train as train_one, StepReport, TrainConfig};
 
 /// `count` devices of `first`'s kind, from `first`'s index on.
@@ -69,4 +70,34 @@ fn names(devices: &[AscendDevice]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// With several NPUs, serves the batch again on the first NPU alone and says whether it gives
+/// the expert-parallel tokens.
+pub fn check_one_device<B: FusedOps<Device = AscendDevice>>(
+    model: MoeDecoder<B>,
+    serve: ServeConfig,
+    devices: &[AscendDevice],
+    batch: &[Vec<u32>],
+    new_tokens: usize,
+    sampling: Sampling,
+    expert_parallel: &BatchOutput,
+) {
+    if devices.len() == 1 {
+        return;
+    }
+    let one = Server::new(model, serve, &devices[0]).generate(batch, new_tokens, sampling);
+    let same = one
+        .results
+        .iter()
+        .zip(&expert_parallel.results)
+        .all(|(a, b)| match (a, b) {
+            (Ok(a), Ok(b)) => a.tokens == b.tokens,
+            _ => false,
+        });
+    println!(
+        "the same weights on {} alone give {} tokens",
+        devices[0],
+        if same { "the same" } else { "DIFFERENT" }
+    );
 }

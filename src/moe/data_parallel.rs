@@ -204,12 +204,22 @@ where
             aux += a / n as f32;
         }
         average_gradients(&comm, devices, &replicas[0], &mut grads);
-        replicas = replicas
-            .into_iter()
-            .zip(grads)
-            .zip(&mut optims)
-            .map(|((replica, g), optim)| optim.step(cfg.learning_rate, replica, g))
-            .collect();
+
+        // The optimizer steps run concurrently too, as they would on the NPUs.
+        replicas = std::thread::scope(|s| {
+            let workers: Vec<_> = replicas
+                .drain(..)
+                .zip(grads)
+                .zip(&mut optims)
+                .map(|((replica, g), optim)| {
+                    s.spawn(move || optim.step(cfg.learning_rate, replica, g))
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("a replica's optimizer step"))
+                .collect()
+        });
         report(StepReport {
             step,
             loss: ce,

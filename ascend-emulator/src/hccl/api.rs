@@ -134,7 +134,7 @@ pub unsafe extern "C" fn HcclGetRootInfo(root_info: *mut HcclRootInfo) -> i32 {
         machine()
             .current()
             .map_err(|f| fault(HCCL_E_RUNTIME, f.message))?;
-        let root = start_hub().map_err(|m| fault(HCCL_E_TCP_CONNECT, m))?;
+        let root = start_hub(connect_timeout()?).map_err(|m| fault(HCCL_E_TCP_CONNECT, m))?;
         root.write(info);
         Ok(())
     })

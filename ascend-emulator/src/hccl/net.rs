@@ -99,8 +99,9 @@ fn bind(ip: IpAddr) -> Result<TcpListener, String> {
     }
 }
 
-/// Starts a hub for a new session; returns where it listens.
-pub(crate) fn start_hub() -> Result<RootAddr, String> {
+/// Starts a hub for a new session, open for ranks to join until `connect_timeout` has passed;
+/// returns where it listens.
+pub(crate) fn start_hub(connect_timeout: Duration) -> Result<RootAddr, String> {
     static SESSIONS: AtomicU64 = AtomicU64::new(0);
     let listener = bind(if_ip()?)?;
     let addr = listener
@@ -117,14 +118,16 @@ pub(crate) fn start_hub() -> Result<RootAddr, String> {
         joined: Condvar::new(),
         rendezvous: Rendezvous::default(),
     });
-    // Polled, so the hub stops listening once every rank has joined.
+    // Polled, so the hub stops listening once every rank has joined, or once they no longer
+    // may.
+    let deadline = Instant::now() + connect_timeout;
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("cannot poll the listening socket: {e}"))?;
     std::thread::Builder::new()
         .name("emulated-hccl-hub".into())
         .spawn(move || {
-            while !hub.complete() {
+            while !hub.complete() && Instant::now() < deadline {
                 match listener.accept() {
                     Ok((conn, _)) if conn.set_nonblocking(false).is_ok() => {
                         let hub = hub.clone();

@@ -1,7 +1,7 @@
 //! Collectives at the Burn level: [`CollectiveOps`], implemented by `Ascend` and
-//! `Fusion<Ascend>`, and tensor functions over it. Each call takes one tensor per local rank of
-//! a [`Communicator`] and returns one per rank; the transfer is issued on every rank's stream and
-//! never waits on the host for the peers.
+//! `Fusion<Ascend>`, and tensor functions over it. Each call takes one tensor per rank of a
+//! [`Communicator`] that the process holds (on the rank's device) and returns one per rank; the
+//! transfer is issued on every rank's stream and never waits on the host for the peers.
 //!
 //! These are the building blocks of data parallelism without Burn's `distributed` feature (all-
 //! reducing gradients across replicas) and of expert parallelism (moving token rows to the NPU
@@ -24,7 +24,9 @@ pub use crate::ops::collective::{Reduce, RowCounts};
 pub use crate::runtime::collective::hccl_api;
 pub use crate::runtime::Communicator;
 
-/// Collectives over the local ranks of a communicator: `tensors[i]` belongs to local rank `i`.
+/// Collectives over ranks of a communicator this process holds: one tensor per rank, on the
+/// rank's device (usually one for each local rank; every rank must take part in each
+/// collective, in the same order, in this call or another).
 pub trait CollectiveOps: Backend<Device = AscendDevice> {
     /// Every rank receives the elementwise reduction of all ranks' tensors.
     fn float_all_reduce(
