@@ -230,15 +230,12 @@ fn parallel_setups_that_cannot_work_are_refused() {
     let cfg = small();
     let bytes = weights(&cfg);
     let on_second = load::<Ascend>(&cfg, &bytes, &devices[1]);
-    let err = ExpertParallel::shard(on_second, &devices)
-        .err()
-        .expect("the model is on the wrong NPU");
+    let err =
+        ExpertParallel::shard(on_second, &devices).expect_err("the model is on the wrong NPU");
     assert!(err.to_string().contains("must be on"), "{err}");
     let one_expert = small().with_experts(1).with_top_k(1);
     let model = load::<Ascend>(&one_expert, &weights(&one_expert), &devices[0]);
-    let err = ExpertParallel::shard(model, &devices)
-        .err()
-        .expect("more NPUs than experts");
+    let err = ExpertParallel::shard(model, &devices).expect_err("more NPUs than experts");
     assert!(err.to_string().contains("2 NPUs for 1 experts"), "{err}");
     let train_cfg = TrainConfig {
         steps: 1,
@@ -249,7 +246,6 @@ fn parallel_setups_that_cannot_work_are_refused() {
     };
     let model = load::<Autodiff<Ascend>>(&cfg, &bytes, &devices[0]);
     let err = train_data_parallel(model, &corpus::tokens(), &train_cfg, &devices, |_| {})
-        .err()
-        .expect("3 sequences over 2 NPUs");
+        .expect_err("3 sequences over 2 NPUs");
     assert!(err.contains("does not split evenly"), "{err}");
 }

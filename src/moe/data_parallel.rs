@@ -143,7 +143,7 @@ where
     B::InnerBackend: CollectiveOps,
 {
     let n = devices.len();
-    if n == 0 || cfg.batch % n != 0 {
+    if n == 0 || !cfg.batch.is_multiple_of(n) {
         return Err(format!(
             "a batch of {} sequences does not split evenly over {n} devices",
             cfg.batch

@@ -95,7 +95,7 @@ fn buffer_mb() -> Result<u64, Fault> {
 /// Reserves the communicator's two staging buffers on `device`, as HCCL does at creation.
 fn reserve_staging(device: i32, mb: u64) -> Result<u64, Fault> {
     let npu = machine().npu(device)?;
-    npu.memory.malloc((2 * mb << 20) as usize).map_err(|f| {
+    npu.memory.malloc(((2 * mb) << 20) as usize).map_err(|f| {
         fault(
             HCCL_E_MEMORY,
             format!("staging buffers of 2 x {mb} MB: {}", f.message),
@@ -401,7 +401,7 @@ fn region(
     npu.memory
         .check(addr, len)
         .map_err(|f| fault(HCCL_E_PARA, format!("{what}: {}", f.message)))?;
-    if addr % elem as u64 != 0 {
+    if !addr.is_multiple_of(elem as u64) {
         return Err(fault(
             HCCL_E_PARA,
             format!("{what} 0x{addr:x} is not aligned to its {elem}-byte elements"),

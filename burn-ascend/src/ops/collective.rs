@@ -268,7 +268,7 @@ pub fn reduce_scatter(
     let ranks = ranks(OP, comm, tensors, true)?;
     let shape = tensors[0].shape();
     let n = comm.size();
-    if shape.is_empty() || shape[0] % n != 0 {
+    if shape.is_empty() || !shape[0].is_multiple_of(n) {
         return Err(refuse(
             OP,
             tensors,

@@ -5,7 +5,7 @@
 //!   (`HcclCommInitAll`), cached per device list.
 //! - [`Communicator::rendezvous`]: one rank of a communicator spanning processes or machines:
 //!   rank 0 creates the root info and serves it on a TCP address the user gives
-//!   ([`super::rendezvous`]); every rank then joins with `HcclCommInitRootInfoConfig`.
+//!   (`rendezvous.rs`); every rank then joins with `HcclCommInitRootInfoConfig`.
 //!
 //! A transfer is issued on each local rank's device stream (the stream of its
 //! [`DeviceContext`], so the transfer is ordered after the work that produced its input and
