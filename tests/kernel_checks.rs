@@ -189,7 +189,9 @@ fn decode(indptr: &[i64], indices: &[i64], splits: &[i64]) -> Result<TensorData,
 #[test]
 #[serial]
 fn decode_attention_rejects_bad_indptr_empty_requests_splits_and_slots() {
-    let cases: [(&[i64], &[i64], &[i64], &str); 8] = [
+    // (kv_indptr, kv_indices, num_kv_splits, what the kernel prints)
+    type Case = (&'static [i64], &'static [i64], &'static [i64], &'static str);
+    let cases: [Case; 8] = [
         // kv_indptr past kv_indices: today clamped to the 3 entries.
         (
             &[0, 2, 5],

@@ -215,7 +215,7 @@ mod tests {
             let inv = moe_scatter_inverse(rows * 4, &DeviceProps::ATLAS_A2);
             let t = inv.tiling;
             assert!(inv.block_dim as u64 * t.per_core as u64 >= rows * 4);
-            assert!(t.idx_chunk % 8 == 0 && t.idx_chunk >= 1);
+            assert!(t.idx_chunk.is_multiple_of(8) && t.idx_chunk >= 1);
             assert!(t.idx_chunk as u64 * (4 + 32) <= DeviceProps::ATLAS_A2.ub_bytes as u64);
             let s = moe_scatter(
                 rows,

@@ -6,7 +6,7 @@
 // after the kernel (dump buffer of 1 MiB per core; compiled out with -DASCENDC_DUMP=0). So a
 // device-side check is a printf of the bad value followed by Trap(): on the NPU the launch fails
 // with an AI Core error and the message is printed; here the launch fails with 507015 and the
-// message of the trapping block is part of the error text (see README.md, "Device-side checks").
+// message of the trapping block is part of the error text (README.md, "How it runs").
 // ASSUMED: which status CANN reports for a trap (the fact sheet lists 507015 AICORE_EXCEPTION and
 // 507016 AICORE_TRAP_EXCEPTION, acl-abi.md) is not documented; the emulation reports 507015, as
 // for every other AI Core fault.
