@@ -10,6 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use burn::tensor::backend::Backend;
+use burn::tensor::f16;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::acl::aclnn;
 use burn_ascend::acl::handles::{HostScalar, ScalarDesc};
@@ -18,7 +19,6 @@ use burn_ascend::ops::creation::{from_bytes, to_bytes};
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{Ascend, AscendTensor};
 use common::Flex;
-use burn::tensor::f16;
 
 fn ctx() -> Arc<DeviceContext> {
     DeviceContext::get(&common::device()).expect("the device opens")
@@ -157,7 +157,12 @@ fn float_reductions_accumulate_in_f32_repeat_by_repeat() {
         TensorData::new(vec![2048.0f32, 1.0, 1.0], [3]),
         (&device, DType::F16),
     );
-    let sum = h.sum().into_data().convert::<f32>().to_vec::<f32>().unwrap();
+    let sum = h
+        .sum()
+        .into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .unwrap();
     assert_eq!(sum, [2050.0]);
 }
 
@@ -166,10 +171,16 @@ fn integers_wrap_in_their_own_width() {
     let device = common::device();
     let ints = |v: Vec<i64>, dtype: DType| {
         let n = v.len();
-        Tensor::<Ascend, 1, Int>::from_data(TensorData::new(v, [n]).convert_dtype(dtype), (&device, dtype))
+        Tensor::<Ascend, 1, Int>::from_data(
+            TensorData::new(v, [n]).convert_dtype(dtype),
+            (&device, dtype),
+        )
     };
     let read = |t: Tensor<Ascend, 1, Int>| t.into_data().convert::<i64>().to_vec::<i64>().unwrap();
-    assert_eq!(read(ints(vec![i32::MAX as i64], DType::I32) + 1), [i32::MIN as i64]);
+    assert_eq!(
+        read(ints(vec![i32::MAX as i64], DType::I32) + 1),
+        [i32::MIN as i64]
+    );
     assert_eq!(read(ints(vec![100, -100], DType::I8) * 3), [44, -44]);
     assert_eq!(read(ints(vec![0], DType::U8) - 1), [255]);
     assert_eq!(read(ints(vec![i64::MAX], DType::I64) + 1), [i64::MIN]);
@@ -200,7 +211,16 @@ fn float_to_int_casts_truncate_saturate_and_map_nan_to_zero() {
     let (i32s, u8s) = float_to_ints::<Ascend>(&common::device());
     assert_eq!(
         i32s.to_vec::<i64>().unwrap(),
-        [0, -2, 2, i32::MAX as i64, i32::MIN as i64, i32::MAX as i64, 0, 300]
+        [
+            0,
+            -2,
+            2,
+            i32::MAX as i64,
+            i32::MIN as i64,
+            i32::MAX as i64,
+            0,
+            300
+        ]
     );
     assert_eq!(u8s.to_vec::<i64>().unwrap(), [0, 0, 2, 255, 0, 255, 0, 255]);
     let (ri32, ru8) = float_to_ints::<Flex>(&Default::default());
@@ -211,13 +231,16 @@ fn float_to_int_casts_truncate_saturate_and_map_nan_to_zero() {
 /// What the hardware does: aclnnCast int32 -> int8 wraps exactly only inside (-2048, 1920).
 #[test]
 fn aclnncast_int32_to_int8_is_exact_only_inside_its_documented_range() {
-    if common::skipped_on_npu("aclnncast_int32_to_int8_is_exact_only_inside_its_documented_range")
-    {
+    if common::skipped_on_npu("aclnncast_int32_to_int8_is_exact_only_inside_its_documented_range") {
         // Outside the range the result on hardware is not documented.
         return;
     }
     let ctx = ctx();
-    let x = tensor(&ctx, &[-2047.0, -129.0, 200.0, 1919.0, 2049.0, 1e5], DataType::I32);
+    let x = tensor(
+        &ctx,
+        &[-2047.0, -129.0, 200.0, 1919.0, 2049.0, 1e5],
+        DataType::I32,
+    );
     let out = AscendTensor::empty(&ctx, vec![6], DataType::I8).unwrap();
     aclnn!(
         &*ctx,
@@ -234,7 +257,15 @@ fn aclnncast_int32_to_int8_is_exact_only_inside_its_documented_range() {
 }
 
 fn int32_cast<B: Backend>(device: &B::Device, to: DType) -> TensorData {
-    let v: Vec<i64> = vec![2049, 100_000, -70_000, i32::MAX as i64, i32::MIN as i64, 200, -3];
+    let v: Vec<i64> = vec![
+        2049,
+        100_000,
+        -70_000,
+        i32::MAX as i64,
+        i32::MIN as i64,
+        200,
+        -3,
+    ];
     let x: Tensor<B, 1, Int> = Tensor::from_data(
         TensorData::new(v, [7]).convert_dtype(DType::I32),
         (device, DType::I32),
@@ -284,7 +315,12 @@ fn u64_values_at_and_above_2_pow_63_read_correctly() {
     assert_eq!(bytes.to_vec::<u64>().unwrap(), v);
     assert_eq!(
         floats.to_vec::<f64>().unwrap(),
-        [9.223372036854775808e18, 1.8446744073709552e19, 5.0, 9.223372036854779904e18]
+        [
+            9.223372036854775808e18,
+            1.8446744073709552e19,
+            5.0,
+            9.223372036854779904e18
+        ]
     );
     assert_eq!(greater.to_vec::<bool>().unwrap(), [true, true, false, true]);
     let [rb, rf, ri, rg] = u64_reads::<Flex>(&Default::default());

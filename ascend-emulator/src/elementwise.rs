@@ -8,8 +8,8 @@
 use super::fault::{fault, Fault};
 use super::meta::Kernel;
 use super::meta::{scalar_arg, tensor_arg, ScalarValue, TensorDesc};
-use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
 use super::numerics::{Domain, Elem, Real};
+use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
 use super::view::{broadcast_shape, map, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::status::ACL_ERROR_RT_AICORE_EXCEPTION;
@@ -502,11 +502,9 @@ pub unsafe extern "C" fn aclnnClampGetWorkspaceSize(
             ("clipValueMin", Arg::S(lo)),
             ("clipValueMax", Arg::S(hi)),
         ];
-        let spec = both(
-            CLAMP,
-            fl!(|x| clamp(x[0], x[1], x[2])),
-            |x| x[0].max(x[1]).min(x[2]),
-        );
+        let spec = both(CLAMP, fl!(|x| clamp(x[0], x[1], x[2])), |x| {
+            x[0].max(x[1]).min(x[2])
+        });
         elementwise(OP, args, tensor_arg(OP, "out", out)?, spec)
     })
 }
@@ -693,7 +691,11 @@ fn select<T: Elem>(
 }
 
 /// aclnnInplaceMaskedFillScalar's kernel: `value` (rounded to the dtype) where the mask holds.
-fn masked_fill<T: Elem>(dst: &TensorDesc, mask: &TensorDesc, value: ScalarValue) -> Result<(), Fault> {
+fn masked_fill<T: Elem>(
+    dst: &TensorDesc,
+    mask: &TensorDesc,
+    value: ScalarValue,
+) -> Result<(), Fault> {
     const OP: &str = "aclnnInplaceMaskedFillScalar";
     let md = map(OP, "selfRef", dst)?;
     let mut mm = map(OP, "mask", mask)?;

@@ -53,12 +53,7 @@ fn bases(desc: &TensorDesc, shape: &[usize], dim: usize) -> Walk {
 
 /// The checked indices of a 1-D index tensor, as element offsets along a dim of `size`
 /// elements with `stride` (the index operand held whole, one machine word per index).
-fn index_offsets(
-    op: &str,
-    idx: &Mapped,
-    size: usize,
-    stride: usize,
-) -> Result<Vec<usize>, Fault> {
+fn index_offsets(op: &str, idx: &Mapped, size: usize, stride: usize) -> Result<Vec<usize>, Fault> {
     let get = idx.getter::<i128>();
     Walk::of(&idx.desc)
         .map(|i| Ok(checked_index(op, as_index(get(i)), size)? * stride))
@@ -72,33 +67,59 @@ fn as_index(v: i128) -> i64 {
 
 /// Adds (or with `mul`, multiplies) `v` into element `o` of `out`, in the out's compute type;
 /// F16/BF16 sums round at each step, as accumulating into global memory does.
-fn accumulate_into(out: &Mapped, src: &Mapped, pairs: impl Iterator<Item = (usize, usize)>, alpha: f64, mul: bool) {
+fn accumulate_into(
+    out: &Mapped,
+    src: &Mapped,
+    pairs: impl Iterator<Item = (usize, usize)>,
+    alpha: f64,
+    mul: bool,
+) {
     match Domain::of(&[out.desc.dtype, src.desc.dtype]) {
         Domain::F32 => accumulate_float::<f32>(out, src, pairs, alpha, mul),
         Domain::F64 => accumulate_float::<f64>(out, src, pairs, alpha, mul),
         Domain::Int => {
-            let (get_o, get_s, set) = (out.getter::<i128>(), src.getter::<i128>(), out.setter::<i128>());
+            let (get_o, get_s, set) = (
+                out.getter::<i128>(),
+                src.getter::<i128>(),
+                out.setter::<i128>(),
+            );
             let alpha = alpha as i64 as i128;
             for (t, f) in pairs {
                 let v = get_s(f);
-                set(t, if mul { get_o(t).wrapping_mul(v) } else { get_o(t).wrapping_add(alpha.wrapping_mul(v)) });
+                set(
+                    t,
+                    if mul {
+                        get_o(t).wrapping_mul(v)
+                    } else {
+                        get_o(t).wrapping_add(alpha.wrapping_mul(v))
+                    },
+                );
             }
         }
     }
 }
 
-fn accumulate_float<T: Real>(out: &Mapped, src: &Mapped, pairs: impl Iterator<Item = (usize, usize)>, alpha: f64, mul: bool) {
+fn accumulate_float<T: Real>(
+    out: &Mapped,
+    src: &Mapped,
+    pairs: impl Iterator<Item = (usize, usize)>,
+    alpha: f64,
+    mul: bool,
+) {
     let (get_o, get_s, set) = (out.getter::<T>(), src.getter::<T>(), out.setter::<T>());
     let alpha = T::c(alpha);
     for (t, f) in pairs {
         let v = get_s(f);
-        set(t, if mul {
-            get_o(t) * v
-        } else if alpha == T::one() {
-            get_o(t) + v
-        } else {
-            get_o(t) + alpha * v
-        });
+        set(
+            t,
+            if mul {
+                get_o(t) * v
+            } else if alpha == T::one() {
+                get_o(t) + v
+            } else {
+                get_o(t) + alpha * v
+            },
+        );
     }
 }
 
@@ -148,7 +169,9 @@ pub unsafe extern "C" fn aclnnGatherGetWorkspaceSize(
                 mx.detach_from(&mo, false);
                 mi.detach_from(&mo, false);
                 let get_i = mi.getter::<i128>();
-                let steps = Walk::of(&out).zip(Walk::of(&idx)).zip(bases(&x, &idx.shape, d));
+                let steps = Walk::of(&out)
+                    .zip(Walk::of(&idx))
+                    .zip(bases(&x, &idx.shape, d));
                 for ((o, i), b) in steps {
                     let k = checked_index(OP, as_index(get_i(i)), x.shape[d])?;
                     mo.copy_from(o, &mx, b + k * x.strides[d]);

@@ -373,8 +373,12 @@ pub(crate) fn matmul_add(
         );
         let mut mc = mc;
         for _ in 0..nb {
-            take_into(&mut x, &mut wa, m * k, |o| cube_operand(get_a(o), a.dtype, cube));
-            take_into(&mut y, &mut wb, k * n, |o| cube_operand(get_b(o), b.dtype, cube));
+            take_into(&mut x, &mut wa, m * k, |o| {
+                cube_operand(get_a(o), a.dtype, cube)
+            });
+            take_into(&mut y, &mut wb, k * n, |o| {
+                cube_operand(get_b(o), b.dtype, cube)
+            });
             super::nn::gemm(m, n, k, &mut z, (&x, k, 1), (&y, n, 1), false);
             if let Some((mc, wc, add)) = &mut mc {
                 let get_c = mc.getter::<f32>();

@@ -6,10 +6,10 @@
 
 use super::fault::Fault;
 use super::meta::Kernel;
-use super::meta::{bool_array_arg, int_array_arg, scalar_arg, tensor_arg, TensorDesc};
-use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
 use super::meta::ScalarValue;
+use super::meta::{bool_array_arg, int_array_arg, scalar_arg, tensor_arg, TensorDesc};
 use super::numerics::{cube_operand, element, round_to, CHUNK};
+use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
 use super::view::{map, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::*;
@@ -238,7 +238,10 @@ fn gemm_into(
     if m == 0 || n == 0 {
         return;
     }
-    assert!((m - 1) * dst_stride + n <= dst.len(), "gemm destination too small");
+    assert!(
+        (m - 1) * dst_stride + n <= dst.len(),
+        "gemm destination too small"
+    );
     if k == 0 {
         if !add {
             (0..m).for_each(|r| dst[r * dst_stride..][..n].fill(0.0));

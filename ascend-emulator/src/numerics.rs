@@ -82,7 +82,9 @@ unsafe fn wr<T>(p: *mut u8, v: T) {
 }
 
 /// A compute type: f32, f64 or the integer domain (i128).
-pub(crate) trait Elem: Copy + Default + PartialEq + PartialOrd + Send + Sync + 'static {
+pub(crate) trait Elem:
+    Copy + Default + PartialEq + PartialOrd + Send + Sync + 'static
+{
     /// How an element of `dtype` becomes this type: exact for narrower types; floats into the
     /// integer domain truncate toward zero (NaN to 0), integers into a float domain round to
     /// nearest.
@@ -348,9 +350,7 @@ impl<T: Real, F: Fold<T>> Blocked<T, F> {
         while len > 1 {
             let half = len / 2;
             for i in 0..half {
-                self.repeat[i] = self
-                    .fold
-                    .apply(self.repeat[2 * i], self.repeat[2 * i + 1]);
+                self.repeat[i] = self.fold.apply(self.repeat[2 * i], self.repeat[2 * i + 1]);
             }
             if len % 2 == 1 {
                 self.repeat[half] = self.repeat[len - 1];

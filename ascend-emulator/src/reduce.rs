@@ -110,18 +110,16 @@ pub(crate) fn reduce_dims(
             match Domain::of(&[x.dtype]) {
                 Domain::F32 => reduce_run::<f32, i128>(op, &x, &out, &reduced, |l| truth(l, all)),
                 Domain::F64 => reduce_run::<f64, i128>(op, &x, &out, &reduced, |l| truth(l, all)),
-                Domain::Int => {
-                    reduce_run::<i128, i128>(op, &x, &out, &reduced, |l| truth(l, all))
-                }
+                Domain::Int => reduce_run::<i128, i128>(op, &x, &out, &reduced, |l| truth(l, all)),
             }
         }
         _ => match Domain::of(&[x.dtype, out.dtype]) {
-            Domain::F32 => reduce_run::<f32, f32>(op, &x, &out, &reduced, |l| {
-                fold_float(fold, l, count)
-            }),
-            Domain::F64 => reduce_run::<f64, f64>(op, &x, &out, &reduced, |l| {
-                fold_float(fold, l, count)
-            }),
+            Domain::F32 => {
+                reduce_run::<f32, f32>(op, &x, &out, &reduced, |l| fold_float(fold, l, count))
+            }
+            Domain::F64 => {
+                reduce_run::<f64, f64>(op, &x, &out, &reduced, |l| fold_float(fold, l, count))
+            }
             Domain::Int => reduce_run::<i128, i128>(op, &x, &out, &reduced, |l| fold_int(fold, l)),
         },
     }))
@@ -213,7 +211,11 @@ fn fold_float<T: Real>(fold: Fold, lane: &mut dyn Iterator<Item = T>, count: usi
         }
         Fold::Max | Fold::Min => {
             let max = matches!(fold, Fold::Max);
-            let mut best = if max { T::neg_infinity() } else { T::infinity() };
+            let mut best = if max {
+                T::neg_infinity()
+            } else {
+                T::infinity()
+            };
             for v in lane {
                 if v.is_nan() {
                     return v;
@@ -558,15 +560,15 @@ unsafe fn arg_reduction(
             Arc::new(move || {
                 let marked = along(x.shape.len(), d);
                 match Domain::of(&[x.dtype]) {
-                    Domain::F32 => reduce_run::<f32, i128>(op, &x, &out, &marked, |l| {
-                        arg_best(l, max)
-                    }),
-                    Domain::F64 => reduce_run::<f64, i128>(op, &x, &out, &marked, |l| {
-                        arg_best(l, max)
-                    }),
-                    Domain::Int => reduce_run::<i128, i128>(op, &x, &out, &marked, |l| {
-                        arg_best(l, max)
-                    }),
+                    Domain::F32 => {
+                        reduce_run::<f32, i128>(op, &x, &out, &marked, |l| arg_best(l, max))
+                    }
+                    Domain::F64 => {
+                        reduce_run::<f64, i128>(op, &x, &out, &marked, |l| arg_best(l, max))
+                    }
+                    Domain::Int => {
+                        reduce_run::<i128, i128>(op, &x, &out, &marked, |l| arg_best(l, max))
+                    }
                 }
             }) as Kernel,
         ))
@@ -748,7 +750,10 @@ fn running_run<T: Elem>(
     indices: &TensorDesc,
     max: bool,
 ) -> Result<(), Fault> {
-    let (mv, mi) = (map(op, "valuesOut", values)?, map(op, "indicesOut", indices)?);
+    let (mv, mi) = (
+        map(op, "valuesOut", values)?,
+        map(op, "indicesOut", indices)?,
+    );
     let mut mx = map(op, "self", x)?;
     mx.detach_from(&mv, false);
     mx.detach_from(&mi, false);
@@ -934,7 +939,10 @@ fn sort_run<T: Elem>(
     indices: &TensorDesc,
 ) -> Result<(), Fault> {
     const OP: &str = "aclnnSort";
-    let (mv, mi) = (map(OP, "valuesOut", values)?, map(OP, "indicesOut", indices)?);
+    let (mv, mi) = (
+        map(OP, "valuesOut", values)?,
+        map(OP, "indicesOut", indices)?,
+    );
     let mut mx = map(OP, "self", x)?;
     mx.detach_from(&mv, false);
     mx.detach_from(&mi, false);

@@ -17,8 +17,8 @@
 use super::fault::{fault, Fault};
 use super::meta::Kernel;
 use super::meta::{tensor_arg, TensorDesc};
-use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
 use super::numerics::Elem;
+use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
 use super::view::{map, Mapped, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::status::*;
@@ -75,7 +75,9 @@ fn pick_rows(src: &Mapped, dst: &Mapped, from: &[Option<usize>]) {
         for j in 0..h {
             let to = d.offset + r * h + j;
             match f {
-                Some(row) => dst.copy_from(to, src, s.offset + row * s.strides[0] + j * s.strides[1]),
+                Some(row) => {
+                    dst.copy_from(to, src, s.offset + row * s.strides[0] + j * s.strides[1])
+                }
                 None => dst.put_bytes(to, &zero),
             }
         }

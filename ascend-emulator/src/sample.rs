@@ -2,11 +2,11 @@
 //! 1 nearest, 2 bicubic; padding 0 zeros, 1 border, 2 reflection).
 #![allow(missing_docs, non_snake_case, clippy::missing_safety_doc)]
 
+use super::fault::Fault;
 use super::meta::Kernel;
 use super::meta::{tensor_arg, TensorDesc};
-use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
-use super::fault::Fault;
 use super::numerics::{Domain, Real};
+use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
 use super::view::map;
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::*;
@@ -197,7 +197,10 @@ fn sample_run<T: Real>(
                                 + pixel(b, ch, y0 + 1, x0 + 1) * fx * fy
                         }
                     };
-                    set(out.offset + b * os[0] + ch * os[1] + oy * os[2] + ox * os[3], val);
+                    set(
+                        out.offset + b * os[0] + ch * os[1] + oy * os[2] + ox * os[3],
+                        val,
+                    );
                 }
             }
         }

@@ -54,13 +54,10 @@ pub(crate) fn map(op: &str, name: &str, desc: &TensorDesc) -> Result<Mapped, Fau
             format!("{op}: {name} points at 0x{addr:x}, which is not device memory"),
         )
     })?;
-    let (block, start) = npu
-        .memory
-        .resolve(addr, extent * es)
-        .map_err(|f| Fault {
-            code: f.code,
-            message: format!("{op}: {name} {}: {}", desc.describe(), f.message),
-        })?;
+    let (block, start) = npu.memory.resolve(addr, extent * es).map_err(|f| Fault {
+        code: f.code,
+        message: format!("{op}: {name} {}: {}", desc.describe(), f.message),
+    })?;
     Ok(Mapped {
         base: block.host_ptr(start),
         backing: Backing::Device(block),
@@ -212,6 +209,16 @@ impl Walk {
         Walk::new(&desc.shape, &strides, desc.offset)
     }
 
+    /// The remaining elements as one dense run `(first offset, count)`, if they form one.
+    fn dense_run(&self) -> Option<(usize, usize)> {
+        let dense = match self.strides.as_slice() {
+            [] => true,
+            [1] => self.idx[0] == 0,
+            _ => false,
+        };
+        dense.then_some((self.at as usize, self.left))
+    }
+
     /// The view read broadcast to `target` (stride 0 along broadcast dims).
     pub fn broadcast(desc: &TensorDesc, target: &[usize]) -> Result<Walk, Fault> {
         let strides = broadcast_strides(&desc.shape, &desc.strides, target).ok_or_else(|| {
@@ -280,15 +287,34 @@ pub(crate) fn broadcast_strides(
 }
 
 /// Reads the next `len` elements of `walk` through `get` into `buf` (cleared first).
-pub(crate) fn take_into<T>(buf: &mut Vec<T>, walk: &mut Walk, len: usize, get: impl Fn(usize) -> T) {
+pub(crate) fn take_into<T>(
+    buf: &mut Vec<T>,
+    walk: &mut Walk,
+    len: usize,
+    get: impl Fn(usize) -> T,
+) {
     buf.clear();
     buf.extend(walk.by_ref().take(len).map(get));
 }
 
-/// Copies every element of `src` (read broadcast to `dst`'s shape, same dtype) into `dst`.
+/// Copies every element of `src` (read broadcast to `dst`'s shape, same dtype) into `dst`:
+/// one block move when both are dense, else element by element.
 pub(crate) fn copy_elements(src: &Mapped, dst: &Mapped) -> Result<(), Fault> {
     let from = Walk::broadcast(&src.desc, &dst.desc.shape)?;
-    for (f, t) in from.zip(Walk::of(&dst.desc)) {
+    let to = Walk::of(&dst.desc);
+    if let (Some((f, n)), Some((t, _))) = (from.dense_run(), to.dense_run()) {
+        if n > 0 {
+            let es = dst.desc.dtype.size();
+            // Bounds: the first and last elements of both runs lie in their mapped views.
+            let (s0, d0) = (src.at(f), dst.at(t));
+            let _ = (src.at(f + n - 1), dst.at(t + n - 1));
+            // SAFETY: both ranges lie inside their mapped views (checked above); `copy`
+            // allows overlap.
+            unsafe { std::ptr::copy(s0, d0, n * es) };
+        }
+        return Ok(());
+    }
+    for (f, t) in from.zip(to) {
         dst.copy_from(t, src, f);
     }
     Ok(())
