@@ -315,12 +315,7 @@ fn u64_values_at_and_above_2_pow_63_read_correctly() {
     assert_eq!(bytes.to_vec::<u64>().unwrap(), v);
     assert_eq!(
         floats.to_vec::<f64>().unwrap(),
-        [
-            9.223372036854775808e18,
-            1.8446744073709552e19,
-            5.0,
-            9.223372036854779904e18
-        ]
+        [2f64.powi(63), 2f64.powi(64), 5.0, 2f64.powi(63) + 4096.0]
     );
     assert_eq!(greater.to_vec::<bool>().unwrap(), [true, true, false, true]);
     let [rb, rf, ri, rg] = u64_reads::<Flex>(&Default::default());

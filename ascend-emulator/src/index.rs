@@ -114,8 +114,6 @@ fn accumulate_float<T: Real>(
             t,
             if mul {
                 get_o(t) * v
-            } else if alpha == T::one() {
-                get_o(t) + v
             } else {
                 get_o(t) + alpha * v
             },

@@ -164,7 +164,6 @@ pub(crate) fn binary(
 /// The float arithmetic of the family, each step rounded to `T` (f32 for F32/F16/BF16).
 fn float_binary<T: Real>(f: Binary) -> impl Fn(T, T) -> T {
     move |x, y| match f {
-        Binary::Add(alpha) if alpha == 1.0 => x + y,
         Binary::Add(alpha) => x + T::c(alpha) * y,
         Binary::Mul => x * y,
         Binary::Div(0) => x / y,

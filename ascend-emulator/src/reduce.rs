@@ -180,12 +180,12 @@ fn reduce_run<T: Elem, U: Elem>(
 }
 
 /// Any (`all` false) or All of a lane: 1 or 0. NaN counts as true.
-fn truth<T: Elem>(lane: &mut dyn Iterator<Item = T>, all: bool) -> i128 {
+fn truth<T: Elem>(mut lane: &mut dyn Iterator<Item = T>, all: bool) -> i128 {
     let zero = T::default();
     let r = if all {
-        lane.fold(true, |acc, v| acc && v != zero)
+        Iterator::all(&mut lane, |v| v != zero)
     } else {
-        lane.fold(false, |acc, v| acc || v != zero)
+        Iterator::any(&mut lane, |v| v != zero)
     };
     r as i128
 }

@@ -10,23 +10,17 @@ use std::sync::Arc;
 use super::fault::{fault, Fault};
 use super::machine::machine;
 use super::memory::Block;
-use super::meta::TensorDesc;
+use super::meta::{TensorDesc, MAX_RANK};
 use super::numerics::Elem;
 pub(crate) use ascend_acl::shape::broadcast_dims as broadcast_shape;
 use ascend_acl::types::status::*;
 
-/// What a mapped view's host addresses point into.
-enum Backing {
-    /// An empty view: no memory.
-    None,
-    Device(Arc<Block>),
-    /// A private copy of the view's elements (see [`Mapped::detach_from`]).
-    Copy(#[allow(dead_code)] Vec<u64>),
-}
-
 /// A descriptor whose storage has been located in emulated HBM.
 pub(crate) struct Mapped {
-    backing: Backing,
+    /// The allocation; `None` for an empty view or a detached copy.
+    block: Option<Arc<Block>>,
+    /// A private copy of the view's elements (see [`Mapped::detach_from`]), kept alive here.
+    _copy: Vec<u64>,
     /// Host address of storage element 0 (only elements in `lo..hi` are ever touched).
     base: *mut u8,
     lo: usize,
@@ -39,7 +33,8 @@ pub(crate) fn map(op: &str, name: &str, desc: &TensorDesc) -> Result<Mapped, Fau
     let es = desc.dtype.size();
     if desc.numel() == 0 {
         return Ok(Mapped {
-            backing: Backing::None,
+            block: None,
+            _copy: Vec::new(),
             base: std::ptr::null_mut(),
             lo: 0,
             hi: 0,
@@ -60,7 +55,8 @@ pub(crate) fn map(op: &str, name: &str, desc: &TensorDesc) -> Result<Mapped, Fau
     })?;
     Ok(Mapped {
         base: block.host_ptr(start),
-        backing: Backing::Device(block),
+        block: Some(block),
+        _copy: Vec::new(),
         lo: desc.offset,
         hi: extent,
         desc: desc.clone(),
@@ -114,7 +110,7 @@ impl Mapped {
 
     /// Whether this view's storage range shares bytes with `other`'s.
     fn overlaps(&self, other: &Mapped) -> bool {
-        let (Backing::Device(a), Backing::Device(b)) = (&self.backing, &other.backing) else {
+        let (Some(a), Some(b)) = (&self.block, &other.block) else {
             return false;
         };
         if !Arc::ptr_eq(a, b) {
@@ -159,61 +155,70 @@ impl Mapped {
             )
         };
         self.base = (copy.as_mut_ptr() as *mut u8).wrapping_sub(self.lo * es);
-        self.backing = Backing::Copy(copy);
+        self.block = None;
+        self._copy = copy;
     }
 }
 
 /// Storage offsets of a view's elements, in row-major order of a shape (the view's own or one
 /// it broadcasts to). Strides may be negative (flip); dims are merged where the strides allow,
-/// so a dense view is walked as one run.
+/// so a dense view is walked as one run. Holds no heap memory (ranks are at most
+/// [`MAX_RANK`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Walk {
-    shape: Vec<usize>,
-    strides: Vec<isize>,
-    idx: Vec<usize>,
+    rank: usize,
+    shape: [usize; MAX_RANK],
+    strides: [isize; MAX_RANK],
+    idx: [usize; MAX_RANK],
     at: isize,
     left: usize,
 }
 
 impl Walk {
     pub fn new(shape: &[usize], strides: &[isize], offset: usize) -> Walk {
-        let left = shape.iter().product();
-        let (mut s, mut st): (Vec<usize>, Vec<isize>) = (Vec::new(), Vec::new());
+        let mut w = Walk {
+            rank: 0,
+            shape: [0; MAX_RANK],
+            strides: [0; MAX_RANK],
+            idx: [0; MAX_RANK],
+            at: offset as isize,
+            left: shape.iter().product(),
+        };
         for (&n, &k) in shape.iter().zip(strides) {
             if n == 1 {
                 continue;
             }
-            match (s.last_mut(), st.last_mut()) {
-                (Some(ln), Some(lk)) if *lk == k * n as isize => {
-                    *ln *= n;
-                    *lk = k;
-                }
-                _ => {
-                    s.push(n);
-                    st.push(k);
-                }
+            if w.rank > 0 && w.strides[w.rank - 1] == k * n as isize {
+                w.shape[w.rank - 1] *= n;
+                w.strides[w.rank - 1] = k;
+            } else {
+                assert!(
+                    w.rank < MAX_RANK,
+                    "a view of rank {} is walked",
+                    shape.len()
+                );
+                w.shape[w.rank] = n;
+                w.strides[w.rank] = k;
+                w.rank += 1;
             }
         }
-        Walk {
-            idx: vec![0; s.len()],
-            shape: s,
-            strides: st,
-            at: offset as isize,
-            left,
-        }
+        w
     }
 
     /// The view's elements in its own shape.
     pub fn of(desc: &TensorDesc) -> Walk {
-        let strides: Vec<isize> = desc.strides.iter().map(|&s| s as isize).collect();
-        Walk::new(&desc.shape, &strides, desc.offset)
+        let mut strides = [0isize; MAX_RANK];
+        for (s, &d) in strides.iter_mut().zip(&desc.strides) {
+            *s = d as isize;
+        }
+        Walk::new(&desc.shape, &strides[..desc.strides.len()], desc.offset)
     }
 
     /// The remaining elements as one dense run `(first offset, count)`, if they form one.
     fn dense_run(&self) -> Option<(usize, usize)> {
-        let dense = match self.strides.as_slice() {
-            [] => true,
-            [1] => self.idx[0] == 0,
+        let dense = match self.rank {
+            0 => true,
+            1 => self.strides[0] == 1 && self.idx[0] == 0,
             _ => false,
         };
         dense.then_some((self.at as usize, self.left))
@@ -227,8 +232,11 @@ impl Walk {
                 format!("shape {:?} does not broadcast to {target:?}", desc.shape),
             )
         })?;
-        let strides: Vec<isize> = strides.iter().map(|&s| s as isize).collect();
-        Ok(Walk::new(target, &strides, desc.offset))
+        let mut signed = [0isize; MAX_RANK];
+        for (s, &d) in signed.iter_mut().zip(&strides) {
+            *s = d as isize;
+        }
+        Ok(Walk::new(target, &signed[..strides.len()], desc.offset))
     }
 }
 
@@ -242,7 +250,7 @@ impl Iterator for Walk {
         let current = self.at as usize;
         self.left -= 1;
         if self.left > 0 {
-            let mut d = self.shape.len();
+            let mut d = self.rank;
             loop {
                 d -= 1;
                 self.idx[d] += 1;
