@@ -5,7 +5,7 @@
 use super::fault::Fault;
 use super::meta::Kernel;
 use super::meta::{ScalarValue, TensorDesc, MAX_RANK};
-use super::numerics::{cube_operand, int32_to_int8, round_to, Domain, Elem, Real};
+use super::numerics::{cube_operand, element, int32_to_int8, round_to, Domain, Elem, Real};
 use super::ops::invalid;
 use super::reduce::normalize_dim;
 use super::view::{broadcast_shape, copy_elements, map, take_into, Walk};
@@ -66,17 +66,11 @@ pub(crate) fn fill(op: &'static str, dst: TensorDesc, value: f64) -> Kernel {
 /// integer dtypes), integers wrapped to its width.
 pub(crate) fn fill_scalar(op: &'static str, dst: TensorDesc, value: ScalarValue) -> Kernel {
     Arc::new(move || {
-        let m = map(op, "selfRef", &dst)?;
-        match value {
-            ScalarValue::Float(v) => {
-                let (set, v) = (m.setter::<f64>(), round_to(dst.dtype, v));
-                Walk::of(&dst).for_each(|o| set(o, v));
-            }
-            ScalarValue::Int(v) => {
-                let set = m.setter::<i128>();
-                Walk::of(&dst).for_each(|o| set(o, v as i128));
-            }
-        }
+        let bytes = match value {
+            ScalarValue::Float(v) => element(dst.dtype, round_to(dst.dtype, v)),
+            ScalarValue::Int(v) => element(dst.dtype, v as i128),
+        };
+        map(op, "selfRef", &dst)?.fill_bytes(&bytes);
         Ok(())
     })
 }

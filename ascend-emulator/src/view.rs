@@ -108,6 +108,30 @@ impl Mapped {
         };
     }
 
+    /// Writes one element's raw bytes to every element of the view: block moves of doubling
+    /// size when the view is dense, else element by element.
+    pub fn fill_bytes(&self, bytes: &[u8; 8]) {
+        let walk = Walk::of(&self.desc);
+        let Some((first, n)) = walk.dense_run() else {
+            walk.for_each(|o| self.put_bytes(o, bytes));
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        let es = self.desc.dtype.size();
+        let (start, _) = (self.at(first), self.at(first + n - 1));
+        self.put_bytes(first, bytes);
+        let (mut done, total) = (es, n * es);
+        while done < total {
+            let step = done.min(total - done);
+            // SAFETY: `start..start + total` is the dense run, inside the mapped view (both
+            // ends checked above); the source and destination halves do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(start, start.add(done), step) };
+            done += step;
+        }
+    }
+
     /// Whether this view's storage range shares bytes with `other`'s.
     fn overlaps(&self, other: &Mapped) -> bool {
         let (Some(a), Some(b)) = (&self.block, &other.block) else {
