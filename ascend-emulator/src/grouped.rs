@@ -21,7 +21,7 @@ use super::meta::Kernel;
 use super::meta::{tensor_arg, tensor_list_arg, TensorDesc};
 use super::nn::gemm;
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::view::{map, Walk};
+use super::view::{map, take_f32, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::status::*;
 use ascend_acl::types::*;
@@ -137,8 +137,9 @@ fn group_sizes(op: &str, list: &[i64], cumsum: bool, extent: usize) -> Result<Ve
 /// reads them): the one host copy the kernel holds of each operand.
 fn read_f32(op: &str, name: &str, t: &TensorDesc) -> Result<Vec<f32>, Fault> {
     let m = map(op, name, t)?;
-    let get = m.getter::<f32>();
-    Ok(Walk::of(t).map(get).collect())
+    let mut values = Vec::with_capacity(t.numel());
+    take_f32(&mut values, &m, &mut Walk::of(t), t.numel());
+    Ok(values)
 }
 
 /// The checked call: operands, grouped axis and matrix sizes (`[m, k] @ [k, n]` overall).

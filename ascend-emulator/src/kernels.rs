@@ -5,10 +5,10 @@
 use super::fault::Fault;
 use super::meta::Kernel;
 use super::meta::{ScalarValue, TensorDesc, MAX_RANK};
-use super::numerics::{cube_operand, element, int32_to_int8, round_to, Domain, Elem, Real};
+use super::numerics::{cube_operands, element, int32_to_int8, round_to, Domain, Elem, Real};
 use super::ops::invalid;
 use super::reduce::normalize_dim;
-use super::view::{broadcast_shape, copy_elements, map, take_into, Walk};
+use super::view::{broadcast_shape, copy_elements, map, native_run, take_f32, Walk};
 use ascend_acl::dtype::DataType;
 use std::sync::Arc;
 
@@ -196,27 +196,55 @@ fn binary_run<T: Elem>(
     let mo = map(op, "out", out)?;
     let mut ma = map(op, "self", a)?;
     ma.detach_from(&mo, true);
-    let set = mo.setter::<T>();
-    let get_a = ma.getter::<T>();
-    let walk_a = Walk::broadcast(a, &out.shape)?;
-    match b {
+    let (walk_a, walk_o) = (Walk::broadcast(a, &out.shape)?, Walk::of(out));
+    let other = match b {
         Operand::Tensor(t) => {
             let mut mb = map(op, "other", t)?;
             mb.detach_from(&mo, true);
+            let walk = Walk::broadcast(t, &out.shape)?;
+            Ok((mb, walk))
+        }
+        Operand::Scalar(s) => Err(if out.dtype.is_float() {
+            T::scalar(*s, out.dtype)
+        } else {
+            T::scalar(ScalarValue::Int(int_scalar(*s)), out.dtype)
+        }),
+    };
+    let dense = (
+        native_run::<T>(&ma, &walk_a),
+        native_run::<T>(&mo, &walk_o),
+        match &other {
+            Ok((mb, walk)) => native_run::<T>(mb, walk).map(Ok),
+            Err(y) => Some(Err(*y)),
+        },
+    );
+    if let (Some(pa), Some(po), Some(pb)) = dense {
+        // Dense operands stored as the compute type: the same arithmetic without per-element
+        // dispatch (pointers, not slices, since out may be self).
+        // SAFETY: `native_run` checked that the elements from each pointer lie inside their
+        // mapped views; unaligned accesses are allowed.
+        unsafe {
+            for i in 0..out.numel() {
+                let y = match pb {
+                    Ok(pb) => pb.add(i).read_unaligned(),
+                    Err(y) => y,
+                };
+                po.add(i).write_unaligned(f(pa.add(i).read_unaligned(), y));
+            }
+        }
+        return Ok(());
+    }
+    let (set, get_a) = (mo.setter::<T>(), ma.getter::<T>());
+    match &other {
+        Ok((mb, walk_b)) => {
             let get_b = mb.getter::<T>();
-            let walk_b = Walk::broadcast(t, &out.shape)?;
-            for ((o, x), y) in Walk::of(out).zip(walk_a).zip(walk_b) {
+            for ((o, x), y) in walk_o.zip(walk_a).zip(walk_b.clone()) {
                 set(o, f(get_a(x), get_b(y)));
             }
         }
-        Operand::Scalar(s) => {
-            let y = if out.dtype.is_float() {
-                T::scalar(*s, out.dtype)
-            } else {
-                T::scalar(ScalarValue::Int(int_scalar(*s)), out.dtype)
-            };
-            for (o, x) in Walk::of(out).zip(walk_a) {
-                set(o, f(get_a(x), y));
+        Err(y) => {
+            for (o, x) in walk_o.zip(walk_a) {
+                set(o, f(get_a(x), *y));
             }
         }
     }
@@ -357,7 +385,6 @@ pub(crate) fn matmul_add(
             Walk::broadcast(&vb, &full_b)?,
         );
         let mut wo = Walk::of(&out);
-        let (get_a, get_b) = (ma.getter::<f32>(), mb.getter::<f32>());
         let set = mo.setter::<f32>();
         let (mut x, mut y, mut z) = (
             Vec::with_capacity(m * k),
@@ -366,12 +393,10 @@ pub(crate) fn matmul_add(
         );
         let mut mc = mc;
         for _ in 0..nb {
-            take_into(&mut x, &mut wa, m * k, |o| {
-                cube_operand(get_a(o), a.dtype, cube)
-            });
-            take_into(&mut y, &mut wb, k * n, |o| {
-                cube_operand(get_b(o), b.dtype, cube)
-            });
+            take_f32(&mut x, &ma, &mut wa, m * k);
+            take_f32(&mut y, &mb, &mut wb, k * n);
+            cube_operands(&mut x, a.dtype, cube);
+            cube_operands(&mut y, b.dtype, cube);
             super::nn::gemm(m, n, k, &mut z, (&x, k, 1), (&y, n, 1), false);
             if let Some((mc, wc, add)) = &mut mc {
                 let get_c = mc.getter::<f32>();

@@ -8,9 +8,9 @@ use super::fault::Fault;
 use super::meta::Kernel;
 use super::meta::ScalarValue;
 use super::meta::{bool_array_arg, int_array_arg, scalar_arg, tensor_arg, TensorDesc};
-use super::numerics::{cube_operand, element, round_to, CHUNK};
+use super::numerics::{cube_operands, element, round_to, CHUNK};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::view::{map, Walk};
+use super::view::{map, take_f32, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::*;
 use std::sync::Arc;
@@ -274,14 +274,14 @@ fn gemm_into(
     }
 }
 
-/// A cube operand as f32 (`numerics::cube_operand`), in row-major order: the one host copy of
+/// A cube operand as f32 (`numerics::cube_operands`), in row-major order: the one host copy of
 /// an operand the convolution holds (at most twice its bytes, for F16/BF16).
 fn read_cube(op: &str, name: &str, t: &TensorDesc, cube: i8) -> Result<Vec<f32>, Fault> {
     let m = map(op, name, t)?;
-    let get = m.getter::<f32>();
-    Ok(Walk::of(t)
-        .map(|o| cube_operand(get(o), t.dtype, cube))
-        .collect())
+    let mut values = Vec::with_capacity(t.numel());
+    take_f32(&mut values, &m, &mut Walk::of(t), t.numel());
+    cube_operands(&mut values, t.dtype, cube);
+    Ok(values)
 }
 
 /// Writes f32 results (row-major) to `t`, rounded once to its dtype.

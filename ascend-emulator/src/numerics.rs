@@ -32,8 +32,8 @@ use num_traits::Float;
 
 use super::meta::ScalarValue;
 
-/// Elements a kernel reads, computes and writes at a time: the emulation's host memory per
-/// operand stays O(CHUNK) whatever the tensor's size.
+/// The most values a kernel buffers at a time where it batches work (scatter's checked indices,
+/// the convolution's patch columns), so its host memory does not grow with the tensors.
 pub(crate) const CHUNK: usize = 1 << 16;
 
 /// The type an operator computes in.
@@ -96,6 +96,8 @@ pub(crate) trait Elem:
     /// A host scalar as an operator applies it to tensors of `dtype`: floats rounded to
     /// `dtype` first (when it is a float type), integers as they are.
     fn scalar(s: ScalarValue, dtype: DataType) -> Self;
+    /// Whether elements of `dtype` are stored as this very type (no conversion).
+    fn is_native(dtype: DataType) -> bool;
 }
 
 macro_rules! float_elem {
@@ -141,6 +143,10 @@ macro_rules! float_elem {
 
             fn scalar(s: ScalarValue, dtype: DataType) -> Self {
                 round_to(dtype, s.as_f64()) as $t
+            }
+
+            fn is_native(dtype: DataType) -> bool {
+                dtype.size() == std::mem::size_of::<$t>() && dtype.is_float()
             }
         }
     };
@@ -206,6 +212,10 @@ impl Elem for i128 {
             ScalarValue::Float(v) => v as i64 as i128,
         }
     }
+
+    fn is_native(_dtype: DataType) -> bool {
+        false
+    }
 }
 
 /// One element of `dtype` holding `v` (stored with the dtype's rounding or wrapping), as raw
@@ -233,14 +243,18 @@ pub(crate) fn int32_to_int8(v: i32) -> i8 {
     (h.to_f32() as i32) as i8
 }
 
-/// An operand as the cube unit reads it: f16/bf16 exactly; f32 as `cubeMathType` selects
+/// Operands as the cube unit reads them: f16/bf16 exactly; f32 as `cubeMathType` selects
 /// (0 keeps f32; 1 and 3 round to HF32, which keeps 10 mantissa bits like TF32; 2 rounds to
 /// f16). The cube then accumulates in f32.
-pub(crate) fn cube_operand(x: f32, dtype: DataType, cube: i8) -> f32 {
+pub(crate) fn cube_operands(values: &mut [f32], dtype: DataType, cube: i8) {
     match (dtype, cube) {
-        (F32, 1 | 3) => f32::from_bits(x.to_bits().wrapping_add(0x1000) & 0xffff_e000),
-        (F32, 2) => f16::from_f32(x).to_f32(),
-        _ => x,
+        (F32, 1 | 3) => values
+            .iter_mut()
+            .for_each(|x| *x = f32::from_bits(x.to_bits().wrapping_add(0x1000) & 0xffff_e000)),
+        (F32, 2) => values
+            .iter_mut()
+            .for_each(|x| *x = f16::from_f32(*x).to_f32()),
+        _ => {}
     }
 }
 

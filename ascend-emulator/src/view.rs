@@ -1,9 +1,9 @@
 //! How emulated kernels touch device memory: a descriptor is mapped to its allocation when the
 //! kernel runs (so stale, freed or out-of-range views fault there, as on hardware); kernels then
 //! walk the view's elements in row-major order ([`Walk`]) and read or write them one at a time,
-//! converted to and from their compute type (`numerics`), a chunk at a time. No kernel holds a
-//! host copy of a whole tensor, except where the op itself needs one (sort lanes) or an output
-//! overlaps an input ([`Mapped::detach_from`]).
+//! converted to and from their compute type (`numerics`). No kernel holds a host copy of a whole
+//! tensor, except where the op itself needs one (a sort lane, the cube operands as f32) or an
+//! output overlaps an input ([`Mapped::detach_from`]).
 
 use std::sync::Arc;
 
@@ -12,8 +12,10 @@ use super::machine::machine;
 use super::memory::Block;
 use super::meta::{TensorDesc, MAX_RANK};
 use super::numerics::Elem;
+use ascend_acl::dtype::DataType;
 pub(crate) use ascend_acl::shape::broadcast_dims as broadcast_shape;
 use ascend_acl::types::status::*;
+use half::{bf16, f16};
 
 /// A descriptor whose storage has been located in emulated HBM.
 pub(crate) struct Mapped {
@@ -25,6 +27,8 @@ pub(crate) struct Mapped {
     base: *mut u8,
     lo: usize,
     hi: usize,
+    /// Bytes per element.
+    es: usize,
     pub desc: TensorDesc,
 }
 
@@ -38,6 +42,7 @@ pub(crate) fn map(op: &str, name: &str, desc: &TensorDesc) -> Result<Mapped, Fau
             base: std::ptr::null_mut(),
             lo: 0,
             hi: 0,
+            es,
             desc: desc.clone(),
         });
     }
@@ -59,6 +64,7 @@ pub(crate) fn map(op: &str, name: &str, desc: &TensorDesc) -> Result<Mapped, Fau
         _copy: Vec::new(),
         lo: desc.offset,
         hi: extent,
+        es,
         desc: desc.clone(),
     })
 }
@@ -66,18 +72,27 @@ pub(crate) fn map(op: &str, name: &str, desc: &TensorDesc) -> Result<Mapped, Fau
 impl Mapped {
     /// Host address of the element at storage offset `o`; offsets outside the view's range are
     /// an emulator bug, caught here rather than touching other memory.
+    #[inline(always)]
     fn at(&self, o: usize) -> *mut u8 {
-        assert!(
-            self.lo <= o && o < self.hi,
+        if o < self.lo || o >= self.hi {
+            self.out_of_range(o);
+        }
+        self.base.wrapping_add(o * self.es)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn out_of_range(&self, o: usize) -> ! {
+        panic!(
             "element {o} is outside the mapped range {}..{} of {}",
             self.lo,
             self.hi,
             self.desc.describe()
-        );
-        self.base.wrapping_add(o * self.desc.dtype.size())
+        )
     }
 
     /// Reads elements by storage offset, converted to `T`.
+    #[inline]
     pub fn getter<T: Elem>(&self) -> impl Fn(usize) -> T + '_ {
         let load = T::loader(self.desc.dtype);
         // SAFETY: `at` keeps every address inside the mapped view, whose range `map` checked.
@@ -239,13 +254,19 @@ impl Walk {
     }
 
     /// The remaining elements as one dense run `(first offset, count)`, if they form one.
-    fn dense_run(&self) -> Option<(usize, usize)> {
-        let dense = match self.rank {
-            0 => true,
-            1 => self.strides[0] == 1 && self.idx[0] == 0,
-            _ => false,
-        };
+    pub fn dense_run(&self) -> Option<(usize, usize)> {
+        let dense = self.rank == 0 || (self.rank == 1 && self.strides[0] == 1);
         dense.then_some((self.at as usize, self.left))
+    }
+
+    /// Skips `n` elements of a walk whose remaining elements form a dense run.
+    fn skip_dense(&mut self, n: usize) {
+        debug_assert!(self.dense_run().is_some() && n <= self.left);
+        if self.rank == 1 {
+            self.idx[0] += n;
+        }
+        self.at += n as isize;
+        self.left -= n;
     }
 
     /// The view read broadcast to `target` (stride 0 along broadcast dims).
@@ -267,6 +288,7 @@ impl Walk {
 impl Iterator for Walk {
     type Item = usize;
 
+    #[inline]
     fn next(&mut self) -> Option<usize> {
         if self.left == 0 {
             return None;
@@ -318,15 +340,61 @@ pub(crate) fn broadcast_strides(
     Some(out)
 }
 
-/// Reads the next `len` elements of `walk` through `get` into `buf` (cleared first).
-pub(crate) fn take_into<T>(
-    buf: &mut Vec<T>,
-    walk: &mut Walk,
-    len: usize,
-    get: impl Fn(usize) -> T,
-) {
+/// Reads the next `len` elements of `walk` into `buf` (cleared first) as f32, exact for F32,
+/// F16 and BF16; dense runs of those dtypes are converted without per-element dispatch.
+pub(crate) fn take_f32(buf: &mut Vec<f32>, m: &Mapped, walk: &mut Walk, len: usize) {
     buf.clear();
+    if len == 0 {
+        return;
+    }
+    if let Some((first, _)) = walk.dense_run() {
+        let (p, _) = (m.at(first), m.at(first + len - 1));
+        // SAFETY: the `len` elements from `p` lie inside the mapped view (both ends checked);
+        // reads are unaligned-safe.
+        let done = unsafe {
+            match m.desc.dtype {
+                DataType::F32 => {
+                    buf.extend((0..len).map(|i| (p as *const f32).add(i).read_unaligned()));
+                    true
+                }
+                DataType::F16 => {
+                    let p = p as *const u16;
+                    buf.extend(
+                        (0..len).map(|i| f16::from_bits(p.add(i).read_unaligned()).to_f32()),
+                    );
+                    true
+                }
+                DataType::BF16 => {
+                    let p = p as *const u16;
+                    buf.extend(
+                        (0..len).map(|i| bf16::from_bits(p.add(i).read_unaligned()).to_f32()),
+                    );
+                    true
+                }
+                _ => false,
+            }
+        };
+        if done {
+            walk.skip_dense(len);
+            return;
+        }
+    }
+    let get = m.getter::<f32>();
     buf.extend(walk.by_ref().take(len).map(get));
+}
+
+/// Where the elements of `m`, walked by `walk`, are one dense run stored as `T` itself (F32 for
+/// f32, F64 for f64): a pointer to the first of them, for kernels' fast paths.
+pub(crate) fn native_run<T: Elem>(m: &Mapped, walk: &Walk) -> Option<*mut T> {
+    let (first, n) = walk.dense_run()?;
+    if !T::is_native(m.desc.dtype) {
+        return None;
+    }
+    if n == 0 {
+        return Some(std::ptr::null_mut());
+    }
+    let (p, _) = (m.at(first), m.at(first + n - 1));
+    Some(p as *mut T)
 }
 
 /// Copies every element of `src` (read broadcast to `dst`'s shape, same dtype) into `dst`:
