@@ -656,7 +656,7 @@ pub unsafe extern "C" fn aclnnAddmmGetWorkspaceSize(
             beta: beta.as_f64() as f32,
             alpha: alpha.as_f64() as f32,
         };
-        let task = kernels::matmul_add(OP, a, b, out, Some(addend))?;
+        let task = kernels::matmul_add(OP, a, b, out, Some(addend), cube_math_type)?;
         Ok((SCRATCH_WORKSPACE, task))
     })
 }
