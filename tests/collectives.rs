@@ -15,7 +15,9 @@ use burn_ascend::emulator::hccl::{hccl_counters, Kind};
 use burn_ascend::emulator::work_counters;
 use burn_ascend::{Ascend, AscendDevice};
 use burn_fusion::Fusion;
-use common::{device, second_device, skipped_on_npu};
+use common::{
+    device, fault_device, provoke_fault, reset_fault_device, second_device, skipped_on_npu,
+};
 use serial_test::serial;
 
 /// The two devices and their communicator, or `None` (after saying so) on a one-NPU machine.
@@ -259,4 +261,58 @@ fn a_collective_moves_its_bytes_over_the_links_only() {
     assert_eq!(moved.traffic.link_bytes, 2 * (64 * 32 * 4));
     assert_eq!(moved.traffic.link_bytes, moved.traffic.min_link_bytes);
     assert_eq!(host(out[1].clone()), vec![2.0; 64 * 32]);
+}
+
+/// A fault stops its device's collectives as it stops all its work, and the peer left waiting
+/// fails after `HCCL_EXEC_TIMEOUT` instead of hanging; a reset destroys the device's
+/// communicators, whose later use is a clear error, and a new communicator works.
+#[test]
+#[serial]
+fn a_fault_and_a_reset_reach_the_collectives_of_the_device() {
+    let test = "a_fault_and_a_reset_reach_the_collectives_of_the_device";
+    if skipped_on_npu(test) {
+        return;
+    }
+    let Some((d, _)) = pair(test) else { return };
+    assert_eq!(d[1], fault_device());
+    // A reset drops the cached communicator: the next one waits 1 s for a missing rank.
+    reset_fault_device();
+    std::env::set_var("HCCL_EXEC_TIMEOUT", "1");
+    let comm = Communicator::local(&d);
+    std::env::remove_var("HCCL_EXEC_TIMEOUT");
+    let comm = comm.unwrap();
+    let x = |dev: &AscendDevice| Tensor::<Ascend, 1>::from_floats([1.0, 2.0], dev);
+    let (x0, x1) = (x(&d[0]), x(&d[1]));
+    drop(provoke_fault(&d[1]));
+    assert!(Ascend::sync(&d[1]).is_err(), "the fault is reported");
+    let c = comm.clone();
+    let m = message(move || {
+        collective::all_reduce(&c, vec![x0, x1], Reduce::Sum);
+    });
+    assert!(
+        m.contains("HcclAllReduce")
+            && m.contains("HCCL_E_RUNTIME")
+            && m.contains("aclnnInplaceOne kernel"),
+        "{m}"
+    );
+    // Rank 0's part was queued before rank 1 was refused: it waits out HCCL_EXEC_TIMEOUT,
+    // which stops device 0 in turn.
+    let e = Ascend::sync(&d[0]).expect_err("rank 0 times out");
+    assert!(e.to_string().contains("HCCL_EXEC_TIMEOUT"), "{e}");
+    burn_ascend::reset_device(&d[0]).unwrap();
+    reset_fault_device();
+    let c = comm.clone();
+    let m = message(move || {
+        collective::all_reduce(&c, vec![x(&d[0]), x(&d[1])], Reduce::Sum);
+    });
+    assert!(
+        m.contains("the communicator no longer exists") && m.contains("was reset"),
+        "{m}"
+    );
+    let fresh = Communicator::local(&d).unwrap();
+    assert!(!Arc::ptr_eq(&comm, &fresh));
+    let out = collective::all_reduce(&fresh, vec![x(&d[0]), x(&d[1])], Reduce::Sum);
+    for o in out {
+        assert_eq!(host(o), [2.0, 4.0]);
+    }
 }

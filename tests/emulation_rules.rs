@@ -96,9 +96,9 @@ fn an_unsupported_dtype_is_rejected_with_the_real_status() {
     let err = aclnn!(
         &*ctx,
         aclnnMatmul(
-            a.desc().unwrap().as_ptr(),
-            a.desc().unwrap().as_ptr(),
-            out.desc().unwrap().as_ptr(),
+            a.desc().unwrap(),
+            a.desc().unwrap(),
+            out.desc().unwrap(),
             CUBE_MATH_KEEP_DTYPE
         )
     )
@@ -123,9 +123,9 @@ fn a_non_contiguous_bool_cast_is_rejected() {
     let err = aclnn!(
         &*ctx,
         aclnnCast(
-            transposed.desc().unwrap().as_ptr(),
+            transposed.desc().unwrap(),
             DataType::F32.acl(),
-            out.desc().unwrap().as_ptr()
+            out.desc().unwrap()
         )
     )
     .expect_err("aclnnCast needs a contiguous BOOL input");
@@ -198,7 +198,7 @@ fn use_of_freed_memory_is_an_ai_core_error_at_synchronisation() {
     let desc = t.desc().unwrap();
     drop(t);
     ctx.release_cache().unwrap();
-    aclnn!(&*ctx, aclnnInplaceZero(desc.as_ptr())).expect("the launch itself is queued");
+    aclnn!(&*ctx, aclnnInplaceZero(&desc)).expect("the launch itself is queued");
     let err = ctx
         .synchronize()
         .expect_err("the kernel touches freed memory");
@@ -208,7 +208,11 @@ fn use_of_freed_memory_is_an_ai_core_error_at_synchronisation() {
         text.contains("aclnnInplaceZero") && text.contains("not live device memory"),
         "{text}"
     );
-    ctx.synchronize().expect("the error is reported once");
+    let again = ctx
+        .synchronize()
+        .expect_err("the device stays faulted until reset");
+    assert!(again.to_string().contains("aclnnInplaceZero"), "{again}");
+    burn_ascend::reset_device(&AscendDevice::Emulated(0)).unwrap();
 }
 
 #[test]
@@ -231,10 +235,11 @@ fn out_of_bounds_access_is_an_ai_core_error() {
         t.storage_ptr(),
     )
     .unwrap();
-    aclnn!(&*ctx, aclnnInplaceOne(lie.as_ptr())).unwrap();
+    aclnn!(&*ctx, aclnnInplaceOne(&lie)).unwrap();
     let err = ctx
         .synchronize()
         .expect_err("the kernel writes past the allocation");
     assert_eq!(code(&err), ACL_ERROR_RT_AICORE_EXCEPTION);
     assert!(err.to_string().contains("out-of-bounds"), "{err}");
+    burn_ascend::reset_device(&AscendDevice::Emulated(0)).unwrap();
 }

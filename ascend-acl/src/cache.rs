@@ -31,7 +31,8 @@
 //! - the `index` of `aclSetInputTensorAddr` / `aclSetOutputTensorAddr` counts the operator's
 //!   input (output) `aclTensor` arguments in header order (the docs give only its range), so
 //!   only operators whose tensors are plain `aclTensor` arguments go through this cache;
-//! - the executor belongs to the device current at phase one, so the key includes the device;
+//! - the executor belongs to the device context current at phase one, so the key includes the
+//!   context (a device reset starts a new one, whose calls never meet the old executors);
 //! - no operator used here rewrites its descriptors, except Nonzero's output, which is never
 //!   taken from the cache (`AscendTensor::desc_owned`).
 
@@ -67,6 +68,9 @@ pub struct View<'a> {
     pub storage_elems: usize,
     /// Device address of the allocation.
     pub base: *mut c_void,
+    /// The device context holding the allocation ([`OpLauncher::context_id`]), or 0 when
+    /// unknown: an operator launched on another context refuses it.
+    pub owner: u64,
 }
 
 impl View<'_> {
@@ -86,6 +90,7 @@ impl View<'_> {
                 self.base,
             )
         }
+        .map(|d| d.owned_by(self.owner))
     }
 
     fn key_words(&self, words: &mut Vec<u64>) {
@@ -131,6 +136,7 @@ impl OwnedView {
             dtype: self.dtype,
             storage_elems: self.storage_elems,
             base: self.base,
+            owner: 0,
         }
     }
 }
@@ -317,7 +323,7 @@ pub struct KeyBuilder {
 }
 
 impl KeyBuilder {
-    fn reset(&mut self, op: &str, api: &AclApi, device: i32) {
+    fn reset(&mut self, op: &str, api: &AclApi, context: u64) {
         self.words.clear();
         self.inputs.clear();
         self.outputs.clear();
@@ -325,7 +331,7 @@ impl KeyBuilder {
         // The op's name enters as a hash; entries compare the name itself too.
         let name = op.bytes().fold(0u64, |h, b| hash_words(h, &[b as u64]));
         self.words
-            .extend([name, api as *const AclApi as u64, device as u64]);
+            .extend([name, api as *const AclApi as u64, context]);
     }
 
     fn tensor(&mut self, tag: u64, view: &View<'_>) {
@@ -359,6 +365,10 @@ pub trait CachedArg {
     /// # Safety
     /// A tensor argument's view must be valid as [`TensorDesc::new`] requires.
     unsafe fn raw(&self, api: &'static AclApi, parts: &mut Parts) -> AclResult<Self::Raw>;
+    /// The device context holding a tensor argument (0 for anything else, or unknown).
+    fn owner(&self) -> u64 {
+        0
+    }
 }
 
 /// An input tensor of a cached operator call.
@@ -375,6 +385,9 @@ pub struct Ints<'a>(pub &'a [i64]);
 
 impl CachedArg for In<'_> {
     type Raw = *const aclTensor;
+    fn owner(&self) -> u64 {
+        self.0.owner
+    }
     fn key(&self, k: &mut KeyBuilder) {
         k.tensor(1, &self.0);
         k.inputs.push(self.0.base as u64);
@@ -389,6 +402,9 @@ impl CachedArg for In<'_> {
 
 impl CachedArg for Out<'_> {
     type Raw = *mut aclTensor;
+    fn owner(&self) -> u64 {
+        self.0.owner
+    }
     fn key(&self, k: &mut KeyBuilder) {
         k.tensor(2, &self.0);
         k.outputs.push(self.0.base as u64);
@@ -453,6 +469,8 @@ pub trait CachedArgs {
     type Phase1: Copy;
     /// Adds every argument to the key.
     fn key(&self, k: &mut KeyBuilder);
+    /// The device context of each argument (see [`CachedArg::owner`]).
+    fn owners(&self) -> Vec<u64>;
     /// Runs phase one; the objects it is given are left in `parts`.
     ///
     /// # Safety
@@ -474,6 +492,9 @@ macro_rules! cached_args {
             type Phase1 = unsafe extern "C" fn($(<$t as CachedArg>::Raw,)+ *mut u64, *mut *mut aclOpExecutor) -> aclnnStatus;
             fn key(&self, k: &mut KeyBuilder) {
                 $(self.$i.key(k);)+
+            }
+            fn owners(&self) -> Vec<u64> {
+                vec![$(self.$i.owner()),+]
             }
             unsafe fn phase1(
                 &self,
@@ -528,7 +549,7 @@ pub(super) fn lend_descriptor(
         let hash = hash_words(0, &c.desc_key);
         if let Some(lent) = c.descriptors.get(hash, &c.desc_key) {
             return if Rc::strong_count(lent) == 1 {
-                Ok(TensorDesc::lent(api, lent.clone()))
+                Ok(TensorDesc::lent(api, lent.clone()).owned_by(view.owner))
             } else {
                 // SAFETY: the caller's contract (`TensorDesc::cached`).
                 unsafe { view.describe(api) }
@@ -545,7 +566,7 @@ pub(super) fn lend_descriptor(
         std::mem::forget(desc);
         let displaced = c.descriptors.insert(hash, &c.desc_key, lent.clone());
         drop(displaced);
-        Ok(TensorDesc::lent(api, lent))
+        Ok(TensorDesc::lent(api, lent).owned_by(view.owner))
     })
 }
 
@@ -585,10 +606,11 @@ pub unsafe fn run_cached<L: OpLauncher + ?Sized, T: CachedArgs>(
     args: T,
 ) -> AclResult<()> {
     let api = launcher.api();
+    super::handles::check_owners(launcher, op, &args.owners())?;
     CACHES.with(|c| {
         let mut c = c.borrow_mut();
         let c = &mut *c;
-        c.key.reset(op, api, launcher.device_id());
+        c.key.reset(op, api, launcher.context_id());
         args.key(&mut c.key);
         let hash = hash_words(0, &c.key.words);
         if let Some(entry) = c.executors.get(hash, &c.key.words) {

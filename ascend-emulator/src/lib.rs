@@ -28,6 +28,8 @@ mod machine;
 mod memory;
 mod meta;
 mod nn;
+mod numerics;
+mod objects;
 pub(crate) mod ops;
 mod random;
 mod reduce;

@@ -1,7 +1,9 @@
 //! The emulated HCCL through its function table: every collective and point-to-point transfer
 //! against closed-form results, Atlas A2's dtype and reduce-op support, asynchronous issue and
 //! matching in order, and the documented failures (mismatched parameters, a rank that never
-//! joins within HCCL_EXEC_TIMEOUT, buffers and streams of the wrong device, the config traps).
+//! joins within HCCL_EXEC_TIMEOUT, buffers and streams of the wrong device, the config traps),
+//! and the device rules every op follows: a failed transfer stops its device until reset, and a
+//! reset takes the device's communicators with it.
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
@@ -34,6 +36,17 @@ fn acl() -> &'static AclApi {
 fn hccl() -> &'static HcclApi {
     static API: OnceLock<HcclApi> = OnceLock::new();
     API.get_or_init(|| HcclApi::new(Box::new(EmulatedHccl)).expect("the emulator exports HCCL"))
+}
+
+/// `aclrtResetDevice`: destroys the device's context, clearing its fault.
+fn reset(device: i32) {
+    let api = acl();
+    // SAFETY: plain call.
+    api.check(
+        unsafe { (api.core.aclrtResetDevice)(device) },
+        "aclrtResetDevice",
+    )
+    .unwrap();
 }
 
 fn on(device: i32) {
@@ -176,6 +189,7 @@ fn all_reduce<T: Copy + Default>(inputs: &[Vec<T>], dtype: i32, op: i32) -> Vec<
         .collect();
     let n = inputs[0].len() as u64;
     for ((r, &b), &c) in ranks.iter().zip(&bufs).zip(&cs) {
+        on(r.device);
         // SAFETY: live buffers of `n` elements on the rank's device.
         let code = unsafe { (hccl().fns.HcclAllReduce)(b, b, n, dtype, op, c, r.stream) };
         hccl().check(code, "HcclAllReduce").unwrap();
@@ -280,6 +294,7 @@ fn broadcast_gather_scatter_alltoallv_and_send_recv() {
     let f = &hccl().fns;
     for i in 0..2 {
         let (c, s) = (cs[i], r[i].stream);
+        on(r[i].device);
         // SAFETY: every buffer is live on rank i's device and large enough.
         unsafe {
             hccl()
@@ -361,6 +376,7 @@ fn issue_is_asynchronous_and_parts_match_in_order() {
         r[1].upload(&bytes(&[20.0f32; 4])),
     ];
     let f = &hccl().fns;
+    on(0);
     // SAFETY: live buffers of 4 floats; the event belongs to device 0.
     unsafe {
         for b in [x[0], y[0]] {
@@ -379,7 +395,6 @@ fn issue_is_asynchronous_and_parts_match_in_order() {
                 )
                 .unwrap();
         }
-        on(0);
         let mut event = std::ptr::null_mut();
         acl()
             .check((acl().core.aclrtCreateEvent)(&mut event), "event")
@@ -399,6 +414,7 @@ fn issue_is_asynchronous_and_parts_match_in_order() {
             status, ACL_EVENT_RECORDED_STATUS_NOT_READY,
             "rank 0 must wait for rank 1"
         );
+        on(1);
         for b in [x[1], y[1]] {
             hccl()
                 .check(
@@ -468,6 +484,7 @@ fn a2_dtype_and_reduce_op_support() {
     let rs: Vec<i32> = (0..2)
         // SAFETY: a live buffer of 2 doubles on device i.
         .map(|i| unsafe {
+            on(ranks[i].device);
             (f.HcclBroadcast)(bufs[i], 2, HCCL_DATA_TYPE_FP64, 0, cs[i], ranks[i].stream)
         })
         .collect();
@@ -488,6 +505,23 @@ fn bad_buffers_streams_ranks_and_handles_are_refused() {
     let f = &hccl().fns;
     // SAFETY: the calls are refused before touching any buffer.
     unsafe {
+        // Rank 0 issued from a thread bound to device 1 (the issuing thread uses the rank's
+        // device context, hccl-abi.md rule 3).
+        assert_eq!(
+            (f.HcclAllReduce)(
+                on0,
+                on0,
+                4,
+                HCCL_DATA_TYPE_FP32,
+                HCCL_REDUCE_SUM,
+                cs[0],
+                r0.stream
+            ),
+            HCCL_E_PARA
+        );
+        let msg = std::ffi::CStr::from_ptr((acl().core.aclGetRecentErrMsg)());
+        assert!(msg.to_string_lossy().contains("bound to npu:1"), "{msg:?}");
+        on(0);
         // A buffer of device 1 given to rank 0.
         assert_eq!(
             (f.HcclAllReduce)(
@@ -600,6 +634,7 @@ fn mismatched_parameters_fail_both_ranks() {
     let b = [r[0].upload(&[0u8; 32]), r[1].upload(&[0u8; 32])];
     let f = &hccl().fns;
     for (i, count) in [(0usize, 4u64), (1, 8)] {
+        on(r[i].device);
         // SAFETY: live buffers of 8 floats.
         let code = unsafe {
             (f.HcclAllReduce)(
@@ -627,7 +662,56 @@ fn mismatched_parameters_fail_both_ranks() {
         unsafe { (hccl().optional.HcclGetCommAsyncError.unwrap())(cs[i], &mut async_error) };
         assert_eq!(async_error, HCCL_E_TIMEOUT);
     }
+    // The failure stopped both devices, as any device fault does (sticky until reset): a new
+    // transfer is refused at issue, and so is a new communicator on them.
+    on(0);
+    // SAFETY: a live buffer of 8 floats.
+    let code = unsafe {
+        (f.HcclAllReduce)(
+            b[0],
+            b[0],
+            4,
+            HCCL_DATA_TYPE_FP32,
+            HCCL_REDUCE_SUM,
+            cs[0],
+            r[0].stream,
+        )
+    };
+    assert_eq!(code, HCCL_E_RUNTIME);
+    let recent = || {
+        // SAFETY: returns a NUL-terminated string.
+        unsafe { std::ffi::CStr::from_ptr((acl().core.aclGetRecentErrMsg)()) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let msg = recent();
+    assert!(
+        msg.contains("mismatched") && msg.contains("until aclrtResetDevice"),
+        "{msg}"
+    );
+    let (mut ids, mut more) = ([0i32, 1], [std::ptr::null_mut(); 2]);
+    let init = hccl().optional.HcclCommInitAll.unwrap();
+    // SAFETY: both arrays hold 2 entries.
+    let code = unsafe { init(2, ids.as_mut_ptr(), more.as_mut_ptr()) };
+    assert_eq!(code, HCCL_E_RUNTIME);
+    // A reset destroys the devices' contexts and the communicators in them: every call but the
+    // destroy refuses them after it.
+    reset(0);
+    reset(1);
+    on(0);
+    let mut size = 0u32;
+    // SAFETY: valid out-pointer.
+    let code = unsafe { (hccl().optional.HcclGetRankSize.unwrap())(cs[0], &mut size) };
+    assert_eq!(code, HCCL_E_RUNTIME);
+    assert!(recent().contains("was reset"), "{}", recent());
     destroy(cs);
+    // New communicators on the reset devices work.
+    let out = all_reduce(
+        &[vec![1.0f32, 2.0], vec![3.0, 4.0]],
+        HCCL_DATA_TYPE_FP32,
+        HCCL_REDUCE_SUM,
+    );
+    assert_eq!(out, vec![vec![4.0f32, 6.0]; 2]);
 }
 
 #[test]
@@ -661,6 +745,8 @@ fn a_rank_that_never_joins_times_out() {
         "{e}"
     );
     destroy(cs);
+    // The timeout stopped device 0 (sticky): later tests need it back.
+    reset(0);
 }
 
 #[test]

@@ -19,4 +19,4 @@ pub use backend::collective::{self, CollectiveOps};
 pub use backend::fused::{self, FusedOps};
 pub use backend::{Ascend, AscendQTensor};
 pub use ops::AscendTensor;
-pub use runtime::{AscendDevice, MemoryStats};
+pub use runtime::{reset_device, AscendDevice, MemoryStats};

@@ -48,6 +48,42 @@ pub fn second_device() -> AscendDevice {
     }
 }
 
+/// The device for tests that provoke device faults. A fault stops its whole device context
+/// until the device is reset, so such tests run on [`second_device`] (other tests of their
+/// file keep off it), one at a time (`#[serial(fault_device)]`), between two
+/// [`reset_fault_device`] calls.
+pub fn fault_device() -> AscendDevice {
+    second_device()
+}
+
+/// Resets [`fault_device`], clearing a fault a test provoked.
+pub fn reset_fault_device() {
+    burn_ascend::reset_device(&fault_device()).expect("the fault device resets");
+}
+
+/// Launches a kernel that writes past its tensor on `device` (a descriptor claiming more
+/// storage than was allocated), so the device faults when the stream reaches it.
+pub fn provoke_fault(device: &AscendDevice) -> burn_ascend::AscendTensor {
+    use burn_ascend::acl::{aclnn, handles::TensorDesc, DataType};
+    let ctx = burn_ascend::runtime::DeviceContext::get(device).unwrap();
+    let t = burn_ascend::AscendTensor::empty(&ctx, vec![64], DataType::F32).unwrap();
+    // SAFETY: deliberately larger than the allocation; the emulated device checks the access.
+    let lie = unsafe {
+        TensorDesc::new(
+            ctx.bind(),
+            &[4096],
+            &[1],
+            0,
+            DataType::F32,
+            4096,
+            t.storage_ptr(),
+        )
+    }
+    .unwrap();
+    aclnn!(&*ctx, aclnnInplaceOne(&lie)).expect("the launch itself is queued");
+    t
+}
+
 /// For tests that read the emulation's internals (its launch log and work counters, its fault
 /// injection, its operators' own checks): `true`, after saying so, when the suite runs on a
 /// real NPU, where the test has nothing to read. `test` names the test.
@@ -565,10 +601,14 @@ impl<X: Outputs, Y: Outputs, Z: Outputs> Outputs for (X, Y, Z) {
 /// An entry's body, instantiated for one backend.
 pub type Body<B> = fn(&Case<B>) -> Vec<TensorData>;
 
-/// Table entries the backend under test computes differently from the reference, by design
-/// or upstream, with the reason. `Ascend` has none; a test binary for another backend under
-/// test shadows this list.
-pub const KNOWN_DEVIATIONS: &[(&str, &str)] = &[];
+/// A table entry the backend under test computes differently from the reference, by design or
+/// upstream: its name, the reason, and the symptom (a piece of the failure's message), so that
+/// any other failure of the entry is still a failure.
+pub type Deviation = (&'static str, &'static str, &'static str);
+
+/// The known deviations of the backend under test. `Ascend` has none; a test binary for
+/// another backend under test shadows this list.
+pub const KNOWN_DEVIATIONS: &[Deviation] = &[];
 
 /// Runs an entry on every dtype in `dtypes` and every layout of `arity`, on Ascend and on the
 /// reference, and compares every output within `tolerance`.
@@ -583,18 +623,27 @@ pub fn run<A: Backend<Device = AscendDevice>>(
     tolerance: Tolerance,
     ascend: Body<A>,
     reference: Body<Flex>,
-    known_deviations: &[(&str, &str)],
+    known_deviations: &[Deviation],
 ) {
-    if let Some((_, why)) = known_deviations.iter().find(|(n, _)| *n == name) {
-        // The deviation must still show: when it no longer does, the entry leaves the list.
-        let matched = catch_unwind(AssertUnwindSafe(|| {
+    if let Some((_, why, symptom)) = known_deviations.iter().find(|(n, _, _)| *n == name) {
+        // The deviation must still show, as itself: when it no longer does, the entry leaves
+        // the list; any other failure fails the test.
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
             run(name, dtypes, arity, tolerance, ascend, reference, &[])
-        }))
-        .is_ok();
-        assert!(
-            !matched,
-            "{name} now matches the reference: remove it from KNOWN_DEVIATIONS ({why})"
-        );
+        }));
+        match outcome {
+            Ok(()) => {
+                panic!("{name} now matches the reference: remove it from KNOWN_DEVIATIONS ({why})")
+            }
+            Err(e) => {
+                let text = message(e.as_ref());
+                assert!(
+                    text.contains(symptom),
+                    "{name}: the known deviation ({why}) shows as {symptom:?}, but the entry \
+                     failed otherwise: {text}"
+                );
+            }
+        }
         return;
     }
     let self_check = std::env::var_os("CONFORMANCE_SELF_CHECK").is_some_and(|v| v == "1");

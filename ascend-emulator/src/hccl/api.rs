@@ -92,15 +92,24 @@ fn buffer_mb() -> Result<u64, Fault> {
     env_seconds(HCCL_BUFFSIZE, 200, 1..=u32::MAX as u64)
 }
 
-/// Reserves the communicator's two staging buffers on `device`, as HCCL does at creation.
-fn reserve_staging(device: i32, mb: u64) -> Result<u64, Fault> {
-    let npu = machine().npu(device)?;
-    npu.memory.malloc(((2 * mb) << 20) as usize).map_err(|f| {
+/// A runtime failure under HCCL (a stopped device, an unbound thread) as HCCL reports it.
+fn runtime(f: Fault) -> Fault {
+    fault(HCCL_E_RUNTIME, f.message)
+}
+
+/// Reserves the communicator's two staging buffers on `device`, as HCCL does at creation;
+/// returns them with the device's generation. A device stopped by a fault takes no new
+/// communicator (its context is unusable until reset, see `stream.rs`).
+fn reserve_staging(device: i32, mb: u64) -> Result<(u64, u64), Fault> {
+    let npu = machine().npu(device).map_err(runtime)?;
+    npu.fault.check().map_err(runtime)?;
+    let staging = npu.memory.malloc(((2 * mb) << 20) as usize).map_err(|f| {
         fault(
             HCCL_E_MEMORY,
             format!("staging buffers of 2 x {mb} MB: {}", f.message),
         )
-    })
+    })?;
+    Ok((staging, npu.generation()))
 }
 
 fn new_handle(comm: Comm) -> HcclComm {
@@ -123,6 +132,27 @@ fn comm_of(handle: HcclComm) -> Result<Arc<Comm>, Fault> {
     }
 }
 
+/// A live communicator whose device still has the context it was created in.
+/// `aclrtResetDevice` destroys that context with everything in it (its memory, the
+/// communicator's staging buffers among it); HCCL's order is HcclCommDestroy, then the reset
+/// (hccl-abi.md rule 1). What HCCL does with a communicator used after the reset is not
+/// documented: the emulation takes the strict reading and refuses every call but the destroy.
+fn usable(handle: HcclComm) -> Result<Arc<Comm>, Fault> {
+    let c = comm_of(handle)?;
+    if machine().npu(c.device).map_err(runtime)?.generation() != c.generation {
+        return Err(fault(
+            HCCL_E_RUNTIME,
+            format!(
+                "rank {} of this communicator ran on npu:{}, which was reset \
+                 (aclrtResetDevice) since: the communicator went with that context; destroy it \
+                 (HcclCommDestroy, which belongs before the reset) and create a new one",
+                c.rank, c.device
+            ),
+        ));
+    }
+    Ok(c)
+}
+
 unsafe fn out<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T, Fault> {
     p.as_mut()
         .ok_or_else(|| fault(HCCL_E_PTR, format!("{name} is NULL")))
@@ -131,9 +161,7 @@ unsafe fn out<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T, Fault> {
 pub unsafe extern "C" fn HcclGetRootInfo(root_info: *mut HcclRootInfo) -> i32 {
     guard("HcclGetRootInfo", || {
         let info = out(root_info, "rootInfo")?;
-        machine()
-            .current()
-            .map_err(|f| fault(HCCL_E_RUNTIME, f.message))?;
+        machine().current().map_err(runtime)?;
         let root = start_hub(connect_timeout()?).map_err(|m| fault(HCCL_E_TCP_CONNECT, m))?;
         root.write(info);
         Ok(())
@@ -163,9 +191,7 @@ unsafe fn init_root_info(
             format!("rank {rank} of {n_ranks} ranks is out of range"),
         ));
     }
-    let (device, _) = machine()
-        .current()
-        .map_err(|f| fault(HCCL_E_RUNTIME, f.message))?;
+    let (device, _) = machine().current().map_err(runtime)?;
     let mb = match &config {
         Some(c) => c.buffer_mb as u64,
         None => buffer_mb()?,
@@ -173,11 +199,11 @@ unsafe fn init_root_info(
     let exec = exec_timeout()?;
     let link = NetLink::connect(root, n_ranks, rank, connect_timeout()?)
         .map_err(|(code, m)| fault(code, m))?;
-    let staging = reserve_staging(device, mb)?;
+    let (staging, generation) = reserve_staging(device, mb)?;
     *slot = new_handle(Comm::new(
         rank,
         n_ranks,
-        device,
+        (device, generation),
         Arc::new(link),
         exec,
         staging,
@@ -262,10 +288,10 @@ pub unsafe extern "C" fn HcclCommInitAll(
         let mut made = Vec::with_capacity(ids.len());
         for (rank, &device) in ids.iter().enumerate() {
             match reserve_staging(device, mb) {
-                Ok(staging) => made.push(Comm::new(
+                Ok((staging, generation)) => made.push(Comm::new(
                     rank as u32,
                     ndev,
-                    device,
+                    (device, generation),
                     group.clone(),
                     exec,
                     staging,
@@ -289,29 +315,34 @@ pub unsafe extern "C" fn HcclCommDestroy(comm: HcclComm) -> i32 {
     guard("HcclCommDestroy", || {
         let c = comm_of(comm)?;
         registry().lock().unwrap().remove(&(comm as usize));
-        let _ = machine().npu(c.device)?.memory.free(c.staging());
         drop(Arc::from_raw(comm as *const Comm));
+        let npu = machine().npu(c.device).map_err(runtime)?;
+        // After a reset the staging buffers went with the context (and their addresses may
+        // be another allocation's now).
+        if npu.generation() == c.generation {
+            npu.memory.free(c.staging()).map_err(runtime)?;
+        }
         Ok(())
     })
 }
 
 pub unsafe extern "C" fn HcclGetRankSize(comm: HcclComm, rank_size: *mut u32) -> i32 {
     guard("HcclGetRankSize", || {
-        *out(rank_size, "rankSize")? = comm_of(comm)?.size;
+        *out(rank_size, "rankSize")? = usable(comm)?.size;
         Ok(())
     })
 }
 
 pub unsafe extern "C" fn HcclGetRankId(comm: HcclComm, rank: *mut u32) -> i32 {
     guard("HcclGetRankId", || {
-        *out(rank, "rank")? = comm_of(comm)?.rank;
+        *out(rank, "rank")? = usable(comm)?.rank;
         Ok(())
     })
 }
 
 pub unsafe extern "C" fn HcclGetCommAsyncError(comm: HcclComm, async_error: *mut i32) -> i32 {
     guard("HcclGetCommAsyncError", || {
-        *out(async_error, "asyncError")? = comm_of(comm)?.async_error();
+        *out(async_error, "asyncError")? = usable(comm)?.async_error();
         Ok(())
     })
 }
@@ -348,8 +379,22 @@ struct Region {
     len: usize,
 }
 
-/// The stream a rank's part is queued on: a live stream of the rank's own device.
+/// The stream a rank's part is queued on: a live stream of the rank's own device, issued from
+/// a thread bound to that device (the issuing threads of a communicator on a device use its
+/// context, hccl-abi.md rule 3), which has not stopped at a fault.
 fn stream_of(handle: aclrtStream, comm: &Comm) -> Result<Arc<Stream>, Fault> {
+    let (current, npu) = machine().current().map_err(runtime)?;
+    if current != comm.device {
+        return Err(fault(
+            HCCL_E_PARA,
+            format!(
+                "the calling thread is bound to npu:{current}, but rank {} of the communicator \
+                 runs on npu:{}: bind that device first (aclrtSetDevice)",
+                comm.rank, comm.device
+            ),
+        ));
+    }
+    npu.fault.check().map_err(runtime)?;
     if handle.is_null() {
         return Err(fault(
             HCCL_E_PARA,
@@ -388,7 +433,7 @@ fn region(
     if ptr.is_null() {
         return Err(fault(HCCL_E_PTR, format!("{what} is NULL")));
     }
-    let npu = machine().npu(comm.device)?;
+    let npu = machine().npu(comm.device).map_err(runtime)?;
     if !npu.memory.owns(addr) {
         return Err(fault(
             HCCL_E_PARA,
@@ -442,8 +487,8 @@ fn enqueue(
     op: Op,
     reads: Vec<Region>,
     writes: Vec<Region>,
-) {
-    stream.enqueue(Box::new(move || {
+) -> Result<(), Fault> {
+    let queued = stream.enqueue(Box::new(move || {
         let npu = machine().npu(comm.device)?;
         let mut input = Vec::with_capacity(reads.iter().map(|r| r.len).sum());
         for r in reads.iter().filter(|r| r.len > 0) {
@@ -489,13 +534,20 @@ fn enqueue(
         }
         Ok(())
     }));
+    queued.map_err(runtime)
 }
 
 /// Queues a collective of every rank of `comm`.
-fn collective(comm: Arc<Comm>, stream: &Stream, op: Op, reads: Vec<Region>, writes: Vec<Region>) {
+fn collective(
+    comm: Arc<Comm>,
+    stream: &Stream,
+    op: Op,
+    reads: Vec<Region>,
+    writes: Vec<Region>,
+) -> Result<(), Fault> {
     let key = comm.next_collective();
     let (n, rank) = (comm.size as usize, comm.rank as usize);
-    enqueue(comm, stream, key, n, rank, op, reads, writes);
+    enqueue(comm, stream, key, n, rank, op, reads, writes)
 }
 
 pub unsafe extern "C" fn HcclAllReduce(
@@ -508,7 +560,7 @@ pub unsafe extern "C" fn HcclAllReduce(
     stream: aclrtStream,
 ) -> i32 {
     guard("HcclAllReduce", || {
-        let c = comm_of(comm)?;
+        let c = usable(comm)?;
         let elem = check_dtype(Kind::AllReduce, data_type, Some(op))?;
         let s = stream_of(stream, &c)?;
         let len = bytes_of(count, elem)?;
@@ -519,8 +571,7 @@ pub unsafe extern "C" fn HcclAllReduce(
             dtype: data_type,
             op,
         };
-        collective(c, &s, op, vec![read], vec![write]);
-        Ok(())
+        collective(c, &s, op, vec![read], vec![write])
     })
 }
 
@@ -533,7 +584,7 @@ pub unsafe extern "C" fn HcclBroadcast(
     stream: aclrtStream,
 ) -> i32 {
     guard("HcclBroadcast", || {
-        let c = comm_of(comm)?;
+        let c = usable(comm)?;
         let elem = check_dtype(Kind::Broadcast, data_type, None)?;
         if root >= c.size {
             return Err(fault(
@@ -549,8 +600,7 @@ pub unsafe extern "C" fn HcclBroadcast(
             dtype: data_type,
             root,
         };
-        collective(c, &s, op, reads, vec![r]);
-        Ok(())
+        collective(c, &s, op, reads, vec![r])
     })
 }
 
@@ -563,7 +613,7 @@ pub unsafe extern "C" fn HcclAllGather(
     stream: aclrtStream,
 ) -> i32 {
     guard("HcclAllGather", || {
-        let c = comm_of(comm)?;
+        let c = usable(comm)?;
         let elem = check_dtype(Kind::AllGather, data_type, None)?;
         let s = stream_of(stream, &c)?;
         let len = bytes_of(send_count, elem)?;
@@ -573,8 +623,7 @@ pub unsafe extern "C" fn HcclAllGather(
             count: send_count,
             dtype: data_type,
         };
-        collective(c, &s, op, vec![read], vec![write]);
-        Ok(())
+        collective(c, &s, op, vec![read], vec![write])
     })
 }
 
@@ -588,7 +637,7 @@ pub unsafe extern "C" fn HcclReduceScatter(
     stream: aclrtStream,
 ) -> i32 {
     guard("HcclReduceScatter", || {
-        let c = comm_of(comm)?;
+        let c = usable(comm)?;
         let elem = check_dtype(Kind::ReduceScatter, data_type, Some(op))?;
         let s = stream_of(stream, &c)?;
         let len = bytes_of(recv_count, elem)?;
@@ -599,8 +648,7 @@ pub unsafe extern "C" fn HcclReduceScatter(
             dtype: data_type,
             op,
         };
-        collective(c, &s, op, vec![read], vec![write]);
-        Ok(())
+        collective(c, &s, op, vec![read], vec![write])
     })
 }
 
@@ -625,7 +673,7 @@ pub unsafe extern "C" fn HcclAlltoAllV(
     stream: aclrtStream,
 ) -> i32 {
     guard("HcclAlltoAllV", || {
-        let c = comm_of(comm)?;
+        let c = usable(comm)?;
         let elem = check_dtype(Kind::AlltoAllV, send_type, None)?;
         if recv_type != send_type {
             return Err(fault(
@@ -675,8 +723,7 @@ pub unsafe extern "C" fn HcclAlltoAllV(
             send_counts: sc,
             recv_counts: rc,
         };
-        collective(c, &s, op, reads, writes);
-        Ok(())
+        collective(c, &s, op, reads, writes)
     })
 }
 
@@ -702,7 +749,7 @@ pub unsafe extern "C" fn HcclSend(
     stream: aclrtStream,
 ) -> i32 {
     guard("HcclSend", || {
-        let c = comm_of(comm)?;
+        let c = usable(comm)?;
         let elem = check_dtype(Kind::SendRecv, data_type, None)?;
         check_peer(&c, dest_rank, "destRank")?;
         let s = stream_of(stream, &c)?;
@@ -713,8 +760,7 @@ pub unsafe extern "C" fn HcclSend(
             dtype: data_type,
             peer: dest_rank,
         };
-        enqueue(c, &s, key, 2, 0, op, vec![read], Vec::new());
-        Ok(())
+        enqueue(c, &s, key, 2, 0, op, vec![read], Vec::new())
     })
 }
 
@@ -727,7 +773,7 @@ pub unsafe extern "C" fn HcclRecv(
     stream: aclrtStream,
 ) -> i32 {
     guard("HcclRecv", || {
-        let c = comm_of(comm)?;
+        let c = usable(comm)?;
         let elem = check_dtype(Kind::SendRecv, data_type, None)?;
         check_peer(&c, src_rank, "srcRank")?;
         let s = stream_of(stream, &c)?;
@@ -738,7 +784,6 @@ pub unsafe extern "C" fn HcclRecv(
             dtype: data_type,
             peer: src_rank,
         };
-        enqueue(c, &s, key, 2, 1, op, Vec::new(), vec![write]);
-        Ok(())
+        enqueue(c, &s, key, 2, 1, op, Vec::new(), vec![write])
     })
 }

@@ -152,6 +152,9 @@ pub(crate) struct Comm {
     pub size: u32,
     /// The NPU the rank runs on: its buffers and streams must be that device's.
     pub device: i32,
+    /// The device's generation at creation: a reset of the device destroys the communicator
+    /// with the rest of its context.
+    pub generation: u64,
     transport: Arc<dyn Transport>,
     next_collective: AtomicU64,
     next_p2p: Mutex<HashMap<(u32, u32), u64>>,
@@ -166,7 +169,7 @@ impl Comm {
     pub fn new(
         rank: u32,
         size: u32,
-        device: i32,
+        (device, generation): (i32, u64),
         transport: Arc<dyn Transport>,
         exec_timeout: Option<Duration>,
         staging: u64,
@@ -175,6 +178,7 @@ impl Comm {
             rank,
             size,
             device,
+            generation,
             transport,
             next_collective: AtomicU64::new(0),
             next_p2p: Mutex::default(),

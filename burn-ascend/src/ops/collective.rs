@@ -76,6 +76,8 @@ fn ranks<'c>(
     }
     let mut out: Vec<&LocalRank> = Vec::with_capacity(tensors.len());
     for t in tensors {
+        // A tensor of a context a reset destroyed: its memory is gone.
+        t.ctx().check_alive()?;
         let device = t.ctx().device();
         let r = comm.rank_on(&device).ok_or_else(|| {
             refuse(
@@ -446,6 +448,7 @@ pub fn send(comm: &Communicator, tensor: &AscendTensor, dst: usize) -> AclResult
             "the tensor's device holds no rank of the communicator",
         )
     })?;
+    tensor.ctx().check_alive()?;
     let input = contiguous(tensor)?;
     let count = tensor.layout().numel() as u64;
     let dtype = hccl_data_type(tensor.dtype());

@@ -2,10 +2,11 @@
 //! slices (negative steps become a forward view plus a flip, since aclnn forbids negative
 //! strides), and copies between devices.
 
+use super::compare::{bitwise_scalar, Logical};
 use super::layout::Layout;
 use super::tensor::AscendTensor;
 use crate::acl::aclnn;
-use crate::acl::handles::{IntArrayDesc, TensorListDesc};
+use crate::acl::handles::{HostScalar, IntArrayDesc, TensorListDesc};
 use crate::acl::{AclResult, DataType};
 use crate::runtime::{AscendDevice, DeviceContext};
 
@@ -14,11 +15,9 @@ pub fn copy_into(dst: &AscendTensor, src: &AscendTensor) -> AclResult<()> {
     if dst.layout.numel() == 0 {
         return Ok(());
     }
-    aclnn!(
-        &**dst.ctx(),
-        aclnnInplaceCopy(dst.desc()?.as_ptr(), src.desc()?.as_ptr())
-    )
-    .map_err(|e| e.with_context(|| format!("copy of {} into {}", src.describe(), dst.describe())))
+    aclnn!(&**dst.ctx(), aclnnInplaceCopy(dst.desc()?, src.desc()?)).map_err(|e| {
+        e.with_context(|| format!("copy of {} into {}", src.describe(), dst.describe()))
+    })
 }
 
 /// `t` itself if it is dense row-major, else a contiguous copy.
@@ -31,24 +30,25 @@ pub fn contiguous(t: &AscendTensor) -> AclResult<AscendTensor> {
     Ok(out)
 }
 
-/// The same shape as `t`, converted to `dtype`.
+/// The same shape as `t`, converted to `dtype` with Burn's rules (Rust's `as`): floats to
+/// integers toward zero, saturating, NaN to 0 (aclnnCast does the same); integers to narrower
+/// integers wrap.
 pub fn cast(t: &AscendTensor, dtype: DataType) -> AclResult<AscendTensor> {
     if t.dtype == dtype {
         return Ok(t.clone());
     }
-    // aclnnCast requires BOOL inputs to be contiguous.
-    let src = if t.dtype == DataType::Bool {
-        contiguous(t)?
-    } else {
-        t.clone()
+    let src = match (t.dtype, dtype) {
+        // aclnnCast requires BOOL inputs to be contiguous.
+        (DataType::Bool, _) => contiguous(t)?,
+        // aclnnCast's int32 -> int8 is exact only for inputs in (-2048, 1920) (aclnnCast doc,
+        // aclnn-ops.tsv); the low byte, which the wrap keeps, is in range and converts exactly.
+        (DataType::I32, DataType::I8) => bitwise_scalar(Logical::And, t, HostScalar::Int(0xff))?,
+        _ => t.clone(),
     };
     let out = AscendTensor::empty(t.ctx(), t.layout.shape.clone(), dtype)?;
     if out.layout.numel() > 0 {
-        aclnn!(
-            &**t.ctx(),
-            aclnnCast(src.desc()?.as_ptr(), dtype.acl(), out.desc()?.as_ptr())
-        )
-        .map_err(|e| e.with_context(|| format!("cast of {} to {dtype}", t.describe())))?;
+        aclnn!(&**t.ctx(), aclnnCast(src.desc()?, dtype.acl(), out.desc()?))
+            .map_err(|e| e.with_context(|| format!("cast of {} to {dtype}", t.describe())))?;
     }
     Ok(out)
 }
@@ -102,11 +102,8 @@ pub fn cat(tensors: &[AscendTensor], dim: usize) -> AclResult<AscendTensor> {
         .map(AscendTensor::desc_owned)
         .collect::<AclResult<Vec<_>>>()?;
     let list = TensorListDesc::new(api, descs)?;
-    aclnn!(
-        &**first.ctx(),
-        aclnnCat(list.as_ptr(), dim as i64, out.desc()?.as_ptr())
-    )
-    .map_err(|e| e.with_context(describe))?;
+    aclnn!(&**first.ctx(), aclnnCat(&list, dim as i64, out.desc()?))
+        .map_err(|e| e.with_context(describe))?;
     Ok(out)
 }
 
@@ -119,11 +116,8 @@ pub fn flip(t: &AscendTensor, axes: &[usize]) -> AclResult<AscendTensor> {
     }
     let dims: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
     let dims = IntArrayDesc::new(t.ctx().bind(), &dims)?;
-    aclnn!(
-        &**t.ctx(),
-        aclnnFlip(t.desc()?.as_ptr(), dims.as_ptr(), out.desc()?.as_ptr())
-    )
-    .map_err(|e| e.with_context(|| format!("aclnnFlip of {} along {axes:?}", t.describe())))?;
+    aclnn!(&**t.ctx(), aclnnFlip(t.desc()?, &dims, out.desc()?))
+        .map_err(|e| e.with_context(|| format!("aclnnFlip of {} along {axes:?}", t.describe())))?;
     Ok(out)
 }
 

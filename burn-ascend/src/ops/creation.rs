@@ -16,7 +16,13 @@ pub fn from_bytes(
     bytes: &[u8],
 ) -> AclResult<AscendTensor> {
     let out = AscendTensor::empty(ctx, shape, dtype)?;
-    debug_assert_eq!(bytes.len(), out.layout.numel() * dtype.size());
+    if bytes.len() != out.layout.numel() * dtype.size() {
+        return Err(crate::acl::AclError::InvalidArgument(format!(
+            "from_data: {} bytes do not make a {:?} {dtype} tensor",
+            bytes.len(),
+            out.shape()
+        )));
+    }
     ctx.upload(&out.storage, bytes)?;
     Ok(out)
 }
@@ -70,7 +76,7 @@ pub fn zeros(
     dtype: DataType,
 ) -> AclResult<AscendTensor> {
     filled(ctx, shape, dtype, |t| {
-        aclnn!(&**ctx, aclnnInplaceZero(t.desc()?.as_ptr()))
+        aclnn!(&**ctx, aclnnInplaceZero(t.desc()?))
     })
 }
 
@@ -81,7 +87,7 @@ pub fn ones(
     dtype: DataType,
 ) -> AclResult<AscendTensor> {
     filled(ctx, shape, dtype, |t| {
-        aclnn!(&**ctx, aclnnInplaceOne(t.desc()?.as_ptr()))
+        aclnn!(&**ctx, aclnnInplaceOne(t.desc()?))
     })
 }
 
@@ -94,9 +100,6 @@ pub fn full(
 ) -> AclResult<AscendTensor> {
     filled(ctx, shape, dtype, |t| {
         let value = ScalarDesc::new(ctx.bind(), value)?;
-        aclnn!(
-            &**ctx,
-            aclnnInplaceFillScalar(t.desc()?.as_ptr(), value.as_ptr())
-        )
+        aclnn!(&**ctx, aclnnInplaceFillScalar(t.desc()?, &value))
     })
 }

@@ -13,9 +13,14 @@
 //! valid), from one thread, one rank after another, under a process-wide lock: HCCL asks that
 //! the transfers of a device be issued serially, and the same order on every device is what
 //! matches them. Issue never waits for the peers; the ranks meet on the devices.
+//!
+//! A communicator lives in its devices' contexts: [`super::reset_device`] destroys the reset
+//! device's rank before `aclrtResetDevice` (HCCL's order) and retires the whole communicator,
+//! whose later use is an error; [`Communicator::local`] then builds a new one.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use super::context::DeviceContext;
 use super::device::AscendDevice;
@@ -56,6 +61,27 @@ pub struct LocalRank {
     /// The context of its device.
     pub ctx: Arc<DeviceContext>,
     comm: HcclComm,
+    /// Whether `comm` was destroyed already (by a reset of the device).
+    destroyed: AtomicBool,
+}
+
+impl LocalRank {
+    fn new(rank: u32, ctx: Arc<DeviceContext>, comm: HcclComm) -> Self {
+        Self {
+            rank,
+            ctx,
+            comm,
+            destroyed: AtomicBool::new(false),
+        }
+    }
+
+    /// `HcclCommDestroy`, once.
+    fn destroy(&self, api: &HcclApi) {
+        if !self.destroyed.swap(true, Ordering::AcqRel) {
+            // SAFETY: the handle is ours, and no longer used.
+            unsafe { (api.fns.HcclCommDestroy)(self.comm) };
+        }
+    }
 }
 
 /// An HCCL communicator: its size and the ranks this process holds.
@@ -63,6 +89,8 @@ pub struct Communicator {
     api: &'static HcclApi,
     size: u32,
     ranks: Vec<LocalRank>,
+    /// Set when a reset of one of its devices destroyed the communicator: why.
+    retired: OnceLock<String>,
 }
 
 // SAFETY: HCCL handles may be used from any thread; issue is serialised by `issue_lock`.
@@ -75,17 +103,59 @@ fn issue_lock() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The communicators built over this process's devices, cached by device list.
+fn local_cache() -> MutexGuard<'static, HashMap<Vec<AscendDevice>, Arc<Communicator>>> {
+    static CACHE: OnceLock<Mutex<HashMap<Vec<AscendDevice>, Arc<Communicator>>>> = OnceLock::new();
+    CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Every communicator of the process, so a device reset can find those it destroys.
+fn live() -> MutexGuard<'static, Vec<Weak<Communicator>>> {
+    static LIVE: Mutex<Vec<Weak<Communicator>>> = Mutex::new(Vec::new());
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn register(c: Communicator) -> Arc<Communicator> {
+    let c = Arc::new(c);
+    let mut live = live();
+    live.retain(|w| w.strong_count() > 0);
+    live.push(Arc::downgrade(&c));
+    c
+}
+
+/// Destroys the ranks on `device` of every communicator and retires those communicators
+/// (called by [`super::reset_device`] after the device's work is done and before
+/// `aclrtResetDevice`: HCCL destroys a communicator before the reset of its device). Ranks on
+/// other devices are destroyed when their communicator is dropped, after their own work.
+pub(crate) fn release_device(device: &AscendDevice) {
+    let _serial = issue_lock();
+    local_cache().retain(|devices, _| !devices.contains(device));
+    let affected: Vec<Arc<Communicator>> = live()
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter(|c| c.rank_on(device).is_some())
+        .collect();
+    for c in affected {
+        let _ = c.retired.set(format!("{device} was reset"));
+        if let Some(r) = c.rank_on(device) {
+            r.destroy(c.api);
+        }
+    }
+}
+
 impl Communicator {
     /// The communicator whose ranks are `devices`, in that order, all in this process; created
     /// on first use (`HcclCommInitAll`) and kept for the process.
+    /// A reset of one of the devices destroys it; the next call builds a new one.
     pub fn local(devices: &[AscendDevice]) -> AclResult<Arc<Communicator>> {
-        static CACHE: OnceLock<Mutex<HashMap<Vec<AscendDevice>, Arc<Communicator>>>> =
-            OnceLock::new();
-        let mut cache = CACHE.get_or_init(Default::default).lock().unwrap();
+        let mut cache = local_cache();
         if let Some(c) = cache.get(devices) {
             return Ok(c.clone());
         }
-        let c = Arc::new(Self::create_local(devices)?);
+        let c = register(Self::create_local(devices)?);
         cache.insert(devices.to_vec(), c.clone());
         Ok(c)
     }
@@ -140,12 +210,9 @@ impl Communicator {
                 .into_iter()
                 .zip(comms)
                 .enumerate()
-                .map(|(rank, (ctx, comm))| LocalRank {
-                    rank: rank as u32,
-                    ctx,
-                    comm,
-                })
+                .map(|(rank, (ctx, comm))| LocalRank::new(rank as u32, ctx, comm))
                 .collect(),
+            retired: OnceLock::new(),
         })
     }
 
@@ -192,10 +259,11 @@ impl Communicator {
         check(api, &ctx, code, "HcclCommInitRootInfo").map_err(|e| {
             e.with_context(|| format!("rank {rank} of {size} on {device} (root at {address})"))
         })?;
-        Ok(Arc::new(Self {
+        Ok(register(Self {
             api,
             size,
-            ranks: vec![LocalRank { rank, ctx, comm }],
+            ranks: vec![LocalRank::new(rank, ctx, comm)],
+            retired: OnceLock::new(),
         }))
     }
 
@@ -231,6 +299,18 @@ impl Communicator {
         mut issue: impl FnMut(&HcclApi, usize, HcclComm, aclrtStream) -> i32,
     ) -> AclResult<()> {
         let _serial = issue_lock();
+        if let Some(why) = self.retired.get() {
+            return Err(AclError::Library(format!(
+                "{}: the communicator no longer exists ({why}, which destroyed it); build a new \
+                 one",
+                what()
+            )));
+        }
+        // Checked for every rank before any is issued: a rank left alone would wait for its
+        // peers until HCCL_EXEC_TIMEOUT.
+        for r in ranks {
+            r.ctx.check_alive()?;
+        }
         for (i, r) in ranks.iter().enumerate() {
             r.ctx.bind();
             let code = issue(self.api, i, r.comm, r.ctx.stream());
@@ -244,6 +324,11 @@ impl Communicator {
     /// The first failure HCCL saw in a transfer of local rank `rank` (`HcclGetCommAsyncError`),
     /// if any.
     pub fn async_error(&self, rank: &LocalRank) -> AclResult<Option<i32>> {
+        if let Some(why) = self.retired.get() {
+            return Err(AclError::Library(format!(
+                "the communicator no longer exists ({why}, which destroyed it)"
+            )));
+        }
         let get = self.api.require(
             self.api.optional.HcclGetCommAsyncError,
             "HcclGetCommAsyncError",
@@ -260,10 +345,12 @@ impl Communicator {
 impl Drop for Communicator {
     fn drop(&mut self) {
         for r in &self.ranks {
-            // Transfers still queued hold the communicator on the device: finish them first.
-            let _ = r.ctx.synchronize();
-            // SAFETY: the handle is ours and no longer used.
-            unsafe { (self.api.fns.HcclCommDestroy)(r.comm) };
+            if !r.destroyed.load(Ordering::Acquire) {
+                // Transfers still queued hold the communicator on the device: finish them
+                // first.
+                let _ = r.ctx.synchronize();
+                r.destroy(self.api);
+            }
         }
     }
 }
