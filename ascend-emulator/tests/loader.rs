@@ -537,3 +537,62 @@ fn hccl_all_reduce_through_the_loaded_library() {
         assert_eq!(out, [3.0; 4], "rank {i}");
     }
 }
+
+/// A CANN without HCCL: the ACL table loads from the same directory and runs single-device
+/// work, and opening HCCL (what the first multi-device call does) is an error naming the
+/// library and where it was looked for.
+#[test]
+fn without_libhccl_the_acl_table_works_and_hccl_is_a_clear_error() {
+    let library = build_emulated_cann();
+    let dir = TempDir::new("cann-without-hccl");
+    for name in CANN_LIBRARIES.iter().filter(|n| **n != "libhccl.so") {
+        std::os::unix::fs::symlink(&library, dir.path().join(name)).unwrap();
+    }
+    // Kept mapped for the process, as the other tests' table is: the runtime's threads live on.
+    let api: &'static AclApi = Box::leak(Box::new(
+        CannLibraries::open_in(Some(dir.path()))
+            .and_then(|l| AclApi::new(Box::new(l)))
+            .unwrap_or_else(|e| panic!("the ACL table loads without libhccl.so: {e}")),
+    ));
+    // SAFETY: NULL means no configuration file (another test may have initialised already).
+    let status = unsafe { (api.core.aclInit)(std::ptr::null()) };
+    assert!(
+        status == 0 || status == ascend_acl::types::status::ACL_ERROR_REPEAT_INITIALIZE,
+        "aclInit: {status}"
+    );
+    set_device(api, 0);
+    let buf = malloc(api, 16);
+    let values = [1.5f32, -2.0, 3.0, 4.25];
+    let mut back = [0f32; 4];
+    // SAFETY: `buf` holds 16 bytes, as do both host arrays.
+    unsafe {
+        check(
+            api,
+            (api.core.aclrtMemcpy)(buf, 16, values.as_ptr() as _, 16, ACL_MEMCPY_HOST_TO_DEVICE),
+            "aclrtMemcpy",
+        );
+        check(
+            api,
+            (api.core.aclrtMemcpy)(
+                back.as_mut_ptr() as _,
+                16,
+                buf,
+                16,
+                ACL_MEMCPY_DEVICE_TO_HOST,
+            ),
+            "aclrtMemcpy",
+        );
+    }
+    assert_eq!(back, values);
+    let e = match HcclLibraries::open_in(Some(dir.path())) {
+        Err(e) => e,
+        Ok(_) => panic!("HCCL must not load from a directory without libhccl.so"),
+    };
+    let text = e.to_string();
+    assert!(
+        matches!(e, AclError::Load(_))
+            && text.contains("HCCL is needed for work across NPUs")
+            && text.contains("libhccl.so"),
+        "{text}"
+    );
+}
