@@ -1,5 +1,6 @@
 //! Shared by the benches: criterion settings, wall-time capture (so ratios are taken against a
-//! reference measured in the same run), the markdown table writer and the Atlas A2 model.
+//! reference measured in the same run) and the markdown table writer. The Atlas A2 device-time
+//! model is `burn_ascend_suite::a2` (the example prints modelled times too).
 #![allow(dead_code)]
 
 #[path = "../../tests/common/host_values.rs"]
@@ -150,6 +151,3 @@ pub fn ratio(a: Option<f64>, b: Option<f64>) -> String {
         _ => "-".into(),
     }
 }
-
-/// The Atlas A2 device-time model (one copy, in the library: the example uses it too).
-pub use burn_ascend_suite::a2;

@@ -692,11 +692,8 @@ impl<B: FusedOps> Server<B> {
             modelled_secs: modelled_total,
             tpot_wall: per_token(&wall_times),
             tpot_modelled: per_token(&modelled_times),
-            decode_tokens_per_second: if decode_secs > 0.0 {
-                decode_tokens as f64 / decode_secs
-            } else {
-                0.0
-            },
+            decode_tokens,
+            decode_secs,
             results,
         }
     }

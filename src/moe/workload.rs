@@ -120,11 +120,22 @@ pub struct ServingReport {
     pub tpot_wall: Option<Percentiles>,
     /// The same on the modelled device clock (the sum of the modelled times of the steps).
     pub tpot_modelled: Option<Percentiles>,
-    /// Tokens per second over the steps where every request decoded (no prefill chunk).
-    pub decode_tokens_per_second: f64,
+    /// Tokens sampled in the steps where every request decoded one token (no prefill chunk).
+    pub decode_tokens: usize,
+    /// Wall time of those steps, seconds.
+    pub decode_secs: f64,
 }
 
 impl ServingReport {
+    /// Decode throughput: tokens per second over the steps where every request decoded.
+    pub fn decode_tokens_per_second(&self) -> f64 {
+        if self.decode_secs > 0.0 {
+            self.decode_tokens as f64 / self.decode_secs
+        } else {
+            0.0
+        }
+    }
+
     /// Output tokens per second of wall time.
     pub fn output_tokens_per_second(&self) -> f64 {
         if self.wall_secs > 0.0 {
