@@ -35,7 +35,7 @@ fn a_faulting_kernel_fails_its_own_launch() {
         )
     }
     .unwrap();
-    let err = aclnn!(&*ctx, aclnnInplaceZero(oversized.as_ptr()))
+    let err = aclnn!(&*ctx, aclnnInplaceZero(&oversized))
         .expect_err("the launch itself reports the fault in blocking mode");
     assert_eq!(err.code(), Some(ACL_ERROR_RT_AICORE_EXCEPTION));
     assert!(err.to_string().contains("aclnnInplaceZero kernel"), "{err}");

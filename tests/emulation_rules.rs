@@ -96,9 +96,9 @@ fn an_unsupported_dtype_is_rejected_with_the_real_status() {
     let err = aclnn!(
         &*ctx,
         aclnnMatmul(
-            a.desc().unwrap().as_ptr(),
-            a.desc().unwrap().as_ptr(),
-            out.desc().unwrap().as_ptr(),
+            a.desc().unwrap(),
+            a.desc().unwrap(),
+            out.desc().unwrap(),
             CUBE_MATH_KEEP_DTYPE
         )
     )
@@ -123,9 +123,9 @@ fn a_non_contiguous_bool_cast_is_rejected() {
     let err = aclnn!(
         &*ctx,
         aclnnCast(
-            transposed.desc().unwrap().as_ptr(),
+            transposed.desc().unwrap(),
             DataType::F32.acl(),
-            out.desc().unwrap().as_ptr()
+            out.desc().unwrap()
         )
     )
     .expect_err("aclnnCast needs a contiguous BOOL input");
@@ -198,7 +198,7 @@ fn use_of_freed_memory_is_an_ai_core_error_at_synchronisation() {
     let desc = t.desc().unwrap();
     drop(t);
     ctx.release_cache().unwrap();
-    aclnn!(&*ctx, aclnnInplaceZero(desc.as_ptr())).expect("the launch itself is queued");
+    aclnn!(&*ctx, aclnnInplaceZero(&desc)).expect("the launch itself is queued");
     let err = ctx
         .synchronize()
         .expect_err("the kernel touches freed memory");
@@ -231,7 +231,7 @@ fn out_of_bounds_access_is_an_ai_core_error() {
         t.storage_ptr(),
     )
     .unwrap();
-    aclnn!(&*ctx, aclnnInplaceOne(lie.as_ptr())).unwrap();
+    aclnn!(&*ctx, aclnnInplaceOne(&lie)).unwrap();
     let err = ctx
         .synchronize()
         .expect_err("the kernel writes past the allocation");

@@ -10,9 +10,8 @@ mod common;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{s, DType, IndexingUpdateOp, Int, Tensor, TensorData, TensorPrimitive};
 use burn_ascend::acl::aclnn;
-use burn_ascend::acl::handles::TensorListDesc;
+use burn_ascend::acl::handles::{Absent, TensorListDesc};
 use burn_ascend::acl::types::status::*;
-use burn_ascend::acl::types::{aclTensor, aclTensorList};
 use burn_ascend::acl::{AclError, DataType};
 use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log};
 use burn_ascend::ops::fused as device;
@@ -285,29 +284,28 @@ fn gmm_v4(
     let ws = TensorListDesc::new(api, vec![weight.desc()?])?;
     let outs = TensorListDesc::new(api, vec![out.desc()?])?;
     let list = group_list.desc()?;
-    let none = std::ptr::null::<aclTensorList>();
     aclnn!(
         &**ctx,
         aclnnGroupedMatmulV4(
-            xs.as_ptr(),
-            ws.as_ptr(),
-            none,
-            none,
-            none,
-            none,
-            none,
-            none,
-            list.as_ptr(),
-            none,
-            none,
-            none,
+            &xs,
+            &ws,
+            Absent,
+            Absent,
+            Absent,
+            Absent,
+            Absent,
+            Absent,
+            &list,
+            Absent,
+            Absent,
+            Absent,
             3,
             group_type,
             group_list_type,
             act_type,
-            outs.as_ptr() as *mut aclTensorList,
-            std::ptr::null_mut(),
-            std::ptr::null_mut()
+            &outs,
+            Absent,
+            Absent
         )
     )
 }
@@ -530,18 +528,18 @@ fn init_routing_v2(
     aclnn!(
         &**ctx,
         aclnnMoeInitRoutingV2(
-            x.desc()?.as_ptr(),
-            ids.desc()?.as_ptr(),
+            x.desc()?,
+            ids.desc()?,
             active_num,
             0,
             experts,
             drop_pad_mode,
             count_flag,
             false,
-            expanded.desc()?.as_ptr(),
-            row_idx.desc()?.as_ptr(),
-            counts.as_ptr() as *const aclTensor,
-            std::ptr::null()
+            expanded.desc()?,
+            row_idx.desc()?,
+            &counts,
+            Absent
         )
     )?;
     Ok((expanded, row_idx))
@@ -562,12 +560,12 @@ fn unpermute(
     aclnn!(
         &**ctx,
         aclnnMoeTokenUnpermute(
-            permuted.desc()?.as_ptr(),
-            rows.desc()?.as_ptr(),
-            probs.desc()?.as_ptr(),
+            permuted.desc()?,
+            rows.desc()?,
+            probs.desc()?,
             padded,
-            std::ptr::null(),
-            out.desc()?.as_ptr()
+            Absent,
+            out.desc()?
         )
     )?;
     Ok(out)

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use burn_ascend::acl::aclnn;
-use burn_ascend::acl::handles::{BoolArrayDesc, HostScalar, IntArrayDesc, ScalarDesc};
+use burn_ascend::acl::handles::{Absent, BoolArrayDesc, HostScalar, IntArrayDesc, ScalarDesc};
 use burn_ascend::acl::types::status::ACLNN_ERR_PARAM_INVALID;
 use burn_ascend::acl::{AclError, AclResult, DataType};
 use burn_ascend::ops::creation::{from_bytes, to_bytes};
@@ -60,16 +60,16 @@ fn convolution(
     aclnn!(
         &**ctx,
         aclnnConvolution(
-            x.desc()?.as_ptr(),
-            w.desc()?.as_ptr(),
-            std::ptr::null(),
-            ones.as_ptr(),
-            padding.as_ptr(),
-            ones.as_ptr(),
+            x.desc()?,
+            w.desc()?,
+            Absent,
+            &ones,
+            &padding,
+            &ones,
             false,
-            zeros.as_ptr(),
+            &zeros,
             1,
-            out.desc()?.as_ptr(),
+            out.desc()?,
             cube
         )
     )
@@ -176,21 +176,21 @@ fn convolution_backward_needs_contiguous_outputs_and_a_three_value_mask() {
         aclnn!(
             &*ctx,
             aclnnConvolutionBackward(
-                g.desc()?.as_ptr(),
-                x.desc()?.as_ptr(),
-                w.desc()?.as_ptr(),
-                bias.as_ptr(),
-                ones.as_ptr(),
-                zeros.as_ptr(),
-                ones.as_ptr(),
+                g.desc()?,
+                x.desc()?,
+                w.desc()?,
+                &bias,
+                &ones,
+                &zeros,
+                &ones,
                 false,
-                zeros.as_ptr(),
+                &zeros,
                 1,
-                mask.as_ptr(),
+                &mask,
                 0,
-                std::ptr::null_mut(),
-                grad_weight.desc()?.as_ptr(),
-                std::ptr::null_mut()
+                Absent,
+                grad_weight.desc()?,
+                Absent
             )
         )
     };
@@ -219,15 +219,7 @@ fn constant_pad_checks_the_output_shape_and_fills() {
     let pad = |out: &AscendTensor, amounts: &[i64]| -> AclResult<()> {
         let p = IntArrayDesc::new(api, amounts)?;
         let v = ScalarDesc::new(api, HostScalar::Float(-1.0))?;
-        aclnn!(
-            &*ctx,
-            aclnnConstantPadNd(
-                x.desc()?.as_ptr(),
-                p.as_ptr(),
-                v.as_ptr(),
-                out.desc()?.as_ptr()
-            )
-        )
+        aclnn!(&*ctx, aclnnConstantPadNd(x.desc()?, &p, &v, out.desc()?))
     };
     let wrong = AscendTensor::empty(&ctx, vec![2, 4], DataType::F32).unwrap();
     assert_rejected(pad(&wrong, &[1, 1]), &["aclnnConstantPadNd", "[2, 5]"]);

@@ -107,6 +107,28 @@ impl<'a> TensorDesc<'a> {
         self.ptr
     }
 
+    /// The view shape as the runtime has it now (data-dependent operators such as Nonzero
+    /// rewrite it; read it after synchronising the stream). Frees the array the runtime
+    /// returns, as its caller must.
+    pub fn view_shape(&self) -> AclResult<Vec<usize>> {
+        let (mut dims, mut count) = (std::ptr::null_mut(), 0u64);
+        // SAFETY: the descriptor is alive; valid out-pointers.
+        let status = unsafe { (self.api.core.aclGetViewShape)(self.ptr, &mut dims, &mut count) };
+        self.api.check(status, "aclGetViewShape")?;
+        if dims.is_null() {
+            return Ok(Vec::new());
+        }
+        // SAFETY: the runtime returned an array of `count` dims, ours to free once.
+        unsafe {
+            let shape = std::slice::from_raw_parts(dims, count as usize)
+                .iter()
+                .map(|&d| d as usize)
+                .collect();
+            crate::view_dims::delete_array(dims);
+            Ok(shape)
+        }
+    }
+
     /// Hands the descriptor over to a tensor list, which then owns it (a lent descriptor is
     /// copied first: the cache keeps its own).
     fn into_raw(self) -> AclResult<*mut aclTensor> {
@@ -332,14 +354,102 @@ pub trait OpLauncher {
     ) -> AclResult<()>;
 }
 
-/// Calls an aclnn operator through the table: resolves it, runs phase one with the given
-/// arguments (in header order, without workspace size and executor), then hands the executor
-/// to the launcher for phase two.
+/// An argument of an aclnn operator as [`aclnn!`](crate::aclnn) takes it: the owner of a C
+/// object (or a reference to one), which the macro keeps alive until phase two has returned,
+/// since the executor refers to its `aclTensor`, `aclScalar` and `aclIntArray` objects until
+/// then (acl-abi.md, aclnn lifetime rule 1); [`Absent`] for a NULL optional argument; or a
+/// plain value (an integer, a float, a bool, a dtype code). Raw pointers are not arguments, so
+/// an object cannot die inside the call.
+pub trait AclArg<P> {
+    /// The C argument.
+    fn acl_arg(&self) -> P;
+}
+
+/// A NULL optional argument.
+#[derive(Debug, Clone, Copy)]
+pub struct Absent;
+
+macro_rules! pointer_args {
+    ($($owner:ident => $($ptr:ty),+;)*) => {$($(
+        impl AclArg<$ptr> for $owner<'_> {
+            fn acl_arg(&self) -> $ptr {
+                self.ptr as $ptr
+            }
+        }
+    )+)*
+    $($(
+        impl AclArg<$ptr> for Absent {
+            fn acl_arg(&self) -> $ptr {
+                std::ptr::null_mut::<std::ffi::c_void>() as $ptr
+            }
+        }
+    )+)*};
+}
+pointer_args! {
+    TensorDesc => *const aclTensor, *mut aclTensor;
+    ScalarDesc => *const aclScalar;
+    IntArrayDesc => *const aclIntArray;
+    BoolArrayDesc => *const aclBoolArray;
+    TensorListDesc => *const aclTensorList, *mut aclTensorList;
+}
+
+macro_rules! value_args {
+    ($($t:ty),*) => {$(
+        impl AclArg<$t> for $t {
+            fn acl_arg(&self) -> $t {
+                *self
+            }
+        }
+    )*};
+}
+value_args!(bool, i8, i32, i64, u64, f32, f64);
+
+impl<P, T: AclArg<P>> AclArg<P> for &T {
+    fn acl_arg(&self) -> P {
+        (**self).acl_arg()
+    }
+}
+
+impl<P, T: AclArg<P>> AclArg<P> for Option<T>
+where
+    Absent: AclArg<P>,
+{
+    fn acl_arg(&self) -> P {
+        match self {
+            Some(t) => t.acl_arg(),
+            None => Absent.acl_arg(),
+        }
+    }
+}
+
+/// Calls an aclnn operator through the table: resolves it, binds every argument (so each
+/// object lives until phase two has returned), runs phase one with them in header order
+/// (without workspace size and executor), then hands the executor to the launcher for phase
+/// two. Arguments are [`AclArg`]s: descriptor owners or references, [`Absent`], plain values.
 ///
-/// `aclnn!(launcher, aclnnAdd(a.as_ptr(), b.as_ptr(), alpha.as_ptr(), out.as_ptr()))`
+/// `aclnn!(launcher, aclnnAdd(a.desc()?, &b, alpha, out.desc()?))`
 #[macro_export]
 macro_rules! aclnn {
-    ($launcher:expr, $op:ident($($arg:expr),* $(,)?)) => {{
+    ($launcher:expr, $op:ident($($arg:expr),* $(,)?)) => {
+        $crate::__aclnn_bind!(
+            $launcher, $op, [$($arg),*],
+            [a0 a1 a2 a3 a4 a5 a6 a7 a8 a9 a10 a11 a12 a13 a14 a15 a16 a17 a18 a19 a20 a21 a22 a23
+             a24 a25 a26 a27 a28 a29 a30 a31 a32 a33 a34 a35 a36 a37 a38 a39 a40 a41 a42 a43 a44],
+            []
+        )
+    };
+}
+
+/// Binds the arguments of [`aclnn!`](crate::aclnn) one by one, outside any `unsafe` block, then
+/// makes the call.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __aclnn_bind {
+    ($launcher:expr, $op:ident, [$arg:expr $(, $rest:expr)*], [$name:ident $($names:ident)*], [$($bound:ident)*]) => {{
+        let $name = $arg;
+        $crate::__aclnn_bind!($launcher, $op, [$($rest),*], [$($names)*], [$($bound)* $name])
+    }};
+    ($launcher:expr, $op:ident, [], [$($names:ident)*], [$($bound:ident)*]) => {{
         let launcher = $launcher;
         let api = $crate::handles::OpLauncher::api(launcher);
         const PHASE1: &str = concat!(stringify!($op), "GetWorkspaceSize");
@@ -349,9 +459,11 @@ macro_rules! aclnn {
             Ok((phase1, phase2)) => {
                 let mut workspace = 0u64;
                 let mut executor = ::std::ptr::null_mut();
-                // SAFETY: arguments are live descriptors owned by the caller for this call.
-                #[allow(clippy::macro_metavars_in_unsafe)] // the arguments are plain pointer expressions
-                let status = unsafe { phase1($($arg,)* &mut workspace, &mut executor) };
+                // SAFETY: every argument is a live object bound above (or a plain value) and
+                // outlives both phases.
+                let status = unsafe {
+                    phase1($($crate::handles::AclArg::acl_arg(&$bound),)* &mut workspace, &mut executor)
+                };
                 match api.check(status, PHASE1) {
                     Err(e) => Err(e),
                     // SAFETY: the executor comes from phase one of this operator, launched once.

@@ -24,6 +24,7 @@ pub mod loader;
 pub mod shape;
 pub mod table;
 pub mod types;
+pub mod view_dims;
 
 pub use dtype::DataType;
 pub use error::{AclError, AclResult};

@@ -24,6 +24,8 @@ thread_local! {
 
 /// Records `f` as this thread's recent error and returns its code.
 pub(crate) fn report(f: Fault) -> i32 {
+    // A failed call builds no executor: what its phase one read so far refers to nothing.
+    drop(super::objects::take_recorded());
     let text = CString::new(f.message.replace('\0', " ")).unwrap_or_default();
     RECENT.with(|r| *r.borrow_mut() = text);
     f.code

@@ -447,13 +447,6 @@ pub unsafe extern "C" fn aclnnRepeatGetWorkspaceSize(
 }
 
 /// A pointer to the caller's `out` descriptor, whose view shape the kernel rewrites.
-struct OutDesc(*mut TensorDesc);
-// SAFETY: CANN documents that the out descriptor of Nonzero stays alive until the stream is
-// synchronised and its shape read; the kernel writes it before that.
-unsafe impl Send for OutDesc {}
-// SAFETY: only the kernel dereferences it, on the stream's worker, one launch at a time.
-unsafe impl Sync for OutDesc {}
-
 /// Coordinates of the non-zero elements, `[count, rank]` in row-major order; the kernel
 /// shrinks the out descriptor's view shape to the count (read it with `aclGetViewShape`).
 pub unsafe extern "C" fn aclnnNonzeroGetWorkspaceSize(
@@ -478,7 +471,9 @@ pub unsafe extern "C" fn aclnnNonzeroGetWorkspaceSize(
                 ),
             ));
         }
-        let target = OutDesc(out as *mut TensorDesc);
+        // The out descriptor must stay alive until the stream is synchronised and its shape
+        // read (acl-abi.md section 7, trap 4): the kernel rewrites it through its handle.
+        let target = out as usize;
         Ok((
             0,
             Arc::new(move || {
@@ -507,13 +502,21 @@ pub unsafe extern "C" fn aclnnNonzeroGetWorkspaceSize(
                 written.shape = vec![nz.len(), rank];
                 written.strides = contiguous_strides(&written.shape);
                 map(OP, "out", &written)?.write(Vals::I(coords))?;
-                let target = &target;
-                // SAFETY: see `OutDesc`.
-                unsafe {
-                    (*target.0).shape = written.shape;
-                    (*target.0).strides = written.strides;
-                }
-                Ok(())
+                let shape = written.shape;
+                let strides = written.strides;
+                super::objects::read(
+                    "aclnnNonzero: out (rewritten when the kernel runs)",
+                    "aclTensor",
+                    target,
+                    |o| match o {
+                        super::objects::Object::Tensor(t) => {
+                            t.shape = shape;
+                            t.strides = strides;
+                            Some(())
+                        }
+                        _ => None,
+                    },
+                )
             }) as Kernel,
         ))
     })

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::fault::{fault, Fault};
+use super::objects::{check_live, read, record, Object, ObjectArg};
 use ascend_acl::dtype::DataType;
 pub(crate) use ascend_acl::shape::contiguous_strides;
 use ascend_acl::types::status::*;
@@ -74,8 +75,6 @@ impl ScalarValue {
         }
     }
 }
-
-pub(crate) struct TensorList(pub Vec<*mut aclTensor>);
 
 /// What an operator computes once its stream reaches it; an executor may run it many times.
 pub(crate) type Kernel = Arc<dyn Fn() -> Result<(), Fault> + Send + Sync>;
@@ -146,6 +145,8 @@ pub(crate) struct Executor {
     repeatable: bool,
     /// Global-memory bytes of its tensor arguments (the work counters' model).
     bytes: u64,
+    /// The objects phase one read, which must live until phase two returns.
+    objects: Vec<ObjectArg>,
 }
 
 /// One launch of an executor: its kernel with the addresses bound when phase two was called
@@ -174,7 +175,7 @@ impl Launch {
 
 /// Handles are a counter: one multiply spreads them over the table (every op looks one up).
 #[derive(Default)]
-struct HandleHasher(u64);
+pub(crate) struct HandleHasher(u64);
 
 impl Hasher for HandleHasher {
     fn finish(&self) -> u64 {
@@ -214,6 +215,7 @@ pub(crate) fn new_executor(
     kernel: Kernel,
     io: Io,
     bytes: u64,
+    objects: Vec<ObjectArg>,
 ) -> *mut aclOpExecutor {
     let rebindable = !(io.bindings.inputs.is_empty() && io.bindings.outputs.is_empty());
     let exec = Executor {
@@ -224,6 +226,7 @@ pub(crate) fn new_executor(
         rebindable,
         repeatable: false,
         bytes,
+        objects,
     };
     // Aligned like a heap object, never NULL.
     let handle = NEXT_EXECUTOR.fetch_add(1, Ordering::Relaxed) << 4;
@@ -257,6 +260,7 @@ pub(crate) fn launch_of(op: &str, handle: *mut aclOpExecutor) -> Result<Launch, 
                 ),
             ));
         }
+        check_live(op, &exec.objects)?;
         let launch = Launch {
             workspace: exec.workspace,
             bytes: exec.bytes,
@@ -348,8 +352,13 @@ pub(crate) unsafe fn set_tensor_addr(
         *entry = addr as u64;
         Ok(())
     })?;
-    (*(tensor as *mut TensorDesc)).addr = addr as u64;
-    Ok(())
+    read(what, "aclTensor", tensor as usize, |o| match o {
+        Object::Tensor(t) => {
+            t.addr = addr as u64;
+            Some(())
+        }
+        _ => None,
+    })
 }
 
 /// `aclDestroyAclOpExecutor`: drops a live executor (a repeatable one, or one that phase two
@@ -471,7 +480,7 @@ pub(crate) unsafe fn create_scalar(value: *mut c_void, dtype: i32) -> Result<Sca
     })
 }
 
-/// Borrows a descriptor passed to an operator.
+/// The descriptor passed to an operator as argument `name` (recorded for phase two's check).
 pub(crate) unsafe fn tensor_arg(
     op: &str,
     name: &str,
@@ -483,7 +492,16 @@ pub(crate) unsafe fn tensor_arg(
             format!("{op}: {name} is NULL"),
         ));
     }
-    let desc = (*(p as *const TensorDesc)).clone();
+    let desc = read(
+        &format!("{op}: {name}"),
+        "aclTensor",
+        p as usize,
+        |o| match o {
+            Object::Tensor(t) => Some(t.clone()),
+            _ => None,
+        },
+    )?;
+    record(p as usize, "aclTensor", name);
     if desc.addr == 0 && desc.numel() > 0 {
         return Err(fault(
             ACLNN_ERR_PARAM_NULLPTR,
@@ -505,7 +523,17 @@ pub(crate) unsafe fn scalar_arg(
             format!("{op}: {name} is NULL"),
         ));
     }
-    Ok(*(p as *const ScalarValue))
+    let v = read(
+        &format!("{op}: {name}"),
+        "aclScalar",
+        p as usize,
+        |o| match o {
+            Object::Scalar(v) => Some(*v),
+            _ => None,
+        },
+    )?;
+    record(p as usize, "aclScalar", name);
+    Ok(v)
 }
 
 pub(crate) unsafe fn int_array_arg(
@@ -519,7 +547,17 @@ pub(crate) unsafe fn int_array_arg(
             format!("{op}: {name} is NULL"),
         ));
     }
-    Ok((*(p as *const Vec<i64>)).clone())
+    let v = read(
+        &format!("{op}: {name}"),
+        "aclIntArray",
+        p as usize,
+        |o| match o {
+            Object::IntArray(v) => Some(v.clone()),
+            _ => None,
+        },
+    )?;
+    record(p as usize, "aclIntArray", name);
+    Ok(v)
 }
 
 pub(crate) unsafe fn bool_array_arg(
@@ -533,7 +571,17 @@ pub(crate) unsafe fn bool_array_arg(
             format!("{op}: {name} is NULL"),
         ));
     }
-    Ok((*(p as *const Vec<bool>)).clone())
+    let v = read(
+        &format!("{op}: {name}"),
+        "aclBoolArray",
+        p as usize,
+        |o| match o {
+            Object::BoolArray(v) => Some(v.clone()),
+            _ => None,
+        },
+    )?;
+    record(p as usize, "aclBoolArray", name);
+    Ok(v)
 }
 
 pub(crate) unsafe fn tensor_list_arg(
@@ -547,10 +595,19 @@ pub(crate) unsafe fn tensor_list_arg(
             format!("{op}: {name} is NULL"),
         ));
     }
-    (*(p as *const TensorList))
-        .0
+    let members = read(
+        &format!("{op}: {name}"),
+        "aclTensorList",
+        p as usize,
+        |o| match o {
+            Object::TensorList(v) => Some(v.clone()),
+            _ => None,
+        },
+    )?;
+    record(p as usize, "aclTensorList", name);
+    members
         .iter()
         .enumerate()
-        .map(|(i, &t)| tensor_arg(op, &format!("{name}[{i}]"), t))
+        .map(|(i, &t)| tensor_arg(op, &format!("{name}[{i}]"), t as *const aclTensor))
         .collect()
 }

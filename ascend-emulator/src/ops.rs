@@ -100,8 +100,9 @@ pub(crate) unsafe fn phase1_io(
         let mut io = Io::default();
         let (built, bytes) = super::counters::capture(|| build(&mut io));
         let (workspace, kernel) = built?;
+        let objects = super::objects::take_recorded();
         *workspace_size = workspace;
-        *executor = new_executor(op, workspace, kernel, io, bytes);
+        *executor = new_executor(op, workspace, kernel, io, bytes, objects);
         Ok(())
     })
 }

@@ -9,8 +9,8 @@ use super::fault::{fault, guard, recent, report, Fault};
 use super::machine::{machine, AI_CORES, L2_BYTES, SOC_NAME, VECTOR_CORES};
 use super::meta::{
     create_scalar, create_tensor, destroy_executor, set_repeatable, set_tensor_addr, Slot,
-    TensorDesc, TensorList,
 };
+use super::objects::{self, Object};
 use super::stream::{Event, Stream};
 use ascend_acl::types::device_info::*;
 use ascend_acl::types::event_status::*;
@@ -387,10 +387,10 @@ unsafe fn non_null<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T, Fault> {
         .ok_or_else(|| fault(ACL_ERROR_RT_PARAM_INVALID, format!("{name} is NULL")))
 }
 
-/// Boxes a descriptor, or reports why it could not be created and returns NULL.
-fn boxed<T, U>(r: Result<T, Fault>) -> *mut U {
+/// Registers an object, or reports why it could not be created and returns NULL.
+fn created<U>(r: Result<Object, Fault>) -> *mut U {
     match r {
-        Ok(v) => Box::into_raw(Box::new(v)) as *mut U,
+        Ok(o) => objects::register(o) as *mut U,
         Err(f) => {
             report(f);
             std::ptr::null_mut()
@@ -398,12 +398,14 @@ fn boxed<T, U>(r: Result<T, Fault>) -> *mut U {
     }
 }
 
-unsafe fn destroy<T>(p: *const c_void, what: &str) -> aclnnStatus {
-    if p.is_null() {
-        return report(fault(ACLNN_ERR_PARAM_NULLPTR, format!("{what} is NULL")));
+fn destroyed(what: &str, kind: &'static str, handle: usize) -> aclnnStatus {
+    if handle == 0 {
+        return report(fault(ACLNN_ERR_PARAM_NULLPTR, format!("{what}: NULL")));
     }
-    drop(Box::from_raw(p as *mut T));
-    ACLNN_SUCCESS
+    match objects::destroy(what, kind, handle) {
+        Ok(()) => ACLNN_SUCCESS,
+        Err(f) => report(f),
+    }
 }
 
 pub unsafe extern "C" fn aclCreateTensor(
@@ -417,96 +419,89 @@ pub unsafe extern "C" fn aclCreateTensor(
     storage_dims_num: u64,
     tensor_data: *mut c_void,
 ) -> *mut aclTensor {
-    boxed(create_tensor(
-        view_dims,
-        view_dims_num,
-        data_type,
-        stride,
-        offset,
-        storage_dims,
-        storage_dims_num,
-        tensor_data,
-    ))
+    created(
+        create_tensor(
+            view_dims,
+            view_dims_num,
+            data_type,
+            stride,
+            offset,
+            storage_dims,
+            storage_dims_num,
+            tensor_data,
+        )
+        .map(Object::Tensor),
+    )
 }
 
 pub unsafe extern "C" fn aclDestroyTensor(tensor: *const aclTensor) -> aclnnStatus {
-    destroy::<TensorDesc>(tensor as _, "tensor")
+    destroyed("aclDestroyTensor", "aclTensor", tensor as usize)
 }
 
 pub unsafe extern "C" fn aclCreateScalar(value: *mut c_void, data_type: i32) -> *mut aclScalar {
-    boxed(create_scalar(value, data_type))
+    created(create_scalar(value, data_type).map(Object::Scalar))
 }
 
 pub unsafe extern "C" fn aclDestroyScalar(scalar: *const aclScalar) -> aclnnStatus {
-    destroy::<super::meta::ScalarValue>(scalar as _, "scalar")
+    destroyed("aclDestroyScalar", "aclScalar", scalar as usize)
+}
+
+/// The `size` values at `value`, copied (as CANN's array constructors memcpy them).
+unsafe fn copied<T: std::marker::Copy>(
+    what: &str,
+    value: *const T,
+    size: u64,
+) -> Result<Vec<T>, Fault> {
+    if size > 0 && value.is_null() {
+        Err(fault(
+            ACLNN_ERR_PARAM_NULLPTR,
+            format!("{what}: value is NULL"),
+        ))
+    } else if size == 0 {
+        Ok(Vec::new())
+    } else {
+        Ok(std::slice::from_raw_parts(value, size as usize).to_vec())
+    }
 }
 
 pub unsafe extern "C" fn aclCreateIntArray(value: *const i64, size: u64) -> *mut aclIntArray {
-    boxed(if size > 0 && value.is_null() {
-        Err(fault(
-            ACLNN_ERR_PARAM_NULLPTR,
-            "aclCreateIntArray: value is NULL",
-        ))
-    } else if size == 0 {
-        Ok(Vec::<i64>::new())
-    } else {
-        Ok(std::slice::from_raw_parts(value, size as usize).to_vec())
-    })
+    created(copied("aclCreateIntArray", value, size).map(Object::IntArray))
 }
 
 pub unsafe extern "C" fn aclDestroyIntArray(array: *const aclIntArray) -> aclnnStatus {
-    destroy::<Vec<i64>>(array as _, "array")
+    destroyed("aclDestroyIntArray", "aclIntArray", array as usize)
 }
 
 pub unsafe extern "C" fn aclCreateBoolArray(value: *const bool, size: u64) -> *mut aclBoolArray {
-    boxed(if size > 0 && value.is_null() {
-        Err(fault(
-            ACLNN_ERR_PARAM_NULLPTR,
-            "aclCreateBoolArray: value is NULL",
-        ))
-    } else if size == 0 {
-        Ok(Vec::<bool>::new())
-    } else {
-        Ok(std::slice::from_raw_parts(value, size as usize).to_vec())
-    })
+    created(copied("aclCreateBoolArray", value, size).map(Object::BoolArray))
 }
 
 pub unsafe extern "C" fn aclDestroyBoolArray(array: *const aclBoolArray) -> aclnnStatus {
-    destroy::<Vec<bool>>(array as _, "array")
+    destroyed("aclDestroyBoolArray", "aclBoolArray", array as usize)
 }
 
+/// Takes ownership of the member tensors, which must be live: destroying the list destroys
+/// them, as CANN does.
 pub unsafe extern "C" fn aclCreateTensorList(
     value: *const *const aclTensor,
     size: u64,
 ) -> *mut aclTensorList {
-    boxed(if size > 0 && value.is_null() {
-        Err(fault(
-            ACLNN_ERR_PARAM_NULLPTR,
-            "aclCreateTensorList: value is NULL",
-        ))
-    } else {
-        let items = (0..size as usize)
-            .map(|i| *value.add(i) as *mut aclTensor)
-            .collect();
-        Ok(TensorList(items))
-    })
+    const WHAT: &str = "aclCreateTensorList";
+    let members = copied(WHAT, value, size).and_then(|members| {
+        for &t in &members {
+            objects::read(WHAT, "aclTensor", t as usize, |o| match o {
+                Object::Tensor(_) => Some(()),
+                _ => None,
+            })?;
+        }
+        Ok(members.into_iter().map(|t| t as usize).collect())
+    });
+    created(members.map(Object::TensorList))
 }
 
 /// Destroys the list and, as CANN does, every tensor in it.
 pub unsafe extern "C" fn aclDestroyTensorList(array: *const aclTensorList) -> aclnnStatus {
-    if array.is_null() {
-        return report(fault(
-            ACLNN_ERR_PARAM_NULLPTR,
-            "aclDestroyTensorList: array is NULL",
-        ));
-    }
-    let list = Box::from_raw(array as *mut TensorList);
-    for t in list.0 {
-        if !t.is_null() {
-            drop(Box::from_raw(t as *mut TensorDesc));
-        }
-    }
-    ACLNN_SUCCESS
+    destroyed("aclDestroyTensorList", "aclTensorList", array as usize)
 }
 
 pub unsafe extern "C" fn aclDestroyAclOpExecutor(executor: *mut aclOpExecutor) -> aclnnStatus {
@@ -556,12 +551,20 @@ pub unsafe extern "C" fn aclGetViewShape(
             "aclGetViewShape: NULL argument",
         ));
     }
-    let dims: Vec<i64> = (*(tensor as *const TensorDesc))
-        .shape
-        .iter()
-        .map(|&d| d as i64)
-        .collect();
-    *view_dims_num = dims.len() as u64;
-    *view_dims = Box::leak(dims.into_boxed_slice()).as_mut_ptr();
-    ACLNN_SUCCESS
+    const WHAT: &str = "aclGetViewShape";
+    let dims = objects::read(WHAT, "aclTensor", tensor as usize, |o| match o {
+        Object::Tensor(t) => Some(t.shape.clone()),
+        _ => None,
+    });
+    match dims {
+        Ok(dims) => {
+            *view_dims_num = dims.len() as u64;
+            *view_dims = ascend_acl::view_dims::new_array(dims.len());
+            for (i, d) in dims.into_iter().enumerate() {
+                *(*view_dims).add(i) = d as i64;
+            }
+            ACLNN_SUCCESS
+        }
+        Err(f) => report(f),
+    }
 }

@@ -201,12 +201,16 @@ fn a_thread_without_a_device_gets_context_null() {
     assert_eq!(status, ACL_ERROR_RT_CONTEXT_NULL);
 }
 
-/// Phase one of aclnnAdd on `[n]` f32 views of `x`, as the raw table entries.
-fn add_phase_one(
-    api: &'static AclApi,
-    x: *mut c_void,
-    n: usize,
-) -> (u64, *mut aclOpExecutor, Phase2Fn) {
+/// Phase one of aclnnAdd on `[n]` f32 views of `x`, as the raw table entries: the workspace
+/// size, the executor, phase two, and the objects the executor refers to (alive until dropped).
+type PhaseOne = (
+    u64,
+    *mut aclOpExecutor,
+    Phase2Fn,
+    (TensorDesc<'static>, ScalarDesc<'static>),
+);
+
+fn add_phase_one(api: &'static AclApi, x: *mut c_void, n: usize) -> PhaseOne {
     // SAFETY: `x` holds `n` f32 elements.
     let t = unsafe { TensorDesc::new(api, &[n], &[1], 0, DataType::F32, n, x) }.unwrap();
     let alpha = ScalarDesc::new(api, HostScalar::Float(1.0)).unwrap();
@@ -230,14 +234,54 @@ fn add_phase_one(
         )
     };
     api.check(status, "aclnnAddGetWorkspaceSize").unwrap();
-    (ws, exec, phase2)
+    (ws, exec, phase2, (t, alpha))
+}
+
+#[test]
+fn an_object_destroyed_between_the_phases_fails_phase_two() {
+    let api = api();
+    let x = malloc(api, 256);
+    for destroy_scalar in [true, false] {
+        let (_, exec, phase2, (t, alpha)) = add_phase_one(api, x, 64);
+        if destroy_scalar {
+            drop(alpha);
+        } else {
+            drop(t);
+        }
+        // SAFETY: the executor comes from phase one; NULL stream = default stream.
+        let status = unsafe { phase2(std::ptr::null_mut(), 0, exec, std::ptr::null_mut()) };
+        assert_eq!(status, ACLNN_ERR_PARAM_INVALID);
+        let message = api.recent_error_message();
+        let (kind, name) = if destroy_scalar {
+            ("aclScalar", "alpha")
+        } else {
+            ("aclTensor", "self")
+        };
+        assert!(
+            message.contains(kind)
+                && message.contains(&format!("`{name}`"))
+                && message.contains("destroyed before phase two"),
+            "{message}"
+        );
+    }
+    // A destroyed object cannot be destroyed again, nor used by a new phase one.
+    // SAFETY: `x` holds 64 f32 elements.
+    let t = unsafe { TensorDesc::new(api, &[64], &[1], 0, DataType::F32, 64, x) }.unwrap();
+    let raw = t.as_ptr();
+    drop(t);
+    // SAFETY: deliberately a destroyed handle; the emulated runtime checks it.
+    assert_eq!(
+        unsafe { (api.core.aclDestroyTensor)(raw) },
+        ACLNN_ERR_PARAM_INVALID
+    );
+    assert!(api.recent_error_message().contains("not a live aclTensor"));
 }
 
 #[test]
 fn an_executor_runs_once_and_a_missing_workspace_is_rejected() {
     let api = api();
     let x = malloc(api, 256);
-    let (ws, exec, phase2) = add_phase_one(api, x, 64);
+    let (ws, exec, phase2, _objects) = add_phase_one(api, x, 64);
     assert_eq!(ws, 0);
     // SAFETY: the executor comes from phase one; NULL stream = default stream.
     unsafe {
@@ -446,7 +490,7 @@ fn a_one_shot_executor_runs_once_and_can_be_destroyed_unlaunched() {
     let api = api();
     let set_repeatable = api.optional.aclSetAclOpExecutorRepeatable.unwrap();
     let x = malloc(api, 256);
-    let (_, exec, phase2) = add_phase_one(api, x, 64);
+    let (_, exec, phase2, _objects) = add_phase_one(api, x, 64);
     // SAFETY: the executor comes from phase one; NULL stream = default stream.
     unsafe {
         api.check(
@@ -470,7 +514,7 @@ fn a_one_shot_executor_runs_once_and_can_be_destroyed_unlaunched() {
             "consumed by its launch"
         );
     }
-    let (_, unlaunched, _) = add_phase_one(api, x, 64);
+    let (_, unlaunched, _, _objects) = add_phase_one(api, x, 64);
     // SAFETY: as above.
     unsafe {
         api.check(

@@ -42,7 +42,7 @@ pub fn activation(op: Activation, x: &AscendTensor) -> AclResult<AscendTensor> {
         let out = AscendTensor::empty(x.ctx(), x.shape().to_vec(), x.dtype)?;
         if out.layout.numel() > 0 {
             let (i, o) = (x.desc()?, out.desc()?);
-            let (i, o) = (i.as_ptr(), o.as_ptr());
+            let (i, o) = (&i, &o);
             match op {
                 Activation::Sigmoid => run_op!(x.ctx(), aclnnSigmoid(i, o), x.describe()),
                 Activation::LogSigmoid => run_op!(x.ctx(), aclnnLogSigmoid(i, o), x.describe()),
@@ -61,11 +61,7 @@ pub fn relu(x: &AscendTensor) -> AclResult<AscendTensor> {
     }
     let out = AscendTensor::empty(x.ctx(), x.shape().to_vec(), x.dtype)?;
     if out.layout.numel() > 0 {
-        run_op!(
-            x.ctx(),
-            aclnnRelu(x.desc()?.as_ptr(), out.desc()?.as_ptr()),
-            x.describe()
-        )?;
+        run_op!(x.ctx(), aclnnRelu(x.desc()?, out.desc()?), x.describe())?;
     }
     Ok(out)
 }
@@ -91,12 +87,7 @@ pub fn relu_backward(output: &AscendTensor, grad: &AscendTensor) -> AclResult<As
         let what = format!("{} at {}", grad.describe(), output.describe());
         run_op!(
             grad.ctx(),
-            aclnnThresholdBackward(
-                grad.desc()?.as_ptr(),
-                output.desc()?.as_ptr(),
-                t.as_ptr(),
-                out.desc()?.as_ptr()
-            ),
+            aclnnThresholdBackward(grad.desc()?, output.desc()?, &t, out.desc()?),
             what
         )?;
     }
@@ -111,7 +102,7 @@ pub fn leaky_relu(x: &AscendTensor, slope: f64) -> AclResult<AscendTensor> {
             let s = ScalarDesc::new(x.ctx().bind(), HostScalar::Float(slope))?;
             run_op!(
                 x.ctx(),
-                aclnnLeakyRelu(x.desc()?.as_ptr(), s.as_ptr(), out.desc()?.as_ptr()),
+                aclnnLeakyRelu(x.desc()?, &s, out.desc()?),
                 x.describe()
             )?;
         }
@@ -131,11 +122,7 @@ pub fn gelu_backward(x: &AscendTensor, grad: &AscendTensor) -> AclResult<AscendT
         let what = format!("{} at {}", grad.describe(), x.describe());
         run_op!(
             x.ctx(),
-            aclnnGeluBackward(
-                grad.desc()?.as_ptr(),
-                x.desc()?.as_ptr(),
-                out.desc()?.as_ptr()
-            ),
+            aclnnGeluBackward(grad.desc()?, x.desc()?, out.desc()?),
             what
         )?;
     }
@@ -150,11 +137,7 @@ pub fn sigmoid_backward(output: &AscendTensor, grad: &AscendTensor) -> AclResult
         let what = format!("{} at {}", grad.describe(), output.describe());
         run_op!(
             output.ctx(),
-            aclnnSigmoidBackward(
-                grad.desc()?.as_ptr(),
-                output.desc()?.as_ptr(),
-                out.desc()?.as_ptr()
-            ),
+            aclnnSigmoidBackward(grad.desc()?, output.desc()?, out.desc()?),
             what
         )?;
     }
@@ -185,17 +168,9 @@ pub fn softmax(x: &AscendTensor, dim: usize, log: bool) -> AclResult<AscendTenso
         let what = format!("{} along {dim}", x.describe());
         let (i, o) = (x.desc()?, out.desc()?);
         if log {
-            run_op!(
-                x.ctx(),
-                aclnnLogSoftmax(i.as_ptr(), dim as i64, o.as_ptr()),
-                what
-            )?;
+            run_op!(x.ctx(), aclnnLogSoftmax(&i, dim as i64, &o), what)?;
         } else {
-            run_op!(
-                x.ctx(),
-                aclnnSoftmax(i.as_ptr(), dim as i64, o.as_ptr()),
-                what
-            )?;
+            run_op!(x.ctx(), aclnnSoftmax(&i, dim as i64, &o), what)?;
         }
     }
     Ok(out)

@@ -48,7 +48,7 @@ pub fn compare(op: Compare, a: &AscendTensor, b: &AscendTensor) -> AclResult<Asc
         return Ok(out);
     }
     let (x, y, o) = (a.desc()?, b.desc()?, out.desc()?);
-    let (x, y, o) = (x.as_ptr(), y.as_ptr(), o.as_ptr());
+    let (x, y, o) = (&x, &y, &o);
     let what = format!("{} and {}", a.describe(), b.describe());
     let ctx = a.ctx();
     match op {
@@ -73,7 +73,7 @@ pub fn compare_scalar(op: Compare, a: &AscendTensor, s: HostScalar) -> AclResult
     }
     let sd = ScalarDesc::new(a.ctx().bind(), s)?;
     let (x, o) = (a.desc()?, out.desc()?);
-    let (x, v, o) = (x.as_ptr(), sd.as_ptr(), o.as_ptr());
+    let (x, v, o) = (&x, &sd, &o);
     let what = format!("{} and {s:?}", a.describe());
     let ctx = a.ctx();
     match op {
@@ -95,7 +95,7 @@ pub fn logical(op: Logical, a: &AscendTensor, b: &AscendTensor) -> AclResult<Asc
         return Ok(out);
     }
     let (x, y, o) = (a.desc()?, b.desc()?, out.desc()?);
-    let (x, y, o) = (x.as_ptr(), y.as_ptr(), o.as_ptr());
+    let (x, y, o) = (&x, &y, &o);
     let what = format!("{} and {}", a.describe(), b.describe());
     match op {
         Logical::And => run_op!(a.ctx(), aclnnLogicalAnd(x, y, o), what),
@@ -111,7 +111,7 @@ pub fn logical_not(a: &AscendTensor) -> AclResult<AscendTensor> {
     if out.layout.numel() > 0 {
         run_op!(
             a.ctx(),
-            aclnnLogicalNot(a.desc()?.as_ptr(), out.desc()?.as_ptr()),
+            aclnnLogicalNot(a.desc()?, out.desc()?),
             a.describe()
         )?;
     }
@@ -127,7 +127,7 @@ pub fn bitwise(op: Logical, a: &AscendTensor, b: &AscendTensor) -> AclResult<Asc
         return Ok(out);
     }
     let (x, y, o) = (a.desc()?, b.desc()?, out.desc()?);
-    let (x, y, o) = (x.as_ptr(), y.as_ptr(), o.as_ptr());
+    let (x, y, o) = (&x, &y, &o);
     let what = format!("{} and {}", a.describe(), b.describe());
     match op {
         Logical::And => run_op!(a.ctx(), aclnnBitwiseAndTensor(x, y, o), what),
@@ -145,7 +145,7 @@ pub fn bitwise_scalar(op: Logical, a: &AscendTensor, s: HostScalar) -> AclResult
     }
     let sd = ScalarDesc::new(a.ctx().bind(), s)?;
     let (x, o) = (a.desc()?, out.desc()?);
-    let (x, v, o) = (x.as_ptr(), sd.as_ptr(), o.as_ptr());
+    let (x, v, o) = (&x, &sd, &o);
     match op {
         Logical::And => run_op!(a.ctx(), aclnnBitwiseAndScalar(x, v, o), a.describe()),
         Logical::Or => run_op!(a.ctx(), aclnnBitwiseOrScalar(x, v, o), a.describe()),
@@ -163,7 +163,7 @@ pub fn shift_right(a: &AscendTensor, s: &AscendTensor) -> AclResult<AscendTensor
         let what = format!("{} by {}", a.describe(), s.describe());
         run_op!(
             a.ctx(),
-            aclnnRightShift(a.desc()?.as_ptr(), s.desc()?.as_ptr(), out.desc()?.as_ptr()),
+            aclnnRightShift(a.desc()?, s.desc()?, out.desc()?),
             what
         )?;
     }
@@ -200,12 +200,7 @@ pub fn select(cond: &AscendTensor, a: &AscendTensor, b: &AscendTensor) -> AclRes
         let what = format!("{} ? {} : {}", cond.describe(), a.describe(), b.describe());
         run_op!(
             a.ctx(),
-            aclnnSWhere(
-                cond.desc()?.as_ptr(),
-                a.desc()?.as_ptr(),
-                b.desc()?.as_ptr(),
-                out.desc()?.as_ptr()
-            ),
+            aclnnSWhere(cond.desc()?, a.desc()?, b.desc()?, out.desc()?),
             what
         )?;
     }
@@ -239,7 +234,7 @@ pub fn mask_fill(
         let what = format!("{} under {}", x.describe(), mask.describe());
         run_op!(
             x.ctx(),
-            aclnnInplaceMaskedFillScalar(out.desc()?.as_ptr(), mask.desc()?.as_ptr(), v.as_ptr()),
+            aclnnInplaceMaskedFillScalar(out.desc()?, mask.desc()?, &v),
             what
         )?;
     }

@@ -97,12 +97,7 @@ pub fn pad(x: &AscendTensor, pads: &[(usize, usize)], value: f64) -> AclResult<A
         let v = ScalarDesc::new(api, HostScalar::Float(value))?;
         run_op!(
             x.ctx(),
-            aclnnConstantPadNd(
-                x.desc()?.as_ptr(),
-                pad.as_ptr(),
-                v.as_ptr(),
-                out.desc()?.as_ptr()
-            ),
+            aclnnConstantPadNd(x.desc()?, &pad, &v, out.desc()?),
             format!("{} by {amounts:?}", x.describe())
         )?;
     }
@@ -157,18 +152,16 @@ pub fn conv(
         run_op!(
             x.ctx(),
             aclnnConvolution(
-                xc.desc()?.as_ptr(),
-                wc.desc()?.as_ptr(),
-                bias_desc
-                    .as_ref()
-                    .map_or(std::ptr::null(), |b| b.as_ptr() as *const _),
-                stride.as_ptr(),
-                padding.as_ptr(),
-                dilation.as_ptr(),
+                xc.desc()?,
+                wc.desc()?,
+                &bias_desc,
+                &stride,
+                &padding,
+                &dilation,
                 params.transposed,
-                output_padding.as_ptr(),
+                &output_padding,
                 params.groups as i64,
-                out.desc()?.as_ptr(),
+                out.desc()?,
                 CUBE_MATH_KEEP_DTYPE
             ),
             params.describe(x, weight)
@@ -227,27 +220,24 @@ pub fn conv_backward(
         let mask = BoolArrayDesc::new(api, &[want.input, want.weight, want.bias])?;
         let desc = |t: &Option<AscendTensor>| t.as_ref().map(AscendTensor::desc).transpose();
         let (gid, gwd, gbd) = (desc(&gi)?, desc(&gw)?, desc(&gb)?);
-        let ptr = |d: &Option<crate::acl::handles::TensorDesc>| {
-            d.as_ref().map_or(std::ptr::null_mut(), |d| d.as_ptr())
-        };
         run_op!(
             x.ctx(),
             aclnnConvolutionBackward(
-                gc.desc()?.as_ptr(),
-                xc.desc()?.as_ptr(),
-                wc.desc()?.as_ptr(),
-                bias_sizes.as_ptr(),
-                stride.as_ptr(),
-                padding.as_ptr(),
-                dilation.as_ptr(),
+                gc.desc()?,
+                xc.desc()?,
+                wc.desc()?,
+                &bias_sizes,
+                &stride,
+                &padding,
+                &dilation,
                 params.transposed,
-                output_padding.as_ptr(),
+                &output_padding,
                 params.groups as std::ffi::c_int,
-                mask.as_ptr(),
+                &mask,
                 CUBE_MATH_KEEP_DTYPE,
-                ptr(&gid),
-                ptr(&gwd),
-                ptr(&gbd)
+                &gid,
+                &gwd,
+                &gbd
             ),
             format!(
                 "the gradient {} of {}",

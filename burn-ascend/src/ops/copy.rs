@@ -14,11 +14,9 @@ pub fn copy_into(dst: &AscendTensor, src: &AscendTensor) -> AclResult<()> {
     if dst.layout.numel() == 0 {
         return Ok(());
     }
-    aclnn!(
-        &**dst.ctx(),
-        aclnnInplaceCopy(dst.desc()?.as_ptr(), src.desc()?.as_ptr())
-    )
-    .map_err(|e| e.with_context(|| format!("copy of {} into {}", src.describe(), dst.describe())))
+    aclnn!(&**dst.ctx(), aclnnInplaceCopy(dst.desc()?, src.desc()?)).map_err(|e| {
+        e.with_context(|| format!("copy of {} into {}", src.describe(), dst.describe()))
+    })
 }
 
 /// `t` itself if it is dense row-major, else a contiguous copy.
@@ -44,11 +42,8 @@ pub fn cast(t: &AscendTensor, dtype: DataType) -> AclResult<AscendTensor> {
     };
     let out = AscendTensor::empty(t.ctx(), t.layout.shape.clone(), dtype)?;
     if out.layout.numel() > 0 {
-        aclnn!(
-            &**t.ctx(),
-            aclnnCast(src.desc()?.as_ptr(), dtype.acl(), out.desc()?.as_ptr())
-        )
-        .map_err(|e| e.with_context(|| format!("cast of {} to {dtype}", t.describe())))?;
+        aclnn!(&**t.ctx(), aclnnCast(src.desc()?, dtype.acl(), out.desc()?))
+            .map_err(|e| e.with_context(|| format!("cast of {} to {dtype}", t.describe())))?;
     }
     Ok(out)
 }
@@ -102,11 +97,8 @@ pub fn cat(tensors: &[AscendTensor], dim: usize) -> AclResult<AscendTensor> {
         .map(AscendTensor::desc_owned)
         .collect::<AclResult<Vec<_>>>()?;
     let list = TensorListDesc::new(api, descs)?;
-    aclnn!(
-        &**first.ctx(),
-        aclnnCat(list.as_ptr(), dim as i64, out.desc()?.as_ptr())
-    )
-    .map_err(|e| e.with_context(describe))?;
+    aclnn!(&**first.ctx(), aclnnCat(&list, dim as i64, out.desc()?))
+        .map_err(|e| e.with_context(describe))?;
     Ok(out)
 }
 
@@ -119,11 +111,8 @@ pub fn flip(t: &AscendTensor, axes: &[usize]) -> AclResult<AscendTensor> {
     }
     let dims: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
     let dims = IntArrayDesc::new(t.ctx().bind(), &dims)?;
-    aclnn!(
-        &**t.ctx(),
-        aclnnFlip(t.desc()?.as_ptr(), dims.as_ptr(), out.desc()?.as_ptr())
-    )
-    .map_err(|e| e.with_context(|| format!("aclnnFlip of {} along {axes:?}", t.describe())))?;
+    aclnn!(&**t.ctx(), aclnnFlip(t.desc()?, &dims, out.desc()?))
+        .map_err(|e| e.with_context(|| format!("aclnnFlip of {} along {axes:?}", t.describe())))?;
     Ok(out)
 }
 

@@ -70,7 +70,7 @@ pub fn zeros(
     dtype: DataType,
 ) -> AclResult<AscendTensor> {
     filled(ctx, shape, dtype, |t| {
-        aclnn!(&**ctx, aclnnInplaceZero(t.desc()?.as_ptr()))
+        aclnn!(&**ctx, aclnnInplaceZero(t.desc()?))
     })
 }
 
@@ -81,7 +81,7 @@ pub fn ones(
     dtype: DataType,
 ) -> AclResult<AscendTensor> {
     filled(ctx, shape, dtype, |t| {
-        aclnn!(&**ctx, aclnnInplaceOne(t.desc()?.as_ptr()))
+        aclnn!(&**ctx, aclnnInplaceOne(t.desc()?))
     })
 }
 
@@ -94,9 +94,6 @@ pub fn full(
 ) -> AclResult<AscendTensor> {
     filled(ctx, shape, dtype, |t| {
         let value = ScalarDesc::new(ctx.bind(), value)?;
-        aclnn!(
-            &**ctx,
-            aclnnInplaceFillScalar(t.desc()?.as_ptr(), value.as_ptr())
-        )
+        aclnn!(&**ctx, aclnnInplaceFillScalar(t.desc()?, &value))
     })
 }

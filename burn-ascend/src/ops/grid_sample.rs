@@ -59,12 +59,12 @@ pub fn grid_sample_2d(
         run_op!(
             x.ctx(),
             aclnnGridSampler2D(
-                x.desc()?.as_ptr(),
-                grid.desc()?.as_ptr(),
+                x.desc()?,
+                grid.desc()?,
                 sampling as i64,
                 padding as i64,
                 align_corners,
-                out.desc()?.as_ptr()
+                out.desc()?
             ),
             what
         )?;

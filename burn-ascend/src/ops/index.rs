@@ -25,12 +25,7 @@ pub fn gather(dim: usize, x: &AscendTensor, idx: &AscendTensor) -> AclResult<Asc
         let what = format!("{} by {} along {dim}", x.describe(), idx.describe());
         run_op!(
             x.ctx(),
-            aclnnGather(
-                x.desc()?.as_ptr(),
-                dim as i64,
-                idx.desc()?.as_ptr(),
-                out.desc()?.as_ptr()
-            ),
+            aclnnGather(x.desc()?, dim as i64, idx.desc()?, out.desc()?),
             what
         )?;
     }
@@ -73,37 +68,17 @@ pub fn scatter(
     match reduce {
         ScatterReduce::Add => run_op!(
             x.ctx(),
-            aclnnScatterAdd(
-                xd.as_ptr(),
-                dim as i64,
-                id.as_ptr(),
-                sd.as_ptr(),
-                od.as_ptr()
-            ),
+            aclnnScatterAdd(&xd, dim as i64, &id, &sd, &od),
             what
         ),
         ScatterReduce::Assign => run_op!(
             x.ctx(),
-            aclnnScatter(
-                xd.as_ptr(),
-                dim as i64,
-                id.as_ptr(),
-                sd.as_ptr(),
-                0,
-                od.as_ptr()
-            ),
+            aclnnScatter(&xd, dim as i64, &id, &sd, 0, &od),
             what
         ),
         ScatterReduce::Mul => run_op!(
             x.ctx(),
-            aclnnScatter(
-                xd.as_ptr(),
-                dim as i64,
-                id.as_ptr(),
-                sd.as_ptr(),
-                2,
-                od.as_ptr()
-            ),
+            aclnnScatter(&xd, dim as i64, &id, &sd, 2, &od),
             what
         ),
     }?;
@@ -119,12 +94,7 @@ pub fn select_index(x: &AscendTensor, dim: usize, idx: &AscendTensor) -> AclResu
         let what = format!("{} by {} along {dim}", x.describe(), idx.describe());
         run_op!(
             x.ctx(),
-            aclnnIndexSelect(
-                x.desc()?.as_ptr(),
-                dim as i64,
-                idx.desc()?.as_ptr(),
-                out.desc()?.as_ptr()
-            ),
+            aclnnIndexSelect(x.desc()?, dim as i64, idx.desc()?, out.desc()?),
             what
         )?;
     }
@@ -152,12 +122,12 @@ pub fn select_add(
     run_op!(
         x.ctx(),
         aclnnIndexAdd(
-            x.desc()?.as_ptr(),
+            x.desc()?,
             dim as i64,
-            idx.desc()?.as_ptr(),
-            value.desc()?.as_ptr(),
-            one.as_ptr(),
-            out.desc()?.as_ptr()
+            idx.desc()?,
+            value.desc()?,
+            &one,
+            out.desc()?
         ),
         what
     )?;
@@ -175,7 +145,7 @@ pub fn repeat_dim(x: &AscendTensor, dim: usize, times: usize) -> AclResult<Ascen
         let reps = IntArrayDesc::new(x.ctx().bind(), &reps)?;
         run_op!(
             x.ctx(),
-            aclnnRepeat(x.desc()?.as_ptr(), reps.as_ptr(), out.desc()?.as_ptr()),
+            aclnnRepeat(x.desc()?, &reps, out.desc()?),
             x.describe()
         )?;
     }
@@ -209,25 +179,9 @@ pub fn argwhere(x: &AscendTensor) -> AclResult<AscendTensor> {
     }
     // Nonzero rewrites the descriptor's view shape, so it is not one the cache could reuse.
     let od = out.desc_owned()?;
-    run_op!(
-        x.ctx(),
-        aclnnNonzero(x.desc()?.as_ptr(), od.as_ptr()),
-        x.describe()
-    )?;
+    run_op!(x.ctx(), aclnnNonzero(x.desc()?, &od), x.describe())?;
     x.ctx().synchronize()?;
-    let api = x.ctx().bind();
-    let (mut dims, mut count) = (std::ptr::null_mut(), 0u64);
-    // SAFETY: the descriptor is alive; the runtime returns an array of `count` dims.
-    api.check(
-        unsafe { (api.core.aclGetViewShape)(od.as_ptr(), &mut dims, &mut count) },
-        "aclGetViewShape",
-    )?;
-    // SAFETY: as above; the array is the runtime's (see acl-abi.md 6.2: not freed here).
-    let shape: Vec<usize> = unsafe { std::slice::from_raw_parts(dims, count as usize) }
-        .iter()
-        .map(|&d| d as usize)
-        .collect();
-    Ok(out.with_layout(Layout::contiguous(shape)))
+    Ok(out.with_layout(Layout::contiguous(od.view_shape()?)))
 }
 
 /// Linear row indices `[n]` (I64) of `indices[.., k]` into the first `k` dims of `shape`.

@@ -79,7 +79,7 @@ fn direct(op: Unary, x: &AscendTensor) -> AclResult<AscendTensor> {
     }
     let ctx = x.ctx();
     let (i, o) = (x.desc()?, out.desc()?);
-    let (i, o) = (i.as_ptr(), o.as_ptr());
+    let (i, o) = (&i, &o);
     let what = x.describe();
     match op {
         Unary::Neg => run_op!(ctx, aclnnNeg(i, o), what),
@@ -121,7 +121,7 @@ pub fn pow(a: &AscendTensor, b: &AscendTensor) -> AclResult<AscendTensor> {
         let what = format!("{} and {}", a.describe(), b.describe());
         run_op!(
             a.ctx(),
-            aclnnPowTensorTensor(a.desc()?.as_ptr(), b.desc()?.as_ptr(), out.desc()?.as_ptr()),
+            aclnnPowTensorTensor(a.desc()?, b.desc()?, out.desc()?),
             what
         )?;
     }
@@ -135,7 +135,7 @@ pub fn pow_scalar(a: &AscendTensor, s: HostScalar) -> AclResult<AscendTensor> {
         let e = ScalarDesc::new(a.ctx().bind(), s)?;
         run_op!(
             a.ctx(),
-            aclnnPowTensorScalar(a.desc()?.as_ptr(), e.as_ptr(), out.desc()?.as_ptr()),
+            aclnnPowTensorScalar(a.desc()?, &e, out.desc()?),
             a.describe()
         )?;
     }
@@ -149,11 +149,7 @@ pub fn atan2(a: &AscendTensor, b: &AscendTensor) -> AclResult<AscendTensor> {
     let out = AscendTensor::empty(a.ctx(), shape, a.dtype)?;
     if out.layout.numel() > 0 {
         let what = format!("{} and {}", a.describe(), b.describe());
-        run_op!(
-            a.ctx(),
-            aclnnAtan2(a.desc()?.as_ptr(), b.desc()?.as_ptr(), out.desc()?.as_ptr()),
-            what
-        )?;
+        run_op!(a.ctx(), aclnnAtan2(a.desc()?, b.desc()?, out.desc()?), what)?;
     }
     Ok(out)
 }
@@ -170,11 +166,7 @@ pub fn remainder(a: &AscendTensor, b: &AscendTensor) -> AclResult<AscendTensor> 
         let what = format!("{} and {}", a.describe(), b.describe());
         run_op!(
             a.ctx(),
-            aclnnRemainderTensorTensor(
-                a.desc()?.as_ptr(),
-                b.desc()?.as_ptr(),
-                out.desc()?.as_ptr()
-            ),
+            aclnnRemainderTensorTensor(a.desc()?, b.desc()?, out.desc()?),
             what
         )?;
     }
@@ -191,7 +183,7 @@ pub fn remainder_scalar(a: &AscendTensor, s: HostScalar) -> AclResult<AscendTens
         let d = ScalarDesc::new(a.ctx().bind(), s)?;
         run_op!(
             a.ctx(),
-            aclnnRemainderTensorScalar(a.desc()?.as_ptr(), d.as_ptr(), out.desc()?.as_ptr()),
+            aclnnRemainderTensorScalar(a.desc()?, &d, out.desc()?),
             a.describe()
         )?;
     }
@@ -226,27 +218,15 @@ pub fn clamp(
     match (min, max) {
         (Some(lo), Some(hi)) => {
             let (lo, hi) = (ScalarDesc::new(api, lo)?, ScalarDesc::new(api, hi)?);
-            run_op!(
-                x.ctx(),
-                aclnnClamp(xd.as_ptr(), lo.as_ptr(), hi.as_ptr(), od.as_ptr()),
-                x.describe()
-            )
+            run_op!(x.ctx(), aclnnClamp(&xd, &lo, &hi, &od), x.describe())
         }
         (Some(lo), None) => {
             let lo = ScalarDesc::new(api, lo)?;
-            run_op!(
-                x.ctx(),
-                aclnnClampMin(xd.as_ptr(), lo.as_ptr(), od.as_ptr()),
-                x.describe()
-            )
+            run_op!(x.ctx(), aclnnClampMin(&xd, &lo, &od), x.describe())
         }
         (None, Some(hi)) => {
             let hi = ScalarDesc::new(api, hi)?;
-            run_op!(
-                x.ctx(),
-                aclnnClampMax(xd.as_ptr(), hi.as_ptr(), od.as_ptr()),
-                x.describe()
-            )
+            run_op!(x.ctx(), aclnnClampMax(&xd, &hi, &od), x.describe())
         }
         (None, None) => super::copy::copy_into(&out, x),
     }?;
@@ -262,17 +242,9 @@ pub fn extreme(a: &AscendTensor, b: &AscendTensor, max: bool) -> AclResult<Ascen
         let what = format!("{} and {}", a.describe(), b.describe());
         let (ad, bd, od) = (a.desc()?, b.desc()?, out.desc()?);
         if max {
-            run_op!(
-                a.ctx(),
-                aclnnMaximum(ad.as_ptr(), bd.as_ptr(), od.as_ptr()),
-                what
-            )?;
+            run_op!(a.ctx(), aclnnMaximum(&ad, &bd, &od), what)?;
         } else {
-            run_op!(
-                a.ctx(),
-                aclnnMinimum(ad.as_ptr(), bd.as_ptr(), od.as_ptr()),
-                what
-            )?;
+            run_op!(a.ctx(), aclnnMinimum(&ad, &bd, &od), what)?;
         }
     }
     Ok(out)
@@ -287,12 +259,7 @@ pub fn cross(a: &AscendTensor, b: &AscendTensor, dim: usize) -> AclResult<Ascend
         let what = format!("{} and {} along dim {dim}", a.describe(), b.describe());
         run_op!(
             a.ctx(),
-            aclnnLinalgCross(
-                a.desc()?.as_ptr(),
-                b.desc()?.as_ptr(),
-                dim as i64,
-                out.desc()?.as_ptr()
-            ),
+            aclnnLinalgCross(a.desc()?, b.desc()?, dim as i64, out.desc()?),
             what
         )?;
     }

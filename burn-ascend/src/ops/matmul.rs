@@ -98,13 +98,7 @@ fn composed(
         let sums = AscendTensor::empty(a.ctx(), sum_shape, a.dtype)?;
         aclnn!(
             &**a.ctx(),
-            aclnnReduceSum(
-                products.desc()?.as_ptr(),
-                dims.as_ptr(),
-                false,
-                a.dtype.acl(),
-                sums.desc()?.as_ptr()
-            )
+            aclnnReduceSum(products.desc()?, &dims, false, a.dtype.acl(), sums.desc()?)
         )
         .map_err(|e| {
             e.with_context(|| format!("aclnnReduceSum in the composed {} matmul", a.dtype))
@@ -167,12 +161,12 @@ pub fn linear(
     aclnn!(
         &**x.ctx(),
         aclnnAddmm(
-            bias.desc()?.as_ptr(),
-            x2.desc()?.as_ptr(),
-            weight.desc()?.as_ptr(),
-            one()?.as_ptr(),
-            one()?.as_ptr(),
-            out.desc()?.as_ptr(),
+            bias.desc()?,
+            x2.desc()?,
+            weight.desc()?,
+            one()?,
+            one()?,
+            out.desc()?,
             CUBE_MATH_KEEP_DTYPE
         )
     )

@@ -46,28 +46,18 @@ pub fn random(
     let what = out.describe();
     let od = out.desc()?;
     match draw {
-        Draw::Uniform(lo, hi) => run_op!(
-            ctx,
-            aclnnInplaceUniform(od.as_ptr(), lo, hi, seed, offset),
-            what
-        ),
+        Draw::Uniform(lo, hi) => run_op!(ctx, aclnnInplaceUniform(&od, lo, hi, seed, offset), what),
         // aclnnInplaceNormal takes mean and std as C floats.
         Draw::Normal(mean, std) => run_op!(
             ctx,
-            aclnnInplaceNormal(
-                od.as_ptr(),
-                mean as f32,
-                std as f32,
-                seed as i64,
-                offset as i64
-            ),
+            aclnnInplaceNormal(&od, mean as f32, std as f32, seed as i64, offset as i64),
             what
         ),
         Draw::Bernoulli(p) => {
             let p = ScalarDesc::new(ctx.bind(), HostScalar::Float(p))?;
             run_op!(
                 ctx,
-                aclnnInplaceBernoulli(od.as_ptr(), p.as_ptr(), seed as i64, offset as i64),
+                aclnnInplaceBernoulli(&od, &p, seed as i64, offset as i64),
                 what
             )
         }

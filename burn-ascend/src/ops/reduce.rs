@@ -88,8 +88,8 @@ pub fn reduce(op: Reduce, x: &AscendTensor, dim: Option<usize>) -> AclResult<Asc
     } else if out.layout.numel() > 0 {
         let api = ctx.bind();
         let dims_d = IntArrayDesc::new(api, &dims)?;
-        let (i, o, dd) = (x.desc()?, out.desc()?, dims_d.as_ptr());
-        let (i, o) = (i.as_ptr(), o.as_ptr());
+        let (i, o, dd) = (x.desc()?, out.desc()?, &dims_d);
+        let (i, o) = (&i, &o);
         let dt = out_dtype.acl();
         match op {
             Reduce::Sum => unreachable!("cached above"),
@@ -128,17 +128,9 @@ pub fn arg(
         let what = format!("{} along {dim}", x.describe());
         let (i, o) = (x.desc()?, out.desc()?);
         if max {
-            run_op!(
-                x.ctx(),
-                aclnnArgMax(i.as_ptr(), dim as i64, true, o.as_ptr()),
-                what
-            )?;
+            run_op!(x.ctx(), aclnnArgMax(&i, dim as i64, true, &o), what)?;
         } else {
-            run_op!(
-                x.ctx(),
-                aclnnArgMin(i.as_ptr(), dim as i64, true, o.as_ptr()),
-                what
-            )?;
+            run_op!(x.ctx(), aclnnArgMin(&i, dim as i64, true, &o), what)?;
         }
     }
     cast(&out, index_dtype)
@@ -163,21 +155,21 @@ pub fn scan(op: Scan, x: &AscendTensor, dim: usize) -> AclResult<AscendTensor> {
     let ctx = x.ctx();
     let what = format!("{} along {dim}", x.describe());
     let (i, o) = (x.desc()?, out.desc()?);
-    let (i, o) = (i.as_ptr(), o.as_ptr());
+    let (i, o) = (&i, &o);
     let dt = x.dtype.acl();
     match op {
         Scan::Sum => run_op!(ctx, aclnnCumsum(i, dim as i64, dt, o), what)?,
         Scan::Prod => {
             let d = ScalarDesc::new(ctx.bind(), HostScalar::Int(dim as i64))?;
-            run_op!(ctx, aclnnCumprod(i, d.as_ptr(), dt, o), what)?
+            run_op!(ctx, aclnnCumprod(i, &d, dt, o), what)?
         }
         Scan::Max | Scan::Min => {
             let indices = AscendTensor::empty(ctx, x.shape().to_vec(), DataType::I64)?;
             let id = indices.desc()?;
             if op == Scan::Max {
-                run_op!(ctx, aclnnCummax(i, dim as i64, o, id.as_ptr()), what)?
+                run_op!(ctx, aclnnCummax(i, dim as i64, o, &id), what)?
             } else {
-                run_op!(ctx, aclnnCummin(i, dim as i64, o, id.as_ptr()), what)?
+                run_op!(ctx, aclnnCummin(i, dim as i64, o, &id), what)?
             }
         }
     }

@@ -28,12 +28,12 @@ pub fn sort(
         run_op!(
             x.ctx(),
             aclnnSort(
-                x.desc()?.as_ptr(),
+                x.desc()?,
                 true,
                 dim as i64,
                 descending,
-                values.desc()?.as_ptr(),
-                indices.desc()?.as_ptr()
+                values.desc()?,
+                indices.desc()?
             ),
             what
         )?;

@@ -6,8 +6,7 @@
 
 use super::norm_type;
 use crate::acl::aclnn;
-use crate::acl::handles::TensorListDesc;
-use crate::acl::types::aclTensorList;
+use crate::acl::handles::{Absent, TensorListDesc};
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
 use crate::ops::copy::{cast, contiguous};
@@ -70,29 +69,28 @@ fn launch(
     let weights = TensorListDesc::new(api, vec![weight.desc_owned()?])?;
     let outs = TensorListDesc::new(api, vec![out.desc_owned()?])?;
     let list = group_list.desc()?;
-    let none = std::ptr::null::<aclTensorList>();
     aclnn!(
         &**ctx,
         aclnnGroupedMatmulV4(
-            xs.as_ptr(),
-            weights.as_ptr(),
-            none,
-            none,
-            none,
-            none,
-            none,
-            none,
-            list.as_ptr(),
-            none,
-            none,
-            none,
+            &xs,
+            &weights,
+            Absent,
+            Absent,
+            Absent,
+            Absent,
+            Absent,
+            Absent,
+            &list,
+            Absent,
+            Absent,
+            Absent,
             SINGLE_TENSOR,
             group_type,
             GROUP_SIZES,
             NO_ACTIVATION,
-            outs.as_ptr() as *mut aclTensorList,
-            std::ptr::null_mut(),
-            std::ptr::null_mut()
+            &outs,
+            Absent,
+            Absent
         )
     )
     .map_err(|e| {

@@ -6,7 +6,7 @@
 //! and take its inverse (`expanded_row_idx[slot]` is the row slot `t*K + k` lands on).
 
 use crate::acl::aclnn;
-use crate::acl::types::aclTensor;
+use crate::acl::handles::Absent;
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
 use crate::ops::copy::cast;
@@ -71,26 +71,25 @@ pub fn cann_moe_init_routing(
         expert_tokens: AscendTensor::empty(ctx, vec![num_experts], DataType::I32)?,
     };
     let counts = routing.expert_tokens.desc()?;
-    let none = std::ptr::null::<aclTensor>();
     // Counts come from the count output when dropless and from the before-capacity output in
     // drop/pad mode; the operator produces each only in its own mode.
     let (mode, count_flag, count_out, before_flag, before_out) = match capacity {
-        None => (0, COUNTS, counts.as_ptr() as *const aclTensor, false, none),
-        Some(_) => (1, 0, none, true, counts.as_ptr() as *const aclTensor),
+        None => (0, COUNTS, Some(&counts), false, None),
+        Some(_) => (1, 0, None, true, Some(&counts)),
     };
     aclnn!(
         &**ctx,
         aclnnMoeInitRoutingV2(
-            x.desc()?.as_ptr(),
-            expert_idx.desc()?.as_ptr(),
+            x.desc()?,
+            expert_idx.desc()?,
             0,
             capacity.unwrap_or(0) as i64,
             num_experts as i64,
             mode,
             count_flag,
             before_flag,
-            routing.expanded_x.desc()?.as_ptr(),
-            routing.expanded_row_idx.desc()?.as_ptr(),
+            routing.expanded_x.desc()?,
+            routing.expanded_row_idx.desc()?,
             count_out,
             before_out
         )
@@ -139,14 +138,12 @@ pub fn cann_moe_token_unpermute(
     aclnn!(
         &**permuted.ctx(),
         aclnnMoeTokenUnpermute(
-            permuted.desc()?.as_ptr(),
-            sorted_indices.desc()?.as_ptr(),
-            probs_desc
-                .as_ref()
-                .map_or(std::ptr::null(), |d| d.as_ptr() as *const aclTensor),
+            permuted.desc()?,
+            sorted_indices.desc()?,
+            &probs_desc,
             false,
-            std::ptr::null(),
-            out.desc()?.as_ptr()
+            Absent,
+            out.desc()?
         )
     )
     .map_err(|e| {
