@@ -35,11 +35,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 /// Train and serve the MoE decoder on Ascend.
 #[derive(Parser, Debug)]
-#[command(after_help = "Serving: the prompts arrive together; each step decodes one token of \
+#[command(
+    after_help = "Serving: the prompts arrive together; each step decodes one token of \
 every running request and prefills chunks of the others within --step-tokens, and when the \
 --pages run out the newest requests are preempted and recomputed later. Afterwards the example \
 prints the completed requests, the preemptions, the output tokens/s and the p50/p99 time per \
-output token (wall time, and on the emulated NPU the modelled Atlas A2 time).")]
+output token (wall time, and on the emulated NPU the modelled Atlas A2 time)."
+)]
 pub struct Args {
     /// Device: npu, npu:N, emulated or emulated:N (default: BURN_ASCEND_DEVICE, else an NPU if
     /// CANN has one).

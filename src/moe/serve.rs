@@ -353,11 +353,6 @@ impl<B: FusedOps> Server<B> {
             .collect()
     }
 
-    /// The settings.
-    pub fn config(&self) -> &ServeConfig {
-        &self.cfg
-    }
-
     /// The page pool (pages return to it when requests finish or are preempted).
     pub fn pool(&self) -> &PagePool {
         self.scheduler.pool()
