@@ -39,5 +39,24 @@ fn a_faulting_kernel_fails_its_own_launch() {
         .expect_err("the launch itself reports the fault in blocking mode");
     assert_eq!(err.code(), Some(ACL_ERROR_RT_AICORE_EXCEPTION));
     assert!(err.to_string().contains("aclnnInplaceZero kernel"), "{err}");
-    ctx.synchronize().expect("nothing is left to report");
+    // The fault is sticky: the device context stays stopped, naming it, until it is reset.
+    let again = ctx
+        .synchronize()
+        .expect_err("a faulted device stays faulted");
+    assert!(
+        again.to_string().contains("aclnnInplaceZero kernel"),
+        "{again}"
+    );
+    burn_ascend::reset_device(&AscendDevice::Emulated(0)).unwrap();
+    let fresh = DeviceContext::get(&AscendDevice::Emulated(0)).unwrap();
+    let zeros = burn_ascend::ops::creation::zeros(&fresh, vec![64], DataType::F32).unwrap();
+    let bytes =
+        burn_ascend::ops::creation::to_bytes(&zeros).expect("the reset device runs new work");
+    assert_eq!(bytes, vec![0u8; 256]);
+    // The old context's tensor is gone with it, and says so.
+    let stale = burn_ascend::ops::creation::to_bytes(&t).expect_err("a tensor of the old context");
+    assert!(
+        stale.to_string().contains("was reset after a fault"),
+        "{stale}"
+    );
 }

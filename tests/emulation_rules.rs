@@ -208,7 +208,11 @@ fn use_of_freed_memory_is_an_ai_core_error_at_synchronisation() {
         text.contains("aclnnInplaceZero") && text.contains("not live device memory"),
         "{text}"
     );
-    ctx.synchronize().expect("the error is reported once");
+    let again = ctx
+        .synchronize()
+        .expect_err("the device stays faulted until reset");
+    assert!(again.to_string().contains("aclnnInplaceZero"), "{again}");
+    burn_ascend::reset_device(&AscendDevice::Emulated(0)).unwrap();
 }
 
 #[test]
@@ -237,4 +241,5 @@ fn out_of_bounds_access_is_an_ai_core_error() {
         .expect_err("the kernel writes past the allocation");
     assert_eq!(code(&err), ACL_ERROR_RT_AICORE_EXCEPTION);
     assert!(err.to_string().contains("out-of-bounds"), "{err}");
+    burn_ascend::reset_device(&AscendDevice::Emulated(0)).unwrap();
 }

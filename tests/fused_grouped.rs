@@ -236,13 +236,15 @@ fn grouped_matmul_weight_grad_matches_the_host_and_the_default() {
 }
 
 #[test]
+#[serial(fault_device)]
 fn grouped_matmul_bad_inputs_are_clear_errors() {
     if common::skipped_on_npu("grouped_matmul_bad_inputs_are_clear_errors") {
         return;
     }
-    // A fault is reported at the stream's next synchronisation: this test has a device (and so
-    // a stream) to itself, so the faults it provokes reach it and no other test.
-    let d = common::second_device();
+    // The faults this test provokes stop their device until it is reset: it runs on a device
+    // of its own and resets it.
+    common::reset_fault_device();
+    let d = common::fault_device();
     let x = || float::<Ascend, 2>(&host_values(vec![6, 4], 1), DType::F32, &d);
     let w = || float::<Ascend, 3>(&host_values(vec![2, 4, 3], 2), DType::F32, &d);
 
@@ -265,9 +267,11 @@ fn grouped_matmul_bad_inputs_are_clear_errors() {
         text.contains("aclnnGroupedMatmulV4") && text.contains("cover 7 rows"),
         "{text}"
     );
+    common::reset_fault_device();
     let negative = fused::grouped_matmul(x(), w(), ints(&[-1, 3], [2], &d));
     let text = panic_message(|| negative.into_data());
     assert!(text.contains("group 0 has size -1"), "{text}");
+    common::reset_fault_device();
 }
 
 /// aclnnGroupedMatmulV4 on single tensors, called directly.

@@ -269,8 +269,11 @@ fn kernels_move_at_most_five_percent_over_the_minimum_bytes() {
 }
 
 #[test]
+#[serial(fault_device)]
 fn bad_inputs_are_clear_errors() {
-    let d = ascend();
+    // The index past x faults its device, which stays stopped until reset: a device of its own.
+    common::reset_fault_device();
+    let d = common::fault_device();
     let x = Tensor::<Ascend, 2>::random([4, 8], Distribution::Default, &d);
     let wrong = Tensor::<Ascend, 1, Int>::from_data(
         TensorData::new(vec![0i64, 1, 2], [3]),
@@ -298,4 +301,5 @@ fn bad_inputs_are_clear_errors() {
         .expect_err("an index past x faults on the device");
     let text = err.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(text.contains("moe_gather"), "{text}");
+    common::reset_fault_device();
 }

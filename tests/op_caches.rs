@@ -302,8 +302,8 @@ impl OpLauncher for Through {
         self.api
     }
 
-    fn device_id(&self) -> i32 {
-        self.ctx.device_id()
+    fn context_id(&self) -> u64 {
+        self.ctx.context_id()
     }
 
     unsafe fn launch(

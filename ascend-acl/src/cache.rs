@@ -31,7 +31,8 @@
 //! - the `index` of `aclSetInputTensorAddr` / `aclSetOutputTensorAddr` counts the operator's
 //!   input (output) `aclTensor` arguments in header order (the docs give only its range), so
 //!   only operators whose tensors are plain `aclTensor` arguments go through this cache;
-//! - the executor belongs to the device current at phase one, so the key includes the device;
+//! - the executor belongs to the device context current at phase one, so the key includes the
+//!   context (a device reset starts a new one, whose calls never meet the old executors);
 //! - no operator used here rewrites its descriptors, except Nonzero's output, which is never
 //!   taken from the cache (`AscendTensor::desc_owned`).
 
@@ -317,7 +318,7 @@ pub struct KeyBuilder {
 }
 
 impl KeyBuilder {
-    fn reset(&mut self, op: &str, api: &AclApi, device: i32) {
+    fn reset(&mut self, op: &str, api: &AclApi, context: u64) {
         self.words.clear();
         self.inputs.clear();
         self.outputs.clear();
@@ -325,7 +326,7 @@ impl KeyBuilder {
         // The op's name enters as a hash; entries compare the name itself too.
         let name = op.bytes().fold(0u64, |h, b| hash_words(h, &[b as u64]));
         self.words
-            .extend([name, api as *const AclApi as u64, device as u64]);
+            .extend([name, api as *const AclApi as u64, context]);
     }
 
     fn tensor(&mut self, tag: u64, view: &View<'_>) {
@@ -588,7 +589,7 @@ pub unsafe fn run_cached<L: OpLauncher + ?Sized, T: CachedArgs>(
     CACHES.with(|c| {
         let mut c = c.borrow_mut();
         let c = &mut *c;
-        c.key.reset(op, api, launcher.device_id());
+        c.key.reset(op, api, launcher.context_id());
         args.key(&mut c.key);
         let hash = hash_words(0, &c.key.words);
         if let Some(entry) = c.executors.get(hash, &c.key.words) {

@@ -35,6 +35,8 @@ macro_rules! acl_function_list {
                 fn aclrtMalloc(dev_ptr: *mut *mut ::std::ffi::c_void, size: usize, policy: i32) -> aclError;
                 fn aclrtFree(dev_ptr: *mut ::std::ffi::c_void) -> aclError;
                 fn aclrtMemcpy(dst: *mut ::std::ffi::c_void, dest_max: usize, src: *const ::std::ffi::c_void, count: usize, kind: i32) -> aclError;
+                fn aclrtMallocHost(host_ptr: *mut *mut ::std::ffi::c_void, size: usize) -> aclError;
+                fn aclrtFreeHost(host_ptr: *mut ::std::ffi::c_void) -> aclError;
                 fn aclrtMemcpyAsync(dst: *mut ::std::ffi::c_void, dest_max: usize, src: *const ::std::ffi::c_void, count: usize, kind: i32, stream: aclrtStream) -> aclError;
                 fn aclrtMemsetAsync(dev_ptr: *mut ::std::ffi::c_void, max_count: usize, value: i32, count: usize, stream: aclrtStream) -> aclError;
                 fn aclrtGetMemInfo(attr: i32, free: *mut usize, total: *mut usize) -> aclError;

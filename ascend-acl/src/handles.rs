@@ -325,8 +325,9 @@ impl Drop for TensorListDesc<'_> {
 pub trait OpLauncher {
     /// The table to call through.
     fn api(&self) -> &'static AclApi;
-    /// The device the operators run on (executors are cached per device).
-    fn device_id(&self) -> i32;
+    /// The device context the operators run on, unique in the process (executors belong to
+    /// it and are cached per context; a device reset starts a new one).
+    fn context_id(&self) -> u64;
     /// Takes a `workspace_size`-byte workspace, calls `phase2` on the stream, releases the
     /// workspace in stream order.
     ///

@@ -183,7 +183,7 @@ unsafe extern "C" fn host_launch(
         Ok(s) => s,
         Err(f) => return f.code as u32,
     };
-    stream.enqueue(Box::new(move || {
+    let queued = stream.enqueue(Box::new(move || {
         let mut stats = EmuStats::default();
         let mut per_block = vec![0u64; block_dim as usize];
         let mut err = [0 as c_char; 1024];
@@ -226,7 +226,10 @@ unsafe extern "C" fn host_launch(
             Err(Fault { code, message })
         }
     }));
-    0
+    match queued {
+        Ok(()) => 0,
+        Err(f) => f.code as u32,
+    }
 }
 
 /// A kernel library built against the Ascend C emulation, bound to the emulated machine.

@@ -3,12 +3,12 @@
 
 use std::cell::Cell;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::fault::{fault, Fault};
-use super::memory::DeviceMemory;
-use super::stream::{Event, Stream};
+use super::memory::{DeviceMemory, PinnedHost};
+use super::stream::{DeviceFault, Event, Stream};
 use ascend_acl::types::status::*;
 
 /// The modelled chip: an Atlas A2 Ascend910B2 (`../shared/ascend/hardware-atlas-a2.md`).
@@ -26,12 +26,25 @@ pub const ENV_HBM_MIB: &str = "BURN_ASCEND_EMU_HBM_MIB";
 
 pub(crate) struct Npu {
     pub memory: DeviceMemory,
-    default_stream: OnceLock<Arc<Stream>>,
+    /// The sticky fault of the device context (see `stream.rs`).
+    pub fault: Arc<DeviceFault>,
+    /// Bumped by `aclrtResetDevice`: threads bound before it must bind again.
+    generation: AtomicU64,
+    default_stream: Mutex<Option<Arc<Stream>>>,
 }
 
 impl Npu {
     pub fn default_stream(&self, id: i32) -> Arc<Stream> {
-        self.default_stream.get_or_init(|| Stream::new(id)).clone()
+        self.default_stream
+            .lock()
+            .unwrap()
+            .get_or_insert_with(|| Stream::new(id, self.fault.clone()))
+            .clone()
+    }
+
+    /// A new stream of this device.
+    pub fn new_stream(&self, id: i32) -> Arc<Stream> {
+        Stream::new(id, self.fault.clone())
     }
 }
 
@@ -40,37 +53,66 @@ pub(crate) struct Machine {
     pub initialized: AtomicBool,
     pub streams: Mutex<HashSet<usize>>,
     pub events: Mutex<HashSet<usize>>,
+    /// A configuration variable that did not parse: `aclInit` reports it.
+    pub config_error: Option<String>,
+    /// Page-locked host memory handed out by `aclrtMallocHost`.
+    pub pinned: PinnedHost,
 }
 
-fn env_number(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+/// A positive whole number from the environment, `Ok(None)` when unset, an error naming the
+/// variable when it does not parse.
+fn env_number(name: &str, what: &str) -> Result<Option<u64>, String> {
+    match std::env::var(name) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => Err(format!("{name}={v:?} is not text")),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(format!(
+                "{name}={v:?} is not a valid {what}: give a positive whole number"
+            )),
+        },
+    }
 }
 
 pub(crate) fn machine() -> &'static Machine {
     static MACHINE: OnceLock<Machine> = OnceLock::new();
     MACHINE.get_or_init(|| {
-        let count = env_number(ENV_DEVICES).map_or(DEFAULT_DEVICES, |n| n as usize);
-        let hbm = env_number(ENV_HBM_MIB).map_or(HBM_BYTES, |mib| mib << 20);
+        let count = env_number(ENV_DEVICES, "number of emulated NPUs");
+        let hbm = env_number(ENV_HBM_MIB, "HBM capacity in MiB");
+        let config_error = [&count, &hbm]
+            .iter()
+            .filter_map(|r| r.as_ref().err().cloned())
+            .reduce(|a, b| format!("{a}; {b}"));
+        let count = count.ok().flatten().map_or(DEFAULT_DEVICES, |n| n as usize);
+        let hbm = hbm.ok().flatten().map_or(HBM_BYTES, |mib| mib << 20);
         Machine {
             npus: (0..count)
                 .map(|id| Npu {
                     memory: DeviceMemory::new(id as i32, hbm),
-                    default_stream: OnceLock::new(),
+                    fault: Arc::default(),
+                    generation: AtomicU64::new(0),
+                    default_stream: Mutex::default(),
                 })
                 .collect(),
             initialized: AtomicBool::new(false),
             streams: Mutex::default(),
             events: Mutex::default(),
+            config_error,
+            pinned: PinnedHost::default(),
         }
     })
 }
 
 thread_local! {
-    static CURRENT: Cell<Option<i32>> = const { Cell::new(None) };
+    /// The device `aclrtSetDevice` bound on this thread, and that device's generation then.
+    static CURRENT: Cell<Option<(i32, u64)>> = const { Cell::new(None) };
 }
 
 impl Machine {
     pub fn check_initialized(&self) -> Result<(), Fault> {
+        if let Some(e) = &self.config_error {
+            return Err(fault(ACL_ERROR_INVALID_PARAM, e.clone()));
+        }
         if self.initialized.load(Ordering::Acquire) {
             Ok(())
         } else {
@@ -95,21 +137,59 @@ impl Machine {
     }
 
     pub fn set_current(&self, id: i32) -> Result<(), Fault> {
-        self.npu(id)?;
-        CURRENT.with(|c| c.set(Some(id)));
+        let generation = self.npu(id)?.generation.load(Ordering::Acquire);
+        CURRENT.with(|c| c.set(Some((id, generation))));
         Ok(())
     }
 
-    /// The calling thread's device, as `aclrtSetDevice` bound it.
+    /// The calling thread's device, as `aclrtSetDevice` bound it. A reset of the device since
+    /// destroyed the context the thread was bound to: it must bind again.
     pub fn current(&self) -> Result<(i32, &Npu), Fault> {
         self.check_initialized()?;
-        let id = CURRENT.with(Cell::get).ok_or_else(|| {
+        let (id, generation) = CURRENT.with(Cell::get).ok_or_else(|| {
             fault(
                 ACL_ERROR_RT_CONTEXT_NULL,
                 "no device is set on this thread: call aclrtSetDevice first",
             )
         })?;
-        Ok((id, self.npu(id)?))
+        let npu = self.npu(id)?;
+        if npu.generation.load(Ordering::Acquire) != generation {
+            return Err(fault(
+                ACL_ERROR_RT_CONTEXT_NULL,
+                format!(
+                    "device {id} was reset since this thread bound it (aclrtResetDevice                      destroyed that context): call aclrtSetDevice again"
+                ),
+            ));
+        }
+        Ok((id, npu))
+    }
+
+    /// `aclrtResetDevice`: waits for the device's work, destroys its streams and frees its
+    /// memory (the context's resources), clears its fault, and unbinds every thread from it.
+    pub fn reset(&self, id: i32) -> Result<(), Fault> {
+        let npu = self.npu(id)?;
+        let default = npu.default_stream.lock().unwrap().take();
+        let mut streams = self.streams.lock().unwrap();
+        let own: Vec<usize> = streams
+            .iter()
+            .copied()
+            // SAFETY: registered handles come from Arc::into_raw and are live until removed.
+            .filter(|&h| unsafe { (*(h as *const Stream)).device() } == id)
+            .collect();
+        for h in own {
+            streams.remove(&h);
+            // SAFETY: as above; the registry's reference is released here, once.
+            let s = unsafe { Arc::from_raw(h as *const Stream) };
+            s.shutdown();
+        }
+        drop(streams);
+        if let Some(s) = default {
+            s.shutdown();
+        }
+        npu.memory.release_all();
+        npu.fault.clear();
+        npu.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     /// The NPU whose address window holds `addr`.

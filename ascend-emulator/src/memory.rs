@@ -124,6 +124,14 @@ impl DeviceMemory {
         Ok(base)
     }
 
+    /// Frees every allocation (a device reset releases its context's memory); kernels still
+    /// holding a block keep its backing until they finish.
+    pub fn release_all(&self) {
+        let mut s = self.state.write().unwrap();
+        s.blocks.clear();
+        s.used = 0;
+    }
+
     pub fn free(&self, addr: u64) -> Result<(), Fault> {
         let mut s = self.state.write().unwrap();
         match s.blocks.remove(&addr) {
@@ -183,5 +191,64 @@ impl DeviceMemory {
     pub fn owns(&self, addr: u64) -> bool {
         let lo = ADDRESS_BASE + ((self.device as u64) << 40);
         (lo..lo + (1 << 40)).contains(&addr)
+    }
+}
+
+/// Page-locked host memory (`aclrtMallocHost`): the regions handed out, so that asynchronous
+/// copies can insist on them and notice one freed before its copy ran.
+#[derive(Default)]
+pub(crate) struct PinnedHost {
+    regions: std::sync::Mutex<BTreeMap<usize, std::alloc::Layout>>,
+}
+
+/// `aclrtMallocHost` aligns to 64 bytes (acl-abi.md 3.3).
+const PINNED_ALIGN: usize = 64;
+
+impl PinnedHost {
+    pub fn alloc(&self, size: usize) -> Result<usize, Fault> {
+        let layout =
+            std::alloc::Layout::from_size_align(size.max(1), PINNED_ALIGN).map_err(|_| {
+                fault(
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    format!("aclrtMallocHost: {size} bytes is too large"),
+                )
+            })?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            return Err(fault(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                format!("aclrtMallocHost: cannot allocate {size} bytes of page-locked memory"),
+            ));
+        }
+        self.regions.lock().unwrap().insert(p as usize, layout);
+        Ok(p as usize)
+    }
+
+    pub fn free(&self, p: usize) -> Result<(), Fault> {
+        let layout = self.regions.lock().unwrap().remove(&p).ok_or_else(|| {
+            fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                format!("aclrtFreeHost: 0x{p:x} is not the start of live aclrtMallocHost memory (double free?)"),
+            )
+        })?;
+        // SAFETY: allocated in `alloc` with this layout, freed once (removed above).
+        unsafe { std::alloc::dealloc(p as *mut u8, layout) };
+        Ok(())
+    }
+
+    /// Whether `[p, p + len)` lies in one live region.
+    pub fn check(&self, p: usize, len: usize) -> Result<(), Fault> {
+        let regions = self.regions.lock().unwrap();
+        match regions.range(..=p).next_back() {
+            Some((&start, layout)) if p + len <= start + layout.size() => Ok(()),
+            _ => Err(fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                format!(
+                    "aclrtMemcpyAsync: host range [0x{p:x}, +{len}) is not page-locked memory from \
+                     aclrtMallocHost; asynchronous host copies need it (acl-abi.md 3.3, trap 14)"
+                ),
+            )),
+        }
     }
 }

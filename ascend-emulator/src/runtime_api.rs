@@ -19,6 +19,9 @@ use ascend_acl::types::status::*;
 use ascend_acl::types::*;
 
 pub unsafe extern "C" fn aclInit(_config_path: *const c_char) -> aclError {
+    if let Some(e) = &machine().config_error {
+        return report(fault(ACL_ERROR_INVALID_PARAM, format!("aclInit: {e}")));
+    }
     if machine().initialized.swap(true, Ordering::AcqRel) {
         report(fault(
             ACL_ERROR_REPEAT_INITIALIZE,
@@ -38,11 +41,11 @@ pub unsafe extern "C" fn aclrtSetDevice(device_id: i32) -> aclError {
     guard("aclrtSetDevice", || machine().set_current(device_id))
 }
 
+/// Destroys the device's context: its streams (after their queued work), its memory and its
+/// sticky fault; threads bound to it must call `aclrtSetDevice` again. Assumption (acl-abi.md
+/// 3.1 leaves the reference counting across threads UNCERTAIN): one call resets the device.
 pub unsafe extern "C" fn aclrtResetDevice(device_id: i32) -> aclError {
-    guard("aclrtResetDevice", || {
-        let m = machine();
-        m.npu(device_id)?.default_stream(device_id).synchronize()
-    })
+    guard("aclrtResetDevice", || machine().reset(device_id))
 }
 
 pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> aclError {
@@ -58,8 +61,8 @@ pub unsafe extern "C" fn aclrtCreateStream(stream: *mut aclrtStream) -> aclError
     guard("aclrtCreateStream", || {
         let out = non_null(stream, "stream")?;
         let m = machine();
-        let (id, _) = m.current()?;
-        let handle = Arc::into_raw(Stream::new(id)) as aclrtStream;
+        let (id, npu) = m.current()?;
+        let handle = Arc::into_raw(npu.new_stream(id)) as aclrtStream;
         m.streams.lock().unwrap().insert(handle as usize);
         *out = handle;
         Ok(())
@@ -92,8 +95,7 @@ pub unsafe extern "C" fn aclrtSynchronizeStream(stream: aclrtStream) -> aclError
 pub unsafe extern "C" fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtEvent) -> aclError {
     guard("aclrtStreamWaitEvent", || {
         let m = machine();
-        m.event(event)?.wait_on(&*m.stream(stream)?);
-        Ok(())
+        m.event(event)?.wait_on(&*m.stream(stream)?)
     })
 }
 
@@ -122,16 +124,12 @@ pub unsafe extern "C" fn aclrtDestroyEvent(event: aclrtEvent) -> aclError {
 pub unsafe extern "C" fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream) -> aclError {
     guard("aclrtRecordEvent", || {
         let m = machine();
-        m.event(event)?.record(&*m.stream(stream)?);
-        Ok(())
+        m.event(event)?.record(&*m.stream(stream)?)
     })
 }
 
 pub unsafe extern "C" fn aclrtSynchronizeEvent(event: aclrtEvent) -> aclError {
-    guard("aclrtSynchronizeEvent", || {
-        machine().event(event)?.wait();
-        Ok(())
-    })
+    guard("aclrtSynchronizeEvent", || machine().event(event)?.wait())
 }
 
 pub unsafe extern "C" fn aclrtQueryEventStatus(event: aclrtEvent, status: *mut i32) -> aclError {
@@ -154,6 +152,7 @@ pub unsafe extern "C" fn aclrtMalloc(
     guard("aclrtMalloc", || {
         let out = non_null(dev_ptr, "devPtr")?;
         let (_, npu) = machine().current()?;
+        npu.fault.check()?;
         *out = npu.memory.malloc(size)? as *mut c_void;
         Ok(())
     })
@@ -172,72 +171,141 @@ pub unsafe extern "C" fn aclrtFree(dev_ptr: *mut c_void) -> aclError {
     })
 }
 
-/// A copy between host memory and emulated device memory, run when called.
+/// Page-locked host memory (`aclrtMallocHost`): 64-byte aligned (acl-abi.md 3.3).
+pub unsafe extern "C" fn aclrtMallocHost(host_ptr: *mut *mut c_void, size: usize) -> aclError {
+    guard("aclrtMallocHost", || {
+        let out = non_null(host_ptr, "hostPtr")?;
+        machine().check_initialized()?;
+        *out = machine().pinned.alloc(size)? as *mut c_void;
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn aclrtFreeHost(host_ptr: *mut c_void) -> aclError {
+    guard("aclrtFreeHost", || machine().pinned.free(host_ptr as usize))
+}
+
+/// Which side of a copy is where.
+enum Ends {
+    HostToDevice,
+    DeviceToHost,
+    DeviceToDevice,
+    HostToHost,
+}
+
+fn ends(kind: i32) -> Result<Ends, Fault> {
+    Ok(match kind {
+        ACL_MEMCPY_HOST_TO_DEVICE => Ends::HostToDevice,
+        ACL_MEMCPY_DEVICE_TO_HOST => Ends::DeviceToHost,
+        ACL_MEMCPY_DEVICE_TO_DEVICE => Ends::DeviceToDevice,
+        ACL_MEMCPY_HOST_TO_HOST => Ends::HostToHost,
+        k => {
+            return Err(fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                format!("unsupported aclrtMemcpyKind {k}"),
+            ))
+        }
+    })
+}
+
+/// A copy between host memory and emulated device memory.
 struct Copy {
     dst: *mut c_void,
     src: *const c_void,
     count: usize,
-    kind: i32,
+    ends: Ends,
 }
-// SAFETY: the caller keeps both ends alive until the copy has run (it waits for it).
+// SAFETY: a synchronous copy runs before its call returns; an asynchronous one only ever has
+// page-locked host memory at its host end, which `run` checks is still allocated.
 unsafe impl Send for Copy {}
 
 impl Copy {
+    /// The device memory at `p`, `[p, p + count)` live, on a device that has not faulted.
+    fn device(&self, p: u64) -> Result<*mut u8, Fault> {
+        let npu = machine().npu_of(p).ok_or_else(|| {
+            fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                format!("0x{p:x} is not a device address, but the copy kind says it is"),
+            )
+        })?;
+        npu.fault.check()?;
+        let (block, off) = npu.memory.resolve(p, self.count).map_err(|f| Fault {
+            code: ACL_ERROR_RT_PARAM_INVALID,
+            message: format!("memcpy of {} bytes: {}", self.count, f.message),
+        })?;
+        Ok(block.host_ptr(off))
+    }
+
+    fn host(&self, p: u64) -> Result<(), Fault> {
+        if machine().npu_of(p).is_some() {
+            Err(fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                format!("0x{p:x} is a device address, but the copy kind says host"),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The host end of an asynchronous copy must be page-locked memory from aclrtMallocHost,
+    /// 64-byte aligned. CANN 8.0 requires the alignment and warns that other host memory may
+    /// fail on some products (acl-abi.md 3.3 and trap 14); the emulation takes the stricter
+    /// reading and refuses pageable memory outright, so the backend cannot come to rely on a
+    /// copy that completes before the call returns.
+    fn pinned(&self, p: u64) -> Result<(), Fault> {
+        self.host(p)?;
+        machine().pinned.check(p as usize, self.count)?;
+        if !p.is_multiple_of(64) {
+            return Err(fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                format!("aclrtMemcpyAsync: host address 0x{p:x} is not 64-byte aligned (CANN 8.0 requires it)"),
+            ));
+        }
+        Ok(())
+    }
+
     unsafe fn run(&self) -> Result<(), Fault> {
         if self.count == 0 {
             return Ok(());
         }
-        let m = machine();
-        let device = |p: u64| -> Result<*mut u8, Fault> {
-            let npu = m.npu_of(p).ok_or_else(|| {
-                fault(
-                    ACL_ERROR_RT_PARAM_INVALID,
-                    format!("0x{p:x} is not a device address, but the copy kind says it is"),
+        let (dst, src) = match self.ends {
+            Ends::HostToDevice => {
+                self.host(self.src as u64)?;
+                (self.device(self.dst as u64)?, self.src as *const u8)
+            }
+            Ends::DeviceToHost => {
+                self.host(self.dst as u64)?;
+                (
+                    self.dst as *mut u8,
+                    self.device(self.src as u64)? as *const u8,
                 )
-            })?;
-            let (block, off) = npu.memory.resolve(p, self.count).map_err(|f| Fault {
-                code: ACL_ERROR_RT_PARAM_INVALID,
-                message: format!("memcpy of {} bytes: {}", self.count, f.message),
-            })?;
-            Ok(block.host_ptr(off))
-        };
-        let host = |p: u64| -> Result<(), Fault> {
-            if m.npu_of(p).is_some() {
-                Err(fault(
-                    ACL_ERROR_RT_PARAM_INVALID,
-                    format!("0x{p:x} is a device address, but the copy kind says host"),
-                ))
-            } else {
-                Ok(())
             }
-        };
-        let (dst, src) = match self.kind {
-            ACL_MEMCPY_HOST_TO_DEVICE => {
-                host(self.src as u64)?;
-                (device(self.dst as u64)?, self.src as *const u8)
-            }
-            ACL_MEMCPY_DEVICE_TO_HOST => {
-                host(self.dst as u64)?;
-                (self.dst as *mut u8, device(self.src as u64)? as *const u8)
-            }
-            ACL_MEMCPY_DEVICE_TO_DEVICE => (
-                device(self.dst as u64)?,
-                device(self.src as u64)? as *const u8,
+            Ends::DeviceToDevice => (
+                self.device(self.dst as u64)?,
+                self.device(self.src as u64)? as *const u8,
             ),
-            ACL_MEMCPY_HOST_TO_HOST => {
-                host(self.src as u64)?;
-                host(self.dst as u64)?;
+            Ends::HostToHost => {
+                self.host(self.src as u64)?;
+                self.host(self.dst as u64)?;
                 (self.dst as *mut u8, self.src as *const u8)
-            }
-            k => {
-                return Err(fault(
-                    ACL_ERROR_RT_PARAM_INVALID,
-                    format!("unsupported aclrtMemcpyKind {k}"),
-                ))
             }
         };
         std::ptr::copy(src, dst, self.count);
         Ok(())
+    }
+
+    /// The page-locked host end of an asynchronous copy, checked when it is queued and again
+    /// when it runs (freeing it before is a use after free on the device).
+    fn check_async(&self) -> Result<(), Fault> {
+        match self.ends {
+            Ends::HostToDevice => self.pinned(self.src as u64),
+            Ends::DeviceToHost => self.pinned(self.dst as u64),
+            Ends::DeviceToDevice => Ok(()),
+            Ends::HostToHost => Err(fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "aclrtMemcpyAsync: host-to-host copies are not supported asynchronously",
+            )),
+        }
     }
 }
 
@@ -274,14 +342,14 @@ pub unsafe extern "C" fn aclrtMemcpy(
             dst,
             src,
             count,
-            kind,
+            ends: ends(kind)?,
         }
         .run()
     })
 }
 
-/// Stream-ordered. Host memory here is pageable (not from `aclrtMallocHost`), for which CANN
-/// completes the copy before returning; the emulation does the same.
+/// Stream-ordered and asynchronous: the copy runs when the stream reaches it, reading (or
+/// writing) the page-locked host buffer then, as the DMA engine does.
 pub unsafe extern "C" fn aclrtMemcpyAsync(
     dst: *mut c_void,
     dest_max: usize,
@@ -296,11 +364,19 @@ pub unsafe extern "C" fn aclrtMemcpyAsync(
             dst,
             src,
             count,
-            kind,
+            ends: ends(kind)?,
         };
-        machine()
-            .stream(stream)?
-            .run_blocking(Box::new(move || unsafe { copy.run() }))
+        copy.check_async()?;
+        machine().stream(stream)?.enqueue(Box::new(move || unsafe {
+            copy.check_async().map_err(|f| Fault {
+                code: ACL_ERROR_RT_AICORE_EXCEPTION,
+                message: format!(
+                    "aclrtMemcpyAsync ran after its page-locked host buffer was freed: {}",
+                    f.message
+                ),
+            })?;
+            copy.run()
+        }))
     })
 }
 
@@ -332,8 +408,7 @@ pub unsafe extern "C" fn aclrtMemsetAsync(
             // SAFETY: resolve checked the range.
             unsafe { std::ptr::write_bytes(block.host_ptr(off), value as u8, count) };
             Ok(())
-        }));
-        Ok(())
+        }))
     })
 }
 

@@ -1,5 +1,12 @@
 //! Emulated streams and events: each stream is a FIFO run by its own worker thread, so work
 //! is queued, never run inside the launching call, and runs in launch order.
+//!
+//! Device faults are sticky, as an AI Core exception leaves the device context unusable until
+//! it is reset (the safe model, as CUDA does for kernel faults): the first failing task records
+//! its fault on the device ([`DeviceFault`]); from then on no work of that device runs (queued
+//! tasks are skipped, new launches are refused) and every synchronisation reports that same
+//! fault, naming the op or kernel that raised it, until `aclrtResetDevice`. Markers (event
+//! records and waits) still run, so nothing waiting on the device hangs.
 
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -10,99 +17,144 @@ use ascend_acl::types::status::*;
 /// Work queued on a stream.
 pub(crate) type Task = Box<dyn FnOnce() -> Result<(), Fault> + Send>;
 
-/// The outcome of one task, filled in by the worker.
-type Completion = Arc<(Mutex<Option<Result<(), Fault>>>, Condvar)>;
-
+/// The sticky fault state of one device context.
 #[derive(Default)]
-struct StreamState {
-    pending: usize,
-    error: Option<Fault>,
+pub(crate) struct DeviceFault {
+    fault: Mutex<Option<Fault>>,
+}
+
+impl DeviceFault {
+    /// The fault that stopped the device, if any.
+    pub fn get(&self) -> Option<Fault> {
+        self.fault.lock().unwrap().clone()
+    }
+
+    /// Fails with the device's fault, if it has one.
+    pub fn check(&self) -> Result<(), Fault> {
+        match self.get() {
+            Some(f) => Err(sticky(f)),
+            None => Ok(()),
+        }
+    }
+
+    fn record(&self, f: Fault) {
+        self.fault.lock().unwrap().get_or_insert(f);
+    }
+
+    /// Clears the fault (`aclrtResetDevice`).
+    pub fn clear(&self) {
+        self.fault.lock().unwrap().take();
+    }
+}
+
+/// The fault as reported by calls after it: same code, the original message.
+fn sticky(f: Fault) -> Fault {
+    Fault {
+        code: f.code,
+        message: format!(
+            "{} (the device stopped at this fault: every later call on it fails until \
+             aclrtResetDevice)",
+            f.message
+        ),
+    }
+}
+
+enum Job {
+    /// Device work: skipped once the device has faulted.
+    Work(Task),
+    /// Host bookkeeping (events): always runs.
+    Marker(Box<dyn FnOnce() + Send>),
 }
 
 /// One stream and its worker.
 pub(crate) struct Stream {
-    sender: Mutex<Option<Sender<Task>>>,
-    state: Arc<(Mutex<StreamState>, Condvar)>,
+    device: i32,
+    fault: Arc<DeviceFault>,
+    sender: Mutex<Option<Sender<Job>>>,
+    pending: Arc<(Mutex<usize>, Condvar)>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Stream {
-    pub fn new(device: i32) -> Arc<Self> {
-        let (tx, rx) = channel::<Task>();
-        let state: Arc<(Mutex<StreamState>, Condvar)> = Arc::default();
-        let shared = state.clone();
+    pub fn new(device: i32, fault_state: Arc<DeviceFault>) -> Arc<Self> {
+        let (tx, rx) = channel::<Job>();
+        let pending: Arc<(Mutex<usize>, Condvar)> = Arc::default();
+        let (done, faults) = (pending.clone(), fault_state.clone());
         let worker = std::thread::Builder::new()
             .name(format!("emulated-npu{device}-stream"))
             .spawn(move || {
-                for task in rx {
-                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task))
-                        .unwrap_or_else(|p| {
-                            Err(fault(
-                                ACL_ERROR_RT_AICORE_EXCEPTION,
-                                format!("kernel aborted: {}", panic_text(&p)),
-                            ))
-                        });
-                    let (lock, cv) = &*shared;
-                    let mut s = lock.lock().unwrap();
-                    if let Err(f) = result {
-                        s.error.get_or_insert(f);
+                for job in rx {
+                    match job {
+                        Job::Marker(mark) => mark(),
+                        Job::Work(_) if faults.get().is_some() => {}
+                        Job::Work(task) => {
+                            let result =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(task))
+                                    .unwrap_or_else(|p| {
+                                        Err(fault(
+                                            ACL_ERROR_RT_AICORE_EXCEPTION,
+                                            format!("kernel aborted: {}", panic_text(&p)),
+                                        ))
+                                    });
+                            if let Err(f) = result {
+                                faults.record(f);
+                            }
+                        }
                     }
-                    s.pending -= 1;
+                    let (lock, cv) = &*done;
+                    *lock.lock().unwrap() -= 1;
                     cv.notify_all();
                 }
             })
             .expect("cannot start an emulated stream worker thread");
         Arc::new(Self {
+            device,
+            fault: fault_state,
             sender: Mutex::new(Some(tx)),
-            state,
+            pending,
             worker: Mutex::new(Some(worker)),
         })
     }
 
-    /// Queues `task`; it runs after everything queued before it.
-    pub fn enqueue(&self, task: Task) {
-        self.state.0.lock().unwrap().pending += 1;
+    /// The device the stream belongs to.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    fn send(&self, job: Job) -> Result<(), Fault> {
+        *self.pending.0.lock().unwrap() += 1;
         let sender = self.sender.lock().unwrap();
-        sender
-            .as_ref()
-            .expect("stream used after destruction")
-            .send(task)
-            .expect("emulated stream worker stopped");
+        match sender.as_ref().map(|s| s.send(job)) {
+            Some(Ok(())) => Ok(()),
+            _ => {
+                *self.pending.0.lock().unwrap() -= 1;
+                Err(fault(
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    format!(
+                        "a stream of device {} used after its destruction",
+                        self.device
+                    ),
+                ))
+            }
+        }
     }
 
-    /// Waits for all queued work; reports (once) the first error the work raised.
+    /// Queues `task`; it runs after everything queued before it. A faulted device refuses it.
+    pub fn enqueue(&self, task: Task) -> Result<(), Fault> {
+        self.fault.check()?;
+        self.send(Job::Work(task))
+    }
+
+    /// Queues host bookkeeping that runs in stream order even on a faulted device.
+    fn enqueue_marker(&self, mark: Box<dyn FnOnce() + Send>) -> Result<(), Fault> {
+        self.send(Job::Marker(mark))
+    }
+
+    /// Waits for all queued work; reports the device's fault, every time, until reset.
     pub fn synchronize(&self) -> Result<(), Fault> {
-        let (lock, cv) = &*self.state;
-        let mut s = cv
-            .wait_while(lock.lock().unwrap(), |s| s.pending > 0)
-            .unwrap();
-        match s.error.take() {
-            Some(f) => Err(f),
-            None => Ok(()),
-        }
-    }
-
-    /// Queues `task` and waits for it (and so for everything before it).
-    pub fn run_blocking(&self, task: Task) -> Result<(), Fault> {
-        let done: Completion = Arc::default();
-        let signal = done.clone();
-        self.enqueue(Box::new(move || {
-            let r = task();
-            *signal.0.lock().unwrap() = Some(r.clone());
-            signal.1.notify_all();
-            r
-        }));
-        let (lock, cv) = &*done;
-        let r = cv
-            .wait_while(lock.lock().unwrap(), |r| r.is_none())
-            .unwrap()
-            .take()
-            .unwrap();
-        if r.is_err() {
-            // Reported here, not again at the next synchronisation.
-            self.state.0.lock().unwrap().error = None;
-        }
-        r
+        let (lock, cv) = &*self.pending;
+        drop(cv.wait_while(lock.lock().unwrap(), |n| *n > 0).unwrap());
+        self.fault.check()
     }
 
     /// Stops the worker after the queued work.
@@ -125,22 +177,25 @@ pub(crate) struct Event {
 struct EventState {
     recorded: u64,
     completed: u64,
+    /// The device of the latest record, whose fault a wait reports.
+    device: Option<Arc<DeviceFault>>,
 }
 
 impl Event {
-    pub fn record(self: &Arc<Self>, stream: &Stream) {
+    pub fn record(self: &Arc<Self>, stream: &Stream) -> Result<(), Fault> {
+        stream.fault.check()?;
         let ticket = {
             let mut s = self.state.lock().unwrap();
             s.recorded += 1;
+            s.device = Some(stream.fault.clone());
             s.recorded
         };
         let event = self.clone();
-        stream.enqueue(Box::new(move || {
+        stream.enqueue_marker(Box::new(move || {
             let mut s = event.state.lock().unwrap();
             s.completed = s.completed.max(ticket);
             event.cv.notify_all();
-            Ok(())
-        }));
+        }))
     }
 
     pub fn is_complete(&self) -> bool {
@@ -148,20 +203,25 @@ impl Event {
         s.completed >= s.recorded
     }
 
-    pub fn wait(&self) {
+    /// Waits for the latest record; reports the fault of its device, if it has one.
+    pub fn wait(&self) -> Result<(), Fault> {
         let s = self.state.lock().unwrap();
         let target = s.recorded;
-        let _s = self.cv.wait_while(s, |s| s.completed < target).unwrap();
+        let s = self.cv.wait_while(s, |s| s.completed < target).unwrap();
+        match &s.device {
+            Some(device) => device.check(),
+            None => Ok(()),
+        }
     }
 
     /// Makes `stream` wait (on the device) until the event's latest record completes.
-    pub fn wait_on(self: &Arc<Self>, stream: &Stream) {
+    pub fn wait_on(self: &Arc<Self>, stream: &Stream) -> Result<(), Fault> {
+        stream.fault.check()?;
         let target = self.state.lock().unwrap().recorded;
         let event = self.clone();
-        stream.enqueue(Box::new(move || {
+        stream.enqueue_marker(Box::new(move || {
             let s = event.state.lock().unwrap();
-            let _s = event.cv.wait_while(s, |s| s.completed < target).unwrap();
-            Ok(())
-        }));
+            drop(event.cv.wait_while(s, |s| s.completed < target).unwrap());
+        }))
     }
 }

@@ -567,3 +567,195 @@ fn a_one_shot_executor_runs_once_and_can_be_destroyed_unlaunched() {
         api.check((api.core.aclrtFree)(x), "free").unwrap();
     }
 }
+
+/// Page-locked host memory of `bytes` bytes.
+fn malloc_host(api: &AclApi, bytes: usize) -> *mut u8 {
+    let mut p = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    api.check(
+        unsafe { (api.core.aclrtMallocHost)(&mut p, bytes) },
+        "aclrtMallocHost",
+    )
+    .unwrap();
+    p as *mut u8
+}
+
+/// Device 1 bound to the calling thread (tests that fault a device keep off device 0, which
+/// the other tests of this file share, and reset device 1 when done).
+fn api_on_device_1() -> &'static AclApi {
+    let api = api();
+    // SAFETY: plain call; the emulated machine has two NPUs.
+    api.check(unsafe { (api.core.aclrtSetDevice)(1) }, "aclrtSetDevice")
+        .unwrap();
+    api
+}
+
+/// Enough queued work that a copy queued behind it cannot have run when the call returns.
+const BUSY_BYTES: usize = 128 << 20;
+
+#[test]
+fn asynchronous_host_copies_need_page_locked_memory_and_run_in_stream_order() {
+    let api = api();
+    let s = stream(api);
+    let dev = malloc(api, 4096);
+    let pageable = vec![7u8; 4096];
+    // SAFETY: every buffer holds 4096 bytes.
+    unsafe {
+        let status = (api.core.aclrtMemcpyAsync)(
+            dev,
+            4096,
+            pageable.as_ptr() as _,
+            4096,
+            ACL_MEMCPY_HOST_TO_DEVICE,
+            s,
+        );
+        assert_eq!(status, ACL_ERROR_RT_PARAM_INVALID, "pageable source");
+        assert!(api.recent_error_message().contains("not page-locked"));
+
+        let pinned = malloc_host(api, 4096 + 64);
+        assert_eq!(
+            pinned as usize % 64,
+            0,
+            "aclrtMallocHost aligns to 64 bytes"
+        );
+        let status = (api.core.aclrtMemcpyAsync)(
+            dev,
+            4096,
+            pinned.add(32) as _,
+            4096,
+            ACL_MEMCPY_HOST_TO_DEVICE,
+            s,
+        );
+        assert_eq!(status, ACL_ERROR_RT_PARAM_INVALID, "unaligned source");
+        assert!(api.recent_error_message().contains("64-byte aligned"));
+
+        // The copy reads the page-locked buffer when the stream reaches it, not at the call.
+        let busy = malloc(api, BUSY_BYTES);
+        std::ptr::write_bytes(pinned, 1, 4096);
+        api.check(
+            (api.core.aclrtMemsetAsync)(busy, BUSY_BYTES, 0, BUSY_BYTES, s),
+            "memset",
+        )
+        .unwrap();
+        api.check(
+            (api.core.aclrtMemcpyAsync)(dev, 4096, pinned as _, 4096, ACL_MEMCPY_HOST_TO_DEVICE, s),
+            "h2d",
+        )
+        .unwrap();
+        std::ptr::write_bytes(pinned, 2, 4096);
+        api.check((api.core.aclrtSynchronizeStream)(s), "sync")
+            .unwrap();
+        let mut back = vec![0u8; 4096];
+        api.check(
+            (api.core.aclrtMemcpy)(
+                back.as_mut_ptr() as _,
+                4096,
+                dev,
+                4096,
+                ACL_MEMCPY_DEVICE_TO_HOST,
+            ),
+            "d2h",
+        )
+        .unwrap();
+        assert!(back.iter().all(|&b| b == 2), "the copy ran at the call");
+
+        api.check((api.core.aclrtFreeHost)(pinned as _), "free host")
+            .unwrap();
+        assert_eq!(
+            (api.core.aclrtFreeHost)(pinned as _),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "double free of page-locked memory"
+        );
+        for p in [dev, busy] {
+            api.check((api.core.aclrtFree)(p), "free").unwrap();
+        }
+        api.check((api.core.aclrtDestroyStream)(s), "destroy")
+            .unwrap();
+    }
+}
+
+#[test]
+#[serial_test::serial(device_1)]
+fn freeing_a_page_locked_buffer_before_its_copy_ran_faults_and_the_fault_is_sticky() {
+    let api = api_on_device_1();
+    let s = stream(api);
+    let other = stream(api);
+    let (dev, busy) = (malloc(api, 4096), malloc(api, BUSY_BYTES));
+    let pinned = malloc_host(api, 4096);
+    // SAFETY: every buffer holds what the calls say; the early free is the point of the test.
+    unsafe {
+        api.check(
+            (api.core.aclrtMemsetAsync)(busy, BUSY_BYTES, 0, BUSY_BYTES, s),
+            "memset",
+        )
+        .unwrap();
+        api.check(
+            (api.core.aclrtMemcpyAsync)(dev, 4096, pinned as _, 4096, ACL_MEMCPY_HOST_TO_DEVICE, s),
+            "h2d",
+        )
+        .unwrap();
+        api.check((api.core.aclrtFreeHost)(pinned as _), "free host")
+            .unwrap();
+        let status = (api.core.aclrtSynchronizeStream)(s);
+        assert_eq!(status, ACL_ERROR_RT_AICORE_EXCEPTION);
+        let first = api.recent_error_message();
+        assert!(
+            first.contains("page-locked host buffer was freed"),
+            "{first}"
+        );
+
+        // Sticky: every later synchronisation, on any stream of the device, reports it again,
+        // and the device refuses new work and reads.
+        for stream in [s, other] {
+            assert_eq!(
+                (api.core.aclrtSynchronizeStream)(stream),
+                ACL_ERROR_RT_AICORE_EXCEPTION
+            );
+            assert!(api
+                .recent_error_message()
+                .contains("page-locked host buffer was freed"));
+        }
+        assert_eq!(
+            (api.core.aclrtMemsetAsync)(dev, 4096, 0, 4096, other),
+            ACL_ERROR_RT_AICORE_EXCEPTION
+        );
+        let mut back = vec![0u8; 16];
+        assert_eq!(
+            (api.core.aclrtMemcpy)(
+                back.as_mut_ptr() as _,
+                16,
+                dev,
+                16,
+                ACL_MEMCPY_DEVICE_TO_HOST
+            ),
+            ACL_ERROR_RT_AICORE_EXCEPTION
+        );
+
+        // A reset clears it: the old streams and memory are gone, the thread binds again.
+        api.check((api.core.aclrtResetDevice)(1), "reset").unwrap();
+        assert_eq!(
+            (api.core.aclrtSynchronizeStream)(s),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "a stream of the reset context"
+        );
+        assert_eq!(
+            (api.core.aclrtMalloc)(&mut std::ptr::null_mut(), 64, ACL_MEM_MALLOC_HUGE_FIRST),
+            ACL_ERROR_RT_CONTEXT_NULL,
+            "the thread must bind the reset device again"
+        );
+        api.check((api.core.aclrtSetDevice)(1), "set device")
+            .unwrap();
+        let fresh = malloc(api, 64);
+        api.check(
+            (api.core.aclrtMemsetAsync)(fresh, 64, 3, 64, std::ptr::null_mut()),
+            "memset",
+        )
+        .unwrap();
+        api.check(
+            (api.core.aclrtSynchronizeStream)(std::ptr::null_mut()),
+            "sync",
+        )
+        .unwrap();
+        api.check((api.core.aclrtFree)(fresh), "free").unwrap();
+    }
+}

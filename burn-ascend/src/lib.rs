@@ -18,4 +18,4 @@ pub mod runtime;
 pub use backend::fused::{self, FusedOps};
 pub use backend::{Ascend, AscendQTensor};
 pub use ops::AscendTensor;
-pub use runtime::{AscendDevice, MemoryStats};
+pub use runtime::{reset_device, AscendDevice, MemoryStats};

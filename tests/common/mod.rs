@@ -48,6 +48,19 @@ pub fn second_device() -> AscendDevice {
     }
 }
 
+/// The device for tests that provoke device faults. A fault stops its whole device context
+/// until the device is reset, so such tests run on [`second_device`] (other tests of their
+/// file keep off it), one at a time (`#[serial(fault_device)]`), between two
+/// [`reset_fault_device`] calls.
+pub fn fault_device() -> AscendDevice {
+    second_device()
+}
+
+/// Resets [`fault_device`], clearing a fault a test provoked.
+pub fn reset_fault_device() {
+    burn_ascend::reset_device(&fault_device()).expect("the fault device resets");
+}
+
 /// For tests that read the emulation's internals (its launch log and work counters, its fault
 /// injection, its operators' own checks): `true`, after saying so, when the suite runs on a
 /// real NPU, where the test has nothing to read. `test` names the test.

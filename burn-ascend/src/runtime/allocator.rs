@@ -2,8 +2,8 @@
 //! again in stream order (all work of a device context runs on one stream, so a block freed
 //! after its last use was queued can serve any later work on that stream).
 //!
-//! On an allocation failure the cache is released (after a stream synchronisation, since
-//! `aclrtFree` is not stream-ordered) and the allocation retried once.
+//! On an allocation failure the device context releases the caches of all its pools (after a
+//! stream synchronisation, since `aclrtFree` is not stream-ordered) and retries once.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -39,7 +39,7 @@ pub struct MemoryStats {
     pub device_allocations: usize,
     /// Number of `aclrtFree` calls.
     pub device_frees: usize,
-    /// Times the cache was released to satisfy an allocation.
+    /// Times the cache was released (to satisfy an allocation, or on request).
     pub cache_flushes: usize,
 }
 
@@ -72,27 +72,15 @@ impl CachingAllocator {
         self.stats
     }
 
-    /// Takes a cached block of the request's class, or allocates one. `synchronize` is called
-    /// before the cache is released on an out-of-memory retry.
-    pub fn alloc(
-        &mut self,
-        api: &AclApi,
-        bytes: usize,
-        synchronize: impl FnOnce() -> AclResult<()>,
-    ) -> AclResult<Block> {
+    /// Takes a cached block of the request's class, or allocates one. An out-of-memory
+    /// error (see [`is_out_of_memory`]) leaves the retry to the caller, which can release
+    /// other pools too.
+    pub fn alloc(&mut self, api: &AclApi, bytes: usize) -> AclResult<Block> {
         let size = size_class(bytes);
         let ptr = match self.free.get_mut(&size).and_then(Vec::pop) {
             Some(ptr) => ptr,
             None => {
-                let ptr = match malloc(api, size) {
-                    Err(e) if e.code() == Some(ACL_ERROR_RT_MEMORY_ALLOCATION) => {
-                        synchronize()?;
-                        self.release_cache(api)?;
-                        self.stats.cache_flushes += 1;
-                        malloc(api, size).map_err(|e| self.out_of_memory(api, bytes, e))?
-                    }
-                    other => other?,
-                };
+                let ptr = malloc(api, size)?;
                 self.stats.device_allocations += 1;
                 self.stats.bytes_reserved += size;
                 ptr
@@ -109,20 +97,32 @@ impl CachingAllocator {
         self.free.entry(block.size).or_default().push(block.ptr);
     }
 
-    /// Frees every cached block. The caller has synchronised the stream.
+    /// Frees every cached block. The caller has synchronised the stream. A failing
+    /// `aclrtFree` does not stop the others; the first failure is returned, and the statistics
+    /// count only the blocks that were freed.
     pub fn release_cache(&mut self, api: &AclApi) -> AclResult<()> {
+        self.stats.cache_flushes += 1;
+        let mut first_error = None;
         for (size, ptrs) in self.free.drain() {
             for ptr in ptrs {
                 // SAFETY: a block from aclrtMalloc that no tensor holds.
-                api.check(unsafe { (api.core.aclrtFree)(ptr) }, "aclrtFree")?;
-                self.stats.bytes_reserved -= size;
-                self.stats.device_frees += 1;
+                match api.check(unsafe { (api.core.aclrtFree)(ptr) }, "aclrtFree") {
+                    Ok(()) => {
+                        self.stats.bytes_reserved -= size;
+                        self.stats.device_frees += 1;
+                    }
+                    Err(e) => {
+                        // The block's state is unknown: it is neither cached nor counted free.
+                        first_error.get_or_insert(e);
+                    }
+                }
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
-    fn out_of_memory(&self, api: &AclApi, bytes: usize, cause: AclError) -> AclError {
+    /// The error of an allocation that failed again after every cache was released.
+    pub fn out_of_memory(&self, api: &AclApi, bytes: usize, cause: AclError) -> AclError {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers; failure leaves them 0, which the message shows.
         unsafe {
@@ -136,6 +136,11 @@ impl CachingAllocator {
             )
         })
     }
+}
+
+/// Whether `e` is the device running out of memory (worth releasing caches and retrying).
+pub fn is_out_of_memory(e: &AclError) -> bool {
+    e.code() == Some(ACL_ERROR_RT_MEMORY_ALLOCATION)
 }
 
 fn malloc(api: &AclApi, size: usize) -> AclResult<*mut c_void> {

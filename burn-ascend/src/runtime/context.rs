@@ -1,21 +1,28 @@
 //! The per-device context: the device's stream, its caching allocators (tensors and operator
-//! workspaces), host/device transfers and the launch of aclnn operators.
+//! workspaces), host/device transfers (uploads through a page-locked staging ring) and the
+//! launch of aclnn operators and fused kernels.
+//!
+//! A device fault is sticky (the device context stops: every later synchronisation, read and
+//! launch reports it) until [`reset_device`], which replaces the context: tensors of the old one
+//! then fail clearly when used, and new work runs on the new one.
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use burn_ascend_kernels::{KernelApi, LaunchError};
 
-use super::allocator::{Block, CachingAllocator, MemoryStats};
+use super::allocator::{is_out_of_memory, Block, CachingAllocator, MemoryStats};
 use super::device::AscendDevice;
+use super::staging::StagingRing;
 use crate::acl::handles::OpLauncher;
 use crate::acl::table::Phase2Fn;
-use crate::acl::types::memcpy_kind::*;
+use crate::acl::types::memcpy_kind::ACL_MEMCPY_DEVICE_TO_HOST;
 use crate::acl::types::status::ACL_ERROR_REPEAT_INITIALIZE;
 use crate::acl::types::{aclOpExecutor, aclrtStream};
-use crate::acl::{AclApi, AclResult};
+use crate::acl::{AclApi, AclError, AclResult};
 
 /// Environment variable: `1` synchronises after every operator, so an asynchronous device
 /// error is reported at the operator that caused it (as `ASCEND_LAUNCH_BLOCKING` does for
@@ -41,6 +48,8 @@ pub(crate) fn initialize(api: &'static AclApi) -> AclResult<()> {
 /// Everything the backend holds for one device.
 pub struct DeviceContext {
     device: AscendDevice,
+    /// Unique in the process: a reset replaces the context with one of a new id.
+    id: u64,
     api: &'static AclApi,
     stream: aclrtStream,
     tensors: Mutex<CachingAllocator>,
@@ -52,6 +61,10 @@ pub struct DeviceContext {
     kernels: OnceLock<Result<&'static KernelApi, String>>,
     /// Kernels whose absence was already reported.
     kernels_noticed: Mutex<HashSet<&'static str>>,
+    /// Page-locked staging for uploads (allocated on the first upload).
+    staging: Mutex<Option<StagingRing>>,
+    /// Set when the device was reset: why this context is no longer usable.
+    retired: OnceLock<String>,
 }
 
 // SAFETY: the stream handle is used from any thread after binding the device to it, which
@@ -60,16 +73,49 @@ unsafe impl Send for DeviceContext {}
 unsafe impl Sync for DeviceContext {}
 
 thread_local! {
-    /// The (table, device) this thread last bound with aclrtSetDevice.
-    static BOUND: Cell<Option<(usize, i32)>> = const { Cell::new(None) };
+    /// The context this thread last bound with aclrtSetDevice (by id: a reset device must be
+    /// bound again).
+    static BOUND: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The live context of each device.
+fn contexts() -> &'static Mutex<HashMap<AscendDevice, Arc<DeviceContext>>> {
+    static CONTEXTS: OnceLock<Mutex<HashMap<AscendDevice, Arc<DeviceContext>>>> = OnceLock::new();
+    CONTEXTS.get_or_init(Default::default)
+}
+
+/// Resets `device` after a fault: its context (stream, memory, cached blocks) is destroyed with
+/// `aclrtResetDevice`, and the next use of the device opens a new one. Tensors of the old
+/// context fail clearly when used; new tensors work. A server calls this after a device fault
+/// to keep serving; it needs no fault to be called.
+pub fn reset_device(device: &AscendDevice) -> AclResult<()> {
+    let Some(old) = contexts().lock().unwrap().remove(device) else {
+        return Ok(());
+    };
+    let reason = match old.synchronize() {
+        Err(e) => format!("{device} was reset after a fault: {e}"),
+        Ok(()) => format!("{device} was reset"),
+    };
+    let _ = old.retired.set(reason);
+    let api = old.api;
+    // The ring's page-locked memory is host memory: freed here, after the stream is done.
+    if let Some(ring) = old.staging.lock().unwrap().take() {
+        ring.release(api);
+    }
+    let index = device.index() as i32;
+    // SAFETY: plain calls; the old context is retired, so nothing launches on it any more.
+    unsafe {
+        api.check((api.core.aclrtSetDevice)(index), "aclrtSetDevice")?;
+        api.check((api.core.aclrtResetDevice)(index), "aclrtResetDevice")?;
+    }
+    BOUND.with(|b| b.set(None));
+    Ok(())
 }
 
 impl DeviceContext {
-    /// The context of `device`, created on first use.
+    /// The context of `device`, created on first use (and again after [`reset_device`]).
     pub fn get(device: &AscendDevice) -> AclResult<Arc<DeviceContext>> {
-        static CONTEXTS: OnceLock<Mutex<HashMap<AscendDevice, Arc<DeviceContext>>>> =
-            OnceLock::new();
-        let mut map = CONTEXTS.get_or_init(Default::default).lock().unwrap();
+        let mut map = contexts().lock().unwrap();
         if let Some(ctx) = map.get(device) {
             return Ok(ctx.clone());
         }
@@ -79,13 +125,18 @@ impl DeviceContext {
     }
 
     fn create(device: AscendDevice) -> AclResult<Self> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let api = device.api()?;
         initialize(api)?;
-        let id = device.index() as i32;
+        let index = device.index() as i32;
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         // SAFETY: plain calls with valid out-pointers.
-        api.check(unsafe { (api.core.aclrtSetDevice)(id) }, "aclrtSetDevice")
-            .map_err(|e| e.with_context(|| format!("opening {device}")))?;
-        BOUND.with(|b| b.set(Some((api as *const AclApi as usize, id))));
+        api.check(
+            unsafe { (api.core.aclrtSetDevice)(index) },
+            "aclrtSetDevice",
+        )
+        .map_err(|e| e.with_context(|| format!("opening {device}")))?;
+        BOUND.with(|b| b.set(Some(id)));
         let mut stream = std::ptr::null_mut();
         api.check(
             unsafe { (api.core.aclrtCreateStream)(&mut stream) },
@@ -93,6 +144,7 @@ impl DeviceContext {
         )?;
         Ok(Self {
             device,
+            id,
             api,
             stream,
             tensors: Mutex::default(),
@@ -101,6 +153,8 @@ impl DeviceContext {
             rng: Mutex::new((entropy_seed(), 0)),
             kernels: OnceLock::new(),
             kernels_noticed: Mutex::default(),
+            staging: Mutex::default(),
+            retired: OnceLock::new(),
         })
     }
 
@@ -112,18 +166,26 @@ impl DeviceContext {
     /// Binds the device to the calling thread (AscendCL requires it of every thread that
     /// issues work) and returns the table.
     pub fn bind(&self) -> &'static AclApi {
-        let key = (
-            self.api as *const AclApi as usize,
-            self.device.index() as i32,
-        );
-        if BOUND.with(Cell::get) != Some(key) {
-            // SAFETY: the id was validated when the context was created.
-            let status = unsafe { (self.api.core.aclrtSetDevice)(key.1) };
+        if BOUND.with(Cell::get) != Some(self.id) && self.retired.get().is_none() {
+            // SAFETY: the index was validated when the context was created.
+            let status = unsafe { (self.api.core.aclrtSetDevice)(self.device.index() as i32) };
             if status == 0 {
-                BOUND.with(|b| b.set(Some(key)));
+                BOUND.with(|b| b.set(Some(self.id)));
             }
         }
         self.api
+    }
+
+    /// Fails when the device was reset since this context was opened: its memory, stream and
+    /// tensors are gone.
+    pub fn check_alive(&self) -> AclResult<()> {
+        match self.retired.get() {
+            None => Ok(()),
+            Some(reason) => Err(AclError::Library(format!(
+                "this tensor or operation belongs to a device context that no longer exists: \
+                 {reason}; create tensors on the device again"
+            ))),
+        }
     }
 
     /// A description of the device for `Backend::name`.
@@ -141,8 +203,10 @@ impl DeviceContext {
         format!("ascend({}, {soc}, {})", self.device, api.describe())
     }
 
-    /// Waits for all queued work; reports an asynchronous device error raised by it.
+    /// Waits for all queued work; reports an asynchronous device error raised by it (and,
+    /// once the device has faulted, that fault every time, until [`reset_device`]).
     pub fn synchronize(&self) -> AclResult<()> {
+        self.check_alive()?;
         let api = self.bind();
         // SAFETY: the stream is owned by this context.
         api.check(
@@ -153,17 +217,29 @@ impl DeviceContext {
 
     /// Allocates a tensor buffer of at least `bytes` bytes.
     pub fn alloc(self: &Arc<Self>, bytes: usize) -> AclResult<DeviceStorage> {
-        let api = self.bind();
-        let block = self
-            .tensors
-            .lock()
-            .unwrap()
-            .alloc(api, bytes, || self.synchronize())?;
+        let block = self.alloc_block(&self.tensors, bytes)?;
         Ok(DeviceStorage {
             ctx: self.clone(),
             block,
             bytes,
         })
+    }
+
+    /// A block of `pool`; on out-of-memory, after synchronising, every pool's cache is released
+    /// (tensors and workspaces) and the allocation retried once.
+    fn alloc_block(&self, pool: &Mutex<CachingAllocator>, bytes: usize) -> AclResult<Block> {
+        self.check_alive()?;
+        let api = self.bind();
+        let first = pool.lock().unwrap().alloc(api, bytes);
+        match first {
+            Err(e) if is_out_of_memory(&e) => {
+                self.release_cache()?;
+                let mut pool = pool.lock().unwrap();
+                pool.alloc(api, bytes)
+                    .map_err(|e| pool.out_of_memory(api, bytes, e))
+            }
+            other => other,
+        }
     }
 
     /// Statistics of the tensor allocator.
@@ -175,29 +251,33 @@ impl DeviceContext {
     pub fn release_cache(&self) -> AclResult<()> {
         self.synchronize()?;
         let api = self.bind();
-        self.tensors.lock().unwrap().release_cache(api)?;
-        self.workspaces.lock().unwrap().release_cache(api)
+        let tensors = self.tensors.lock().unwrap().release_cache(api);
+        let workspaces = self.workspaces.lock().unwrap().release_cache(api);
+        tensors.and(workspaces)
     }
 
-    /// Copies host bytes into `dst`, in stream order.
+    /// Copies host bytes into `dst`, in stream order, through the page-locked staging ring:
+    /// the call returns once the bytes are staged, without waiting for the queue.
     pub fn upload(&self, dst: &DeviceStorage, bytes: &[u8]) -> AclResult<()> {
+        self.check_alive()?;
+        if bytes.len() > dst.bytes {
+            return Err(AclError::Library(format!(
+                "upload of {} bytes into a buffer of {} bytes on {}",
+                bytes.len(),
+                dst.bytes,
+                self.device
+            )));
+        }
         if bytes.is_empty() {
             return Ok(());
         }
         let api = self.bind();
-        // SAFETY: `dst` holds at least `bytes.len()` bytes; the host slice outlives the call
-        // (pageable memory: the copy completes before aclrtMemcpyAsync returns).
-        let status = unsafe {
-            (api.core.aclrtMemcpyAsync)(
-                dst.block.ptr,
-                dst.bytes,
-                bytes.as_ptr() as *const c_void,
-                bytes.len(),
-                ACL_MEMCPY_HOST_TO_DEVICE,
-                self.stream,
-            )
+        let mut staging = self.staging.lock().unwrap();
+        let ring = match &mut *staging {
+            Some(ring) => ring,
+            None => staging.insert(StagingRing::new(api)?),
         };
-        api.check(status, "aclrtMemcpyAsync")
+        ring.upload(api, self.stream, dst.block.ptr, dst.bytes, bytes)
     }
 
     /// Reads `len` bytes of `src` at byte `offset`; the caller has synchronised the stream
@@ -208,6 +288,13 @@ impl DeviceContext {
         offset: usize,
         len: usize,
     ) -> AclResult<Vec<u8>> {
+        self.check_alive()?;
+        if offset.checked_add(len).is_none_or(|end| end > src.bytes) {
+            return Err(AclError::Library(format!(
+                "read of {len} bytes at offset {offset} from a buffer of {} bytes on {}",
+                src.bytes, self.device
+            )));
+        }
         let mut out = vec![0u8; len];
         if len == 0 {
             return Ok(out);
@@ -298,6 +385,7 @@ impl DeviceContext {
         kernel: &'static str,
         launch: impl FnOnce(&KernelApi, aclrtStream) -> Result<(), LaunchError>,
     ) -> AclResult<()> {
+        self.check_alive()?;
         let api = self.kernel_library().map_err(|reason| {
             crate::acl::AclError::Library(format!("{} cannot run {kernel}: {reason}", self.device))
         })?;
@@ -332,12 +420,15 @@ impl DeviceContext {
         repeatable: bool,
     ) -> AclResult<()> {
         let api = self.bind();
-        let workspace = if workspace_size > 0 {
-            let taken = self
-                .workspaces
-                .lock()
-                .unwrap()
-                .alloc(api, workspace_size as usize, || self.synchronize());
+        let alive = self.check_alive();
+        let workspace = if alive.is_err() {
+            if !repeatable {
+                // SAFETY: phase two never ran, so the executor is still ours.
+                unsafe { (api.core.aclDestroyAclOpExecutor)(executor) };
+            }
+            return alive;
+        } else if workspace_size > 0 {
+            let taken = self.alloc_block(&self.workspaces, workspace_size as usize);
             match taken {
                 Ok(block) => Some(block),
                 Err(e) => {
@@ -371,8 +462,8 @@ impl OpLauncher for DeviceContext {
         self.bind()
     }
 
-    fn device_id(&self) -> i32 {
-        self.device.index() as i32
+    fn context_id(&self) -> u64 {
+        self.id
     }
 
     unsafe fn launch(
@@ -400,11 +491,18 @@ impl OpLauncher for DeviceContext {
 
 impl Drop for DeviceContext {
     fn drop(&mut self) {
+        // A retired context's stream and memory went with the device reset.
+        if self.retired.get().is_some() {
+            return;
+        }
         let api = self.bind();
         // SAFETY: the stream is ours; nothing is queued after a synchronisation.
         unsafe {
             (api.core.aclrtSynchronizeStream)(self.stream);
             (api.core.aclrtDestroyStream)(self.stream);
+        }
+        if let Some(ring) = self.staging.get_mut().unwrap().take() {
+            ring.release(api);
         }
     }
 }

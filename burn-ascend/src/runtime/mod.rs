@@ -1,10 +1,12 @@
 //! The device runtime: device selection, per-device contexts (stream, caching allocators,
-//! transfers, operator launch). Nothing here knows of Burn.
+//! page-locked staging, transfers, operator launch, reset after a fault). Nothing here knows
+//! of Burn.
 
 pub mod allocator;
 pub mod context;
 pub mod device;
+mod staging;
 
 pub use allocator::MemoryStats;
-pub use context::{DeviceContext, DeviceStorage};
+pub use context::{reset_device, DeviceContext, DeviceStorage};
 pub use device::AscendDevice;
