@@ -7,9 +7,11 @@
 //! ([`StepInputs`]): slots come from `fused::alloc_extend`, every token (decoded or prefilled)
 //! attends to its cached positions through `fused::decode_attention`, and only the rows whose
 //! next token is sampled reach the LM head. A step that fails on the device fails its own
-//! requests; the server then restores its weights and cache and goes on with the others.
+//! requests; the server then resets the device (its faults are sticky), restores its weights
+//! and cache and goes on with the others.
 //! [`reference_logits`] is the dense path the paged one must agree with.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
@@ -18,7 +20,7 @@ use burn::module::Module;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::{Int, Tensor};
 use burn_ascend::fused::{self, DecodeAttentionOptions};
-use burn_ascend::FusedOps;
+use burn_ascend::{AscendDevice, FusedOps};
 
 use super::cache::{ints, slot, LayerCache, PagePool};
 use super::model::MoeDecoder;
@@ -389,8 +391,9 @@ impl<B: FusedOps> Server<B> {
     }
 
     /// Runs one step: schedules it, computes it, samples, and reports what finished. A step
-    /// that fails on the device fails its requests (with [`ServeError::Device`]), requeues the
-    /// other running ones, and the next step first restores the weights and the cache.
+    /// that fails on the device fails its requests (with [`ServeError::Device`]) and requeues
+    /// the other running ones; the server then resets the device and restores its weights and
+    /// cache.
     pub fn step(&mut self) -> StepReport {
         let start = Instant::now();
         let plan = self.scheduler.schedule();
@@ -416,10 +419,13 @@ impl<B: FusedOps> Server<B> {
                 }
             }
             Err(error) => {
-                self.restore = true;
                 for e in self.scheduler.fail(&plan) {
                     report.finished.push((e.id, Err(error.clone())));
                 }
+                // Recover now; should that fail too, the next step tries again before it runs
+                // (and fails its requests with the reason if it cannot).
+                self.restore = true;
+                let _ = catch_unwind(AssertUnwindSafe(|| self.restore_device_state()));
             }
         }
         report.secs = start.elapsed().as_secs_f64();
@@ -440,9 +446,15 @@ impl<B: FusedOps> Server<B> {
         .map_err(|panic| ServeError::Device(panic_text(panic)))
     }
 
-    /// Reloads the weights from the host copy and empties the cache (no request holds a page
+    /// Resets the device (a fault is sticky: its context fails every later use until then),
+    /// reloads the weights from the host copy and empties the cache (no request holds a page
     /// after a failed step).
     fn restore_device_state(&mut self) {
+        // Only Ascend devices have sticky faults; `B::Device` is `'static` as `B` is.
+        if let Some(device) = (&self.device as &dyn Any).downcast_ref::<AscendDevice>() {
+            burn_ascend::reset_device(device)
+                .unwrap_or_else(|e| panic!("resetting {device} after a failed step: {e}"));
+        }
         let record = WeightRecorder::default()
             .load(self.weights.clone(), &self.device)
             .expect("the server's own weights load");
