@@ -1,8 +1,9 @@
 //! The fused ops at the seed sizes of the fused-ops specification: the Ascend C kernel on the
 //! emulated NPU beside its composed default (`burn_ascend::fused::composed`, the standard Burn
 //! ops the trait defaults are made of) and, where CANN has one, CANN's own operator, all on the
-//! same emulated NPU. Then, from one more launch of each kernel, the emulation counters and a
-//! modelled Atlas A2 device time against the bandwidth limit.
+//! same emulated NPU. Then, from one more launch of each kernel, the emulation counters, a
+//! modelled Atlas A2 device time against the bandwidth limit, and what the kernels' always-on
+//! device-side checks cost in that model.
 
 mod common;
 
@@ -12,6 +13,7 @@ use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log, LaunchS
 use burn_ascend::fused::{composed, DecodeAttentionOptions};
 use burn_ascend::ops::fused as device;
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
+use burn_ascend_kernels::tiling::{self, DecodeShape, DeviceProps, NormType};
 use burn_ascend_suite::a2;
 use common::host_values::host_values;
 use common::{mean, publish, ratio, timed, us, Table};
@@ -106,6 +108,9 @@ struct Case {
     /// The least global-memory traffic the op's contract allows (inputs read once, outputs
     /// written once), bytes.
     min_bytes: u64,
+    /// The kernels with always-on device-side checks, and how many values each launch checks
+    /// (an index, a length pair, a page id: one `Require` each).
+    checks: Vec<(&'static str, u64)>,
 }
 
 fn vector_add<B: FusedOps>(d: &B::Device, path: Path) -> Run {
@@ -277,6 +282,31 @@ const MLA: Attn = Attn {
     dim_v: 512,
     mla: true,
 };
+impl Attn {
+    /// Values stage 1 checks per launch: five per unit (kv_indptr's pair, its order, the
+    /// request's length, its split count) and one per key slot each unit reads.
+    fn checks(&self) -> u64 {
+        let shape = DecodeShape {
+            batch: self.batch as u64,
+            q_heads: self.q_heads as u64,
+            kv_heads: self.kv_heads as u64,
+            head_dim_k: self.dim_k as u64,
+            head_dim_v: self.dim_v as u64,
+            max_splits: 4,
+            slots: (self.batch * self.len) as u64,
+            indices: (self.batch * self.len) as u64,
+            value_from_key: self.mla,
+        };
+        let (stage1, _) =
+            tiling::decode_attention(&shape, NormType::BF16, 1.0, 0.0, &DeviceProps::ATLAS_A2)
+                .expect("the seed shapes fit");
+        let group = (self.q_heads / self.kv_heads) as u64;
+        let head_tiles = group.div_ceil(stage1.tiling.head_tile as u64);
+        let units = shape.batch * shape.kv_heads * head_tiles * shape.max_splits;
+        units * 5 + shape.batch * shape.kv_heads * head_tiles * self.len as u64
+    }
+}
+
 const GQA: Attn = Attn {
     batch: 8,
     len: 1024,
@@ -344,7 +374,10 @@ fn cases() -> Vec<Case> {
         composed,
         cann,
         min_bytes: min_bytes as u64,
+        checks: vec![],
     };
+    let checked = |c: Case, checks: Vec<(&'static str, u64)>| Case { checks, ..c };
+    let (t, k) = (MOE.0 as u64, MOE.3 as u64);
     let aclnn_add: Run = {
         let x = Tensor::<Ascend, 1, Int>::arange(0..16384, &a).cast(DType::I32);
         let y = x.clone() * 3;
@@ -376,53 +409,73 @@ fn cases() -> Vec<Case> {
         None,
         (3 * 256 * 128 + 2 * 256 + 3 * 128) * 4,
     ));
-    v.push(case(
-        "moe_gather",
-        "T1024 H1536 K4 f16",
-        moe_gather::<Ascend>(&a, Path::Kernel),
-        moe_gather::<Ascend>(&a, Path::Composed),
-        Some(("aclnnMoeInitRoutingV2", cann_init_routing())),
-        2 * 1024 * 4 * 1536 * 2 + 1024 * 4 * 4,
+    v.push(checked(
+        case(
+            "moe_gather",
+            "T1024 H1536 K4 f16",
+            moe_gather::<Ascend>(&a, Path::Kernel),
+            moe_gather::<Ascend>(&a, Path::Composed),
+            Some(("aclnnMoeInitRoutingV2", cann_init_routing())),
+            2 * 1024 * 4 * 1536 * 2 + 1024 * 4 * 4,
+        ),
+        vec![("moe_gather", t * k)],
     ));
-    v.push(case(
-        "moe_scatter",
-        "T1024 H1536 K4 f16",
-        moe_scatter::<Ascend>(&a, Path::Kernel),
-        moe_scatter::<Ascend>(&a, Path::Composed),
-        Some(("aclnnMoeTokenUnpermute", cann_token_unpermute())),
-        1024 * 4 * 1536 * 2 + 1024 * 1536 * 2 + 1024 * 4 * (4 + 2),
+    v.push(checked(
+        case(
+            "moe_scatter",
+            "T1024 H1536 K4 f16",
+            moe_scatter::<Ascend>(&a, Path::Kernel),
+            moe_scatter::<Ascend>(&a, Path::Composed),
+            Some(("aclnnMoeTokenUnpermute", cann_token_unpermute())),
+            1024 * 4 * 1536 * 2 + 1024 * 1536 * 2 + 1024 * 4 * (4 + 2),
+        ),
+        vec![("moe_scatter_inverse", t * k), ("moe_scatter", t * k)],
     ));
-    v.push(case(
-        "token_rearrange",
-        "S1024 D32 f32",
-        token_rearrange::<Ascend>(&a, Path::Kernel),
-        token_rearrange::<Ascend>(&a, Path::Composed),
-        None,
-        2 * 1024 * 32 * 4 + 1024 * 4,
+    v.push(checked(
+        case(
+            "token_rearrange",
+            "S1024 D32 f32",
+            token_rearrange::<Ascend>(&a, Path::Kernel),
+            token_rearrange::<Ascend>(&a, Path::Composed),
+            None,
+            2 * 1024 * 32 * 4 + 1024 * 4,
+        ),
+        vec![("token_rearrange", 1024)],
     ));
-    v.push(case(
-        "alloc_extend",
-        "B2 page128 seq 1000,1500 i32",
-        alloc_extend::<Ascend>(&a, Path::Kernel),
-        alloc_extend::<Ascend>(&a, Path::Composed),
-        None,
-        (3 * 2 + 20 + 2500 + 2) * 4,
+    // Per request: the length pair, the running total and last_loc; per page taken: its list
+    // entry and its id (20 pages); the last block's sum.
+    v.push(checked(
+        case(
+            "alloc_extend",
+            "B2 page128 seq 1000,1500 i32",
+            alloc_extend::<Ascend>(&a, Path::Kernel),
+            alloc_extend::<Ascend>(&a, Path::Composed),
+            None,
+            (3 * 2 + 20 + 2500 + 2) * 4,
+        ),
+        vec![("alloc_extend", 3 * 2 + 2 * 20 + 1)],
     ));
-    v.push(case(
-        "decode_attention",
-        "MLA B1 S128 HQ32 Dk576 bf16",
-        decode_attention::<Ascend>(&MLA, &a, Path::Kernel),
-        decode_attention::<Ascend>(&MLA, &a, Path::Composed),
-        None,
-        MLA.min_bytes(),
+    v.push(checked(
+        case(
+            "decode_attention",
+            "MLA B1 S128 HQ32 Dk576 bf16",
+            decode_attention::<Ascend>(&MLA, &a, Path::Kernel),
+            decode_attention::<Ascend>(&MLA, &a, Path::Composed),
+            None,
+            MLA.min_bytes(),
+        ),
+        vec![("decode_attention_stage1", MLA.checks())],
     ));
-    v.push(case(
-        "decode_attention",
-        "GQA B8 S1024 HQ32 HKV8 D128 bf16",
-        decode_attention::<Ascend>(&GQA, &a, Path::Kernel),
-        decode_attention::<Ascend>(&GQA, &a, Path::Composed),
-        None,
-        GQA.min_bytes(),
+    v.push(checked(
+        case(
+            "decode_attention",
+            "GQA B8 S1024 HQ32 HKV8 D128 bf16",
+            decode_attention::<Ascend>(&GQA, &a, Path::Kernel),
+            decode_attention::<Ascend>(&GQA, &a, Path::Composed),
+            None,
+            GQA.min_bytes(),
+        ),
+        vec![("decode_attention_stage1", GQA.checks())],
     ));
     v.push(case(
         "grouped_matmul",
@@ -567,6 +620,21 @@ fn fused_kernels(c: &mut Criterion) {
             "why not within 1.2x / what would close it",
         ],
     );
+    let mut checks = Table::new(
+        "MODELLED cost of the always-on device-side checks per op - the A2 model charges GM \
+         bytes, and the checks read none; the scalar bound is an estimate outside the model",
+        &[
+            "op",
+            "size",
+            "kernels",
+            "values checked",
+            "GM bytes the checks read",
+            "modelled (µs)",
+            "checks / modelled (model)",
+            "scalar bound, busiest blocks (µs)",
+            "scalar bound / modelled",
+        ],
+    );
     for case in &mut cases {
         let (f, comp) = (mean(&key(case, "fused")), mean(&key(case, "composed")));
         let cann = case
@@ -593,6 +661,34 @@ fn fused_kernels(c: &mut Criterion) {
                 case.name.into(),
                 case.size.clone(),
                 "(aclnn operator: no Ascend C counters)".into(),
+            ]);
+        }
+        if !case.checks.is_empty() {
+            // Each launch's busiest block checks its share of the values, scaled like its bytes.
+            let bound: f64 = log
+                .iter()
+                .filter_map(|s| {
+                    let values = case.checks.iter().find(|c| c.0 == s.kernel)?.1;
+                    Some(values as f64 / s.block_dim as f64 * a2::balance(s))
+                })
+                .sum::<f64>()
+                * a2::SCALAR_CYCLES_PER_CHECK
+                / a2::CLOCK_HZ;
+            let modelled: f64 = log.iter().map(|s| a2::model(s).modelled).sum();
+            checks.row(vec![
+                case.name.into(),
+                case.size.clone(),
+                case.checks
+                    .iter()
+                    .map(|c| c.0)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                case.checks.iter().map(|c| c.1).sum::<u64>().to_string(),
+                "0".into(),
+                format!("{:.2}", modelled * 1e6),
+                "0.00 %".into(),
+                format!("{:.3}", bound * 1e6),
+                format!("{:.2} %", 100.0 * bound / modelled),
             ]);
         }
         for s in &log {
@@ -640,7 +736,7 @@ fn fused_kernels(c: &mut Criterion) {
     clear_launch_log();
     publish(
         "fused_kernels",
-        &[wall, counters, model, per_op],
+        &[wall, counters, model, per_op, checks],
         &[
             "Wall times are criterion's means in this run, all on the emulated NPU (kernels and \
              aclnn ops run on the host CPU); they compare code paths on this machine, not NPU \
@@ -665,6 +761,15 @@ fn fused_kernels(c: &mut Criterion) {
              tiles of 3 so 44 blocks have work, and each tile re-reads the keys (~12x); more KV \
              splits instead of head tiles would fill the cores with each key read once. At \
              ~2 MB the whole op is launch-latency-bound on the device anyway.",
+            "Device-side checks: each kernel checks values its data path reads anyway (indices \
+             loaded to address rows, lengths, page ids) on the scalar unit, so they add no GM \
+             traffic: 0 % of the modelled time, which is GM bytes over bandwidth. The model has \
+             no scalar term; the scalar bound charges 2 cycles per checked value (a compare and \
+             a branch, ASSUMED: the fact sheets give no scalar timings) at 1.8 GHz on the \
+             busiest block (its share of the values, scaled by its share of the bytes), as if \
+             none of it overlapped the DMA the same scalar unit has queued. \
+             BURN_ASCEND_VALIDATE=1 adds moe_gather's permutation check: every block reads all \
+             T*K indices (+ blocks x T*K x 4 bytes).",
         ],
     );
 }

@@ -9,8 +9,13 @@ use burn_ascend::emulator::work_counters;
 pub const HBM_BYTES_PER_S: f64 = 1.6e12;
 /// Vector cores (AIV) of a 910B1/B2 die.
 pub const VECTOR_CORES: u32 = 48;
+/// The AI Core clock, Hz.
+pub const CLOCK_HZ: f64 = 1.8e9;
 /// One AIV's GM rate: the platform ini's `ddr_rate = 32` bytes/cycle at 1.8 GHz.
-pub const CORE_BYTES_PER_S: f64 = 32.0 * 1.8e9;
+pub const CORE_BYTES_PER_S: f64 = 32.0 * CLOCK_HZ;
+/// Scalar cycles charged per value a device-side check tests: a compare and a branch.
+/// ASSUMED (no scalar timing in the fact sheets); used only for an upper bound.
+pub const SCALAR_CYCLES_PER_CHECK: f64 = 2.0;
 
 /// The modelled device time of one launch and its bandwidth limit.
 #[derive(Debug, Clone, Copy, Default)]

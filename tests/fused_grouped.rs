@@ -1012,12 +1012,16 @@ fn layer_norm_gradients_match_the_backward_and_flex() {
                 dx.into_data(),
                 1e-6,
             );
+            // dgamma and dbeta are atomic sums of the blocks' partial sums, added in whatever
+            // order the blocks finish (on the NPU as in the emulation): two launches agree to the
+            // f32 rounding of that sum, not bit for bit.
+            let atomic_tol = 1e-5;
             if params.0 {
                 assert_close(
                     &format!("{what}: dgamma = layer_norm_backward"),
                     got[2].clone(),
                     dgamma.into_data(),
-                    1e-6,
+                    atomic_tol,
                 );
             }
             if params.1 {
@@ -1025,7 +1029,7 @@ fn layer_norm_gradients_match_the_backward_and_flex() {
                     &format!("{what}: dbeta = layer_norm_backward"),
                     got[3].clone(),
                     dbeta.into_data(),
-                    1e-6,
+                    atomic_tol,
                 );
             }
         }

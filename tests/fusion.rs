@@ -509,11 +509,11 @@ fn fused_ops_on_fusion_run_ascends_kernels_as_custom_ops() {
         "the same Ascend C kernel launches"
     );
     assert_eq!(lazy_aclnn, eager_aclnn, "the same aclnn launches");
-    // layer_norm, its backward, moe_gather, moe_scatter, token_rearrange and the two vector
-    // adds are Ascend C kernels (the grouped matmuls are aclnn operators); their compositions
-    // would launch none.
+    // layer_norm, its backward, moe_gather, moe_scatter (two: its inverse permutation, then the
+    // reduction), token_rearrange and the two vector adds are Ascend C kernels (the grouped
+    // matmuls are aclnn operators); their compositions would launch none.
     assert_eq!(
-        lazy_kernels, 7,
+        lazy_kernels, 8,
         "the fused ops ran as kernels, not compositions"
     );
 }

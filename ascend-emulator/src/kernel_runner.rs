@@ -6,8 +6,10 @@
 //! emulated machine (`ascendc_emu_bind`, see `ascendc/include/ascendc_emu_abi.h`): its
 //! `aclrtlaunch_<kernel>` entry points then queue the kernel's blocks on an emulated stream, and
 //! the emulated Ascend C API resolves global memory in emulated HBM, with the same checks as every
-//! other device access. Each finished launch leaves its counters in a log.
+//! other device access, and only in the HBM of the NPU the kernel was launched on. Each finished
+//! launch leaves its counters in a log.
 
+use std::cell::Cell;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::Path;
 use std::sync::Mutex;
@@ -17,7 +19,7 @@ use ascend_acl::table::SymbolSource;
 use ascend_acl::types::status::ACL_ERROR_RT_PARAM_INVALID;
 use ascend_acl::{AclError, AclResult};
 
-use super::fault::Fault;
+use super::fault::{report, Fault};
 use super::machine::machine;
 
 /// Counters of one kernel launch.
@@ -125,16 +127,33 @@ fn write_message(err: *mut c_char, err_len: usize, message: &str) {
     }
 }
 
+thread_local! {
+    /// The NPU of the kernel running on this thread (an emulated stream's worker).
+    static RUNNING_ON: Cell<Option<i32>> = const { Cell::new(None) };
+}
+
 /// The host address of emulated global memory `[addr, addr + len)`, or NULL with the reason.
+/// A kernel reaches only its own NPU's HBM: a DataCopy reaches another card's HBM only over HCCS
+/// (hardware-atlas-a2.md, "Cross-card"), which needs peer access set up; the emulation models no
+/// peer access (the stricter choice), so an address of another NPU is rejected like any address
+/// outside the device's memory.
 unsafe extern "C" fn host_gm(addr: u64, len: u64, err: *mut c_char, err_len: usize) -> *mut c_void {
-    let resolved = machine()
-        .npu_of(addr)
-        .ok_or_else(|| format!("0x{addr:x} is not device memory"))
-        .and_then(|npu| {
-            npu.memory
-                .resolve(addr, len as usize)
-                .map_err(|f| f.message)
-        });
+    let npus = &machine().npus;
+    let resolved = match (
+        RUNNING_ON.get(),
+        npus.iter().position(|n| n.memory.owns(addr)),
+    ) {
+        (None, _) => Err("no kernel is running on this thread".to_string()),
+        (_, None) => Err(format!("0x{addr:x} is not device memory")),
+        (Some(running), Some(owner)) if owner as i32 != running => Err(format!(
+            "0x{addr:x} is memory of NPU {owner}, but the kernel runs on NPU {running} (a kernel \
+             reaches only its own device's HBM)"
+        )),
+        (Some(_), Some(owner)) => npus[owner]
+            .memory
+            .resolve(addr, len as usize)
+            .map_err(|f| f.message),
+    };
     match resolved {
         Ok((block, offset)) => block.host_ptr(offset) as *mut c_void,
         Err(m) => {
@@ -181,9 +200,12 @@ unsafe extern "C" fn host_launch(
     }
     let stream = match machine().stream(stream) {
         Ok(s) => s,
-        Err(f) => return f.code as u32,
+        Err(f) => return report(f) as u32,
     };
+    // The kernel reaches only the memory of the device its stream belongs to.
+    let device = stream.device();
     let queued = stream.enqueue(Box::new(move || {
+        RUNNING_ON.set(Some(device));
         let mut stats = EmuStats::default();
         let mut per_block = vec![0u64; block_dim as usize];
         let mut err = [0 as c_char; 1024];
@@ -201,6 +223,7 @@ unsafe extern "C" fn host_launch(
                 err.len(),
             )
         };
+        RUNNING_ON.set(None);
         drop(owned);
         {
             let mut totals = TOTALS.lock().unwrap();
@@ -228,7 +251,8 @@ unsafe extern "C" fn host_launch(
     }));
     match queued {
         Ok(()) => 0,
-        Err(f) => f.code as u32,
+        // The launch call's status, with its message for aclGetRecentErrMsg.
+        Err(f) => report(f) as u32,
     }
 }
 

@@ -8,11 +8,17 @@
 //   token j in [p, s) goes to out_slots[out_base(b) + j - p] =
 //     last_loc[b] + 1 + (j - p) while it is still inside the partly filled last page
 //     (j < ceil(p/P) * P), else free_pages[page_base(b) + j/P - ceil(p/P)] * P + j % P.
-// A page past the free list (a batch needing more pages than it holds, which the scheduler
-// checks before launching) is never read: its slots are written as -1. Output positions that no
-// request covers (the lengths sum to less than out_slots holds) are -1 too, so every entry of
-// out_slots is written exactly once. The last block writes the totals: pages needed and tokens
-// extended (what the batch needed, even when the free list was too short).
+// The last block writes the totals: pages taken and tokens extended.
+//
+// Checks (on values the kernel reads anyway; a failed one traps naming the value, instead of
+// writing negative totals or slots that wrap into other pages): 0 <= prefix_lens[b] <=
+// seq_lens[b] < 2^31; last_loc[b], when the request fills its partly filled last page, is a slot
+// at the page offset of token prefix_lens[b] - 1; every page a token takes is listed in
+// free_pages (a batch needing more pages than the list holds is the scheduler's error, checked
+// before launch, never a silent wrap); every page id is >= 0 and small enough for its slots to
+// fit the index type; the lengths add up to exactly out_slots' length (the last block, which
+// scans every request, checks the sum). Positions the lengths do not reach are written -1 by
+// their block before the last block reports the shortfall, so no block leaves its range unwritten.
 //
 // Work split: the output positions are cut into equal ranges, one per block, so the work is
 // balanced whatever the lengths. Each block streams the lengths `lenTile` requests at a time to
@@ -91,16 +97,33 @@ public:
             Load(last, lastGm[r0], n);
             Sync<HardEvent::MTE2_S>();
             for (uint32_t k = 0; k < n; ++k) {
-                int32_t p = static_cast<int32_t>(prefix.GetValue(k));
-                int32_t s = static_cast<int32_t>(seq.GetValue(k));
+                const uint32_t b = r0 + k;
+                const I pv = prefix.GetValue(k);
+                const I sv = seq.GetValue(k);
+                Require(pv >= 0 && pv <= sv && sv <= static_cast<I>(0x7fffffff),
+                        "alloc_extend: request %u has prefix_lens = %d and seq_lens = %d: a cache grows, so 0 <= "
+                        "prefix_lens <= seq_lens < 2^31\n",
+                        b, pv, sv);
+                int32_t p = static_cast<int32_t>(pv);
+                int32_t s = static_cast<int32_t>(sv);
                 int32_t filled = CeilPages(p, ps);
                 int32_t extend = s - p;
-                // From `next`, not outLo: a position is written once, in order, so lengths that
-                // break the contract (p > s) cannot push a block past its range.
+                Require(extend <= static_cast<int32_t>(tiling.outSlots) - outBase,
+                        "alloc_extend: request %u takes out_slots up to position %d, but out_slots holds %u "
+                        "(extend_total must be the sum of seq_lens - prefix_lens)\n",
+                        b, static_cast<int64_t>(outBase) + extend, tiling.outSlots);
+                const I lastLoc = last.GetValue(k);
+                if (p % ps != 0 && s > p) {
+                    Require(lastLoc >= 0 && lastLoc % ps == static_cast<I>((p - 1) % ps) && lastLoc / ps <= MaxPage(),
+                            "alloc_extend: last_loc[%u] = %d is not the slot of token %d in a page of %d slots (its "
+                            "offset in the page must be %d)\n",
+                            b, lastLoc, p - 1, ps, (p - 1) % ps);
+                }
+                // From `next`, not outLo: a position is written once, in order.
                 int32_t from = outBase > next ? outBase : next;
                 int32_t to = outBase + extend < outHi ? outBase + extend : outHi;
                 if (from < to) {
-                    Request(p + (from - outBase), p + (to - outBase), p, filled, last.GetValue(k), pageBase);
+                    Request(b, p + (from - outBase), p + (to - outBase), p, filled, lastLoc, pageBase);
                 }
                 pageBase += CeilPages(s, ps) - filled;
                 outBase += extend;
@@ -110,9 +133,16 @@ public:
                 }
             }
         }
-        // Positions no request reached: the lengths sum to less than out_slots holds.
+        // Positions no request reached (the lengths sum to less than out_slots holds, which the
+        // last block reports below): written once all the same.
         while (next < outHi) {
             Emit(static_cast<I>(-1));
+        }
+        if (lastBlock) {
+            Require(outBase == static_cast<int32_t>(tiling.outSlots),
+                    "alloc_extend: the lengths add up to %d new tokens, but out_slots holds %u (extend_total must be "
+                    "the sum of seq_lens - prefix_lens)\n",
+                    outBase, tiling.outSlots);
         }
         Flush();
         for (int32_t b = 0; b < 2; ++b) {
@@ -135,15 +165,22 @@ private:
     // ceil(len / ps), without the overflow of len + ps - 1.
     __aicore__ static inline int32_t CeilPages(int32_t len, int32_t ps) { return len / ps + (len % ps > 0 ? 1 : 0); }
 
-    // Whether free-list position `at` exists: past either end it is never read.
-    __aicore__ inline bool Listed(int32_t at) const
+    // The largest page id whose slots all fit the index type.
+    __aicore__ inline I MaxPage() const
     {
-        return at >= 0 && static_cast<uint32_t>(at) < tiling.freePages;
+        const I most = sizeof(I) == 8 ? static_cast<I>(0x7fffffffffffffffll) : static_cast<I>(0x7fffffff);
+        const I ps = static_cast<I>(tiling.pageSize);
+        return (most - (ps - 1)) / ps;
     }
 
-    // The page at listed free-list position `at`, through a window of `pageTile` entries.
-    __aicore__ inline I Page(int32_t at)
+    // The first slot of the page that request b's free-list position `at` holds, through a
+    // window of `pageTile` entries. The position must be listed and the page id valid.
+    __aicore__ inline I PageBase(uint32_t b, int32_t at)
     {
+        Require(at >= 0 && static_cast<uint32_t>(at) < tiling.freePages,
+                "alloc_extend: request %u needs free-list entry %d, but free_pages lists %u pages (the batch needs more "
+                "pages than are free)\n",
+                b, at, tiling.freePages);
         LocalTensor<I> pages = pageBuf.Get<I>();
         if (at < windowLo || at >= windowLo + windowLen) {
             uint32_t left = tiling.freePages - static_cast<uint32_t>(at);
@@ -152,12 +189,15 @@ private:
             Load(pages, freeGm[static_cast<uint32_t>(at)], static_cast<uint32_t>(windowLen));
             Sync<HardEvent::MTE2_S>();
         }
-        return pages.GetValue(static_cast<uint32_t>(at - windowLo));
+        const I page = pages.GetValue(static_cast<uint32_t>(at - windowLo));
+        Require(page >= 0 && page <= MaxPage(), "alloc_extend: free_pages[%d] = %d is not a page id (0..%d for pages of %u slots)\n",
+                at, page, MaxPage(), tiling.pageSize);
+        return page * static_cast<I>(tiling.pageSize);
     }
 
-    // Slots of positions [j0, j1) of a request with prefix p whose last partly filled page ends
+    // Slots of positions [j0, j1) of request b with prefix p whose last partly filled page ends
     // at position filled * P; its new pages start at free-list position pageBase.
-    __aicore__ inline void Request(int32_t j0, int32_t j1, int32_t p, int32_t filled, I lastLoc, int32_t pageBase)
+    __aicore__ inline void Request(uint32_t b, int32_t j0, int32_t j1, int32_t p, int32_t filled, I lastLoc, int32_t pageBase)
     {
         const int32_t ps = static_cast<int32_t>(tiling.pageSize);
         int32_t partialEnd = filled * ps;
@@ -173,14 +213,12 @@ private:
         // Page by page: the division happens once per request, not per token.
         int32_t at = pageBase + j / ps - filled;
         int32_t offset = j % ps;
-        bool listed = Listed(at);
-        I base = listed ? Page(at) * static_cast<I>(ps) : static_cast<I>(-1);
+        I base = PageBase(b, at);
         for (; j < j1; ++j) {
-            Emit(listed ? base + static_cast<I>(offset) : static_cast<I>(-1));
+            Emit(base + static_cast<I>(offset));
             if (++offset == ps && j + 1 < j1) {
                 offset = 0;
-                listed = Listed(++at);
-                base = listed ? Page(at) * static_cast<I>(ps) : static_cast<I>(-1);
+                base = PageBase(b, ++at);
             }
         }
     }

@@ -5,8 +5,14 @@
 // cap * tanh(s_j / cap)):
 //   part_out[b, h, c] = sum_j exp(s_j - m) v_j / Z,  part_lse[b, h, c] = m + ln Z,
 // where m = max_j s_j and Z = sum_j exp(s_j - m); an empty split gives lse = -inf and zeros.
-// num_kv_splits[b] is clamped into [1, max_kv_splits], so every key belongs to a split that is
-// computed. Lengths, splits and slots are read on the device: the launch never waits for the host.
+// Lengths, splits and slots are read on the device: the launch never waits for the host.
+//
+// Checks (each unit of request b, on values it reads anyway): kv_indptr[b] and kv_indptr[b+1]
+// lie within kv_indices and do not decrease; the request has at least one key (the contract:
+// its own token is cached before attention, so an empty request is a caller's bug, not a defined
+// zero result); num_kv_splits[b] is in [1, max_kv_splits] (part_out has no room for more, and every
+// key must belong to a computed split); every slot of kv_indices read is a row of the caches. A
+// failed check traps, naming the bad value, instead of reading or writing out of range.
 //
 // Work split: one unit of work is (b, key/value head, head tile, split): `headTile` query heads
 // of one group over one split's keys. Units are dealt round-robin to the blocks; the tiling
@@ -164,7 +170,11 @@ private:
         const uint64_t vRow = static_cast<uint64_t>(tiling.kvHeads) * tiling.headDimV;
         LocalTensor<T> keys = kQue.AllocTensor<T>();
         for (uint32_t j = 0; j < n; ++j) {
-            uint64_t slot = static_cast<uint64_t>(static_cast<uint32_t>(slots.GetValue(j)));
+            const int32_t s = slots.GetValue(j);
+            Require(s >= 0 && static_cast<uint32_t>(s) < tiling.slots,
+                    "decode_attention: kv_indices[%d] = %d is not a cache slot (k_cache has %u rows)\n",
+                    at + static_cast<int32_t>(j), s, tiling.slots);
+            uint64_t slot = static_cast<uint64_t>(s);
             Load(keys[j * rowK], kGm[slot * kRow + hkv * tiling.headDimK], tiling.headDimK);
         }
         kQue.EnQue(keys);
@@ -308,29 +318,36 @@ private:
         DataCopyPad(meta, indptrGm[b], two, noPad);
         DataCopyPad(meta[8], splitsGm[b], one, noPad);
         Sync<HardEvent::MTE2_S>();
-        int32_t start = meta.GetValue(0);
-        int32_t len = meta.GetValue(1) - start;
-        int32_t splits = meta.GetValue(8);
+        const int32_t start = meta.GetValue(0);
+        const int32_t end = meta.GetValue(1);
+        const int32_t splits = meta.GetValue(8);
         const int32_t maxSplits = static_cast<int32_t>(tiling.maxSplits);
-        splits = splits < 1 ? 1 : (splits > maxSplits ? maxSplits : splits);
-        // Never read past kv_indices, whatever kv_indptr holds.
         const int32_t indices = static_cast<int32_t>(tiling.indices);
-        if (start < 0 || start > indices) {
-            len = 0;
-        } else if (len > indices - start) {
-            len = indices - start;
-        }
-        int32_t per = len > 0 ? (len + splits - 1) / splits : 0;
-        int32_t from = static_cast<int32_t>(c) * per;
-        int32_t to = from + per < len ? from + per : len;
+        Require(start >= 0 && start <= indices, "decode_attention: kv_indptr[%u] = %d is outside the %d entries of kv_indices\n",
+                b, start, indices);
+        Require(end <= indices, "decode_attention: kv_indptr[%u] = %d is past the %d entries of kv_indices\n", b + 1, end,
+                indices);
+        Require(end >= start, "decode_attention: kv_indptr decreases: kv_indptr[%u] = %d > kv_indptr[%u] = %d\n", b, start,
+                b + 1, end);
+        Require(end > start,
+                "decode_attention: request %u has no cached token (kv_indptr[%u] = kv_indptr[%u] = %d): every request "
+                "attends to at least its own key\n",
+                b, b, b + 1, start);
+        Require(splits >= 1 && splits <= maxSplits, "decode_attention: num_kv_splits[%u] = %d is outside [1, %d] (max_kv_splits)\n",
+                b, splits, maxSplits);
+        // In 64 bits: c * per passes 2^31 for the empty splits of a long request.
+        const int64_t len = end - start;
+        const int64_t per = (len + splits - 1) / splits;
+        const int64_t from = static_cast<int64_t>(c) * per;
+        const int64_t to = from + per < len ? from + per : len;
         // Splits past the request's count start at or after its end: empty.
-        bool empty = from >= to;
+        const bool empty = from >= to;
 
         LocalTensor<float> acc = accBuf.Get<float>();
         LocalTensor<float> m = statBuf.Get<float>();
         Duplicate(acc, 0.0f, static_cast<int32_t>(heads * accPitch));
         if (!empty) {
-            Attend(b, hkv, h0, heads, start + from, start + to, m);
+            Attend(b, hkv, h0, heads, start + static_cast<int32_t>(from), start + static_cast<int32_t>(to), m);
         }
         Finish(b, h0, heads, c, empty, m);
     }

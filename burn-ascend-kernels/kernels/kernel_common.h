@@ -57,6 +57,21 @@ __aicore__ inline void Store(const GlobalTensor<U>& dst, const LocalTensor<U>& s
     }
 }
 
+// Device-side checks, as device-side asserts do: when `ok` is false the kernel prints what was
+// wrong (AscendC::printf: the runtime shows it after the kernel; -DASCENDC_DUMP=0 compiles the
+// text out) and stops the core (AscendC::Trap), so the launch fails with an AI Core error
+// instead of computing on bad input. The checks that always run test values the kernel reads
+// anyway, on the scalar unit; the costlier ones run only when the tiling asks (the host's
+// BURN_ASCEND_VALIDATE switch). Messages start with the op's name and name the bad value.
+template <typename... Args>
+__aicore__ inline void Require(bool ok, __gm__ const char* fmt, Args... args)
+{
+    if (!ok) {
+        AscendC::printf(fmt, args...);
+        AscendC::Trap();
+    }
+}
+
 // Makes the consumer pipe of event E wait for its producer (TBuf storage has no queue to do it).
 template <HardEvent E>
 __aicore__ inline void Sync()

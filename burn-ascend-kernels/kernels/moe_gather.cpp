@@ -6,5 +6,5 @@
 extern "C" __global__ __aicore__ void moe_gather(GM_ADDR x, GM_ADDR indices, GM_ADDR out, BurnRowGatherTiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
-    burn_ascend::RunRowGather<int32_t>(x, indices, out, tiling);
+    burn_ascend::RunRowGather<int32_t>(x, indices, out, tiling, "moe_gather", "indices");
 }

@@ -1,8 +1,12 @@
 // moe_scatter: weighted un-permutation and top-k reduction (fused-ops contract 2):
 // out[t, :] = sum_k w(t*K + k) * y[inv[t*K + k], :] for y [T*K, H] in expert-major order, where
 // inv is the inverse of the gather permutation (inv[indices[i]] = i, built on the device before
-// the launch) and w the token-major routing weights (1 when absent). Each output row is owned
-// by one block and accumulated in f32, then rounded once: no atomics, deterministic.
+// the launch by moe_scatter_inverse, -1 where no index points) and w the token-major routing
+// weights (1 when absent). Each output row is owned by one block and accumulated in f32, then
+// rounded once: no atomics, deterministic.
+//
+// Check: every slot must have a source row. A slot left at -1 means indices is not a
+// permutation (a value repeats, so another is missing); the block traps, naming the slot.
 //
 // Work split: block b owns tokens [b * tokensPerCore, ...); its inverse indices and weights are
 // loaded `idxTokens` tokens at a time; rows wider than `chunk` elements are processed in column
@@ -96,9 +100,15 @@ private:
         LocalTensor<float> sum = acc.Get<float>();
         LocalTensor<float> part = term.Get<float>();
         Duplicate(sum, 0.0f, static_cast<int32_t>(len));
+        const uint32_t slots = tiling.tokens * tiling.topK;
         for (uint32_t k = 0; k < tiling.topK; ++k) {
             uint32_t slot = local * tiling.topK + k;
-            uint64_t row = static_cast<uint64_t>(inv.GetValue(slot));
+            const int32_t source = inv.GetValue(slot);
+            Require(source >= 0 && static_cast<uint32_t>(source) < slots,
+                    "moe_scatter: no entry of indices is %u (token %u, choice %u has no expert row): indices must be "
+                    "a permutation of 0..%u\n",
+                    (first + token) * tiling.topK + k, first + token, k, slots);
+            uint64_t row = static_cast<uint64_t>(source);
             LocalTensor<T> in = inQ.AllocTensor<T>();
             Load(in, yGm[row * tiling.cols + at], len);
             inQ.EnQue(in);

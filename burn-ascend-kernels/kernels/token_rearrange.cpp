@@ -6,8 +6,8 @@ extern "C" __global__ __aicore__ void token_rearrange(GM_ADDR x, GM_ADDR perm, G
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     if (tiling.indexBytes == 8) {
-        burn_ascend::RunRowGather<int64_t>(x, perm, out, tiling);
+        burn_ascend::RunRowGather<int64_t>(x, perm, out, tiling, "token_rearrange", "perm");
     } else {
-        burn_ascend::RunRowGather<int32_t>(x, perm, out, tiling);
+        burn_ascend::RunRowGather<int32_t>(x, perm, out, tiling, "token_rearrange", "perm");
     }
 }

@@ -15,8 +15,8 @@ use ascend_acl::table::SymbolSource;
 
 use crate::tiling::{
     AllocExtendTiling, DecodeStage1Tiling, DecodeStage2Tiling, ElementwiseTiling,
-    LayerNormBackwardTiling, LayerNormTiling, MoeScatterTiling, Plan, RowGatherTiling,
-    VectorAddTiling,
+    LayerNormBackwardTiling, LayerNormTiling, MoeInverseTiling, MoeScatterTiling, Plan,
+    RowGatherTiling, VectorAddTiling,
 };
 
 /// Calls `$callback!` with every kernel: its name, its global-memory parameters in order, and
@@ -30,6 +30,7 @@ macro_rules! kernel_function_list {
             vector_add(x, y, z; VectorAddTiling);
             moe_gather(x, indices, out; RowGatherTiling);
             token_rearrange(x, perm, out; RowGatherTiling);
+            moe_scatter_inverse(indices, inv; MoeInverseTiling);
             moe_scatter(y, inv, weights, out; MoeScatterTiling);
             alloc_extend(prefix_lens, seq_lens, last_loc, free_pages, out_slots, totals; AllocExtendTiling);
             decode_attention_stage1(q, k, v, indptr, kv_indices, splits, part_out, part_lse; DecodeStage1Tiling);
@@ -207,6 +208,21 @@ pub enum RowGather {
     MoeGather,
     /// `token_rearrange`: source row = perm`[i]`, int32 or int64.
     TokenRearrange,
+}
+
+/// Device buffers of one `moe_scatter` (both kernels).
+#[derive(Debug, Clone, Copy)]
+pub struct MoeScatterBuffers {
+    /// indices `[T*K]`, int32.
+    pub indices: *mut c_void,
+    /// inv `[T*K]`, int32, all -1 before the launch.
+    pub inv: *mut c_void,
+    /// y `[T*K, H]`.
+    pub y: *mut c_void,
+    /// weights `[T*K]`, y's type, or null when the tiling says there are none.
+    pub weights: *mut c_void,
+    /// out `[T, H]`, y's type.
+    pub out: *mut c_void,
 }
 
 /// Device buffers of one `alloc_extend` launch (all of the tiling's index type).
@@ -396,30 +412,40 @@ impl KernelApi {
         }
     }
 
-    /// Queues `out[t] = sum_k w[t*K+k] * y[inv[t*K+k]]`.
+    /// Queues both kernels of `moe_scatter`: `inv[indices[i]] = i` (`moe_scatter_inverse`, into
+    /// an `inv` filled with -1 before), then `out[t] = sum_k w[t*K+k] * y[inv[t*K+k]]` behind it
+    /// on the same stream.
     ///
     /// # Safety
-    /// As [`KernelApi::vector_add`], for buffers of the sizes the tiling describes (`weights` may be null when
-    /// the tiling has none).
+    /// As [`KernelApi::vector_add`], for buffers of the sizes the tilings describe (`weights` may
+    /// be null when the tiling has none).
     pub unsafe fn moe_scatter(
         &self,
         stream: *mut c_void,
+        inverse: Plan<MoeInverseTiling>,
         plan: Plan<MoeScatterTiling>,
-        y: *mut c_void,
-        inv: *mut c_void,
-        weights: *mut c_void,
-        out: *mut c_void,
+        b: MoeScatterBuffers,
     ) -> Result<(), LaunchError> {
+        let mut t1 = inverse.tiling;
+        launch!(
+            self,
+            moe_scatter_inverse,
+            inverse.block_dim,
+            stream,
+            b.indices,
+            b.inv,
+            &mut t1
+        )?;
         let mut tiling = plan.tiling;
         launch!(
             self,
             moe_scatter,
             plan.block_dim,
             stream,
-            y,
-            inv,
-            weights,
-            out,
+            b.y,
+            b.inv,
+            b.weights,
+            b.out,
             &mut tiling
         )
     }

@@ -8,6 +8,7 @@
 //!   as pure functions of the shapes and the device's properties.
 //! - [`program`]: the programs of the interpreted element-wise kernel (`elementwise_program`):
 //!   instructions over f32 tile registers, register allocation, operand layout, encoding.
+//! - [`checks`]: the kernels' device-side checks and the switch for the costly ones.
 //! - [`launch`]: the launch table ([`launch::KernelApi`]), typed from one list of the
 //!   `aclrtlaunch_<kernel>` prototypes, and safe launchers over it.
 //! - [`library`]: which library serves which kind of device.
@@ -15,6 +16,7 @@
 //! This crate knows nothing of Burn; `burn-ascend` exposes the operations to Burn models.
 #![warn(missing_docs)]
 
+pub mod checks;
 pub mod launch;
 pub mod library;
 pub mod program;

@@ -31,8 +31,8 @@ typedef struct {
     uint64_t ub_peak_bytes;
 } AscendcEmuStats;
 
-/// Runs blocks 0..block_dim of a kernel (`entry(args)` once per block, with GetBlockIdx() set),
-/// enforcing the hardware rules. Fills `stats` and, per block, `per_block_gm_bytes[b]` (bytes read
+/// Runs blocks 0..block_dim of a kernel (`entry(args)` once per block, with GetBlockIdx() set, in
+/// a shuffled order: see README.md), enforcing the hardware rules and detecting races between blocks. Fills `stats` and, per block, `per_block_gm_bytes[b]` (bytes read
 /// + written by block b; an array of `block_dim` entries). Returns 0, or 507015
 /// (ACL_ERROR_RT_AICORE_EXCEPTION) with a message naming the kernel, the block and the broken rule
 /// in `err`.

@@ -17,5 +17,6 @@
 #include "ascendc_emu/vector.h"     // vector compute APIs
 #include "ascendc_emu/sync.h"       // flags, barriers, atomics, block indices, kernel type
 #include "ascendc_emu/real_names.h" // the rest of the real header's names, declared so kernels clash as on CANN
+#include "ascendc_emu/debug.h"      // printf, Trap, assert (after real_names.h, whose <cassert> it overrides)
 
 #endif

@@ -1,19 +1,29 @@
 // Host emulation of Ascend C: the block runner (ascendc_emu_run) and the emulator's
-// out-of-line pieces (core state, rule violations, GM translation).
+// out-of-line pieces (core state, rule violations, GM translation, the race check).
 //
-// Blocks run one after another, in block order, on the calling thread; each starts with a fresh
-// vector core (poisoned unified buffer, no TPipe, no flags, atomic mode off). A rule violation is
-// a C++ exception inside the block; it is caught here and returned as an AI Core error, so a
-// broken kernel never aborts the process.
+// Blocks run one after another on the calling thread, in a shuffled order (never block order
+// when there are two or more): on the NPU they run concurrently, so nothing may depend on their
+// order. Each starts with a fresh vector core (poisoned unified buffer, no TPipe, no flags, atomic
+// mode off). A rule violation is a C++ exception inside the block; it is caught here and returned
+// as an AI Core error, so a broken kernel never aborts the process. Every GM byte range a block
+// touches is recorded, and a block touching bytes another block of the launch touched in a racing
+// way (a plain write beside any other access, an atomic beside a read) is an AI Core error naming
+// both blocks.
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <atomic>
 #include <exception>
+#include <iterator>
+#include <map>
 #include <memory>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "ascendc_emu_abi.h"
 #include "kernel_operator.h"
@@ -30,6 +40,152 @@ struct alignas(64) UnifiedBuffer {
 thread_local CoreState t_core;
 thread_local bool t_running = false;
 thread_local std::unique_ptr<UnifiedBuffer> t_ub;
+
+/// Byte ranges of global memory, each owned by the first block that touched it.
+class SpanSet {
+public:
+    struct Span {
+        uint64_t end;
+        int64_t block;
+    };
+
+    /// The first recorded span overlapping [a, b), or nullptr.
+    const std::pair<const uint64_t, Span>* overlap(uint64_t a, uint64_t b) const
+    {
+        auto it = spans_.upper_bound(a);
+        if (it != spans_.begin() && std::prev(it)->second.end > a) {
+            return &*std::prev(it);
+        }
+        return it != spans_.end() && it->first < b ? &*it : nullptr;
+    }
+
+    /// Adds the bytes of [a, b) not recorded yet, owned by `block`.
+    void add(uint64_t a, uint64_t b, int64_t block)
+    {
+        auto it = spans_.upper_bound(a);
+        if (it != spans_.begin() && std::prev(it)->second.end > a) {
+            it = std::prev(it);
+        }
+        uint64_t at = a;
+        std::vector<std::pair<uint64_t, uint64_t>> gaps;
+        for (; it != spans_.end() && it->first < b; ++it) {
+            if (it->first > at) {
+                gaps.emplace_back(at, it->first);
+            }
+            at = std::max(at, it->second.end);
+        }
+        if (at < b) {
+            gaps.emplace_back(at, b);
+        }
+        for (const auto& g : gaps) {
+            insert(g.first, g.second, block);
+        }
+    }
+
+    void merge_into(SpanSet& other) const
+    {
+        for (const auto& s : spans_) {
+            other.add(s.first, s.second.end, s.second.block);
+        }
+    }
+
+    void clear() { spans_.clear(); }
+
+private:
+    /// Inserts [a, b), free of recorded bytes, joining neighbours of the same block.
+    void insert(uint64_t a, uint64_t b, int64_t block)
+    {
+        auto next = spans_.lower_bound(a);
+        if (next != spans_.end() && next->first == b && next->second.block == block) {
+            b = next->second.end;
+            next = spans_.erase(next);
+        }
+        if (next != spans_.begin()) {
+            auto prev = std::prev(next);
+            if (prev->second.end == a && prev->second.block == block) {
+                prev->second.end = b;
+                return;
+            }
+        }
+        spans_.emplace_hint(next, a, Span{b, block});
+    }
+
+    std::map<uint64_t, Span> spans_;
+};
+
+/// What blocks touched, by kind of access.
+struct Touched {
+    SpanSet read, write, atomic;
+
+    SpanSet& of(GmAccess kind) { return kind == GmAccess::Read ? read : kind == GmAccess::Write ? write : atomic; }
+
+    void clear()
+    {
+        read.clear();
+        write.clear();
+        atomic.clear();
+    }
+};
+
+thread_local Touched t_launch;  // the blocks of the running launch that have finished
+thread_local Touched t_block;   // the running block
+
+const char* verb(GmAccess kind)
+{
+    return kind == GmAccess::Read ? "reads" : kind == GmAccess::Write ? "writes" : "atomically adds into";
+}
+
+/// The environment variable of the block-order seed and its default.
+constexpr const char* kSeedEnv = "BURN_ASCEND_EMU_BLOCK_SEED";
+constexpr uint64_t kDefaultSeed = 0x5eedb10c;
+
+/// The seed of the block orders (read once), or the reason the variable does not parse.
+const std::pair<uint64_t, std::string>& block_seed()
+{
+    static const std::pair<uint64_t, std::string> seed = [] {
+        const char* v = std::getenv(kSeedEnv);
+        if (v == nullptr) {
+            return std::make_pair(kDefaultSeed, std::string());
+        }
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long n = std::strtoull(v, &end, 0);
+        if (*v == '\0' || *v == '-' || *end != '\0' || errno != 0) {
+            return std::make_pair(kDefaultSeed, std::string(kSeedEnv) + "=\"" + v +
+                                                    "\" is not a number (decimal, or hexadecimal with 0x)");
+        }
+        return std::make_pair(static_cast<uint64_t>(n), std::string());
+    }();
+    return seed;
+}
+
+uint64_t splitmix(uint64_t& state)
+{
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/// The order the blocks of a launch run in: a permutation drawn from the seed, the kernel's name,
+/// the block count and how many launches this thread ran before, never the identity.
+std::vector<uint32_t> block_order(const char* kernel, uint32_t blockDim)
+{
+    thread_local uint64_t launches = 0;
+    uint64_t state = block_seed().first ^ (static_cast<uint64_t>(blockDim) << 32) ^ (launches++ * 0x2545f4914f6cdd1dull);
+    for (const char* c = kernel; *c != '\0'; ++c) {
+        state = (state ^ static_cast<uint8_t>(*c)) * 0x100000001b3ull;
+    }
+    std::vector<uint32_t> order(blockDim);
+    std::iota(order.begin(), order.end(), 0u);
+    for (uint32_t i = blockDim; i > 1; --i) {
+        std::swap(order[i - 1], order[splitmix(state) % i]);
+    }
+    if (blockDim > 1 && std::is_sorted(order.begin(), order.end())) {
+        std::rotate(order.begin(), order.begin() + 1, order.end());
+    }
+    return order;
+}
 
 /// The checks a block must pass once its kernel function returned.
 void check_kernel_end()
@@ -104,6 +260,33 @@ uint8_t* gm_map(uint64_t addr, uint64_t len, const char* api)
     return static_cast<uint8_t*>(p);
 }
 
+void note_gm(uint64_t addr, uint64_t len, GmAccess kind, const char* api)
+{
+    if (len == 0) {
+        return;
+    }
+    const uint64_t end = addr + len;
+    // Plain writes race with everything; atomics only with reads and plain writes; reads with writes.
+    for (GmAccess other : {GmAccess::Write, GmAccess::Atomic, GmAccess::Read}) {
+        const bool races = kind == GmAccess::Write || other == GmAccess::Write ||
+                           (kind == GmAccess::Atomic) != (other == GmAccess::Atomic);
+        if (!races) {
+            continue;
+        }
+        if (const auto* hit = t_launch.of(other).overlap(addr, end)) {
+            const uint64_t from = std::max(addr, hit->first);
+            const uint64_t to = std::min(end, hit->second.end);
+            fail("%s: block %" PRId64 " %s GM [0x%" PRIx64 ", +%" PRIu64 ") that block %" PRId64
+                 " %s in the same launch: blocks run concurrently on the NPU, so the result depends on their "
+                 "timing (a race between blocks%s)",
+                 api, core().blockIdx, verb(kind), from, to - from, hit->second.block, verb(other),
+                 kind == GmAccess::Write && other == GmAccess::Write ? "; give each block its own bytes or use atomics"
+                                                                     : "");
+        }
+    }
+    t_block.of(kind).add(addr, end, core().blockIdx);
+}
+
 }  // namespace ascendc_emu
 
 extern "C" void ascendc_emu_bind(const AscendcEmuHost* host) { ascendc_emu::g_host.store(host); }
@@ -146,10 +329,18 @@ extern "C" int32_t ascendc_emu_run(const char* name, uint32_t block_dim, void (*
                                                                           : ": launched from inside a running kernel"));
         status = kAicoreException;
     }
+    if (status == 0 && !block_seed().second.empty()) {
+        write_message(err, err_len, std::string("kernel ") + kernel + ": " + block_seed().second);
+        status = kAicoreException;
+    }
     if (status == 0 && !t_ub) {
         t_ub = std::make_unique<UnifiedBuffer>();
     }
-    for (uint32_t b = 0; status == 0 && b < block_dim; ++b) {
+    t_launch.clear();
+    const std::vector<uint32_t> order = status == 0 ? block_order(kernel, block_dim) : std::vector<uint32_t>();
+    for (size_t i = 0; status == 0 && i < order.size(); ++i) {
+        const uint32_t b = order[i];
+        t_block.clear();
         t_core = CoreState{};
         t_core.blockIdx = b;
         t_core.blockNum = block_dim;
@@ -180,8 +371,18 @@ extern "C" int32_t ascendc_emu_run(const char* name, uint32_t block_dim, void (*
         if (!failure.empty()) {
             write_message(err, err_len, "kernel " + std::string(kernel) + ", block " + std::to_string(b) + ": " + failure);
             status = kAicoreException;
+        } else {
+            t_block.read.merge_into(t_launch.read);
+            t_block.write.merge_into(t_launch.write);
+            t_block.atomic.merge_into(t_launch.atomic);
+            if (!t_core.printed.empty()) {
+                // The NPU prints a kernel's printf output after the kernel; here, after its block.
+                std::fprintf(stderr, "[%s, block %u] %s", kernel, b, t_core.printed.c_str());
+            }
         }
     }
+    t_launch.clear();
+    t_block.clear();
     if (stats != nullptr) {
         *stats = total;
     }

@@ -5,6 +5,8 @@
 // Build and run (from ascend-emulator/, one line):
 //   g++ -std=c++17 -Wall -Wextra -I ascendc/include ascendc/src/runner.cpp
 //       ascendc/tests/rules_test.cpp ascendc/tests/fake_host.cpp -o /tmp/rules && /tmp/rules
+#include <algorithm>
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -718,7 +720,7 @@ void test_rules()
     for (const Case& c : cases) {
         const Outcome o = run(c.test, 2, [&] { c.kernel(fake_host::gm(c.arg)); });
         expect_rule(c.test, o, c.rule);
-        check(o.error.rfind(std::string("kernel ") + c.test + ", block 0: ", 0) == 0, "message names kernel and block");
+        check(o.error.rfind(std::string("kernel ") + c.test + ", block ", 0) == 0, "message names kernel and block");
     }
     // A kernel that breaks a rule only in block 1: earlier blocks ran, the message names block 1.
     const Outcome o = run("late_failure", 3, [] {
@@ -727,6 +729,215 @@ void test_rules()
         }
     });
     expect_rule("failure in block 1 of 3", o, "kernel late_failure, block 1: SetAtomicAdd<half>()");
+}
+
+// =================================================================================================
+// Device-side checks: printf, Trap and assert.
+// =================================================================================================
+
+// Checks an index the way the fused kernels do: the bad value is printed, then the core traps.
+extern "C" __global__ __aicore__ void checked_index(GM_ADDR idx)
+{
+    GlobalTensor<int64_t> idxGm;
+    idxGm.SetGlobalBuffer((__gm__ int64_t*)idx, 4);
+    const int64_t v = idxGm.GetValue(static_cast<uint64_t>(GetBlockIdx()));
+    if (v < 0 || v >= 4) {
+        AscendC::printf("checked_index: indices[%d] = %d is outside [0, %u)\n", static_cast<int32_t>(GetBlockIdx()), v,
+                        4u);
+        AscendC::Trap();
+    }
+}
+
+extern "C" __global__ __aicore__ void silent_trap(GM_ADDR) { AscendC::Trap(); }
+
+extern "C" __global__ __aicore__ void printf_length_modifier(GM_ADDR) { AscendC::printf("%ld\n", 5L); }
+
+extern "C" __global__ __aicore__ void printf_float_as_int(GM_ADDR) { AscendC::printf("%d\n", 1.5f); }
+
+extern "C" __global__ __aicore__ void printf_missing_argument(GM_ADDR) { AscendC::PRINTF("%d and %d\n", 1); }
+
+extern "C" __global__ __aicore__ void failed_assert(GM_ADDR)
+{
+    const int32_t blocks = static_cast<int32_t>(GetBlockNum());
+    assert(blocks == 1);
+}
+
+extern "C" __global__ __aicore__ void prints_and_returns(GM_ADDR) { AscendC::printf("half %f, hex %x\n", half(0.5f), -1); }
+
+void test_device_checks()
+{
+    const uint64_t idx = fake_host::alloc(4 * sizeof(int64_t));
+    const int64_t values[4] = {0, 3, -5000000000ll, 2};
+    std::memcpy(host_as<int64_t>(idx), values, sizeof values);
+    Outcome o = run("checked_index", 4, [&] { checked_index(fake_host::gm(idx)); });
+    expect_rule("printf + Trap", o,
+                "kernel checked_index, block 2: AscendC::Trap() stopped the core after printing: checked_index: "
+                "indices[2] = -5000000000 is outside [0, 4)");
+    expect_rule("Trap without printf", run("silent_trap", 1, [&] { silent_trap(fake_host::gm(idx)); }),
+                "AscendC::Trap() stopped the core (the kernel printed nothing)");
+    expect_rule("printf length modifier", run("printf_length_modifier", 1, [&] { printf_length_modifier(nullptr); }),
+                "unsupported conversion in \"%ld\n\"");
+    expect_rule("printf %d of a float", run("printf_float_as_int", 1, [&] { printf_float_as_int(nullptr); }),
+                "%d given a floating-point argument");
+    expect_rule("PRINTF missing argument", run("printf_missing_argument", 1, [&] { printf_missing_argument(nullptr); }),
+                "has more conversions than arguments");
+    expect_rule("assert traps", run("failed_assert", 2, [&] { failed_assert(nullptr); }),
+                "stopped the core after printing: [ASSERT] ");
+    check(run("failed_assert", 2, [&] { failed_assert(nullptr); }).error.find("Assertion `blocks == 1'") !=
+              std::string::npos,
+          "assert names its expression");
+    expect_ok("printf without Trap", run("prints_and_returns", 1, [&] { prints_and_returns(nullptr); }));
+}
+
+// =================================================================================================
+// Blocks: a shuffled order, races between blocks, atomics in that order.
+// =================================================================================================
+
+// Each block copies 8 floats to `out` at element offset GetBlockIdx() * stride.
+extern "C" __global__ __aicore__ void store_at(GM_ADDR out, uint32_t stride)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 32);
+    GlobalTensor<float> outGm;
+    outGm.SetGlobalBuffer((__gm__ float*)out, 64);
+    LocalTensor<float> v = buf.Get<float>();
+    Duplicate(v, static_cast<float>(GetBlockIdx()), 8);
+    const event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(e);
+    WaitFlag<HardEvent::V_MTE3>(e);
+    DataCopy(outGm[GetBlockIdx() * stride], v, 8);
+}
+
+// Block 0 writes 8 floats; the other blocks read them.
+extern "C" __global__ __aicore__ void read_what_block_0_writes(GM_ADDR data)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 32);
+    GlobalTensor<float> gm;
+    gm.SetGlobalBuffer((__gm__ float*)data, 8);
+    LocalTensor<float> v = buf.Get<float>();
+    if (GetBlockIdx() == 0) {
+        Duplicate(v, 1.0f, 8);
+        const event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::V_MTE3));
+        SetFlag<HardEvent::V_MTE3>(e);
+        WaitFlag<HardEvent::V_MTE3>(e);
+        DataCopy(gm, v, 8);
+    } else {
+        DataCopy(v, gm, 8);
+    }
+}
+
+// Block 0 stores a scalar into the word the other blocks add into atomically.
+extern "C" __global__ __aicore__ void atomic_beside_plain(GM_ADDR acc)
+{
+    GlobalTensor<float> gm;
+    gm.SetGlobalBuffer((__gm__ float*)acc, 8);
+    if (GetBlockIdx() == 0) {
+        gm.SetValue(3, 2.0f);
+        return;
+    }
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 32);
+    LocalTensor<float> ones = buf.Get<float>();
+    Duplicate(ones, 1.0f, 8);
+    const event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(e);
+    WaitFlag<HardEvent::V_MTE3>(e);
+    SetAtomicAdd<float>();
+    DataCopy(gm, ones, 8);
+    SetAtomicNone();
+}
+
+// Block b adds values[b] into acc[0] atomically (DataCopyPad of one float).
+extern "C" __global__ __aicore__ void atomic_sum(GM_ADDR values, GM_ADDR acc)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 32);
+    GlobalTensor<float> valuesGm, accGm;
+    valuesGm.SetGlobalBuffer((__gm__ float*)values, 8);
+    accGm.SetGlobalBuffer((__gm__ float*)acc, 1);
+    LocalTensor<float> v = buf.Get<float>();
+    DataCopyPad(v, valuesGm[GetBlockIdx()], DataCopyExtParams{1, 4, 0, 0, 0},
+                DataCopyPadExtParams<float>{false, 0, 0, 0.0f});
+    const event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::MTE2_MTE3));
+    SetFlag<HardEvent::MTE2_MTE3>(e);
+    WaitFlag<HardEvent::MTE2_MTE3>(e);
+    SetAtomicAdd<float>();
+    DataCopyPad(accGm, v, DataCopyExtParams{1, 4, 0, 0, 0});
+    SetAtomicNone();
+}
+
+void test_blocks()
+{
+    // The order: a permutation, never block order, and not the same for every launch.
+    std::vector<int64_t> first, second;
+    expect_ok("blocks in a shuffled order", run("order", 8, [&] { first.push_back(GetBlockIdx()); }));
+    run("order", 8, [&] { second.push_back(GetBlockIdx()); });
+    std::vector<int64_t> sorted = first;
+    std::sort(sorted.begin(), sorted.end());
+    check(sorted == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, "every block runs once");
+    check(first != sorted, "blocks do not run in block order");
+    check(first != second, "two launches run their blocks in different orders");
+    std::vector<int64_t> two;
+    run("order", 2, [&] { two.push_back(GetBlockIdx()); });
+    check(two == std::vector<int64_t>{1, 0}, "two blocks never run in block order");
+
+    const uint64_t out = fake_host::alloc(64 * sizeof(float));
+    expect_ok("blocks writing their own bytes", run("store_at", 4, [&] { store_at(fake_host::gm(out), 8); }));
+    Outcome o = run("store_at", 4, [&] { store_at(fake_host::gm(out), 4); });
+    expect_rule("two blocks write the same bytes", o, "DataCopy(UB->GM): block ");
+    check(o.error.find("writes GM") != std::string::npos && o.error.find("that block ") != std::string::npos &&
+              o.error.find("also") == std::string::npos && o.error.find("(a race between blocks; give each block") !=
+                                                               std::string::npos,
+          "the race names both blocks: " + o.error);
+    // The message names the two blocks whose 16 bytes overlap: neighbours in block order.
+    int64_t b1 = -1, b2 = -1;
+    std::sscanf(o.error.c_str(), "kernel store_at, block %" SCNd64, &b1);
+    const size_t that = o.error.find("that block ");
+    if (that != std::string::npos) {
+        std::sscanf(o.error.c_str() + that, "that block %" SCNd64, &b2);
+    }
+    check(b1 >= 0 && b2 >= 0 && (b1 - b2 == 1 || b2 - b1 == 1), "the racing blocks are neighbours: " + o.error);
+
+    const uint64_t data = fake_host::alloc(8 * sizeof(float));
+    o = run("read_what_block_0_writes", 3, [&] { read_what_block_0_writes(fake_host::gm(data)); });
+    expect_rule("a block reads what another writes", o, "GM [");
+    check((o.error.find("block 0 writes") != std::string::npos && o.error.find("reads in the same launch") !=
+                                                                      std::string::npos) ||
+              (o.error.find("reads GM") != std::string::npos && o.error.find("that block 0 writes") != std::string::npos),
+          "read/write race names block 0: " + o.error);
+
+    const uint64_t acc = fake_host::alloc(8 * sizeof(float));
+    o = run("atomic_beside_plain", 3, [&] { atomic_beside_plain(fake_host::gm(acc)); });
+    expect_rule("an atomic beside a plain store", o, "atomically adds into");
+
+    // Atomics accumulate in the order the blocks ran, not block order: a float sum whose value
+    // depends on the order equals the sum in the order recorded here.
+    const uint64_t values = fake_host::alloc(8 * sizeof(float));
+    const uint64_t sum = fake_host::alloc(sizeof(float));
+    const float addends[8] = {16777216.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+    std::memcpy(host_as<float>(values), addends, sizeof addends);
+    std::vector<int64_t> ran;
+    expect_ok("atomic sum", run("atomic_sum", 8, [&] {
+                  ran.push_back(GetBlockIdx());
+                  atomic_sum(fake_host::gm(values), fake_host::gm(sum));
+              }));
+    float want = 0.0f, inBlockOrder = 0.0f;
+    for (size_t i = 0; i < ran.size(); ++i) {
+        want += addends[ran[i]];
+        inBlockOrder += addends[i];
+    }
+    check(*host_as<float>(sum) == want, "atomics add in the order the blocks ran");
+    check(ran.size() == 8 && ran != std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, "not in block order");
+    // In block order each 1 is lost against 2^24 (ties to even); ones that run before block 0
+    // add up first, so from two of them on the sum differs.
+    const size_t ones_first = static_cast<size_t>(std::find(ran.begin(), ran.end(), 0) - ran.begin());
+    check(ones_first < 2 || want != inBlockOrder, "the order changes the sum");
+    std::printf("ok   %-34s sum %.1f in run order (%.1f in block order)\n", "atomic order", want, inBlockOrder);
 }
 
 // =================================================================================================
@@ -807,6 +1018,8 @@ int main()
     test_strided();
     test_atomic();
     test_rules();
+    test_device_checks();
+    test_blocks();
     std::printf("%s: %d checks, %d failed\n", g_failures == 0 ? "PASS" : "FAIL", g_checks, g_failures);
     return g_failures == 0 ? 0 : 1;
 }

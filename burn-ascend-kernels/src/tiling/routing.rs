@@ -1,4 +1,5 @@
-//! Tiling of the row gathers (`moe_gather`, `token_rearrange`) and `moe_scatter`.
+//! Tiling of the row gathers (`moe_gather`, `token_rearrange`) and `moe_scatter` (with the
+//! inverse permutation it is given, `moe_scatter_inverse`).
 
 use super::{ub_align, DeviceProps, NormType, Plan, UB_ALIGN};
 
@@ -24,13 +25,23 @@ pub struct RowGatherTiling {
     pub elem_bytes: u32,
     /// Bytes per index (4 or 8).
     pub index_bytes: u32,
+    /// 1: also check that the indices are a permutation of `0..out_rows` (every block reads
+    /// them all; [`crate::checks`]).
+    pub validate: u32,
 }
 
 /// Most indices a gather block loads at once.
 const MAX_IDX_CHUNK: u64 = 1024;
 
+/// Bytes of the `seen` bit map a validating gather block keeps (`SeenWords` in
+/// `kernels/row_gather.h`): a bit per row of the block, in whole 32-byte blocks.
+fn seen_bytes(rows_per_core: u64) -> u64 {
+    rows_per_core.div_ceil(32).div_ceil(8) * 8 * 4
+}
+
 /// Output rows evenly over the vector cores; rows move in two ping-pong buffers of the largest
-/// chunk the unified buffer holds beside the index buffer.
+/// chunk the unified buffer holds beside the index buffer (and, when validating, the bit map).
+#[allow(clippy::too_many_arguments)]
 pub fn row_gather(
     out_rows: u64,
     src_rows: u64,
@@ -38,14 +49,20 @@ pub fn row_gather(
     elem_bytes: u64,
     index_bytes: u64,
     divisor: u64,
+    validate: bool,
     props: &DeviceProps,
 ) -> Plan<RowGatherTiling> {
     let rows_per_core = out_rows.div_ceil(props.vector_cores as u64).max(1);
     let block_dim = out_rows.div_ceil(rows_per_core).max(1);
     let idx_chunk = rows_per_core.min(MAX_IDX_CHUNK).div_ceil(8) * 8;
     let idx_bytes = ub_align(idx_chunk * index_bytes);
+    let seen = if validate {
+        seen_bytes(rows_per_core)
+    } else {
+        0
+    };
     let align = UB_ALIGN / elem_bytes;
-    let max_chunk = (props.ub_bytes as u64 - idx_bytes) / (2 * elem_bytes) / align * align;
+    let max_chunk = (props.ub_bytes as u64 - idx_bytes - seen) / (2 * elem_bytes) / align * align;
     let chunk = cols
         .div_ceil(align)
         .max(1)
@@ -63,6 +80,36 @@ pub fn row_gather(
             divisor: divisor.max(1) as u32,
             elem_bytes: elem_bytes as u32,
             index_bytes: index_bytes as u32,
+            validate: validate as u32,
+        },
+    }
+}
+
+/// Mirrors `MoeInverseTiling` in `kernels/moe_scatter_inverse.cpp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeInverseTiling {
+    /// Entries of the permutation (T*K).
+    pub slots: u32,
+    /// Positions per block.
+    pub per_core: u32,
+    /// Positions loaded and staged at a time, a multiple of 8.
+    pub idx_chunk: u32,
+}
+
+/// Most positions an inverse block stages at once (32 bytes each in the unified buffer).
+const MAX_INVERSE_CHUNK: u64 = 1024;
+
+/// Positions evenly over the vector cores; each block stages `idx_chunk` of them at a time.
+pub fn moe_scatter_inverse(slots: u64, props: &DeviceProps) -> Plan<MoeInverseTiling> {
+    let per_core = slots.div_ceil(props.vector_cores as u64).max(1);
+    let block_dim = slots.div_ceil(per_core).max(1);
+    Plan {
+        block_dim: block_dim as u32,
+        tiling: MoeInverseTiling {
+            slots: slots as u32,
+            per_core: per_core as u32,
+            idx_chunk: (per_core.min(MAX_INVERSE_CHUNK).div_ceil(8) * 8) as u32,
         },
     }
 }
@@ -143,18 +190,33 @@ mod tests {
             (5, 100_000, 2),
             (100_000, 8, 2),
         ] {
-            let p = row_gather(rows, rows, cols, eb, 4, 1, &DeviceProps::ATLAS_A2);
-            let t = p.tiling;
-            assert!(
-                (p.block_dim as u64 - 1) * (t.rows_per_core as u64) < rows
-                    && p.block_dim as u64 * t.rows_per_core as u64 >= rows
-            );
-            let idx = (t.idx_chunk as u64 * 4).div_ceil(32) * 32;
-            assert!(
-                idx + 2 * t.chunk as u64 * eb <= DeviceProps::ATLAS_A2.ub_bytes as u64,
-                "{t:?}"
-            );
-            assert_eq!(t.chunk as u64 * eb % UB_ALIGN, 0);
+            for validate in [false, true] {
+                let p = row_gather(rows, rows, cols, eb, 4, 1, validate, &DeviceProps::ATLAS_A2);
+                let t = p.tiling;
+                assert!(
+                    (p.block_dim as u64 - 1) * (t.rows_per_core as u64) < rows
+                        && p.block_dim as u64 * t.rows_per_core as u64 >= rows
+                );
+                let idx = (t.idx_chunk as u64 * 4).div_ceil(32) * 32;
+                let seen = if validate {
+                    seen_bytes(t.rows_per_core as u64)
+                } else {
+                    0
+                };
+                assert!(!validate || seen * 8 >= t.rows_per_core as u64);
+                assert_eq!(seen % UB_ALIGN, 0);
+                assert!(
+                    idx + seen + 2 * t.chunk as u64 * eb <= DeviceProps::ATLAS_A2.ub_bytes as u64,
+                    "{t:?}"
+                );
+                assert_eq!(t.chunk as u64 * eb % UB_ALIGN, 0);
+                assert_eq!(t.validate, validate as u32);
+            }
+            let inv = moe_scatter_inverse(rows * 4, &DeviceProps::ATLAS_A2);
+            let t = inv.tiling;
+            assert!(inv.block_dim as u64 * t.per_core as u64 >= rows * 4);
+            assert!(t.idx_chunk.is_multiple_of(8) && t.idx_chunk >= 1);
+            assert!(t.idx_chunk as u64 * (4 + 32) <= DeviceProps::ATLAS_A2.ub_bytes as u64);
             let s = moe_scatter(
                 rows,
                 4,

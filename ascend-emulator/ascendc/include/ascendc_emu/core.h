@@ -59,6 +59,7 @@ struct CoreState {
     uint64_t gmWritten = 0;
     uint64_t dataCopies = 0;
     uint64_t ubPeak = 0;
+    std::string printed;                // AscendC::printf output of this block
 };
 
 /// The core running the current block (fails when no kernel is running on this thread).
@@ -67,6 +68,14 @@ CoreState& core();
 /// The host address of GM [addr, addr + len) via the Rust host; an address it rejects is an
 /// out-of-bounds AI Core access.
 uint8_t* gm_map(uint64_t addr, uint64_t len, const char* api);
+
+/// How a block touches global memory.
+enum class GmAccess : uint8_t { Read, Write, Atomic };
+
+/// Records that the running block touches GM [addr, addr + len) and fails if another block of the
+/// launch touched any of those bytes in a way that races with it: a plain write beside any other
+/// access, or an atomic beside a read (blocks run concurrently on the NPU).
+void note_gm(uint64_t addr, uint64_t len, GmAccess kind, const char* api);
 
 inline void check_event_id(AscendC::HardEvent e, int32_t id, const char* api)
 {

@@ -34,6 +34,21 @@ inline void check_block_count(const char* api, uint32_t blockCount)
     }
 }
 
+/// How a UB -> GM copy touches GM: atomically while an atomic mode is on.
+inline GmAccess store_access() { return core().atomicApply != nullptr ? GmAccess::Atomic : GmAccess::Write; }
+
+/// Records `rows` rows of `rowBytes` bytes, `pitch` bytes apart from `addr`, for the race check.
+inline void note_rows(uint64_t addr, uint64_t rows, uint64_t rowBytes, uint64_t pitch, GmAccess kind, const char* api)
+{
+    if (pitch == rowBytes) {
+        note_gm(addr, rows * rowBytes, kind, api);
+        return;
+    }
+    for (uint64_t i = 0; i < rows; ++i) {
+        note_gm(addr + i * pitch, rowBytes, kind, api);
+    }
+}
+
 /// Writes `bytes` of UB data to GM: a plain store, or the atomic combine while atomic mode is on.
 inline void gm_store(uint8_t* gm, const uint8_t* ub, uint64_t bytes)
 {
@@ -74,6 +89,7 @@ void copy_gm_to_ub(const char* api, const AscendC::LocalTensor<T>& dst, const As
 {
     uint8_t* ub = ub_operand(api, "dst", dst, r.dst_span());
     const uint8_t* gm = TensorAccess::gm_span(src, 0, r.src_span(), true, api);
+    note_rows(TensorAccess::gm_addr(src), r.rows, r.rowBytes, r.srcPitch, GmAccess::Read, api);
     for (uint64_t i = 0; i < r.rows; ++i) {
         std::memmove(ub + i * r.dstPitch, gm + i * r.srcPitch, r.rowBytes);
     }
@@ -86,6 +102,7 @@ void copy_ub_to_gm(const char* api, const AscendC::GlobalTensor<T>& dst, const A
 {
     const uint8_t* ub = ub_operand(api, "src", src, r.src_span());
     uint8_t* gm = TensorAccess::gm_span(dst, 0, r.dst_span(), true, api);
+    note_rows(TensorAccess::gm_addr(dst), r.rows, r.rowBytes, r.dstPitch, store_access(), api);
     for (uint64_t i = 0; i < r.rows; ++i) {
         gm_store(gm + i * r.dstPitch, ub + i * r.srcPitch, r.rowBytes);
     }
@@ -224,6 +241,7 @@ ascendc_emu::Requires<ascendc_emu::copy_type<T>> DataCopyPad(const LocalTensor<T
     const uint64_t footprint = params.blockCount * rowUb + (params.blockCount - 1ull) * params.dstStride * kBlockBytes;
     uint8_t* ub = ub_operand(api, "dst", dst, footprint);
     const uint8_t* gm = TensorAccess::gm_span(src, 0, gmRows.src_span(), false, api);
+    note_rows(TensorAccess::gm_addr(src), gmRows.rows, gmRows.rowBytes, gmRows.srcPitch, GmAccess::Read, api);
     for (uint64_t i = 0; i < gmRows.rows; ++i) {
         uint8_t* row = ub + i * ubPitch;
         std::memset(row, kPoison, rowUb);
@@ -258,6 +276,7 @@ ascendc_emu::Requires<ascendc_emu::copy_type<T>> DataCopyPad(const GlobalTensor<
                  params.blockLen + static_cast<uint64_t>(params.dstStride)};
     const uint8_t* ub = ub_operand(api, "src", src, r.src_span());
     uint8_t* gm = TensorAccess::gm_span(dst, 0, r.dst_span(), false, api);
+    note_rows(TensorAccess::gm_addr(dst), r.rows, r.rowBytes, r.dstPitch, store_access(), api);
     for (uint64_t i = 0; i < r.rows; ++i) {
         gm_store(gm + i * r.dstPitch, ub + i * r.srcPitch, r.rowBytes);
     }

@@ -51,6 +51,12 @@ struct TensorAccess {
     {
         return g.span(offsetBytes, len, elemAligned, api);
     }
+    /// The device address of element 0 of a GlobalTensor view.
+    template <class T>
+    static uint64_t gm_addr(const AscendC::GlobalTensor<T>& g)
+    {
+        return g.addr_;
+    }
 };
 
 inline bool overlaps(uint32_t a, uint64_t aLen, uint32_t b, uint64_t bLen)
@@ -213,14 +219,18 @@ public:
     /// Scalar GM read (through the DCache on the device; not modelled, see README).
     T GetValue(const uint64_t offset) const
     {
-        const uint8_t* p = span(offset * sizeof(T), sizeof(T), true, "GlobalTensor::GetValue");
+        const char* api = "GlobalTensor::GetValue";
+        const uint8_t* p = span(offset * sizeof(T), sizeof(T), true, api);
+        ascendc_emu::note_gm(addr_ + offset * sizeof(T), sizeof(T), ascendc_emu::GmAccess::Read, api);
         ascendc_emu::core().gmRead += sizeof(T);
         return ascendc_emu::load<T>(p, 0);
     }
 
     void SetValue(const uint64_t offset, T value)
     {
-        uint8_t* p = span(offset * sizeof(T), sizeof(T), true, "GlobalTensor::SetValue");
+        const char* api = "GlobalTensor::SetValue";
+        uint8_t* p = span(offset * sizeof(T), sizeof(T), true, api);
+        ascendc_emu::note_gm(addr_ + offset * sizeof(T), sizeof(T), ascendc_emu::GmAccess::Write, api);
         ascendc_emu::core().gmWritten += sizeof(T);
         ascendc_emu::store<T>(p, 0, value);
     }

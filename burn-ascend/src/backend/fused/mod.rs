@@ -93,6 +93,12 @@ pub trait FusedOps: Backend {
     }
 
     /// `out[i] = x[indices[i] / top_k]` for `x [T, H]` and a permutation `indices [T*K]`.
+    ///
+    /// Invalid input: on `Ascend` an index outside `[0, T*K)` is an AI Core error naming it
+    /// (reported at the next synchronisation or read); indices that are not a permutation are one
+    /// too with `BURN_ASCEND_VALIDATE=1` (that check reads the indices once per block), and
+    /// otherwise gather their rows as given. The composed default gathers as given and leaves
+    /// out-of-range indices to the backend's `select`.
     fn moe_gather(
         x: FloatTensor<Self>,
         indices: IntTensor<Self>,
@@ -101,7 +107,14 @@ pub trait FusedOps: Backend {
         composed::moe_gather::<Self>(x, indices, top_k)
     }
 
-    /// `out[indices[i] / K] += w(indices[i]) * y[i]` for `y [T*K, H]`, accumulated in f32.
+    /// `out[indices[i] / K] += w(indices[i]) * y[i]` for `y [T*K, H]`, accumulated in f32;
+    /// `indices` is a permutation of `0..T*K`.
+    ///
+    /// Invalid input: on `Ascend` an index outside `[0, T*K)`, or indices that are not a
+    /// permutation (a repeated value), are an AI Core error naming the index or the slot no index
+    /// reaches, always (reported at the next synchronisation or read). The composed default
+    /// computes the formula as written (a repeated index adds its rows twice) and leaves
+    /// out-of-range indices to the backend's `select`.
     fn moe_scatter(
         y: FloatTensor<Self>,
         indices: IntTensor<Self>,
@@ -111,7 +124,11 @@ pub trait FusedOps: Backend {
         composed::moe_scatter::<Self>(y, indices, weights, top_k)
     }
 
-    /// `out[i] = x[perm[i]]` for `x [S, D]`.
+    /// `out[i] = x[perm[i]]` for `x [S, D]`; repeated values are a valid gather.
+    ///
+    /// Invalid input: on `Ascend` an index outside `[0, S)` is an AI Core error naming it
+    /// (reported at the next synchronisation or read). The composed default leaves it to the
+    /// backend's `select`.
     fn token_rearrange(x: FloatTensor<Self>, perm: IntTensor<Self>) -> FloatTensor<Self> {
         composed::token_rearrange::<Self>(x, perm)
     }
@@ -123,8 +140,14 @@ pub trait FusedOps: Backend {
     /// page_size`, where page_base(b) counts the new pages of the requests before b. `prefix_lens`,
     /// `seq_lens`, `last_loc` `[B]` and `free_pages` `[P]` share one index dtype (int32, or int64
     /// for caches of 2^31 slots or more); `extend_total = sum(seq_lens - prefix_lens)` is known
-    /// to the scheduler. Slots of pages past the free list are -1 and the list is never read
-    /// past its end; the totals (pages needed, tokens extended) stay on the device.
+    /// to the scheduler. The totals (pages taken, tokens extended) stay on the device.
+    ///
+    /// Invalid input: on `Ascend` the kernel checks on the device, and an AI Core error naming
+    /// `alloc_extend` and the bad value is reported at the next synchronisation or read, for
+    /// `prefix_lens < 0` or `> seq_lens`, a `last_loc` off its page offset, a batch needing more
+    /// pages than `free_pages` lists, a negative or too large page id, and lengths that do not
+    /// add up to `extend_total`. The composed default computes the formula regardless: -1 for
+    /// slots of pages past the free list or positions past the lengths, no check of `last_loc`.
     ///
     /// Inference-only: no gradient is defined (`Autodiff` keeps this composed default).
     fn alloc_extend(
@@ -149,10 +172,17 @@ pub trait FusedOps: Backend {
     /// request, `q [B, HQ, Dk]`, attends to its cached keys `k_cache[kv_indices[kv_indptr[b] ..
     /// kv_indptr[b + 1]]]` (`k_cache [N, HKV, Dk]`, kv head `h / (HQ / HKV)`) and values
     /// (`v_cache [N, HKV, Dv]`, or the first `options.value_dim` dims of the key rows when
-    /// `None`: the MLA layouts). Stage 1 cuts each request's keys into
-    /// `clamp(num_kv_splits[b], 1, max_kv_splits)` chunks of `ceil(L / splits)` and takes each
-    /// chunk's softmax; stage 2 merges them by their log-sum-exp. `kv_indptr`, `kv_indices` and
-    /// `num_kv_splits` are int32 and stay on the device; every request has at least one key.
+    /// `None`: the MLA layouts). Stage 1 cuts each request's keys into `num_kv_splits[b]` (in
+    /// `1..=max_kv_splits`) chunks of `ceil(L / splits)` and takes each chunk's softmax; stage 2
+    /// merges them by their log-sum-exp. `kv_indptr`, `kv_indices` and `num_kv_splits` are int32
+    /// and stay on the device; every request has at least one key.
+    ///
+    /// Invalid input: on `Ascend` the kernel checks on the device, and an AI Core error naming
+    /// `decode_attention` and the bad value is reported at the next synchronisation or read, for
+    /// a `kv_indptr` entry below 0 or past `kv_indices`, a decreasing `kv_indptr`, a request
+    /// without keys (invalid by the contract, not a zero result), a `num_kv_splits[b]` outside
+    /// `1..=max_kv_splits` and a slot outside the caches. The composed default computes regardless:
+    /// it clamps the split counts, and a request without keys gets zeros and `lse = -inf`.
     ///
     /// Inference-only: no gradient is defined (`Autodiff` keeps this composed default).
     fn decode_attention(

@@ -16,11 +16,9 @@ pub use crate::ops::fused::DecodeAttentionOptions;
 
 /// The results of [`FusedOps::alloc_extend`], in the index dtype of the inputs.
 pub struct AllocExtendOutput<B: Backend> {
-    /// `[extend_total]`: the cache slot of each new token, request after request (-1 where the
-    /// free list ran out, or past the tokens the lengths add up to).
+    /// `[extend_total]`: the cache slot of each new token, request after request.
     pub slots: IntTensor<B>,
-    /// `[2]`: new pages needed and tokens extended (what the batch needed, even when the free
-    /// list was too short).
+    /// `[2]`: new pages taken and tokens extended.
     pub totals: IntTensor<B>,
 }
 
@@ -250,8 +248,7 @@ pub fn composed_decode_attention<B: Backend>(
 
 /// The slots [`alloc_extend`] allocated, on the device.
 pub struct AllocatedSlots<B: Backend> {
-    /// `[extend_total]`: the cache slot of each new token, request after request (-1 where the
-    /// free list ran out).
+    /// `[extend_total]`: the cache slot of each new token, request after request.
     pub slots: Tensor<B, 1, Int>,
     /// `[2]`: new pages needed and tokens extended.
     pub totals: Tensor<B, 1, Int>,

@@ -63,6 +63,12 @@ pub(crate) fn norm_type(op: &str, t: &AscendTensor) -> AclResult<NormType> {
     }
 }
 
+/// Whether `op`'s kernels run their costly device-side checks (`BURN_ASCEND_VALIDATE`); a value
+/// the switch does not understand is an error of the op, naming the variable.
+pub(crate) fn validation(op: &str) -> AclResult<bool> {
+    burn_ascend_kernels::checks::validation().map_err(|reason| invalid_input(op, reason))
+}
+
 /// Checks an index tensor: 1-D, `len` entries, int32 (or int64 when allowed).
 pub(crate) fn index_tensor(
     op: &str,

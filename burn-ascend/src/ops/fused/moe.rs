@@ -1,14 +1,26 @@
 //! The MoE routing kernels: `moe_gather`, `moe_scatter` and `token_rearrange`.
+//!
+//! What invalid indices get (checked by the kernels on the device, reported at the next
+//! synchronisation or read as an AI Core error naming the kernel and the bad value):
+//! - `moe_gather`: an index outside `[0, T*K)` faults; that the indices form a permutation is
+//!   checked only with `BURN_ASCEND_VALIDATE=1` (every block reads them all), otherwise a
+//!   repeated index simply gathers its row twice.
+//! - `moe_scatter`: an index outside `[0, T*K)` faults, and so does any set of indices that is
+//!   not a permutation (a repeated value leaves another slot without a source row): always, at
+//!   no extra traffic.
+//! - `token_rearrange`: an index outside `[0, S)` faults; repeats are a valid gather.
 
 use burn_ascend_kernels::launch;
 use burn_ascend_kernels::tiling;
 
-use super::{data_ptr, device_props, index_tensor, norm_type};
+use super::{data_ptr, device_props, index_tensor, norm_type, validation};
+use crate::acl::handles::HostScalar;
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
 use crate::ops::copy::{cast, contiguous};
 use crate::ops::tensor::AscendTensor;
 
+#[allow(clippy::too_many_arguments)]
 fn row_gather(
     op: &'static str,
     which: launch::RowGather,
@@ -16,6 +28,7 @@ fn row_gather(
     indices: &AscendTensor,
     out_rows: usize,
     divisor: usize,
+    validate: bool,
 ) -> AclResult<AscendTensor> {
     if x.shape().len() != 2 || !matches!(x.dtype.size(), 2 | 4) {
         return Err(invalid_input(
@@ -36,10 +49,11 @@ fn row_gather(
         x.dtype.size() as u64,
         indices.dtype.size() as u64,
         divisor as u64,
+        validate,
         &device_props(x.ctx())?,
     );
     let (px, pi, po) = (data_ptr(&x), data_ptr(indices), data_ptr(&out));
-    // SAFETY: as in `vector_add`; indices out of range fault on the device, never read past x.
+    // SAFETY: as in `vector_add`; the kernel checks every index before it reads x.
     x.ctx()
         .launch_kernel(op, |kernels, stream| unsafe {
             kernels.row_gather(stream, which, plan, px, pi, po)
@@ -50,7 +64,8 @@ fn row_gather(
     Ok(out)
 }
 
-/// `out[i] = x[indices[i] / top_k]` by the `moe_gather` kernel.
+/// `out[i] = x[indices[i] / top_k]` by the `moe_gather` kernel. An index outside `[0, T*K)`
+/// is an AI Core error naming it; with `BURN_ASCEND_VALIDATE=1` so is a repeated index.
 pub fn moe_gather(
     x: &AscendTensor,
     indices: &AscendTensor,
@@ -71,10 +86,12 @@ pub fn moe_gather(
         &indices,
         tokens * top_k,
         top_k,
+        validation("moe_gather")?,
     )
 }
 
-/// `out[i] = x[perm[i]]` by the `token_rearrange` kernel.
+/// `out[i] = x[perm[i]]` by the `token_rearrange` kernel. An index outside `[0, S)` is an AI
+/// Core error naming it.
 pub fn token_rearrange(x: &AscendTensor, perm: &AscendTensor) -> AclResult<AscendTensor> {
     let rows = x.shape().first().copied().unwrap_or(0);
     let perm = index_tensor("token_rearrange", "perm", perm, rows, true)?;
@@ -85,11 +102,14 @@ pub fn token_rearrange(x: &AscendTensor, perm: &AscendTensor) -> AclResult<Ascen
         &perm,
         rows,
         1,
+        false,
     )
 }
 
 /// `out[t] = sum_k w(t*K + k) * y[inv[t*K + k]]` by the `moe_scatter` kernel, where the inverse
-/// permutation `inv` is first built on the device (aclnnScatter of `0..T*K` at `indices`).
+/// permutation `inv` is first built on the device by `moe_scatter_inverse` into a tensor of -1.
+/// An index outside `[0, T*K)`, or indices that are not a permutation of `0..T*K`, are an AI
+/// Core error naming the bad index or the slot no index reaches.
 pub fn moe_scatter(
     y: &AscendTensor,
     indices: &AscendTensor,
@@ -126,30 +146,31 @@ pub fn moe_scatter(
     if out.layout.numel() == 0 {
         return Ok(out);
     }
-    let positions: Vec<u8> = (0..slots as i32).flat_map(|i| i.to_le_bytes()).collect();
-    let positions = crate::ops::creation::from_bytes(ctx, vec![slots], DataType::I32, &positions)?;
-    let zeros = crate::ops::creation::zeros(ctx, vec![slots], DataType::I32)?;
-    let inv = crate::ops::index::scatter(
-        0,
-        &zeros,
-        &indices,
-        &positions,
-        crate::ops::index::ScatterReduce::Assign,
-    )?;
+    // -1 marks a slot no index reaches, which moe_scatter reports.
+    let inv = crate::ops::creation::full(ctx, vec![slots], DataType::I32, HostScalar::Int(-1))?;
+    let props = device_props(ctx)?;
+    let inverse = tiling::moe_scatter_inverse(slots as u64, &props);
     let plan = tiling::moe_scatter(
         tokens as u64,
         top_k as u64,
         cols as u64,
         kind,
         weights.is_some(),
-        &device_props(ctx)?,
+        &props,
     );
-    let (py, pi, po) = (data_ptr(&y), data_ptr(&inv), data_ptr(&out));
-    let pw = weights.as_ref().map_or(std::ptr::null_mut(), data_ptr);
-    // SAFETY: as in `vector_add`.
+    let buffers = launch::MoeScatterBuffers {
+        indices: data_ptr(&indices),
+        inv: data_ptr(&inv),
+        y: data_ptr(&y),
+        weights: weights.as_ref().map_or(std::ptr::null_mut(), data_ptr),
+        out: data_ptr(&out),
+    };
+    // SAFETY: as in `vector_add`; both kernels check every index before they use it.
     ctx.launch_kernel("moe_scatter", |kernels, stream| unsafe {
-        kernels.moe_scatter(stream, plan, py, pi, pw, po)
+        kernels.moe_scatter(stream, inverse, plan, buffers)
     })
-    .map_err(|e| e.with_context(|| format!("moe_scatter of {}", y.describe())))?;
+    .map_err(|e| {
+        e.with_context(|| format!("moe_scatter of {} by {}", y.describe(), indices.describe()))
+    })?;
     Ok(out)
 }

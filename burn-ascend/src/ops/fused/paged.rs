@@ -21,8 +21,15 @@ const I32_LIMIT: usize = i32::MAX as usize;
 /// `prefix_lens`, `seq_lens`, `last_loc` are `[B]` and `free_pages` is `[P]`, all int32 or all
 /// int64 (int64 when the cache holds 2^31 slots or more). `extend_total` must be
 /// `sum(seq_lens - prefix_lens)`, which the scheduler knows on the host. The kernel writes the
-/// totals on the device: pages needed and tokens extended. Slots of pages past the free list
-/// are -1 (the list is never read past its end), as are output entries no request reaches.
+/// totals on the device: pages taken and tokens extended.
+///
+/// Invalid input is checked by the kernel on the device and reported at the next
+/// synchronisation or read as an AI Core error naming `alloc_extend` and the bad value: a
+/// request with `prefix_lens < 0`, `seq_lens < prefix_lens` or `seq_lens >= 2^31`; a `last_loc`
+/// that is not at the page offset of token `prefix_lens - 1` (when the request fills its partly
+/// filled last page); a batch needing more pages than `free_pages` lists (the list is never read
+/// past its end); a page id below 0 or too large for its slots to fit the index type; lengths
+/// that do not add up to `extend_total`. Shapes and dtypes are checked here, before launch.
 pub fn alloc_extend(
     prefix_lens: &AscendTensor,
     seq_lens: &AscendTensor,
@@ -118,8 +125,8 @@ pub fn alloc_extend(
 /// The scalar parameters of [`decode_attention`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DecodeAttentionOptions {
-    /// Splits per request at most: the split dim of the stage-1 results. `num_kv_splits[b]` is
-    /// clamped into `1..=max_kv_splits`, so no key is ever dropped.
+    /// Splits per request at most: the split dim of the stage-1 results. Every
+    /// `num_kv_splits[b]` must lie in `1..=max_kv_splits`.
     pub max_kv_splits: usize,
     /// The softmax scale applied to `q . k`.
     pub sm_scale: f32,
@@ -151,6 +158,14 @@ pub struct DecodeAttentionTensors {
 /// first `value_dim` dims of the key rows), all f32, f16 or bf16 alike, with `HQ % HKV == 0`;
 /// `kv_indptr [B + 1]`, `kv_indices [T]` and `num_kv_splits [B]` int32. Request b's keys are
 /// the slots `kv_indices[kv_indptr[b] .. kv_indptr[b + 1]]` and must be at least one.
+///
+/// Invalid index input is checked by the stage-1 kernel on the device and reported at the next
+/// synchronisation or read as an AI Core error naming `decode_attention` and the bad value: a
+/// `kv_indptr` entry below 0 or past `kv_indices`, a decreasing `kv_indptr`, a request without
+/// keys (the contract has none: a request's own token is cached before attention, so an empty
+/// one is the caller's bug, not a zero result), a `num_kv_splits[b]` outside
+/// `1..=max_kv_splits`, a slot of `kv_indices` that is not a row of the caches. Shapes, dtypes
+/// and options are checked here, before launch.
 pub fn decode_attention(
     q: &AscendTensor,
     k_cache: &AscendTensor,
