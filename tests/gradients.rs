@@ -9,8 +9,8 @@ mod common;
 use burn::tensor::activation::{gelu, log_softmax, relu, sigmoid, softmax, tanh};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::module::{
-    adaptive_avg_pool2d, attention, avg_pool2d, conv1d, conv2d, conv3d, conv_transpose2d,
-    conv_transpose3d, deform_conv2d, embedding, interpolate, max_pool2d,
+    adaptive_avg_pool2d, attention, avg_pool2d, conv1d, conv2d, conv3d, conv_transpose1d,
+    conv_transpose2d, conv_transpose3d, deform_conv2d, embedding, interpolate, max_pool2d,
 };
 use burn::tensor::ops::{
     AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConvOptions, InterpolateMode,
@@ -215,6 +215,49 @@ grad_test!(conv_transpose_2d_3d, HALF_TOO, GRADS, |d, dtype| {
     );
     backprop!(loss(y2) + loss(y3); x2, w2, b2, x3, w3)
 });
+
+// An output padding not smaller than the stride or the dilation: aclnn refuses it, Burn grows
+// the output on the far side (cropped positions, then zeros plus the bias); bridged, forward
+// and backward.
+grad_test!(
+    conv_transpose_with_a_wide_output_padding,
+    HALF_TOO,
+    GRADS,
+    |d, dtype| {
+        let x1 = param::<B, 3>(d, dtype, [2, 3, 5], Role::Lhs, 0);
+        let w1 = param::<B, 3>(d, dtype, [3, 2, 3], Role::Signs, 1);
+        let b1 = param::<B, 1>(d, dtype, [2], Role::Lhs, 2);
+        let x2 = param::<B, 4>(d, dtype, [1, 2, 3, 4], Role::Lhs, 3);
+        let w2 = param::<B, 4>(d, dtype, [2, 2, 2, 3], Role::Signs, 4);
+        let b2 = param::<B, 1>(d, dtype, [4], Role::Lhs, 5);
+        // 1-D, stride 1, output padding 1 (past the full result) and then 3 (padding 1 crops one).
+        let y1 = conv_transpose1d(
+            x1.clone(),
+            w1.clone(),
+            Some(b1.clone()),
+            ConvTransposeOptions::new([1], [0], [1], [1], 1),
+        );
+        let y1b = conv_transpose1d(
+            x1.clone(),
+            w1.clone(),
+            Some(b1.clone()),
+            ConvTransposeOptions::new([1], [1], [3], [1], 1),
+        );
+        // 2-D, stride 2 with output padding 2 on one dim, dilation 2 on the other.
+        let y2 = conv_transpose2d(
+            x2.clone(),
+            w2.clone(),
+            Some(b2.clone()),
+            ConvTransposeOptions::new([2, 1], [1, 0], [2, 1], [1, 1], 2),
+        );
+        let mut out = backprop!(
+            loss(y1.clone()) + loss(y1b.clone()) + loss(y2.clone());
+            x1, w1, b1, x2, w2, b2
+        );
+        out.extend([y1.into_data(), y1b.into_data(), y2.into_data()]);
+        out
+    }
+);
 
 /// The reference computes the F64 deformable-convolution backward pass in F32.
 const DEFORM: Tolerance = Tolerance { f64: 1e-5, ..GRADS };

@@ -40,17 +40,27 @@ fn floats<const D: usize>(shape: [usize; D], seed: u64) -> Tensor<Ascend, D> {
 /// The error `data` must be, as text: on the emulated NPU it names `kernel` and contains every
 /// one of `needles` (the message the kernel printed); a real NPU reports the AI Core error
 /// without the kernel's text (printed on its console), so there only the status is checked.
+///
+/// `op` runs the op and reads its result. A check that stops the device before the op's next
+/// kernel is launched fails that launch instead of the read (the device runs asynchronously,
+/// so which one depends on timing): either way the op fails with the check's message, and the
+/// fault device is reset after it.
 fn assert_fault<E: std::fmt::Debug>(
     what: &str,
-    data: Result<TensorData, E>,
+    op: impl FnOnce() -> Result<TensorData, E>,
     kernel: &str,
     needles: &[&str],
 ) {
-    let err = match data {
-        Ok(d) => panic!("{what}: the kernel's check must fail the op, got {d:?}"),
-        Err(e) => format!("{e:?}"),
-    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(op));
     reset_fault_device();
+    let err = match outcome {
+        Ok(Ok(d)) => panic!("{what}: the kernel's check must fail the op, got {d:?}"),
+        Ok(Err(e)) => format!("{e:?}"),
+        Err(p) => p
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_else(|| "a panic without a message".into()),
+    };
     if matches!(device(), AscendDevice::Npu(_)) {
         assert!(
             err.contains("AICORE") || err.contains("VECTOR_CORE"),
@@ -85,8 +95,12 @@ fn gathers_reject_negative_and_out_of_range_indices() {
             "moe_gather: indices[7] = 8 is outside [0, 8)",
         ),
     ] {
-        let out = fused::moe_gather(x(), i32s(&indices), 2);
-        assert_fault("moe_gather", out.try_into_data(), "moe_gather", &[needle]);
+        assert_fault(
+            "moe_gather",
+            || fused::moe_gather(x(), i32s(&indices), 2).try_into_data(),
+            "moe_gather",
+            &[needle],
+        );
     }
     for dtype in [DType::I32, DType::I64] {
         for (perm, needle) in [
@@ -106,10 +120,9 @@ fn gathers_reject_negative_and_out_of_range_indices() {
             if dtype == DType::I32 && perm[3] > i32::MAX as i64 {
                 continue;
             }
-            let out = fused::token_rearrange(x(), ints(&perm, dtype));
             assert_fault(
                 &format!("token_rearrange {dtype:?}"),
-                out.try_into_data(),
+                || fused::token_rearrange(x(), ints(&perm, dtype)).try_into_data(),
                 "token_rearrange",
                 &[needle],
             );
@@ -139,10 +152,9 @@ fn moe_scatter_rejects_indices_out_of_range_or_repeated() {
             "moe_scatter: no entry of indices is 5 (token 2, choice 1 has no expert row)",
         ),
     ] {
-        let out = fused::moe_scatter(y(), i32s(&indices), None, 2);
         assert_fault(
             &format!("moe_scatter {indices:?}"),
-            out.try_into_data(),
+            || fused::moe_scatter(y(), i32s(&indices), None, 2).try_into_data(),
             kernel,
             &[needle],
         );
@@ -176,26 +188,16 @@ fn decode(indptr: &[i64], indices: &[i64], splits: &[i64]) -> Result<TensorData,
         logit_cap: None,
         value_dim: 16,
     };
-    // Stage 1's check may stop the device before stage 2 is launched, which then fails at
-    // its launch instead of at the read: either way the op fails with the check's message.
-    let launched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        fused::decode_attention(
-            q,
-            k,
-            Some(v),
-            i32s(indptr),
-            i32s(indices),
-            i32s(splits),
-            options,
-        )
-    }));
-    match launched {
-        Ok((out, _)) => out.try_into_data().map_err(|e| format!("{e:?}")),
-        Err(p) => Err(p
-            .downcast_ref::<String>()
-            .cloned()
-            .unwrap_or_else(|| "a panic without a message".into())),
-    }
+    let (out, _) = fused::decode_attention(
+        q,
+        k,
+        Some(v),
+        i32s(indptr),
+        i32s(indices),
+        i32s(splits),
+        options,
+    );
+    out.try_into_data().map_err(|e| format!("{e:?}"))
 }
 
 #[test]
@@ -259,7 +261,7 @@ fn decode_attention_rejects_bad_indptr_empty_requests_splits_and_slots() {
     for (indptr, indices, splits, needle) in cases {
         assert_fault(
             &format!("decode_attention indptr {indptr:?} indices {indices:?} splits {splits:?}"),
-            decode(indptr, indices, splits),
+            || decode(indptr, indices, splits),
             "decode_attention_stage1",
             &[needle],
         );
@@ -297,46 +299,46 @@ fn alloc_extend_rejects_shrinking_requests_bad_pages_and_wrong_totals() {
         // seq < prefix: today a negative extension and negative totals.
         assert_fault(
             &what("seq < prefix"),
-            alloc(&[0, 5], &[4, 3], &[0, 3], &[7, 8], 4, 4, dtype),
+            || alloc(&[0, 5], &[4, 3], &[0, 3], &[7, 8], 4, 4, dtype),
             "alloc_extend",
             &["alloc_extend: request 1 has prefix_lens = 5 and seq_lens = 3"],
         );
         assert_fault(
             &what("negative prefix"),
-            alloc(&[-2], &[3], &[0], &[7, 8], 4, 5, dtype),
+            || alloc(&[-2], &[3], &[0], &[7, 8], 4, 5, dtype),
             "alloc_extend",
             &["alloc_extend: request 0 has prefix_lens = -2 and seq_lens = 3"],
         );
         // 3 pages needed, 2 listed: today -1 slots.
         assert_fault(
             &what("free list too short"),
-            alloc(&[0], &[10], &[0], &[7, 8], 4, 10, dtype),
+            || alloc(&[0], &[10], &[0], &[7, 8], 4, 10, dtype),
             "alloc_extend",
             &["alloc_extend: request 0 needs free-list entry 2, but free_pages lists 2 pages"],
         );
         assert_fault(
             &what("negative page id"),
-            alloc(&[0], &[6], &[0], &[7, -3], 4, 6, dtype),
+            || alloc(&[0], &[6], &[0], &[7, -3], 4, 6, dtype),
             "alloc_extend",
             &["alloc_extend: free_pages[1] = -3 is not a page id"],
         );
         // Token 2 of request 0 sits at offset 2 of its page, so last_loc must be 4k + 2.
         assert_fault(
             &what("last_loc off its page"),
-            alloc(&[3], &[6], &[13], &[7], 4, 3, dtype),
+            || alloc(&[3], &[6], &[13], &[7], 4, 3, dtype),
             "alloc_extend",
             &["alloc_extend: last_loc[0] = 13 is not the slot of token 2 in a page of 4 slots"],
         );
         // extend_total disagreeing with the lengths: today -1 entries or dropped tokens.
         assert_fault(
             &what("extend_total too large"),
-            alloc(&[0], &[3], &[0], &[7], 4, 5, dtype),
+            || alloc(&[0], &[3], &[0], &[7], 4, 5, dtype),
             "alloc_extend",
             &["alloc_extend: the lengths add up to 3 new tokens, but out_slots holds 5"],
         );
         assert_fault(
             &what("extend_total too small"),
-            alloc(&[0, 0], &[3, 4], &[0, 0], &[7, 8], 4, 5, dtype),
+            || alloc(&[0, 0], &[3, 4], &[0, 0], &[7, 8], 4, 5, dtype),
             "alloc_extend",
             &["alloc_extend: request 1 takes out_slots up to position 7, but out_slots holds 5"],
         );
@@ -349,7 +351,7 @@ fn alloc_extend_rejects_shrinking_requests_bad_pages_and_wrong_totals() {
     // Page ids whose slots pass 2^31 do not fit int32 slots.
     assert_fault(
         "alloc_extend int32 page id too large",
-        alloc(&[0], &[2], &[0], &[1 << 29], 4, 2, DType::I32),
+        || alloc(&[0], &[2], &[0], &[1 << 29], 4, 2, DType::I32),
         "alloc_extend",
         &["alloc_extend: free_pages[0] = 536870912 is not a page id (0..536870911 for pages of 4 slots)"],
     );
@@ -362,10 +364,9 @@ const CHILD_TEST: &str = "child_checks_moe_gather_permutations";
 #[test]
 #[ignore = "run by the validation switch's test, with BURN_ASCEND_VALIDATE=1"]
 fn child_checks_moe_gather_permutations() {
-    let out = fused::moe_gather(floats([4, 16], 6), i32s(&[0, 5, 2, 3, 4, 5, 6, 7]), 2);
     assert_fault(
         "moe_gather with a repeated index",
-        out.try_into_data(),
+        || fused::moe_gather(floats([4, 16], 6), i32s(&[0, 5, 2, 3, 4, 5, 6, 7]), 2).try_into_data(),
         "moe_gather",
         &[
             "moe_gather: indices[5] = 5 repeats an earlier entry: indices must be a permutation of \

@@ -219,3 +219,44 @@ fn quantized_tensors_move_between_devices() {
     assert_eq!(moved.device(), second_device());
     assert_eq!(parts(moved.into_data()), parts(qt.into_data()));
 }
+
+/// Quantized data keeps its scheme, store included, through a device round trip: on `Ascend`
+/// and on `Fusion<Ascend>` (whose default scheme packs int8 values in u32 words), the data read
+/// back is the data loaded, byte for byte (it used to come back with a native store).
+#[test]
+fn quantized_data_keeps_its_store_through_a_round_trip() {
+    let x = Tensor::<Flex, 2>::from_data(
+        data(vec![4, 8], DType::F32, Role::Lhs, 7),
+        &Default::default(),
+    );
+    let packed = QuantScheme::default().with_store(QuantStore::PackedU32(0));
+    let mut loaded = Vec::new();
+    for value in [QuantValue::Q8S, QuantValue::Q4S, QuantValue::Q2S] {
+        for level in [QuantLevel::Tensor, QuantLevel::block([8])] {
+            let scheme = packed.with_value(value).with_level(level);
+            loaded.push(x.clone().quantize_dynamic(&scheme).into_data());
+        }
+    }
+    // Fusion<B> reports Burn's default scheme (QTensorPrimitive's default): int8, packed.
+    loaded.push(
+        x.clone()
+            .quantize_dynamic(&QuantScheme::default())
+            .into_data(),
+    );
+    for data in loaded {
+        let back_ascend = Tensor::<Ascend, 2>::from_data(data.clone(), &device()).into_data();
+        let back_fusion =
+            Tensor::<burn_fusion::Fusion<Ascend>, 2>::from_data(data.clone(), &device())
+                .into_data();
+        for (backend, back) in [("Ascend", back_ascend), ("Fusion<Ascend>", back_fusion)] {
+            assert_eq!(back.dtype, data.dtype, "{backend}: the scheme changed");
+            assert_eq!(back.shape, data.shape, "{backend}: shape");
+            assert_eq!(
+                back.as_bytes(),
+                data.as_bytes(),
+                "{backend}: the bytes of {:?} changed",
+                data.dtype
+            );
+        }
+    }
+}

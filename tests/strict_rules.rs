@@ -168,16 +168,140 @@ fn a_configuration_variable_that_does_not_parse_is_an_error_naming_it() {
     if skipped_on_npu("a_configuration_variable_that_does_not_parse_is_an_error_naming_it") {
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", CHILD_ENV_TEST, "--nocapture"])
-        .env("BURN_ASCEND_EMU_HBM_MIB", "64MiB")
-        .output()
-        .expect("the test binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    for (var, value, message) in [
+        (
+            "BURN_ASCEND_EMU_HBM_MIB",
+            "64MiB",
+            "BURN_ASCEND_EMU_HBM_MIB=\"64MiB\" is not a valid HBM capacity",
+        ),
+        (
+            "BURN_ASCEND_EMU_DEVICES",
+            "two",
+            "BURN_ASCEND_EMU_DEVICES=\"two\" is not a valid number of emulated NPUs",
+        ),
+        (
+            "ASCEND_LAUNCH_BLOCKING",
+            "yes",
+            "ASCEND_LAUNCH_BLOCKING=\"yes\" is not understood: use 1 or 0",
+        ),
+    ] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", CHILD_ENV_TEST, "--nocapture"])
+            .env(var, value)
+            .output()
+            .expect("the test binary runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("CHILD SAW:") && stdout.contains(message),
+            "{var}={value}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// An element count or byte size past the address space is an error naming the shape (it
+/// used to wrap to 0, and the sum of a [2^32, 2^32] tensor was 0).
+#[test]
+fn a_shape_too_large_to_address_is_an_error() {
+    let text = panic_text(|| {
+        drop(Tensor::<Ascend, 2>::zeros(
+            [1usize << 32, 1usize << 32],
+            &device(),
+        ))
+    });
     assert!(
-        stdout.contains("CHILD SAW:")
-            && stdout.contains("BURN_ASCEND_EMU_HBM_MIB=\"64MiB\" is not a valid HBM capacity"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        text.contains("[4294967296, 4294967296]")
+            && text.contains("more bytes than an address space can"),
+        "{text}"
     );
+}
+
+/// Every op, and every fused op, takes operands of one device: mixing devices is a clear error
+/// naming both, raised before anything runs.
+#[test]
+fn operands_on_two_devices_are_a_clear_error_naming_both() {
+    let (here, there) = (device(), second_device());
+    if here == there {
+        eprintln!("operands_on_two_devices_are_a_clear_error_naming_both: needs two devices");
+        return;
+    }
+    let a = Tensor::<Ascend, 1>::from_floats([1.0, 2.0], &here);
+    let b = Tensor::<Ascend, 1>::from_floats([3.0, 4.0], &there);
+    // Burn's tensor API checks some ops itself; the backend checks every op it is given.
+    let prim = |t: &Tensor<Ascend, 1>| t.clone().into_primitive().tensor();
+    let text = panic_text(|| {
+        use burn::tensor::ops::FloatTensorOps;
+        drop(Ascend::float_add(prim(&a), prim(&b)))
+    });
+    assert!(
+        text.contains("aclnnAdd")
+            && text.contains(&format!("lives on {there}"))
+            && text.contains(&format!("runs on {here}")),
+        "{text}"
+    );
+    let x = Tensor::<Ascend, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &here);
+    let indices = Tensor::<Ascend, 1, burn::tensor::Int>::from_data(
+        TensorData::from([1i32, 0]),
+        (&there, burn::tensor::DType::I32),
+    );
+    let text = panic_text(|| drop(burn_ascend::fused::moe_gather(x, indices, 1)));
+    assert!(
+        text.contains("moe_gather")
+            && text.contains("different devices")
+            && text.contains(&here.to_string())
+            && text.contains(&there.to_string()),
+        "{text}"
+    );
+    // Moved first, the same op runs.
+    (a + b.to_device(&here))
+        .into_data()
+        .assert_eq(&TensorData::from([4.0f32, 6.0]), false);
+}
+
+/// Below the backend's check, the emulated device itself refuses an operator that reaches
+/// another NPU's memory: an AI Core error naming both NPUs.
+#[test]
+#[serial(fault_device)]
+fn an_operator_reaching_another_npus_memory_faults_on_the_device() {
+    if skipped_on_npu("an_operator_reaching_another_npus_memory_faults_on_the_device") {
+        return;
+    }
+    reset_fault_device();
+    let (runs_on, holds) = (fault_device(), device());
+    let foreign = AscendTensor::empty(
+        &DeviceContext::get(&holds).unwrap(),
+        vec![64],
+        DataType::F32,
+    )
+    .unwrap();
+    let ctx = DeviceContext::get(&runs_on).unwrap();
+    // A descriptor built by hand carries no owner, so only the device can notice.
+    // SAFETY: a live allocation of 64 floats (of the other device, on purpose).
+    let desc = unsafe {
+        TensorDesc::new(
+            ctx.bind(),
+            &[64],
+            &[1],
+            0,
+            DataType::F32,
+            64,
+            foreign.storage_ptr(),
+        )
+    }
+    .unwrap();
+    aclnn!(&*ctx, aclnnInplaceZero(&desc)).expect("the launch itself is queued");
+    let err = ctx
+        .synchronize()
+        .expect_err("the kernel reaches another NPU")
+        .to_string();
+    assert!(
+        err.contains("aclnnInplaceZero kernel")
+            && err.contains(&format!(
+                "is memory of NPU {}, but the kernel runs on NPU {}",
+                holds.index(),
+                runs_on.index()
+            )),
+        "{err}"
+    );
+    reset_fault_device();
 }

@@ -68,6 +68,9 @@ pub struct View<'a> {
     pub storage_elems: usize,
     /// Device address of the allocation.
     pub base: *mut c_void,
+    /// The device context holding the allocation ([`OpLauncher::context_id`]), or 0 when
+    /// unknown: an operator launched on another context refuses it.
+    pub owner: u64,
 }
 
 impl View<'_> {
@@ -87,6 +90,7 @@ impl View<'_> {
                 self.base,
             )
         }
+        .map(|d| d.owned_by(self.owner))
     }
 
     fn key_words(&self, words: &mut Vec<u64>) {
@@ -132,6 +136,7 @@ impl OwnedView {
             dtype: self.dtype,
             storage_elems: self.storage_elems,
             base: self.base,
+            owner: 0,
         }
     }
 }
@@ -360,6 +365,10 @@ pub trait CachedArg {
     /// # Safety
     /// A tensor argument's view must be valid as [`TensorDesc::new`] requires.
     unsafe fn raw(&self, api: &'static AclApi, parts: &mut Parts) -> AclResult<Self::Raw>;
+    /// The device context holding a tensor argument (0 for anything else, or unknown).
+    fn owner(&self) -> u64 {
+        0
+    }
 }
 
 /// An input tensor of a cached operator call.
@@ -376,6 +385,9 @@ pub struct Ints<'a>(pub &'a [i64]);
 
 impl CachedArg for In<'_> {
     type Raw = *const aclTensor;
+    fn owner(&self) -> u64 {
+        self.0.owner
+    }
     fn key(&self, k: &mut KeyBuilder) {
         k.tensor(1, &self.0);
         k.inputs.push(self.0.base as u64);
@@ -390,6 +402,9 @@ impl CachedArg for In<'_> {
 
 impl CachedArg for Out<'_> {
     type Raw = *mut aclTensor;
+    fn owner(&self) -> u64 {
+        self.0.owner
+    }
     fn key(&self, k: &mut KeyBuilder) {
         k.tensor(2, &self.0);
         k.outputs.push(self.0.base as u64);
@@ -454,6 +469,8 @@ pub trait CachedArgs {
     type Phase1: Copy;
     /// Adds every argument to the key.
     fn key(&self, k: &mut KeyBuilder);
+    /// The device context of each argument (see [`CachedArg::owner`]).
+    fn owners(&self) -> Vec<u64>;
     /// Runs phase one; the objects it is given are left in `parts`.
     ///
     /// # Safety
@@ -475,6 +492,9 @@ macro_rules! cached_args {
             type Phase1 = unsafe extern "C" fn($(<$t as CachedArg>::Raw,)+ *mut u64, *mut *mut aclOpExecutor) -> aclnnStatus;
             fn key(&self, k: &mut KeyBuilder) {
                 $(self.$i.key(k);)+
+            }
+            fn owners(&self) -> Vec<u64> {
+                vec![$(self.$i.owner()),+]
             }
             unsafe fn phase1(
                 &self,
@@ -529,7 +549,7 @@ pub(super) fn lend_descriptor(
         let hash = hash_words(0, &c.desc_key);
         if let Some(lent) = c.descriptors.get(hash, &c.desc_key) {
             return if Rc::strong_count(lent) == 1 {
-                Ok(TensorDesc::lent(api, lent.clone()))
+                Ok(TensorDesc::lent(api, lent.clone()).owned_by(view.owner))
             } else {
                 // SAFETY: the caller's contract (`TensorDesc::cached`).
                 unsafe { view.describe(api) }
@@ -546,7 +566,7 @@ pub(super) fn lend_descriptor(
         std::mem::forget(desc);
         let displaced = c.descriptors.insert(hash, &c.desc_key, lent.clone());
         drop(displaced);
-        Ok(TensorDesc::lent(api, lent))
+        Ok(TensorDesc::lent(api, lent).owned_by(view.owner))
     })
 }
 
@@ -586,6 +606,7 @@ pub unsafe fn run_cached<L: OpLauncher + ?Sized, T: CachedArgs>(
     args: T,
 ) -> AclResult<()> {
     let api = launcher.api();
+    super::handles::check_owners(launcher, op, &args.owners())?;
     CACHES.with(|c| {
         let mut c = c.borrow_mut();
         let c = &mut *c;

@@ -24,6 +24,9 @@ pub enum AclError {
     /// Another shared library (a kernel library) could not be opened or used.
     #[error("{0}")]
     Library(String),
+    /// The caller passed something the API refuses before calling into it.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     /// The installed CANN release does not export an aclnn operator the backend needs.
     #[error(
         "this CANN release has no {symbol} (needed for {op}); upgrade CANN or use the emulated NPU"

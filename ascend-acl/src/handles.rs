@@ -40,6 +40,8 @@ pub struct TensorDesc<'a> {
     api: &'a AclApi,
     ptr: *mut aclTensor,
     lent: Option<Rc<Lent>>,
+    /// The device context holding the described memory, 0 if unknown.
+    owner: u64,
 }
 
 impl<'a> TensorDesc<'a> {
@@ -80,7 +82,15 @@ impl<'a> TensorDesc<'a> {
             api,
             ptr: created(api, ptr, "aclCreateTensor")?,
             lent: None,
+            owner: 0,
         })
+    }
+
+    /// Records the device context holding the described memory ([`OpLauncher::context_id`]):
+    /// operators launched on another context refuse the descriptor.
+    pub fn owned_by(mut self, owner: u64) -> Self {
+        self.owner = owner;
+        self
     }
 
     /// Describes `view`, reusing the calling thread's cached descriptor of an identical view
@@ -99,6 +109,7 @@ impl<'a> TensorDesc<'a> {
             api,
             ptr: lent.ptr(),
             lent: Some(lent),
+            owner: 0,
         }
     }
 
@@ -275,11 +286,20 @@ impl Drop for BoolArrayDesc<'_> {
 pub struct TensorListDesc<'a> {
     api: &'a AclApi,
     ptr: *mut aclTensorList,
+    /// The device context of its members (they all share it), 0 if unknown.
+    owner: u64,
 }
 
 impl<'a> TensorListDesc<'a> {
-    /// Creates the list, taking ownership of the tensors.
+    /// Creates the list, taking ownership of the tensors, which must live on one device
+    /// context.
     pub fn new(api: &'a AclApi, tensors: Vec<TensorDesc<'a>>) -> AclResult<Self> {
+        let owner = common_owner(tensors.iter().map(|t| t.owner)).ok_or_else(|| {
+            AclError::InvalidArgument(format!(
+                "aclCreateTensorList: the tensors live on different device contexts ({:?})",
+                tensors.iter().map(|t| t.owner).collect::<Vec<_>>()
+            ))
+        })?;
         let mut raw: Vec<*const aclTensor> = Vec::with_capacity(tensors.len());
         for t in tensors {
             match t.into_raw() {
@@ -304,6 +324,7 @@ impl<'a> TensorListDesc<'a> {
         Ok(Self {
             api,
             ptr: created(api, ptr, "aclCreateTensorList")?,
+            owner,
         })
     }
 
@@ -328,6 +349,10 @@ pub trait OpLauncher {
     /// The device context the operators run on, unique in the process (executors belong to
     /// it and are cached per context; a device reset starts a new one).
     fn context_id(&self) -> u64;
+    /// Names a device context for messages (`npu:0`, `emulated:1`).
+    fn describe_context(&self, context: u64) -> String {
+        format!("device context {context}")
+    }
     /// Takes a `workspace_size`-byte workspace, calls `phase2` on the stream, releases the
     /// workspace in stream order.
     ///
@@ -369,6 +394,85 @@ pub trait AclArg<P> {
 /// A NULL optional argument.
 #[derive(Debug, Clone, Copy)]
 pub struct Absent;
+
+/// Which device context an [`aclnn!`](crate::aclnn) argument's memory lives on.
+pub trait ArgOwner {
+    /// The context ([`OpLauncher::context_id`]), or 0 for no memory or unknown.
+    fn owner(&self) -> u64 {
+        0
+    }
+}
+
+impl ArgOwner for TensorDesc<'_> {
+    fn owner(&self) -> u64 {
+        self.owner
+    }
+}
+
+impl ArgOwner for TensorListDesc<'_> {
+    fn owner(&self) -> u64 {
+        self.owner
+    }
+}
+
+impl<T: ArgOwner> ArgOwner for &T {
+    fn owner(&self) -> u64 {
+        (**self).owner()
+    }
+}
+
+impl<T: ArgOwner> ArgOwner for Option<T> {
+    fn owner(&self) -> u64 {
+        self.as_ref().map_or(0, ArgOwner::owner)
+    }
+}
+
+macro_rules! ownerless {
+    ($($t:ty),*) => {$(impl ArgOwner for $t {})*};
+}
+ownerless!(
+    ScalarDesc<'_>,
+    IntArrayDesc<'_>,
+    BoolArrayDesc<'_>,
+    Absent,
+    bool,
+    i8,
+    i32,
+    i64,
+    u64,
+    f32,
+    f64
+);
+
+/// The one context of `owners` (ignoring unknown ones), or `None` when they differ.
+fn common_owner(owners: impl Iterator<Item = u64>) -> Option<u64> {
+    let mut common = 0;
+    for o in owners.filter(|&o| o != 0) {
+        if common != 0 && o != common {
+            return None;
+        }
+        common = o;
+    }
+    Some(common)
+}
+
+/// Every operand of `op` lives on the launcher's device context: an operator runs on one
+/// device and reads and writes that device's memory only.
+pub fn check_owners<L: OpLauncher + ?Sized>(
+    launcher: &L,
+    op: &str,
+    owners: &[u64],
+) -> AclResult<()> {
+    let here = launcher.context_id();
+    match owners.iter().position(|&o| o != 0 && o != here) {
+        None => Ok(()),
+        Some(i) => Err(AclError::InvalidArgument(format!(
+            "{op}: operand {i} lives on {}, but the operation runs on {}: move it with to_device first",
+            launcher.describe_context(owners[i]),
+            launcher.describe_context(here)
+        ))),
+    }
+}
 
 macro_rules! pointer_args {
     ($($owner:ident => $($ptr:ty),+;)*) => {$($(
@@ -451,6 +555,20 @@ macro_rules! __aclnn_bind {
         $crate::__aclnn_bind!($launcher, $op, [$($rest),*], [$($names)*], [$($bound)* $name])
     }};
     ($launcher:expr, $op:ident, [], [$($names:ident)*], [$($bound:ident)*]) => {{
+        let launcher = $launcher;
+        let owners = [$($crate::handles::ArgOwner::owner(&$bound)),*];
+        match $crate::handles::check_owners(launcher, stringify!($op), &owners) {
+            Err(e) => Err(e),
+            Ok(()) => $crate::__aclnn_call!(launcher, $op, [$($bound)*]),
+        }
+    }};
+}
+
+/// Phase one and phase two of [`aclnn!`](crate::aclnn) on bound arguments.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __aclnn_call {
+    ($launcher:ident, $op:ident, [$($bound:ident)*]) => {{
         let launcher = $launcher;
         let api = $crate::handles::OpLauncher::api(launcher);
         const PHASE1: &str = concat!(stringify!($op), "GetWorkspaceSize");

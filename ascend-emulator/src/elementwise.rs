@@ -1,14 +1,16 @@
 //! Emulated elementwise operators beyond the arithmetic family: unary math, powers,
 //! comparisons, logical and bitwise ops, clamps, selection and the activations with their
 //! backward passes. One table row per operator: allowed input dtypes (Atlas A2), the output
-//! rule, and what it computes on f64 (float domain) or i64 (integer domain).
+//! rule, and what it computes on floats (once, run in f32 or f64 as `numerics` says) and on
+//! integers (exact, wrapped when stored).
 #![allow(missing_docs, non_snake_case, clippy::missing_safety_doc)]
 
 use super::fault::{fault, Fault};
 use super::meta::Kernel;
 use super::meta::{scalar_arg, tensor_arg, ScalarValue, TensorDesc};
+use super::numerics::{Domain, Elem, Real};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
-use super::view::{broadcast_shape, map, round_to, Vals};
+use super::view::{broadcast_shape, map, native_run, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::status::ACL_ERROR_RT_AICORE_EXCEPTION;
 use ascend_acl::types::*;
@@ -43,20 +45,38 @@ enum Out {
     Of(&'static [DataType]),
 }
 
+/// A float computation on up to three operands, in f32 (F32, F16, BF16) and in f64 (F64).
+#[derive(Clone, Copy)]
+struct Fl {
+    f32: fn([f32; 3]) -> f32,
+    f64: fn([f64; 3]) -> f64,
+}
+
+/// One expression as both kernels of an [`Fl`].
+macro_rules! fl {
+    (|$x:ident| $e:expr) => {
+        Fl {
+            f32: |$x: [f32; 3]| -> f32 { $e },
+            f64: |$x: [f64; 3]| -> f64 { $e },
+        }
+    };
+}
+
 /// What an operator computes, per element, on up to three operands.
 #[derive(Clone, Copy)]
 struct Spec {
     inputs: &'static [DataType],
     out: Out,
-    float: fn([f64; 3]) -> f64,
-    int: Option<fn([i64; 3]) -> i64>,
-    /// Compute in f64 even for integer inputs (the result is a float).
+    float: Fl,
+    /// Exact integer arithmetic, wrapped to the out's width when stored.
+    int: Option<fn([i128; 3]) -> i128>,
+    /// Compute in a float type even for integer inputs (the result is a float).
     float_only: bool,
     /// The result is a truth value (0 or 1) whatever the domain.
     predicate: bool,
 }
 
-const fn math(inputs: &'static [DataType], out: Out, float: fn([f64; 3]) -> f64) -> Spec {
+const fn math(inputs: &'static [DataType], out: Out, float: Fl) -> Spec {
     Spec {
         inputs,
         out,
@@ -67,11 +87,7 @@ const fn math(inputs: &'static [DataType], out: Out, float: fn([f64; 3]) -> f64)
     }
 }
 
-const fn both(
-    inputs: &'static [DataType],
-    float: fn([f64; 3]) -> f64,
-    int: fn([i64; 3]) -> i64,
-) -> Spec {
+const fn both(inputs: &'static [DataType], float: Fl, int: fn([i128; 3]) -> i128) -> Spec {
     Spec {
         inputs,
         out: Out::Same,
@@ -85,8 +101,8 @@ const fn both(
 const fn test(
     inputs: &'static [DataType],
     out: &'static [DataType],
-    float: fn([f64; 3]) -> f64,
-    int: fn([i64; 3]) -> i64,
+    float: Fl,
+    int: fn([i128; 3]) -> i128,
 ) -> Spec {
     Spec {
         inputs,
@@ -98,8 +114,12 @@ const fn test(
     }
 }
 
-fn truth(b: bool) -> f64 {
-    b as u8 as f64
+fn truth<T: Real>(b: bool) -> T {
+    if b {
+        T::one()
+    } else {
+        T::zero()
+    }
 }
 
 /// An operand: a tensor, or a host scalar broadcast to every element.
@@ -160,40 +180,104 @@ fn elementwise(
     if !float_domain && spec.int.is_none() {
         return Err(invalid(op, format!("integer input {first} has no kernel")));
     }
+    // The compute type: f64 when an operand (or a float out) is F64, else f32; integers exact.
+    let mut dtypes: Vec<DataType> = args
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Arg::T(t) => Some(t.dtype),
+            Arg::S(_) => None,
+        })
+        .collect();
+    if out.dtype.is_float() {
+        dtypes.push(out.dtype);
+    }
+    let domain = match Domain::of(&dtypes) {
+        Domain::F64 => Domain::F64,
+        _ if float_domain => Domain::F32,
+        _ => Domain::Int,
+    };
     Ok((
         0,
-        Arc::new(move || {
-            let n = out.numel();
-            let mo = map(op, "out", &out)?;
-            if float_domain {
-                let cols = args
-                    .iter()
-                    .map(|(name, a)| match a {
-                        Arg::T(t) => Ok(map(op, name, t)?.read(Some(&out.shape))?.into_f64()),
-                        Arg::S(s) => Ok(vec![round_to(first, s.as_f64()); n]),
-                    })
-                    .collect::<Result<Vec<_>, Fault>>()?;
-                let at = |c: usize, i: usize| cols.get(c).map_or(0.0, |v| v[i]);
-                let r = (0..n)
-                    .map(|i| (spec.float)([at(0, i), at(1, i), at(2, i)]))
-                    .collect();
-                mo.write(Vals::F(r))
-            } else {
-                let cols = args
-                    .iter()
-                    .map(|(name, a)| match a {
-                        Arg::T(t) => Ok(map(op, name, t)?.read(Some(&out.shape))?.into_i64()),
-                        Arg::S(ScalarValue::Int(v)) => Ok(vec![*v; n]),
-                        Arg::S(ScalarValue::Float(v)) => Ok(vec![*v as i64; n]),
-                    })
-                    .collect::<Result<Vec<_>, Fault>>()?;
-                let f = spec.int.expect("checked at phase one");
-                let at = |c: usize, i: usize| cols.get(c).map_or(0, |v| v[i]);
-                let r = (0..n).map(|i| f([at(0, i), at(1, i), at(2, i)])).collect();
-                mo.write(Vals::I(r))
-            }
+        Arc::new(move || match domain {
+            Domain::F32 => run(op, &args, &out, first, spec.float.f32),
+            Domain::F64 => run(op, &args, &out, first, spec.float.f64),
+            Domain::Int => run(op, &args, &out, first, spec.int.expect("checked above")),
         }),
     ))
+}
+
+/// Streams `out = f(args)` element by element in the compute type `T`; scalars are rounded to
+/// the first input's dtype, as the operators apply them.
+fn run<T: Elem>(
+    op: &str,
+    args: &[(&'static str, Arg)],
+    out: &TensorDesc,
+    first: DataType,
+    f: fn([T; 3]) -> T,
+) -> Result<(), Fault> {
+    let mo = map(op, "out", out)?;
+    let set = mo.setter::<T>();
+    let mut mapped = Vec::with_capacity(args.len());
+    for (name, a) in args {
+        mapped.push(match a {
+            Arg::T(t) => {
+                let mut m = map(op, name, t)?;
+                m.detach_from(&mo, true);
+                Ok((m, Walk::broadcast(t, &out.shape)?))
+            }
+            Arg::S(s) => Err(T::scalar(*s, first)),
+        });
+    }
+    let walk_o = Walk::of(out);
+    let dense: Option<Vec<Result<*mut T, T>>> = mapped
+        .iter()
+        .map(|a| match a {
+            Ok((m, w)) => native_run::<T>(m, w).map(Ok),
+            Err(v) => Some(Err(*v)),
+        })
+        .collect();
+    if let (Some(po), Some(dense)) = (native_run::<T>(&mo, &walk_o), dense) {
+        // Dense operands stored as the compute type: no per-element dispatch.
+        // SAFETY: `native_run` checked that the elements from each pointer lie inside their
+        // mapped views; unaligned accesses are allowed.
+        unsafe {
+            for i in 0..out.numel() {
+                let mut x = [T::default(); 3];
+                for (slot, s) in x.iter_mut().zip(&dense) {
+                    *slot = match s {
+                        Ok(p) => p.add(i).read_unaligned(),
+                        Err(v) => *v,
+                    };
+                }
+                po.add(i).write_unaligned(f(x));
+            }
+        }
+        return Ok(());
+    }
+    let mut sources: Vec<Source<'_, T>> = mapped
+        .iter_mut()
+        .map(|a| match a {
+            Ok((m, w)) => Source::Tensor(Box::new(m.getter::<T>()), w),
+            Err(v) => Source::Scalar(*v),
+        })
+        .collect();
+    for o in walk_o {
+        let mut x = [T::default(); 3];
+        for (slot, s) in x.iter_mut().zip(sources.iter_mut()) {
+            *slot = match s {
+                Source::Tensor(get, w) => get(w.next().expect("walks of one shape")),
+                Source::Scalar(v) => *v,
+            };
+        }
+        set(o, f(x));
+    }
+    Ok(())
+}
+
+/// One operand of a streaming elementwise kernel.
+enum Source<'a, T> {
+    Tensor(Box<dyn Fn(usize) -> T + 'a>, &'a mut Walk),
+    Scalar(T),
 }
 
 macro_rules! unary {
@@ -235,35 +319,35 @@ macro_rules! with_scalar {
     };
 }
 
-fn gelu(x: f64) -> f64 {
-    0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+fn gelu<T: Real>(x: T) -> T {
+    T::c(0.5) * x * (T::one() + (x / T::c(std::f64::consts::SQRT_2)).erf())
 }
 
-fn gelu_grad(x: f64) -> f64 {
-    let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
-    let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+fn gelu_grad<T: Real>(x: T) -> T {
+    let cdf = T::c(0.5) * (T::one() + (x / T::c(std::f64::consts::SQRT_2)).erf());
+    let pdf = (T::c(-0.5) * x * x).exp() / T::c((2.0 * std::f64::consts::PI).sqrt());
     cdf + x * pdf
 }
 
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
+fn sigmoid<T: Real>(x: T) -> T {
+    T::one() / (T::one() + (-x).exp())
 }
 
 /// torch.remainder: the result has the sign of the divisor.
-fn floor_mod(x: f64, y: f64) -> f64 {
+fn floor_mod<T: Real>(x: T, y: T) -> T {
     let r = x % y;
-    if r != 0.0 && ((r < 0.0) != (y < 0.0)) {
+    if r != T::zero() && ((r < T::zero()) != (y < T::zero())) {
         r + y
     } else {
         r
     }
 }
 
-fn int_floor_mod(x: i64, y: i64) -> i64 {
+fn int_floor_mod(x: i128, y: i128) -> i128 {
     if y == 0 {
         return 0;
     }
-    let r = x.wrapping_rem(y);
+    let r = x % y;
     if r != 0 && ((r < 0) != (y < 0)) {
         r + y
     } else {
@@ -271,9 +355,9 @@ fn int_floor_mod(x: i64, y: i64) -> i64 {
     }
 }
 
-fn int_pow(b: i64, e: i64) -> i64 {
+fn int_pow(b: i128, e: i128) -> i128 {
     match (b, e) {
-        (_, e) if e >= 0 => b.wrapping_pow(e.min(u32::MAX as i64) as u32),
+        (_, e) if e >= 0 => b.wrapping_pow(e.min(u32::MAX as i128) as u32),
         (1, _) => 1,
         (-1, e) => {
             if e % 2 == 0 {
@@ -287,98 +371,121 @@ fn int_pow(b: i64, e: i64) -> i64 {
 }
 
 /// Float maximum/minimum propagating NaN, as torch.maximum does.
-fn nan_max(a: f64, b: f64) -> f64 {
+fn nan_max<T: Real>(a: T, b: T) -> T {
     if a.is_nan() || b.is_nan() {
-        f64::NAN
+        T::nan()
     } else {
         a.max(b)
     }
 }
 
-fn nan_min(a: f64, b: f64) -> f64 {
+fn nan_min<T: Real>(a: T, b: T) -> T {
     if a.is_nan() || b.is_nan() {
-        f64::NAN
+        T::nan()
     } else {
         a.min(b)
     }
 }
 
-fn shift_right(x: i64, s: i64) -> i64 {
-    x >> s.clamp(0, 63)
+/// Clamps that keep NaN.
+fn clamp<T: Real>(x: T, lo: T, hi: T) -> T {
+    if x.is_nan() {
+        x
+    } else {
+        x.max(lo).min(hi)
+    }
 }
 
+fn sign<T: Real>(x: T) -> T {
+    if x > T::zero() {
+        T::one()
+    } else if x < T::zero() {
+        -T::one()
+    } else {
+        T::zero()
+    }
+}
+
+fn shift_right(x: i128, s: i128) -> i128 {
+    x >> s.clamp(0, 127)
+}
+
+/// The float kernel of integer-only operators (bitwise, shifts): never run, since their
+/// dtype tables hold no float type.
+const NO_FLOAT: Fl = fl!(|x| x[0]);
+
 unary! {
-    aclnnNeg / aclnnNegGetWorkspaceSize = both(&[I8, I32, I64, F16, BF16, F32, F64], |x| -x[0], |x| x[0].wrapping_neg());
-    aclnnReciprocal / aclnnReciprocalGetWorkspaceSize = math(REAL, Out::Of(FLOAT), |x| 1.0 / x[0]);
-    aclnnExp / aclnnExpGetWorkspaceSize = math(&[F32, F16, F64, Bool, I64, BF16], Out::Of(FLOAT), |x| x[0].exp());
-    aclnnLog / aclnnLogGetWorkspaceSize = math(REAL, Out::Of(FLOAT), |x| x[0].ln());
-    aclnnLog1p / aclnnLog1pGetWorkspaceSize = math(REAL, Out::Of(FLOAT), |x| x[0].ln_1p());
-    aclnnSqrt / aclnnSqrtGetWorkspaceSize = math(REAL, Out::Of(FLOAT), |x| x[0].sqrt());
-    aclnnAbs / aclnnAbsGetWorkspaceSize = both(REAL, |x| x[0].abs(), |x| x[0].wrapping_abs());
-    aclnnCos / aclnnCosGetWorkspaceSize = math(REAL, Out::Of(FLOAT), |x| x[0].cos());
-    aclnnSin / aclnnSinGetWorkspaceSize = math(REAL, Out::Of(FLOAT), |x| x[0].sin());
-    aclnnTan / aclnnTanGetWorkspaceSize = math(REAL, Out::Of(FLOAT), |x| x[0].tan());
-    aclnnCosh / aclnnCoshGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, |x| x[0].cosh());
-    aclnnSinh / aclnnSinhGetWorkspaceSize = math(REAL, Out::Of(FLOAT), |x| x[0].sinh());
-    aclnnTanh / aclnnTanhGetWorkspaceSize = math(&[F32, F16, Bool, U8, I8, I16, I32, I64, BF16], Out::Of(FLOAT_A2), |x| x[0].tanh());
-    aclnnAcos / aclnnAcosGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, |x| x[0].acos());
-    aclnnAcosh / aclnnAcoshGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, |x| x[0].acosh());
-    aclnnAsin / aclnnAsinGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, |x| x[0].asin());
-    aclnnAsinh / aclnnAsinhGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, |x| x[0].asinh());
-    aclnnAtan / aclnnAtanGetWorkspaceSize = math(REAL, Out::Of(FLOAT), |x| x[0].atan());
-    aclnnAtanh / aclnnAtanhGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, |x| x[0].atanh());
-    aclnnRound / aclnnRoundGetWorkspaceSize = both(&[BF16, F16, F32, F64, I32, I64], |x| x[0].round_ties_even(), |x| x[0]);
-    aclnnFloor / aclnnFloorGetWorkspaceSize = both(&[F64, F32, F16, BF16, I64, I32, I16, I8, U8], |x| x[0].floor(), |x| x[0]);
-    aclnnCeil / aclnnCeilGetWorkspaceSize = math(FLOAT, Out::Same, |x| x[0].ceil());
-    aclnnTrunc / aclnnTruncGetWorkspaceSize = math(FLOAT_A2, Out::Same, |x| x[0].trunc());
-    aclnnErf / aclnnErfGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, |x| libm::erf(x[0]));
+    aclnnNeg / aclnnNegGetWorkspaceSize = both(&[I8, I32, I64, F16, BF16, F32, F64], fl!(|x| -x[0]), |x| x[0].wrapping_neg());
+    aclnnReciprocal / aclnnReciprocalGetWorkspaceSize = math(REAL, Out::Of(FLOAT), fl!(|x| 1.0 / x[0]));
+    aclnnExp / aclnnExpGetWorkspaceSize = math(&[F32, F16, F64, Bool, I64, BF16], Out::Of(FLOAT), fl!(|x| x[0].exp()));
+    aclnnLog / aclnnLogGetWorkspaceSize = math(REAL, Out::Of(FLOAT), fl!(|x| x[0].ln()));
+    aclnnLog1p / aclnnLog1pGetWorkspaceSize = math(REAL, Out::Of(FLOAT), fl!(|x| x[0].ln_1p()));
+    aclnnSqrt / aclnnSqrtGetWorkspaceSize = math(REAL, Out::Of(FLOAT), fl!(|x| x[0].sqrt()));
+    aclnnAbs / aclnnAbsGetWorkspaceSize = both(REAL, fl!(|x| x[0].abs()), |x| x[0].wrapping_abs());
+    aclnnCos / aclnnCosGetWorkspaceSize = math(REAL, Out::Of(FLOAT), fl!(|x| x[0].cos()));
+    aclnnSin / aclnnSinGetWorkspaceSize = math(REAL, Out::Of(FLOAT), fl!(|x| x[0].sin()));
+    aclnnTan / aclnnTanGetWorkspaceSize = math(REAL, Out::Of(FLOAT), fl!(|x| x[0].tan()));
+    aclnnCosh / aclnnCoshGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, fl!(|x| x[0].cosh()));
+    aclnnSinh / aclnnSinhGetWorkspaceSize = math(REAL, Out::Of(FLOAT), fl!(|x| x[0].sinh()));
+    aclnnTanh / aclnnTanhGetWorkspaceSize = math(&[F32, F16, Bool, U8, I8, I16, I32, I64, BF16], Out::Of(FLOAT_A2), fl!(|x| x[0].tanh()));
+    aclnnAcos / aclnnAcosGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, fl!(|x| x[0].acos()));
+    aclnnAcosh / aclnnAcoshGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, fl!(|x| x[0].acosh()));
+    aclnnAsin / aclnnAsinGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, fl!(|x| x[0].asin()));
+    aclnnAsinh / aclnnAsinhGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, fl!(|x| x[0].asinh()));
+    aclnnAtan / aclnnAtanGetWorkspaceSize = math(REAL, Out::Of(FLOAT), fl!(|x| x[0].atan()));
+    aclnnAtanh / aclnnAtanhGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, fl!(|x| x[0].atanh()));
+    aclnnRound / aclnnRoundGetWorkspaceSize = both(&[BF16, F16, F32, F64, I32, I64], fl!(|x| x[0].round_ties_even()), |x| x[0]);
+    aclnnFloor / aclnnFloorGetWorkspaceSize = both(&[F64, F32, F16, BF16, I64, I32, I16, I8, U8], fl!(|x| x[0].floor()), |x| x[0]);
+    aclnnCeil / aclnnCeilGetWorkspaceSize = math(FLOAT, Out::Same, fl!(|x| x[0].ceil()));
+    aclnnTrunc / aclnnTruncGetWorkspaceSize = math(FLOAT_A2, Out::Same, fl!(|x| x[0].trunc()));
+    aclnnErf / aclnnErfGetWorkspaceSize = math(FLOAT_NO_BF16, Out::Same, fl!(|x| Real::erf(x[0])));
     // NaN gives 0 here: aclnnSign's NaN result is not documented, so callers must not rely on it.
-    aclnnSign / aclnnSignGetWorkspaceSize = both(&[F64, F32, F16, I32, I64, Bool, BF16], |x| if x[0] > 0.0 { 1.0 } else if x[0] < 0.0 { -1.0 } else { 0.0 }, |x| x[0].signum());
-    aclnnRelu / aclnnReluGetWorkspaceSize = both(&[F32, F16, I8, I32, I64, BF16], |x| if x[0] < 0.0 { 0.0 } else { x[0] }, |x| x[0].max(0));
-    aclnnSigmoid / aclnnSigmoidGetWorkspaceSize = math(FLOAT_A2, Out::Same, |x| sigmoid(x[0]));
-    aclnnLogSigmoid / aclnnLogSigmoidGetWorkspaceSize = math(FLOAT_A2, Out::Same, |x| x[0].min(0.0) - (-x[0].abs()).exp().ln_1p());
-    aclnnGelu / aclnnGeluGetWorkspaceSize = math(FLOAT_A2, Out::Same, |x| gelu(x[0]));
-    aclnnLogicalNot / aclnnLogicalNotGetWorkspaceSize = test(&[Bool, U8, I8, I16, I32, I64, F32, F16, F64, BF16], LOGICAL_OUT, |x| truth(x[0] == 0.0), |x| (x[0] == 0) as i64);
-    aclnnBitwiseNot / aclnnBitwiseNotGetWorkspaceSize = both(BITWISE, |x| x[0], |x| !x[0]);
+    aclnnSign / aclnnSignGetWorkspaceSize = both(&[F64, F32, F16, I32, I64, Bool, BF16], fl!(|x| sign(x[0])), |x| x[0].signum());
+    aclnnRelu / aclnnReluGetWorkspaceSize = both(&[F32, F16, I8, I32, I64, BF16], fl!(|x| if x[0] < 0.0 { 0.0 } else { x[0] }), |x| x[0].max(0));
+    aclnnSigmoid / aclnnSigmoidGetWorkspaceSize = math(FLOAT_A2, Out::Same, fl!(|x| sigmoid(x[0])));
+    aclnnLogSigmoid / aclnnLogSigmoidGetWorkspaceSize = math(FLOAT_A2, Out::Same, fl!(|x| x[0].min(0.0) - (-x[0].abs()).exp().ln_1p()));
+    aclnnGelu / aclnnGeluGetWorkspaceSize = math(FLOAT_A2, Out::Same, fl!(|x| gelu(x[0])));
+    aclnnLogicalNot / aclnnLogicalNotGetWorkspaceSize = test(&[Bool, U8, I8, I16, I32, I64, F32, F16, F64, BF16], LOGICAL_OUT, fl!(|x| truth(x[0] == 0.0)), |x| (x[0] == 0) as i128);
+    aclnnBitwiseNot / aclnnBitwiseNotGetWorkspaceSize = both(BITWISE, NO_FLOAT, |x| !x[0]);
 }
 
 binary! {
-    aclnnPowTensorTensor / aclnnPowTensorTensorGetWorkspaceSize = both(POW, |x| x[0].powf(x[1]), |x| int_pow(x[0], x[1]));
-    aclnnAtan2 / aclnnAtan2GetWorkspaceSize = math(REAL, Out::Of(FLOAT), |x| x[0].atan2(x[1]));
-    aclnnRemainderTensorTensor / aclnnRemainderTensorTensorGetWorkspaceSize = both(REMAINDER, |x| floor_mod(x[0], x[1]), |x| int_floor_mod(x[0], x[1]));
-    aclnnEqTensor / aclnnEqTensorGetWorkspaceSize = test(EQ, ORDERED, |x| truth(x[0] == x[1]), |x| (x[0] == x[1]) as i64);
-    aclnnNeTensor / aclnnNeTensorGetWorkspaceSize = test(EQ, ORDERED, |x| truth(x[0] != x[1]), |x| (x[0] != x[1]) as i64);
-    aclnnGtTensor / aclnnGtTensorGetWorkspaceSize = test(ORDERED, ORDERED, |x| truth(x[0] > x[1]), |x| (x[0] > x[1]) as i64);
-    aclnnGeTensor / aclnnGeTensorGetWorkspaceSize = test(ORDERED, ORDERED, |x| truth(x[0] >= x[1]), |x| (x[0] >= x[1]) as i64);
-    aclnnLtTensor / aclnnLtTensorGetWorkspaceSize = test(ORDERED, ORDERED, |x| truth(x[0] < x[1]), |x| (x[0] < x[1]) as i64);
-    aclnnLeTensor / aclnnLeTensorGetWorkspaceSize = test(ORDERED, ORDERED, |x| truth(x[0] <= x[1]), |x| (x[0] <= x[1]) as i64);
-    aclnnLogicalAnd / aclnnLogicalAndGetWorkspaceSize = test(REAL, LOGICAL_OUT, |x| truth(x[0] != 0.0 && x[1] != 0.0), |x| (x[0] != 0 && x[1] != 0) as i64);
-    aclnnLogicalOr / aclnnLogicalOrGetWorkspaceSize = test(REAL, LOGICAL_OUT, |x| truth(x[0] != 0.0 || x[1] != 0.0), |x| (x[0] != 0 || x[1] != 0) as i64);
-    aclnnLogicalXor / aclnnLogicalXorGetWorkspaceSize = test(REAL, LOGICAL_OUT, |x| truth((x[0] != 0.0) != (x[1] != 0.0)), |x| ((x[0] != 0) != (x[1] != 0)) as i64);
-    aclnnBitwiseAndTensor / aclnnBitwiseAndTensorGetWorkspaceSize = both(BITWISE, |x| x[0], |x| x[0] & x[1]);
-    aclnnBitwiseOrTensor / aclnnBitwiseOrTensorGetWorkspaceSize = both(BITWISE, |x| x[0], |x| x[0] | x[1]);
-    aclnnBitwiseXorTensor / aclnnBitwiseXorTensorGetWorkspaceSize = both(BITWISE, |x| x[0], |x| x[0] ^ x[1]);
+    aclnnPowTensorTensor / aclnnPowTensorTensorGetWorkspaceSize = both(POW, fl!(|x| x[0].powf(x[1])), |x| int_pow(x[0], x[1]));
+    aclnnAtan2 / aclnnAtan2GetWorkspaceSize = math(REAL, Out::Of(FLOAT), fl!(|x| x[0].atan2(x[1])));
+    aclnnRemainderTensorTensor / aclnnRemainderTensorTensorGetWorkspaceSize = both(REMAINDER, fl!(|x| floor_mod(x[0], x[1])), |x| int_floor_mod(x[0], x[1]));
+    aclnnEqTensor / aclnnEqTensorGetWorkspaceSize = test(EQ, ORDERED, fl!(|x| truth(x[0] == x[1])), |x| (x[0] == x[1]) as i128);
+    aclnnNeTensor / aclnnNeTensorGetWorkspaceSize = test(EQ, ORDERED, fl!(|x| truth(x[0] != x[1])), |x| (x[0] != x[1]) as i128);
+    aclnnGtTensor / aclnnGtTensorGetWorkspaceSize = test(ORDERED, ORDERED, fl!(|x| truth(x[0] > x[1])), |x| (x[0] > x[1]) as i128);
+    aclnnGeTensor / aclnnGeTensorGetWorkspaceSize = test(ORDERED, ORDERED, fl!(|x| truth(x[0] >= x[1])), |x| (x[0] >= x[1]) as i128);
+    aclnnLtTensor / aclnnLtTensorGetWorkspaceSize = test(ORDERED, ORDERED, fl!(|x| truth(x[0] < x[1])), |x| (x[0] < x[1]) as i128);
+    aclnnLeTensor / aclnnLeTensorGetWorkspaceSize = test(ORDERED, ORDERED, fl!(|x| truth(x[0] <= x[1])), |x| (x[0] <= x[1]) as i128);
+    aclnnLogicalAnd / aclnnLogicalAndGetWorkspaceSize = test(REAL, LOGICAL_OUT, fl!(|x| truth(x[0] != 0.0 && x[1] != 0.0)), |x| (x[0] != 0 && x[1] != 0) as i128);
+    aclnnLogicalOr / aclnnLogicalOrGetWorkspaceSize = test(REAL, LOGICAL_OUT, fl!(|x| truth(x[0] != 0.0 || x[1] != 0.0)), |x| (x[0] != 0 || x[1] != 0) as i128);
+    aclnnLogicalXor / aclnnLogicalXorGetWorkspaceSize = test(REAL, LOGICAL_OUT, fl!(|x| truth((x[0] != 0.0) != (x[1] != 0.0))), |x| ((x[0] != 0) != (x[1] != 0)) as i128);
+    aclnnBitwiseAndTensor / aclnnBitwiseAndTensorGetWorkspaceSize = both(BITWISE, NO_FLOAT, |x| x[0] & x[1]);
+    aclnnBitwiseOrTensor / aclnnBitwiseOrTensorGetWorkspaceSize = both(BITWISE, NO_FLOAT, |x| x[0] | x[1]);
+    aclnnBitwiseXorTensor / aclnnBitwiseXorTensorGetWorkspaceSize = both(BITWISE, NO_FLOAT, |x| x[0] ^ x[1]);
     // Signed types shift arithmetically (UNCERTAIN in the docs; torch_npu relies on it).
-    aclnnRightShift / aclnnRightShiftGetWorkspaceSize = both(SHIFT, |x| x[0], |x| shift_right(x[0], x[1]));
-    aclnnMaximum / aclnnMaximumGetWorkspaceSize = both(MINMAX, |x| nan_max(x[0], x[1]), |x| x[0].max(x[1]));
-    aclnnMinimum / aclnnMinimumGetWorkspaceSize = both(MINMAX, |x| nan_min(x[0], x[1]), |x| x[0].min(x[1]));
+    aclnnRightShift / aclnnRightShiftGetWorkspaceSize = both(SHIFT, NO_FLOAT, |x| shift_right(x[0], x[1]));
+    aclnnMaximum / aclnnMaximumGetWorkspaceSize = both(MINMAX, fl!(|x| nan_max(x[0], x[1])), |x| x[0].max(x[1]));
+    aclnnMinimum / aclnnMinimumGetWorkspaceSize = both(MINMAX, fl!(|x| nan_min(x[0], x[1])), |x| x[0].min(x[1]));
 }
 
 with_scalar! {
-    aclnnPowTensorScalar / aclnnPowTensorScalarGetWorkspaceSize = both(POW, |x| x[0].powf(x[1]), |x| int_pow(x[0], x[1]));
-    aclnnRemainderTensorScalar / aclnnRemainderTensorScalarGetWorkspaceSize = both(REMAINDER, |x| floor_mod(x[0], x[1]), |x| int_floor_mod(x[0], x[1]));
-    aclnnEqScalar / aclnnEqScalarGetWorkspaceSize = test(EQ, ORDERED, |x| truth(x[0] == x[1]), |x| (x[0] == x[1]) as i64);
-    aclnnNeScalar / aclnnNeScalarGetWorkspaceSize = test(EQ, ORDERED, |x| truth(x[0] != x[1]), |x| (x[0] != x[1]) as i64);
-    aclnnGtScalar / aclnnGtScalarGetWorkspaceSize = test(ORDERED, ORDERED, |x| truth(x[0] > x[1]), |x| (x[0] > x[1]) as i64);
-    aclnnGeScalar / aclnnGeScalarGetWorkspaceSize = test(ORDERED, ORDERED, |x| truth(x[0] >= x[1]), |x| (x[0] >= x[1]) as i64);
-    aclnnLtScalar / aclnnLtScalarGetWorkspaceSize = test(ORDERED, ORDERED, |x| truth(x[0] < x[1]), |x| (x[0] < x[1]) as i64);
-    aclnnLeScalar / aclnnLeScalarGetWorkspaceSize = test(ORDERED, ORDERED, |x| truth(x[0] <= x[1]), |x| (x[0] <= x[1]) as i64);
-    aclnnBitwiseAndScalar / aclnnBitwiseAndScalarGetWorkspaceSize = both(BITWISE, |x| x[0], |x| x[0] & x[1]);
-    aclnnBitwiseOrScalar / aclnnBitwiseOrScalarGetWorkspaceSize = both(BITWISE, |x| x[0], |x| x[0] | x[1]);
-    aclnnBitwiseXorScalar / aclnnBitwiseXorScalarGetWorkspaceSize = both(BITWISE, |x| x[0], |x| x[0] ^ x[1]);
-    aclnnClampMin / aclnnClampMinGetWorkspaceSize = both(CLAMP, |x| if x[0].is_nan() { x[0] } else { x[0].max(x[1]) }, |x| x[0].max(x[1]));
-    aclnnClampMax / aclnnClampMaxGetWorkspaceSize = both(CLAMP, |x| if x[0].is_nan() { x[0] } else { x[0].min(x[1]) }, |x| x[0].min(x[1]));
-    aclnnLeakyRelu / aclnnLeakyReluGetWorkspaceSize = math(FLOAT_A2, Out::Same, |x| if x[0] > 0.0 { x[0] } else { x[0] * x[1] });
+    aclnnPowTensorScalar / aclnnPowTensorScalarGetWorkspaceSize = both(POW, fl!(|x| x[0].powf(x[1])), |x| int_pow(x[0], x[1]));
+    aclnnRemainderTensorScalar / aclnnRemainderTensorScalarGetWorkspaceSize = both(REMAINDER, fl!(|x| floor_mod(x[0], x[1])), |x| int_floor_mod(x[0], x[1]));
+    aclnnEqScalar / aclnnEqScalarGetWorkspaceSize = test(EQ, ORDERED, fl!(|x| truth(x[0] == x[1])), |x| (x[0] == x[1]) as i128);
+    aclnnNeScalar / aclnnNeScalarGetWorkspaceSize = test(EQ, ORDERED, fl!(|x| truth(x[0] != x[1])), |x| (x[0] != x[1]) as i128);
+    aclnnGtScalar / aclnnGtScalarGetWorkspaceSize = test(ORDERED, ORDERED, fl!(|x| truth(x[0] > x[1])), |x| (x[0] > x[1]) as i128);
+    aclnnGeScalar / aclnnGeScalarGetWorkspaceSize = test(ORDERED, ORDERED, fl!(|x| truth(x[0] >= x[1])), |x| (x[0] >= x[1]) as i128);
+    aclnnLtScalar / aclnnLtScalarGetWorkspaceSize = test(ORDERED, ORDERED, fl!(|x| truth(x[0] < x[1])), |x| (x[0] < x[1]) as i128);
+    aclnnLeScalar / aclnnLeScalarGetWorkspaceSize = test(ORDERED, ORDERED, fl!(|x| truth(x[0] <= x[1])), |x| (x[0] <= x[1]) as i128);
+    aclnnBitwiseAndScalar / aclnnBitwiseAndScalarGetWorkspaceSize = both(BITWISE, NO_FLOAT, |x| x[0] & x[1]);
+    aclnnBitwiseOrScalar / aclnnBitwiseOrScalarGetWorkspaceSize = both(BITWISE, NO_FLOAT, |x| x[0] | x[1]);
+    aclnnBitwiseXorScalar / aclnnBitwiseXorScalarGetWorkspaceSize = both(BITWISE, NO_FLOAT, |x| x[0] ^ x[1]);
+    aclnnClampMin / aclnnClampMinGetWorkspaceSize = both(CLAMP, fl!(|x| clamp(x[0], x[1], Real::c(f64::INFINITY))), |x| x[0].max(x[1]));
+    aclnnClampMax / aclnnClampMaxGetWorkspaceSize = both(CLAMP, fl!(|x| clamp(x[0], Real::c(f64::NEG_INFINITY), x[1])), |x| x[0].min(x[1]));
+    aclnnLeakyRelu / aclnnLeakyReluGetWorkspaceSize = math(FLOAT_A2, Out::Same, fl!(|x| if x[0] > 0.0 { x[0] } else { x[0] * x[1] }));
 }
 
 pub unsafe extern "C" fn aclnnClampGetWorkspaceSize(
@@ -421,17 +528,9 @@ pub unsafe extern "C" fn aclnnClampGetWorkspaceSize(
             ("clipValueMin", Arg::S(lo)),
             ("clipValueMax", Arg::S(hi)),
         ];
-        let spec = both(
-            CLAMP,
-            |x| {
-                if x[0].is_nan() {
-                    x[0]
-                } else {
-                    x[0].max(x[1]).min(x[2])
-                }
-            },
-            |x| x[0].max(x[1]).min(x[2]),
-        );
+        let spec = both(CLAMP, fl!(|x| clamp(x[0], x[1], x[2])), |x| {
+            x[0].max(x[1]).min(x[2])
+        });
         elementwise(OP, args, tensor_arg(OP, "out", out)?, spec)
     })
 }
@@ -469,30 +568,10 @@ pub unsafe extern "C" fn aclnnSWhereGetWorkspaceSize(
         }
         Ok((
             0,
-            Arc::new(move || {
-                let c = map(OP, "condition", &cond)?
-                    .read(Some(&out.shape))?
-                    .into_i64();
-                let x = map(OP, "self", &a)?.read(Some(&out.shape))?;
-                let y = map(OP, "other", &b)?.read(Some(&out.shape))?;
-                let vals = if out.dtype.is_float() {
-                    let (x, y) = (x.into_f64(), y.into_f64());
-                    Vals::F(
-                        c.iter()
-                            .enumerate()
-                            .map(|(i, &c)| if c != 0 { x[i] } else { y[i] })
-                            .collect(),
-                    )
-                } else {
-                    let (x, y) = (x.into_i64(), y.into_i64());
-                    Vals::I(
-                        c.iter()
-                            .enumerate()
-                            .map(|(i, &c)| if c != 0 { x[i] } else { y[i] })
-                            .collect(),
-                    )
-                };
-                map(OP, "out", &out)?.write(vals)
+            Arc::new(move || match Domain::of(&[out.dtype]) {
+                Domain::F32 => select::<f32>(&cond, &a, &b, &out),
+                Domain::F64 => select::<f64>(&cond, &a, &b, &out),
+                Domain::Int => select::<i128>(&cond, &a, &b, &out),
             }) as Kernel,
         ))
     })
@@ -523,33 +602,10 @@ pub unsafe extern "C" fn aclnnInplaceMaskedFillScalarGetWorkspaceSize(
         }
         Ok((
             0,
-            Arc::new(move || {
-                let m = map(OP, "mask", &mask)?.read(Some(&dst.shape))?.into_i64();
-                let md = map(OP, "selfRef", &dst)?;
-                let vals = match (md.read(None)?, value) {
-                    (Vals::F(x), v) => {
-                        let v = round_to(dst.dtype, v.as_f64());
-                        Vals::F(
-                            x.into_iter()
-                                .zip(&m)
-                                .map(|(x, &m)| if m != 0 { v } else { x })
-                                .collect(),
-                        )
-                    }
-                    (Vals::I(x), v) => {
-                        let v = match v {
-                            ScalarValue::Int(v) => v,
-                            ScalarValue::Float(f) => f as i64,
-                        };
-                        Vals::I(
-                            x.into_iter()
-                                .zip(&m)
-                                .map(|(x, &m)| if m != 0 { v } else { x })
-                                .collect(),
-                        )
-                    }
-                };
-                md.write(vals)
+            Arc::new(move || match Domain::of(&[dst.dtype]) {
+                Domain::F32 => masked_fill::<f32>(&dst, &mask, value),
+                Domain::F64 => masked_fill::<f64>(&dst, &mask, value),
+                Domain::Int => masked_fill::<i128>(&dst, &mask, value),
             }) as Kernel,
         ))
     })
@@ -575,7 +631,7 @@ pub unsafe extern "C" fn aclnnGeluBackwardGetWorkspaceSize(
             OP,
             args,
             tensor_arg(OP, "gradInput", grad_input)?,
-            math(FLOAT_A2, Out::Same, |x| x[0] * gelu_grad(x[1])),
+            math(FLOAT_A2, Out::Same, fl!(|x| x[0] * gelu_grad(x[1]))),
         )
     })
 }
@@ -600,7 +656,7 @@ pub unsafe extern "C" fn aclnnSigmoidBackwardGetWorkspaceSize(
             OP,
             args,
             tensor_arg(OP, "gradInput", grad_input)?,
-            math(FLOAT, Out::Same, |x| x[0] * x[1] * (1.0 - x[1])),
+            math(FLOAT, Out::Same, fl!(|x| x[0] * x[1] * (1.0 - x[1]))),
         )
     })
 }
@@ -625,11 +681,59 @@ pub unsafe extern "C" fn aclnnThresholdBackwardGetWorkspaceSize(
         ];
         let spec = both(
             &[F32, BF16, F16, I32, I8, U8],
-            |x| if x[1] > x[2] { x[0] } else { 0.0 },
+            fl!(|x| if x[1] > x[2] { x[0] } else { 0.0 }),
             |x| if x[1] > x[2] { x[0] } else { 0 },
         );
         elementwise(OP, args, tensor_arg(OP, "out", out)?, spec)
     })
+}
+
+/// aclnnSWhere's kernel: each element of `out` from `self` where the condition holds, else
+/// from `other`, converted to the out's dtype.
+fn select<T: Elem>(
+    cond: &TensorDesc,
+    a: &TensorDesc,
+    b: &TensorDesc,
+    out: &TensorDesc,
+) -> Result<(), Fault> {
+    const OP: &str = "aclnnSWhere";
+    let mo = map(OP, "out", out)?;
+    let mut inputs = [
+        map(OP, "condition", cond)?,
+        map(OP, "self", a)?,
+        map(OP, "other", b)?,
+    ];
+    inputs.iter_mut().for_each(|m| m.detach_from(&mo, true));
+    let [mc, ma, mb] = &inputs;
+    let (get_c, get_a, get_b) = (mc.getter::<i128>(), ma.getter::<T>(), mb.getter::<T>());
+    let set = mo.setter::<T>();
+    let walks = Walk::broadcast(cond, &out.shape)?
+        .zip(Walk::broadcast(a, &out.shape)?)
+        .zip(Walk::broadcast(b, &out.shape)?);
+    for (o, ((c, x), y)) in Walk::of(out).zip(walks) {
+        set(o, if get_c(c) != 0 { get_a(x) } else { get_b(y) });
+    }
+    Ok(())
+}
+
+/// aclnnInplaceMaskedFillScalar's kernel: `value` (rounded to the dtype) where the mask holds.
+fn masked_fill<T: Elem>(
+    dst: &TensorDesc,
+    mask: &TensorDesc,
+    value: ScalarValue,
+) -> Result<(), Fault> {
+    const OP: &str = "aclnnInplaceMaskedFillScalar";
+    let md = map(OP, "selfRef", dst)?;
+    let mut mm = map(OP, "mask", mask)?;
+    mm.detach_from(&md, true);
+    let (get_m, set) = (mm.getter::<i128>(), md.setter::<T>());
+    let v = T::scalar(value, dst.dtype);
+    for (o, m) in Walk::of(dst).zip(Walk::broadcast(mask, &dst.shape)?) {
+        if get_m(m) != 0 {
+            set(o, v);
+        }
+    }
+    Ok(())
 }
 
 phase2_entry_points!(

@@ -21,7 +21,7 @@ use super::meta::Kernel;
 use super::meta::{tensor_arg, tensor_list_arg, TensorDesc};
 use super::nn::gemm;
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::view::{map, Vals};
+use super::view::{map, take_f32, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::status::*;
 use ascend_acl::types::*;
@@ -133,13 +133,13 @@ fn group_sizes(op: &str, list: &[i64], cumsum: bool, extent: usize) -> Result<Ve
     Ok(sizes)
 }
 
+/// An operand as f32 in row-major order of its shape (exact for F16/BF16/F32, as the cube unit
+/// reads them): the one host copy the kernel holds of each operand.
 fn read_f32(op: &str, name: &str, t: &TensorDesc) -> Result<Vec<f32>, Fault> {
-    Ok(map(op, name, t)?
-        .read(None)?
-        .into_f64()
-        .into_iter()
-        .map(|v| v as f32)
-        .collect())
+    let m = map(op, name, t)?;
+    let mut values = Vec::with_capacity(t.numel());
+    take_f32(&mut values, &m, &mut Walk::of(t), t.numel());
+    Ok(values)
 }
 
 /// The checked call: operands, grouped axis and matrix sizes (`[m, k] @ [k, n]` overall).
@@ -160,9 +160,11 @@ impl Plan {
     /// part of out in out's type; empty groups and rows past the last group are not written
     /// (op doc: parts the group list does not cover are not updated).
     fn run(&self, op: &str) -> Result<(), Fault> {
-        let list = map(op, "groupListOptional", &self.group_list)?
-            .read(None)?
-            .into_i64();
+        let list: Vec<i64> = {
+            let m = map(op, "groupListOptional", &self.group_list)?;
+            let get = m.getter::<i128>();
+            Walk::of(&self.group_list).map(|o| get(o) as i64).collect()
+        };
         let extent = match self.split {
             Split::M => self.m,
             Split::K => self.k,
@@ -210,7 +212,9 @@ impl Plan {
                     dst
                 }
             };
-            map(op, "out", &part)?.write(Vals::F(dst.into_iter().map(f64::from).collect()))?;
+            let m = map(op, "out", &part)?;
+            let set = m.setter::<f32>();
+            Walk::of(&part).zip(dst).for_each(|(o, v)| set(o, v));
             start += size;
         }
         Ok(())

@@ -7,9 +7,10 @@ use super::elementwise::checked_index;
 use super::fault::Fault;
 use super::meta::Kernel;
 use super::meta::{contiguous_strides, int_array_arg, scalar_arg, tensor_arg, TensorDesc};
+use super::numerics::{Domain, Elem, Real, CHUNK};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
 use super::reduce::normalize_dim;
-use super::view::{broadcast_shape, map, Vals};
+use super::view::{broadcast_shape, broadcast_strides, copy_elements, map, Mapped, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::*;
 use std::sync::Arc;
@@ -37,13 +38,94 @@ fn unravel(mut p: usize, shape: &[usize], out: &mut [usize]) {
     }
 }
 
-fn ravel(idx: &[usize], strides: &[usize]) -> usize {
-    idx.iter().zip(strides).map(|(i, s)| i * s).sum()
+/// Storage offsets of `desc`'s elements at the positions of `shape` (row-major, each position
+/// inside `desc`'s shape) with the coordinate along `dim` taken as 0: the indexed dim's
+/// contribution is added per element.
+fn bases(desc: &TensorDesc, shape: &[usize], dim: usize) -> Walk {
+    let strides: Vec<isize> = desc
+        .strides
+        .iter()
+        .enumerate()
+        .map(|(k, &s)| if k == dim { 0 } else { s as isize })
+        .collect();
+    Walk::new(shape, &strides, desc.offset)
 }
 
-/// Reads a view as f64 or i64 values, whichever its dtype needs.
-fn read(op: &str, name: &str, t: &TensorDesc) -> Result<Vals, Fault> {
-    map(op, name, t)?.read(None)
+/// The checked indices of a 1-D index tensor, as element offsets along a dim of `size`
+/// elements with `stride` (the index operand held whole, one machine word per index).
+fn index_offsets(op: &str, idx: &Mapped, size: usize, stride: usize) -> Result<Vec<usize>, Fault> {
+    let get = idx.getter::<i128>();
+    Walk::of(&idx.desc)
+        .map(|i| Ok(checked_index(op, as_index(get(i)), size)? * stride))
+        .collect()
+}
+
+/// Reads `v` as the kernels of `op` read an index (checked when used).
+fn as_index(v: i128) -> i64 {
+    v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
+/// Adds (or with `mul`, multiplies) `v` into element `o` of `out`, in the out's compute type;
+/// F16/BF16 sums round at each step, as accumulating into global memory does.
+fn accumulate_into(
+    out: &Mapped,
+    src: &Mapped,
+    pairs: impl Iterator<Item = (usize, usize)>,
+    alpha: f64,
+    mul: bool,
+) {
+    match Domain::of(&[out.desc.dtype, src.desc.dtype]) {
+        Domain::F32 => accumulate_float::<f32>(out, src, pairs, alpha, mul),
+        Domain::F64 => accumulate_float::<f64>(out, src, pairs, alpha, mul),
+        Domain::Int => {
+            let (get_o, get_s, set) = (
+                out.getter::<i128>(),
+                src.getter::<i128>(),
+                out.setter::<i128>(),
+            );
+            let alpha = alpha as i64 as i128;
+            for (t, f) in pairs {
+                let v = get_s(f);
+                set(
+                    t,
+                    if mul {
+                        get_o(t).wrapping_mul(v)
+                    } else {
+                        get_o(t).wrapping_add(alpha.wrapping_mul(v))
+                    },
+                );
+            }
+        }
+    }
+}
+
+fn accumulate_float<T: Real>(
+    out: &Mapped,
+    src: &Mapped,
+    pairs: impl Iterator<Item = (usize, usize)>,
+    alpha: f64,
+    mul: bool,
+) {
+    let (get_o, get_s, set) = (out.getter::<T>(), src.getter::<T>(), out.setter::<T>());
+    let alpha = T::c(alpha);
+    for (t, f) in pairs {
+        let v = get_s(f);
+        set(
+            t,
+            if mul {
+                get_o(t) * v
+            } else {
+                get_o(t) + alpha * v
+            },
+        );
+    }
+}
+
+/// `out` starts as a copy of `self` (nothing to do when they are the same view).
+fn start_from(op: &str, x: &TensorDesc, out: &Mapped) -> Result<(), Fault> {
+    let mut mx = map(op, "self", x)?;
+    mx.detach_from(out, true);
+    copy_elements(&mx, out)
 }
 
 pub unsafe extern "C" fn aclnnGatherGetWorkspaceSize(
@@ -80,45 +162,22 @@ pub unsafe extern "C" fn aclnnGatherGetWorkspaceSize(
         Ok((
             0,
             Arc::new(move || {
-                let src = read(OP, "self", &x)?;
-                let ix = read(OP, "index", &idx)?.into_i64();
-                let xs = contiguous_strides(&x.shape);
-                let mut pos = vec![0; idx.shape.len()];
-                let mut from = Vec::with_capacity(ix.len());
-                for (p, &i) in ix.iter().enumerate() {
-                    unravel(p, &idx.shape, &mut pos);
-                    pos[d] = checked_index(OP, i, x.shape[d])?;
-                    from.push(ravel(&pos, &xs));
+                let mo = map(OP, "out", &out)?;
+                let (mut mx, mut mi) = (map(OP, "self", &x)?, map(OP, "index", &idx)?);
+                mx.detach_from(&mo, false);
+                mi.detach_from(&mo, false);
+                let get_i = mi.getter::<i128>();
+                let steps = Walk::of(&out)
+                    .zip(Walk::of(&idx))
+                    .zip(bases(&x, &idx.shape, d));
+                for ((o, i), b) in steps {
+                    let k = checked_index(OP, as_index(get_i(i)), x.shape[d])?;
+                    mo.copy_from(o, &mx, b + k * x.strides[d]);
                 }
-                map(OP, "out", &out)?.write(pick(&src, &from))
+                Ok(())
             }) as Kernel,
         ))
     })
-}
-
-fn pick(src: &Vals, from: &[usize]) -> Vals {
-    match src {
-        Vals::F(v) => Vals::F(from.iter().map(|&i| v[i]).collect()),
-        Vals::I(v) => Vals::I(from.iter().map(|&i| v[i]).collect()),
-    }
-}
-
-/// Adds `src` values into a copy of `dst` at positions `to` (with weight `alpha`).
-fn accumulate(dst: Vals, src: Vals, to: &[usize], alpha: f64) -> Vals {
-    match (dst, src) {
-        (Vals::F(mut d), s) => {
-            for (&t, v) in to.iter().zip(s.into_f64()) {
-                d[t] += alpha * v;
-            }
-            Vals::F(d)
-        }
-        (Vals::I(mut d), s) => {
-            for (&t, v) in to.iter().zip(s.into_i64()) {
-                d[t] = d[t].wrapping_add((alpha as i64).wrapping_mul(v));
-            }
-            Vals::I(d)
-        }
-    }
 }
 
 pub unsafe extern "C" fn aclnnScatterAddGetWorkspaceSize(
@@ -163,23 +222,46 @@ pub unsafe extern "C" fn aclnnScatterAddGetWorkspaceSize(
         }
         Ok((
             0,
-            Arc::new(move || {
-                let base = read(OP, "self", &x)?;
-                let ix = read(OP, "index", &idx)?.into_i64();
-                let sv = read(OP, "src", &src)?;
-                let (xs, ss) = (contiguous_strides(&x.shape), contiguous_strides(&src.shape));
-                let mut pos = vec![0; idx.shape.len()];
-                let (mut to, mut from) = (Vec::new(), Vec::new());
-                for (p, &i) in ix.iter().enumerate() {
-                    unravel(p, &idx.shape, &mut pos);
-                    from.push(ravel(&pos, &ss));
-                    pos[d] = checked_index(OP, i, x.shape[d])?;
-                    to.push(ravel(&pos, &xs));
-                }
-                map(OP, "out", &out)?.write(accumulate(base, pick(&sv, &from), &to, 1.0))
-            }) as Kernel,
+            Arc::new(move || scatter_run(OP, &x, d, &idx, &src, &out, 1)) as Kernel,
         ))
     })
+}
+
+/// Scatter of `src` into a copy of `self` along `d` at `index`: `reduce` 0 assigns (later
+/// writes win), 1 adds, 2 multiplies (in index order, each step stored in the out's dtype).
+fn scatter_run(
+    op: &str,
+    x: &TensorDesc,
+    d: usize,
+    idx: &TensorDesc,
+    src: &TensorDesc,
+    out: &TensorDesc,
+    reduce: i64,
+) -> Result<(), Fault> {
+    let mo = map(op, "out", out)?;
+    let (mut ms, mut mi) = (map(op, "src", src)?, map(op, "index", idx)?);
+    ms.detach_from(&mo, false);
+    mi.detach_from(&mo, false);
+    start_from(op, x, &mo)?;
+    let get_i = mi.getter::<i128>();
+    let from = bases(src, &idx.shape, usize::MAX);
+    let mut pairs = Vec::with_capacity(CHUNK);
+    let mut steps = Walk::of(idx).zip(bases(out, &idx.shape, d)).zip(from);
+    loop {
+        // Indices are checked a chunk at a time, before that chunk's writes.
+        pairs.clear();
+        for ((i, t), f) in steps.by_ref().take(CHUNK) {
+            let k = checked_index(op, as_index(get_i(i)), x.shape[d])?;
+            pairs.push((t + k * out.strides[d], f));
+        }
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        match reduce {
+            0 => pairs.iter().for_each(|&(t, f)| mo.copy_from(t, &ms, f)),
+            _ => accumulate_into(&mo, &ms, pairs.iter().copied(), 1.0, reduce == 2),
+        }
+    }
 }
 
 /// torch.scatter with `reduce` 0 (assign, later writes win), 1 (add) or 2 (multiply).
@@ -227,67 +309,24 @@ pub unsafe extern "C" fn aclnnScatterGetWorkspaceSize(
         }
         Ok((
             0,
-            Arc::new(move || {
-                let base = read(OP, "self", &x)?;
-                let ix = read(OP, "index", &idx)?.into_i64();
-                let sv = read(OP, "src", &src)?;
-                let (xs, ss) = (contiguous_strides(&x.shape), contiguous_strides(&src.shape));
-                let mut pos = vec![0; idx.shape.len()];
-                let mut pairs = Vec::with_capacity(ix.len());
-                for (p, &i) in ix.iter().enumerate() {
-                    unravel(p, &idx.shape, &mut pos);
-                    let from = ravel(&pos, &ss);
-                    pos[d] = checked_index(OP, i, x.shape[d])?;
-                    pairs.push((ravel(&pos, &xs), from));
-                }
-                let vals = match (base, sv) {
-                    (Vals::F(mut b), Vals::F(s)) => {
-                        for (t, f) in pairs {
-                            b[t] = match reduce {
-                                0 => s[f],
-                                1 => b[t] + s[f],
-                                _ => b[t] * s[f],
-                            };
-                        }
-                        Vals::F(b)
-                    }
-                    (Vals::I(mut b), Vals::I(s)) => {
-                        for (t, f) in pairs {
-                            b[t] = match reduce {
-                                0 => s[f],
-                                1 => b[t].wrapping_add(s[f]),
-                                _ => b[t].wrapping_mul(s[f]),
-                            };
-                        }
-                        Vals::I(b)
-                    }
-                    _ => unreachable!("self and src share a dtype"),
-                };
-                map(OP, "out", &out)?.write(vals)
-            }) as Kernel,
+            Arc::new(move || scatter_run(OP, &x, d, &idx, &src, &out, reduce)) as Kernel,
         ))
     })
 }
 
-/// Positions of `x` (row-major) selected by `index` along `d`, and the shape they form.
-fn select_positions(
-    op: &str,
+/// For each position of `shape` (row-major), the offset in `desc` with the coordinate along
+/// `d` replaced by `along[coordinate]` (an element offset along `d`).
+fn selected<'a>(
+    desc: &TensorDesc,
     shape: &[usize],
     d: usize,
-    index: &[i64],
-) -> Result<(Vec<usize>, Vec<usize>), Fault> {
-    let mut out_shape = shape.to_vec();
-    out_shape[d] = index.len();
-    let xs = contiguous_strides(shape);
-    let mut pos = vec![0; shape.len()];
-    let n: usize = out_shape.iter().product();
-    let mut from = Vec::with_capacity(n);
-    for p in 0..n {
-        unravel(p, &out_shape, &mut pos);
-        pos[d] = checked_index(op, index[pos[d]], shape[d])?;
-        from.push(ravel(&pos, &xs));
-    }
-    Ok((from, out_shape))
+    along: &'a [usize],
+) -> impl Iterator<Item = usize> + 'a {
+    let inner: usize = shape[d + 1..].iter().product();
+    let len = shape[d];
+    bases(desc, shape, d)
+        .enumerate()
+        .map(move |(p, b)| b + along[(p / inner.max(1)) % len.max(1)])
 }
 
 pub unsafe extern "C" fn aclnnIndexSelectGetWorkspaceSize(
@@ -329,10 +368,15 @@ pub unsafe extern "C" fn aclnnIndexSelectGetWorkspaceSize(
         Ok((
             0,
             Arc::new(move || {
-                let src = read(OP, "self", &x)?;
-                let ix = read(OP, "index", &idx)?.into_i64();
-                let (from, _) = select_positions(OP, &x.shape, d, &ix)?;
-                map(OP, "out", &out)?.write(pick(&src, &from))
+                let mo = map(OP, "out", &out)?;
+                let (mut mx, mut mi) = (map(OP, "self", &x)?, map(OP, "index", &idx)?);
+                mx.detach_from(&mo, false);
+                mi.detach_from(&mo, false);
+                let along = index_offsets(OP, &mi, x.shape[d], x.strides[d])?;
+                for (o, f) in Walk::of(&out).zip(selected(&x, &out.shape, d, &along)) {
+                    mo.copy_from(o, &mx, f);
+                }
+                Ok(())
             }) as Kernel,
         ))
     })
@@ -381,11 +425,15 @@ pub unsafe extern "C" fn aclnnIndexAddGetWorkspaceSize(
         Ok((
             0,
             Arc::new(move || {
-                let base = read(OP, "self", &x)?;
-                let ix = read(OP, "index", &idx)?.into_i64();
-                let (to, _) = select_positions(OP, &x.shape, d, &ix)?;
-                let sv = read(OP, "source", &src)?;
-                map(OP, "out", &out)?.write(accumulate(base, sv, &to, alpha))
+                let mo = map(OP, "out", &out)?;
+                let (mut ms, mut mi) = (map(OP, "source", &src)?, map(OP, "index", &idx)?);
+                ms.detach_from(&mo, false);
+                mi.detach_from(&mo, false);
+                let along = index_offsets(OP, &mi, x.shape[d], out.strides[d])?;
+                start_from(OP, &x, &mo)?;
+                let pairs = selected(&out, &src.shape, d, &along).zip(Walk::of(&src));
+                accumulate_into(&mo, &ms, pairs, alpha, false);
+                Ok(())
             }) as Kernel,
         ))
     })
@@ -430,23 +478,23 @@ pub unsafe extern "C" fn aclnnRepeatGetWorkspaceSize(
         Ok((
             0,
             Arc::new(move || {
-                let src = read(OP, "self", &x)?;
-                let xs = contiguous_strides(&padded);
+                let mo = map(OP, "out", &out)?;
+                let mut mx = map(OP, "self", &x)?;
+                mx.detach_from(&mo, false);
+                let mut xs = vec![0; lead];
+                xs.extend(&x.strides);
                 let mut pos = vec![0; expect.len()];
-                let from: Vec<usize> = (0..out.numel())
-                    .map(|p| {
-                        unravel(p, &expect, &mut pos);
-                        pos.iter_mut().zip(&padded).for_each(|(i, &s)| *i %= s);
-                        ravel(&pos, &xs)
-                    })
-                    .collect();
-                map(OP, "out", &out)?.write(pick(&src, &from))
+                for (p, o) in Walk::of(&out).enumerate() {
+                    unravel(p, &expect, &mut pos);
+                    let f: usize = (0..pos.len()).map(|k| pos[k] % padded[k] * xs[k]).sum();
+                    mo.copy_from(o, &mx, x.offset + f);
+                }
+                Ok(())
             }) as Kernel,
         ))
     })
 }
 
-/// A pointer to the caller's `out` descriptor, whose view shape the kernel rewrites.
 /// Coordinates of the non-zero elements, `[count, rank]` in row-major order; the kernel
 /// shrinks the out descriptor's view shape to the count (read it with `aclGetViewShape`).
 pub unsafe extern "C" fn aclnnNonzeroGetWorkspaceSize(
@@ -477,31 +525,29 @@ pub unsafe extern "C" fn aclnnNonzeroGetWorkspaceSize(
         Ok((
             0,
             Arc::new(move || {
-                let v = read(OP, "self", &x)?;
-                let nz: Vec<usize> = match v {
-                    Vals::F(v) => v
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, &x)| x != 0.0)
-                        .map(|(i, _)| i)
-                        .collect(),
-                    Vals::I(v) => v
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, &x)| x != 0)
-                        .map(|(i, _)| i)
-                        .collect(),
-                };
-                let mut pos = vec![0; rank];
-                let mut coords = Vec::with_capacity(nz.len() * rank);
-                for &p in &nz {
-                    unravel(p, &x.shape, &mut pos);
-                    coords.extend(pos.iter().map(|&c| c as i64));
-                }
+                let mut mx = map(OP, "self", &x)?;
+                let full = map(OP, "out", &o)?;
+                mx.detach_from(&full, false);
+                drop(full);
+                let nonzero = nonzero_flags(&mx);
+                let count = Walk::of(&x).filter(|&i| nonzero(i)).count();
                 let mut written = o.clone();
-                written.shape = vec![nz.len(), rank];
+                written.shape = vec![count, rank];
                 written.strides = contiguous_strides(&written.shape);
-                map(OP, "out", &written)?.write(Vals::I(coords))?;
+                {
+                    let mw = map(OP, "out", &written)?;
+                    let set = mw.setter::<i128>();
+                    let mut slots = Walk::of(&written);
+                    let mut pos = vec![0; rank];
+                    for (p, i) in Walk::of(&x).enumerate() {
+                        if nonzero(i) {
+                            unravel(p, &x.shape, &mut pos);
+                            for &c in &pos {
+                                set(slots.next().expect("counted"), c as i128);
+                            }
+                        }
+                    }
+                }
                 let shape = written.shape;
                 let strides = written.strides;
                 super::objects::read(
@@ -551,28 +597,69 @@ pub unsafe extern "C" fn aclnnLinalgCrossGetWorkspaceSize(
         }
         Ok((
             0,
-            Arc::new(move || {
-                let x = map(OP, "self", &a)?.read(Some(&shape))?.into_f64();
-                let y = map(OP, "other", &b)?.read(Some(&shape))?.into_f64();
-                let st = contiguous_strides(&shape)[d];
-                let mut r = vec![0.0; x.len()];
-                let mut pos = vec![0; shape.len()];
-                for (p, slot) in r.iter_mut().enumerate() {
-                    unravel(p, &shape, &mut pos);
-                    let base = p - pos[d] * st;
-                    let (i, j) = ((pos[d] + 1) % 3, (pos[d] + 2) % 3);
-                    *slot =
-                        x[base + i * st] * y[base + j * st] - x[base + j * st] * y[base + i * st];
-                }
-                let vals = if out.dtype.is_float() {
-                    Vals::F(r)
-                } else {
-                    Vals::I(r.into_iter().map(|v| v as i64).collect())
-                };
-                map(OP, "out", &out)?.write(vals)
+            Arc::new(move || match Domain::of(&[a.dtype, b.dtype, out.dtype]) {
+                Domain::F32 => cross_run::<f32>(&a, &b, &out, d, |p, q, r, t| p * q - r * t),
+                Domain::F64 => cross_run::<f64>(&a, &b, &out, d, |p, q, r, t| p * q - r * t),
+                Domain::Int => cross_run::<i128>(&a, &b, &out, d, |p, q, r, t| {
+                    p.wrapping_mul(q).wrapping_sub(r.wrapping_mul(t))
+                }),
             }) as Kernel,
         ))
     })
+}
+
+/// Which elements of a view are non-zero (NaN counts), read in its exact domain.
+fn nonzero_flags(m: &Mapped) -> Box<dyn Fn(usize) -> bool + '_> {
+    match Domain::exact(m.desc.dtype) {
+        Domain::Int => {
+            let get = m.getter::<i128>();
+            Box::new(move |i| get(i) != 0)
+        }
+        _ => {
+            let get = m.getter::<f64>();
+            Box::new(move |i| get(i) != 0.0)
+        }
+    }
+}
+
+/// `out = self x other` along `d` (size 3), in `T`: `f(p, q, r, t) = p * q - r * t`.
+fn cross_run<T: Elem>(
+    a: &TensorDesc,
+    b: &TensorDesc,
+    out: &TensorDesc,
+    d: usize,
+    f: impl Fn(T, T, T, T) -> T,
+) -> Result<(), Fault> {
+    const OP: &str = "aclnnLinalgCross";
+    let mo = map(OP, "out", out)?;
+    let (mut ma, mut mb) = (map(OP, "self", a)?, map(OP, "other", b)?);
+    ma.detach_from(&mo, false);
+    mb.detach_from(&mo, false);
+    let (get_a, get_b, set) = (ma.getter::<T>(), mb.getter::<T>(), mo.setter::<T>());
+    let shape = &out.shape;
+    let stride = |t: &TensorDesc| -> Result<(Walk, usize), Fault> {
+        let s = broadcast_strides(&t.shape, &t.strides, shape)
+            .ok_or_else(|| invalid(OP, "shapes do not broadcast"))?;
+        let along = s[d];
+        let mut zeroed = t.clone();
+        zeroed.shape = shape.clone();
+        zeroed.strides = s;
+        Ok((bases(&zeroed, shape, d), along))
+    };
+    let ((wa, sa), (wb, sb)) = (stride(a)?, stride(b)?);
+    let inner: usize = shape[d + 1..].iter().product();
+    for (p, ((o, x), y)) in Walk::of(out).zip(wa).zip(wb).enumerate() {
+        let k = (p / inner.max(1)) % 3;
+        let (i, j) = ((k + 1) % 3, (k + 2) % 3);
+        let v = f(
+            get_a(x + i * sa),
+            get_b(y + j * sb),
+            get_a(x + j * sa),
+            get_b(y + i * sb),
+        );
+        set(o, v);
+    }
+    Ok(())
 }
 
 phase2_entry_points!(

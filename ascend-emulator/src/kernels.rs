@@ -1,12 +1,15 @@
-//! Emulated kernels: what each operator computes once its stream reaches it. Validation of
-//! shapes happens here too, at phase one, so that bad launches fail with aclnn's status.
+//! Emulated kernels: what each operator computes once its stream reaches it, streaming over
+//! its views with the numerics of `numerics`. Validation of shapes happens here too, at phase
+//! one, so that bad launches fail with aclnn's status.
 
 use super::fault::Fault;
 use super::meta::Kernel;
 use super::meta::{ScalarValue, TensorDesc, MAX_RANK};
+use super::numerics::{cube_operands, element, int32_to_int8, round_to, Domain, Elem, Real};
 use super::ops::invalid;
 use super::reduce::normalize_dim;
-use super::view::{broadcast_shape, map, round_to, Vals};
+use super::view::{broadcast_shape, copy_elements, map, native_run, take_f32, Walk};
+use ascend_acl::dtype::DataType;
 use std::sync::Arc;
 
 pub(crate) fn same_shape(op: &str, a: &TensorDesc, out: &TensorDesc) -> Result<(), Fault> {
@@ -23,25 +26,52 @@ pub(crate) fn same_shape(op: &str, a: &TensorDesc, out: &TensorDesc) -> Result<(
     }
 }
 
-/// Copy with broadcast and dtype conversion (Cast, InplaceCopy).
+/// Copy with broadcast and dtype conversion (Cast, InplaceCopy), element by element with
+/// aclnnCast's rules (`numerics`): floats go through f64 (exact for every float dtype), integers
+/// through i128 (exact for every integer dtype, U64 included).
 pub(crate) fn copy(op: &'static str, src: TensorDesc, dst: TensorDesc) -> Kernel {
     Arc::new(move || {
-        let (s, d) = (map(op, "src", &src)?, map(op, "dst", &dst)?);
-        d.write(s.read(Some(&dst.shape))?)
+        let d = map(op, "dst", &dst)?;
+        let mut s = map(op, "src", &src)?;
+        s.detach_from(&d, true);
+        if src.dtype == dst.dtype {
+            return copy_elements(&s, &d);
+        }
+        let from = Walk::broadcast(&src, &dst.shape)?;
+        let to = Walk::of(&dst);
+        match (src.dtype, dst.dtype) {
+            (DataType::I32, DataType::I8) => {
+                let (get, set) = (s.getter::<i128>(), d.setter::<i128>());
+                from.zip(to)
+                    .for_each(|(f, t)| set(t, int32_to_int8(get(f) as i32) as i128));
+            }
+            (x, _) if x.is_float() => {
+                let (get, set) = (s.getter::<f64>(), d.setter::<f64>());
+                from.zip(to).for_each(|(f, t)| set(t, get(f)));
+            }
+            _ => {
+                let (get, set) = (s.getter::<i128>(), d.setter::<i128>());
+                from.zip(to).for_each(|(f, t)| set(t, get(f)));
+            }
+        }
+        Ok(())
     })
 }
 
 pub(crate) fn fill(op: &'static str, dst: TensorDesc, value: f64) -> Kernel {
-    Arc::new(move || map(op, "selfRef", &dst)?.write(Vals::F(vec![value; dst.numel()])))
+    fill_scalar(op, dst, ScalarValue::Float(value))
 }
 
+/// Writes one value everywhere: floats rounded to the dtype (converted as aclnnCast does for
+/// integer dtypes), integers wrapped to its width.
 pub(crate) fn fill_scalar(op: &'static str, dst: TensorDesc, value: ScalarValue) -> Kernel {
     Arc::new(move || {
-        let n = dst.numel();
-        map(op, "selfRef", &dst)?.write(match value {
-            ScalarValue::Float(v) => Vals::F(vec![round_to(dst.dtype, v); n]),
-            ScalarValue::Int(v) => Vals::I(vec![v; n]),
-        })
+        let bytes = match value {
+            ScalarValue::Float(v) => element(dst.dtype, round_to(dst.dtype, v)),
+            ScalarValue::Int(v) => element(dst.dtype, v as i128),
+        };
+        map(op, "selfRef", &dst)?.fill_bytes(&bytes);
+        Ok(())
     })
 }
 
@@ -112,46 +142,113 @@ pub(crate) fn binary(
     f: Binary,
 ) -> Kernel {
     Arc::new(move || {
-        let (ma, mo) = (map(op, "self", &a)?, map(op, "out", &out)?);
-        let shape = &out.shape;
-        if out.dtype.is_float() {
-            let x = ma.read(Some(shape))?.into_f64();
-            let y = match &b {
-                Operand::Tensor(t) => map(op, "other", t)?.read(Some(shape))?.into_f64(),
-                Operand::Scalar(s) => vec![round_to(out.dtype, s.as_f64()); x.len()],
-            };
-            let r = x.iter().zip(&y).map(|(&x, &y)| match f {
-                Binary::Add(alpha) => x + alpha * y,
-                Binary::Mul => x * y,
-                Binary::Div(0) => x / y,
-                Binary::Div(1) => (x / y).trunc(),
-                Binary::Div(_) => (x / y).floor(),
-            });
-            mo.write(Vals::F(r.collect()))
-        } else {
-            let x = ma.read(Some(shape))?.into_i64();
-            let y = match &b {
-                Operand::Tensor(t) => map(op, "other", t)?.read(Some(shape))?.into_i64(),
-                Operand::Scalar(s) => vec![int_scalar(*s); x.len()],
-            };
-            let r = x.iter().zip(&y).map(|(&x, &y)| match f {
-                Binary::Add(alpha) => x.wrapping_add((alpha as i64).wrapping_mul(y)),
-                Binary::Mul => x.wrapping_mul(y),
-                // Integer division by zero has no documented result; the emulation yields 0.
-                _ if y == 0 => 0,
-                Binary::Div(2) => {
-                    let q = x.wrapping_div(y);
-                    if (x % y != 0) && ((x < 0) != (y < 0)) {
-                        q - 1
-                    } else {
-                        q
-                    }
-                }
-                Binary::Div(_) => x.wrapping_div(y),
-            });
-            mo.write(Vals::I(r.collect()))
+        let mut dtypes = vec![a.dtype, out.dtype];
+        if let Operand::Tensor(t) = &b {
+            dtypes.push(t.dtype);
+        }
+        // check_binary made a float input imply a float out.
+        match (out.dtype.is_float(), Domain::of(&dtypes)) {
+            (true, Domain::F64) => binary_run::<f64>(op, &a, &b, &out, float_binary(f)),
+            (true, _) => binary_run::<f32>(op, &a, &b, &out, float_binary(f)),
+            (false, _) => binary_run::<i128>(op, &a, &b, &out, int_binary(f)),
         }
     })
+}
+
+/// The float arithmetic of the family, each step rounded to `T` (f32 for F32/F16/BF16).
+fn float_binary<T: Real>(f: Binary) -> impl Fn(T, T) -> T {
+    move |x, y| match f {
+        Binary::Add(alpha) => x + T::c(alpha) * y,
+        Binary::Mul => x * y,
+        Binary::Div(0) => x / y,
+        Binary::Div(1) => (x / y).trunc(),
+        Binary::Div(_) => (x / y).floor(),
+    }
+}
+
+/// The integer arithmetic of the family, wrapping (stored in the out's width).
+fn int_binary(f: Binary) -> impl Fn(i128, i128) -> i128 {
+    move |x, y| match f {
+        Binary::Add(alpha) => x.wrapping_add((alpha as i64 as i128).wrapping_mul(y)),
+        Binary::Mul => x.wrapping_mul(y),
+        // Integer division by zero has no documented result; the emulation yields 0.
+        _ if y == 0 => 0,
+        Binary::Div(2) => {
+            let q = x / y;
+            if x % y != 0 && ((x < 0) != (y < 0)) {
+                q - 1
+            } else {
+                q
+            }
+        }
+        Binary::Div(_) => x / y,
+    }
+}
+
+/// Streams `out = f(self, other)` element by element in the compute type `T`.
+fn binary_run<T: Elem>(
+    op: &str,
+    a: &TensorDesc,
+    b: &Operand,
+    out: &TensorDesc,
+    f: impl Fn(T, T) -> T,
+) -> Result<(), Fault> {
+    let mo = map(op, "out", out)?;
+    let mut ma = map(op, "self", a)?;
+    ma.detach_from(&mo, true);
+    let (walk_a, walk_o) = (Walk::broadcast(a, &out.shape)?, Walk::of(out));
+    let other = match b {
+        Operand::Tensor(t) => {
+            let mut mb = map(op, "other", t)?;
+            mb.detach_from(&mo, true);
+            let walk = Walk::broadcast(t, &out.shape)?;
+            Ok((mb, walk))
+        }
+        Operand::Scalar(s) => Err(if out.dtype.is_float() {
+            T::scalar(*s, out.dtype)
+        } else {
+            T::scalar(ScalarValue::Int(int_scalar(*s)), out.dtype)
+        }),
+    };
+    let dense = (
+        native_run::<T>(&ma, &walk_a),
+        native_run::<T>(&mo, &walk_o),
+        match &other {
+            Ok((mb, walk)) => native_run::<T>(mb, walk).map(Ok),
+            Err(y) => Some(Err(*y)),
+        },
+    );
+    if let (Some(pa), Some(po), Some(pb)) = dense {
+        // Dense operands stored as the compute type: the same arithmetic without per-element
+        // dispatch (pointers, not slices, since out may be self).
+        // SAFETY: `native_run` checked that the elements from each pointer lie inside their
+        // mapped views; unaligned accesses are allowed.
+        unsafe {
+            for i in 0..out.numel() {
+                let y = match pb {
+                    Ok(pb) => pb.add(i).read_unaligned(),
+                    Err(y) => y,
+                };
+                po.add(i).write_unaligned(f(pa.add(i).read_unaligned(), y));
+            }
+        }
+        return Ok(());
+    }
+    let (set, get_a) = (mo.setter::<T>(), ma.getter::<T>());
+    match &other {
+        Ok((mb, walk_b)) => {
+            let get_b = mb.getter::<T>();
+            for ((o, x), y) in walk_o.zip(walk_a).zip(walk_b.clone()) {
+                set(o, f(get_a(x), get_b(y)));
+            }
+        }
+        Err(y) => {
+            for (o, x) in walk_o.zip(walk_a) {
+                set(o, f(get_a(x), *y));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// torch.matmul semantics for ranks 1 to 6, computed on f32 as the cube unit accumulates.
@@ -160,9 +257,9 @@ pub(crate) fn matmul(
     a: TensorDesc,
     b: TensorDesc,
     out: TensorDesc,
-    _cube: i8,
+    cube: i8,
 ) -> Result<Kernel, Fault> {
-    matmul_add(op, a, b, out, None)
+    matmul_add(op, a, b, out, None, cube)
 }
 
 /// The `beta * self` term of aclnnAddmm, and the `alpha` that scales the product.
@@ -180,6 +277,7 @@ pub(crate) fn matmul_add(
     b: TensorDesc,
     out: TensorDesc,
     addend: Option<Addend>,
+    cube: i8,
 ) -> Result<Kernel, Fault> {
     let (ra, rb) = (a.shape.len(), b.shape.len());
     if !(1..=6).contains(&ra) || !(1..=6).contains(&rb) {
@@ -268,54 +366,49 @@ pub(crate) fn matmul_add(
         } else {
             b.strides.clone()
         };
-        let x: Vec<f32> = map(op, "self", &va)?
-            .read(Some(&full_a))?
-            .into_f64()
-            .into_iter()
-            .map(|v| v as f32)
-            .collect();
-        let y: Vec<f32> = map(op, "mat2", &vb)?
-            .read(Some(&full_b))?
-            .into_f64()
-            .into_iter()
-            .map(|v| v as f32)
-            .collect();
-        let mut z = vec![0f32; nb * m * n];
-        for i in 0..nb {
-            // SAFETY: the three buffers hold nb matrices of the given sizes, row-major.
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    k,
-                    z.as_mut_ptr().add(i * m * n),
-                    1,
-                    n as isize,
-                    false,
-                    x.as_ptr().add(i * m * k),
-                    1,
-                    k as isize,
-                    y.as_ptr().add(i * k * n),
-                    1,
-                    n as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
+        let mo = map(op, "out", &out)?;
+        let mut ma = map(op, "self", &va)?;
+        let mut mb = map(op, "mat2", &vb)?;
+        ma.detach_from(&mo, false);
+        mb.detach_from(&mo, false);
+        let mc = match &addend {
+            Some(add) => {
+                let mut mc = map(op, "self", &add.tensor)?;
+                mc.detach_from(&mo, false);
+                Some((mc, Walk::broadcast(&add.tensor, &out.shape)?, add))
+            }
+            None => None,
+        };
+        // One batch matrix at a time: the walks list every batch's elements in turn.
+        let (mut wa, mut wb) = (
+            Walk::broadcast(&va, &full_a)?,
+            Walk::broadcast(&vb, &full_b)?,
+        );
+        let mut wo = Walk::of(&out);
+        let set = mo.setter::<f32>();
+        let (mut x, mut y, mut z) = (
+            Vec::with_capacity(m * k),
+            Vec::with_capacity(k * n),
+            vec![0f32; m * n],
+        );
+        let mut mc = mc;
+        for _ in 0..nb {
+            take_f32(&mut x, &ma, &mut wa, m * k);
+            take_f32(&mut y, &mb, &mut wb, k * n);
+            cube_operands(&mut x, a.dtype, cube);
+            cube_operands(&mut y, b.dtype, cube);
+            super::nn::gemm(m, n, k, &mut z, (&x, k, 1), (&y, n, 1), false);
+            if let Some((mc, wc, add)) = &mut mc {
+                let get_c = mc.getter::<f32>();
+                for (z, c) in z.iter_mut().zip(wc.by_ref()) {
+                    *z = add.alpha * *z + add.beta * get_c(c);
+                }
+            }
+            for (&v, o) in z.iter().zip(wo.by_ref()) {
+                set(o, v);
             }
         }
-        if let Some(add) = &addend {
-            let c = map(op, "self", &add.tensor)?
-                .read(Some(&out.shape))?
-                .into_f64();
-            for (z, c) in z.iter_mut().zip(c) {
-                *z = add.alpha * *z + add.beta * c as f32;
-            }
-        }
-        map(op, "out", &out)?.write(Vals::F(z.into_iter().map(f64::from).collect()))
+        Ok(())
     }))
 }
 
@@ -368,8 +461,10 @@ pub(crate) fn cat(
             part.offset += start * out.strides[d];
             start += t.shape[d];
             if part.numel() > 0 {
-                let v = map(op, "tensors", t)?.read(None)?;
-                map(op, "out", &part)?.write(v)?;
+                let dst = map(op, "out", &part)?;
+                let mut src = map(op, "tensors", t)?;
+                src.detach_from(&dst, false);
+                copy_elements(&src, &dst)?;
             }
         }
         Ok(())
@@ -398,36 +493,26 @@ pub(crate) fn flip(
         flipped[normalize_dim(op, d, rank)?] = true;
     }
     Ok(Arc::new(move || {
-        let vals = map(op, "self", &x)?.read(None)?;
-        let c = super::meta::contiguous_strides(&x.shape);
-        // Source index of each output element: reversed dims walk their axis backwards.
-        let mut start = 0isize;
+        let dst = map(op, "out", &out)?;
+        let mut src = map(op, "self", &x)?;
+        src.detach_from(&dst, false);
+        // The source walked backwards along the reversed dims.
+        let mut offset = x.offset as isize;
         let strides: Vec<isize> = (0..rank)
             .map(|i| {
+                let s = x.strides[i] as isize;
                 if flipped[i] && x.shape[i] > 0 {
-                    start += ((x.shape[i] - 1) * c[i]) as isize;
-                    -(c[i] as isize)
+                    offset += (x.shape[i] as isize - 1) * s;
+                    -s
                 } else {
-                    c[i] as isize
+                    s
                 }
             })
             .collect();
-        let src: Vec<usize> = (0..x.numel())
-            .map(|linear| {
-                let mut rem = linear;
-                let mut at = start;
-                for i in 0..rank {
-                    let idx = rem / c[i];
-                    rem %= c[i];
-                    at += idx as isize * strides[i];
-                }
-                at as usize
-            })
-            .collect();
-        let out_vals = match vals {
-            Vals::F(v) => Vals::F(src.iter().map(|&i| v[i]).collect()),
-            Vals::I(v) => Vals::I(src.iter().map(|&i| v[i]).collect()),
-        };
-        map(op, "out", &out)?.write(out_vals)
+        let from = Walk::new(&x.shape, &strides, offset as usize);
+        for (f, t) in from.zip(Walk::of(&out)) {
+            dst.copy_from(t, &src, f);
+        }
+        Ok(())
     }))
 }

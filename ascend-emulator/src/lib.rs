@@ -25,6 +25,7 @@ mod machine;
 mod memory;
 mod meta;
 mod nn;
+mod numerics;
 mod objects;
 pub(crate) mod ops;
 mod random;

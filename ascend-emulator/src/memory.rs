@@ -77,6 +77,11 @@ impl DeviceMemory {
         }
     }
 
+    /// The device this memory belongs to.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
     pub fn set_capacity(&self, capacity: u64) {
         self.state.write().unwrap().capacity = capacity;
     }

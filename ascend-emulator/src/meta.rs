@@ -153,6 +153,8 @@ pub(crate) struct Executor {
 /// (later rebinding does not reach work already queued).
 pub(crate) struct Launch {
     pub workspace: u64,
+    /// The device address of each tensor argument (by name), for the one-device check.
+    pub addrs: Vec<(String, u64)>,
     /// Global-memory bytes of the executor's tensor arguments (the work counters' model).
     pub bytes: u64,
     kernel: Kernel,
@@ -263,6 +265,7 @@ pub(crate) fn launch_of(op: &str, handle: *mut aclOpExecutor) -> Result<Launch, 
         check_live(op, &exec.objects)?;
         let launch = Launch {
             workspace: exec.workspace,
+            addrs: super::objects::tensor_addrs(&exec.objects),
             bytes: exec.bytes,
             kernel: exec.kernel.clone(),
             bindings: exec.bindings.clone(),

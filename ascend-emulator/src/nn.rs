@@ -1,14 +1,16 @@
 //! Emulated neural-network operators: constant padding and convolution (forward, transposed
 //! and backward). Convolutions run as the cube unit does them: im2col (or its adjoint, col2im)
-//! then a GEMM per batch element and group, in f32 with the input rounding `cubeMathType`
-//! selects (HF32 for F32 under modes 1 and 3, F16 under mode 2).
+//! then a GEMM per batch element, group and chunk of columns, in f32 with the input rounding
+//! `cubeMathType` selects (HF32 for F32 under modes 1 and 3, F16 under mode 2).
 #![allow(missing_docs, non_snake_case, clippy::missing_safety_doc)]
 
 use super::fault::Fault;
 use super::meta::Kernel;
+use super::meta::ScalarValue;
 use super::meta::{bool_array_arg, int_array_arg, scalar_arg, tensor_arg, TensorDesc};
+use super::numerics::{cube_operands, element, round_to, CHUNK};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::view::{map, round_to, Vals};
+use super::view::{map, take_f32, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::*;
 use std::sync::Arc;
@@ -72,42 +74,37 @@ pub unsafe extern "C" fn aclnnConstantPadNdGetWorkspaceSize(
         Ok((
             0,
             Arc::new(move || {
-                let src = map(OP, "self", &x)?.read(None)?;
-                let in_strides = super::meta::contiguous_strides(&x.shape);
+                let mo = map(OP, "out", &out)?;
+                let mut mx = map(OP, "self", &x)?;
+                mx.detach_from(&mo, false);
+                // The fill value as one element of the dtype, converted once.
+                let fill = match value {
+                    ScalarValue::Float(v) => element(out.dtype, round_to(out.dtype, v)),
+                    ScalarValue::Int(v) => element(out.dtype, v as i128),
+                };
                 let rank = out.shape.len();
                 let mut idx = vec![0usize; rank];
-                // For each output element, the input element it shows, if any.
-                let from: Vec<Option<usize>> = (0..out.numel())
-                    .map(|mut p| {
-                        for d in (0..rank).rev() {
-                            idx[d] = p % out.shape[d];
-                            p /= out.shape[d];
-                        }
-                        let mut at = 0;
-                        for d in 0..rank {
-                            let i = idx[d] as i64 - before[d];
-                            if i < 0 || i >= x.shape[d] as i64 {
-                                return None;
-                            }
-                            at += i as usize * in_strides[d];
-                        }
-                        Some(at)
-                    })
-                    .collect();
-                let vals = match src {
-                    Vals::F(v) => {
-                        let fill = round_to(out.dtype, value.as_f64());
-                        Vals::F(from.iter().map(|f| f.map_or(fill, |i| v[i])).collect())
+                for (p, o) in Walk::of(&out).enumerate() {
+                    let mut rest = p;
+                    for d in (0..rank).rev() {
+                        idx[d] = rest % out.shape[d];
+                        rest /= out.shape[d];
                     }
-                    Vals::I(v) => {
-                        let fill = match value {
-                            super::meta::ScalarValue::Int(i) => i,
-                            super::meta::ScalarValue::Float(f) => f as i64,
-                        };
-                        Vals::I(from.iter().map(|f| f.map_or(fill, |i| v[i])).collect())
+                    let mut at = Some(x.offset);
+                    for d in 0..rank {
+                        let i = idx[d] as i64 - before[d];
+                        if i < 0 || i >= x.shape[d] as i64 {
+                            at = None;
+                            break;
+                        }
+                        at = at.map(|a| a + i as usize * x.strides[d]);
                     }
-                };
-                map(OP, "out", &out)?.write(vals)
+                    match at {
+                        Some(f) => mo.copy_from(o, &mx, f),
+                        None => mo.put_bytes(o, &fill),
+                    }
+                }
+                Ok(())
             }) as Kernel,
         ))
     })
@@ -139,28 +136,28 @@ impl Geometry {
         self.cols.iter().product()
     }
 
-    /// For each (kernel tap, column position), the image position it reads, if inside.
-    fn taps(&self) -> Vec<Option<usize>> {
+    /// For each (kernel tap, column position in `cols`), the image position it reads, if
+    /// inside: `[kernel, cols.len()]`.
+    fn taps(&self, cols: std::ops::Range<usize>) -> Vec<Option<usize>> {
         let [kd, kh, kw] = self.kernel;
-        let [od, oh, ow] = self.cols;
-        let mut out = Vec::with_capacity(self.kernel_len() * self.cols_len());
+        let [_, oh, ow] = self.cols;
+        let mut out = Vec::with_capacity(self.kernel_len() * cols.len());
         for a in 0..kd {
             for b in 0..kh {
                 for c in 0..kw {
-                    for z in 0..od {
-                        let iz = self.source(0, z, a);
-                        for y in 0..oh {
-                            let iy = self.source(1, y, b);
-                            for x in 0..ow {
-                                let ix = self.source(2, x, c);
-                                out.push(match (iz, iy, ix) {
-                                    (Some(iz), Some(iy), Some(ix)) => {
-                                        Some((iz * self.image[1] + iy) * self.image[2] + ix)
-                                    }
-                                    _ => None,
-                                });
+                    for col in cols.clone() {
+                        let (z, y, x) = (col / (oh * ow), col / ow % oh, col % ow);
+                        let at = (
+                            self.source(0, z, a),
+                            self.source(1, y, b),
+                            self.source(2, x, c),
+                        );
+                        out.push(match at {
+                            (Some(iz), Some(iy), Some(ix)) => {
+                                Some((iz * self.image[1] + iy) * self.image[2] + ix)
                             }
-                        }
+                            _ => None,
+                        });
                     }
                 }
             }
@@ -174,15 +171,15 @@ impl Geometry {
         (i >= 0 && i < self.image[dim] as i64).then_some(i as usize)
     }
 
-    /// `[channels * kernel, cols]` patches of a `[channels, image]` plane stack.
-    fn im2col(&self, taps: &[Option<usize>], image: &[f32], channels: usize) -> Vec<f32> {
-        let (il, per_channel) = (self.image_len(), taps.len());
-        let mut out = Vec::with_capacity(channels * per_channel);
+    /// `[channels * kernel, chunk]` patches of a `[channels, image]` plane stack for the
+    /// columns whose taps are given.
+    fn im2col(&self, taps: &[Option<usize>], image: &[f32], channels: usize, cols: &mut Vec<f32>) {
+        let il = self.image_len();
+        cols.clear();
         for c in 0..channels {
             let plane = &image[c * il..(c + 1) * il];
-            out.extend(taps.iter().map(|t| t.map_or(0.0, |i| plane[i])));
+            cols.extend(taps.iter().map(|t| t.map_or(0.0, |i| plane[i])));
         }
-        out
     }
 
     /// The adjoint of [`Self::im2col`]: adds each patch value back onto its image position.
@@ -200,12 +197,20 @@ impl Geometry {
             }
         }
     }
+
+    /// The column chunks the patch matrix is built in: at most [`CHUNK`] values (or one
+    /// column) at a time, so its host memory does not grow with the image.
+    fn col_chunks(&self, rows: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+        let (cl, step) = (self.cols_len(), (CHUNK / rows.max(1)).max(1));
+        (0..cl).step_by(step).map(move |c| c..(c + step).min(cl))
+    }
 }
 
 /// A row-major matrix operand: data and (row stride, column stride).
 pub(crate) type Operand<'a> = (&'a [f32], usize, usize);
 
-/// `dst[m, n] (+)= lhs[m, k] @ rhs[k, n]` with the `gemm` crate.
+/// `dst[m, n] (+)= lhs[m, k] @ rhs[k, n]` with the `gemm` crate, in f32 (the cube unit's
+/// accumulator).
 pub(crate) fn gemm(
     m: usize,
     n: usize,
@@ -215,12 +220,31 @@ pub(crate) fn gemm(
     rhs: Operand,
     add: bool,
 ) {
+    gemm_into(m, n, k, dst, n, lhs, rhs, add)
+}
+
+/// [`gemm`] into a destination whose rows are `dst_stride` apart.
+#[allow(clippy::too_many_arguments)]
+fn gemm_into(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [f32],
+    dst_stride: usize,
+    lhs: Operand,
+    rhs: Operand,
+    add: bool,
+) {
     if m == 0 || n == 0 {
         return;
     }
+    assert!(
+        (m - 1) * dst_stride + n <= dst.len(),
+        "gemm destination too small"
+    );
     if k == 0 {
         if !add {
-            dst[..m * n].fill(0.0);
+            (0..m).for_each(|r| dst[r * dst_stride..][..n].fill(0.0));
         }
         return;
     }
@@ -232,7 +256,7 @@ pub(crate) fn gemm(
             k,
             dst.as_mut_ptr(),
             1,
-            n as isize,
+            dst_stride as isize,
             add,
             lhs.0.as_ptr(),
             lhs.2 as isize,
@@ -250,28 +274,22 @@ pub(crate) fn gemm(
     }
 }
 
-/// Rounds an f32 operand as the cube unit sees it under `cubeMathType` (HF32 keeps 10
-/// mantissa bits, like TF32).
-fn cube_input(v: f64, dtype: DataType, cube: i8) -> f32 {
-    let x = v as f32;
-    match (dtype, cube) {
-        (F32, 1 | 3) => f32::from_bits(x.to_bits().wrapping_add(0x1000) & 0xffff_e000),
-        (F32, 2) => half::f16::from_f32(x).to_f32(),
-        _ => x,
-    }
-}
-
+/// A cube operand as f32 (`numerics::cube_operands`), in row-major order: the one host copy of
+/// an operand the convolution holds (at most twice its bytes, for F16/BF16).
 fn read_cube(op: &str, name: &str, t: &TensorDesc, cube: i8) -> Result<Vec<f32>, Fault> {
-    Ok(map(op, name, t)?
-        .read(None)?
-        .into_f64()
-        .into_iter()
-        .map(|v| cube_input(v, t.dtype, cube))
-        .collect())
+    let m = map(op, name, t)?;
+    let mut values = Vec::with_capacity(t.numel());
+    take_f32(&mut values, &m, &mut Walk::of(t), t.numel());
+    cube_operands(&mut values, t.dtype, cube);
+    Ok(values)
 }
 
-fn write_f32(op: &str, name: &str, t: &TensorDesc, v: Vec<f32>) -> Result<(), Fault> {
-    map(op, name, t)?.write(Vals::F(v.into_iter().map(f64::from).collect()))
+/// Writes f32 results (row-major) to `t`, rounded once to its dtype.
+fn write_f32(op: &str, name: &str, t: &TensorDesc, v: &[f32]) -> Result<(), Fault> {
+    let m = map(op, name, t)?;
+    let set = m.setter::<f32>();
+    Walk::of(t).zip(v).for_each(|(o, &v)| set(o, v));
+    Ok(())
 }
 
 /// The checked parameters of a convolution call.
@@ -471,47 +489,52 @@ impl Conv {
         }
     }
 
-    /// The forward pass: `[N, c_out, out]` from `x` and `w`.
+    /// The forward pass: `[N, c_out, out]` from `x` and `w`, the patch matrix built a chunk
+    /// of columns at a time.
     fn forward(&self, x: &[f32], w: &[f32]) -> Vec<f32> {
         let g = &self.geometry;
-        let taps = g.taps();
         let (kl, il, cl) = (g.kernel_len(), g.image_len(), g.cols_len());
         let (img_c, col_c) = self.split();
         let per_out = if self.transposed { il } else { cl };
         let mut out = vec![0f32; self.batch * self.c_out * per_out];
+        let mut cols = Vec::new();
         for n in 0..self.batch {
             for grp in 0..self.groups {
-                if self.transposed {
-                    // x_g: [col_c, cl]; w_g: [col_c, img_c * kl]; cols = w_g^T @ x_g.
-                    let xg = &x[(n * self.c_in + grp * col_c) * cl..][..col_c * cl];
-                    let wg = &w[grp * col_c * img_c * kl..][..col_c * img_c * kl];
-                    let mut cols = vec![0f32; img_c * kl * cl];
-                    gemm(
-                        img_c * kl,
-                        cl,
-                        col_c,
-                        &mut cols,
-                        (wg, 1, img_c * kl),
-                        (xg, cl, 1),
-                        false,
-                    );
-                    let og = &mut out[(n * self.c_out + grp * img_c) * il..][..img_c * il];
-                    g.col2im(&taps, &cols, img_c, og);
-                } else {
-                    // cols = im2col(x_g): [img_c * kl, cl]; out_g = w_g @ cols.
-                    let xg = &x[(n * self.c_in + grp * img_c) * il..][..img_c * il];
-                    let cols = g.im2col(&taps, xg, img_c);
-                    let wg = &w[grp * col_c * img_c * kl..][..col_c * img_c * kl];
-                    let og = &mut out[(n * self.c_out + grp * col_c) * cl..][..col_c * cl];
-                    gemm(
-                        col_c,
-                        cl,
-                        img_c * kl,
-                        og,
-                        (wg, img_c * kl, 1),
-                        (&cols, cl, 1),
-                        false,
-                    );
+                let wg = &w[grp * col_c * img_c * kl..][..col_c * img_c * kl];
+                for chunk in g.col_chunks(img_c * kl) {
+                    let (c0, cc) = (chunk.start, chunk.len());
+                    let taps = g.taps(chunk);
+                    if self.transposed {
+                        // x_g: [col_c, cl]; w_g: [col_c, img_c * kl]; cols = w_g^T @ x_g.
+                        let xg = &x[(n * self.c_in + grp * col_c) * cl..][..col_c * cl];
+                        cols.resize(img_c * kl * cc, 0.0);
+                        gemm(
+                            img_c * kl,
+                            cc,
+                            col_c,
+                            &mut cols,
+                            (wg, 1, img_c * kl),
+                            (&xg[c0..], cl, 1),
+                            false,
+                        );
+                        let og = &mut out[(n * self.c_out + grp * img_c) * il..][..img_c * il];
+                        g.col2im(&taps, &cols, img_c, og);
+                    } else {
+                        // cols = im2col(x_g): [img_c * kl, cc]; out_g = w_g @ cols.
+                        let xg = &x[(n * self.c_in + grp * img_c) * il..][..img_c * il];
+                        g.im2col(&taps, xg, img_c, &mut cols);
+                        let og = &mut out[(n * self.c_out + grp * col_c) * cl..][..col_c * cl];
+                        gemm_into(
+                            col_c,
+                            cc,
+                            img_c * kl,
+                            &mut og[c0..],
+                            cl,
+                            (wg, img_c * kl, 1),
+                            (&cols, cc, 1),
+                            false,
+                        );
+                    }
                 }
             }
         }
@@ -528,71 +551,78 @@ impl Conv {
         want_w: bool,
     ) -> (Vec<f32>, Vec<f32>) {
         let g = &self.geometry;
-        let taps = g.taps();
         let (kl, il, cl) = (g.kernel_len(), g.image_len(), g.cols_len());
         let (img_c, col_c) = self.split();
         let mut gx = vec![0f32; if want_x { x.len() } else { 0 }];
         let mut gw = vec![0f32; if want_w { w.len() } else { 0 }];
+        let mut cols = Vec::new();
         for n in 0..self.batch {
             for grp in 0..self.groups {
-                let wg = &w[grp * col_c * img_c * kl..][..col_c * img_c * kl];
-                if self.transposed {
-                    // y = col2im(w_g^T @ x_g), so with C = im2col(gy):
-                    // gx_g = w_g @ C and gw_g += x_g @ C^T.
-                    let gy = &grad[(n * self.c_out + grp * img_c) * il..][..img_c * il];
-                    let cols = g.im2col(&taps, gy, img_c);
-                    let x_at = (n * self.c_in + grp * col_c) * cl;
-                    if want_x {
-                        gemm(
-                            col_c,
-                            cl,
-                            img_c * kl,
-                            &mut gx[x_at..x_at + col_c * cl],
-                            (wg, img_c * kl, 1),
-                            (&cols, cl, 1),
-                            false,
-                        );
-                    }
-                    if want_w {
-                        gemm(
-                            col_c,
-                            img_c * kl,
-                            cl,
-                            &mut gw[grp * col_c * img_c * kl..][..col_c * img_c * kl],
-                            (&x[x_at..x_at + col_c * cl], cl, 1),
-                            (&cols, 1, cl),
-                            true,
-                        );
-                    }
-                } else {
-                    // out_g = w_g @ im2col(x_g): gx_g = col2im(w_g^T @ go_g),
-                    // gw_g += go_g @ im2col(x_g)^T.
-                    let go = &grad[(n * self.c_out + grp * col_c) * cl..][..col_c * cl];
-                    let x_at = (n * self.c_in + grp * img_c) * il;
-                    if want_x {
-                        let mut cols = vec![0f32; img_c * kl * cl];
-                        gemm(
-                            img_c * kl,
-                            cl,
-                            col_c,
-                            &mut cols,
-                            (wg, 1, img_c * kl),
-                            (go, cl, 1),
-                            false,
-                        );
-                        g.col2im(&taps, &cols, img_c, &mut gx[x_at..x_at + img_c * il]);
-                    }
-                    if want_w {
-                        let cols = g.im2col(&taps, &x[x_at..x_at + img_c * il], img_c);
-                        gemm(
-                            col_c,
-                            img_c * kl,
-                            cl,
-                            &mut gw[grp * col_c * img_c * kl..][..col_c * img_c * kl],
-                            (go, cl, 1),
-                            (&cols, 1, cl),
-                            true,
-                        );
+                let w_at = grp * col_c * img_c * kl;
+                let wg = &w[w_at..][..col_c * img_c * kl];
+                for chunk in g.col_chunks(img_c * kl) {
+                    let (c0, cc) = (chunk.start, chunk.len());
+                    let taps = g.taps(chunk);
+                    if self.transposed {
+                        // y = col2im(w_g^T @ x_g), so with C = im2col(gy):
+                        // gx_g = w_g @ C and gw_g += x_g @ C^T.
+                        let gy = &grad[(n * self.c_out + grp * img_c) * il..][..img_c * il];
+                        g.im2col(&taps, gy, img_c, &mut cols);
+                        let x_at = (n * self.c_in + grp * col_c) * cl;
+                        if want_x {
+                            gemm_into(
+                                col_c,
+                                cc,
+                                img_c * kl,
+                                &mut gx[x_at + c0..x_at + col_c * cl],
+                                cl,
+                                (wg, img_c * kl, 1),
+                                (&cols, cc, 1),
+                                false,
+                            );
+                        }
+                        if want_w {
+                            gemm(
+                                col_c,
+                                img_c * kl,
+                                cc,
+                                &mut gw[w_at..][..col_c * img_c * kl],
+                                (&x[x_at + c0..x_at + col_c * cl], cl, 1),
+                                (&cols, 1, cc),
+                                true,
+                            );
+                        }
+                    } else {
+                        // out_g = w_g @ im2col(x_g): gx_g = col2im(w_g^T @ go_g),
+                        // gw_g += go_g @ im2col(x_g)^T.
+                        let go_at = (n * self.c_out + grp * col_c) * cl;
+                        let go = &grad[go_at + c0..go_at + col_c * cl];
+                        let x_at = (n * self.c_in + grp * img_c) * il;
+                        if want_x {
+                            cols.resize(img_c * kl * cc, 0.0);
+                            gemm(
+                                img_c * kl,
+                                cc,
+                                col_c,
+                                &mut cols,
+                                (wg, 1, img_c * kl),
+                                (go, cl, 1),
+                                false,
+                            );
+                            g.col2im(&taps, &cols, img_c, &mut gx[x_at..x_at + img_c * il]);
+                        }
+                        if want_w {
+                            g.im2col(&taps, &x[x_at..x_at + img_c * il], img_c, &mut cols);
+                            gemm(
+                                col_c,
+                                img_c * kl,
+                                cc,
+                                &mut gw[w_at..][..col_c * img_c * kl],
+                                (go, cl, 1),
+                                (&cols, 1, cc),
+                                true,
+                            );
+                        }
                     }
                 }
             }
@@ -678,14 +708,16 @@ pub unsafe extern "C" fn aclnnConvolutionGetWorkspaceSize(
                 let wv = read_cube(OP, "weight", &w, conv.cube)?;
                 let mut y = conv.forward(&xv, &wv);
                 if let Some(b) = &bias {
-                    let bv = map(OP, "bias", b)?.read(None)?.into_f64();
+                    let mb = map(OP, "bias", b)?;
+                    let get = mb.getter::<f32>();
+                    let bv: Vec<f32> = Walk::of(b).map(get).collect();
                     let per = y.len() / (conv.batch * conv.c_out);
                     for (i, chunk) in y.chunks_mut(per).enumerate() {
-                        let add = bv[i % conv.c_out] as f32;
+                        let add = bv[i % conv.c_out];
                         chunk.iter_mut().for_each(|v| *v += add);
                     }
                 }
-                write_f32(OP, "output", &out, y)
+                write_f32(OP, "output", &out, &y)
             }) as Kernel,
         ))
     })
@@ -790,15 +822,15 @@ pub unsafe extern "C" fn aclnnConvolutionBackwardGetWorkspaceSize(
                     let wv = read_cube(OP, "weight", &w, conv.cube)?;
                     let (dx, dw) = conv.backward(&gv, &xv, &wv, gi.is_some(), gw.is_some());
                     if let Some(t) = &gi {
-                        write_f32(OP, "gradInput", t, dx)?;
+                        write_f32(OP, "gradInput", t, &dx)?;
                     }
                     if let Some(t) = &gw {
-                        write_f32(OP, "gradWeight", t, dw)?;
+                        write_f32(OP, "gradWeight", t, &dw)?;
                     }
                 }
                 if let Some(t) = &gb {
                     let per = gv.len() / (conv.batch * conv.c_out);
-                    write_f32(OP, "gradBias", t, channel_sums(&gv, conv.c_out, per))?;
+                    write_f32(OP, "gradBias", t, &channel_sums(&gv, conv.c_out, per))?;
                 }
                 Ok(())
             }) as Kernel,

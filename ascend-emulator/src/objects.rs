@@ -127,6 +127,19 @@ pub(crate) fn take_recorded() -> Vec<ObjectArg> {
     READ.with(|r| std::mem::take(&mut *r.borrow_mut()))
 }
 
+/// The device addresses of the tensors (and list members) among `args`, with their argument
+/// names, as they are now (a repeatable executor's rebinding updates them).
+pub(crate) fn tensor_addrs(args: &[ObjectArg]) -> Vec<(String, u64)> {
+    with_objects(|m| {
+        args.iter()
+            .filter_map(|a| match m.get(&a.handle) {
+                Some(Object::Tensor(t)) if t.numel() > 0 => Some((a.name.clone(), t.addr)),
+                _ => None,
+            })
+            .collect()
+    })
+}
+
 /// Phase two's check: every object phase one read is still live.
 pub(crate) fn check_live(op: &str, args: &[ObjectArg]) -> Result<(), Fault> {
     match args.iter().find(|a| !is_live(a.handle)) {

@@ -140,9 +140,23 @@ pub(crate) unsafe fn phase2(
             npu.memory.check(ws, exec.workspace as usize)?;
         }
         let stream = machine().stream(stream)?;
+        let device = stream.device();
         let need = exec.workspace as usize;
         super::counters::launched(exec.bytes);
         stream.enqueue(Box::new(move || {
+            // An operator runs on its stream's device and reaches that device's memory only.
+            for (name, addr) in &exec.addrs {
+                let owner = machine().npu_of(*addr).map(|n| n.memory.device());
+                if owner.is_some_and(|o| o != device) {
+                    return Err(fault(
+                        ACL_ERROR_RT_AICORE_EXCEPTION,
+                        format!(
+                            "{op} kernel: {name} at 0x{addr:x} is memory of NPU {}, but the kernel runs on NPU {device}",
+                            owner.unwrap_or(-1)
+                        ),
+                    ));
+                }
+            }
             if need > 0 {
                 // The workspace must still be live when the kernel runs.
                 machine()
@@ -642,7 +656,7 @@ pub unsafe extern "C" fn aclnnAddmmGetWorkspaceSize(
             beta: beta.as_f64() as f32,
             alpha: alpha.as_f64() as f32,
         };
-        let task = kernels::matmul_add(OP, a, b, out, Some(addend))?;
+        let task = kernels::matmul_add(OP, a, b, out, Some(addend), cube_math_type)?;
         Ok((SCRATCH_WORKSPACE, task))
     })
 }

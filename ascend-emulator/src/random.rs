@@ -6,7 +6,7 @@
 use super::meta::Kernel;
 use super::meta::{scalar_arg, tensor_arg, TensorDesc};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
-use super::view::{map, Vals};
+use super::view::{map, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::*;
 use std::sync::Arc;
@@ -38,13 +38,14 @@ fn fill(
     f: impl Fn(u64) -> f64 + Send + Sync + 'static,
 ) -> Kernel {
     Arc::new(move || {
-        let v: Vec<f64> = (0..dst.numel() as u64).map(&f).collect();
-        let vals = if dst.dtype.is_float() {
-            Vals::F(v)
-        } else {
-            Vals::I(v.into_iter().map(|x| x.floor() as i64).collect())
-        };
-        map(op, "selfRef", &dst)?.write(vals)
+        let m = map(op, "selfRef", &dst)?;
+        // Draws are made in f64 and rounded once to the dtype (integer dtypes take the floor).
+        let (float, set) = (dst.dtype.is_float(), m.setter::<f64>());
+        for (i, o) in Walk::of(&dst).enumerate() {
+            let v = f(i as u64);
+            set(o, if float { v } else { v.floor() });
+        }
+        Ok(())
     })
 }
 

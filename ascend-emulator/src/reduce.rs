@@ -1,6 +1,8 @@
 //! Emulated reductions, scans, softmax and sort. Reductions over a list of dims share one
 //! kernel (`reduce_dims`); per-lane operators (arg-reductions, scans, softmax, sort) walk the
-//! lanes of one dim.
+//! lanes of one dim. Every kernel reads its lanes straight from device memory, one output at a
+//! time, accumulating as `numerics` says (f32 for float inputs, in the vector unit's blocked
+//! order; exact and wrapped for integers).
 // The helpers take an operator's C arguments plus its workspace and executor out-pointers.
 #![allow(
     missing_docs,
@@ -14,11 +16,10 @@ use std::sync::Arc;
 
 use super::fault::Fault;
 use super::meta::Kernel;
-use super::meta::{
-    contiguous_strides, int_array_arg, scalar_arg, tensor_arg, ScalarValue, TensorDesc,
-};
+use super::meta::{int_array_arg, scalar_arg, tensor_arg, ScalarValue, TensorDesc};
+use super::numerics::{Arith, Blocked, Domain, Elem, Real};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::view::{map, offsets, Vals};
+use super::view::{map, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::*;
 
@@ -42,41 +43,6 @@ pub(crate) enum Fold {
     Min,
     Any,
     All,
-}
-
-impl Fold {
-    fn float(self, acc: f64, x: f64) -> f64 {
-        match self {
-            Fold::Sum | Fold::Mean => acc + x,
-            Fold::Prod => acc * x,
-            Fold::Max if acc.is_nan() || x.is_nan() => f64::NAN,
-            Fold::Min if acc.is_nan() || x.is_nan() => f64::NAN,
-            Fold::Max => acc.max(x),
-            Fold::Min => acc.min(x),
-            Fold::Any => (acc != 0.0 || x != 0.0) as u8 as f64,
-            Fold::All => (acc != 0.0 && x != 0.0) as u8 as f64,
-        }
-    }
-
-    fn int(self, acc: i64, x: i64) -> i64 {
-        match self {
-            Fold::Sum | Fold::Mean => acc.wrapping_add(x),
-            Fold::Prod => acc.wrapping_mul(x),
-            Fold::Max => acc.max(x),
-            Fold::Min => acc.min(x),
-            Fold::Any => (acc != 0 || x != 0) as i64,
-            Fold::All => (acc != 0 && x != 0) as i64,
-        }
-    }
-
-    fn init(self) -> (f64, i64) {
-        match self {
-            Fold::Sum | Fold::Mean | Fold::Any => (0.0, 0),
-            Fold::Prod | Fold::All => (1.0, 1),
-            Fold::Max => (f64::NEG_INFINITY, i64::MIN),
-            Fold::Min => (f64::INFINITY, i64::MAX),
-        }
-    }
 }
 
 pub(crate) fn normalize_dim(op: &str, dim: i64, rank: usize) -> Result<usize, Fault> {
@@ -138,44 +104,139 @@ pub(crate) fn reduce_dims(
             "cannot take the max or min of an empty dimension",
         ));
     }
-    Ok(Arc::new(move || {
-        // Accumulator slot of every input element: kept dims get the out strides, reduced 0.
-        let kept: Vec<usize> = x
-            .shape
-            .iter()
-            .zip(&reduced)
-            .map(|(&s, &r)| if r { 1 } else { s })
-            .collect();
-        let kept_strides = contiguous_strides(&kept);
-        let strides: Vec<usize> = kept_strides
-            .iter()
-            .zip(&reduced)
-            .map(|(&s, &r)| if r { 0 } else { s })
-            .collect();
-        let slot = offsets(&x.shape, &strides, 0);
-        let n_out = out.numel();
-        let (fi, ii) = fold.init();
-        let vals = match map(op, "self", &x)?.read(None)? {
-            Vals::F(v) => {
-                let mut acc = vec![fi; n_out];
-                slot.iter()
-                    .zip(v)
-                    .for_each(|(&s, v)| acc[s] = fold.float(acc[s], v));
-                if matches!(fold, Fold::Mean) {
-                    acc.iter_mut().for_each(|a| *a /= count as f64);
-                }
-                Vals::F(acc)
+    Ok(Arc::new(move || match fold {
+        Fold::Any | Fold::All => {
+            let all = matches!(fold, Fold::All);
+            match Domain::of(&[x.dtype]) {
+                Domain::F32 => reduce_run::<f32, i128>(op, &x, &out, &reduced, |l| truth(l, all)),
+                Domain::F64 => reduce_run::<f64, i128>(op, &x, &out, &reduced, |l| truth(l, all)),
+                Domain::Int => reduce_run::<i128, i128>(op, &x, &out, &reduced, |l| truth(l, all)),
             }
-            Vals::I(v) => {
-                let mut acc = vec![ii; n_out];
-                slot.iter()
-                    .zip(v)
-                    .for_each(|(&s, v)| acc[s] = fold.int(acc[s], v));
-                Vals::I(acc)
+        }
+        _ => match Domain::of(&[x.dtype, out.dtype]) {
+            Domain::F32 => {
+                reduce_run::<f32, f32>(op, &x, &out, &reduced, |l| fold_float(fold, l, count))
             }
-        };
-        map(op, "out", &out)?.write(vals)
+            Domain::F64 => {
+                reduce_run::<f64, f64>(op, &x, &out, &reduced, |l| fold_float(fold, l, count))
+            }
+            Domain::Int => reduce_run::<i128, i128>(op, &x, &out, &reduced, |l| fold_int(fold, l)),
+        },
     }))
+}
+
+/// The lanes of a view: for each position of the dims not marked in `along` (row-major), a
+/// walk over the marked dims (row-major).
+struct Lanes {
+    bases: Walk,
+    shape: Vec<usize>,
+    strides: Vec<isize>,
+}
+
+impl Iterator for Lanes {
+    type Item = Walk;
+    fn next(&mut self) -> Option<Walk> {
+        let base = self.bases.next()?;
+        Some(Walk::new(&self.shape, &self.strides, base))
+    }
+}
+
+fn lanes(desc: &TensorDesc, along: &[bool]) -> Lanes {
+    let (mut outer, mut outer_strides) = (Vec::new(), Vec::new());
+    let (mut shape, mut strides) = (Vec::new(), Vec::new());
+    for ((&n, &st), &a) in desc.shape.iter().zip(&desc.strides).zip(along) {
+        if a {
+            shape.push(n);
+            strides.push(st as isize);
+        } else {
+            outer.push(n);
+            outer_strides.push(st as isize);
+        }
+    }
+    Lanes {
+        bases: Walk::new(&outer, &outer_strides, desc.offset),
+        shape,
+        strides,
+    }
+}
+
+/// Reduces each lane of `x` over the `reduced` dims with `f` (reading in `T`, writing `U`),
+/// one output element at a time in the out's row-major order.
+fn reduce_run<T: Elem, U: Elem>(
+    op: &str,
+    x: &TensorDesc,
+    out: &TensorDesc,
+    reduced: &[bool],
+    mut f: impl FnMut(&mut dyn Iterator<Item = T>) -> U,
+) -> Result<(), Fault> {
+    let mo = map(op, "out", out)?;
+    let mut mx = map(op, "self", x)?;
+    mx.detach_from(&mo, false);
+    let (get, set) = (mx.getter::<T>(), mo.setter::<U>());
+    for (lane, o) in lanes(x, reduced).zip(Walk::of(out)) {
+        set(o, f(&mut lane.map(&get)));
+    }
+    Ok(())
+}
+
+/// Any (`all` false) or All of a lane: 1 or 0. NaN counts as true.
+fn truth<T: Elem>(mut lane: &mut dyn Iterator<Item = T>, all: bool) -> i128 {
+    let zero = T::default();
+    let r = if all {
+        Iterator::all(&mut lane, |v| v != zero)
+    } else {
+        Iterator::any(&mut lane, |v| v != zero)
+    };
+    r as i128
+}
+
+/// A float reduction: sums and products in the vector unit's blocked order (`numerics`),
+/// extremes propagating NaN.
+fn fold_float<T: Real>(fold: Fold, lane: &mut dyn Iterator<Item = T>, count: usize) -> T {
+    match fold {
+        Fold::Sum | Fold::Mean | Fold::Prod => {
+            let op = if matches!(fold, Fold::Prod) {
+                Arith::Mul
+            } else {
+                Arith::Add
+            };
+            let mut acc = Blocked::new(op);
+            lane.for_each(|v| acc.push(v));
+            let total = acc.finish();
+            if matches!(fold, Fold::Mean) {
+                total / T::c(count as f64)
+            } else {
+                total
+            }
+        }
+        Fold::Max | Fold::Min => {
+            let max = matches!(fold, Fold::Max);
+            let mut best = if max {
+                T::neg_infinity()
+            } else {
+                T::infinity()
+            };
+            for v in lane {
+                if v.is_nan() {
+                    return v;
+                }
+                best = if max { best.max(v) } else { best.min(v) };
+            }
+            best
+        }
+        Fold::Any | Fold::All => unreachable!("truth reductions are folded by `truth`"),
+    }
+}
+
+/// An integer reduction, exact and wrapped to the out's width when stored.
+fn fold_int(fold: Fold, lane: &mut dyn Iterator<Item = i128>) -> i128 {
+    match fold {
+        Fold::Sum | Fold::Mean => lane.fold(0, i128::wrapping_add),
+        Fold::Prod => lane.fold(1, i128::wrapping_mul),
+        Fold::Max => lane.max().unwrap_or(i128::MIN),
+        Fold::Min => lane.min().unwrap_or(i128::MAX),
+        Fold::Any | Fold::All => unreachable!("truth reductions are folded by `truth`"),
+    }
 }
 
 unsafe fn dims_reduction(
@@ -423,50 +484,11 @@ pub unsafe extern "C" fn aclnnAllGetWorkspaceSize(
     )
 }
 
-/// Positions (row-major) of every lane along `dim`, lane by lane in row-major order of the
-/// other dims.
-fn lanes(shape: &[usize], dim: usize) -> Vec<Vec<usize>> {
-    if shape.is_empty() {
-        return vec![vec![0]];
-    }
-    let outer: usize = shape[..dim].iter().product();
-    let inner: usize = shape[dim + 1..].iter().product();
-    let size = shape[dim];
-    let mut out = Vec::with_capacity(outer * inner);
-    for o in 0..outer {
-        for i in 0..inner {
-            out.push(
-                (0..size)
-                    .map(|k| o * size * inner + k * inner + i)
-                    .collect(),
-            );
-        }
-    }
-    out
-}
-
-/// Maps every lane of `data` (shape `shape`) through `f` into a same-shaped result.
-fn per_lane<T: Copy, R: Copy + Default>(
-    data: &[T],
-    shape: &[usize],
-    dim: usize,
-    mut f: impl FnMut(&[T]) -> Vec<R>,
-) -> Vec<R> {
-    let mut out = vec![R::default(); data.len()];
-    let mut lane = Vec::new();
-    for idx in lanes(shape, dim) {
-        lane.clear();
-        lane.extend(idx.iter().map(|&i| data[i]));
-        for (&i, r) in idx.iter().zip(f(&lane)) {
-            out[i] = r;
-        }
-    }
-    out
-}
-
-/// NaN-aware total order: NaN is the largest value (as torch sorts and arg-reduces).
-fn order(a: f64, b: f64) -> Ordering {
-    match (a.is_nan(), b.is_nan()) {
+/// NaN-aware total order: NaN is the largest value (as torch sorts and arg-reduces); integers
+/// never compare as NaN (`x != x` is false for them).
+#[allow(clippy::eq_op)]
+fn order<T: Elem>(a: T, b: T) -> Ordering {
+    match (a != a, b != b) {
         (true, true) => Ordering::Equal,
         (true, false) => Ordering::Greater,
         (false, true) => Ordering::Less,
@@ -475,23 +497,30 @@ fn order(a: f64, b: f64) -> Ordering {
 }
 
 /// Index of the first maximum (`max`) or minimum of a lane; a NaN wins at its first place.
-fn arg_best<T: Copy>(
-    lane: &[T],
-    max: bool,
-    cmp: impl Fn(T, T) -> Ordering,
-    is_nan: impl Fn(T) -> bool,
-) -> i64 {
-    if let Some(k) = lane.iter().position(|&x| is_nan(x)) {
-        return k as i64;
-    }
-    let mut best = 0;
-    for (k, &x) in lane.iter().enumerate().skip(1) {
-        let c = cmp(x, lane[best]);
-        if (max && c == Ordering::Greater) || (!max && c == Ordering::Less) {
-            best = k;
+#[allow(clippy::eq_op)]
+fn arg_best<T: Elem>(lane: impl Iterator<Item = T>, max: bool) -> i128 {
+    let mut best: Option<(usize, T)> = None;
+    for (k, x) in lane.enumerate() {
+        if x != x {
+            return k as i128;
+        }
+        let better = match best {
+            None => true,
+            Some((_, b)) => {
+                let c = order(x, b);
+                (max && c == Ordering::Greater) || (!max && c == Ordering::Less)
+            }
+        };
+        if better {
+            best = Some((k, x));
         }
     }
-    best as i64
+    best.map_or(0, |(k, _)| k as i128)
+}
+
+/// The dims of a view of rank `rank` marked when they are `dim` (a rank-0 view has none).
+fn along(rank: usize, dim: usize) -> Vec<bool> {
+    (0..rank).map(|i| i == dim).collect()
 }
 
 unsafe fn arg_reduction(
@@ -529,23 +558,18 @@ unsafe fn arg_reduction(
         Ok((
             0,
             Arc::new(move || {
-                let r: Vec<i64> = match map(op, "self", &x)?.read(None)? {
-                    Vals::F(v) => lanes(&x.shape, d)
-                        .iter()
-                        .map(|l| {
-                            let lane: Vec<f64> = l.iter().map(|&i| v[i]).collect();
-                            arg_best(&lane, max, order, f64::is_nan)
-                        })
-                        .collect(),
-                    Vals::I(v) => lanes(&x.shape, d)
-                        .iter()
-                        .map(|l| {
-                            let lane: Vec<i64> = l.iter().map(|&i| v[i]).collect();
-                            arg_best(&lane, max, |a: i64, b: i64| a.cmp(&b), |_| false)
-                        })
-                        .collect(),
-                };
-                map(op, "out", &out)?.write(Vals::I(r))
+                let marked = along(x.shape.len(), d);
+                match Domain::of(&[x.dtype]) {
+                    Domain::F32 => {
+                        reduce_run::<f32, i128>(op, &x, &out, &marked, |l| arg_best(l, max))
+                    }
+                    Domain::F64 => {
+                        reduce_run::<f64, i128>(op, &x, &out, &marked, |l| arg_best(l, max))
+                    }
+                    Domain::Int => {
+                        reduce_run::<i128, i128>(op, &x, &out, &marked, |l| arg_best(l, max))
+                    }
+                }
             }) as Kernel,
         ))
     })
@@ -597,35 +621,49 @@ fn same_shape_lane_op(
     Ok(d)
 }
 
-/// Running sum or product along a lane.
+/// Running sum or product along a lane, accumulated in the compute type (f32 for F16/BF16,
+/// each running value rounded once when stored).
 fn scan(op: &'static str, x: TensorDesc, d: usize, out: TensorDesc, product: bool) -> Kernel {
-    Arc::new(move || {
-        let vals = match map(op, "self", &x)?.read(None)? {
-            Vals::F(v) => Vals::F(per_lane(&v, &x.shape, d, |l| {
-                let mut acc = if product { 1.0 } else { 0.0 };
-                l.iter()
-                    .map(|&v| {
-                        acc = if product { acc * v } else { acc + v };
-                        acc
-                    })
-                    .collect()
-            })),
-            Vals::I(v) => Vals::I(per_lane(&v, &x.shape, d, |l| {
-                let mut acc: i64 = product as i64;
-                l.iter()
-                    .map(|&v| {
-                        acc = if product {
-                            acc.wrapping_mul(v)
-                        } else {
-                            acc.wrapping_add(v)
-                        };
-                        acc
-                    })
-                    .collect()
-            })),
-        };
-        map(op, "out", &out)?.write(vals)
+    Arc::new(move || match Domain::of(&[x.dtype, out.dtype]) {
+        Domain::F32 => scan_run::<f32>(op, &x, d, &out, float_step(product)),
+        Domain::F64 => scan_run::<f64>(op, &x, d, &out, float_step(product)),
+        Domain::Int => scan_run::<i128>(op, &x, d, &out, |acc, v| match acc {
+            None => v,
+            Some(a) if product => a.wrapping_mul(v),
+            Some(a) => a.wrapping_add(v),
+        }),
     })
+}
+
+fn float_step<T: Real>(product: bool) -> impl Fn(Option<T>, T) -> T {
+    move |acc, v| match acc {
+        None => v,
+        Some(a) if product => a * v,
+        Some(a) => a + v,
+    }
+}
+
+fn scan_run<T: Elem>(
+    op: &str,
+    x: &TensorDesc,
+    d: usize,
+    out: &TensorDesc,
+    step: impl Fn(Option<T>, T) -> T,
+) -> Result<(), Fault> {
+    let mo = map(op, "out", out)?;
+    let mut mx = map(op, "self", x)?;
+    mx.detach_from(&mo, false);
+    let (get, set) = (mx.getter::<T>(), mo.setter::<T>());
+    let marked = along(x.shape.len(), d);
+    for (lx, lo) in lanes(x, &marked).zip(lanes(out, &marked)) {
+        let mut acc = None;
+        for (i, o) in lx.zip(lo) {
+            let v = step(acc, get(i));
+            acc = Some(v);
+            set(o, v);
+        }
+    }
+    Ok(())
 }
 
 pub unsafe extern "C" fn aclnnCumsumGetWorkspaceSize(
@@ -694,49 +732,54 @@ unsafe fn running_extreme(
         )?;
         Ok((
             0,
-            Arc::new(move || {
-                fn run<T: Copy + Default>(
-                    lane: &[T],
-                    better_or_equal: impl Fn(T, T) -> bool,
-                ) -> Vec<(T, i64)> {
-                    let mut best = (T::default(), -1i64);
-                    lane.iter()
-                        .enumerate()
-                        .map(|(k, &v)| {
-                            if best.1 < 0 || better_or_equal(v, best.0) {
-                                best = (v, k as i64);
-                            }
-                            best
-                        })
-                        .collect()
-                }
-                let pairs_to = |p: Vec<(f64, i64)>| {
-                    (
-                        Vals::F(p.iter().map(|x| x.0).collect()),
-                        p.iter().map(|x| x.1).collect::<Vec<_>>(),
-                    )
-                };
-                let (vals, idx) = match map(op, "self", &x)?.read(None)? {
-                    Vals::F(v) => pairs_to(per_lane(&v, &x.shape, d, |l| {
-                        run(l, |a: f64, b: f64| {
-                            a.is_nan() || (!b.is_nan() && if max { a >= b } else { a <= b })
-                        })
-                    })),
-                    Vals::I(v) => {
-                        let p = per_lane(&v, &x.shape, d, |l| {
-                            run(l, |a: i64, b: i64| if max { a >= b } else { a <= b })
-                        });
-                        (
-                            Vals::I(p.iter().map(|x| x.0).collect()),
-                            p.iter().map(|x| x.1).collect(),
-                        )
-                    }
-                };
-                map(op, "valuesOut", &vo)?.write(vals)?;
-                map(op, "indicesOut", &io)?.write(Vals::I(idx))
+            Arc::new(move || match Domain::of(&[x.dtype]) {
+                Domain::F32 => running_run::<f32>(op, &x, d, &vo, &io, max),
+                Domain::F64 => running_run::<f64>(op, &x, d, &vo, &io, max),
+                Domain::Int => running_run::<i128>(op, &x, d, &vo, &io, max),
             }) as Kernel,
         ))
     })
+}
+
+#[allow(clippy::eq_op)]
+fn running_run<T: Elem>(
+    op: &str,
+    x: &TensorDesc,
+    d: usize,
+    values: &TensorDesc,
+    indices: &TensorDesc,
+    max: bool,
+) -> Result<(), Fault> {
+    let (mv, mi) = (
+        map(op, "valuesOut", values)?,
+        map(op, "indicesOut", indices)?,
+    );
+    let mut mx = map(op, "self", x)?;
+    mx.detach_from(&mv, false);
+    mx.detach_from(&mi, false);
+    let (get, set_v, set_i) = (mx.getter::<T>(), mv.setter::<T>(), mi.setter::<i128>());
+    let marked = along(x.shape.len(), d);
+    let lanes = lanes(x, &marked)
+        .zip(lanes(values, &marked))
+        .zip(lanes(indices, &marked));
+    for ((lx, lv), li) in lanes {
+        let mut best: Option<(T, i128)> = None;
+        for (k, ((i, v), o)) in lx.zip(lv).zip(li).enumerate() {
+            let a = get(i);
+            let take = match best {
+                None => true,
+                // NaN wins and stays; ties move to the latest index.
+                Some((b, _)) => a != a || (b == b && if max { a >= b } else { a <= b }),
+            };
+            if take {
+                best = Some((a, k as i128));
+            }
+            let (bv, bk) = best.expect("set on the first element");
+            set_v(v, bv);
+            set_i(o, bk);
+        }
+    }
+    Ok(())
 }
 
 pub unsafe extern "C" fn aclnnCummaxGetWorkspaceSize(
@@ -794,25 +837,39 @@ unsafe fn softmax(
         let d = same_shape_lane_op(op, &x, dim, &[("out", &out)], SOFTMAX)?;
         Ok((
             SCRATCH_WORKSPACE,
-            Arc::new(move || {
-                let v = map(op, "self", &x)?.read(None)?.into_f64();
-                let r = per_lane(&v, &x.shape, d, |l| {
-                    let m = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let z: f64 = l.iter().map(|&v| (v - m).exp()).sum();
-                    l.iter()
-                        .map(|&v| {
-                            if log {
-                                v - m - z.ln()
-                            } else {
-                                (v - m).exp() / z
-                            }
-                        })
-                        .collect()
-                });
-                map(op, "out", &out)?.write(Vals::F(r))
+            Arc::new(move || match Domain::of(&[x.dtype, out.dtype]) {
+                Domain::F64 => softmax_run::<f64>(op, &x, d, &out, log),
+                _ => softmax_run::<f32>(op, &x, d, &out, log),
             }) as Kernel,
         ))
     })
+}
+
+/// Softmax (or log-softmax) of each lane in `T`: the maximum, the blocked sum of the shifted
+/// exponentials, then each output.
+fn softmax_run<T: Real>(
+    op: &str,
+    x: &TensorDesc,
+    d: usize,
+    out: &TensorDesc,
+    log: bool,
+) -> Result<(), Fault> {
+    let mo = map(op, "out", out)?;
+    let mut mx = map(op, "self", x)?;
+    mx.detach_from(&mo, false);
+    let (get, set) = (mx.getter::<T>(), mo.setter::<T>());
+    let marked = along(x.shape.len(), d);
+    let mut sum = Blocked::new(Arith::Add);
+    for (lx, lo) in lanes(x, &marked).zip(lanes(out, &marked)) {
+        let m = lx.clone().map(&get).fold(T::neg_infinity(), T::max);
+        lx.clone().for_each(|i| sum.push((get(i) - m).exp()));
+        let z = sum.finish();
+        for (i, o) in lx.zip(lo) {
+            let v = get(i) - m;
+            set(o, if log { v - z.ln() } else { v.exp() / z });
+        }
+    }
+    Ok(())
 }
 
 pub unsafe extern "C" fn aclnnSoftmaxGetWorkspaceSize(
@@ -864,46 +921,54 @@ pub unsafe extern "C" fn aclnnSortGetWorkspaceSize(
         )?;
         Ok((
             SCRATCH_WORKSPACE,
-            Arc::new(move || {
-                fn sorted<T: Copy + Default>(
-                    lane: &[T],
-                    cmp: impl Fn(T, T) -> Ordering,
-                    descending: bool,
-                ) -> Vec<(T, i64)> {
-                    let mut idx: Vec<usize> = (0..lane.len()).collect();
-                    idx.sort_by(|&a, &b| {
-                        let c = cmp(lane[a], lane[b]);
-                        if descending {
-                            c.reverse()
-                        } else {
-                            c
-                        }
-                    });
-                    idx.into_iter().map(|i| (lane[i], i as i64)).collect()
-                }
-                let (vals, idx) = match map(OP, "self", &x)?.read(None)? {
-                    Vals::F(v) => {
-                        let p = per_lane(&v, &x.shape, d, |l| sorted(l, order, descending));
-                        (
-                            Vals::F(p.iter().map(|x| x.0).collect()),
-                            p.iter().map(|x| x.1).collect::<Vec<_>>(),
-                        )
-                    }
-                    Vals::I(v) => {
-                        let p = per_lane(&v, &x.shape, d, |l| {
-                            sorted(l, |a: i64, b: i64| a.cmp(&b), descending)
-                        });
-                        (
-                            Vals::I(p.iter().map(|x| x.0).collect()),
-                            p.iter().map(|x| x.1).collect(),
-                        )
-                    }
-                };
-                map(OP, "valuesOut", &vo)?.write(vals)?;
-                map(OP, "indicesOut", &io)?.write(Vals::I(idx))
+            Arc::new(move || match Domain::of(&[x.dtype]) {
+                Domain::F32 => sort_run::<f32>(&x, d, descending, &vo, &io),
+                Domain::F64 => sort_run::<f64>(&x, d, descending, &vo, &io),
+                Domain::Int => sort_run::<i128>(&x, d, descending, &vo, &io),
             }) as Kernel,
         ))
     })
+}
+
+/// Sorts each lane stably; the lane is the one host copy the kernel holds.
+fn sort_run<T: Elem>(
+    x: &TensorDesc,
+    d: usize,
+    descending: bool,
+    values: &TensorDesc,
+    indices: &TensorDesc,
+) -> Result<(), Fault> {
+    const OP: &str = "aclnnSort";
+    let (mv, mi) = (
+        map(OP, "valuesOut", values)?,
+        map(OP, "indicesOut", indices)?,
+    );
+    let mut mx = map(OP, "self", x)?;
+    mx.detach_from(&mv, false);
+    mx.detach_from(&mi, false);
+    let (get, set_v, set_i) = (mx.getter::<T>(), mv.setter::<T>(), mi.setter::<i128>());
+    let marked = along(x.shape.len(), d);
+    let lanes = lanes(x, &marked)
+        .zip(lanes(values, &marked))
+        .zip(lanes(indices, &marked));
+    let mut lane: Vec<(T, i128)> = Vec::new();
+    for ((lx, lv), li) in lanes {
+        lane.clear();
+        lane.extend(lx.enumerate().map(|(k, i)| (get(i), k as i128)));
+        lane.sort_by(|a, b| {
+            let c = order(a.0, b.0);
+            if descending {
+                c.reverse()
+            } else {
+                c
+            }
+        });
+        for ((&(v, k), o), p) in lane.iter().zip(lv).zip(li) {
+            set_v(o, v);
+            set_i(p, k);
+        }
+    }
+    Ok(())
 }
 
 phase2_entry_points!(

@@ -17,8 +17,9 @@
 use super::fault::{fault, Fault};
 use super::meta::Kernel;
 use super::meta::{tensor_arg, TensorDesc};
+use super::numerics::Elem;
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::view::{map, Vals};
+use super::view::{map, Mapped, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::status::*;
 use ascend_acl::types::*;
@@ -64,26 +65,30 @@ fn output(
     dense(op, name, t)
 }
 
-/// Rows of a `[rows, h]` value block picked by `from` (`None` gives a zero row).
-fn pick_rows(src: &Vals, h: usize, from: &[Option<usize>]) -> Vals {
-    match src {
-        Vals::F(v) => Vals::F(
-            from.iter()
-                .flat_map(|r| match r {
-                    Some(r) => v[r * h..(r + 1) * h].to_vec(),
-                    None => vec![0.0; h],
-                })
-                .collect(),
-        ),
-        Vals::I(v) => Vals::I(
-            from.iter()
-                .flat_map(|r| match r {
-                    Some(r) => v[r * h..(r + 1) * h].to_vec(),
-                    None => vec![0; h],
-                })
-                .collect(),
-        ),
+/// Writes rows of the 2-D `src` into the dense `[from.len(), h]` `dst`, row `r` of `dst` from
+/// row `from[r]` of `src` (`None` gives a zero row); elements are copied as they are.
+fn pick_rows(src: &Mapped, dst: &Mapped, from: &[Option<usize>]) {
+    let (s, d) = (&src.desc, &dst.desc);
+    let h = s.shape[1];
+    let zero = [0u8; 8];
+    for (r, f) in from.iter().enumerate() {
+        for j in 0..h {
+            let to = d.offset + r * h + j;
+            match f {
+                Some(row) => {
+                    dst.copy_from(to, src, s.offset + row * s.strides[0] + j * s.strides[1])
+                }
+                None => dst.put_bytes(to, &zero),
+            }
+        }
     }
+}
+
+/// The elements of a small operand (indices, probabilities), read whole in `T`.
+fn read_all<T: Elem>(op: &str, name: &str, t: &TensorDesc) -> Result<Vec<T>, Fault> {
+    let m = map(op, name, t)?;
+    let get = m.getter::<T>();
+    Ok(Walk::of(t).map(get).collect())
 }
 
 /// How InitRoutingV2 lays out its expanded tokens.
@@ -110,9 +115,10 @@ struct InitRouting {
 
 impl InitRouting {
     fn run(&self, op: &str) -> Result<(), Fault> {
-        let ids = map(op, "expertIdx", &self.expert_idx)?
-            .read(None)?
-            .into_i64();
+        let ids: Vec<i64> = read_all::<i128>(op, "expertIdx", &self.expert_idx)?
+            .into_iter()
+            .map(|v| v as i64)
+            .collect();
         // Expert ids index the per-expert counts and slots whenever those are produced.
         let bounded = self.counts.is_some() || matches!(self.layout, Layout::Capacity { .. });
         for (slot, &id) in ids.iter().enumerate() {
@@ -136,8 +142,6 @@ impl InitRouting {
                 histogram[id as usize] += 1;
             }
         }
-        let h = self.x.shape[1];
-        let tokens = map(op, "x", &self.x)?.read(None)?;
         let mut row_idx = vec![-1i64; ids.len()];
         let picked: Vec<Option<usize>> = match self.layout {
             Layout::Dropless { rows } => {
@@ -167,8 +171,11 @@ impl InitRouting {
                 picked
             }
         };
-        map(op, "expandedXOut", &self.expanded_x)?.write(pick_rows(&tokens, h, &picked))?;
-        map(op, "expandedRowIdxOut", &self.expanded_row_idx)?.write(Vals::I(row_idx))?;
+        let dst = map(op, "expandedXOut", &self.expanded_x)?;
+        let mut tokens = map(op, "x", &self.x)?;
+        tokens.detach_from(&dst, false);
+        pick_rows(&tokens, &dst, &picked);
+        write_all(op, "expandedRowIdxOut", &self.expanded_row_idx, row_idx)?;
         if let Some((out, cumsum)) = &self.counts {
             let values = if *cumsum {
                 histogram
@@ -181,10 +188,18 @@ impl InitRouting {
             } else {
                 histogram
             };
-            map(op, "expert token counts", out)?.write(Vals::I(values))?;
+            write_all(op, "expert token counts", out, values)?;
         }
         Ok(())
     }
+}
+
+/// Writes integers (row-major) to a small output.
+fn write_all(op: &str, name: &str, t: &TensorDesc, values: Vec<i64>) -> Result<(), Fault> {
+    let m = map(op, name, t)?;
+    let set = m.setter::<i128>();
+    Walk::of(t).zip(values).for_each(|(o, v)| set(o, v as i128));
+    Ok(())
 }
 
 /// An optional output: `None` when the pointer is NULL.
@@ -413,31 +428,22 @@ pub unsafe extern "C" fn aclnnMoeTokenUnpermuteGetWorkspaceSize(
         Ok((
             SCRATCH_WORKSPACE,
             Arc::new(move || {
-                let values: Vec<f32> = map(OP, "permutedTokens", &tokens)?
-                    .read(None)?
-                    .into_f64()
-                    .into_iter()
-                    .map(|v| v as f32)
-                    .collect();
-                let rows_of = map(OP, "sortedIndices", &indices)?.read(None)?.into_i64();
-                let weights: Option<Vec<f32>> = probs
+                let mo = map(OP, "out", &out)?;
+                let mut mt = map(OP, "permutedTokens", &tokens)?;
+                mt.detach_from(&mo, false);
+                let value = mt.getter::<f32>();
+                let (t0, ts) = (tokens.offset, &tokens.strides);
+                let rows_of = read_all::<i128>(OP, "sortedIndices", &indices)?;
+                let weights = probs
                     .as_ref()
-                    .map(|p| {
-                        Ok::<_, Fault>(
-                            map(OP, "probsOptional", p)?
-                                .read(None)?
-                                .into_f64()
-                                .into_iter()
-                                .map(|v| v as f32)
-                                .collect(),
-                        )
-                    })
+                    .map(|p| read_all::<f32>(OP, "probsOptional", p))
                     .transpose()?;
                 // Per token, in f32 as the vector unit does: the first kept slot's row times
                 // its probability, plus each further one; slots whose row lies past
                 // permutedTokens (dropped) or whose probability is 0 are skipped.
                 let mut acc = vec![0f32; count * h];
                 for (slot, &row) in rows_of.iter().enumerate() {
+                    let row = row as i64;
                     if row < 0 {
                         return Err(fault(
                             ACL_ERROR_RT_AICORE_EXCEPTION,
@@ -449,14 +455,13 @@ pub unsafe extern "C" fn aclnnMoeTokenUnpermuteGetWorkspaceSize(
                         continue;
                     }
                     let (row, t) = (row as usize, slot / top_k);
-                    for (a, &v) in acc[t * h..(t + 1) * h]
-                        .iter_mut()
-                        .zip(&values[row * h..(row + 1) * h])
-                    {
-                        *a += v * p;
+                    for (j, a) in acc[t * h..(t + 1) * h].iter_mut().enumerate() {
+                        *a += value(t0 + row * ts[0] + j * ts[1]) * p;
                     }
                 }
-                map(OP, "out", &out)?.write(Vals::F(acc.into_iter().map(f64::from).collect()))
+                let set = mo.setter::<f32>();
+                Walk::of(&out).zip(acc).for_each(|(o, v)| set(o, v));
+                Ok(())
             }) as Kernel,
         ))
     })

@@ -1,84 +1,52 @@
 //! How emulated kernels touch device memory: a descriptor is mapped to its allocation when the
-//! kernel runs (so stale, freed or out-of-range views fault there, as on hardware), then read
-//! into a host vector (floats widened to f64, integers and bools to i64) or written back with
-//! the element type's own rounding and wrapping.
+//! kernel runs (so stale, freed or out-of-range views fault there, as on hardware); kernels then
+//! walk the view's elements in row-major order ([`Walk`]) and read or write them one at a time,
+//! converted to and from their compute type (`numerics`). No kernel holds a host copy of a whole
+//! tensor, except where the op itself needs one (a sort lane, the cube operands as f32) or an
+//! output overlaps an input ([`Mapped::detach_from`]).
 
 use std::sync::Arc;
-
-use half::{bf16, f16};
 
 use super::fault::{fault, Fault};
 use super::machine::machine;
 use super::memory::Block;
-use super::meta::TensorDesc;
+use super::meta::{TensorDesc, MAX_RANK};
+use super::numerics::Elem;
 use ascend_acl::dtype::DataType;
 pub(crate) use ascend_acl::shape::broadcast_dims as broadcast_shape;
 use ascend_acl::types::status::*;
-
-/// Element values of a view, in row-major order of its shape.
-#[derive(Debug, Clone)]
-pub(crate) enum Vals {
-    F(Vec<f64>),
-    I(Vec<i64>),
-}
-
-impl Vals {
-    pub fn len(&self) -> usize {
-        match self {
-            Vals::F(v) => v.len(),
-            Vals::I(v) => v.len(),
-        }
-    }
-
-    pub fn into_f64(self) -> Vec<f64> {
-        match self {
-            Vals::F(v) => v,
-            Vals::I(v) => v.into_iter().map(|x| x as f64).collect(),
-        }
-    }
-
-    pub fn into_i64(self) -> Vec<i64> {
-        match self {
-            Vals::I(v) => v,
-            Vals::F(v) => v.into_iter().map(float_to_int).collect(),
-        }
-    }
-}
-
-/// Float to integer as aclnnCast does it: toward zero, saturating, NaN to 0.
-pub(crate) fn float_to_int(x: f64) -> i64 {
-    x as i64
-}
-
-/// Rounds `v` to the precision of a float type (identity for integer types).
-pub(crate) fn round_to(dtype: DataType, v: f64) -> f64 {
-    match dtype {
-        DataType::F32 => v as f32 as f64,
-        DataType::F16 => f16::from_f64(v).to_f64(),
-        DataType::BF16 => bf16::from_f64(v).to_f64(),
-        _ => v,
-    }
-}
+use half::{bf16, f16};
 
 /// A descriptor whose storage has been located in emulated HBM.
 pub(crate) struct Mapped {
-    /// `None` for an empty view, which touches no memory.
+    /// The allocation; `None` for an empty view or a detached copy.
     block: Option<Arc<Block>>,
-    start: usize,
+    /// A private copy of the view's elements (see [`Mapped::detach_from`]), kept alive here.
+    _copy: Vec<u64>,
+    /// Host address of storage element 0 (only elements in `lo..hi` are ever touched).
+    base: *mut u8,
+    lo: usize,
+    hi: usize,
+    /// Bytes per element.
+    es: usize,
     pub desc: TensorDesc,
 }
 
 /// Maps a view for a kernel of `op`; faults name the op and the argument.
 pub(crate) fn map(op: &str, name: &str, desc: &TensorDesc) -> Result<Mapped, Fault> {
     let es = desc.dtype.size();
-    let bytes = desc.extent() * es;
     if desc.numel() == 0 {
         return Ok(Mapped {
             block: None,
-            start: 0,
+            _copy: Vec::new(),
+            base: std::ptr::null_mut(),
+            lo: 0,
+            hi: 0,
+            es,
             desc: desc.clone(),
         });
     }
+    let extent = desc.extent();
     let addr = desc.device_addr();
     let npu = machine().npu_of(addr).ok_or_else(|| {
         fault(
@@ -86,60 +54,265 @@ pub(crate) fn map(op: &str, name: &str, desc: &TensorDesc) -> Result<Mapped, Fau
             format!("{op}: {name} points at 0x{addr:x}, which is not device memory"),
         )
     })?;
-    let (block, start) = npu.memory.resolve(addr, bytes).map_err(|f| Fault {
+    let (block, start) = npu.memory.resolve(addr, extent * es).map_err(|f| Fault {
         code: f.code,
         message: format!("{op}: {name} {}: {}", desc.describe(), f.message),
     })?;
     Ok(Mapped {
+        base: block.host_ptr(start),
         block: Some(block),
-        start,
+        _copy: Vec::new(),
+        lo: desc.offset,
+        hi: extent,
+        es,
         desc: desc.clone(),
     })
 }
 
-/// Element offsets of a (shape, strides, offset) view in row-major order.
-pub(crate) fn offsets(shape: &[usize], strides: &[usize], offset: usize) -> Vec<usize> {
-    let mut out = Vec::with_capacity(shape.iter().product());
-    for_offsets(shape, strides, offset, |o| out.push(o));
-    out
+impl Mapped {
+    /// Host address of the element at storage offset `o`; offsets outside the view's range are
+    /// an emulator bug, caught here rather than touching other memory.
+    #[inline(always)]
+    fn at(&self, o: usize) -> *mut u8 {
+        if o < self.lo || o >= self.hi {
+            self.out_of_range(o);
+        }
+        self.base.wrapping_add(o * self.es)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn out_of_range(&self, o: usize) -> ! {
+        panic!(
+            "element {o} is outside the mapped range {}..{} of {}",
+            self.lo,
+            self.hi,
+            self.desc.describe()
+        )
+    }
+
+    /// Reads elements by storage offset, converted to `T`.
+    #[inline]
+    pub fn getter<T: Elem>(&self) -> impl Fn(usize) -> T + '_ {
+        let load = T::loader(self.desc.dtype);
+        // SAFETY: `at` keeps every address inside the mapped view, whose range `map` checked.
+        move |o| unsafe { load(self.at(o)) }
+    }
+
+    /// Writes elements by storage offset, converted from `T` with the dtype's rounding or
+    /// wrapping.
+    pub fn setter<T: Elem>(&self) -> impl Fn(usize, T) + '_ {
+        let store = T::storer(self.desc.dtype);
+        // SAFETY: as in `getter`.
+        move |o, v| unsafe { store(self.at(o), v) }
+    }
+
+    /// Copies the element at storage offset `from` of `src` (same dtype) to offset `to`.
+    pub fn copy_from(&self, to: usize, src: &Mapped, from: usize) {
+        let es = self.desc.dtype.size();
+        debug_assert_eq!(es, src.desc.dtype.size());
+        // SAFETY: both addresses lie inside their mapped views (`at`); `copy` allows overlap.
+        unsafe { std::ptr::copy(src.at(from), self.at(to), es) }
+    }
+
+    /// Writes one element's raw bytes (`numerics::element`, the first `dtype.size()` of them).
+    pub fn put_bytes(&self, o: usize, bytes: &[u8; 8]) {
+        // SAFETY: as in `copy_from`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.at(o), self.desc.dtype.size())
+        };
+    }
+
+    /// Writes one element's raw bytes to every element of the view: block moves of doubling
+    /// size when the view is dense, else element by element.
+    pub fn fill_bytes(&self, bytes: &[u8; 8]) {
+        let walk = Walk::of(&self.desc);
+        let Some((first, n)) = walk.dense_run() else {
+            walk.for_each(|o| self.put_bytes(o, bytes));
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        let es = self.desc.dtype.size();
+        let (start, _) = (self.at(first), self.at(first + n - 1));
+        self.put_bytes(first, bytes);
+        let (mut done, total) = (es, n * es);
+        while done < total {
+            let step = done.min(total - done);
+            // SAFETY: `start..start + total` is the dense run, inside the mapped view (both
+            // ends checked above); the source and destination halves do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(start, start.add(done), step) };
+            done += step;
+        }
+    }
+
+    /// Whether this view's storage range shares bytes with `other`'s.
+    fn overlaps(&self, other: &Mapped) -> bool {
+        let (Some(a), Some(b)) = (&self.block, &other.block) else {
+            return false;
+        };
+        if !Arc::ptr_eq(a, b) {
+            return false;
+        }
+        let range = |m: &Mapped| {
+            let es = m.desc.dtype.size();
+            let start = m.base as usize + m.lo * es;
+            (start, m.base as usize + m.hi * es)
+        };
+        let ((a0, a1), (b0, b1)) = (range(self), range(other));
+        a0 < b1 && b0 < a1
+    }
+
+    /// Makes this input independent of an output it overlaps: a kernel that streams (reading a
+    /// chunk, writing a chunk) must not see its own writes, which a whole-tensor device kernel
+    /// with input and output in one buffer would not either. With `in_step`, an input read at
+    /// exactly the element the kernel then writes (an in-place elementwise op) is left as is.
+    /// The copy holds the view's range only; it is the one case where a kernel's host memory
+    /// grows with an operand (at most the input's own bytes).
+    pub fn detach_from(&mut self, out: &Mapped, in_step: bool) {
+        if !self.overlaps(out) {
+            return;
+        }
+        let same_walk = self.base == out.base
+            && self.desc.dtype == out.desc.dtype
+            && self.desc.offset == out.desc.offset
+            && self.desc.strides == out.desc.strides
+            && self.desc.shape == out.desc.shape;
+        if in_step && same_walk {
+            return;
+        }
+        let es = self.desc.dtype.size();
+        let bytes = (self.hi - self.lo) * es;
+        let mut copy = vec![0u64; bytes.div_ceil(8)];
+        // SAFETY: the source range lies inside the mapped view; the copy is large enough.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.base.wrapping_add(self.lo * es),
+                copy.as_mut_ptr() as *mut u8,
+                bytes,
+            )
+        };
+        self.base = (copy.as_mut_ptr() as *mut u8).wrapping_sub(self.lo * es);
+        self.block = None;
+        self._copy = copy;
+    }
 }
 
-/// Calls `f` with each element offset of a view in row-major order, without holding an index
-/// per element (kernels stream over views of any size).
-pub(crate) fn for_offsets(
-    shape: &[usize],
-    strides: &[usize],
-    offset: usize,
-    mut f: impl FnMut(usize),
-) {
-    let n: usize = shape.iter().product();
-    if n == 0 {
-        return;
-    }
-    let rank = shape.len();
-    if rank == 0 || ascend_acl::shape::is_contiguous(shape, strides) {
-        (offset..offset + n).for_each(f);
-        return;
-    }
-    let (inner, inner_stride) = (shape[rank - 1], strides[rank - 1]);
-    let mut idx = vec![0usize; rank];
-    let mut base = offset;
-    loop {
-        (0..inner).for_each(|i| f(base + i * inner_stride));
-        let mut d = rank - 1;
-        loop {
-            if d == 0 {
-                return;
+/// Storage offsets of a view's elements, in row-major order of a shape (the view's own or one
+/// it broadcasts to). Strides may be negative (flip); dims are merged where the strides allow,
+/// so a dense view is walked as one run. Holds no heap memory (ranks are at most
+/// [`MAX_RANK`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Walk {
+    rank: usize,
+    shape: [usize; MAX_RANK],
+    strides: [isize; MAX_RANK],
+    idx: [usize; MAX_RANK],
+    at: isize,
+    left: usize,
+}
+
+impl Walk {
+    pub fn new(shape: &[usize], strides: &[isize], offset: usize) -> Walk {
+        let mut w = Walk {
+            rank: 0,
+            shape: [0; MAX_RANK],
+            strides: [0; MAX_RANK],
+            idx: [0; MAX_RANK],
+            at: offset as isize,
+            left: shape.iter().product(),
+        };
+        for (&n, &k) in shape.iter().zip(strides) {
+            if n == 1 {
+                continue;
             }
-            d -= 1;
-            idx[d] += 1;
-            base += strides[d];
-            if idx[d] < shape[d] {
-                break;
+            if w.rank > 0 && w.strides[w.rank - 1] == k * n as isize {
+                w.shape[w.rank - 1] *= n;
+                w.strides[w.rank - 1] = k;
+            } else {
+                assert!(
+                    w.rank < MAX_RANK,
+                    "a view of rank {} is walked",
+                    shape.len()
+                );
+                w.shape[w.rank] = n;
+                w.strides[w.rank] = k;
+                w.rank += 1;
             }
-            base -= strides[d] * shape[d];
-            idx[d] = 0;
         }
+        w
+    }
+
+    /// The view's elements in its own shape.
+    pub fn of(desc: &TensorDesc) -> Walk {
+        let mut strides = [0isize; MAX_RANK];
+        for (s, &d) in strides.iter_mut().zip(&desc.strides) {
+            *s = d as isize;
+        }
+        Walk::new(&desc.shape, &strides[..desc.strides.len()], desc.offset)
+    }
+
+    /// The remaining elements as one dense run `(first offset, count)`, if they form one.
+    pub fn dense_run(&self) -> Option<(usize, usize)> {
+        let dense = self.rank == 0 || (self.rank == 1 && self.strides[0] == 1);
+        dense.then_some((self.at as usize, self.left))
+    }
+
+    /// Skips `n` elements of a walk whose remaining elements form a dense run.
+    fn skip_dense(&mut self, n: usize) {
+        debug_assert!(self.dense_run().is_some() && n <= self.left);
+        if self.rank == 1 {
+            self.idx[0] += n;
+        }
+        self.at += n as isize;
+        self.left -= n;
+    }
+
+    /// The view read broadcast to `target` (stride 0 along broadcast dims).
+    pub fn broadcast(desc: &TensorDesc, target: &[usize]) -> Result<Walk, Fault> {
+        let strides = broadcast_strides(&desc.shape, &desc.strides, target).ok_or_else(|| {
+            fault(
+                ACLNN_ERR_PARAM_INVALID,
+                format!("shape {:?} does not broadcast to {target:?}", desc.shape),
+            )
+        })?;
+        let mut signed = [0isize; MAX_RANK];
+        for (s, &d) in signed.iter_mut().zip(&strides) {
+            *s = d as isize;
+        }
+        Ok(Walk::new(target, &signed[..strides.len()], desc.offset))
+    }
+}
+
+impl Iterator for Walk {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.left == 0 {
+            return None;
+        }
+        let current = self.at as usize;
+        self.left -= 1;
+        if self.left > 0 {
+            let mut d = self.rank;
+            loop {
+                d -= 1;
+                self.idx[d] += 1;
+                self.at += self.strides[d];
+                if self.idx[d] < self.shape[d] {
+                    break;
+                }
+                self.at -= self.strides[d] * self.shape[d] as isize;
+                self.idx[d] = 0;
+            }
+        }
+        Some(current)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
     }
 }
 
@@ -167,157 +340,82 @@ pub(crate) fn broadcast_strides(
     Some(out)
 }
 
-macro_rules! load {
-    ($ptr:expr, $t:ty) => {
-        ($ptr as *const $t).read_unaligned()
-    };
-}
-
-impl Mapped {
-    fn ptr(&self, elem: usize) -> *mut u8 {
-        let block = self.block.as_ref().expect("an empty view has no elements");
-        block.host_ptr(self.start + elem * self.desc.dtype.size())
+/// Reads the next `len` elements of `walk` into `buf` (cleared first) as f32, exact for F32,
+/// F16 and BF16; dense runs of those dtypes are converted without per-element dispatch.
+pub(crate) fn take_f32(buf: &mut Vec<f32>, m: &Mapped, walk: &mut Walk, len: usize) {
+    buf.clear();
+    if len == 0 {
+        return;
     }
-
-    /// The elements of a (shape, strides) view of this allocation, each through `load`.
-    fn gather<T>(
-        &self,
-        shape: &[usize],
-        strides: &[usize],
-        load: impl Fn(*const u8) -> T,
-    ) -> Vec<T> {
-        let mut out = Vec::with_capacity(shape.iter().product());
-        for_offsets(shape, strides, self.desc.offset, |o| {
-            out.push(load(self.ptr(o)))
-        });
-        out
-    }
-
-    /// Reads the view broadcast to `target` (its own shape if `None`).
-    pub fn read(&self, target: Option<&[usize]>) -> Result<Vals, Fault> {
-        let d = &self.desc;
-        let (shape, strides) = match target {
-            None => (d.shape.clone(), d.strides.clone()),
-            Some(t) => {
-                let s = broadcast_strides(&d.shape, &d.strides, t).ok_or_else(|| {
-                    fault(
-                        ACLNN_ERR_PARAM_INVALID,
-                        format!("shape {:?} does not broadcast to {t:?}", d.shape),
-                    )
-                })?;
-                (t.to_vec(), s)
+    if let Some((first, _)) = walk.dense_run() {
+        let (p, _) = (m.at(first), m.at(first + len - 1));
+        // SAFETY: the `len` elements from `p` lie inside the mapped view (both ends checked);
+        // reads are unaligned-safe.
+        let done = unsafe {
+            match m.desc.dtype {
+                DataType::F32 => {
+                    buf.extend((0..len).map(|i| (p as *const f32).add(i).read_unaligned()));
+                    true
+                }
+                DataType::F16 => {
+                    let p = p as *const u16;
+                    buf.extend(
+                        (0..len).map(|i| f16::from_bits(p.add(i).read_unaligned()).to_f32()),
+                    );
+                    true
+                }
+                DataType::BF16 => {
+                    let p = p as *const u16;
+                    buf.extend(
+                        (0..len).map(|i| bf16::from_bits(p.add(i).read_unaligned()).to_f32()),
+                    );
+                    true
+                }
+                _ => false,
             }
         };
-        // SAFETY: `map` checked that every offset of the view lies inside the allocation.
-        Ok(match d.dtype {
-            DataType::F64 => Vals::F(self.gather(&shape, &strides, |p| unsafe { load!(p, f64) })),
-            DataType::F32 => {
-                Vals::F(self.gather(&shape, &strides, |p| unsafe { load!(p, f32) } as f64))
-            }
-            DataType::F16 => Vals::F(self.gather(&shape, &strides, |p| {
-                f16::from_bits(unsafe { load!(p, u16) }).to_f64()
-            })),
-            DataType::BF16 => Vals::F(self.gather(&shape, &strides, |p| {
-                bf16::from_bits(unsafe { load!(p, u16) }).to_f64()
-            })),
-            DataType::I64 | DataType::U64 => {
-                Vals::I(self.gather(&shape, &strides, |p| unsafe { load!(p, i64) }))
-            }
-            DataType::I32 => {
-                Vals::I(self.gather(&shape, &strides, |p| unsafe { load!(p, i32) } as i64))
-            }
-            DataType::I16 => {
-                Vals::I(self.gather(&shape, &strides, |p| unsafe { load!(p, i16) } as i64))
-            }
-            DataType::I8 => {
-                Vals::I(self.gather(&shape, &strides, |p| unsafe { load!(p, i8) } as i64))
-            }
-            DataType::U32 => {
-                Vals::I(self.gather(&shape, &strides, |p| unsafe { load!(p, u32) } as i64))
-            }
-            DataType::U16 => {
-                Vals::I(self.gather(&shape, &strides, |p| unsafe { load!(p, u16) } as i64))
-            }
-            DataType::U8 => Vals::I(self.gather(&shape, &strides, |p| unsafe { *p } as i64)),
-            DataType::Bool => {
-                Vals::I(self.gather(&shape, &strides, |p| (unsafe { *p } != 0) as i64))
-            }
-        })
-    }
-
-    /// Writes `vals` (row-major over the view's shape), converting to the view's type.
-    pub fn write(&self, vals: Vals) -> Result<(), Fault> {
-        let d = &self.desc;
-        assert_eq!(
-            d.numel(),
-            vals.len(),
-            "kernel produced the wrong element count"
-        );
-        macro_rules! store {
-            ($conv:expr, $t:ty) => {
-                match vals {
-                    Vals::F(v) => {
-                        let mut v = v.into_iter();
-                        for_offsets(&d.shape, &d.strides, d.offset, |o| {
-                            let x = v.next().expect("counted");
-                            (self.ptr(o) as *mut $t).write_unaligned($conv(Num::F(x)));
-                        });
-                    }
-                    Vals::I(v) => {
-                        let mut v = v.into_iter();
-                        for_offsets(&d.shape, &d.strides, d.offset, |o| {
-                            let x = v.next().expect("counted");
-                            (self.ptr(o) as *mut $t).write_unaligned($conv(Num::I(x)));
-                        });
-                    }
-                }
-            };
+        if done {
+            walk.skip_dense(len);
+            return;
         }
-        // SAFETY: `map` checked the view's range.
-        unsafe {
-            match d.dtype {
-                DataType::F64 => store!(|n: Num| n.f(), f64),
-                DataType::F32 => store!(|n: Num| n.f() as f32, f32),
-                DataType::F16 => store!(|n: Num| f16::from_f64(n.f()).to_bits(), u16),
-                DataType::BF16 => store!(|n: Num| bf16::from_f64(n.f()).to_bits(), u16),
-                DataType::I64 | DataType::U64 => store!(|n: Num| n.i(), i64),
-                DataType::I32 => store!(|n: Num| n.i() as i32, i32),
-                DataType::I16 => store!(|n: Num| n.i() as i16, i16),
-                DataType::I8 => store!(|n: Num| n.i() as i8, i8),
-                DataType::U32 => store!(|n: Num| n.i() as u32, u32),
-                DataType::U16 => store!(|n: Num| n.i() as u16, u16),
-                DataType::U8 => store!(|n: Num| n.i() as u8, u8),
-                DataType::Bool => store!(|n: Num| n.truthy() as u8, u8),
-            }
-        }
-        Ok(())
     }
+    let get = m.getter::<f32>();
+    buf.extend(walk.by_ref().take(len).map(get));
 }
 
-/// One element on its way to memory.
-#[derive(Clone, Copy)]
-enum Num {
-    F(f64),
-    I(i64),
+/// Where the elements of `m`, walked by `walk`, are one dense run stored as `T` itself (F32 for
+/// f32, F64 for f64): a pointer to the first of them, for kernels' fast paths.
+pub(crate) fn native_run<T: Elem>(m: &Mapped, walk: &Walk) -> Option<*mut T> {
+    let (first, n) = walk.dense_run()?;
+    if !T::is_native(m.desc.dtype) {
+        return None;
+    }
+    if n == 0 {
+        return Some(std::ptr::null_mut());
+    }
+    let (p, _) = (m.at(first), m.at(first + n - 1));
+    Some(p as *mut T)
 }
 
-impl Num {
-    fn f(self) -> f64 {
-        match self {
-            Num::F(x) => x,
-            Num::I(x) => x as f64,
+/// Copies every element of `src` (read broadcast to `dst`'s shape, same dtype) into `dst`:
+/// one block move when both are dense, else element by element.
+pub(crate) fn copy_elements(src: &Mapped, dst: &Mapped) -> Result<(), Fault> {
+    let from = Walk::broadcast(&src.desc, &dst.desc.shape)?;
+    let to = Walk::of(&dst.desc);
+    if let (Some((f, n)), Some((t, _))) = (from.dense_run(), to.dense_run()) {
+        if n > 0 {
+            let es = dst.desc.dtype.size();
+            // Bounds: the first and last elements of both runs lie in their mapped views.
+            let (s0, d0) = (src.at(f), dst.at(t));
+            let _ = (src.at(f + n - 1), dst.at(t + n - 1));
+            // SAFETY: both ranges lie inside their mapped views (checked above); `copy`
+            // allows overlap.
+            unsafe { std::ptr::copy(s0, d0, n * es) };
         }
+        return Ok(());
     }
-    fn i(self) -> i64 {
-        match self {
-            Num::F(x) => float_to_int(x),
-            Num::I(x) => x,
-        }
+    for (f, t) in from.zip(to) {
+        dst.copy_from(t, src, f);
     }
-    fn truthy(self) -> bool {
-        match self {
-            Num::F(x) => x != 0.0,
-            Num::I(x) => x != 0,
-        }
-    }
+    Ok(())
 }

@@ -578,10 +578,14 @@ impl<X: Outputs, Y: Outputs, Z: Outputs> Outputs for (X, Y, Z) {
 /// An entry's body, instantiated for one backend.
 pub type Body<B> = fn(&Case<B>) -> Vec<TensorData>;
 
-/// Table entries the backend under test computes differently from the reference, by design
-/// or upstream, with the reason. `Ascend` has none; a test binary for another backend under
-/// test shadows this list.
-pub const KNOWN_DEVIATIONS: &[(&str, &str)] = &[];
+/// A table entry the backend under test computes differently from the reference, by design or
+/// upstream: its name, the reason, and the symptom (a piece of the failure's message), so that
+/// any other failure of the entry is still a failure.
+pub type Deviation = (&'static str, &'static str, &'static str);
+
+/// The known deviations of the backend under test. `Ascend` has none; a test binary for
+/// another backend under test shadows this list.
+pub const KNOWN_DEVIATIONS: &[Deviation] = &[];
 
 /// Runs an entry on every dtype in `dtypes` and every layout of `arity`, on Ascend and on the
 /// reference, and compares every output within `tolerance`.
@@ -596,18 +600,27 @@ pub fn run<A: Backend<Device = AscendDevice>>(
     tolerance: Tolerance,
     ascend: Body<A>,
     reference: Body<Flex>,
-    known_deviations: &[(&str, &str)],
+    known_deviations: &[Deviation],
 ) {
-    if let Some((_, why)) = known_deviations.iter().find(|(n, _)| *n == name) {
-        // The deviation must still show: when it no longer does, the entry leaves the list.
-        let matched = catch_unwind(AssertUnwindSafe(|| {
+    if let Some((_, why, symptom)) = known_deviations.iter().find(|(n, _, _)| *n == name) {
+        // The deviation must still show, as itself: when it no longer does, the entry leaves
+        // the list; any other failure fails the test.
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
             run(name, dtypes, arity, tolerance, ascend, reference, &[])
-        }))
-        .is_ok();
-        assert!(
-            !matched,
-            "{name} now matches the reference: remove it from KNOWN_DEVIATIONS ({why})"
-        );
+        }));
+        match outcome {
+            Ok(()) => {
+                panic!("{name} now matches the reference: remove it from KNOWN_DEVIATIONS ({why})")
+            }
+            Err(e) => {
+                let text = message(e.as_ref());
+                assert!(
+                    text.contains(symptom),
+                    "{name}: the known deviation ({why}) shows as {symptom:?}, but the entry \
+                     failed otherwise: {text}"
+                );
+            }
+        }
         return;
     }
     let self_check = std::env::var_os("CONFORMANCE_SELF_CHECK").is_some_and(|v| v == "1");

@@ -83,16 +83,16 @@ fn conv_grad(
     grads.into_iter().nth(index).flatten().expect("requested")
 }
 
-/// The input gradient of a transposed convolution: the plain convolution of `grad` by
-/// `weight` with the same geometry.
+/// The input gradient of a transposed convolution.
 fn transpose_input_grad(
     weight: AscendTensor,
     grad: AscendTensor,
-    mut params: ConvParams,
+    params: ConvParams,
 ) -> AscendTensor {
-    params.transposed = false;
-    params.output_padding.iter_mut().for_each(|p| *p = 0);
-    convolve(grad, weight, None, params)
+    run(
+        "transposed convolution input gradient",
+        conv::transposed_input_grad(&weight, &grad, &params),
+    )
 }
 
 fn pool2d(

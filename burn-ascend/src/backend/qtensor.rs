@@ -10,14 +10,16 @@ use crate::ops::quant::Granularity;
 use super::*;
 
 /// A quantized tensor: I8 values and F32 scales (one per tensor, or one per block of
-/// consecutive row-major elements) as device tensors, and the quantization scheme.
+/// consecutive row-major elements) as device tensors, and the quantization scheme. The values
+/// are unpacked on the device whatever the scheme's store; the scheme keeps the store the data
+/// came with, so that reading it back gives the same scheme.
 #[derive(Clone, Debug)]
 pub struct AscendQTensor {
     /// The quantized values (I8, unpacked).
     pub values: AscendTensor,
     /// The scales (F32, `[1]` per tensor or `[blocks]` per block).
     pub scales: AscendTensor,
-    /// How the values were quantized.
+    /// How the values were quantized (and how the host stores them).
     pub scheme: QuantScheme,
 }
 

@@ -33,9 +33,34 @@ fn value_range(scheme: &QuantScheme) -> (f64, f64) {
     }
 }
 
-/// The scheme of a tensor whose values are stored unpacked, one I8 each.
-fn native(scheme: &QuantScheme) -> QuantScheme {
-    scheme.with_store(QuantStore::Native)
+/// The values of `data` in the byte layout of `scheme`'s store: native I8, or packed into
+/// little-endian u32 words (innermost dim, as Burn packs), followed by the f32 scales.
+fn stored(values: Vec<i8>, shape: Vec<usize>, scheme: QuantScheme, scales: &[f32]) -> TensorData {
+    let sub_byte = matches!(
+        scheme.value,
+        QuantValue::Q4F | QuantValue::Q4S | QuantValue::Q2F | QuantValue::Q2S
+    );
+    match scheme.store {
+        QuantStore::PackedU32(_) if sub_byte => {
+            let bits = scheme.value.size_bits();
+            let per_word = 32 / bits;
+            let mask = (1u32 << bits) - 1;
+            let mut bytes: Vec<u8> = values
+                .chunks(per_word)
+                .map(|chunk| {
+                    chunk
+                        .iter()
+                        .enumerate()
+                        .fold(0u32, |w, (i, &v)| w | ((v as u32 & mask) << (i * bits)))
+                })
+                .flat_map(u32::to_le_bytes)
+                .collect();
+            bytes.extend(scales.iter().flat_map(|s| s.to_le_bytes()));
+            TensorData::from_bytes_vec(bytes, shape, DType::QFloat(scheme))
+        }
+        // 8-bit values take the same bytes packed four to a word as native.
+        _ => TensorData::quantized(values, shape, scheme, scales),
+    }
 }
 
 /// `op` on the values under the same scales (per tensor), or on the dequantized tensor,
@@ -67,7 +92,8 @@ impl QTensorOps<Ascend> for Ascend {
         };
         let shape = data.shape.to_vec();
         let num_elements = data.num_elements();
-        // Packed stores are unpacked on the way in: the device holds one I8 per value.
+        // Packed stores are unpacked on the way in: the device holds one I8 per value, and the
+        // scheme (with its store) goes back out with the data.
         let (values, QParams { scales }) = QuantizedBytes {
             bytes: data.into_bytes(),
             scheme,
@@ -86,7 +112,7 @@ impl QTensorOps<Ascend> for Ascend {
                 "q_from_data",
                 creation::from_bytes(&ctx, vec![scales.len()], DataType::F32, &scale_bytes),
             ),
-            scheme: native(&scheme),
+            scheme,
         }
     }
 
@@ -104,7 +130,7 @@ impl QTensorOps<Ascend> for Ascend {
         AscendQTensor {
             values,
             scales,
-            scheme: native(scheme),
+            scheme: *scheme,
         }
     }
 
@@ -125,7 +151,7 @@ impl QTensorOps<Ascend> for Ascend {
         AscendQTensor {
             values,
             scales,
-            scheme: native(scheme),
+            scheme: *scheme,
         }
     }
 
@@ -183,7 +209,7 @@ impl QTensorOps<Ascend> for Ascend {
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        Ok(TensorData::quantized(values, shape, tensor.scheme, &scales))
+        Ok(stored(values, shape, tensor.scheme, &scales))
     }
 
     fn q_expand(tensor: QuantizedTensor<Ascend>, shape: Shape) -> QuantizedTensor<Ascend> {

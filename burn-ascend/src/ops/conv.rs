@@ -7,6 +7,13 @@
 //! the rank, which the descriptors already do. Atlas A2 takes at most 255 of padding per
 //! side: a plain convolution with more is padded explicitly with aclnnConstantPadNd first
 //! (and its input gradient cropped back); transposed convolutions keep aclnn's limit.
+//!
+//! A transposed convolution whose output padding is not smaller than its stride or its dilation
+//! is refused by aclnn (ACLNN_ERR_PARAM_INVALID), while Burn allows it: the output then grows by
+//! the output padding on the far side, through positions the padding would otherwise crop and,
+//! past the full result, zeros (plus the bias). It runs as the full result (no padding, no
+//! output padding), cropped and zero-padded to the asked size, plus the bias; its gradients
+//! take the output gradient back onto the full result first.
 
 use super::copy::cast;
 use super::tensor::AscendTensor;
@@ -128,6 +135,133 @@ fn compute_type(dtype: DataType) -> DataType {
     }
 }
 
+/// For a transposed convolution whose output padding aclnn refuses (not smaller than the
+/// stride or the dilation): the parameters of its full result (no padding, no output padding).
+fn wide_output_padding(params: &ConvParams) -> Option<ConvParams> {
+    let refused = params.transposed
+        && params
+            .output_padding
+            .iter()
+            .zip(params.stride.iter().zip(&params.dilation))
+            .any(|(&p, (&s, &d))| p >= s.max(d));
+    refused.then(|| {
+        let mut full = params.clone();
+        full.padding.iter_mut().for_each(|p| *p = 0);
+        full.output_padding.iter_mut().for_each(|p| *p = 0);
+        full
+    })
+}
+
+/// Each spatial dim `i` of `t` (sized `from[i]`) taken from `start[i]` for `to[i]` elements:
+/// positions past `t` are zeros.
+fn crop_or_pad(
+    t: &AscendTensor,
+    start: &[usize],
+    before: &[usize],
+    to: &[usize],
+) -> AclResult<AscendTensor> {
+    let mut layout = t.layout.clone();
+    let mut pads = Vec::with_capacity(to.len());
+    for i in 0..to.len() {
+        let have = t.shape()[2 + i].saturating_sub(start[i]);
+        let take = have.min(to[i] - before[i]);
+        layout = layout.narrow(2 + i, start[i], start[i] + take, 1);
+        pads.push((before[i], to[i] - before[i] - take));
+    }
+    pad(&t.with_layout(layout), &pads, 0.0)
+}
+
+/// A transposed convolution with an output padding aclnn refuses: its full result, cropped
+/// by the padding and zero-padded on the far side to the asked size, plus the bias.
+fn conv_transpose_wide(
+    x: &AscendTensor,
+    weight: &AscendTensor,
+    bias: Option<&AscendTensor>,
+    params: &ConvParams,
+    full: &ConvParams,
+) -> AclResult<AscendTensor> {
+    let whole = conv(x, weight, None, full)?;
+    let shape = params.output_shape(x.shape(), weight.shape());
+    let spatial = shape.len() - 2;
+    let out = crop_or_pad(&whole, &params.padding, &vec![0; spatial], &shape[2..])?;
+    match bias {
+        None => Ok(out),
+        Some(b) => {
+            let mut per_channel = vec![1; shape.len()];
+            per_channel[1] = shape[1];
+            let b = super::copy::reshape(&super::copy::contiguous(b)?, per_channel)?;
+            super::arith::binary(super::arith::BinaryOp::Add, &out, &b)
+        }
+    }
+}
+
+/// The output gradient of a wide transposed convolution taken back onto its full result:
+/// the positions the padding cropped get zeros, the zero-padded positions drop out.
+fn wide_grad(
+    grad: &AscendTensor,
+    params: &ConvParams,
+    full: &ConvParams,
+    x_shape: &[usize],
+    weight: &[usize],
+) -> AclResult<AscendTensor> {
+    let full_shape = full.output_shape(x_shape, weight);
+    crop_or_pad(
+        grad,
+        &vec![0; params.padding.len()],
+        &params.padding,
+        &full_shape[2..],
+    )
+}
+
+/// The sum of `t [N, C, ...]` over every dim but the channels: `[C]`.
+fn channel_sums(t: &AscendTensor) -> AclResult<AscendTensor> {
+    use super::reduce::{reduce, Reduce};
+    let rank = t.shape().len();
+    let mut axes: Vec<usize> = (0..rank).collect();
+    axes.swap(0, 1);
+    let by_channel = super::copy::contiguous(&t.with_layout(t.layout.permute(&axes)))?;
+    let c = t.shape()[1];
+    let rows = super::copy::reshape(&by_channel, vec![c, t.layout.numel() / c.max(1)])?;
+    super::copy::reshape(&reduce(Reduce::Sum, &rows, Some(1))?, vec![c])
+}
+
+/// The input size of a transposed convolution whose output gradient is `grad` (the shape the
+/// input gradient takes).
+pub fn transposed_input_shape(grad: &[usize], weight: &[usize], params: &ConvParams) -> Vec<usize> {
+    let mut shape = vec![grad[0], weight[0]];
+    for i in 0..grad.len() - 2 {
+        let reach = params.dilation[i] * (weight[i + 2] - 1) + 1;
+        let stretched = grad[i + 2] + 2 * params.padding[i];
+        shape.push(
+            stretched.saturating_sub(reach + params.output_padding[i]) / params.stride[i] + 1,
+        );
+    }
+    shape
+}
+
+/// The input gradient of a transposed convolution: the plain convolution of `grad` by `weight`
+/// with the same geometry (for a wide output padding, of the gradient taken back onto the full
+/// result, without padding).
+pub fn transposed_input_grad(
+    weight: &AscendTensor,
+    grad: &AscendTensor,
+    params: &ConvParams,
+) -> AclResult<AscendTensor> {
+    let (grad, mut plain) = match wide_output_padding(params) {
+        Some(full) => {
+            let x_shape = transposed_input_shape(grad.shape(), weight.shape(), params);
+            (
+                wide_grad(grad, params, &full, &x_shape, weight.shape())?,
+                full,
+            )
+        }
+        None => (grad.clone(), params.clone()),
+    };
+    plain.transposed = false;
+    plain.output_padding.iter_mut().for_each(|p| *p = 0);
+    conv(&grad, weight, None, &plain)
+}
+
 /// A convolution (or transposed convolution) of `x` by `weight`, plus `bias`.
 pub fn conv(
     x: &AscendTensor,
@@ -137,6 +271,9 @@ pub fn conv(
 ) -> AclResult<AscendTensor> {
     if let Some((padded, unpadded)) = explicit_padding(x, params)? {
         return conv(&padded, weight, bias, &unpadded);
+    }
+    if let Some(full) = wide_output_padding(params) {
+        return conv_transpose_wide(x, weight, bias, params, &full);
     }
     let dtype = compute_type(x.dtype);
     let (xc, wc) = (cast(x, dtype)?, cast(weight, dtype)?);
@@ -199,6 +336,21 @@ pub fn conv_backward(
             super::copy::contiguous(&g.with_layout(layout))
         };
         return Ok([gi.map(crop).transpose()?, gw, gb]);
+    }
+    if let Some(full) = wide_output_padding(params) {
+        // The bias gradient sums every output position, the zero-padded ones included.
+        let [gi, gw, _] = conv_backward(
+            x,
+            weight,
+            &wide_grad(grad, params, &full, x.shape(), weight.shape())?,
+            &full,
+            ConvGrads {
+                bias: false,
+                ..want
+            },
+        )?;
+        let gb = want.bias.then(|| channel_sums(grad)).transpose()?;
+        return Ok([gi, gw, gb]);
     }
     let dtype = compute_type(x.dtype);
     let (xc, wc, gc) = (cast(x, dtype)?, cast(weight, dtype)?, cast(grad, dtype)?);

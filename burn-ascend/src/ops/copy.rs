@@ -2,10 +2,11 @@
 //! slices (negative steps become a forward view plus a flip, since aclnn forbids negative
 //! strides), and copies between devices.
 
+use super::compare::{bitwise_scalar, Logical};
 use super::layout::Layout;
 use super::tensor::AscendTensor;
 use crate::acl::aclnn;
-use crate::acl::handles::{IntArrayDesc, TensorListDesc};
+use crate::acl::handles::{HostScalar, IntArrayDesc, TensorListDesc};
 use crate::acl::{AclResult, DataType};
 use crate::runtime::{AscendDevice, DeviceContext};
 
@@ -29,16 +30,20 @@ pub fn contiguous(t: &AscendTensor) -> AclResult<AscendTensor> {
     Ok(out)
 }
 
-/// The same shape as `t`, converted to `dtype`.
+/// The same shape as `t`, converted to `dtype` with Burn's rules (Rust's `as`): floats to
+/// integers toward zero, saturating, NaN to 0 (aclnnCast does the same); integers to narrower
+/// integers wrap.
 pub fn cast(t: &AscendTensor, dtype: DataType) -> AclResult<AscendTensor> {
     if t.dtype == dtype {
         return Ok(t.clone());
     }
-    // aclnnCast requires BOOL inputs to be contiguous.
-    let src = if t.dtype == DataType::Bool {
-        contiguous(t)?
-    } else {
-        t.clone()
+    let src = match (t.dtype, dtype) {
+        // aclnnCast requires BOOL inputs to be contiguous.
+        (DataType::Bool, _) => contiguous(t)?,
+        // aclnnCast's int32 -> int8 is exact only for inputs in (-2048, 1920) (aclnnCast doc,
+        // aclnn-ops.tsv); the low byte, which the wrap keeps, is in range and converts exactly.
+        (DataType::I32, DataType::I8) => bitwise_scalar(Logical::And, t, HostScalar::Int(0xff))?,
+        _ => t.clone(),
     };
     let out = AscendTensor::empty(t.ctx(), t.layout.shape.clone(), dtype)?;
     if out.layout.numel() > 0 {

@@ -16,7 +16,13 @@ pub fn from_bytes(
     bytes: &[u8],
 ) -> AclResult<AscendTensor> {
     let out = AscendTensor::empty(ctx, shape, dtype)?;
-    debug_assert_eq!(bytes.len(), out.layout.numel() * dtype.size());
+    if bytes.len() != out.layout.numel() * dtype.size() {
+        return Err(crate::acl::AclError::InvalidArgument(format!(
+            "from_data: {} bytes do not make a {:?} {dtype} tensor",
+            bytes.len(),
+            out.shape()
+        )));
+    }
     ctx.upload(&out.storage, bytes)?;
     Ok(out)
 }

@@ -17,10 +17,20 @@ pub struct AscendTensor {
 }
 
 impl AscendTensor {
-    /// A fresh, uninitialised, contiguous tensor.
+    /// A fresh, uninitialised, contiguous tensor. A shape whose element count or byte size
+    /// does not fit the address space is an error naming it (it would otherwise wrap).
     pub fn empty(ctx: &Arc<DeviceContext>, shape: Vec<usize>, dtype: DataType) -> AclResult<Self> {
+        let bytes = shape
+            .iter()
+            .try_fold(dtype.size(), |n, &d| n.checked_mul(d))
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| {
+                crate::acl::AclError::InvalidArgument(format!(
+                    "a {shape:?} {dtype} tensor holds more bytes than an address space can"
+                ))
+            })?;
         let layout = Layout::contiguous(shape);
-        let storage = ctx.alloc(layout.numel() * dtype.size())?;
+        let storage = ctx.alloc(bytes)?;
         Ok(Self {
             storage: Arc::new(storage),
             layout,
@@ -71,6 +81,7 @@ impl AscendTensor {
             dtype: self.dtype,
             storage_elems: self.storage.bytes() / self.dtype.size(),
             base: self.storage.ptr(),
+            owner: crate::acl::handles::OpLauncher::context_id(&**self.ctx()),
         }
     }
 

@@ -149,7 +149,7 @@ impl DeviceContext {
             stream,
             tensors: Mutex::default(),
             workspaces: Mutex::default(),
-            blocking: std::env::var(ENV_LAUNCH_BLOCKING).is_ok_and(|v| v.trim() == "1"),
+            blocking: launch_blocking()?,
             rng: Mutex::new((entropy_seed(), 0)),
             kernels: OnceLock::new(),
             kernels_noticed: Mutex::default(),
@@ -466,6 +466,17 @@ impl OpLauncher for DeviceContext {
         self.id
     }
 
+    fn describe_context(&self, context: u64) -> String {
+        if context == self.id {
+            return self.device.to_string();
+        }
+        let live = contexts().lock().unwrap();
+        match live.values().find(|c| c.id == context) {
+            Some(c) => c.device.to_string(),
+            None => "a device context that was reset".into(),
+        }
+    }
+
     unsafe fn launch(
         &self,
         op: &'static str,
@@ -504,6 +515,21 @@ impl Drop for DeviceContext {
         if let Some(ring) = self.staging.get_mut().unwrap().take() {
             ring.release(api);
         }
+    }
+}
+
+/// [`ENV_LAUNCH_BLOCKING`]: `1` or `0` (unset: 0); anything else is an error naming it.
+fn launch_blocking() -> AclResult<bool> {
+    match std::env::var(ENV_LAUNCH_BLOCKING) {
+        Err(std::env::VarError::NotPresent) => Ok(false),
+        Ok(v) if v.trim() == "1" => Ok(true),
+        Ok(v) if v.trim() == "0" || v.trim().is_empty() => Ok(false),
+        Ok(v) => Err(AclError::InvalidArgument(format!(
+            "{ENV_LAUNCH_BLOCKING}={v:?} is not understood: use 1 or 0"
+        ))),
+        Err(e) => Err(AclError::InvalidArgument(format!(
+            "{ENV_LAUNCH_BLOCKING}: {e}"
+        ))),
     }
 }
 

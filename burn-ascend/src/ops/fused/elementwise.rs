@@ -22,6 +22,7 @@ fn add_type(dtype: DataType) -> Option<AddType> {
 /// `x + y` for 1-D tensors of equal length and dtype, by the `vector_add` kernel. The vector
 /// unit has no f64, i64, i8 or u8 addition; those go to aclnnAdd.
 pub fn vector_add(x: &AscendTensor, y: &AscendTensor) -> AclResult<AscendTensor> {
+    super::same_device("vector_add", &[Some(x), Some(y)])?;
     if x.shape().len() != 1 || x.shape() != y.shape() || x.dtype != y.dtype {
         return Err(invalid_input(
             "vector_add",

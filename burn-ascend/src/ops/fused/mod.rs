@@ -50,6 +50,29 @@ pub(crate) fn data_ptr(t: &AscendTensor) -> *mut c_void {
     unsafe { (t.storage_ptr() as *mut u8).add(t.layout.offset * t.dtype.size()) as *mut c_void }
 }
 
+/// Every operand of a fused op lives on one device: a kernel reads and writes the memory of
+/// the device it runs on only. The error names the op and both devices.
+pub(crate) fn same_device(op: &str, operands: &[Option<&AscendTensor>]) -> AclResult<()> {
+    let mut present = operands.iter().flatten();
+    let Some(first) = present.next() else {
+        return Ok(());
+    };
+    match present.find(|t| !Arc::ptr_eq(t.ctx(), first.ctx())) {
+        None => Ok(()),
+        Some(other) => Err(invalid_input(
+            op,
+            format!(
+                "its operands live on different devices: {} on {} and {} on {}; move them to one \
+                 device with to_device first",
+                first.describe(),
+                first.ctx().device(),
+                other.describe(),
+                other.ctx().device()
+            ),
+        )),
+    }
+}
+
 /// The kernels' code for a float type.
 pub(crate) fn norm_type(op: &str, t: &AscendTensor) -> AclResult<NormType> {
     match t.dtype {

@@ -13,7 +13,7 @@
 use burn_ascend_kernels::launch;
 use burn_ascend_kernels::tiling;
 
-use super::{data_ptr, device_props, index_tensor, norm_type, validation};
+use super::{data_ptr, device_props, index_tensor, norm_type, same_device, validation};
 use crate::acl::handles::HostScalar;
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
@@ -71,6 +71,7 @@ pub fn moe_gather(
     indices: &AscendTensor,
     top_k: usize,
 ) -> AclResult<AscendTensor> {
+    same_device("moe_gather", &[Some(x), Some(indices)])?;
     let tokens = x.shape().first().copied().unwrap_or(0);
     if top_k == 0 {
         return Err(invalid_input(
@@ -93,6 +94,7 @@ pub fn moe_gather(
 /// `out[i] = x[perm[i]]` by the `token_rearrange` kernel. An index outside `[0, S)` is an AI
 /// Core error naming it.
 pub fn token_rearrange(x: &AscendTensor, perm: &AscendTensor) -> AclResult<AscendTensor> {
+    same_device("token_rearrange", &[Some(x), Some(perm)])?;
     let rows = x.shape().first().copied().unwrap_or(0);
     let perm = index_tensor("token_rearrange", "perm", perm, rows, true)?;
     row_gather(
@@ -116,6 +118,7 @@ pub fn moe_scatter(
     weights: Option<&AscendTensor>,
     top_k: usize,
 ) -> AclResult<AscendTensor> {
+    same_device("moe_scatter", &[Some(y), Some(indices), weights])?;
     let kind = norm_type("moe_scatter", y)?;
     if y.shape().len() != 2 || top_k == 0 || !y.shape()[0].is_multiple_of(top_k) {
         return Err(invalid_input(

@@ -37,6 +37,7 @@ pub fn layer_norm(
     beta: Option<&AscendTensor>,
     eps: f64,
 ) -> AclResult<(AscendTensor, AscendTensor, AscendTensor)> {
+    super::same_device("layer_norm", &[Some(x), gamma, beta])?;
     let kind = norm_type("layer_norm", x)?;
     let cols = *x
         .shape()
@@ -90,6 +91,7 @@ pub fn layer_norm_backward(
     gamma: Option<&AscendTensor>,
 ) -> AclResult<(AscendTensor, AscendTensor, AscendTensor)> {
     const OP: &str = "layer_norm_backward";
+    super::same_device(OP, &[Some(dy), Some(x), Some(mean), Some(rstd), gamma])?;
     let kind = norm_type(OP, x)?;
     let cols = *x
         .shape()

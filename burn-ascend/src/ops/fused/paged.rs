@@ -39,6 +39,15 @@ pub fn alloc_extend(
     extend_total: usize,
 ) -> AclResult<(AscendTensor, AscendTensor)> {
     const OP: &str = "alloc_extend";
+    super::same_device(
+        OP,
+        &[
+            Some(prefix_lens),
+            Some(seq_lens),
+            Some(last_loc),
+            Some(free_pages),
+        ],
+    )?;
     let inputs = || {
         format!(
             "prefix_lens {}, seq_lens {}, last_loc {}, free_pages {}",
@@ -176,6 +185,17 @@ pub fn decode_attention(
     options: DecodeAttentionOptions,
 ) -> AclResult<DecodeAttentionTensors> {
     const OP: &str = "decode_attention";
+    super::same_device(
+        OP,
+        &[
+            Some(q),
+            Some(k_cache),
+            v_cache,
+            Some(kv_indptr),
+            Some(kv_indices),
+            Some(num_kv_splits),
+        ],
+    )?;
     let inputs = || {
         format!(
             "q {}, k_cache {}, v_cache {}, kv_indptr {}, kv_indices {}, num_kv_splits {}",

@@ -39,6 +39,7 @@ pub fn run_program(
         ));
     };
     let ctx = first.ctx().clone();
+    super::same_device(op, &inputs.iter().map(Some).collect::<Vec<_>>())?;
     for (t, want) in inputs.iter().zip(compiled.input_types()) {
         let fits = t.shape().len() == shape.len()
             && t.shape().iter().zip(shape).all(|(&a, &b)| a == b || a == 1);
