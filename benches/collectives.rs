@@ -13,6 +13,7 @@ use burn_ascend::collective::{self, Communicator, Reduce};
 use burn_ascend::emulator::hccl::{hccl_counters, HcclCounters, Kind, KindTraffic};
 use burn_ascend::emulator::{work_counters, WorkCounters, ENV_DEVICES};
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
+use burn_ascend_suite::a2;
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::data_parallel::train_data_parallel;
@@ -21,7 +22,7 @@ use burn_ascend_suite::moe::model::MoeDecoder;
 use burn_ascend_suite::moe::train::{train, TrainConfig};
 use burn_autodiff::Autodiff;
 use burn_flex::Flex;
-use common::{a2, mean, publish, Table};
+use common::{mean, publish, Table};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 /// Ranks of the largest communicator measured (the emulated machine gets this many NPUs).

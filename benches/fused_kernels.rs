@@ -14,8 +14,9 @@ use burn_ascend::fused::{composed, DecodeAttentionOptions};
 use burn_ascend::ops::fused as device;
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
 use burn_ascend_kernels::tiling::{self, DecodeShape, DeviceProps, NormType};
+use burn_ascend_suite::a2;
 use common::host_values::host_values;
-use common::{a2, mean, publish, ratio, timed, us, Table};
+use common::{mean, publish, ratio, timed, us, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 
 type Run = Box<dyn FnMut()>;

@@ -11,7 +11,7 @@ use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{Sampling, ServeConfig, Server};
+use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
 use burn_flex::Flex;
 use common::{mean, publish, ratio, record, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
@@ -27,6 +27,7 @@ const SERVE: ServeConfig = ServeConfig {
     page_size: 16,
     max_seq: 512,
     max_kv_splits: 4,
+    step_tokens: 64,
     record_logits: false,
 };
 
@@ -46,24 +47,26 @@ fn server<B: FusedOps>(cfg: &MoeConfig, weights: &[u8], device: &B::Device) -> S
     let model = MoeDecoder::<B>::new(cfg, device)
         .expect("a valid config")
         .load_record(record);
-    Server::new(model, SERVE, device)
+    Server::new(model, SERVE, device).expect("valid settings")
 }
 
-fn prompts(batch: usize, vocab: usize) -> Vec<Vec<u32>> {
+fn requests(batch: usize, vocab: usize, new: usize) -> Vec<Request> {
     (0..batch)
         .map(|b| {
-            (0..PROMPT)
+            let prompt = (0..PROMPT)
                 .map(|i| ((b * 31 + i * 7 + 1) % vocab) as u32)
-                .collect()
+                .collect();
+            Request::greedy(prompt, new)
         })
         .collect()
 }
 
-/// Decode seconds of one `generate` call (prefill excluded), from the server's own count.
-fn decode_secs<B: FusedOps>(s: &mut Server<B>, prompts: &[Vec<u32>], new: usize) -> f64 {
-    let out = s.generate(prompts, new, Sampling::Greedy);
-    assert!(out.results.iter().all(Result::is_ok), "a request failed");
-    (prompts.len() * new) as f64 / out.decode_tokens_per_second
+/// Seconds and tokens of the decode steps of one `generate` call (steps with a prefill chunk
+/// excluded), from the server's own count.
+fn decode<B: FusedOps>(s: &mut Server<B>, requests: &[Request]) -> (f64, usize) {
+    let out = s.generate(requests);
+    assert_eq!(out.completed, requests.len(), "a request failed");
+    (out.decode_secs, out.decode_tokens)
 }
 
 fn bench_backend<B: FusedOps>(
@@ -71,15 +74,18 @@ fn bench_backend<B: FusedOps>(
     label: &str,
     server: &mut Server<B>,
     vocab: usize,
-) {
+) -> Vec<usize> {
     let mut g = c.benchmark_group(format!("moe_decode/{label}"));
     g.sampling_mode(SamplingMode::Flat);
+    let mut tokens = Vec::new();
     for batch in BATCHES {
-        let prompts = prompts(batch, vocab);
+        let requests = requests(batch, vocab, NEW);
         let key = format!("{label}/{batch}");
+        // Every call runs the same schedule: its decode tokens are counted once.
+        tokens.push(decode(server, &requests).1);
         g.bench_function(format!("batch_{batch}"), |b| {
             b.iter_custom(|iters| {
-                let secs: f64 = (0..iters).map(|_| decode_secs(server, &prompts, NEW)).sum();
+                let secs: f64 = (0..iters).map(|_| decode(server, &requests).0).sum();
                 let took = Duration::from_secs_f64(secs);
                 record(&key, took, iters);
                 took
@@ -87,6 +93,7 @@ fn bench_backend<B: FusedOps>(
         });
     }
     g.finish();
+    tokens
 }
 
 fn mib(bytes: usize) -> String {
@@ -99,11 +106,11 @@ fn moe_decode(c: &mut Criterion) {
     let device = AscendDevice::Emulated(0);
     let mut ascend = server::<Ascend>(&cfg, &bytes, &device);
     let mut flex = server::<Flex>(&cfg, &bytes, &Default::default());
-    bench_backend(c, "ascend", &mut ascend, cfg.vocab);
-    bench_backend(c, "flex", &mut flex, cfg.vocab);
+    let ascend_tokens = bench_backend(c, "ascend", &mut ascend, cfg.vocab);
+    let flex_tokens = bench_backend(c, "flex", &mut flex, cfg.vocab);
 
     let mut speed = Table::new(
-        "Decode tokens/s, example model (decode phase of `Server::generate`, greedy)",
+        "Decode tokens/s, example model (decode steps of `Server::generate`, greedy)",
         &[
             "batch",
             "Ascend emulated (tok/s)",
@@ -111,9 +118,11 @@ fn moe_decode(c: &mut Criterion) {
             "Ascend / flex",
         ],
     );
-    for batch in BATCHES {
-        let tps = |label: &str| mean(&format!("{label}/{batch}")).map(|s| (batch * NEW) as f64 / s);
-        let (a, f) = (tps("ascend"), tps("flex"));
+    for (i, batch) in BATCHES.into_iter().enumerate() {
+        let tps = |label: &str, tokens: &[usize]| {
+            mean(&format!("{label}/{batch}")).map(|s| tokens[i] as f64 / s)
+        };
+        let (a, f) = (tps("ascend", &ascend_tokens), tps("flex", &flex_tokens));
         let show = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
         speed.row(vec![batch.to_string(), show(a), show(f), ratio(a, f)]);
     }
@@ -133,13 +142,14 @@ fn moe_decode(c: &mut Criterion) {
     );
     let (short, long) = (4usize, 12usize);
     for batch in BATCHES {
-        let p = prompts(batch, cfg.vocab);
         let allocations = |ascend: &mut Server<Ascend>, new| {
             let before = Ascend::memory_stats(&device).device_allocations;
-            decode_secs(ascend, &p, new);
+            decode(ascend, &requests(batch, cfg.vocab, new));
             Ascend::memory_stats(&device).device_allocations - before
         };
+        // Warm-up runs of both lengths: their schedules differ in the last steps' shapes.
         allocations(&mut ascend, long);
+        allocations(&mut ascend, short);
         let a_short = allocations(&mut ascend, short);
         let a_long = allocations(&mut ascend, long);
         let per_step = (a_long as f64 - a_short as f64) / (long - short) as f64;
@@ -163,12 +173,13 @@ fn moe_decode(c: &mut Criterion) {
                  same weights on both backends (recorded once, loaded into each).",
                 cfg.hidden, cfg.layers, cfg.experts, cfg.top_k, cfg.vocab
             ),
-            "Tokens/s counts only the decode phase, as `BatchOutput::decode_tokens_per_second` \
-             measures it; criterion's mean over its calls in this run.",
+            "Tokens/s counts only the steps where every request decoded one token (no prefill \
+             chunk), as `ServingReport::decode_tokens_per_second` does; criterion's mean over \
+             its calls in this run.",
             "Ascend runs on the emulated NPU (kernels and aclnn operators computed on the host), \
              so the ratio compares code paths on this machine, not NPU speed.",
             "Allocations per step: (allocations of a 12-token run - those of a 4-token run) / 8, \
-             both after a warm-up run; the target is 0. Bytes are the allocator's after the run \
+             both after a warm-up run of each; the target is 0. Bytes are the allocator's after the run \
              (in use includes weights and the paged KV cache).",
         ],
     );

@@ -1,6 +1,8 @@
 //! Code shared by burn-ascend's examples, tests and benchmarks: the MoE decoder model of the
-//! `moe_decoder` example, its paged-cache serving loop and its training loop.
+//! `moe_decoder` example, its serving scheduler and training loop, and the Atlas A2 device-time
+//! model.
 
 #![warn(missing_docs)]
 
+pub mod a2;
 pub mod moe;

@@ -1,7 +1,12 @@
 //! The MoE decoder example's model on the fused paged path (`Ascend`: Ascend C kernels for
 //! layer norm, routing, slot allocation and decode attention) against the reference path
 //! (the same weights on burn-flex with the composed defaults and dense attention over the whole
-//! sequence): logits at every decode step, greedy tokens, page reuse, bad input, training.
+//! sequence): logits at every decode step, greedy tokens, page reuse, bad input, training. The
+//! server's scheduling: a cache three times too small for its load (preemption and recompute)
+//! and requests batched together give every request the tokens it gets alone; bad requests
+//! fail alone; a device fault fails its step and the server serves the next requests.
+//!
+//! The fault test runs alone (`serial`): the others may run together (`parallel`).
 
 mod common;
 
@@ -11,10 +16,12 @@ use burn::tensor::backend::AutodiffBackend;
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{reference_logits, Sampling, ServeConfig, ServeError, Server};
+use burn_ascend_suite::moe::serve::{reference_logits, Request, ServeConfig, ServeError, Server};
+use burn_ascend_suite::moe::serve::{Generation, Sampling};
 use burn_ascend_suite::moe::train::{train, TrainConfig};
 use burn_autodiff::Autodiff;
 use common::*;
+use serial_test::{parallel, serial};
 
 fn small() -> MoeConfig {
     MoeConfig::new()
@@ -29,12 +36,14 @@ fn small() -> MoeConfig {
 }
 
 fn serve_config() -> ServeConfig {
-    // Pages of 4 slots, so every prompt crosses page boundaries.
+    // Pages of 4 slots, so every prompt crosses page boundaries; steps of 16 tokens, so the
+    // longer prompts are prefilled in chunks beside the decode of the shorter ones.
     ServeConfig {
         pages: 64,
         page_size: 4,
         max_seq: 48,
         max_kv_splits: 3,
+        step_tokens: 16,
         record_logits: true,
     }
 }
@@ -74,17 +83,29 @@ fn prompt(text: &str) -> Vec<u32> {
     text.bytes().map(u32::from).collect()
 }
 
+fn greedy(prompts: &[Vec<u32>], new_tokens: usize) -> Vec<Request> {
+    prompts
+        .iter()
+        .map(|p| Request::greedy(p.clone(), new_tokens))
+        .collect()
+}
+
+fn new_server<B: burn_ascend::FusedOps>(model: MoeDecoder<B>, device: &B::Device) -> Server<B> {
+    Server::new(model, serve_config(), device).expect("a valid serving configuration")
+}
+
 #[test]
+#[parallel]
 fn paged_decode_matches_the_dense_reference_at_every_step() {
     let cfg = small();
     let (reference, model) = models(&cfg);
-    let mut server = Server::new(model, serve_config(), &device());
+    let mut server = new_server(model, &device());
     let prompts = vec![
         prompt("The"),
         prompt("lighthouse keeper"),
         prompt("tide turned."),
     ];
-    let out = server.generate(&prompts, 6, Sampling::Greedy);
+    let out = server.generate(&greedy(&prompts, 6));
     for (p, result) in prompts.iter().zip(&out.results) {
         let g = result.as_ref().expect("a valid prompt");
         assert_eq!(g.tokens.len(), 6);
@@ -110,15 +131,16 @@ fn paged_decode_matches_the_dense_reference_at_every_step() {
 }
 
 #[test]
+#[parallel]
 fn finished_requests_free_their_pages_for_the_next_batch() {
     let cfg = small();
     let (_, model) = models(&cfg);
-    let mut server = Server::new(model, serve_config(), &device());
+    let mut server = new_server(model, &device());
     let total = server.pool().free_pages();
-    let prompts = vec![prompt("She counted the gulls"), prompt("Ten seconds")];
-    let first = server.generate(&prompts, 5, Sampling::Greedy);
+    let prompts = greedy(&[prompt("She counted the gulls"), prompt("Ten seconds")], 5);
+    let first = server.generate(&prompts);
     assert_eq!(server.pool().free_pages(), total, "every page came back");
-    let second = server.generate(&prompts, 5, Sampling::Greedy);
+    let second = server.generate(&prompts);
     for (a, b) in first.results.iter().zip(&second.results) {
         assert_eq!(
             a.as_ref().unwrap().tokens,
@@ -129,14 +151,15 @@ fn finished_requests_free_their_pages_for_the_next_batch() {
 }
 
 #[test]
+#[parallel]
 fn bad_requests_fail_alone() {
     let cfg = small();
     let (_, model) = models(&cfg);
     let device = device();
-    let mut server = Server::new(model.clone(), serve_config(), &device);
+    let mut server = new_server(model.clone(), &device);
     let good = prompt("The sea");
     let batch = vec![good.clone(), Vec::new(), vec![65; 45], vec![72, 300, 73]];
-    let out = server.generate(&batch, 4, Sampling::Greedy);
+    let out = server.generate(&greedy(&batch, 4));
     assert_eq!(out.results[1], Err(ServeError::EmptyPrompt));
     assert!(matches!(
         out.results[2],
@@ -154,7 +177,7 @@ fn bad_requests_fail_alone() {
             vocab: 256
         })
     ));
-    let alone = Server::new(model, serve_config(), &device).generate(&[good], 4, Sampling::Greedy);
+    let alone = new_server(model, &device).generate(&greedy(&[good], 4));
     assert_eq!(
         out.results[0].as_ref().unwrap().tokens,
         alone.results[0].as_ref().unwrap().tokens
@@ -162,6 +185,7 @@ fn bad_requests_fail_alone() {
 }
 
 #[test]
+#[parallel]
 fn heads_that_do_not_divide_are_a_clear_error() {
     let err = MoeDecoder::<Ascend>::new(&small().with_q_heads(4).with_kv_heads(3), &device())
         .unwrap_err();
@@ -186,11 +210,13 @@ fn train_losses<B: AutodiffBackend + burn_ascend::FusedOps>(
     let mut losses = Vec::new();
     train(model, &corpus::tokens(), &cfg, device, |r| {
         losses.push(r.loss)
-    });
+    })
+    .expect("finite losses");
     losses
 }
 
 #[test]
+#[parallel]
 fn training_reduces_the_loss_and_follows_the_reference() {
     let cfg = small();
     let bytes = weights(&cfg);
@@ -214,6 +240,7 @@ fn training_reduces_the_loss_and_follows_the_reference() {
 }
 
 #[test]
+#[parallel]
 fn the_model_trains_and_serves_on_fusion_as_on_ascend() {
     // Lazy execution through burn-fusion must not change what the model computes.
     type Lazy = burn_fusion::Fusion<Ascend>;
@@ -228,18 +255,9 @@ fn the_model_trains_and_serves_on_fusion_as_on_ascend() {
             "step {step}: loss {x} on Fusion<Ascend>, {y} on Ascend"
         );
     }
-    let prompts = vec![prompt("The"), prompt("lighthouse keeper")];
-    let a = Server::new(
-        load::<Ascend>(&cfg, &bytes, &device),
-        serve_config(),
-        &device,
-    )
-    .generate(&prompts, 4, Sampling::Greedy);
-    let b = Server::new(load::<Lazy>(&cfg, &bytes, &device), serve_config(), &device).generate(
-        &prompts,
-        4,
-        Sampling::Greedy,
-    );
+    let prompts = greedy(&[prompt("The"), prompt("lighthouse keeper")], 4);
+    let a = new_server(load::<Ascend>(&cfg, &bytes, &device), &device).generate(&prompts);
+    let b = new_server(load::<Lazy>(&cfg, &bytes, &device), &device).generate(&prompts);
     // Fusion<Ascend> runs the fused ops' compositions, not the kernels: rounding may differ.
     for (x, y) in a.results.iter().zip(&b.results) {
         let (x, y) = (
@@ -256,4 +274,230 @@ fn the_model_trains_and_serves_on_fusion_as_on_ascend() {
             assert!(worst <= 2e-4, "step {step}: logits differ by {worst}");
         }
     }
+}
+
+/// Tokens of each request, served alone on a server with room for it.
+fn alone(model: &MoeDecoder<Ascend>, requests: &[Request]) -> Vec<Vec<u32>> {
+    requests
+        .iter()
+        .map(|r| {
+            let out = new_server(model.clone(), &device()).generate(std::slice::from_ref(r));
+            out.results[0]
+                .as_ref()
+                .expect("a valid request")
+                .tokens
+                .clone()
+        })
+        .collect()
+}
+
+fn tokens(result: &Result<Generation, ServeError>) -> &[u32] {
+    &result.as_ref().expect("a served request").tokens
+}
+
+/// Prompts of 3 to 35 tokens, 5 to 12 new tokens; greedy and seeded sampling.
+fn workload() -> Vec<Request> {
+    let texts = [
+        "The keeper climbed the stairs",
+        "Gulls",
+        "At dawn the fog lifted over the bay",
+        "She",
+        "Ships passed in the night and",
+        "Ten lamps",
+    ];
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Request {
+            prompt: prompt(t),
+            new_tokens: 5 + (i * 3) % 8,
+            sampling: if i % 2 == 0 {
+                Sampling::Greedy
+            } else {
+                Sampling::Random {
+                    temperature: 0.8,
+                    top_k: 5,
+                    seed: i as u64,
+                }
+            },
+        })
+        .collect()
+}
+
+#[test]
+#[parallel]
+fn an_oversubscribed_cache_serves_every_request_as_it_serves_it_alone() {
+    let cfg = small();
+    let (_, model) = models(&cfg);
+    let requests = workload();
+    let page_size = serve_config().page_size;
+    let demand: usize = requests
+        .iter()
+        .map(|r| (r.prompt.len() + r.new_tokens - 1).div_ceil(page_size))
+        .sum();
+    let small_cache = ServeConfig {
+        pages: demand / 3,
+        record_logits: false,
+        ..serve_config()
+    };
+    assert!(requests
+        .iter()
+        .all(|r| small_cache.check(r, cfg.vocab).is_ok()));
+    let mut shared = Server::new(model.clone(), small_cache, &device()).expect("a valid config");
+    let out = shared.generate(&requests);
+    assert!(
+        out.preemptions > 0,
+        "a third of the demand must preempt: {out}"
+    );
+    assert!(out
+        .results
+        .iter()
+        .any(|r| r.as_ref().is_ok_and(|g| g.preemptions > 0)));
+    assert_eq!(out.completed, requests.len(), "{out}");
+    assert_eq!(shared.pool().free_pages(), small_cache.pages);
+    for (i, (got, want)) in out.results.iter().zip(alone(&model, &requests)).enumerate() {
+        assert_eq!(tokens(got), want, "request {i}");
+    }
+}
+
+#[test]
+#[parallel]
+fn bad_requests_and_sampling_parameters_fail_alone() {
+    let cfg = small();
+    let (_, model) = models(&cfg);
+    // All but the longest request (which needs 12 pages of 4 slots).
+    let good: Vec<Request> = workload()
+        .into_iter()
+        .filter(|r| r.prompt.len() + r.new_tokens <= 40)
+        .collect();
+    let random = |temperature, top_k| Request {
+        prompt: prompt("The sea"),
+        new_tokens: 3,
+        sampling: Sampling::Random {
+            temperature,
+            top_k,
+            seed: 1,
+        },
+    };
+    let cache = ServeConfig {
+        pages: 10,
+        ..serve_config()
+    };
+    let mut batch = good.clone();
+    batch.extend([
+        random(f64::NAN, 4),
+        random(-1.0, 4),
+        random(0.0, 4),
+        random(1.0, 0),
+        Request::greedy(prompt("The sea"), 0),
+        // 24 + 20 - 1 positions need 11 pages of 4 slots: more than the whole cache.
+        Request::greedy(vec![65; 24], 20),
+    ]);
+    let out = Server::new(model.clone(), cache, &device())
+        .expect("a valid config")
+        .generate(&batch);
+    let errors: Vec<String> = out.results[good.len()..]
+        .iter()
+        .map(|r| r.as_ref().expect_err("a bad request").to_string())
+        .collect();
+    for (error, says) in errors.iter().zip([
+        "temperature NaN must be positive and finite",
+        "temperature -1 must be positive and finite",
+        "temperature 0 must be positive and finite",
+        "top_k is 0",
+        "new_tokens is 0",
+        "needs 11 cache pages of 4 slots, the whole cache has 10",
+    ]) {
+        assert!(error.contains(says), "{error:?} should say {says:?}");
+    }
+    for (i, (got, want)) in out.results.iter().zip(alone(&model, &good)).enumerate() {
+        assert_eq!(tokens(got), want, "good request {i}");
+    }
+}
+
+#[test]
+#[parallel]
+fn serving_settings_are_checked() {
+    let (_, model) = models(&small());
+    for (cfg, says) in [
+        (
+            ServeConfig {
+                pages: 0,
+                ..serve_config()
+            },
+            "pages must be at least 1",
+        ),
+        (
+            ServeConfig {
+                step_tokens: 0,
+                ..serve_config()
+            },
+            "step_tokens must be at least 1",
+        ),
+        (
+            ServeConfig {
+                pages: 1 << 20,
+                page_size: 1 << 12,
+                ..serve_config()
+            },
+            "exceed the 2^31-1 slots",
+        ),
+    ] {
+        let err = Server::new(model.clone(), cfg, &device())
+            .err()
+            .expect("rejected");
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
+
+#[test]
+#[serial]
+fn a_device_fault_fails_its_step_and_the_server_serves_the_next_requests() {
+    if skipped_on_npu("a_device_fault_fails_its_step_and_the_server_serves_the_next_requests") {
+        return;
+    }
+    let (_, model) = models(&small());
+    let requests = workload();
+    let want = alone(&model, &requests);
+    // Steps of 8 tokens: the first two requests run, the others wait.
+    let cfg = ServeConfig {
+        step_tokens: 8,
+        ..serve_config()
+    };
+    let mut server = Server::new(model, cfg, &device()).expect("a valid config");
+    let ids: Vec<_> = requests
+        .iter()
+        .map(|r| server.submit(r.clone()).expect("a valid request"))
+        .collect();
+    let first = server.step();
+    assert!(first.finished.is_empty());
+    server.inject_fault();
+    let faulted = server.step();
+    let failed: Vec<_> = faulted.finished.iter().map(|(id, _)| *id).collect();
+    assert!(!failed.is_empty() && failed.len() < ids.len(), "{failed:?}");
+    for (_, result) in &faulted.finished {
+        let err = result.as_ref().expect_err("the step faulted").to_string();
+        assert!(
+            err.contains("the device failed") && err.contains("decode_attention"),
+            "{err}"
+        );
+    }
+    // The requests that were not in the faulted step are served as they would be alone, and
+    // so are new ones.
+    let mut results = std::collections::HashMap::new();
+    while !server.is_idle() {
+        results.extend(server.step().finished);
+    }
+    for (i, id) in ids
+        .iter()
+        .enumerate()
+        .filter(|(_, id)| !failed.contains(id))
+    {
+        assert_eq!(tokens(&results[id]), want[i], "request {i}");
+    }
+    let again = server.generate(&requests);
+    for (i, result) in again.results.iter().enumerate() {
+        assert_eq!(tokens(result), want[i], "request {i} after the fault");
+    }
+    assert_eq!(server.pool().free_pages(), cfg.pages);
 }

@@ -16,7 +16,7 @@ use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::data_parallel::train_data_parallel;
 use burn_ascend_suite::moe::expert_parallel::ExpertParallel;
 use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{Sampling, ServeConfig, Server};
+use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
 use burn_ascend_suite::moe::train::{train, TrainConfig};
 use burn_autodiff::Autodiff;
 use common::{device, second_device, Flex};
@@ -67,6 +67,8 @@ fn serve_config() -> ServeConfig {
         page_size: 4,
         max_seq: 48,
         max_kv_splits: 3,
+        // Smaller than the prompts: they are prefilled in chunks beside the others' decode.
+        step_tokens: 8,
         record_logits: true,
     }
 }
@@ -83,17 +85,23 @@ fn expert_parallel_serving_gives_the_tokens_of_one_npu() {
     };
     let cfg = small();
     let bytes = weights(&cfg);
-    let prompts = vec![prompt("The keeper"), prompt("tide turned."), prompt("S")];
+    let requests: Vec<Request> = ["The keeper", "tide turned.", "S"]
+        .into_iter()
+        .map(|p| Request::greedy(prompt(p), 6))
+        .collect();
     let one = Server::new(
         load::<Ascend>(&cfg, &bytes, &devices[0]),
         serve_config(),
         &devices[0],
     )
-    .generate(&prompts, 6, Sampling::Greedy);
+    .expect("a valid server")
+    .generate(&requests);
     let sharded = ExpertParallel::shard(load::<Ascend>(&cfg, &bytes, &devices[0]), &devices)
         .expect("4 experts split over 2 NPUs");
-    let two =
-        Server::new(sharded, serve_config(), &devices[0]).generate(&prompts, 6, Sampling::Greedy);
+    let two = Server::new(sharded, serve_config(), &devices[0])
+        .expect("a valid server")
+        .generate(&requests);
+    assert_eq!(two.completed, requests.len());
     for (a, b) in one.results.iter().zip(&two.results) {
         let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
         assert_eq!(a.tokens, b.tokens);
@@ -195,7 +203,8 @@ fn data_parallel_training_follows_one_npu() {
         &train_cfg,
         &devices[0],
         |r| one_losses.push((r.loss, r.aux)),
-    );
+    )
+    .expect("finite losses");
     let mut two_losses = Vec::new();
     let two = train_data_parallel(
         load::<B>(&cfg, &bytes, &devices[0]),

@@ -1,5 +1,6 @@
 //! Shared by the benches: criterion settings, wall-time capture (so ratios are taken against a
-//! reference measured in the same run), the markdown table writer and the Atlas A2 model.
+//! reference measured in the same run) and the markdown table writer. The Atlas A2 device-time
+//! model is `burn_ascend_suite::a2` (the example prints modelled times too).
 #![allow(dead_code)]
 
 #[path = "../../tests/common/host_values.rs"]
@@ -10,7 +11,6 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use burn_ascend::emulator::kernel_runner::LaunchStats;
 use criterion::{Bencher, Criterion};
 
 /// Short runs: the whole set must finish in a few minutes on a shared 2-core machine.
@@ -149,66 +149,5 @@ pub fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
         _ => "-".into(),
-    }
-}
-
-/// The Atlas A2 (910B, 48-AIV parts) figures of `/work/shared/ascend/hardware-atlas-a2.md`
-/// that the device-time model uses. A model, not a measurement: the sources mark the
-/// bandwidth figures UNCERTAIN.
-pub mod a2 {
-    use super::LaunchStats;
-
-    /// HBM bandwidth per die, bytes/s: the low end of the documents' 1.6-1.8 TB/s estimate.
-    pub const HBM_BYTES_PER_S: f64 = 1.6e12;
-    /// Vector cores (AIV) of a 910B1/B2 die.
-    pub const VECTOR_CORES: u32 = 48;
-    /// The AI Core clock, Hz.
-    pub const CLOCK_HZ: f64 = 1.8e9;
-    /// One AIV's GM rate: the platform ini's `ddr_rate = 32` bytes/cycle at 1.8 GHz.
-    pub const CORE_BYTES_PER_S: f64 = 32.0 * CLOCK_HZ;
-    /// One HCCS link between two NPUs, bytes/s per direction. ASSUMED: the fact sheets give no
-    /// HCCS bandwidth; this is the commonly quoted third-party figure for an 8-NPU Atlas 800T A2
-    /// server (a full mesh of 7 links per 910B, 392 GB/s per NPU), UNCERTAIN.
-    pub const HCCS_LINK_BYTES_PER_S: f64 = 56e9;
-    /// Scalar cycles charged per value a device-side check tests: a compare and a branch.
-    /// ASSUMED (no scalar timing in the fact sheets); used only for an upper bound.
-    pub const SCALAR_CYCLES_PER_CHECK: f64 = 2.0;
-
-    /// The modelled device time of one launch and its bandwidth limit.
-    #[derive(Debug, Clone, Copy, Default)]
-    pub struct Model {
-        /// Seconds: the slower of the whole chip at peak HBM bandwidth and the busiest core at
-        /// its own GM rate (blocks beyond the core count run in waves on the same cores).
-        pub modelled: f64,
-        /// Seconds: all bytes at peak HBM bandwidth.
-        pub limit: f64,
-    }
-
-    /// Models one launch from its emulation counters.
-    pub fn model(s: &LaunchStats) -> Model {
-        let total = (s.gm_bytes_read + s.gm_bytes_written) as f64;
-        let limit = total / HBM_BYTES_PER_S;
-        // Blocks are dealt to the cores round-robin; a core's time is the bytes of its blocks.
-        let mut per_core = vec![0u64; VECTOR_CORES as usize];
-        for (i, b) in s.per_block_gm_bytes.iter().enumerate() {
-            per_core[i % VECTOR_CORES as usize] += b;
-        }
-        let busiest = per_core.into_iter().max().unwrap_or(0) as f64 / CORE_BYTES_PER_S;
-        Model {
-            modelled: limit.max(busiest),
-            limit,
-        }
-    }
-
-    /// Per-core balance: busiest block's bytes over the mean block's (1.00 is perfect).
-    pub fn balance(s: &LaunchStats) -> f64 {
-        let b = &s.per_block_gm_bytes;
-        let max = b.iter().copied().max().unwrap_or(0) as f64;
-        let mean = b.iter().sum::<u64>() as f64 / b.len().max(1) as f64;
-        if mean > 0.0 {
-            max / mean
-        } else {
-            1.0
-        }
     }
 }

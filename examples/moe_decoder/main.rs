@@ -1,37 +1,53 @@
 //! The MoE decoder example: trains a small mixture-of-experts decoder on the default Ascend
 //! device (a real NPU when CANN finds one, else the emulated NPU) with `Autodiff<Ascend>`, saves
-//! its weights with Burn's recorder, then serves a batch of prompts of different lengths with
-//! the paged KV cache (fused `alloc_extend` and `decode_attention`) and prints each
-//! continuation and the decode throughput. `--fusion` runs the same on `Fusion<Ascend>` (lazy
-//! execution with fused element-wise runs), with the same outputs.
+//! its weights with Burn's recorder, then serves a set of prompts of different lengths with the
+//! continuous-batching server (paged KV cache through the fused `alloc_extend` and
+//! `decode_attention`, chunked prefill, preemption when the cache runs out) and prints each
+//! continuation and the serving figures. `--fusion` runs the same on `Fusion<Ascend>` (lazy
+//! execution with fused element-wise runs), with the same outputs. `--devices N` trains
+//! data-parallel and serves expert-parallel across N NPUs (`parallel.rs`).
+//!
+//! Every option is checked before the device is touched and before training starts.
 //!
 //! `cargo run --release --example moe_decoder -- --help` lists the options.
 
+use std::fs::OpenOptions;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
-use burn::record::{BinFileRecorder, FullPrecisionSettings};
+use burn::record::{BinFileRecorder, FileRecorder, FullPrecisionSettings};
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn_ascend::runtime::device::ENV_DEVICE;
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{Ascend, AscendDevice, CollectiveOps, FusedOps};
+use burn_ascend_suite::a2::ModelledClock;
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{Sampling, ServeConfig, Server};
+use burn_ascend_suite::moe::serve::{Request, Sampling, ServeConfig, Server};
 use burn_ascend_suite::moe::train::{StepReport, TrainConfig};
+use burn_ascend_suite::moe::workload::Arrival;
 use burn_autodiff::Autodiff;
 use burn_fusion::Fusion;
 use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
 
 mod parallel;
-use indicatif::{ProgressBar, ProgressStyle};
 
 /// Train and serve the MoE decoder on Ascend.
 #[derive(Parser, Debug)]
-struct Args {
-    /// Device: npu, npu:N, emulated or emulated:N (default: an NPU if CANN has one).
+#[command(
+    after_help = "Serving: the prompts arrive together; each step decodes one token of \
+every running request and prefills chunks of the others within --step-tokens, and when the \
+--pages run out the newest requests are preempted and recomputed later. Afterwards the example \
+prints the completed requests, the preemptions, the output tokens/s and the p50/p99 time per \
+output token (wall time, and on the emulated NPU the modelled Atlas A2 time)."
+)]
+pub struct Args {
+    /// Device: npu, npu:N, emulated or emulated:N (default: BURN_ASCEND_DEVICE, else an NPU if
+    /// CANN has one).
     #[arg(long)]
     device: Option<String>,
     /// Run on Fusion<Ascend>: ops recorded lazily, element-wise runs fused into one kernel.
@@ -50,7 +66,7 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     seq_len: usize,
     /// Adam learning rate.
-    #[arg(long, default_value_t = 3e-3)]
+    #[arg(long, default_value_t = 3e-3, allow_negative_numbers = true)]
     lr: f64,
     /// Hidden size.
     #[arg(long, default_value_t = 256)]
@@ -73,24 +89,51 @@ struct Args {
     /// Hidden size of each expert.
     #[arg(long, default_value_t = 512)]
     expert_hidden: usize,
-    /// Load weights from this file (written by an earlier run) instead of a fresh model.
+    /// Load weights from this record (a .bin file written by --save) instead of a fresh model.
     #[arg(long)]
     load: Option<PathBuf>,
-    /// Where to save the trained weights.
+    /// Where to save the trained weights (the recorder writes <path>.bin).
     #[arg(long, default_value = "target/moe_decoder_weights")]
     save: PathBuf,
-    /// Tokens to generate per prompt.
+    /// Serving: tokens to generate per prompt.
     #[arg(long, default_value_t = 48)]
     new_tokens: usize,
-    /// Sample at this temperature instead of greedy decoding.
-    #[arg(long)]
+    /// Serving: sample at this temperature instead of greedy decoding.
+    #[arg(long, allow_negative_numbers = true)]
     temperature: Option<f64>,
-    /// With --temperature: candidates kept per step.
+    /// Serving, with --temperature: candidates kept per step.
     #[arg(long, default_value_t = 8)]
     top_k_sampling: usize,
-    /// With --temperature: seed of the draws.
+    /// Seed of the model's initialisation and of the sampling draws.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Serving: pages in the paged KV cache. When the running requests need more, the newest
+    /// are preempted and recomputed later (their tokens are kept).
+    #[arg(long, default_value_t = 128)]
+    pages: usize,
+    /// Serving: slots (tokens) per cache page.
+    #[arg(long, default_value_t = 16)]
+    page_size: usize,
+    /// Serving: tokens one step computes at most, decoded tokens and prefill chunks together;
+    /// a longer prompt is prefilled over several steps beside the decode of the others.
+    #[arg(long, default_value_t = 64)]
+    step_tokens: usize,
+}
+
+/// The prompts the example serves.
+const PROMPTS: [&str; 4] = [
+    "The lighthouse keeper",
+    "She counted",
+    "In the evenings the keeper taught his daughter to",
+    "The sea",
+];
+
+/// Everything the run needs, from checked options.
+pub struct Plan {
+    model: MoeConfig,
+    train: Option<TrainConfig>,
+    serve: ServeConfig,
+    requests: Vec<Request>,
 }
 
 fn main() {
@@ -101,35 +144,10 @@ fn main() {
     }
 }
 
-fn run(args: Args) -> Result<(), String> {
-    let device = match &args.device {
-        Some(d) => AscendDevice::parse(d)
-            .ok_or_else(|| format!("--device {d:?} is not npu, npu:N, emulated or emulated:N"))?,
-        None => AscendDevice::default(),
-    };
-    let devices = parallel::devices(device, args.devices)?;
-    // Open the devices up front: an explicit --device npu without CANN or an NPU is an error
-    // here, not a panic inside the first tensor op.
-    for d in &devices {
-        DeviceContext::get(d).map_err(|e| format!("cannot open {d:?}: {e}"))?;
-    }
-    if args.fusion {
-        println!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
-        train_and_serve::<Autodiff<Fusion<Ascend>>>(&args, &devices)
-    } else {
-        println!("device: {}", Ascend::name(&device));
-        train_and_serve::<Autodiff<Ascend>>(&args, &devices)
-    }
-}
-
-/// Trains on `B` (an autodiff backend over an Ascend backend), then serves on its inner backend.
-fn train_and_serve<B>(args: &Args, devices: &[AscendDevice]) -> Result<(), String>
-where
-    B: AutodiffBackend<Device = AscendDevice> + FusedOps,
-    B::InnerBackend: FusedOps + CollectiveOps,
-{
-    let device = &devices[0];
-    let cfg = MoeConfig::new()
+/// Checks every option (nothing touches a device or a file yet, except the probe of the save
+/// path) and says what to run.
+pub fn plan(args: &Args) -> Result<Plan, String> {
+    let model = MoeConfig::new()
         .with_hidden(args.hidden)
         .with_layers(args.layers)
         .with_q_heads(args.q_heads)
@@ -137,71 +155,28 @@ where
         .with_experts(args.experts)
         .with_top_k(args.top_k)
         .with_expert_hidden(args.expert_hidden);
-    cfg.validate().map_err(|e| e.to_string())?;
-    B::seed(device, args.seed);
-    let recorder = BinFileRecorder::<FullPrecisionSettings>::new();
-    let mut model = MoeDecoder::<B>::new(&cfg, device).map_err(|e| e.to_string())?;
-    if let Some(path) = &args.load {
-        model = model
-            .load_file(path.clone(), &recorder, device)
-            .map_err(|e| format!("loading {}: {e}", path.display()))?;
-        println!("loaded weights from {}", path.display());
-    }
-    let tokens = corpus::tokens();
-    if args.steps > 0 {
-        let train_cfg = TrainConfig {
-            steps: args.steps,
-            batch: args.batch,
-            seq_len: args.seq_len,
-            learning_rate: args.lr,
-            aux_weight: cfg.aux_loss,
-        };
-        println!(
-            "training {} steps of {}x{} tokens on {} bytes of text",
-            args.steps,
-            args.batch,
-            args.seq_len,
-            tokens.len()
-        );
-        let bar = std::io::stdout().is_terminal().then(|| {
-            let bar = ProgressBar::new(args.steps as u64);
-            bar.set_style(
-                ProgressStyle::with_template("{bar:30} step {pos}/{len} {msg}")
-                    .expect("a valid template"),
-            );
-            bar
-        });
-        let start = Instant::now();
-        let report = |r: StepReport| {
-            let line = format!(
-                "loss {:.3} aux {:.3} {:.0} tokens/s",
-                r.loss, r.aux, r.tokens_per_second
-            );
-            match &bar {
-                Some(bar) => {
-                    bar.set_position(r.step as u64);
-                    bar.set_message(line);
-                }
-                None if r.step == 1 || r.step.is_multiple_of(10) || r.step == args.steps => {
-                    println!("step {}/{} {line}", r.step, args.steps)
-                }
-                None => {}
-            }
-        };
-        model = parallel::train(model, &tokens, &train_cfg, devices, report)?;
-        if let Some(bar) = bar {
-            bar.finish();
-        }
-        println!("trained in {:.1} s", start.elapsed().as_secs_f64());
-        if let Some(dir) = args.save.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        }
-        model
-            .clone()
-            .save_file(args.save.clone(), &recorder)
-            .map_err(|e| format!("saving {}: {e}", args.save.display()))?;
-        println!("saved weights to {}", args.save.display());
-    }
+    model.validate().map_err(|e| e.to_string())?;
+    let train = (args.steps > 0)
+        .then(|| {
+            let cfg = TrainConfig {
+                steps: args.steps,
+                batch: args.batch,
+                seq_len: args.seq_len,
+                learning_rate: args.lr,
+                aux_weight: model.aux_loss,
+            };
+            cfg.validate().map_err(|e| e.to_string()).map(|_| cfg)
+        })
+        .transpose()?;
+    let serve = ServeConfig {
+        pages: args.pages,
+        page_size: args.page_size,
+        max_seq: model.max_seq,
+        max_kv_splits: 4,
+        step_tokens: args.step_tokens,
+        record_logits: false,
+    };
+    serve.validate().map_err(|e| e.to_string())?;
     let sampling = match args.temperature {
         Some(temperature) => Sampling::Random {
             temperature,
@@ -210,34 +185,235 @@ where
         },
         None => Sampling::Greedy,
     };
-    let serve = ServeConfig {
-        pages: 128,
-        page_size: 16,
-        max_seq: cfg.max_seq,
-        max_kv_splits: 4,
-        record_logits: false,
-    };
-    let served = model.valid();
-    let mut server = Server::new(parallel::serving(served.clone(), devices)?, serve, device);
-    let prompts = [
-        "The lighthouse keeper",
-        "She counted",
-        "In the evenings the keeper taught his daughter to",
-        "The sea",
-    ];
-    let batch: Vec<Vec<u32>> = prompts
+    let requests: Vec<Request> = PROMPTS
         .iter()
-        .map(|p| p.bytes().map(u32::from).collect())
+        .map(|p| Request {
+            prompt: p.bytes().map(u32::from).collect(),
+            new_tokens: args.new_tokens,
+            sampling,
+        })
         .collect();
+    for (prompt, request) in PROMPTS.iter().zip(&requests) {
+        serve
+            .check(request, model.vocab)
+            .map_err(|e| format!("serving {prompt:?}: {e}"))?;
+    }
+    if let Some(path) = &args.load {
+        check_record(path)?;
+    }
+    if train.is_some() {
+        check_writable(&record_file(&args.save))?;
+    }
+    Ok(Plan {
+        model,
+        train,
+        serve,
+        requests,
+    })
+}
+
+type Recorder = BinFileRecorder<FullPrecisionSettings>;
+
+/// The file the recorder reads or writes for `path`: it replaces the extension with its own.
+fn record_file(path: &Path) -> PathBuf {
+    path.with_extension(<Recorder as FileRecorder<Ascend>>::file_extension())
+}
+
+/// `--load path` names an existing record file.
+fn check_record(path: &Path) -> Result<(), String> {
+    let file = record_file(path);
+    if file.is_file() {
+        return Ok(());
+    }
+    if path.exists() {
+        return Err(format!(
+            "--load {}: not a weights record: records are the .{} files --save writes (this \
+             path would read {})",
+            path.display(),
+            <Recorder as FileRecorder<Ascend>>::file_extension(),
+            file.display()
+        ));
+    }
+    Err(format!("--load {}: no such file", file.display()))
+}
+
+/// `file` can be written: creates its directory and opens it for appending (an existing file
+/// is left as it is; one created here is removed again).
+fn check_writable(file: &Path) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("--save: cannot write {}: {e}", file.display());
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    let existed = file.exists();
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(file)
+        .map_err(fail)?;
+    if !existed {
+        std::fs::remove_file(file).map_err(fail)?;
+    }
+    Ok(())
+}
+
+/// The device `--device`, else `BURN_ASCEND_DEVICE`, names (`None`: neither, the default
+/// device); a value that is not a device is an error here, before anything opens one.
+fn forced_device(args: &Args) -> Result<Option<AscendDevice>, String> {
+    let (text, from) = match (&args.device, std::env::var(ENV_DEVICE)) {
+        (Some(d), _) => (d.clone(), "--device".to_string()),
+        (None, Ok(v)) => (v, ENV_DEVICE.to_string()),
+        (None, Err(std::env::VarError::NotPresent)) => return Ok(None),
+        (None, Err(e)) => return Err(format!("{ENV_DEVICE}: {e}")),
+    };
+    AscendDevice::parse(&text)
+        .map(Some)
+        .ok_or_else(|| format!("{from} {text:?} is not npu, npu:N, emulated or emulated:N"))
+}
+
+/// Checks the options, then trains and serves.
+pub fn run(args: Args) -> Result<(), String> {
+    let forced = forced_device(&args)?;
+    let plan = plan(&args)?;
+    let device = forced.unwrap_or_default();
+    let devices = parallel::devices(device, args.devices)?;
+    // Open the devices up front: an explicit --device npu without CANN or an NPU is an error
+    // here, not a panic inside the first tensor op.
+    for d in &devices {
+        DeviceContext::get(d).map_err(|e| format!("cannot open {d:?}: {e}"))?;
+    }
+    if args.fusion {
+        println!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
+        train_and_serve::<Autodiff<Fusion<Ascend>>>(&args, &plan, &devices)
+    } else {
+        println!("device: {}", Ascend::name(&device));
+        train_and_serve::<Autodiff<Ascend>>(&args, &plan, &devices)
+    }
+}
+
+/// Trains on `B` (an autodiff backend over an Ascend backend), then serves on its inner backend.
+fn train_and_serve<B>(args: &Args, plan: &Plan, devices: &[AscendDevice]) -> Result<(), String>
+where
+    B: AutodiffBackend<Device = AscendDevice> + FusedOps,
+    B::InnerBackend: FusedOps + CollectiveOps,
+{
+    let device = &devices[0];
+    B::seed(device, args.seed);
+    let recorder = Recorder::new();
+    let mut model = MoeDecoder::<B>::new(&plan.model, device).map_err(|e| e.to_string())?;
+    if let Some(path) = &args.load {
+        let file = record_file(path);
+        let params = model.num_params();
+        model = model
+            .load_file(file.clone(), &recorder, device)
+            .map_err(|e| {
+                format!(
+                    "--load {}: not a weights record of this example: {e}",
+                    file.display()
+                )
+            })?;
+        if model.num_params() != params {
+            return Err(format!(
+                "--load {}: the record holds {} parameters, a model of these sizes has {}: \
+                 pass the sizes it was trained with",
+                file.display(),
+                model.num_params(),
+                params
+            ));
+        }
+        println!("loaded weights from {}", file.display());
+    }
+    if let Some(train_cfg) = &plan.train {
+        model = train_model(model, train_cfg, devices)?;
+        let file = record_file(&args.save);
+        model
+            .clone()
+            .save_file(file.clone(), &recorder)
+            .map_err(|e| format!("saving {}: {e}", file.display()))?;
+        println!("saved weights to {}", file.display());
+    }
+    serve(model.valid(), plan, devices)
+}
+
+fn train_model<B>(
+    model: MoeDecoder<B>,
+    cfg: &TrainConfig,
+    devices: &[AscendDevice],
+) -> Result<MoeDecoder<B>, String>
+where
+    B: AutodiffBackend<Device = AscendDevice> + FusedOps,
+    B::InnerBackend: CollectiveOps,
+{
+    let tokens = corpus::tokens();
     println!(
-        "serving {} prompts, {} new tokens each (paged KV cache, {} pages of {} slots)",
-        prompts.len(),
-        args.new_tokens,
-        serve.pages,
-        serve.page_size
+        "training {} steps of {}x{} tokens on {} bytes of text",
+        cfg.steps,
+        cfg.batch,
+        cfg.seq_len,
+        tokens.len()
     );
-    let out = server.generate(&batch, args.new_tokens, sampling);
-    for (prompt, result) in prompts.iter().zip(&out.results) {
+    let bar = std::io::stdout().is_terminal().then(|| {
+        let bar = ProgressBar::new(cfg.steps as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} step {pos}/{len} {msg}")
+                .expect("a valid template"),
+        );
+        bar
+    });
+    let start = Instant::now();
+    let trained = parallel::train(model, &tokens, cfg, devices, |r: StepReport| {
+        let line = format!(
+            "loss {:.3} aux {:.3} {:.0} tokens/s",
+            r.loss, r.aux, r.tokens_per_second
+        );
+        match &bar {
+            Some(bar) => {
+                bar.set_position(r.step as u64);
+                bar.set_message(line);
+            }
+            None if r.step == 1 || r.step % 10 == 0 || r.step == cfg.steps => {
+                println!("step {}/{} {line}", r.step, cfg.steps)
+            }
+            None => {}
+        }
+    });
+    if let Some(bar) = bar {
+        bar.finish();
+    }
+    let trained = trained.map_err(|e| format!("{e}; nothing was saved"))?;
+    println!("trained in {:.1} s", start.elapsed().as_secs_f64());
+    Ok(trained)
+}
+
+fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
+    model: MoeDecoder<B>,
+    plan: &Plan,
+    devices: &[AscendDevice],
+) -> Result<(), String> {
+    let device = &devices[0];
+    let cfg = plan.serve;
+    let served = parallel::serving(model.clone(), devices)?;
+    let mut server = Server::new(served, cfg, device).map_err(|e| e.to_string())?;
+    println!(
+        "serving {} prompts, {} new tokens each (paged KV cache of {} pages of {} slots, steps \
+         of at most {} tokens)",
+        plan.requests.len(),
+        plan.requests[0].new_tokens,
+        cfg.pages,
+        cfg.page_size,
+        cfg.step_tokens
+    );
+    let arrivals: Vec<Arrival> = plan
+        .requests
+        .iter()
+        .map(|r| Arrival {
+            step: 0,
+            request: r.clone(),
+        })
+        .collect();
+    // The modelled device time exists on the emulated NPU only (it reads its counters).
+    let mut clock = matches!(device, AscendDevice::Emulated(_)).then(ModelledClock::start);
+    let report = server.serve(&arrivals, || clock.as_mut().map(ModelledClock::lap));
+    for (prompt, result) in PROMPTS.iter().zip(&report.results) {
         match result {
             Ok(g) => {
                 let text: Vec<u8> = g.tokens.iter().map(|&t| t as u8).collect();
@@ -246,19 +422,6 @@ where
             Err(e) => println!("  {prompt:?} -> error: {e}"),
         }
     }
-    println!(
-        "decode throughput: {:.1} tokens/s ({} free pages after the batch)",
-        out.decode_tokens_per_second,
-        server.pool().free_pages()
-    );
-    parallel::check_one_device(
-        served,
-        serve,
-        devices,
-        &batch,
-        args.new_tokens,
-        sampling,
-        &out,
-    );
-    Ok(())
+    println!("{report}");
+    parallel::check_one_device(model, cfg, devices, &plan.requests, &report)
 }

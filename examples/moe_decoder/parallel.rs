@@ -7,8 +7,9 @@ use burn_ascend::{AscendDevice, CollectiveOps, FusedOps};
 use burn_ascend_suite::moe::data_parallel::train_data_parallel;
 use burn_ascend_suite::moe::expert_parallel::ExpertParallel;
 use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{BatchOutput, Sampling, ServeConfig, Server};
+use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
 use burn_ascend_suite::moe::train::{train as train_one, StepReport, TrainConfig};
+use burn_ascend_suite::moe::workload::ServingReport;
 
 /// `count` devices of `first`'s kind, from `first`'s index on.
 pub fn devices(first: AscendDevice, count: usize) -> Result<Vec<AscendDevice>, String> {
@@ -43,7 +44,7 @@ where
     B::InnerBackend: CollectiveOps,
 {
     if devices.len() == 1 {
-        return Ok(train_one(model, tokens, cfg, &devices[0], report));
+        return train_one(model, tokens, cfg, &devices[0], report).map_err(|e| e.to_string());
     }
     println!("data-parallel training on {}", names(devices));
     train_data_parallel(model, tokens, cfg, devices, report)
@@ -72,21 +73,20 @@ fn names(devices: &[AscendDevice]) -> String {
         .join(", ")
 }
 
-/// With several NPUs, serves the batch again on the first NPU alone and says whether it gives
-/// the expert-parallel tokens.
+/// With several NPUs, serves the requests again on the first NPU alone and says whether it
+/// gives the expert-parallel tokens.
 pub fn check_one_device<B: FusedOps<Device = AscendDevice>>(
     model: MoeDecoder<B>,
     serve: ServeConfig,
     devices: &[AscendDevice],
-    batch: &[Vec<u32>],
-    new_tokens: usize,
-    sampling: Sampling,
-    expert_parallel: &BatchOutput,
-) {
+    requests: &[Request],
+    expert_parallel: &ServingReport,
+) -> Result<(), String> {
     if devices.len() == 1 {
-        return;
+        return Ok(());
     }
-    let one = Server::new(model, serve, &devices[0]).generate(batch, new_tokens, sampling);
+    let mut server = Server::new(model, serve, &devices[0]).map_err(|e| e.to_string())?;
+    let one = server.generate(requests);
     let same = one
         .results
         .iter()
@@ -100,4 +100,5 @@ pub fn check_one_device<B: FusedOps<Device = AscendDevice>>(
         devices[0],
         if same { "the same" } else { "DIFFERENT" }
     );
+    Ok(())
 }

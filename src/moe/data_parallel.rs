@@ -25,7 +25,7 @@ use burn_ascend::{AscendDevice, FusedOps};
 
 use super::model::MoeDecoder;
 use super::parallel::Parallel;
-use super::train::{batch, StepReport, TrainConfig};
+use super::train::{batch, StepReport, TrainConfig, TrainError};
 
 type Mean<B> = fn(&Communicator, Tensor<B, 1>) -> Tensor<B, 1>;
 
@@ -130,7 +130,8 @@ fn average_gradients<B>(
 
 /// Trains `model` with `cfg` on `devices` (the batch is split evenly across them), reporting
 /// each step; returns the trained model on the first device. Identical to
-/// [`super::train::train`] on one device, up to summation order.
+/// [`super::train::train`] on one device, up to summation order; like it, checks `cfg` first
+/// and stops at the first loss that is not finite.
 pub fn train_data_parallel<B>(
     model: MoeDecoder<B>,
     tokens: &[u32],
@@ -142,6 +143,7 @@ where
     B: AutodiffBackend<Device = AscendDevice> + FusedOps,
     B::InnerBackend: CollectiveOps,
 {
+    cfg.validate().map_err(|e| e.to_string())?;
     let n = devices.len();
     if n == 0 || !cfg.batch.is_multiple_of(n) {
         return Err(format!(
@@ -202,6 +204,14 @@ where
             grads.push(g);
             ce += c / n as f32;
             aux += a / n as f32;
+        }
+        if !(ce.is_finite() && aux.is_finite()) {
+            let stopped = TrainError::NonFinite {
+                updates: step - 1,
+                loss: ce,
+                aux,
+            };
+            return Err(stopped.to_string());
         }
         average_gradients(&comm, devices, &replicas[0], &mut grads);
 

@@ -5,7 +5,11 @@
 //! - [`model`]: embedding, pre-norm blocks with grouped-query attention (rotary positions) and a
 //!   MoE feed-forward (router, top-k, gather, grouped SwiGLU experts, scatter), final norm, head.
 //! - [`cache`]: the paged KV cache and its page pool (slots allocated by `alloc_extend`).
-//! - [`serve`]: prefill and batched decode through `decode_attention`, and the dense reference.
+//! - [`scheduler`]: which requests run, how many tokens each computes in a step (chunked
+//!   prefill beside decode), admission and preemption.
+//! - [`serve`]: the server: request checks, the step (every token through `decode_attention`
+//!   over the paged cache), sampling, recovery from device failures, and the dense reference.
+//! - [`workload`]: seeded Poisson traces of requests and the serving figures.
 //! - [`train`]: next-byte training with the auxiliary load-balancing loss.
 //! - [`corpus`]: the small text the example trains on.
 //! - [`data_parallel`]: training on several NPUs, one replica each, gradients all-reduced.
@@ -21,5 +25,7 @@ pub mod data_parallel;
 pub mod expert_parallel;
 pub mod model;
 pub mod parallel;
+pub mod scheduler;
 pub mod serve;
 pub mod train;
+pub mod workload;

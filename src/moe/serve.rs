@@ -1,40 +1,96 @@
-//! Serving: prompts are prefilled (dense causal attention, their keys and values written to
-//! slots that `fused::alloc_extend` allocates), then decoded together one token per request
-//! per step through `fused::decode_attention` over the paged cache. A finished request's pages
-//! go back to the pool. [`reference_logits`] is the dense path the paged one must agree with.
+//! Serving: a continuous-batching server over the paged KV cache.
+//!
+//! Requests are checked when they are submitted (a bad one, or one that could never fit the
+//! cache, gets its error alone), then the [`Scheduler`] chooses each step's work: one token for
+//! each decoding request and chunks of the prompts being prefilled, in one batch. A step runs
+//! through one function, [`Server::forward`], whose inputs are device tensors
+//! ([`StepInputs`]): slots come from `fused::alloc_extend`, every token (decoded or prefilled)
+//! attends to its cached positions through `fused::decode_attention`, and only the rows whose
+//! next token is sampled reach the LM head. A step that fails on the device fails its own
+//! requests; the server then resets the device (its faults are sticky), restores its weights
+//! and cache and goes on with the others.
+//! [`reference_logits`] is the dense path the paged one must agree with.
 
+use std::any::Any;
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use burn::tensor::activation::softmax;
+use burn::module::Module;
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::{Int, Tensor};
 use burn_ascend::fused::{self, DecodeAttentionOptions};
-use burn_ascend::FusedOps;
+use burn_ascend::{try_run, AscendDevice, AscendError, FusedOps};
 
-use super::cache::{ints, slot, CacheError, LayerCache, PagePool};
+use super::cache::{ints, slot, LayerCache, PagePool};
 use super::model::MoeDecoder;
+use super::scheduler::{Entry, Plan, RequestId, Sampled, Scheduler};
+use super::workload::{percentiles, Arrival, ServingReport};
 
 /// How the next token is chosen from the logits.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Sampling {
     /// The most likely token.
     Greedy,
-    /// A draw from the `top_k` most likely tokens at `temperature`, seeded.
+    /// A draw from the `top_k` most likely tokens at `temperature`, seeded: the n-th generated
+    /// token of a request depends only on its seed and n, not on what it was batched with.
     Random {
-        /// Softmax temperature (> 0).
+        /// Softmax temperature: positive and finite.
         temperature: f64,
-        /// Candidates kept.
+        /// Candidates kept: at least 1 (more than the vocabulary keeps them all).
         top_k: usize,
-        /// Seed of the draw.
+        /// Seed of the draws.
         seed: u64,
     },
 }
 
-/// Why one request cannot be served (the others in its batch still are).
+impl Sampling {
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<(), ServeError> {
+        match *self {
+            Sampling::Greedy => Ok(()),
+            Sampling::Random { temperature, .. }
+                if !(temperature.is_finite() && temperature > 0.0) =>
+            {
+                Err(ServeError::Temperature(temperature))
+            }
+            Sampling::Random { top_k: 0, .. } => Err(ServeError::TopK),
+            Sampling::Random { .. } => Ok(()),
+        }
+    }
+}
+
+/// One request: a prompt, how many tokens to generate and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Token ids of the prompt.
+    pub prompt: Vec<u32>,
+    /// Tokens to generate (at least 1).
+    pub new_tokens: usize,
+    /// How they are chosen.
+    pub sampling: Sampling,
+}
+
+impl Request {
+    /// A request decoded greedily.
+    pub fn greedy(prompt: Vec<u32>, new_tokens: usize) -> Self {
+        Self {
+            prompt,
+            new_tokens,
+            sampling: Sampling::Greedy,
+        }
+    }
+}
+
+/// Why one request cannot be served (the others still are).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ServeError {
     /// The prompt has no token.
     #[error("the prompt is empty")]
     EmptyPrompt,
+    /// Nothing to generate.
+    #[error("new_tokens is 0: a request generates at least one token")]
+    NoNewTokens,
     /// The prompt and its continuation do not fit the longest sequence the server accepts.
     #[error(
         "prompt of {prompt} tokens plus {new} new tokens exceeds the maximum sequence of {max}"
@@ -57,9 +113,35 @@ pub enum ServeError {
         /// The vocabulary size.
         vocab: usize,
     },
-    /// Not enough cache pages.
-    #[error(transparent)]
-    Cache(#[from] CacheError),
+    /// A sampling temperature that is not a positive finite number.
+    #[error(
+        "sampling temperature {0} must be positive and finite (Sampling::Greedy decodes greedily)"
+    )]
+    Temperature(f64),
+    /// A sampling `top_k` of 0.
+    #[error("sampling top_k is 0: at least one candidate must be kept")]
+    TopK,
+    /// The request needs more pages than the whole cache has, even alone.
+    #[error(
+        "prompt of {prompt} tokens plus {new} new tokens needs {needed} cache pages of \
+         {page_size} slots, the whole cache has {pages}"
+    )]
+    NeverFits {
+        /// Prompt tokens.
+        prompt: usize,
+        /// Tokens to generate.
+        new: usize,
+        /// Pages it needs at its longest.
+        needed: usize,
+        /// Slots per page.
+        page_size: usize,
+        /// Pages in the cache.
+        pages: usize,
+    },
+    /// The step computing this request failed on the device (for example
+    /// [`AscendError::DeviceFault`] or [`AscendError::OutOfMemory`]).
+    #[error("the device failed during the request's step: {0}")]
+    Device(AscendError),
 }
 
 /// What one request produced.
@@ -69,24 +151,18 @@ pub struct Generation {
     pub tokens: Vec<u32>,
     /// The logits each generated token was chosen from (`[vocab]` per token), if recorded.
     pub logits: Vec<Vec<f32>>,
+    /// Times the request was preempted (its cache freed and recomputed later).
+    pub preemptions: usize,
 }
 
-/// The outcome of a batch.
-#[derive(Debug)]
-pub struct BatchOutput {
-    /// One result per prompt, in order.
-    pub results: Vec<Result<Generation, ServeError>>,
-    /// Decode-phase throughput, tokens per second over all requests.
-    pub decode_tokens_per_second: f64,
-}
-
-struct Active {
-    index: usize,
-    tokens: Vec<u32>,
-    cached: usize,
-    pages: Vec<u32>,
-    left: usize,
-    out: Generation,
+impl From<Entry> for Generation {
+    fn from(e: Entry) -> Self {
+        Self {
+            tokens: e.generated().to_vec(),
+            logits: e.logits,
+            preemptions: e.preemptions,
+        }
+    }
 }
 
 /// Server settings.
@@ -98,62 +174,62 @@ pub struct ServeConfig {
     pub page_size: usize,
     /// Longest sequence a request may reach.
     pub max_seq: usize,
-    /// Splits of each request's cached keys in decode attention, at most.
+    /// Splits of each token's cached keys in decode attention, at most.
     pub max_kv_splits: usize,
+    /// Tokens a step computes at most: decoded tokens and prefill chunks together.
+    pub step_tokens: usize,
     /// Keep every step's logits in the output (tests compare them).
     pub record_logits: bool,
 }
 
-/// A model with its paged KV cache.
-pub struct Server<B: FusedOps> {
-    model: MoeDecoder<B>,
-    caches: Vec<LayerCache<B>>,
-    pool: PagePool,
-    cfg: ServeConfig,
-    device: B::Device,
-}
+/// Settings a server cannot run with.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid serving configuration: {0}")]
+pub struct ServeConfigError(pub String);
 
-impl<B: FusedOps> Server<B> {
-    /// A server with an empty cache.
-    pub fn new(model: MoeDecoder<B>, cfg: ServeConfig, device: &B::Device) -> Self {
-        let pool = PagePool::new(cfg.pages, cfg.page_size);
-        let d = model.dims();
-        let empty = || Tensor::<B, 3>::zeros([pool.slots(), d.kv_heads, d.head_dim], device);
-        let caches = model
-            .blocks
-            .iter()
-            .map(|_| LayerCache {
-                keys: empty(),
-                values: empty(),
-            })
-            .collect();
-        Self {
-            model,
-            caches,
-            pool,
-            cfg,
-            device: device.clone(),
+impl ServeConfig {
+    /// Checks that every size is usable.
+    pub fn validate(&self) -> Result<(), ServeConfigError> {
+        let sizes = [
+            ("pages", self.pages),
+            ("page_size", self.page_size),
+            ("max_seq", self.max_seq),
+            ("max_kv_splits", self.max_kv_splits),
+            ("step_tokens", self.step_tokens),
+        ];
+        if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
+            return Err(ServeConfigError(format!("{name} must be at least 1")));
+        }
+        // Slots are int32 on the device.
+        match self.pages.checked_mul(self.page_size) {
+            Some(slots) if slots <= i32::MAX as usize => Ok(()),
+            _ => Err(ServeConfigError(format!(
+                "{} pages of {} slots exceed the 2^31-1 slots a cache can index",
+                self.pages, self.page_size
+            ))),
         }
     }
 
-    /// The page pool (free pages return to it when requests finish).
-    pub fn pool(&self) -> &PagePool {
-        &self.pool
-    }
-
-    fn check(&self, prompt: &[u32], new: usize) -> Result<(), ServeError> {
-        let vocab = self.model.dims().vocab;
-        if prompt.is_empty() {
+    /// Checks `request` against these settings and a vocabulary of `vocab` tokens: the
+    /// admission test of [`Server::submit`].
+    pub fn check(&self, request: &Request, vocab: usize) -> Result<(), ServeError> {
+        let (prompt, new) = (request.prompt.len(), request.new_tokens);
+        if prompt == 0 {
             return Err(ServeError::EmptyPrompt);
         }
-        if prompt.len() + new > self.cfg.max_seq {
+        if new == 0 {
+            return Err(ServeError::NoNewTokens);
+        }
+        request.sampling.validate()?;
+        if prompt + new > self.max_seq {
             return Err(ServeError::TooLong {
-                prompt: prompt.len(),
+                prompt,
                 new,
-                max: self.cfg.max_seq,
+                max: self.max_seq,
             });
         }
-        if let Some((position, &token)) = prompt
+        if let Some((position, &token)) = request
+            .prompt
             .iter()
             .enumerate()
             .find(|(_, &t)| t as usize >= vocab)
@@ -164,312 +240,521 @@ impl<B: FusedOps> Server<B> {
                 vocab,
             });
         }
+        // The last generated token is never fed back, so it needs no slot.
+        let needed = (prompt + new - 1).div_ceil(self.page_size);
+        if needed > self.pages {
+            return Err(ServeError::NeverFits {
+                prompt,
+                new,
+                needed,
+                page_size: self.page_size,
+                pages: self.pages,
+            });
+        }
         Ok(())
     }
+}
 
-    /// Generates `new_tokens` tokens for each prompt; bad prompts get their error and the others
-    /// are served.
-    pub fn generate(
-        &mut self,
-        prompts: &[Vec<u32>],
-        new_tokens: usize,
-        sampling: Sampling,
-    ) -> BatchOutput {
-        let mut results: Vec<Result<Generation, ServeError>> = prompts
+/// What one step did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepReport {
+    /// Requests that finished (or failed) in the step.
+    pub finished: Vec<(RequestId, Result<Generation, ServeError>)>,
+    /// Requests that received a token.
+    pub sampled: Vec<RequestId>,
+    /// Tokens computed.
+    pub tokens: usize,
+    /// Every request of the step decoded one token (no prefill chunk).
+    pub decode_only: bool,
+    /// Requests preempted to make room.
+    pub preempted: usize,
+    /// Wall time of the step, seconds.
+    pub secs: f64,
+}
+
+/// The per-step inputs of [`Server::forward`], on the device. `T` tokens are computed (those of
+/// every request of the step, request after request), of `R` requests; `S` of them sample.
+#[derive(Debug, Clone)]
+pub struct StepInputs<B: FusedOps> {
+    /// `[T]` token ids.
+    pub tokens: Tensor<B, 1, Int>,
+    /// `[T]` their positions (float, for the rotary embedding).
+    pub positions: Tensor<B, 1>,
+    /// `[R]` tokens each request had cached before the step.
+    pub prefix_lens: Tensor<B, 1, Int>,
+    /// `[R]` tokens each request has cached after it.
+    pub seq_lens: Tensor<B, 1, Int>,
+    /// `[R]` the slot of each request's last cached token (0 when none).
+    pub last_loc: Tensor<B, 1, Int>,
+    /// `[P]` the free pages, in the order `alloc_extend` takes them.
+    pub free_pages: Tensor<B, 1, Int>,
+    /// `[T + 1]` where each token's cached positions start in `kv_indices`.
+    pub kv_indptr: Tensor<B, 1, Int>,
+    /// The slots of positions `0..=p` of each token at position `p`.
+    pub kv_indices: Tensor<B, 1, Int>,
+    /// `[T]` decode attention's splits of each token's keys.
+    pub kv_splits: Tensor<B, 1, Int>,
+    /// `[S]` the rows of the step whose logits are sampled.
+    pub sample_rows: Tensor<B, 1, Int>,
+}
+
+/// A model with its paged KV cache and the scheduler of its requests.
+pub struct Server<B: FusedOps> {
+    model: MoeDecoder<B>,
+    /// The weights on the host, to restore them after a device failure.
+    weights: Vec<u8>,
+    caches: Vec<LayerCache<B>>,
+    scheduler: Scheduler,
+    cfg: ServeConfig,
+    device: B::Device,
+    next_id: u64,
+    restore: bool,
+    fault_next_step: bool,
+}
+
+type WeightRecorder = BinBytesRecorder<FullPrecisionSettings>;
+
+impl<B: FusedOps> Server<B> {
+    /// A server with an empty cache. It keeps a copy of the weights on the host, to restore
+    /// them after a device failure.
+    pub fn new(
+        model: MoeDecoder<B>,
+        cfg: ServeConfig,
+        device: &B::Device,
+    ) -> Result<Self, ServeConfigError> {
+        cfg.validate()?;
+        let weights = WeightRecorder::default()
+            .record(model.clone().into_record(), ())
+            .map_err(|e| ServeConfigError(format!("cannot copy the weights to the host: {e}")))?;
+        let pool = PagePool::new(cfg.pages, cfg.page_size);
+        let mut server = Self {
+            caches: Vec::new(),
+            model,
+            weights,
+            scheduler: Scheduler::new(pool, cfg.step_tokens),
+            cfg,
+            device: device.clone(),
+            next_id: 0,
+            restore: false,
+            fault_next_step: false,
+        };
+        server.caches = server.empty_caches();
+        Ok(server)
+    }
+
+    fn empty_caches(&self) -> Vec<LayerCache<B>> {
+        let d = self.model.dims();
+        let slots = self.cfg.pages * self.cfg.page_size;
+        let empty = || Tensor::<B, 3>::zeros([slots, d.kv_heads, d.head_dim], &self.device);
+        self.model
+            .blocks
             .iter()
-            .map(|p| {
-                self.check(p, new_tokens).map(|_| Generation {
-                    tokens: Vec::new(),
-                    logits: Vec::new(),
-                })
+            .map(|_| LayerCache {
+                keys: empty(),
+                values: empty(),
             })
-            .collect();
-        let mut active: Vec<Active> = prompts
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| results[*i].is_ok() && new_tokens > 0)
-            .map(|(index, p)| Active {
-                index,
-                tokens: p.clone(),
-                cached: 0,
-                pages: Vec::new(),
-                left: new_tokens,
-                out: Generation {
-                    tokens: Vec::new(),
-                    logits: Vec::new(),
-                },
-            })
-            .collect();
-        if let Err(e) = self.prefill(&mut active, sampling) {
-            for a in active.drain(..) {
-                results[a.index] = Err(e.clone());
-            }
-        }
+            .collect()
+    }
+
+    /// The page pool (pages return to it when requests finish or are preempted).
+    pub fn pool(&self) -> &PagePool {
+        self.scheduler.pool()
+    }
+
+    /// Preemptions since the server started.
+    pub fn preemptions(&self) -> usize {
+        self.scheduler.preemptions()
+    }
+
+    /// No request waits or runs.
+    pub fn is_idle(&self) -> bool {
+        self.scheduler.is_idle()
+    }
+
+    /// Queues `request`, or returns why it can never be served.
+    pub fn submit(&mut self, request: Request) -> Result<RequestId, ServeError> {
+        self.cfg.check(&request, self.model.dims().vocab)?;
+        let id = RequestId(self.next_id);
+        self.next_id += 1;
+        self.scheduler.push(Entry::new(
+            id,
+            request.prompt,
+            request.new_tokens,
+            request.sampling,
+        ));
+        Ok(id)
+    }
+
+    /// For tests of the recovery: the next step's decode attention is given a key slot past the
+    /// end of the cache, so its kernel faults (an out-of-bounds global-memory read).
+    pub fn inject_fault(&mut self) {
+        self.fault_next_step = true;
+    }
+
+    /// Runs one step: schedules it, computes it, samples, and reports what finished. A step
+    /// that fails on the device fails its requests (with [`ServeError::Device`]) and requeues
+    /// the other running ones; the server then resets the device and restores its weights and
+    /// cache.
+    pub fn step(&mut self) -> StepReport {
         let start = Instant::now();
-        let mut decoded = 0usize;
-        let mut step = 1u64;
-        loop {
-            let mut i = 0;
-            while i < active.len() {
-                if active[i].left == 0 {
-                    let a = active.remove(i);
-                    self.pool.release(&a.pages);
-                    results[a.index] = Ok(a.out);
-                } else {
-                    i += 1;
+        let plan = self.scheduler.schedule();
+        if plan.work.is_empty() {
+            return StepReport::default();
+        }
+        let mut report = StepReport {
+            tokens: plan.tokens(),
+            decode_only: plan.work.iter().all(|w| w.to - w.from == 1 && w.samples),
+            preempted: plan.preempted.len(),
+            ..StepReport::default()
+        };
+        match self.run(&plan) {
+            Ok(sampled) => {
+                report.sampled = plan
+                    .work
+                    .iter()
+                    .filter(|w| w.samples)
+                    .map(|w| self.scheduler.running()[w.index].id)
+                    .collect();
+                for e in self.scheduler.complete(&plan, sampled) {
+                    report.finished.push((e.id, Ok(e.into())));
                 }
             }
-            if active.is_empty() {
-                break;
-            }
-            if let Err(e) = self.decode_step(&mut active, sampling, step) {
-                for a in active.drain(..) {
-                    self.pool.release(&a.pages);
-                    results[a.index] = Err(e.clone());
+            Err(error) => {
+                for e in self.scheduler.fail(&plan) {
+                    report.finished.push((e.id, Err(error.clone())));
                 }
-                break;
+                // Recover now; should that fail too, the next step tries again before it runs
+                // (and fails its requests with the reason if it cannot).
+                self.restore = true;
+                let _ = catch_unwind(AssertUnwindSafe(|| self.restore_device_state()));
             }
-            decoded += active.len();
-            step += 1;
         }
-        let secs = start.elapsed().as_secs_f64();
-        BatchOutput {
-            results,
-            decode_tokens_per_second: if secs > 0.0 {
-                decoded as f64 / secs
-            } else {
-                0.0
-            },
-        }
+        report.secs = start.elapsed().as_secs_f64();
+        report
     }
 
-    /// Allocates `growth` (tokens before, tokens after) for the requests on the device and in
-    /// the host mirror; returns the new slots `[sum of growth]` on the device.
-    fn extend(
-        &mut self,
-        active: &mut [Active],
-        growth: &[(usize, usize)],
-    ) -> Result<Tensor<B, 1, Int>, ServeError> {
-        let ps = self.pool.page_size();
-        let free = self.pool.free_list();
-        let last_loc: Vec<i32> = active
-            .iter()
-            .map(|a| {
-                if a.cached == 0 {
-                    0
-                } else {
-                    slot(&a.pages, ps, a.cached - 1)
-                }
-            })
-            .collect();
-        let taken = self.pool.take(growth)?;
-        let total: usize = growth.iter().map(|&(p, s)| s - p).sum();
-        let d = &self.device;
-        let allocated = fused::alloc_extend(
-            ints::<B>(growth.iter().map(|g| g.0 as i32).collect(), d),
-            ints::<B>(growth.iter().map(|g| g.1 as i32).collect(), d),
-            ints::<B>(last_loc, d),
-            ints::<B>(free, d),
-            ps,
-            total,
-        );
-        for (a, pages) in active.iter_mut().zip(taken) {
-            a.pages.extend(pages);
-        }
-        Ok(allocated.slots)
-    }
-
-    fn prefill(&mut self, active: &mut [Active], sampling: Sampling) -> Result<(), ServeError> {
-        if active.is_empty() {
-            return Ok(());
-        }
-        let growth: Vec<(usize, usize)> = active.iter().map(|a| (0, a.tokens.len())).collect();
-        let slots = self.extend(active, &growth)?;
-        let dims = *self.model.dims();
-        let mut at = 0;
-        for a in active.iter_mut() {
-            let n = a.tokens.len();
-            let request_slots = slots.clone().narrow(0, at, n);
-            at += n;
-            let tokens = token_tensor::<B>(&a.tokens, &self.device).reshape([1, n]);
-            let positions = Tensor::<B, 1, Int>::arange(0..n as i64, &self.device).float();
-            let mut x = self.model.embed(tokens);
-            let h = x.dims()[2];
-            for (block, cache) in self.model.blocks.iter().zip(self.caches.iter_mut()) {
-                let (q, k, v) = block.attn.project(
-                    block.attn_input(x.clone(), &dims),
-                    positions.clone(),
-                    &dims,
-                );
-                let rows = |t: Tensor<B, 4>| t.reshape([n, dims.kv_heads, dims.head_dim]);
-                cache.write(request_slots.clone(), rows(k.clone()), rows(v.clone()));
-                let attended = block.attn.attend(q, k, v, &dims);
-                x = block
-                    .feed_forward((x + attended).reshape([n, h]), &dims)
-                    .0
-                    .reshape([1, n, h]);
+    /// The device part of a step, where every device failure of the step is caught.
+    fn run(&mut self, plan: &Plan) -> Result<Vec<Sampled>, ServeError> {
+        let fault = std::mem::take(&mut self.fault_next_step);
+        try_run(|| {
+            if self.restore {
+                self.restore_device_state();
             }
-            a.cached = n;
-            let logits = self.model.logits(x.reshape([n, h]).narrow(0, n - 1, 1));
-            let (tokens, rows) = sample(logits, sampling, 0, self.cfg.record_logits);
-            accept(a, tokens[0], rows.into_iter().next());
-        }
-        Ok(())
+            let inputs = self.inputs(plan, fault);
+            let logits = self.forward(&inputs);
+            self.sample(logits, plan)
+        })
+        .map_err(ServeError::Device)
     }
 
-    /// One token for every active request.
-    fn decode_step(
-        &mut self,
-        active: &mut [Active],
-        sampling: Sampling,
-        step: u64,
-    ) -> Result<(), ServeError> {
-        let b = active.len();
-        let growth: Vec<(usize, usize)> = active.iter().map(|a| (a.cached, a.cached + 1)).collect();
-        let slots = self.extend(active, &growth)?;
-        let ps = self.pool.page_size();
+    /// Resets the device (a fault is sticky: its context fails every later use until then),
+    /// reloads the weights from the host copy and empties the cache (no request holds a page
+    /// after a failed step).
+    fn restore_device_state(&mut self) {
+        // Only Ascend devices have sticky faults; `B::Device` is `'static` as `B` is.
+        if let Some(device) = (&self.device as &dyn Any).downcast_ref::<AscendDevice>() {
+            burn_ascend::reset_device(device)
+                .unwrap_or_else(|e| panic!("resetting {device} after a failed step: {e}"));
+        }
+        let record = WeightRecorder::default()
+            .load(self.weights.clone(), &self.device)
+            .expect("the server's own weights load");
+        self.model = self.model.clone().load_record(record);
+        self.caches = self.empty_caches();
+        self.restore = false;
+    }
+
+    /// Uploads the step's inputs (see [`StepInputs`]).
+    fn inputs(&self, plan: &Plan, fault: bool) -> StepInputs<B> {
+        let ps = self.cfg.page_size;
+        let running = self.scheduler.running();
+        let (mut tokens, mut positions) = (Vec::new(), Vec::new());
+        let (mut prefix_lens, mut seq_lens, mut last_loc) = (Vec::new(), Vec::new(), Vec::new());
         let (mut indptr, mut indices, mut splits) = (vec![0i32], Vec::new(), Vec::new());
-        for a in active.iter() {
-            let len = a.cached + 1;
-            indices.extend((0..len).map(|i| slot(&a.pages, ps, i)));
-            indptr.push(indices.len() as i32);
-            splits.push(len.div_ceil(32).clamp(1, self.cfg.max_kv_splits) as i32);
+        let mut sample_rows = Vec::new();
+        for w in &plan.work {
+            let e = &running[w.index];
+            prefix_lens.push(w.from as i32);
+            seq_lens.push(w.to as i32);
+            last_loc.push(if w.from == 0 {
+                0
+            } else {
+                slot(&e.pages, ps, w.from - 1)
+            });
+            for p in w.from..w.to {
+                tokens.push(e.tokens[p] as i32);
+                positions.push(p as i32);
+                indices.extend((0..=p).map(|i| slot(&e.pages, ps, i)));
+                indptr.push(indices.len() as i32);
+                splits.push((p + 1).div_ceil(32).clamp(1, self.cfg.max_kv_splits) as i32);
+            }
+            if w.samples {
+                sample_rows.push(tokens.len() as i32 - 1);
+            }
+        }
+        if fault {
+            indices[0] = (self.cfg.pages * ps) as i32;
         }
         let d = &self.device;
-        let (indptr, indices, splits) = (
-            ints::<B>(indptr, d),
-            ints::<B>(indices, d),
-            ints::<B>(splits, d),
-        );
+        StepInputs {
+            tokens: ints(tokens, d),
+            positions: ints::<B>(positions, d).float(),
+            prefix_lens: ints(prefix_lens, d),
+            seq_lens: ints(seq_lens, d),
+            last_loc: ints(last_loc, d),
+            free_pages: ints(plan.free_list.clone(), d),
+            kv_indptr: ints(indptr, d),
+            kv_indices: ints(indices, d),
+            kv_splits: ints(splits, d),
+            sample_rows: ints(sample_rows, d),
+        }
+    }
+
+    /// One step of the model over the paged cache: writes the keys and values of the step's
+    /// tokens to the slots `alloc_extend` gives them, attends each token to its cached
+    /// positions, and returns the logits `[S, V]` of the sampled rows.
+    pub fn forward(&mut self, x: &StepInputs<B>) -> Tensor<B, 2> {
+        let t = x.tokens.dims()[0];
+        let slots = fused::alloc_extend(
+            x.prefix_lens.clone(),
+            x.seq_lens.clone(),
+            x.last_loc.clone(),
+            x.free_pages.clone(),
+            self.cfg.page_size,
+            t,
+        )
+        .slots;
         let dims = *self.model.dims();
-        let inputs: Vec<u32> = active.iter().map(|a| a.tokens[a.cached]).collect();
-        let positions = ints::<B>(active.iter().map(|a| a.cached as i32).collect(), d).float();
-        let mut x = self
-            .model
-            .embed(token_tensor::<B>(&inputs, d).reshape([1, b]));
-        let h = x.dims()[2];
+        let rows = |v: Tensor<B, 4>| v.reshape([t, dims.kv_heads, dims.head_dim]);
         let options = DecodeAttentionOptions {
             max_kv_splits: self.cfg.max_kv_splits,
             sm_scale: (dims.head_dim as f32).powf(-0.5),
             logit_cap: None,
             value_dim: dims.head_dim,
         };
+        let mut h = self.model.embed(x.tokens.clone().reshape([1, t]));
+        let hidden = h.dims()[2];
         for (block, cache) in self.model.blocks.iter().zip(self.caches.iter_mut()) {
-            let (q, k, v) =
-                block
-                    .attn
-                    .project(block.attn_input(x.clone(), &dims), positions.clone(), &dims);
-            cache.write(
-                slots.clone(),
-                k.reshape([b, dims.kv_heads, dims.head_dim]),
-                v.reshape([b, dims.kv_heads, dims.head_dim]),
+            let (q, k, v) = block.attn.project(
+                block.attn_input(h.clone(), &dims),
+                x.positions.clone(),
+                &dims,
             );
+            cache.write(slots.clone(), rows(k), rows(v));
             let attended = fused::decode_attention(
-                q.reshape([b, dims.q_heads, dims.head_dim]),
+                q.reshape([t, dims.q_heads, dims.head_dim]),
                 cache.keys.clone(),
                 Some(cache.values.clone()),
-                indptr.clone(),
-                indices.clone(),
-                splits.clone(),
+                x.kv_indptr.clone(),
+                x.kv_indices.clone(),
+                x.kv_splits.clone(),
                 options,
             )
             .0;
             let attended = block
                 .attn
-                .output(attended.reshape([b, dims.q_heads * dims.head_dim]));
-            x = block
-                .feed_forward(x.reshape([b, h]) + attended, &dims)
+                .output(attended.reshape([t, dims.q_heads * dims.head_dim]));
+            h = block
+                .feed_forward(h.reshape([t, hidden]) + attended, &dims)
                 .0
-                .reshape([1, b, h]);
+                .reshape([1, t, hidden]);
         }
-        let logits = self.model.logits(x.reshape([b, h]));
-        let (tokens, rows) = sample(logits, sampling, step, self.cfg.record_logits);
-        let mut rows = rows.into_iter();
-        for (a, t) in active.iter_mut().zip(tokens) {
-            a.cached += 1;
-            accept(a, t, rows.next());
+        self.model
+            .logits(h.reshape([t, hidden]).select(0, x.sample_rows.clone()))
+    }
+
+    /// The next token of each sampling share of `plan` from its row of `logits [S, V]`, and
+    /// the row itself when recorded.
+    fn sample(&self, logits: Tensor<B, 2>, plan: &Plan) -> Vec<Sampled> {
+        let [_, v] = logits.dims();
+        let running = self.scheduler.running();
+        let entries: Vec<&Entry> = plan
+            .work
+            .iter()
+            .filter(|w| w.samples)
+            .map(|w| &running[w.index])
+            .collect();
+        let greedy = entries
+            .iter()
+            .any(|e| e.sampling == Sampling::Greedy)
+            .then(|| host_ints(logits.clone().argmax(1)));
+        let k_max = entries
+            .iter()
+            .filter_map(|e| match e.sampling {
+                Sampling::Random { top_k, .. } => Some(top_k.min(v)),
+                Sampling::Greedy => None,
+            })
+            .max();
+        let top = k_max.map(|k| {
+            let (values, ids) = logits.clone().topk_with_indices(k, 1);
+            (host_floats(values), host_ints(ids))
+        });
+        let mut rows = if self.cfg.record_logits {
+            host_floats(logits)
+                .chunks(v)
+                .map(|r| Some(r.to_vec()))
+                .collect()
+        } else {
+            vec![None; entries.len()]
         }
-        Ok(())
+        .into_iter();
+        entries
+            .iter()
+            .enumerate()
+            .map(|(r, e)| {
+                let token = match e.sampling {
+                    Sampling::Greedy => greedy.as_ref().expect("argmax taken")[r],
+                    Sampling::Random {
+                        temperature,
+                        top_k,
+                        seed,
+                    } => {
+                        let (values, ids) = top.as_ref().expect("top-k taken");
+                        let k_max = k_max.expect("a random request");
+                        let row = r * k_max..r * k_max + top_k.min(v);
+                        let u = unit_draw(seed, e.generated().len() as u64);
+                        ids[row.start + draw(&values[row], temperature, u)]
+                    }
+                };
+                (token as u32, rows.next().expect("a row per entry"))
+            })
+            .collect()
+    }
+
+    /// Serves `arrivals` (sorted by their step) to the end and reports what happened;
+    /// `modelled` returns the modelled device seconds of the work run since its last call
+    /// (`None` where there is no model). Request `i` of the report is `arrivals[i]`.
+    pub fn serve(
+        &mut self,
+        arrivals: &[Arrival],
+        mut modelled: impl FnMut() -> Option<f64>,
+    ) -> ServingReport {
+        let n = arrivals.len();
+        let mut results: Vec<Option<Result<Generation, ServeError>>> = vec![None; n];
+        let mut index = HashMap::new();
+        // Wall and modelled times at which each request received each token.
+        let (mut wall_times, mut modelled_times) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+        let preempted_before = self.preemptions();
+        let (mut step, mut next, mut steps) = (0usize, 0usize, 0usize);
+        let (mut decode_tokens, mut decode_secs) = (0usize, 0f64);
+        let mut modelled_total = modelled().map(|_| 0.0);
+        let start = Instant::now();
+        loop {
+            // An idle server skips ahead to the next arrival.
+            if self.is_idle() && next < n {
+                step = step.max(arrivals[next].step);
+            }
+            while next < n && arrivals[next].step <= step {
+                match self.submit(arrivals[next].request.clone()) {
+                    Ok(id) => {
+                        index.insert(id, next);
+                    }
+                    Err(e) => results[next] = Some(Err(e)),
+                }
+                next += 1;
+            }
+            if self.is_idle() {
+                if next == n {
+                    break;
+                }
+                continue;
+            }
+            let report = self.step();
+            step += 1;
+            steps += 1;
+            let wall = start.elapsed().as_secs_f64();
+            let device = modelled().map(|s| s + modelled_total.unwrap_or(0.0));
+            modelled_total = device;
+            if report.decode_only {
+                decode_tokens += report.sampled.len();
+                decode_secs += report.secs;
+            }
+            for id in &report.sampled {
+                wall_times[index[id]].push(wall);
+                modelled_times[index[id]].extend(device);
+            }
+            for (id, result) in report.finished {
+                results[index[&id]] = Some(result);
+            }
+        }
+        let wall_secs = start.elapsed().as_secs_f64();
+        let results: Vec<Result<Generation, ServeError>> = results
+            .into_iter()
+            .map(|r| r.expect("every request ends"))
+            .collect();
+        let per_token = |times: &[Vec<f64>]| {
+            let tpot = times
+                .iter()
+                .zip(&results)
+                .filter(|(t, r)| r.is_ok() && t.len() > 1)
+                .map(|(t, _)| (t[t.len() - 1] - t[0]) / (t.len() - 1) as f64);
+            percentiles(tpot.collect())
+        };
+        ServingReport {
+            completed: results.iter().filter(|r| r.is_ok()).count(),
+            failed: results.iter().filter(|r| r.is_err()).count(),
+            output_tokens: results.iter().flatten().map(|g| g.tokens.len()).sum(),
+            preemptions: self.preemptions() - preempted_before,
+            steps,
+            wall_secs,
+            modelled_secs: modelled_total,
+            tpot_wall: per_token(&wall_times),
+            tpot_modelled: per_token(&modelled_times),
+            decode_tokens,
+            decode_secs,
+            results,
+        }
+    }
+
+    /// Serves `requests`, all arriving at once, to the end.
+    pub fn generate(&mut self, requests: &[Request]) -> ServingReport {
+        let arrivals: Vec<Arrival> = requests
+            .iter()
+            .map(|r| Arrival {
+                step: 0,
+                request: r.clone(),
+            })
+            .collect();
+        self.serve(&arrivals, || None)
     }
 }
 
-fn token_tensor<B: FusedOps>(tokens: &[u32], device: &B::Device) -> Tensor<B, 1, Int> {
-    ints::<B>(tokens.iter().map(|&t| t as i32).collect(), device)
+fn host_ints<B: FusedOps, const D: usize>(t: Tensor<B, D, Int>) -> Vec<i64> {
+    t.into_data()
+        .convert::<i64>()
+        .to_vec::<i64>()
+        .expect("int data")
 }
 
-fn accept(a: &mut Active, token: u32, logits: Option<Vec<f32>>) {
-    a.tokens.push(token);
-    a.out.tokens.push(token);
-    a.out.logits.extend(logits);
-    a.left -= 1;
+fn host_floats<B: FusedOps, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .expect("float data")
 }
 
-/// Chooses one token per row of `logits [n, V]`; also returns the rows when `record`.
-fn sample<B: FusedOps>(
-    logits: Tensor<B, 2>,
-    sampling: Sampling,
-    step: u64,
-    record: bool,
-) -> (Vec<u32>, Vec<Vec<f32>>) {
-    let [n, v] = logits.dims();
-    let rows = if record {
-        let flat = logits
-            .clone()
-            .into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
-            .expect("f32 logits");
-        flat.chunks(v).map(<[f32]>::to_vec).collect()
-    } else {
-        Vec::new()
-    };
-    let tokens = match sampling {
-        Sampling::Greedy => logits
-            .argmax(1)
-            .into_data()
-            .convert::<i64>()
-            .to_vec::<i64>()
-            .expect("indices")
-            .into_iter()
-            .map(|t| t as u32)
-            .collect(),
-        Sampling::Random {
-            temperature,
-            top_k,
-            seed,
-        } => {
-            let k = top_k.clamp(1, v);
-            let (top, ids) = (logits / temperature.max(1e-6)).topk_with_indices(k, 1);
-            let probs = softmax(top, 1)
-                .into_data()
-                .convert::<f32>()
-                .to_vec::<f32>()
-                .expect("probabilities");
-            let ids = ids
-                .into_data()
-                .convert::<i64>()
-                .to_vec::<i64>()
-                .expect("indices");
-            (0..n)
-                .map(|r| {
-                    let u = unit_draw(seed, step, r as u64);
-                    let mut acc = 0.0;
-                    let pick = (0..k).find(|&j| {
-                        acc += probs[r * k + j] as f64;
-                        u < acc
-                    });
-                    ids[r * k + pick.unwrap_or(k - 1)] as u32
-                })
-                .collect()
-        }
-    };
-    (tokens, rows)
+/// The index drawn by `u` in `[0, 1)` from the softmax of `values` (sorted, largest first) at
+/// `temperature`.
+fn draw(values: &[f32], temperature: f64, u: f64) -> usize {
+    let top = values[0] as f64;
+    let weights: Vec<f64> = values
+        .iter()
+        .map(|&x| ((x as f64 - top) / temperature).exp())
+        .collect();
+    let target = u * weights.iter().sum::<f64>();
+    let mut acc = 0.0;
+    weights
+        .iter()
+        .position(|w| {
+            acc += w;
+            target < acc
+        })
+        .unwrap_or(values.len() - 1)
 }
 
-/// A uniform draw in [0, 1) for (seed, step, row).
-fn unit_draw(seed: u64, step: u64, row: u64) -> f64 {
-    let mut z =
-        seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ row.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+/// A uniform draw in [0, 1) for (seed, n) (splitmix64).
+pub(crate) fn unit_draw(seed: u64, n: u64) -> f64 {
+    let mut z = seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
@@ -483,13 +768,8 @@ pub fn reference_logits<B: FusedOps>(
     device: &B::Device,
 ) -> Vec<f32> {
     let n = tokens.len();
-    let (logits, _) = model.forward(token_tensor::<B>(tokens, device).reshape([1, n]));
+    let tokens = ints::<B>(tokens.iter().map(|&t| t as i32).collect(), device);
+    let (logits, _) = model.forward(tokens.reshape([1, n]));
     let v = logits.dims()[2];
-    logits
-        .narrow(1, n - 1, 1)
-        .reshape([v])
-        .into_data()
-        .convert::<f32>()
-        .to_vec::<f32>()
-        .expect("f32 logits")
+    host_floats(logits.narrow(1, n - 1, 1).reshape([v]))
 }

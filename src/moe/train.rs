@@ -25,6 +25,33 @@ pub struct TrainConfig {
     pub aux_weight: f64,
 }
 
+impl TrainConfig {
+    /// Checks that every size is positive and the learning rate a positive finite number.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        let sizes = [
+            ("steps", self.steps),
+            ("batch", self.batch),
+            ("seq_len", self.seq_len),
+        ];
+        if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
+            return Err(TrainError::Config(format!("{name} must be at least 1")));
+        }
+        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
+            return Err(TrainError::Config(format!(
+                "the learning rate {} must be positive and finite",
+                self.learning_rate
+            )));
+        }
+        if !(self.aux_weight.is_finite() && self.aux_weight >= 0.0) {
+            return Err(TrainError::Config(format!(
+                "the load-balancing weight {} must be finite and not negative",
+                self.aux_weight
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// What one step did.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepReport {
@@ -65,39 +92,80 @@ pub fn batch<B: AutodiffBackend>(
     )
 }
 
-/// Trains `model` for `cfg.steps` steps on `tokens`, reporting each step.
+/// Training that cannot go on.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TrainError {
+    /// Settings training cannot run with.
+    #[error("invalid training settings: {0}")]
+    Config(String),
+    /// The loss is NaN or infinite: the weights are ruined (a learning rate too high?).
+    #[error(
+        "the loss became {loss} (auxiliary loss {aux}) after {updates} optimizer steps: \
+         training stopped, the weights are not usable (try a lower learning rate)"
+    )]
+    NonFinite {
+        /// Optimizer steps applied to the weights that gave it.
+        updates: usize,
+        /// The cross-entropy.
+        loss: f32,
+        /// The load-balancing loss.
+        aux: f32,
+    },
+}
+
+/// Trains `model` for `cfg.steps` steps on `tokens`, reporting each step. Checks `cfg` first,
+/// and stops at the first loss that is not finite, that of the final weights (on one more
+/// batch) included, so a model it returns never computes NaN on the training data.
 pub fn train<B: AutodiffBackend + FusedOps>(
     mut model: MoeDecoder<B>,
     tokens: &[u32],
     cfg: &TrainConfig,
     device: &B::Device,
     mut report: impl FnMut(StepReport),
-) -> MoeDecoder<B> {
+) -> Result<MoeDecoder<B>, TrainError> {
+    cfg.validate()?;
     let mut optim = AdamConfig::new().init();
     let loss_fn = CrossEntropyLossConfig::new().init(device);
-    for step in 1..=cfg.steps {
-        let start = Instant::now();
+    // The cross-entropy and load-balancing loss of `model` on the batch of `step`.
+    let losses = |model: &MoeDecoder<B>, step: usize| {
         let (inputs, targets) = batch::<B>(tokens, cfg, step, device);
         let (logits, aux) = model.forward(inputs);
         let [b, s, v] = logits.dims();
         let ce = loss_fn.forward(logits.reshape([b * s, v]), targets.reshape([b * s]));
+        (ce, aux)
+    };
+    let scalar = |t: Tensor<B, 1>| {
+        t.into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .expect("a scalar")[0]
+    };
+    let finite = |updates: usize, loss: f32, aux: f32| {
+        if loss.is_finite() && aux.is_finite() {
+            Ok(())
+        } else {
+            Err(TrainError::NonFinite { updates, loss, aux })
+        }
+    };
+    for step in 1..=cfg.steps {
+        let start = Instant::now();
+        let (ce, aux) = losses(&model, step);
         let loss = ce.clone() + aux.clone() * cfg.aux_weight;
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(cfg.learning_rate, model, grads);
-        let scalar = |t: Tensor<B, 1>| {
-            t.into_data()
-                .convert::<f32>()
-                .to_vec::<f32>()
-                .expect("a scalar")[0]
-        };
         let (loss, aux) = (scalar(ce), scalar(aux));
+        finite(step - 1, loss, aux)?;
         let secs = start.elapsed().as_secs_f64().max(1e-9);
         report(StepReport {
             step,
             loss,
             aux,
-            tokens_per_second: (b * s) as f64 / secs,
+            tokens_per_second: (cfg.batch * cfg.seq_len) as f64 / secs,
         });
     }
-    model
+    if cfg.steps > 0 {
+        let (ce, aux) = losses(&model, cfg.steps + 1);
+        finite(cfg.steps, scalar(ce), scalar(aux))?;
+    }
+    Ok(model)
 }

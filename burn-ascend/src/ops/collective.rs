@@ -60,7 +60,7 @@ fn describe(tensors: &[AscendTensor]) -> String {
 }
 
 fn refuse(op: &str, tensors: &[AscendTensor], why: impl std::fmt::Display) -> AclError {
-    AclError::Library(format!("{op} of {}: {why}", describe(tensors)))
+    AclError::InvalidArgument(format!("{op} of {}: {why}", describe(tensors)))
 }
 
 /// The local ranks the tensors belong to (by device, one tensor per rank); with `same`, every
@@ -468,7 +468,7 @@ pub fn recv(
     src: usize,
 ) -> AclResult<AscendTensor> {
     let rank = comm.rank_on(device).ok_or_else(|| {
-        AclError::Library(format!(
+        AclError::InvalidArgument(format!(
             "recv of {shape:?} {dtype} on {device}: the device holds no rank of the communicator"
         ))
     })?;

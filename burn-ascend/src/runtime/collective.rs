@@ -169,7 +169,7 @@ impl Communicator {
                 .join(", ")
         };
         let Some(first) = devices.first() else {
-            return Err(AclError::Library(
+            return Err(AclError::InvalidArgument(
                 "a communicator needs at least one device".into(),
             ));
         };
@@ -177,14 +177,14 @@ impl Communicator {
             .iter()
             .any(|d| std::mem::discriminant(d) != std::mem::discriminant(first))
         {
-            return Err(AclError::Library(format!(
+            return Err(AclError::InvalidArgument(format!(
                 "a communicator cannot mix real and emulated NPUs ({})",
                 describe()
             )));
         }
         for (i, d) in devices.iter().enumerate() {
             if devices[..i].contains(d) {
-                return Err(AclError::Library(format!(
+                return Err(AclError::InvalidArgument(format!(
                     "{d} is listed twice in the communicator's devices ({})",
                     describe()
                 )));
@@ -227,7 +227,7 @@ impl Communicator {
         address: &str,
     ) -> AclResult<Arc<Communicator>> {
         if rank >= size {
-            return Err(AclError::Library(format!(
+            return Err(AclError::InvalidArgument(format!(
                 "rank {rank} is not one of {size} ranks"
             )));
         }
@@ -300,7 +300,7 @@ impl Communicator {
     ) -> AclResult<()> {
         let _serial = issue_lock();
         if let Some(why) = self.retired.get() {
-            return Err(AclError::Library(format!(
+            return Err(AclError::DeviceLost(format!(
                 "{}: the communicator no longer exists ({why}, which destroyed it); build a new \
                  one",
                 what()
@@ -325,7 +325,7 @@ impl Communicator {
     /// if any.
     pub fn async_error(&self, rank: &LocalRank) -> AclResult<Option<i32>> {
         if let Some(why) = self.retired.get() {
-            return Err(AclError::Library(format!(
+            return Err(AclError::DeviceLost(format!(
                 "the communicator no longer exists ({why}, which destroyed it)"
             )));
         }

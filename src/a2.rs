@@ -1,0 +1,90 @@
+//! The Atlas A2 (910B, 48-AIV parts) figures of `/work/shared/ascend/hardware-atlas-a2.md`
+//! that the device-time model uses, and the model. A model, not a measurement: the sources mark
+//! the bandwidth figures UNCERTAIN. Used by the benchmarks and by the example's serving figures.
+
+use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log, LaunchStats};
+use burn_ascend::emulator::work_counters;
+
+/// HBM bandwidth per die, bytes/s: the low end of the documents' 1.6-1.8 TB/s estimate.
+pub const HBM_BYTES_PER_S: f64 = 1.6e12;
+/// Vector cores (AIV) of a 910B1/B2 die.
+pub const VECTOR_CORES: u32 = 48;
+/// The AI Core clock, Hz.
+pub const CLOCK_HZ: f64 = 1.8e9;
+/// One AIV's GM rate: the platform ini's `ddr_rate = 32` bytes/cycle at 1.8 GHz.
+pub const CORE_BYTES_PER_S: f64 = 32.0 * CLOCK_HZ;
+/// One HCCS link between two NPUs, bytes/s per direction. ASSUMED: the fact sheets give no
+/// HCCS bandwidth; this is the commonly quoted third-party figure for an 8-NPU Atlas 800T A2
+/// server (a full mesh of 7 links per 910B, 392 GB/s per NPU), UNCERTAIN.
+pub const HCCS_LINK_BYTES_PER_S: f64 = 56e9;
+/// Scalar cycles charged per value a device-side check tests: a compare and a branch.
+/// ASSUMED (no scalar timing in the fact sheets); used only for an upper bound.
+pub const SCALAR_CYCLES_PER_CHECK: f64 = 2.0;
+
+/// The modelled device time of one launch and its bandwidth limit.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Model {
+    /// Seconds: the slower of the whole chip at peak HBM bandwidth and the busiest core at
+    /// its own GM rate (blocks beyond the core count run in waves on the same cores).
+    pub modelled: f64,
+    /// Seconds: all bytes at peak HBM bandwidth.
+    pub limit: f64,
+}
+
+/// Models one launch from its emulation counters.
+pub fn model(s: &LaunchStats) -> Model {
+    let total = (s.gm_bytes_read + s.gm_bytes_written) as f64;
+    let limit = total / HBM_BYTES_PER_S;
+    // Blocks are dealt to the cores round-robin; a core's time is the bytes of its blocks.
+    let mut per_core = vec![0u64; VECTOR_CORES as usize];
+    for (i, b) in s.per_block_gm_bytes.iter().enumerate() {
+        per_core[i % VECTOR_CORES as usize] += b;
+    }
+    let busiest = per_core.into_iter().max().unwrap_or(0) as f64 / CORE_BYTES_PER_S;
+    Model {
+        modelled: limit.max(busiest),
+        limit,
+    }
+}
+
+/// Per-core balance: busiest block's bytes over the mean block's (1.00 is perfect).
+pub fn balance(s: &LaunchStats) -> f64 {
+    let b = &s.per_block_gm_bytes;
+    let max = b.iter().copied().max().unwrap_or(0) as f64;
+    let mean = b.iter().sum::<u64>() as f64 / b.len().max(1) as f64;
+    if mean > 0.0 {
+        max / mean
+    } else {
+        1.0
+    }
+}
+
+/// The modelled time of the work the emulated devices of this process run, lap by lap: each
+/// Ascend C kernel launch by [`model`], each aclnn operator at its modelled bytes (each tensor
+/// argument once, see `work_counters`) over peak HBM bandwidth. Launch latency and compute are
+/// not modelled. It empties the kernel launch log at each lap, so one clock at a time.
+#[derive(Debug)]
+pub struct ModelledClock {
+    aclnn_bytes: u64,
+}
+
+impl ModelledClock {
+    /// Starts counting from now.
+    pub fn start() -> Self {
+        clear_launch_log();
+        Self {
+            aclnn_bytes: work_counters().aclnn_bytes,
+        }
+    }
+
+    /// Modelled seconds of the work that completed since the last lap (or the start); call it
+    /// once the device has run that work.
+    pub fn lap(&mut self) -> f64 {
+        let kernels: f64 = launch_log().iter().map(|s| model(s).modelled).sum();
+        clear_launch_log();
+        let bytes = work_counters().aclnn_bytes;
+        let aclnn = (bytes - self.aclnn_bytes) as f64 / HBM_BYTES_PER_S;
+        self.aclnn_bytes = bytes;
+        kernels + aclnn
+    }
+}

@@ -1,0 +1,225 @@
+//! The `moe_decoder` example's command line: every bad option is a clear error before the
+//! device is opened or training starts; `--load` says what is wrong with a file; a loss that
+//! becomes NaN stops the run without saving; and a tiny run trains, saves, reloads and serves.
+//!
+//! The example's own `run` is called (its source is compiled into this test), so no binary has
+//! to be built first. The test that sets `BURN_ASCEND_DEVICE` runs alone (`serial`).
+
+mod common;
+
+#[allow(dead_code)]
+#[path = "../examples/moe_decoder/main.rs"]
+mod example;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use serial_test::{parallel, serial};
+
+/// The example's `run` on these options (after the program name).
+fn run(options: &[&str]) -> Result<(), String> {
+    let args = std::iter::once("moe_decoder").chain(options.iter().copied());
+    example::run(example::Args::try_parse_from(args).expect("options that parse"))
+}
+
+/// Runs the example on a model small enough to train in a moment, on the suite's device, with
+/// `extra` options (pairs of option and value) added or replacing its own.
+fn run_tiny(extra: &[&str]) -> Result<(), String> {
+    let device = common::device().to_string();
+    let tiny = [
+        "--device",
+        &device,
+        "--hidden",
+        "8",
+        "--layers",
+        "1",
+        "--q-heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--experts",
+        "2",
+        "--top-k",
+        "1",
+        "--expert-hidden",
+        "8",
+        "--batch",
+        "1",
+        "--seq-len",
+        "8",
+        "--new-tokens",
+        "2",
+    ];
+    let mut options: Vec<&[&str]> = tiny.chunks(2).collect();
+    for pair in extra.chunks(2) {
+        options.retain(|o| o[0] != pair[0]);
+        options.push(pair);
+    }
+    run(&options.concat())
+}
+
+/// A fresh directory for this test's files.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("moe_example-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+fn fails_saying(options: &[&str], says: &str) {
+    let err = run(options).expect_err("a bad option");
+    assert!(
+        err.contains(says),
+        "{options:?}: {err:?} should say {says:?}"
+    );
+}
+
+#[test]
+#[parallel]
+fn zero_sizes_and_bad_numbers_are_rejected_before_anything_runs() {
+    for (options, says) in [
+        (&["--seq-len", "0"][..], "seq_len must be at least 1"),
+        (&["--batch", "0"], "batch must be at least 1"),
+        (
+            &["--lr", "nan"],
+            "learning rate NaN must be positive and finite",
+        ),
+        (
+            &["--lr", "-0.1"],
+            "learning rate -0.1 must be positive and finite",
+        ),
+        (
+            &["--lr", "inf"],
+            "learning rate inf must be positive and finite",
+        ),
+        (&["--hidden", "0"], "must be positive"),
+        (&["--layers", "0"], "layers"),
+        (&["--experts", "0"], "top_k 2 must be in 1..=0"),
+        (&["--top-k", "0"], "top_k 0 must be in 1..=8"),
+        (&["--expert-hidden", "0"], "expert_hidden"),
+        (
+            &["--q-heads", "6"],
+            "hidden 256 is not a multiple of q_heads 6",
+        ),
+        (&["--pages", "0"], "pages must be at least 1"),
+        (&["--page-size", "0"], "page_size must be at least 1"),
+        (&["--step-tokens", "0"], "step_tokens must be at least 1"),
+        (&["--new-tokens", "0"], "new_tokens is 0"),
+        (
+            &["--new-tokens", "500"],
+            "exceeds the maximum sequence of 512",
+        ),
+        (
+            &["--pages", "2"],
+            "needs 5 cache pages of 16 slots, the whole cache has 2",
+        ),
+        (
+            &["--temperature", "nan"],
+            "temperature NaN must be positive and finite",
+        ),
+        (
+            &["--temperature", "-1"],
+            "temperature -1 must be positive and finite",
+        ),
+        (
+            &["--temperature", "1", "--top-k-sampling", "0"],
+            "top_k is 0",
+        ),
+        (
+            &["--device", "gpu"],
+            "--device \"gpu\" is not npu, npu:N, emulated or emulated:N",
+        ),
+    ] {
+        fails_saying(options, says);
+    }
+}
+
+#[test]
+#[parallel]
+fn a_save_path_that_cannot_be_written_fails_before_training() {
+    let dir = scratch("save");
+    // A regular file where the save path needs a directory.
+    let file = dir.join("not-a-directory");
+    std::fs::write(&file, "text").unwrap();
+    let save = file.join("weights");
+    let err = run_tiny(&["--save", save.to_str().unwrap()]).expect_err("an unwritable path");
+    assert!(err.contains("--save: cannot write"), "{err}");
+    assert!(
+        err.contains("weights.bin"),
+        "the file the recorder would write: {err}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+#[parallel]
+fn load_says_what_is_wrong_with_the_file() {
+    let dir = scratch("load");
+    let missing = dir.join("missing");
+    let err = run_tiny(&["--steps", "0", "--load", missing.to_str().unwrap()]).unwrap_err();
+    assert!(err.contains("missing.bin: no such file"), "{err}");
+    // An existing file the recorder would not even read (it reads <path>.bin).
+    let text = dir.join("notes.txt");
+    std::fs::write(&text, "not weights").unwrap();
+    let err = run_tiny(&["--steps", "0", "--load", text.to_str().unwrap()]).unwrap_err();
+    assert!(
+        err.contains("not a weights record: records are the .bin files"),
+        "{err}"
+    );
+    // A .bin file that is not a record.
+    let garbage = dir.join("garbage.bin");
+    std::fs::write(&garbage, "not weights").unwrap();
+    let err = run_tiny(&["--steps", "0", "--load", garbage.to_str().unwrap()]).unwrap_err();
+    assert!(
+        err.contains("not a weights record of this example"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+#[parallel]
+fn a_tiny_run_trains_saves_and_serves_and_its_record_loads_only_at_its_sizes() {
+    let dir = scratch("roundtrip");
+    let save = dir.join("weights");
+    let save = save.to_str().unwrap();
+    run_tiny(&["--steps", "2", "--save", save]).expect("a tiny run");
+    assert!(dir.join("weights.bin").is_file());
+    run_tiny(&["--steps", "0", "--load", save]).expect("its record loads");
+    let err = run_tiny(&["--steps", "0", "--load", save, "--experts", "3"]).unwrap_err();
+    assert!(err.contains("pass the sizes it was trained with"), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+#[parallel]
+fn a_loss_that_becomes_nan_stops_the_run_without_saving() {
+    let dir = scratch("nan");
+    let save = dir.join("weights");
+    let err = run_tiny(&[
+        "--steps",
+        "3",
+        "--lr",
+        "1e30",
+        "--save",
+        save.to_str().unwrap(),
+    ])
+    .expect_err("a ruined model");
+    assert!(
+        err.contains("the loss became") && err.contains("nothing was saved"),
+        "{err}"
+    );
+    assert!(!dir.join("weights.bin").exists());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+#[serial]
+fn a_bad_burn_ascend_device_is_a_clear_error() {
+    std::env::set_var(burn_ascend::runtime::device::ENV_DEVICE, "tpu:0");
+    let err = run(&["--steps", "0"]).expect_err("not a device");
+    std::env::remove_var(burn_ascend::runtime::device::ENV_DEVICE);
+    assert!(
+        err.contains("BURN_ASCEND_DEVICE \"tpu:0\" is not npu, npu:N, emulated or emulated:N"),
+        "{err}"
+    );
+}
