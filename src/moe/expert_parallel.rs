@@ -237,13 +237,18 @@ impl<B: FusedOps> ExpertParallel<B> {
         let held = self.experts[r].len();
         let local = ids.reshape([n]).int() - self.experts[r].start as i64;
         let order = local.clone().argsort(0).cast(DType::I32);
-        let sizes = local
-            .one_hot::<2>(held)
-            .float()
-            .sum_dim(0)
-            .reshape([held])
-            .int()
-            .cast(DType::I32);
+        let sizes = if held == 1 {
+            // Every row is for the one expert (Burn's one_hot needs two classes).
+            Tensor::<B, 1, Int>::from_ints([n as i32], &rows.device()).cast(DType::I32)
+        } else {
+            local
+                .one_hot::<2>(held)
+                .float()
+                .sum_dim(0)
+                .reshape([held])
+                .int()
+                .cast(DType::I32)
+        };
         let grouped = burn_ascend::fused::moe_gather(rows, order.clone(), 1);
         let y = swiglu_experts(
             grouped,
