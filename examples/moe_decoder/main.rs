@@ -370,7 +370,7 @@ where
                 bar.set_position(r.step as u64);
                 bar.set_message(line);
             }
-            None if r.step == 1 || r.step % 10 == 0 || r.step == cfg.steps => {
+            None if r.step == 1 || r.step.is_multiple_of(10) || r.step == cfg.steps => {
                 println!("step {}/{} {line}", r.step, cfg.steps)
             }
             None => {}
