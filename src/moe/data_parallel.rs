@@ -131,7 +131,8 @@ fn average_gradients<B>(
 /// Trains `model` with `cfg` on `devices` (the batch is split evenly across them), reporting
 /// each step; returns the trained model on the first device. Identical to
 /// [`super::train::train`] on one device, up to summation order; like it, checks `cfg` first
-/// and stops at the first loss that is not finite.
+/// and stops at the first loss that is not finite, that of the final weights (on one more
+/// batch) included.
 pub fn train_data_parallel<B>(
     model: MoeDecoder<B>,
     tokens: &[u32],
@@ -167,6 +168,25 @@ where
     let mut replicas: Vec<MoeDecoder<B>> = devices.iter().map(|d| model.clone().fork(d)).collect();
     let mut optims: Vec<_> = (0..n).map(|_| AdamConfig::new().init()).collect();
     let per = cfg.batch / n;
+    // Replica `r`'s cross-entropy and load-balancing loss on its share of the batch of `step`.
+    let losses = |replica: &MoeDecoder<B>, r: usize, step: usize, device: &AscendDevice| {
+        let (inputs, targets) = batch::<B>(tokens, cfg, step, device);
+        let inputs = inputs.narrow(0, r * per, per);
+        let targets = targets.narrow(0, r * per, per);
+        let (logits, aux) = replica.forward(inputs);
+        let [b, t, v] = logits.dims();
+        let ce = CrossEntropyLossConfig::new()
+            .init(device)
+            .forward(logits.reshape([b * t, v]), targets.reshape([b * t]));
+        (ce, aux)
+    };
+    let finite = |updates: usize, loss: f32, aux: f32| {
+        if loss.is_finite() && aux.is_finite() {
+            Ok(())
+        } else {
+            Err(TrainError::NonFinite { updates, loss, aux }.to_string())
+        }
+    };
     for step in 1..=cfg.steps {
         let start = std::time::Instant::now();
         // One thread per replica: a replica's forward waits on the devices for the others'
@@ -177,15 +197,9 @@ where
                 .zip(devices)
                 .enumerate()
                 .map(|(r, (replica, device))| {
+                    let losses = &losses;
                     s.spawn(move || {
-                        let (inputs, targets) = batch::<B>(tokens, cfg, step, device);
-                        let inputs = inputs.narrow(0, r * per, per);
-                        let targets = targets.narrow(0, r * per, per);
-                        let (logits, aux) = replica.forward(inputs);
-                        let [b, t, v] = logits.dims();
-                        let ce = CrossEntropyLossConfig::new()
-                            .init(device)
-                            .forward(logits.reshape([b * t, v]), targets.reshape([b * t]));
+                        let (ce, aux) = losses(&replica, r, step, device);
                         let loss = ce.clone() + aux.clone() * cfg.aux_weight;
                         let grads = GradientsParams::from_grads(loss.backward(), &replica);
                         (replica, grads, scalar(ce), scalar(aux))
@@ -205,14 +219,7 @@ where
             ce += c / n as f32;
             aux += a / n as f32;
         }
-        if !(ce.is_finite() && aux.is_finite()) {
-            let stopped = TrainError::NonFinite {
-                updates: step - 1,
-                loss: ce,
-                aux,
-            };
-            return Err(stopped.to_string());
-        }
+        finite(step - 1, ce, aux)?;
         average_gradients(&comm, devices, &replicas[0], &mut grads);
 
         // The optimizer steps run concurrently too, as they would on the NPUs.
@@ -237,6 +244,30 @@ where
             tokens_per_second: (cfg.batch * cfg.seq_len) as f64
                 / start.elapsed().as_secs_f64().max(1e-9),
         });
+    }
+    if cfg.steps > 0 {
+        // The final weights on one more batch, as single-device training checks them.
+        let (ce, aux) = std::thread::scope(|s| {
+            let workers: Vec<_> = replicas
+                .iter()
+                .zip(devices)
+                .enumerate()
+                .map(|(r, (replica, device))| {
+                    let (losses, replica) = (&losses, replica.clone());
+                    s.spawn(move || {
+                        let (ce, aux) = losses(&replica, r, cfg.steps + 1, device);
+                        (scalar(ce), scalar(aux))
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("a replica's check"))
+                .fold((0.0, 0.0), |(c, a), (ce, aux)| {
+                    (c + ce / n as f32, a + aux / n as f32)
+                })
+        });
+        finite(cfg.steps, ce, aux)?;
     }
     let mut trained = replicas.swap_remove(0);
     for block in &mut trained.blocks {
