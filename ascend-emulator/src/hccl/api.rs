@@ -316,6 +316,7 @@ pub unsafe extern "C" fn HcclCommDestroy(comm: HcclComm) -> i32 {
         let c = comm_of(comm)?;
         registry().lock().unwrap().remove(&(comm as usize));
         drop(Arc::from_raw(comm as *const Comm));
+        c.close();
         let npu = machine().npu(c.device).map_err(runtime)?;
         // After a reset the staging buffers went with the context (and their addresses may
         // be another allocation's now).

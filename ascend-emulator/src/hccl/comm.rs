@@ -47,6 +47,9 @@ pub(crate) trait Transport: Send + Sync {
         input: Vec<u8>,
         timeout: Option<Duration>,
     ) -> Result<Vec<u8>, ExchangeError>;
+
+    /// The communicator is being destroyed: finish what others still need from this rank.
+    fn close(&self) {}
 }
 
 struct Slot {
@@ -221,6 +224,11 @@ impl Comm {
             );
         }
         r
+    }
+
+    /// See [`Transport::close`].
+    pub fn close(&self) {
+        self.transport.close();
     }
 
     pub fn async_error(&self) -> i32 {

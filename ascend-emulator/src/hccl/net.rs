@@ -7,11 +7,17 @@
 //! who it is, and waits until all ranks have (`HCCL_CONNECT_TIMEOUT`). Afterwards each
 //! transfer part is one request to the hub, which matches the parts in its own
 //! [`Rendezvous`] and answers each rank with its output. The hub's process counts the traffic.
+//!
+//! The hub lives in the root's process, which NPUs do not need (their data path is between
+//! the devices): so the root's `HcclCommDestroy` waits until the hub has answered every part
+//! it received, or a rank whose output was computed would lose it when the root's process
+//! exits (bounded by `HCCL_CONNECT_TIMEOUT`).
 
+use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use ascend_acl::hccl::env::{HCCL_IF_BASE_PORT, HCCL_IF_IP};
@@ -117,7 +123,10 @@ pub(crate) fn start_hub(connect_timeout: Duration) -> Result<RootAddr, String> {
         members: Mutex::default(),
         joined: Condvar::new(),
         rendezvous: Rendezvous::default(),
+        unanswered: Mutex::new(0),
+        answered: Condvar::new(),
     });
+    hubs().lock().unwrap().insert(session, Arc::downgrade(&hub));
     // Polled, so the hub stops listening once every rank has joined, or once they no longer
     // may.
     let deadline = Instant::now() + connect_timeout;
@@ -158,6 +167,29 @@ struct Hub {
     members: Mutex<Members>,
     joined: Condvar,
     rendezvous: Rendezvous,
+    /// Parts received and not answered yet.
+    unanswered: Mutex<usize>,
+    answered: Condvar,
+}
+
+/// The hubs of this process, by session.
+fn hubs() -> &'static Mutex<HashMap<u64, Weak<Hub>>> {
+    static HUBS: OnceLock<Mutex<HashMap<u64, Weak<Hub>>>> = OnceLock::new();
+    HUBS.get_or_init(Mutex::default)
+}
+
+/// Waits until the hub of `session`, if this process holds it, has answered every part it
+/// received (at most `timeout`).
+fn drain_hub(session: u64, timeout: Duration) {
+    let hub = hubs().lock().unwrap().get(&session).and_then(Weak::upgrade);
+    if let Some(hub) = hub {
+        let unanswered = hub.unanswered.lock().unwrap();
+        drop(
+            hub.answered
+                .wait_timeout_while(unanswered, timeout, |n| *n > 0)
+                .unwrap(),
+        );
+    }
 }
 
 impl Hub {
@@ -178,6 +210,7 @@ impl Hub {
             return;
         }
         while let Ok(req) = Request::receive(&mut conn) {
+            *self.unanswered.lock().unwrap() += 1;
             let out = self.rendezvous.exchange(
                 req.key,
                 req.parties,
@@ -190,7 +223,10 @@ impl Hub {
                 Ok(bytes) => Frame::ok(bytes),
                 Err(e) => Frame::err(e.code, &e.message),
             };
-            if reply.send(&mut conn).is_err() {
+            let sent = reply.send(&mut conn);
+            *self.unanswered.lock().unwrap() -= 1;
+            self.answered.notify_all();
+            if sent.is_err() {
                 return;
             }
         }
@@ -238,6 +274,8 @@ impl Hub {
 /// A rank's link to its root's hub.
 pub(crate) struct NetLink {
     conn: Mutex<TcpStream>,
+    session: u64,
+    connect_timeout: Duration,
 }
 
 impl NetLink {
@@ -288,11 +326,17 @@ impl NetLink {
         }
         Ok(Self {
             conn: Mutex::new(conn),
+            session: root.session,
+            connect_timeout,
         })
     }
 }
 
 impl Transport for NetLink {
+    fn close(&self) {
+        drain_hub(self.session, self.connect_timeout);
+    }
+
     fn exchange(
         &self,
         key: Key,
