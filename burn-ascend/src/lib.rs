@@ -16,6 +16,7 @@ pub mod ops;
 pub mod runtime;
 
 pub use backend::fused::{self, FusedOps};
+pub use backend::graph;
 pub use backend::{Ascend, AscendQTensor};
 pub use ops::AscendTensor;
 pub use runtime::{reset_device, AscendDevice, MemoryStats};

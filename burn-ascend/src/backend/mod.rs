@@ -10,6 +10,7 @@ mod device;
 mod float;
 pub mod fused;
 pub mod fusion;
+pub mod graph;
 mod int;
 mod module;
 mod qtensor;

@@ -5,6 +5,7 @@
 pub mod allocator;
 pub mod context;
 pub mod device;
+pub mod graph;
 mod staging;
 
 pub use allocator::MemoryStats;
