@@ -18,6 +18,7 @@
 pub mod cache;
 pub mod config;
 pub mod corpus;
+pub mod decode_graph;
 pub mod model;
 pub mod scheduler;
 pub mod serve;
