@@ -274,6 +274,9 @@ pub struct StepReport {
     pub preempted: usize,
     /// The step replayed a captured decode graph (of this bucket).
     pub captured: Option<usize>,
+    /// Host seconds to queue the step's device work (its inputs, then its ops or its replay),
+    /// before anything is read back: the host time the device waits for when it is faster.
+    pub issue_secs: f64,
     /// Wall time of the step, seconds.
     pub secs: f64,
 }
@@ -379,6 +382,11 @@ impl<B: FusedOps> Server<B> {
     /// Preemptions since the server started.
     pub fn preemptions(&self) -> usize {
         self.scheduler.preemptions()
+    }
+
+    /// Requests submitted and not finished (waiting or running).
+    pub fn pending(&self) -> usize {
+        self.scheduler.waiting() + self.scheduler.running().len()
     }
 
     /// No request waits or runs.
@@ -521,8 +529,9 @@ impl<B: FusedOps> Server<B> {
             ..StepReport::default()
         };
         match self.run(&plan, report.decode_only) {
-            Ok((sampled, captured)) => {
+            Ok((sampled, captured, issue_secs)) => {
                 report.captured = captured;
+                report.issue_secs = issue_secs;
                 report.sampled = plan
                     .work
                     .iter()
@@ -553,21 +562,28 @@ impl<B: FusedOps> Server<B> {
         &mut self,
         plan: &Plan,
         decode_only: bool,
-    ) -> Result<(Vec<Sampled>, Option<usize>), ServeError> {
+    ) -> Result<(Vec<Sampled>, Option<usize>, f64), ServeError> {
         let fault = std::mem::take(&mut self.fault_next_step);
         catch_unwind(AssertUnwindSafe(|| {
             if self.restore {
                 self.restore_device_state();
             }
+            let start = Instant::now();
             let host = self.host_inputs(plan, fault);
-            if decode_only {
-                if let Some((logits, bucket)) = self.replay_decode(&host, plan) {
-                    return (self.sample(logits, plan), Some(bucket));
+            let replayed = if decode_only {
+                self.replay_decode(&host, plan)
+            } else {
+                None
+            };
+            let (logits, bucket) = match replayed {
+                Some((logits, bucket)) => (logits, Some(bucket)),
+                None => {
+                    let inputs = self.inputs(host, plan);
+                    (self.forward(&inputs), None)
                 }
-            }
-            let inputs = self.inputs(host, plan);
-            let logits = self.forward(&inputs);
-            (self.sample(logits, plan), None)
+            };
+            let issue_secs = start.elapsed().as_secs_f64();
+            (self.sample(logits, plan), bucket, issue_secs)
         }))
         .map_err(|panic| ServeError::Device(panic_text(panic)))
     }
