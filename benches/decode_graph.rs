@@ -180,7 +180,7 @@ fn decode_graph(c: &mut Criterion) {
             "replay / eager host",
             "eager submissions",
             "replay submissions",
-            "device ops (eager = replay)",
+            "device ops, eager / replay",
         ],
     );
     let mut speed = Table::new(
@@ -212,7 +212,7 @@ fn decode_graph(c: &mut Criterion) {
             ratio(hr, he),
             count(e, |s| s.submissions),
             count(r, |s| s.submissions),
-            format!("{de} = {dr}"),
+            format!("{de} / {dr}"),
         ]);
         let tps = |s: &[Step]| {
             let wall: f64 = s.iter().map(|x| x.wall).sum();
@@ -250,7 +250,8 @@ fn decode_graph(c: &mut Criterion) {
             "Submissions: work the host queued on the device stream per step (each op, kernel, \
              copy; one replay counts one), sampling included; device ops: aclnn operators and \
              Ascend C kernels the device ran (a replay runs the captured ones, padding rows \
-             included).",
+             included, plus the two in-place copies per layer that keep the KV cache at its \
+             captured address).",
             "Tokens/s: the steps' wall time, sampling (a read of the logits) included, on the \
              emulated NPU, which computes on the host's two cores: a code-path comparison, not \
              NPU speed.",
