@@ -111,7 +111,12 @@ impl DecodeLoop {
     }
 }
 
-fn server(cfg: &MoeConfig, weights: &[u8], device: &AscendDevice, captured: bool) -> Server<Ascend> {
+fn server(
+    cfg: &MoeConfig,
+    weights: &[u8],
+    device: &AscendDevice,
+    captured: bool,
+) -> Server<Ascend> {
     let record = BinBytesRecorder::<FullPrecisionSettings>::default()
         .load(weights.to_vec(), device)
         .expect("load");
@@ -149,7 +154,8 @@ fn decode_graph(c: &mut Criterion) {
     g.sampling_mode(SamplingMode::Flat);
     for (b, batch) in BATCHES.into_iter().enumerate() {
         for (m, (mode, captured)) in modes.into_iter().enumerate() {
-            let mut decode = DecodeLoop::new(server(&cfg, &weights, &device, captured), batch, cfg.vocab);
+            let mut decode =
+                DecodeLoop::new(server(&cfg, &weights, &device, captured), batch, cfg.vocab);
             decode.step();
             let key = format!("{mode}/{batch}");
             let all = &mut steps[m][b];
@@ -197,14 +203,14 @@ fn decode_graph(c: &mut Criterion) {
     );
     for (b, batch) in BATCHES.into_iter().enumerate() {
         let (e, r) = (&steps[0][b], &steps[1][b]);
-        let (he, hr) = (mean(&format!("eager/{batch}")), mean(&format!("replay/{batch}")));
+        let (he, hr) = (
+            mean(&format!("eager/{batch}")),
+            mean(&format!("replay/{batch}")),
+        );
         let count = |s: &[Step], f: fn(&Step) -> u64| {
             avg(s, |x| f(x) as f64).map_or("-".into(), |v| format!("{v:.1}"))
         };
-        let (de, dr) = (
-            count(e, |s| s.device_ops),
-            count(r, |s| s.device_ops),
-        );
+        let (de, dr) = (count(e, |s| s.device_ops), count(r, |s| s.device_ops));
         host.row(vec![
             batch.to_string(),
             us(he),

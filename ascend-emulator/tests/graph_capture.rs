@@ -438,7 +438,7 @@ fn an_async_copy_through_pageable_host_memory_is_refused() {
     let (api, _serial) = api();
     let s = stream(api);
     let d = malloc(api, 64);
-    let pageable = vec![0u8; 128];
+    let pageable = [0u8; 128];
     let aligned = pageable
         .as_ptr()
         .wrapping_add(pageable.as_ptr().align_offset(64));
