@@ -305,3 +305,61 @@ fn an_operator_reaching_another_npus_memory_faults_on_the_device() {
     );
     reset_fault_device();
 }
+
+/// Integer division by zero. By a scalar: an argument error at the call, as burn-flex fails
+/// (it panics); by a tensor holding a zero: CANN leaves the result undefined, and the emulated
+/// NPU stops with an AI Core error naming the element (the stricter choice). Both used to give
+/// 0.
+#[test]
+#[serial(fault_device)]
+fn integer_division_by_zero_is_an_error() {
+    use burn::tensor::Int;
+    use burn_ascend::{try_run, AscendError};
+
+    let ints = |v: [i32; 3], d: &burn_ascend::AscendDevice| {
+        Tensor::<Ascend, 1, Int>::from_data(TensorData::from(v), d)
+    };
+    let x = || ints([5, 0, -5], &device());
+    let flex = std::panic::catch_unwind(|| {
+        Tensor::<Flex, 1, Int>::from_data(TensorData::from([5, 0, -5]), &Default::default())
+            .div_scalar(0)
+            .into_data()
+    });
+    assert!(
+        flex.is_err(),
+        "burn-flex fails on an integer division by zero"
+    );
+    for (what, result) in [
+        ("div_scalar", try_run(|| x().div_scalar(0).into_data())),
+        (
+            "remainder_scalar",
+            try_run(|| x().remainder_scalar(0).into_data()),
+        ),
+    ] {
+        match result {
+            Err(AscendError::InvalidArgument { message, .. }) => assert!(
+                message.contains("integer division of [3] DT_INT32 by zero"),
+                "{what}: {message}"
+            ),
+            other => panic!("{what}: expected an argument error, got {other:?}"),
+        }
+    }
+    // Non-zero divisors still truncate as burn-flex does.
+    assert_eq!(
+        x().div_scalar(-2).into_data().to_vec::<i32>().unwrap(),
+        [-2, 0, 2]
+    );
+    if skipped_on_npu("integer_division_by_zero_is_an_error (tensor divisor)") {
+        return;
+    }
+    let d = fault_device();
+    let got = try_run(|| ints([5, 0, -5], &d).div(ints([1, 0, 1], &d)).into_data());
+    reset_fault_device();
+    match got {
+        Err(AscendError::DeviceFault { message, .. }) => assert!(
+            message.contains("aclnnDivMod kernel: integer division by zero (other[1] = 0)"),
+            "{message}"
+        ),
+        other => panic!("expected a device fault, got {other:?}"),
+    }
+}

@@ -27,6 +27,24 @@ pub enum AclError {
     /// The caller passed something the API refuses before calling into it.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// An allocation failed again after every cache of the device was released.
+    #[error("{cause}")]
+    OutOfMemory {
+        /// Bytes asked for.
+        requested: usize,
+        /// Bytes held by live tensors of the pool at the time.
+        in_use: usize,
+        /// Bytes the device reported free (`aclrtGetMemInfo`; 0 if it did not say).
+        free: usize,
+        /// Bytes of device memory in all (`aclrtGetMemInfo`; 0 if it did not say).
+        capacity: usize,
+        /// The failed allocation, with what the backend was doing.
+        cause: Box<AclError>,
+    },
+    /// The device context is gone (reset since the tensor or operation was made): its memory,
+    /// stream and tensors no longer exist.
+    #[error("{0}")]
+    DeviceLost(String),
     /// The installed CANN release does not export an aclnn operator the backend needs.
     #[error(
         "this CANN release has no {symbol} (needed for {op}); upgrade CANN or use the emulated NPU"
@@ -51,16 +69,20 @@ impl AclError {
     pub fn code(&self) -> Option<i32> {
         match self {
             AclError::Call { code, .. } => Some(*code),
+            AclError::OutOfMemory { cause, .. } => cause.code(),
             _ => None,
         }
     }
 
     /// Adds what the backend was doing (op, shapes, dtypes) to the error.
     pub fn with_context(mut self, what: impl FnOnce() -> String) -> Self {
-        if let AclError::Call { context, .. } = &mut self {
-            if context.is_none() {
-                *context = Some(what());
+        match &mut self {
+            AclError::Call { context, .. } if context.is_none() => *context = Some(what()),
+            AclError::OutOfMemory { cause, .. } => {
+                let inner = std::mem::replace(cause.as_mut(), AclError::Library(String::new()));
+                **cause = inner.with_context(what);
             }
+            _ => {}
         }
         self
     }

@@ -31,7 +31,7 @@ const CROSS: &[DataType] = &[I8, I16, I32, I64, U8, F16, BF16, F32, F64];
 const INDEX: &[DataType] = &[I32, I64];
 
 /// Row-major multi-index of position `p` in `shape`.
-fn unravel(mut p: usize, shape: &[usize], out: &mut [usize]) {
+pub(crate) fn unravel(mut p: usize, shape: &[usize], out: &mut [usize]) {
     for d in (0..shape.len()).rev() {
         out[d] = p % shape[d].max(1);
         p /= shape[d].max(1);

@@ -2,7 +2,7 @@
 //! its views with the numerics of `numerics`. Validation of shapes happens here too, at phase
 //! one, so that bad launches fail with aclnn's status.
 
-use super::fault::Fault;
+use super::fault::{fault, Fault};
 use super::meta::Kernel;
 use super::meta::{ScalarValue, TensorDesc, MAX_RANK};
 use super::numerics::{cube_operands, element, int32_to_int8, round_to, Domain, Elem, Real};
@@ -10,6 +10,7 @@ use super::ops::invalid;
 use super::reduce::normalize_dim;
 use super::view::{broadcast_shape, copy_elements, map, native_run, take_f32, Walk};
 use ascend_acl::dtype::DataType;
+use ascend_acl::types::status::ACL_ERROR_RT_AICORE_EXCEPTION;
 use std::sync::Arc;
 
 pub(crate) fn same_shape(op: &str, a: &TensorDesc, out: &TensorDesc) -> Result<(), Fault> {
@@ -146,6 +147,9 @@ pub(crate) fn binary(
         if let Operand::Tensor(t) = &b {
             dtypes.push(t.dtype);
         }
+        if !out.dtype.is_float() && matches!(f, Binary::Div(_)) {
+            no_zero_divisor(op, &b)?;
+        }
         // check_binary made a float input imply a float out.
         match (out.dtype.is_float(), Domain::of(&dtypes)) {
             (true, Domain::F64) => binary_run::<f64>(op, &a, &b, &out, float_binary(f)),
@@ -166,12 +170,41 @@ fn float_binary<T: Real>(f: Binary) -> impl Fn(T, T) -> T {
     }
 }
 
+/// Integer division by zero has no documented result on Atlas A2 (`aclnn-ops.tsv`, the
+/// aclnnDivMod row, says nothing of it). STRICTER ASSUMPTION: the emulated NPU stops with an AI
+/// Core error naming the element, so no result can rely on a value the hardware does not
+/// promise; the backend rejects a zero scalar divisor before launch.
+fn no_zero_divisor(op: &str, b: &Operand) -> Result<(), Fault> {
+    let zero_at = match b {
+        Operand::Scalar(s) => (int_scalar(*s) == 0).then(Vec::new),
+        Operand::Tensor(t) => {
+            let mb = map(op, "other", t)?;
+            let get = mb.getter::<i128>();
+            let mut pos = vec![0; t.shape.len()];
+            Walk::of(t)
+                .enumerate()
+                .find(|&(_, i)| get(i) == 0)
+                .map(|(p, _)| {
+                    super::index::unravel(p, &t.shape, &mut pos);
+                    pos.clone()
+                })
+        }
+    };
+    match zero_at {
+        None => Ok(()),
+        Some(at) => Err(fault(
+            ACL_ERROR_RT_AICORE_EXCEPTION,
+            format!("{op} kernel: integer division by zero (other{at:?} = 0)"),
+        )),
+    }
+}
+
 /// The integer arithmetic of the family, wrapping (stored in the out's width).
 fn int_binary(f: Binary) -> impl Fn(i128, i128) -> i128 {
     move |x, y| match f {
         Binary::Add(alpha) => x.wrapping_add((alpha as i64 as i128).wrapping_mul(y)),
         Binary::Mul => x.wrapping_mul(y),
-        // Integer division by zero has no documented result; the emulation yields 0.
+        // Unreachable for a zero divisor: `no_zero_divisor` faulted first.
         _ if y == 0 => 0,
         Binary::Div(2) => {
             let q = x / y;

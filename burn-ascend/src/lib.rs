@@ -12,11 +12,13 @@ pub use ascend_acl as acl;
 pub use ascend_emulator as emulator;
 
 pub mod backend;
+pub mod error;
 pub mod ops;
 pub mod runtime;
 
 pub use backend::fused::{self, FusedOps};
 pub use backend::graph;
 pub use backend::{Ascend, AscendQTensor};
+pub use error::{try_run, AscendError};
 pub use ops::AscendTensor;
 pub use runtime::{reset_device, AscendDevice, MemoryStats};

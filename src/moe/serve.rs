@@ -24,7 +24,7 @@ use burn::module::Module;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::fused::{self, DecodeAttentionOptions};
-use burn_ascend::{graph, Ascend, AscendDevice, FusedOps};
+use burn_ascend::{graph, try_run, Ascend, AscendDevice, AscendError, FusedOps};
 
 use super::cache::{ints, slot, LayerCache, PagePool};
 use super::decode_graph::{Bucket, CapturedDecode, Packing};
@@ -143,9 +143,10 @@ pub enum ServeError {
         /// Pages in the cache.
         pages: usize,
     },
-    /// The step computing this request failed on the device.
+    /// The step computing this request failed on the device (for example
+    /// [`AscendError::DeviceFault`] or [`AscendError::OutOfMemory`]).
     #[error("the device failed during the request's step: {0}")]
-    Device(String),
+    Device(AscendError),
 }
 
 /// What one request produced.
@@ -564,7 +565,7 @@ impl<B: FusedOps> Server<B> {
         decode_only: bool,
     ) -> Result<(Vec<Sampled>, Option<usize>, f64), ServeError> {
         let fault = std::mem::take(&mut self.fault_next_step);
-        catch_unwind(AssertUnwindSafe(|| {
+        try_run(|| {
             if self.restore {
                 self.restore_device_state();
             }
@@ -584,8 +585,8 @@ impl<B: FusedOps> Server<B> {
             };
             let issue_secs = start.elapsed().as_secs_f64();
             (self.sample(logits, plan), bucket, issue_secs)
-        }))
-        .map_err(|panic| ServeError::Device(panic_text(panic)))
+        })
+        .map_err(ServeError::Device)
     }
 
     /// A decode step by its bucket's graph: the logits `[n, V]` of its rows and the bucket, or
@@ -1001,15 +1002,6 @@ fn write_in_place<B: FusedOps>(
     ] {
         graph::assign(&ascend(dst), &ascend(src))
             .unwrap_or_else(|e| panic!("writing the KV cache in place: {e}"));
-    }
-}
-
-fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
-    match panic.downcast::<String>() {
-        Ok(s) => *s,
-        Err(panic) => panic
-            .downcast_ref::<&str>()
-            .map_or_else(|| "a panic without a message".into(), |s| s.to_string()),
     }
 }
 

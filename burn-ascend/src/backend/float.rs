@@ -752,7 +752,7 @@ impl FloatTensorOps<Ascend> for Ascend {
             InterpolateMode::Nearest => Sampling::Nearest,
             InterpolateMode::Bilinear => Sampling::Bilinear,
             InterpolateMode::Bicubic => Sampling::Bicubic,
-            other => panic!("burn-ascend: grid_sample_2d has no {other:?} interpolation (aclnnGridSampler2D offers nearest, bilinear and bicubic)"),
+            other => raise(AscendError::invalid("grid_sample_2d", format!("no {other:?} interpolation (aclnnGridSampler2D offers nearest, bilinear and bicubic)"))),
         };
         let padding = match options.padding_mode {
             GridSamplePaddingMode::Zeros => Padding::Zeros,

@@ -29,6 +29,7 @@ use burn_std::{BoolDType, BoolStore, FloatDType, IntDType, Shape, Slice};
 
 use crate::acl::handles::HostScalar;
 use crate::acl::{AclResult, DataType};
+use crate::error::{raise, record, AscendError};
 use crate::ops::activation::{self as act, Activation};
 use crate::ops::arith::{self, BinaryOp};
 use crate::ops::compare::{self, Compare, Logical};
@@ -71,11 +72,12 @@ impl Backend for Ascend {
     }
 
     fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
-        context(device)
-            .synchronize()
-            .map_err(|e| ExecutionError::WithContext {
-                reason: format!("burn-ascend: {device}: {e}"),
-            })
+        context(device).synchronize().map_err(|e| {
+            let e = AscendError::from_acl(&format!("sync of {device}"), &e);
+            let reason = e.to_string();
+            record(e);
+            ExecutionError::WithContext { reason }
+        })
     }
 
     fn memory_cleanup(device: &Self::Device) {
@@ -116,9 +118,10 @@ impl TensorMetadata for AscendTensor {
     }
 }
 
-/// Ends a Burn op that Burn cannot let fail with a clear message.
+/// Ends a Burn op that Burn cannot let fail: a failure panics with a clear message and the
+/// typed error [`crate::try_run`] returns.
 pub(crate) fn run<T>(op: &str, result: AclResult<T>) -> T {
-    result.unwrap_or_else(|e| panic!("burn-ascend: {op} failed: {e}"))
+    result.unwrap_or_else(|e| raise(AscendError::from_acl(op, &e)))
 }
 
 /// The context of `device`, or a clear panic if the device cannot be opened.
@@ -160,9 +163,10 @@ fn data_type(dtype: DType) -> DataType {
         DType::U16 => DataType::U16,
         DType::U8 => DataType::U8,
         DType::Bool(BoolStore::Native) => DataType::Bool,
-        other => panic!(
-            "burn-ascend does not support tensors of dtype {other:?} (bools are stored natively, one byte each)"
-        ),
+        other => raise(AscendError::invalid(
+            "creating a tensor",
+            format!("burn-ascend does not support tensors of dtype {other:?} (bools are stored natively, one byte each)"),
+        )),
     }
 }
 
@@ -193,11 +197,15 @@ fn from_data(data: TensorData, device: &AscendDevice, kind: Kind) -> AscendTenso
         Kind::Int => !dtype.is_float() && dtype != DataType::Bool,
         Kind::Bool => dtype == DataType::Bool,
     };
-    assert!(
-        fits,
-        "burn-ascend: {kind:?} tensor created from {:?} data",
-        data.dtype
-    );
+    if !fits {
+        raise(AscendError::invalid(
+            "from_data",
+            format!(
+                "a {kind:?} tensor cannot be created from {:?} data",
+                data.dtype
+            ),
+        ));
+    }
     run(
         "from_data",
         creation::from_bytes(
@@ -210,8 +218,11 @@ fn from_data(data: TensorData, device: &AscendDevice, kind: Kind) -> AscendTenso
 }
 
 fn into_data(tensor: AscendTensor) -> Result<TensorData, ExecutionError> {
-    let bytes = creation::to_bytes(&tensor).map_err(|e| ExecutionError::WithContext {
-        reason: format!("burn-ascend: reading {} back: {e}", tensor.describe()),
+    let bytes = creation::to_bytes(&tensor).map_err(|e| {
+        let e = AscendError::from_acl(&format!("reading {} back", tensor.describe()), &e);
+        let reason = e.to_string();
+        record(e);
+        ExecutionError::WithContext { reason }
     })?;
     Ok(TensorData::from_bytes_vec(
         bytes,
@@ -233,13 +244,14 @@ fn host_scalar(value: Scalar, dtype: DataType) -> HostScalar {
 
 // The hottest ops name themselves only when they fail (no formatting per call).
 fn binary(op: BinaryOp, lhs: AscendTensor, rhs: AscendTensor) -> AscendTensor {
-    arith::binary(op, &lhs, &rhs).unwrap_or_else(|e| panic!("burn-ascend: {op:?} failed: {e}"))
+    arith::binary(op, &lhs, &rhs)
+        .unwrap_or_else(|e| raise(AscendError::from_acl(&format!("{op:?}"), &e)))
 }
 
 fn binary_scalar(op: BinaryOp, lhs: AscendTensor, rhs: Scalar) -> AscendTensor {
     let s = host_scalar(rhs, lhs.dtype());
     arith::binary_scalar(op, &lhs, s)
-        .unwrap_or_else(|e| panic!("burn-ascend: {op:?} (scalar) failed: {e}"))
+        .unwrap_or_else(|e| raise(AscendError::from_acl(&format!("{op:?} (scalar)"), &e)))
 }
 
 /// Burn slices (possibly negative, possibly fewer than the rank) as device slices.
@@ -329,11 +341,14 @@ fn random(
 fn expand(tensor: AscendTensor, shape: Shape) -> AscendTensor {
     match tensor.layout().expand(&shape) {
         Some(layout) => tensor.with_layout(layout),
-        None => panic!(
-            "burn-ascend: cannot expand {} to {:?}",
-            tensor.describe(),
-            shape.as_slice()
-        ),
+        None => raise(AscendError::invalid(
+            "expand",
+            format!(
+                "cannot expand {} to {:?}",
+                tensor.describe(),
+                shape.as_slice()
+            ),
+        )),
     }
 }
 

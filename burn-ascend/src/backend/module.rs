@@ -504,7 +504,12 @@ impl ModuleOps<Ascend> for Ascend {
         options: AttentionModuleOptions,
     ) -> FloatTensor<Ascend> {
         if let Some(cap) = options.softcap {
-            assert!(cap > 0.0, "softcap must be positive, got {cap}");
+            if cap.is_nan() || cap <= 0.0 {
+                raise(AscendError::invalid(
+                    "attention",
+                    format!("softcap must be positive, got {cap}"),
+                ));
+            }
         }
         let options = AttentionOptions {
             scale: options.scale,

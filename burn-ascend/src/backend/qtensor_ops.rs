@@ -27,9 +27,10 @@ fn value_range(scheme: &QuantScheme) -> (f64, f64) {
             let (a, b) = scheme.value.range();
             (a as f64, b as f64)
         }
-        other => panic!(
-            "burn-ascend: quantization to {other:?} is not supported (integer schemes Q8F/Q8S/Q4F/Q4S/Q2F/Q2S only)"
-        ),
+        other => raise(AscendError::invalid(
+            "quantize",
+            format!("quantization to {other:?} is not supported (integer schemes Q8F/Q8S/Q4F/Q4S/Q2F/Q2S only)"),
+        )),
     }
 }
 
@@ -85,10 +86,10 @@ fn layout_op(
 impl QTensorOps<Ascend> for Ascend {
     fn q_from_data(data: TensorData, device: &Device<Ascend>) -> QuantizedTensor<Ascend> {
         let DType::QFloat(scheme) = data.dtype else {
-            panic!(
-                "burn-ascend: q_from_data needs quantized data, got {:?}",
-                data.dtype
-            );
+            raise(AscendError::invalid(
+                "q_from_data",
+                format!("needs quantized data, got {:?}", data.dtype),
+            ));
         };
         let shape = data.shape.to_vec();
         let num_elements = data.num_elements();

@@ -62,8 +62,24 @@ pub fn binary(op: BinaryOp, a: &AscendTensor, b: &AscendTensor) -> AclResult<Asc
     Ok(out)
 }
 
+/// Integer division (and remainder) by a zero scalar: an error at the call, as in burn-flex
+/// (which panics); CANN leaves the result undefined. A zero inside a divisor tensor is only
+/// seen on the device: the emulated NPU reports it as an AI Core error (see its `kernels.rs`).
+pub(crate) fn check_int_divisor(op: &str, a: &AscendTensor, s: HostScalar) -> AclResult<()> {
+    if !a.dtype.is_float() && matches!(s, HostScalar::Int(0)) {
+        return Err(super::broadcast::invalid_input(
+            op,
+            format!("integer division of {} by zero", a.describe()),
+        ));
+    }
+    Ok(())
+}
+
 /// `a op s` for a host scalar `s`.
 pub fn binary_scalar(op: BinaryOp, a: &AscendTensor, s: HostScalar) -> AclResult<AscendTensor> {
+    if op == BinaryOp::Div {
+        check_int_divisor(op_name(op, true), a, s)?;
+    }
     if let HostScalar::Int(v) = s {
         if !a.dtype.is_float() && v.unsigned_abs() > EXACT_SCALAR_INT as u64 {
             let rhs = full(a.ctx(), Vec::new(), a.dtype, s)?;

@@ -175,6 +175,7 @@ pub fn remainder(a: &AscendTensor, b: &AscendTensor) -> AclResult<AscendTensor> 
 
 /// [`remainder`] by a host scalar.
 pub fn remainder_scalar(a: &AscendTensor, s: HostScalar) -> AclResult<AscendTensor> {
+    super::arith::check_int_divisor("aclnnRemainderTensorScalar", a, s)?;
     if !a.dtype.is_float() {
         return int_remainder(a, &full(a.ctx(), Vec::new(), a.dtype, s)?);
     }

@@ -142,13 +142,20 @@ impl CachingAllocator {
         unsafe {
             (api.core.aclrtGetMemInfo)(crate::acl::types::ACL_HBM_MEM, &mut free, &mut total)
         };
-        cause.with_context(|| {
+        let in_use = self.stats.bytes_in_use;
+        let cause = cause.with_context(|| {
             format!(
-                "allocating {bytes} bytes (size class {}): {} bytes in use by tensors, cache released; device reports {free} of {total} bytes free",
+                "allocating {bytes} bytes (size class {}): {in_use} bytes in use by tensors, cache released; device reports {free} of {total} bytes free",
                 size_class(bytes),
-                self.stats.bytes_in_use
             )
-        })
+        });
+        AclError::OutOfMemory {
+            requested: bytes,
+            in_use,
+            free,
+            capacity: total,
+            cause: Box::new(cause),
+        }
     }
 }
 

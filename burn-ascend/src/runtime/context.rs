@@ -186,7 +186,7 @@ impl DeviceContext {
     pub fn check_alive(&self) -> AclResult<()> {
         match self.retired.get() {
             None => Ok(()),
-            Some(reason) => Err(AclError::Library(format!(
+            Some(reason) => Err(AclError::DeviceLost(format!(
                 "this tensor or operation belongs to a device context that no longer exists: \
                  {reason}; create tensors on the device again"
             ))),

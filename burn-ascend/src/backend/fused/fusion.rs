@@ -1,7 +1,10 @@
 //! The fused ops on `Fusion<Ascend>`: each call is recorded as one custom op of the fusion
 //! stream and runs Ascend's kernel when the stream executes, instead of its composition op by
-//! op. The outputs' shapes and dtypes are recorded up front from the inputs' (the kernels'
-//! contracts fix them); the kernels' own checks run at execution, like every lazily executed op.
+//! op. Each call checks the op's contract (shapes, dtypes, options) when it is recorded, with
+//! the code `Ascend` checks it with at the call, so a bad call fails at its call site with the
+//! op's message and a typed error, never later on the stream's runner thread; the outputs'
+//! shapes and dtypes are then recorded from the inputs'. What only the data can show (bad
+//! indices) is checked by the kernels at execution, like every lazily executed op.
 
 use std::fmt::Debug;
 
@@ -11,6 +14,7 @@ use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr, TensorStatus};
 
 use super::*;
 use crate::backend::fusion::{AscendFusionHandle, AscendFusionRuntime};
+use crate::ops::fused as fused_ops;
 
 type Handles = HandleContainer<AscendFusionHandle>;
 type Lazy = FusionTensor<AscendFusionRuntime>;
@@ -79,12 +83,22 @@ fn optional(
     })
 }
 
+impl fused_ops::Operand for Lazy {
+    fn dims(&self) -> &[usize] {
+        self.shape.as_slice()
+    }
+
+    fn data_type(&self) -> DataType {
+        data_type(self.dtype)
+    }
+}
+
 /// Registers output `i` of a recorded call.
 fn put(h: &mut Handles, d: &CustomOpIr, i: usize, t: AscendTensor) {
     h.register_float_tensor::<Ascend>(&d.outputs[i].id, t);
 }
 
-/// Dim `i` of a recorded tensor, 0 if it has no such dim (the kernel then reports the shape).
+/// Dim `i` of a recorded tensor (the contract, checked first, guarantees it exists).
 fn dim(t: &Lazy, i: usize) -> usize {
     t.shape.as_slice().get(i).copied().unwrap_or(0)
 }
@@ -107,6 +121,7 @@ fn with_optional(
 
 impl FusedOps for Fusion<Ascend> {
     fn vector_add(x: FloatTensor<Self>, y: FloatTensor<Self>) -> FloatTensor<Self> {
+        run("vector_add", fused_ops::check_vector_add(&x, &y));
         let meta = [(dims(&x), x.dtype)];
         one(record("vector_add", vec![x, y], &meta, (), |h, d, _| {
             let r = Ascend::vector_add(arg(h, d, 0), arg(h, d, 1));
@@ -115,6 +130,7 @@ impl FusedOps for Fusion<Ascend> {
     }
 
     fn int_vector_add(x: IntTensor<Self>, y: IntTensor<Self>) -> IntTensor<Self> {
+        run("vector_add", fused_ops::check_vector_add(&x, &y));
         let meta = [(dims(&x), x.dtype)];
         one(record(
             "int_vector_add",
@@ -134,6 +150,10 @@ impl FusedOps for Fusion<Ascend> {
         beta: Option<FloatTensor<Self>>,
         eps: f64,
     ) -> LayerNormOutput<Self> {
+        run(
+            "layer_norm",
+            fused_ops::check_layer_norm(&x, gamma.as_ref(), beta.as_ref()),
+        );
         let shape = dims(&x);
         let rows = shape[..shape.len().saturating_sub(1)].iter().product();
         let meta = [
@@ -169,6 +189,10 @@ impl FusedOps for Fusion<Ascend> {
         rstd: FloatTensor<Self>,
         gamma: Option<FloatTensor<Self>>,
     ) -> LayerNormGrads<Self> {
+        run(
+            "layer_norm_backward",
+            fused_ops::check_layer_norm_backward(&dy, &x, &mean, &rstd, gamma.as_ref()),
+        );
         let cols = dim(&x, x.shape.num_dims().saturating_sub(1));
         let meta = [
             (dims(&x), x.dtype),
@@ -206,6 +230,10 @@ impl FusedOps for Fusion<Ascend> {
         indices: IntTensor<Self>,
         top_k: usize,
     ) -> FloatTensor<Self> {
+        run(
+            "moe_gather",
+            fused_ops::check_moe_gather(&x, &indices, top_k),
+        );
         let meta = [(vec![dim(&indices, 0), dim(&x, 1)], x.dtype)];
         one(record(
             "moe_gather",
@@ -225,7 +253,11 @@ impl FusedOps for Fusion<Ascend> {
         weights: Option<FloatTensor<Self>>,
         top_k: usize,
     ) -> FloatTensor<Self> {
-        let tokens = dim(&y, 0).checked_div(top_k).unwrap_or(0);
+        run(
+            "moe_scatter",
+            fused_ops::check_moe_scatter(&y, &indices, weights.as_ref(), top_k),
+        );
+        let tokens = dim(&y, 0) / top_k;
         let meta = [(vec![tokens, dim(&y, 1)], y.dtype)];
         let args = (top_k, weights.is_some());
         let inputs = with_optional(vec![y, indices], [weights]);
@@ -245,6 +277,10 @@ impl FusedOps for Fusion<Ascend> {
     }
 
     fn token_rearrange(x: FloatTensor<Self>, perm: IntTensor<Self>) -> FloatTensor<Self> {
+        run(
+            "token_rearrange",
+            fused_ops::check_token_rearrange(&x, &perm),
+        );
         let meta = [(vec![dim(&perm, 0), dim(&x, 1)], x.dtype)];
         one(record(
             "token_rearrange",
@@ -266,6 +302,17 @@ impl FusedOps for Fusion<Ascend> {
         page_size: usize,
         extend_total: usize,
     ) -> AllocExtendOutput<Self> {
+        run(
+            "alloc_extend",
+            fused_ops::check_alloc_extend(
+                &prefix_lens,
+                &seq_lens,
+                &last_loc,
+                &free_pages,
+                page_size,
+                extend_total,
+            ),
+        );
         let dtype = prefix_lens.dtype;
         let meta = [(vec![extend_total], dtype), (vec![2], dtype)];
         let inputs = vec![prefix_lens, seq_lens, last_loc, free_pages];
@@ -305,6 +352,18 @@ impl FusedOps for Fusion<Ascend> {
         num_kv_splits: IntTensor<Self>,
         options: DecodeAttentionOptions,
     ) -> DecodeAttentionOutput<Self> {
+        run(
+            "decode_attention",
+            fused_ops::check_decode_attention(
+                &q,
+                &k_cache,
+                v_cache.as_ref(),
+                &kv_indptr,
+                &kv_indices,
+                &num_kv_splits,
+                &options,
+            ),
+        );
         let (b, heads, dv, splits) = (
             dim(&q, 0),
             dim(&q, 1),
@@ -348,6 +407,10 @@ impl FusedOps for Fusion<Ascend> {
         weights: FloatTensor<Self>,
         group_sizes: IntTensor<Self>,
     ) -> FloatTensor<Self> {
+        run(
+            "grouped_matmul",
+            fused_ops::check_grouped_matmul(&x, &weights, &group_sizes),
+        );
         let meta = [(vec![dim(&x, 0), dim(&weights, 2)], x.dtype)];
         let inputs = vec![x, weights, group_sizes];
         one(record("grouped_matmul", inputs, &meta, (), |h, d, _| {
@@ -361,6 +424,10 @@ impl FusedOps for Fusion<Ascend> {
         dy: FloatTensor<Self>,
         group_sizes: IntTensor<Self>,
     ) -> FloatTensor<Self> {
+        run(
+            "grouped_matmul_weight_grad",
+            fused_ops::check_grouped_matmul_weight_grad(&x, &dy, &group_sizes),
+        );
         let meta = [(vec![dim(&group_sizes, 0), dim(&x, 1), dim(&dy, 1)], x.dtype)];
         let inputs = vec![x, dy, group_sizes];
         one(record(

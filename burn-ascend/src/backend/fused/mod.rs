@@ -230,6 +230,7 @@ pub trait FusedOps: Backend {
 
 impl FusedOps for Ascend {
     fn vector_add(x: FloatTensor<Self>, y: FloatTensor<Self>) -> FloatTensor<Self> {
+        run("vector_add", fused::check_vector_add(&x, &y));
         if !has_kernels(&x, &["vector_add"]) {
             return Self::float_add(x, y);
         }
@@ -237,6 +238,7 @@ impl FusedOps for Ascend {
     }
 
     fn int_vector_add(x: IntTensor<Self>, y: IntTensor<Self>) -> IntTensor<Self> {
+        run("vector_add", fused::check_vector_add(&x, &y));
         if !has_kernels(&x, &["vector_add"]) {
             return Self::int_add(x, y);
         }
@@ -249,6 +251,10 @@ impl FusedOps for Ascend {
         beta: Option<FloatTensor<Self>>,
         eps: f64,
     ) -> LayerNormOutput<Self> {
+        run(
+            "layer_norm",
+            fused::check_layer_norm(&x, gamma.as_ref(), beta.as_ref()),
+        );
         if !has_kernels(&x, &["layer_norm"]) {
             return composed::layer_norm::<Self>(x, gamma, beta, eps);
         }
@@ -266,6 +272,10 @@ impl FusedOps for Ascend {
         rstd: FloatTensor<Self>,
         gamma: Option<FloatTensor<Self>>,
     ) -> LayerNormGrads<Self> {
+        run(
+            "layer_norm_backward",
+            fused::check_layer_norm_backward(&dy, &x, &mean, &rstd, gamma.as_ref()),
+        );
         if !has_kernels(&x, &["layer_norm_backward"]) {
             return composed::layer_norm_backward::<Self>(dy, x, mean, rstd, gamma);
         }
@@ -281,6 +291,7 @@ impl FusedOps for Ascend {
         indices: IntTensor<Self>,
         top_k: usize,
     ) -> FloatTensor<Self> {
+        run("moe_gather", fused::check_moe_gather(&x, &indices, top_k));
         if !has_kernels(&x, &["moe_gather"]) {
             return composed::moe_gather::<Self>(x, indices, top_k);
         }
@@ -293,6 +304,10 @@ impl FusedOps for Ascend {
         weights: Option<FloatTensor<Self>>,
         top_k: usize,
     ) -> FloatTensor<Self> {
+        run(
+            "moe_scatter",
+            fused::check_moe_scatter(&y, &indices, weights.as_ref(), top_k),
+        );
         if !has_kernels(&y, &["moe_scatter"]) {
             return composed::moe_scatter::<Self>(y, indices, weights, top_k);
         }
@@ -303,6 +318,7 @@ impl FusedOps for Ascend {
     }
 
     fn token_rearrange(x: FloatTensor<Self>, perm: IntTensor<Self>) -> FloatTensor<Self> {
+        run("token_rearrange", fused::check_token_rearrange(&x, &perm));
         if !has_kernels(&x, &["token_rearrange"]) {
             return composed::token_rearrange::<Self>(x, perm);
         }
@@ -317,6 +333,17 @@ impl FusedOps for Ascend {
         page_size: usize,
         extend_total: usize,
     ) -> AllocExtendOutput<Self> {
+        run(
+            "alloc_extend",
+            fused::check_alloc_extend(
+                &prefix_lens,
+                &seq_lens,
+                &last_loc,
+                &free_pages,
+                page_size,
+                extend_total,
+            ),
+        );
         if !has_kernels(&seq_lens, &["alloc_extend"]) {
             return composed::alloc_extend::<Self>(
                 prefix_lens,
@@ -350,6 +377,18 @@ impl FusedOps for Ascend {
         num_kv_splits: IntTensor<Self>,
         options: DecodeAttentionOptions,
     ) -> DecodeAttentionOutput<Self> {
+        run(
+            "decode_attention",
+            fused::check_decode_attention(
+                &q,
+                &k_cache,
+                v_cache.as_ref(),
+                &kv_indptr,
+                &kv_indices,
+                &num_kv_splits,
+                &options,
+            ),
+        );
         if !has_kernels(&q, &["decode_attention_stage1", "decode_attention_stage2"]) {
             return composed::decode_attention::<Self>(
                 q,

@@ -2,6 +2,7 @@
 
 use burn_ascend_kernels::tiling::{self, AddType};
 
+use super::Operand;
 use super::{data_ptr, device_props};
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
@@ -19,11 +20,9 @@ fn add_type(dtype: DataType) -> Option<AddType> {
     }
 }
 
-/// `x + y` for 1-D tensors of equal length and dtype, by the `vector_add` kernel. The vector
-/// unit has no f64, i64, i8 or u8 addition; those go to aclnnAdd.
-pub fn vector_add(x: &AscendTensor, y: &AscendTensor) -> AclResult<AscendTensor> {
-    super::same_device("vector_add", &[Some(x), Some(y)])?;
-    if x.shape().len() != 1 || x.shape() != y.shape() || x.dtype != y.dtype {
+/// The contract of [`vector_add`]: two 1-D tensors of equal length and dtype.
+pub(crate) fn check_vector_add(x: &impl Operand, y: &impl Operand) -> AclResult<()> {
+    if x.dims().len() != 1 || x.dims() != y.dims() || x.data_type() != y.data_type() {
         return Err(invalid_input(
             "vector_add",
             format!(
@@ -33,6 +32,14 @@ pub fn vector_add(x: &AscendTensor, y: &AscendTensor) -> AclResult<AscendTensor>
             ),
         ));
     }
+    Ok(())
+}
+
+/// `x + y` for 1-D tensors of equal length and dtype, by the `vector_add` kernel. The vector
+/// unit has no f64, i64, i8 or u8 addition; those go to aclnnAdd.
+pub fn vector_add(x: &AscendTensor, y: &AscendTensor) -> AclResult<AscendTensor> {
+    super::same_device("vector_add", &[Some(x), Some(y)])?;
+    check_vector_add(x, y)?;
     let Some(kind) = add_type(x.dtype) else {
         return crate::ops::arith::binary(crate::ops::arith::BinaryOp::Add, x, y);
     };

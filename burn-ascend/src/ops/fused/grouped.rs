@@ -4,7 +4,7 @@
 //! CANN 8.1, and a CANN without it fails the call with `MissingOp`. The group sizes stay on the
 //! device, where the operator reads them; nothing here reads them back.
 
-use super::norm_type;
+use super::{norm_type, Operand};
 use crate::acl::aclnn;
 use crate::acl::handles::{Absent, TensorListDesc};
 use crate::acl::{AclResult, DataType};
@@ -24,8 +24,14 @@ const GROUP_SIZES: i64 = 1;
 const NO_ACTIVATION: i64 = 0;
 
 /// The group sizes as the operator takes them: `[groups]`, INT64, contiguous.
-fn group_list(op: &str, sizes: &AscendTensor, groups: usize) -> AclResult<AscendTensor> {
-    if sizes.shape() != [groups] || sizes.dtype.is_float() || sizes.dtype == DataType::Bool {
+fn group_list(sizes: &AscendTensor) -> AclResult<AscendTensor> {
+    contiguous(&cast(sizes, DataType::I64)?)
+}
+
+/// Checks the group sizes: `[groups]` integers.
+fn check_group_sizes(op: &str, sizes: &impl Operand, groups: usize) -> AclResult<()> {
+    let dtype = sizes.data_type();
+    if sizes.dims() != [groups] || dtype.is_float() || dtype == DataType::Bool {
         return Err(invalid_input(
             op,
             format!(
@@ -34,13 +40,13 @@ fn group_list(op: &str, sizes: &AscendTensor, groups: usize) -> AclResult<Ascend
             ),
         ));
     }
-    contiguous(&cast(sizes, DataType::I64)?)
+    Ok(())
 }
 
 /// Checks that the two matrix operands share one of the cube unit's float types.
-fn same_float(op: &str, a: &AscendTensor, b: &AscendTensor) -> AclResult<()> {
+fn same_float(op: &str, a: &impl Operand, b: &impl Operand) -> AclResult<()> {
     norm_type(op, a)?;
-    if a.dtype != b.dtype {
+    if a.data_type() != b.data_type() {
         return Err(invalid_input(
             op,
             format!(
@@ -105,6 +111,53 @@ fn launch(
     })
 }
 
+/// The contract of [`grouped_matmul`]: float `x [R, K]`, `weights [E, K, N]` of x's type,
+/// `group_sizes [E]` integers.
+pub(crate) fn check_grouped_matmul<T: Operand>(
+    x: &T,
+    weights: &T,
+    group_sizes: &T,
+) -> AclResult<()> {
+    const OP: &str = "grouped_matmul";
+    same_float(OP, x, weights)?;
+    let (xd, wd) = (x.dims(), weights.dims());
+    if xd.len() != 2 || wd.len() != 3 || xd[1] != wd[1] {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "needs x [R, K] and weights [E, K, N], got {} and {}",
+                x.describe(),
+                weights.describe()
+            ),
+        ));
+    }
+    check_group_sizes(OP, group_sizes, wd[0])
+}
+
+/// The contract of [`grouped_matmul_weight_grad`]: float `x [R, K]`, `dy [R, N]` of x's type,
+/// `group_sizes [E]` integers.
+pub(crate) fn check_grouped_matmul_weight_grad<T: Operand>(
+    x: &T,
+    dy: &T,
+    group_sizes: &T,
+) -> AclResult<()> {
+    const OP: &str = "grouped_matmul_weight_grad";
+    same_float(OP, x, dy)?;
+    let (xd, dd) = (x.dims(), dy.dims());
+    if xd.len() != 2 || dd.len() != 2 || xd[0] != dd[0] {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "needs x [R, K] and dy [R, N], got {} and {}",
+                x.describe(),
+                dy.describe()
+            ),
+        ));
+    }
+    let groups = group_sizes.dims().first().copied().unwrap_or(0);
+    check_group_sizes(OP, group_sizes, groups)
+}
+
 /// `out [R, N]` with `out[r] = x[r] @ weights[e]` for the rows `r` of group `e`: the rows of
 /// `x [R, K]` are grouped contiguously, expert `e` owning the next `group_sizes[e]` rows, and
 /// `weights` is `[E, K, N]` (a view with its last two dims swapped is used as it lies). Rows
@@ -115,22 +168,10 @@ pub fn grouped_matmul(
     group_sizes: &AscendTensor,
 ) -> AclResult<AscendTensor> {
     const OP: &str = "grouped_matmul";
-    same_float(OP, x, weights)?;
-    let fits =
-        x.shape().len() == 2 && weights.shape().len() == 3 && x.shape()[1] == weights.shape()[1];
-    if !fits {
-        return Err(invalid_input(
-            OP,
-            format!(
-                "needs x [R, K] and weights [E, K, N], got {} and {}",
-                x.describe(),
-                weights.describe()
-            ),
-        ));
-    }
+    check_grouped_matmul(x, weights, group_sizes)?;
     let (rows, k) = (x.shape()[0], x.shape()[1]);
     let (groups, n) = (weights.shape()[0], weights.shape()[2]);
-    let list = group_list(OP, group_sizes, groups)?;
+    let list = group_list(group_sizes)?;
     let out = zeros(x.ctx(), vec![rows, n], x.dtype)?;
     if out.layout.numel() == 0 || k == 0 || groups == 0 {
         return Ok(out);
@@ -154,20 +195,10 @@ pub fn grouped_matmul_weight_grad(
     group_sizes: &AscendTensor,
 ) -> AclResult<AscendTensor> {
     const OP: &str = "grouped_matmul_weight_grad";
-    same_float(OP, x, dy)?;
-    if x.shape().len() != 2 || dy.shape().len() != 2 || x.shape()[0] != dy.shape()[0] {
-        return Err(invalid_input(
-            OP,
-            format!(
-                "needs x [R, K] and dy [R, N], got {} and {}",
-                x.describe(),
-                dy.describe()
-            ),
-        ));
-    }
+    check_grouped_matmul_weight_grad(x, dy, group_sizes)?;
     let (rows, k, n) = (x.shape()[0], x.shape()[1], dy.shape()[1]);
-    let groups = group_sizes.shape().first().copied().unwrap_or(0);
-    let list = group_list(OP, group_sizes, groups)?;
+    let groups = group_sizes.shape()[0];
+    let list = group_list(group_sizes)?;
     let out = zeros(x.ctx(), vec![groups, k, n], x.dtype)?;
     if out.layout.numel() == 0 || rows == 0 {
         return Ok(out);

@@ -17,19 +17,47 @@ use std::sync::Arc;
 
 use burn_ascend_kernels::tiling::{DeviceProps, NormType};
 
+pub(crate) use elementwise::check_vector_add;
 pub use elementwise::vector_add;
+pub(crate) use grouped::{check_grouped_matmul, check_grouped_matmul_weight_grad};
 pub use grouped::{grouped_matmul, grouped_matmul_weight_grad};
+pub(crate) use moe::{check_moe_gather, check_moe_scatter, check_token_rearrange};
 pub use moe::{moe_gather, moe_scatter, token_rearrange};
+pub(crate) use norm::{check_layer_norm, check_layer_norm_backward};
 pub use norm::{layer_norm, layer_norm_backward};
 pub use paged::{alloc_extend, decode_attention, DecodeAttentionOptions, DecodeAttentionTensors};
+pub(crate) use paged::{check_alloc_extend, check_decode_attention};
 pub use program::run_program;
 pub use routing::{cann_moe_init_routing, cann_moe_token_unpermute, CannRouting};
 
 use super::broadcast::invalid_input;
-use super::copy::contiguous;
 use super::tensor::AscendTensor;
 use crate::acl::{AclResult, DataType};
 use crate::runtime::DeviceContext;
+
+/// What a fused op's contract reads of an operand: its shape and dtype. The contracts
+/// (`check_*`) take operands through it, so `Ascend` checks them at the call and
+/// `Fusion<Ascend>` when it records the op, with the same code and messages.
+pub(crate) trait Operand {
+    /// The shape.
+    fn dims(&self) -> &[usize];
+    /// The element type.
+    fn data_type(&self) -> DataType;
+    /// Shape and dtype, for error messages.
+    fn describe(&self) -> String {
+        format!("{:?} {}", self.dims(), self.data_type())
+    }
+}
+
+impl Operand for AscendTensor {
+    fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+
+    fn data_type(&self) -> DataType {
+        self.dtype
+    }
+}
 
 /// Unified buffer per vector core on Atlas A2 (CANN 8.x has no query for it; see the hardware
 /// fact sheet).
@@ -74,8 +102,8 @@ pub(crate) fn same_device(op: &str, operands: &[Option<&AscendTensor>]) -> AclRe
 }
 
 /// The kernels' code for a float type.
-pub(crate) fn norm_type(op: &str, t: &AscendTensor) -> AclResult<NormType> {
-    match t.dtype {
+pub(crate) fn norm_type(op: &str, t: &impl Operand) -> AclResult<NormType> {
+    match t.data_type() {
         DataType::F32 => Ok(NormType::F32),
         DataType::F16 => Ok(NormType::F16),
         DataType::BF16 => Ok(NormType::BF16),
@@ -93,20 +121,21 @@ pub(crate) fn validation(op: &str) -> AclResult<bool> {
 }
 
 /// Checks an index tensor: 1-D, `len` entries, int32 (or int64 when allowed).
-pub(crate) fn index_tensor(
+pub(crate) fn check_index(
     op: &str,
     name: &str,
-    t: &AscendTensor,
+    t: &impl Operand,
     len: usize,
     int64_ok: bool,
-) -> AclResult<AscendTensor> {
-    let ok_type = t.dtype == DataType::I32 || (int64_ok && t.dtype == DataType::I64);
-    if t.shape() != [len] || !ok_type {
+) -> AclResult<()> {
+    let dtype = t.data_type();
+    let ok_type = dtype == DataType::I32 || (int64_ok && dtype == DataType::I64);
+    if t.dims() != [len] || !ok_type {
         let types = if int64_ok { "int32 or int64" } else { "int32" };
         return Err(invalid_input(
             op,
             format!("{name} must be [{len}] {types}, got {}", t.describe()),
         ));
     }
-    contiguous(t)
+    Ok(())
 }

@@ -13,7 +13,7 @@
 use burn_ascend_kernels::launch;
 use burn_ascend_kernels::tiling;
 
-use super::{data_ptr, device_props, index_tensor, norm_type, same_device, validation};
+use super::{check_index, data_ptr, device_props, norm_type, same_device, validation, Operand};
 use crate::acl::handles::HostScalar;
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
@@ -30,12 +30,6 @@ fn row_gather(
     divisor: usize,
     validate: bool,
 ) -> AclResult<AscendTensor> {
-    if x.shape().len() != 2 || !matches!(x.dtype.size(), 2 | 4) {
-        return Err(invalid_input(
-            op,
-            format!("x must be 2-D f32, f16 or bf16, got {}", x.describe()),
-        ));
-    }
     let (src_rows, cols) = (x.shape()[0], x.shape()[1]);
     let x = contiguous(x)?;
     let out = AscendTensor::empty(x.ctx(), vec![out_rows, cols], x.dtype)?;
@@ -64,6 +58,69 @@ fn row_gather(
     Ok(out)
 }
 
+/// The rows the gathering kernels move: 2-D, of a 2- or 4-byte type.
+fn check_rows(op: &str, x: &impl Operand) -> AclResult<()> {
+    if x.dims().len() != 2 || !matches!(x.data_type().size(), 2 | 4) {
+        return Err(invalid_input(
+            op,
+            format!("x must be 2-D f32, f16 or bf16, got {}", x.describe()),
+        ));
+    }
+    Ok(())
+}
+
+/// The contract of [`moe_gather`]: `x [T, H]`, `indices [T*K]` int32, `K >= 1`.
+pub(crate) fn check_moe_gather(
+    x: &impl Operand,
+    indices: &impl Operand,
+    top_k: usize,
+) -> AclResult<()> {
+    if top_k == 0 {
+        return Err(invalid_input(
+            "moe_gather",
+            "top_k must be at least 1".into(),
+        ));
+    }
+    check_rows("moe_gather", x)?;
+    let tokens = x.dims()[0];
+    check_index("moe_gather", "indices", indices, tokens * top_k, false)
+}
+
+/// The contract of [`token_rearrange`]: `x [S, H]`, `perm [S]` int32 or int64.
+pub(crate) fn check_token_rearrange(x: &impl Operand, perm: &impl Operand) -> AclResult<()> {
+    check_rows("token_rearrange", x)?;
+    check_index("token_rearrange", "perm", perm, x.dims()[0], true)
+}
+
+/// The contract of [`moe_scatter`]: `y [T*K, H]` float, `indices [T*K]` int32, `weights [T*K]`.
+pub(crate) fn check_moe_scatter<T: Operand>(
+    y: &T,
+    indices: &T,
+    weights: Option<&T>,
+    top_k: usize,
+) -> AclResult<()> {
+    norm_type("moe_scatter", y)?;
+    let dims = y.dims();
+    if dims.len() != 2 || top_k == 0 || !dims[0].is_multiple_of(top_k) {
+        return Err(invalid_input(
+            "moe_scatter",
+            format!(
+                "y must be [T*K, H] with K = {top_k} >= 1, got {}",
+                y.describe()
+            ),
+        ));
+    }
+    let slots = dims[0];
+    check_index("moe_scatter", "indices", indices, slots, false)?;
+    match weights {
+        Some(w) if w.dims() != [slots] => Err(invalid_input(
+            "moe_scatter",
+            format!("weights must be [{slots}], got {}", w.describe()),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `out[i] = x[indices[i] / top_k]` by the `moe_gather` kernel. An index outside `[0, T*K)`
 /// is an AI Core error naming it; with `BURN_ASCEND_VALIDATE=1` so is a repeated index.
 pub fn moe_gather(
@@ -72,14 +129,9 @@ pub fn moe_gather(
     top_k: usize,
 ) -> AclResult<AscendTensor> {
     same_device("moe_gather", &[Some(x), Some(indices)])?;
-    let tokens = x.shape().first().copied().unwrap_or(0);
-    if top_k == 0 {
-        return Err(invalid_input(
-            "moe_gather",
-            "top_k must be at least 1".into(),
-        ));
-    }
-    let indices = index_tensor("moe_gather", "indices", indices, tokens * top_k, false)?;
+    check_moe_gather(x, indices, top_k)?;
+    let tokens = x.shape()[0];
+    let indices = contiguous(indices)?;
     row_gather(
         "moe_gather",
         launch::RowGather::MoeGather,
@@ -95,8 +147,9 @@ pub fn moe_gather(
 /// Core error naming it.
 pub fn token_rearrange(x: &AscendTensor, perm: &AscendTensor) -> AclResult<AscendTensor> {
     same_device("token_rearrange", &[Some(x), Some(perm)])?;
-    let rows = x.shape().first().copied().unwrap_or(0);
-    let perm = index_tensor("token_rearrange", "perm", perm, rows, true)?;
+    check_token_rearrange(x, perm)?;
+    let rows = x.shape()[0];
+    let perm = contiguous(perm)?;
     row_gather(
         "token_rearrange",
         launch::RowGather::TokenRearrange,
@@ -119,29 +172,13 @@ pub fn moe_scatter(
     top_k: usize,
 ) -> AclResult<AscendTensor> {
     same_device("moe_scatter", &[Some(y), Some(indices), weights])?;
+    check_moe_scatter(y, indices, weights, top_k)?;
     let kind = norm_type("moe_scatter", y)?;
-    if y.shape().len() != 2 || top_k == 0 || !y.shape()[0].is_multiple_of(top_k) {
-        return Err(invalid_input(
-            "moe_scatter",
-            format!(
-                "y must be [T*K, H] with K = {top_k} >= 1, got {}",
-                y.describe()
-            ),
-        ));
-    }
     let (slots, cols) = (y.shape()[0], y.shape()[1]);
     let tokens = slots / top_k;
-    let indices = index_tensor("moe_scatter", "indices", indices, slots, false)?;
+    let indices = contiguous(indices)?;
     let weights = weights
-        .map(|w| {
-            if w.shape() != [slots] {
-                return Err(invalid_input(
-                    "moe_scatter",
-                    format!("weights must be [{slots}], got {}", w.describe()),
-                ));
-            }
-            contiguous(&cast(w, y.dtype)?)
-        })
+        .map(|w| contiguous(&cast(w, y.dtype)?))
         .transpose()?;
     let y = contiguous(y)?;
     let ctx = y.ctx();

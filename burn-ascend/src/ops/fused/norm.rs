@@ -3,31 +3,71 @@
 use burn_ascend_kernels::launch;
 use burn_ascend_kernels::tiling;
 
-use super::{data_ptr, device_props, norm_type};
+use super::{data_ptr, device_props, norm_type, Operand};
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
 use crate::ops::copy::{cast, contiguous};
 use crate::ops::creation::zeros;
 use crate::ops::tensor::AscendTensor;
 
-/// Checks an optional per-column parameter and makes it contiguous in x's dtype.
-fn column_param(
-    op: &str,
-    name: &str,
-    p: Option<&AscendTensor>,
-    cols: usize,
-    dtype: DataType,
-) -> AclResult<Option<AscendTensor>> {
-    p.map(|p| {
-        if p.shape() != [cols] {
-            return Err(invalid_input(
-                op,
-                format!("{name} must be [{cols}], got {}", p.describe()),
-            ));
-        }
-        contiguous(&cast(p, dtype)?)
-    })
-    .transpose()
+/// An optional per-column parameter, contiguous in x's dtype.
+fn column_param(p: Option<&AscendTensor>, dtype: DataType) -> AclResult<Option<AscendTensor>> {
+    p.map(|p| contiguous(&cast(p, dtype)?)).transpose()
+}
+
+/// Checks that `t` is `[len]` (a per-column parameter or a per-row statistic).
+fn check_vector(op: &str, name: &str, t: Option<&impl Operand>, len: usize) -> AclResult<()> {
+    match t {
+        Some(t) if t.dims() != [len] => Err(invalid_input(
+            op,
+            format!("{name} must be [{len}], got {}", t.describe()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `(rows, cols)` of a layer norm's input: a float tensor of at least one dim.
+fn norm_rows(op: &str, x: &impl Operand) -> AclResult<(usize, usize)> {
+    norm_type(op, x)?;
+    let cols = *x
+        .dims()
+        .last()
+        .ok_or_else(|| invalid_input(op, "x must have at least one dim".into()))?;
+    let rows = x.dims().iter().product::<usize>() / cols.max(1);
+    Ok((rows, cols))
+}
+
+/// The contract of [`layer_norm`]: float `x`, gamma and beta `[cols]`.
+pub(crate) fn check_layer_norm<T: Operand>(
+    x: &T,
+    gamma: Option<&T>,
+    beta: Option<&T>,
+) -> AclResult<()> {
+    let (_, cols) = norm_rows("layer_norm", x)?;
+    check_vector("layer_norm", "gamma", gamma, cols)?;
+    check_vector("layer_norm", "beta", beta, cols)
+}
+
+/// The contract of [`layer_norm_backward`]: float `x`, `dy` of x's shape, mean and rstd
+/// `[rows]`, gamma `[cols]`.
+pub(crate) fn check_layer_norm_backward<T: Operand>(
+    dy: &T,
+    x: &T,
+    mean: &T,
+    rstd: &T,
+    gamma: Option<&T>,
+) -> AclResult<()> {
+    const OP: &str = "layer_norm_backward";
+    let (rows, cols) = norm_rows(OP, x)?;
+    check_vector(OP, "mean", Some(mean), rows)?;
+    check_vector(OP, "rstd", Some(rstd), rows)?;
+    if dy.dims() != x.dims() {
+        return Err(invalid_input(
+            OP,
+            format!("dy {} must have x's shape {}", dy.describe(), x.describe()),
+        ));
+    }
+    check_vector(OP, "gamma", gamma, cols)
 }
 
 /// Layer norm over the last dim of `x` by the `layer_norm` kernel: `(y, mean, rstd)`.
@@ -38,14 +78,11 @@ pub fn layer_norm(
     eps: f64,
 ) -> AclResult<(AscendTensor, AscendTensor, AscendTensor)> {
     super::same_device("layer_norm", &[Some(x), gamma, beta])?;
+    check_layer_norm(x, gamma, beta)?;
     let kind = norm_type("layer_norm", x)?;
-    let cols = *x
-        .shape()
-        .last()
-        .ok_or_else(|| invalid_input("layer_norm", "x must have at least one dim".into()))?;
-    let rows = x.layout.numel() / cols.max(1);
-    let gamma = column_param("layer_norm", "gamma", gamma, cols, x.dtype)?;
-    let beta = column_param("layer_norm", "beta", beta, cols, x.dtype)?;
+    let (rows, cols) = norm_rows("layer_norm", x)?;
+    let gamma = column_param(gamma, x.dtype)?;
+    let beta = column_param(beta, x.dtype)?;
     let x = contiguous(x)?;
     let ctx = x.ctx();
     let y = AscendTensor::empty(ctx, x.shape().to_vec(), x.dtype)?;
@@ -92,29 +129,12 @@ pub fn layer_norm_backward(
 ) -> AclResult<(AscendTensor, AscendTensor, AscendTensor)> {
     const OP: &str = "layer_norm_backward";
     super::same_device(OP, &[Some(dy), Some(x), Some(mean), Some(rstd), gamma])?;
+    check_layer_norm_backward(dy, x, mean, rstd, gamma)?;
     let kind = norm_type(OP, x)?;
-    let cols = *x
-        .shape()
-        .last()
-        .ok_or_else(|| invalid_input(OP, "x must have at least one dim".into()))?;
-    let rows = x.layout.numel() / cols.max(1);
-    let stat = |name: &str, t: &AscendTensor| {
-        if t.shape() != [rows] {
-            return Err(invalid_input(
-                OP,
-                format!("{name} must be [{rows}], got {}", t.describe()),
-            ));
-        }
-        contiguous(&cast(t, DataType::F32)?)
-    };
-    let (mean, rstd) = (stat("mean", mean)?, stat("rstd", rstd)?);
-    if dy.shape() != x.shape() {
-        return Err(invalid_input(
-            OP,
-            format!("dy {} must have x's shape {}", dy.describe(), x.describe()),
-        ));
-    }
-    let gamma = column_param(OP, "gamma", gamma, cols, x.dtype)?;
+    let (rows, cols) = norm_rows(OP, x)?;
+    let stat = |t: &AscendTensor| contiguous(&cast(t, DataType::F32)?);
+    let (mean, rstd) = (stat(mean)?, stat(rstd)?);
+    let gamma = column_param(gamma, x.dtype)?;
     let (dy, x) = (contiguous(&cast(dy, x.dtype)?)?, contiguous(x)?);
     let ctx = x.ctx();
     let dx = AscendTensor::empty(ctx, x.shape().to_vec(), x.dtype)?;

@@ -5,7 +5,7 @@
 use burn_ascend_kernels::launch;
 use burn_ascend_kernels::tiling::{self, DecodeShape};
 
-use super::{data_ptr, device_props, index_tensor, norm_type};
+use super::{check_index, data_ptr, device_props, norm_type, Operand};
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
 use crate::ops::copy::contiguous;
@@ -13,6 +13,96 @@ use crate::ops::tensor::AscendTensor;
 
 /// The kernels keep token positions and key counts in int32 on the scalar unit.
 const I32_LIMIT: usize = i32::MAX as usize;
+
+/// The operands of an `alloc_extend` call, for its errors.
+fn alloc_inputs<T: Operand>(prefix_lens: &T, seq_lens: &T, last_loc: &T, free_pages: &T) -> String {
+    format!(
+        "prefix_lens {}, seq_lens {}, last_loc {}, free_pages {}",
+        prefix_lens.describe(),
+        seq_lens.describe(),
+        last_loc.describe(),
+        free_pages.describe()
+    )
+}
+
+/// The operands of a `decode_attention` call, for its errors.
+fn decode_inputs<T: Operand>(
+    q: &T,
+    k_cache: &T,
+    v_cache: Option<&T>,
+    kv_indptr: &T,
+    kv_indices: &T,
+    num_kv_splits: &T,
+) -> String {
+    format!(
+        "q {}, k_cache {}, v_cache {}, kv_indptr {}, kv_indices {}, num_kv_splits {}",
+        q.describe(),
+        k_cache.describe(),
+        v_cache.map_or("None".into(), Operand::describe),
+        kv_indptr.describe(),
+        kv_indices.describe(),
+        num_kv_splits.describe()
+    )
+}
+
+/// The contract of [`alloc_extend`]: `[B]` lengths and last slots and a `[P]` free list, all
+/// int32 or all int64; sizes within the kernel's int32 positions.
+pub(crate) fn check_alloc_extend<T: Operand>(
+    prefix_lens: &T,
+    seq_lens: &T,
+    last_loc: &T,
+    free_pages: &T,
+    page_size: usize,
+    extend_total: usize,
+) -> AclResult<()> {
+    const OP: &str = "alloc_extend";
+    let inputs = || alloc_inputs(prefix_lens, seq_lens, last_loc, free_pages);
+    let dtype = prefix_lens.data_type();
+    if !matches!(dtype, DataType::I32 | DataType::I64)
+        || [seq_lens, last_loc, free_pages]
+            .iter()
+            .any(|t| t.data_type() != dtype)
+    {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "the index tensors must be all int32 or all int64, got {}",
+                inputs()
+            ),
+        ));
+    }
+    let batch_shape = prefix_lens.dims();
+    if batch_shape.len() != 1
+        || seq_lens.dims() != batch_shape
+        || last_loc.dims() != batch_shape
+        || free_pages.dims().len() != 1
+    {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "prefix_lens, seq_lens and last_loc must be [B] and free_pages [P], got {}",
+                inputs()
+            ),
+        ));
+    }
+    let (batch, pages) = (batch_shape[0], free_pages.dims()[0]);
+    if page_size == 0 || page_size > I32_LIMIT {
+        return Err(invalid_input(
+            OP,
+            format!("page_size must be in 1..=2^31-1, got {page_size}"),
+        ));
+    }
+    if extend_total > I32_LIMIT || batch > I32_LIMIT || pages > u32::MAX as usize {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "extend_total {extend_total} and B must be below 2^31 and P below 2^32, got {}",
+                inputs()
+            ),
+        ));
+    }
+    Ok(())
+}
 
 /// Cache slots for the new tokens of a batch of requests growing from `prefix_lens[b]` to
 /// `seq_lens[b]` tokens in pages of `page_size` slots (fused-ops contract 4), by the
@@ -48,59 +138,17 @@ pub fn alloc_extend(
             Some(free_pages),
         ],
     )?;
-    let inputs = || {
-        format!(
-            "prefix_lens {}, seq_lens {}, last_loc {}, free_pages {}",
-            prefix_lens.describe(),
-            seq_lens.describe(),
-            last_loc.describe(),
-            free_pages.describe()
-        )
-    };
+    check_alloc_extend(
+        prefix_lens,
+        seq_lens,
+        last_loc,
+        free_pages,
+        page_size,
+        extend_total,
+    )?;
+    let inputs = || alloc_inputs(prefix_lens, seq_lens, last_loc, free_pages);
     let dtype = prefix_lens.dtype;
-    if !matches!(dtype, DataType::I32 | DataType::I64)
-        || [seq_lens, last_loc, free_pages]
-            .iter()
-            .any(|t| t.dtype != dtype)
-    {
-        return Err(invalid_input(
-            OP,
-            format!(
-                "the index tensors must be all int32 or all int64, got {}",
-                inputs()
-            ),
-        ));
-    }
-    let batch_shape = prefix_lens.shape();
-    if batch_shape.len() != 1
-        || seq_lens.shape() != batch_shape
-        || last_loc.shape() != batch_shape
-        || free_pages.shape().len() != 1
-    {
-        return Err(invalid_input(
-            OP,
-            format!(
-                "prefix_lens, seq_lens and last_loc must be [B] and free_pages [P], got {}",
-                inputs()
-            ),
-        ));
-    }
-    let (batch, pages) = (batch_shape[0], free_pages.shape()[0]);
-    if page_size == 0 || page_size > I32_LIMIT {
-        return Err(invalid_input(
-            OP,
-            format!("page_size must be in 1..=2^31-1, got {page_size}"),
-        ));
-    }
-    if extend_total > I32_LIMIT || batch > I32_LIMIT || pages > u32::MAX as usize {
-        return Err(invalid_input(
-            OP,
-            format!(
-                "extend_total {extend_total} and B must be below 2^31 and P below 2^32, got {}",
-                inputs()
-            ),
-        ));
-    }
+    let (batch, pages) = (prefix_lens.shape()[0], free_pages.shape()[0]);
     let (prefix, seq) = (contiguous(prefix_lens)?, contiguous(seq_lens)?);
     let (last, free) = (contiguous(last_loc)?, contiguous(free_pages)?);
     let ctx = prefix.ctx();
@@ -160,6 +208,105 @@ pub struct DecodeAttentionTensors {
     pub part_lse: AscendTensor,
 }
 
+/// The sizes of a decode-attention call, as its contract found them.
+pub(crate) struct DecodeDims {
+    batch: usize,
+    q_heads: usize,
+    dim_k: usize,
+    slots: usize,
+    kv_heads: usize,
+    dim_v: usize,
+    keys: usize,
+}
+
+/// The contract of [`decode_attention`] (its shapes, dtypes and options; whether a head's rows
+/// fit the unified buffer depends on the device and is checked at launch).
+pub(crate) fn check_decode_attention<T: Operand>(
+    q: &T,
+    k_cache: &T,
+    v_cache: Option<&T>,
+    kv_indptr: &T,
+    kv_indices: &T,
+    num_kv_splits: &T,
+    options: &DecodeAttentionOptions,
+) -> AclResult<DecodeDims> {
+    const OP: &str = "decode_attention";
+    let inputs = || decode_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, num_kv_splits);
+    let fail = |what: String| Err(invalid_input(OP, format!("{what}; got {}", inputs())));
+    norm_type(OP, q)?;
+    let (&[batch, q_heads, dim_k], &[slots, kv_heads, key_dim]) = (q.dims(), k_cache.dims()) else {
+        return fail("q must be [B, HQ, Dk] and k_cache [N, HKV, Dk]".into());
+    };
+    let dim_v = options.value_dim;
+    if k_cache.data_type() != q.data_type()
+        || v_cache.is_some_and(|v| v.data_type() != q.data_type())
+    {
+        return fail("q, k_cache and v_cache must have one dtype".into());
+    }
+    if key_dim != dim_k || dim_k == 0 {
+        return fail(format!(
+            "k_cache's head dim {key_dim} must equal q's Dk = {dim_k} (at least 1)"
+        ));
+    }
+    if kv_heads == 0 || !q_heads.is_multiple_of(kv_heads) {
+        return fail(format!(
+            "HQ = {q_heads} must be a multiple of HKV = {kv_heads}"
+        ));
+    }
+    match v_cache {
+        Some(v) if v.dims() != [slots, kv_heads, dim_v] => {
+            return fail(format!(
+                "v_cache must be [{slots}, {kv_heads}, Dv] with Dv = value_dim = {dim_v}"
+            ));
+        }
+        None if dim_v > dim_k => {
+            return fail(format!(
+                "without v_cache the values are the first value_dim dims of the key rows, so \
+                 value_dim = {dim_v} must be at most Dk = {dim_k}"
+            ));
+        }
+        _ => {}
+    }
+    if dim_v == 0 {
+        return fail("value_dim must be at least 1".into());
+    }
+    let splits = options.max_kv_splits;
+    if splits == 0 || !options.sm_scale.is_finite() {
+        return fail(format!(
+            "max_kv_splits ({splits}) must be at least 1 and sm_scale ({}) finite",
+            options.sm_scale
+        ));
+    }
+    let cap = options.logit_cap.unwrap_or(0.0);
+    if options.logit_cap.is_some() && !(cap > 0.0 && cap.is_finite()) {
+        return fail(format!("logit_cap must be positive and finite, got {cap}"));
+    }
+    let Some(&keys) = kv_indices
+        .dims()
+        .first()
+        .filter(|_| kv_indices.dims().len() == 1)
+    else {
+        return fail("kv_indices must be 1-D".into());
+    };
+    if keys > I32_LIMIT || slots > u32::MAX as usize || batch > I32_LIMIT {
+        return fail(
+            "kv_indices and B must hold fewer than 2^31 entries, N fewer than 2^32".into(),
+        );
+    }
+    check_index(OP, "kv_indptr", kv_indptr, batch + 1, false)?;
+    check_index(OP, "kv_indices", kv_indices, keys, false)?;
+    check_index(OP, "num_kv_splits", num_kv_splits, batch, false)?;
+    Ok(DecodeDims {
+        batch,
+        q_heads,
+        dim_k,
+        slots,
+        kv_heads,
+        dim_v,
+        keys,
+    })
+}
+
 /// Split-KV grouped decode attention over a paged cache (fused-ops contract 5) by the two
 /// `decode_attention` kernels.
 ///
@@ -196,80 +343,31 @@ pub fn decode_attention(
             Some(num_kv_splits),
         ],
     )?;
-    let inputs = || {
-        format!(
-            "q {}, k_cache {}, v_cache {}, kv_indptr {}, kv_indices {}, num_kv_splits {}",
-            q.describe(),
-            k_cache.describe(),
-            v_cache.map_or("None".into(), AscendTensor::describe),
-            kv_indptr.describe(),
-            kv_indices.describe(),
-            num_kv_splits.describe()
-        )
-    };
-    let fail = |what: String| Err(invalid_input(OP, format!("{what}; got {}", inputs())));
+    let dims = check_decode_attention(
+        q,
+        k_cache,
+        v_cache,
+        kv_indptr,
+        kv_indices,
+        num_kv_splits,
+        &options,
+    )?;
+    let DecodeDims {
+        batch,
+        q_heads,
+        dim_k,
+        slots,
+        kv_heads,
+        dim_v,
+        keys,
+    } = dims;
     let kind = norm_type(OP, q)?;
-    let (&[batch, q_heads, dim_k], &[slots, kv_heads, key_dim]) = (q.shape(), k_cache.shape())
-    else {
-        return fail("q must be [B, HQ, Dk] and k_cache [N, HKV, Dk]".into());
-    };
-    let dim_v = options.value_dim;
-    if k_cache.dtype != q.dtype || v_cache.is_some_and(|v| v.dtype != q.dtype) {
-        return fail("q, k_cache and v_cache must have one dtype".into());
-    }
-    if key_dim != dim_k || dim_k == 0 {
-        return fail(format!(
-            "k_cache's head dim {key_dim} must equal q's Dk = {dim_k} (at least 1)"
-        ));
-    }
-    if kv_heads == 0 || !q_heads.is_multiple_of(kv_heads) {
-        return fail(format!(
-            "HQ = {q_heads} must be a multiple of HKV = {kv_heads}"
-        ));
-    }
-    match v_cache {
-        Some(v) if v.shape() != [slots, kv_heads, dim_v] => {
-            return fail(format!(
-                "v_cache must be [{slots}, {kv_heads}, Dv] with Dv = value_dim = {dim_v}"
-            ));
-        }
-        None if dim_v > dim_k => {
-            return fail(format!(
-                "without v_cache the values are the first value_dim dims of the key rows, so \
-                 value_dim = {dim_v} must be at most Dk = {dim_k}"
-            ));
-        }
-        _ => {}
-    }
-    if dim_v == 0 {
-        return fail("value_dim must be at least 1".into());
-    }
     let splits = options.max_kv_splits;
-    if splits == 0 || !options.sm_scale.is_finite() {
-        return fail(format!(
-            "max_kv_splits ({splits}) must be at least 1 and sm_scale ({}) finite",
-            options.sm_scale
-        ));
-    }
     let cap = options.logit_cap.unwrap_or(0.0);
-    if options.logit_cap.is_some() && !(cap > 0.0 && cap.is_finite()) {
-        return fail(format!("logit_cap must be positive and finite, got {cap}"));
-    }
-    let Some(&keys) = kv_indices
-        .shape()
-        .first()
-        .filter(|_| kv_indices.shape().len() == 1)
-    else {
-        return fail("kv_indices must be 1-D".into());
-    };
-    if keys > I32_LIMIT || slots > u32::MAX as usize || batch > I32_LIMIT {
-        return fail(
-            "kv_indices and B must hold fewer than 2^31 entries, N fewer than 2^32".into(),
-        );
-    }
-    let indptr = index_tensor(OP, "kv_indptr", kv_indptr, batch + 1, false)?;
-    let indices = index_tensor(OP, "kv_indices", kv_indices, keys, false)?;
-    let split_counts = index_tensor(OP, "num_kv_splits", num_kv_splits, batch, false)?;
+    let inputs = || decode_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, num_kv_splits);
+    let fail = |what: String| Err(invalid_input(OP, format!("{what}; got {}", inputs())));
+    let (indptr, indices) = (contiguous(kv_indptr)?, contiguous(kv_indices)?);
+    let split_counts = contiguous(num_kv_splits)?;
 
     let ctx = q.ctx();
     let result = DecodeAttentionTensors {

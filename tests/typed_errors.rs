@@ -1,0 +1,224 @@
+//! Errors a program can handle: `burn_ascend::try_run` returns the typed `AscendError` of a
+//! failing op (out of memory, device fault, bad argument, lost device) instead of the panic, on
+//! `Ascend` and on `Fusion<Ascend>`, and other panics keep unwinding. Fused ops on
+//! `Fusion<Ascend>` check their contract when recorded: a bad call fails at its call site with
+//! the op's message, and the thread's later Fusion ops still run.
+
+mod common;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Int, Tensor, TensorData, Tolerance};
+use burn_ascend::fused;
+use burn_ascend::{try_run, Ascend, AscendError};
+use burn_fusion::Fusion;
+use common::host_values::host_values;
+use common::{device, fault_device, reset_fault_device, Flex};
+use serial_test::serial;
+
+type Fused = Fusion<Ascend>;
+
+fn rows<B: Backend>(device: &B::Device) -> Tensor<B, 2> {
+    Tensor::from_data(host_values(vec![4, 16], 1), device)
+}
+
+fn indices<B: Backend>(v: &[i32], device: &B::Device) -> Tensor<B, 1, Int> {
+    Tensor::from_data(
+        TensorData::new(v.to_vec(), [v.len()]).convert_dtype(DType::I32),
+        (device, DType::I32),
+    )
+}
+
+#[test]
+fn out_of_memory_is_a_value_with_its_sizes() {
+    // 1 TiB: more than any Atlas A2 (64 GB of HBM), emulated or real.
+    let bytes = 1usize << 40;
+    let err = try_run(|| Tensor::<Ascend, 1>::empty([bytes / 4], &device()))
+        .expect_err("1 TiB does not fit");
+    let AscendError::OutOfMemory {
+        requested,
+        capacity,
+        ref message,
+        ..
+    } = err
+    else {
+        panic!("expected OutOfMemory, got {err:?}");
+    };
+    assert_eq!(requested, bytes);
+    assert!(capacity > 0 && capacity < bytes, "capacity {capacity}");
+    assert!(
+        message.contains(&format!("allocating {bytes} bytes")),
+        "{message}"
+    );
+    // The panic text is the error's: what a program without try_run sees.
+    assert!(err.to_string().starts_with("burn-ascend: "), "{err}");
+    // The device still serves.
+    let x = Tensor::<Ascend, 1>::from_floats([1.0, 2.0], &device());
+    assert_eq!((x + 1.0).into_data().to_vec::<f32>().unwrap(), [2.0, 3.0]);
+}
+
+#[test]
+#[serial(fault_device)]
+fn a_kernel_fault_is_a_device_fault_then_a_reset_serves_again() {
+    for fusion in [false, true] {
+        let bad = [0, 1, -3, 2, 4, 5, 6, 7];
+        let err = if fusion {
+            try_run(|| {
+                fused::moe_gather(
+                    rows::<Fused>(&fault_device()),
+                    indices::<Fused>(&bad, &fault_device()),
+                    2,
+                )
+                .into_data()
+            })
+        } else {
+            try_run(|| {
+                fused::moe_gather(
+                    rows::<Ascend>(&fault_device()),
+                    indices::<Ascend>(&bad, &fault_device()),
+                    2,
+                )
+                .into_data()
+            })
+        }
+        .expect_err("an index outside [0, 8) faults");
+        reset_fault_device();
+        let AscendError::DeviceFault { ref message, .. } = err else {
+            panic!("fusion {fusion}: expected DeviceFault, got {err:?}");
+        };
+        if !common::skipped_on_npu("a_kernel_fault_is_a_device_fault_then_a_reset_serves_again") {
+            assert!(
+                message.contains("moe_gather: indices[2] = -3 is outside [0, 8)"),
+                "fusion {fusion}: {message}"
+            );
+        }
+    }
+    // After the reset, the same op with good indices gives the composed reference.
+    let good = [7, 0, 6, 1, 5, 2, 4, 3];
+    let got = fused::moe_gather(
+        rows::<Ascend>(&fault_device()),
+        indices::<Ascend>(&good, &fault_device()),
+        2,
+    )
+    .into_data();
+    let flex = Default::default();
+    let want = fused::moe_gather(rows::<Flex>(&flex), indices::<Flex>(&good, &flex), 2).into_data();
+    got.assert_approx_eq::<f32>(&want, Tolerance::absolute(0.0));
+}
+
+/// The probe of the issue: a moe_gather whose indices have the wrong length.
+#[test]
+fn a_bad_fused_call_fails_at_its_call_site_on_ascend_and_on_fusion() {
+    let want = "indices must be [8] int32, got [5] DT_INT32";
+    let on_ascend = try_run(|| {
+        fused::moe_gather(
+            rows::<Ascend>(&device()),
+            indices::<Ascend>(&[0, 1, 2, 3, 4], &device()),
+            2,
+        )
+    })
+    .expect_err("5 indices for 4 tokens x 2");
+    // On Fusion the error comes from recording the op, before anything runs.
+    let on_fusion = try_run(|| {
+        fused::moe_gather(
+            rows::<Fused>(&device()),
+            indices::<Fused>(&[0, 1, 2, 3, 4], &device()),
+            2,
+        )
+    })
+    .expect_err("5 indices for 4 tokens x 2");
+    for err in [&on_ascend, &on_fusion] {
+        match err {
+            AscendError::InvalidArgument { op, message } => {
+                assert_eq!(op, "moe_gather");
+                assert!(message.contains(want), "{message}");
+            }
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+    assert_eq!(on_ascend, on_fusion, "one contract, one message");
+    // The thread's later Fusion ops run.
+    let x = Tensor::<Fused, 1>::from_floats([1.0, 2.0, 3.0], &device());
+    assert_eq!(
+        (x * 2.0).into_data().to_vec::<f32>().unwrap(),
+        [2.0, 4.0, 6.0]
+    );
+}
+
+#[test]
+fn every_fused_contract_is_checked_when_recorded_on_fusion() {
+    let d = device();
+    let f = |shape: Vec<usize>| Tensor::<Fused, 2>::from_data(host_values(shape, 2), &d);
+    // ((op, message), a call breaking its contract)
+    type Case<'a> = ((&'static str, &'static str), Box<dyn FnOnce() + 'a>);
+    let cases: Vec<Case> = vec![
+        (
+            ("layer_norm", "gamma must be [16], got [8] DT_FLOAT"),
+            Box::new(|| {
+                let g = Tensor::<Fused, 1>::from_data(host_values(vec![8], 3), &d);
+                let _ = fused::layer_norm(f(vec![4, 16]), Some(g), None, 1e-5);
+            }),
+        ),
+        (
+            (
+                "moe_scatter",
+                "y must be [T*K, H] with K = 3 >= 1, got [8, 16] DT_FLOAT",
+            ),
+            Box::new(|| {
+                let _ = fused::moe_scatter(f(vec![8, 16]), indices::<Fused>(&[0; 8], &d), None, 3);
+            }),
+        ),
+        (
+            (
+                "token_rearrange",
+                "perm must be [4] int32 or int64, got [3] DT_INT32",
+            ),
+            Box::new(|| {
+                let _ = fused::token_rearrange(f(vec![4, 16]), indices::<Fused>(&[0, 1, 2], &d));
+            }),
+        ),
+        (
+            (
+                "grouped_matmul",
+                "needs x [R, K] and weights [E, K, N], got [4, 16] DT_FLOAT and [2, 8, 4] DT_FLOAT",
+            ),
+            Box::new(|| {
+                let w = Tensor::<Fused, 3>::from_data(host_values(vec![2, 8, 4], 4), &d);
+                let _ = fused::grouped_matmul(f(vec![4, 16]), w, indices::<Fused>(&[2, 2], &d));
+            }),
+        ),
+    ];
+    for ((op, want), call) in cases {
+        let err = try_run(call).expect_err(want);
+        assert!(
+            matches!(&err, AscendError::InvalidArgument { op: o, message } if o == op && message.contains(want)),
+            "want {op}: {want:?}, got {err:?}"
+        );
+    }
+}
+
+#[test]
+#[serial(fault_device)]
+fn a_tensor_of_a_reset_device_is_device_lost() {
+    let x = Tensor::<Ascend, 1>::from_floats([1.0, 2.0], &fault_device());
+    reset_fault_device();
+    let err = try_run(|| (x + 1.0).into_data()).expect_err("its context is gone");
+    assert!(
+        matches!(err, AscendError::DeviceLost { .. }),
+        "expected DeviceLost, got {err:?}"
+    );
+    assert!(err.to_string().contains("was reset"), "{err}");
+}
+
+#[test]
+fn burn_argument_checks_are_invalid_arguments_and_other_panics_unwind() {
+    let a = Tensor::<Ascend, 2>::ones([2, 3], &device());
+    let b = Tensor::<Ascend, 2>::ones([4, 5], &device());
+    let err = try_run(|| a.matmul(b)).expect_err("[2, 3] @ [4, 5]");
+    assert!(
+        matches!(&err, AscendError::InvalidArgument { op, .. } if op == "Matmul"),
+        "{err:?}"
+    );
+    let payload = std::panic::catch_unwind(|| try_run(|| panic!("a bug in the caller")))
+        .expect_err("the caller's own panic is not the backend's error");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"a bug in the caller"));
+}
