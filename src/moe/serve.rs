@@ -478,7 +478,7 @@ impl<B: FusedOps> Server<B> {
             kv: b * self.cfg.max_seq,
         };
         let packed = Tensor::<B, 1, Int>::zeros([packing.len()], (&self.device, DType::I32));
-        let device = self.ascend_device().clone();
+        let device = *self.ascend_device();
         let (graph, logits) = graph::capture(&device, || {
             let inputs = packed_inputs(&packed, packing);
             self.forward(&inputs)

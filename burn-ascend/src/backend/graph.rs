@@ -16,7 +16,7 @@
 //!
 //! Rules (the runtime's, `crate::runtime::graph`): tensors the closure creates keep their
 //! buffers for the graph's life (a private pool); inputs that change between replays are
-//! tensors created before the capture and written in place with [`write`] (or [`assign`]);
+//! tensors created before the capture and written in place with [`write()`] (or [`assign()`]);
 //! host data the closure itself uploads is a constant of the graph; the closure must not read
 //! tensors or otherwise synchronise (the capture then fails, naming the call). Only the
 //! values change between replays: shapes, the ops run and their scalar arguments are fixed at
