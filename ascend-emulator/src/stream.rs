@@ -229,11 +229,6 @@ impl Stream {
             "aclrtSynchronizeStream",
             ACL_ERROR_RT_STREAM_CAPTURED,
         )?;
-        self.wait_idle()
-    }
-
-    /// Waits for all queued work without the capture check (device reset, after its own).
-    pub fn wait_idle(&self) -> Result<(), Fault> {
         let (lock, cv) = &*self.pending;
         drop(cv.wait_while(lock.lock().unwrap(), |n| *n > 0).unwrap());
         self.fault.check()

@@ -598,6 +598,33 @@ fn replay_onto_a_capturing_stream_and_destroy_during_a_replay_are_refused() {
     api.check(destroy(api, ri), "destroy").unwrap();
 }
 
+#[test]
+fn a_graph_replays_only_on_a_stream_of_its_own_device() {
+    let (api, _serial) = api();
+    let s = stream(api);
+    let d = malloc(api, 64);
+    begin(api, s, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL);
+    // SAFETY: `d` holds 64 bytes.
+    api.check(
+        unsafe { (api.core.aclrtMemsetAsync)(d, 64, 1, 64, s) },
+        "memset",
+    )
+    .unwrap();
+    let ri = end(api, s).unwrap();
+    // SAFETY: plain call; the emulated machine has two NPUs.
+    api.check(unsafe { (api.core.aclrtSetDevice)(1) }, "aclrtSetDevice")
+        .unwrap();
+    let other = stream(api);
+    assert_eq!(replay(api, ri, other), ACL_ERROR_RT_PARAM_INVALID);
+    assert!(api.recent_error_message().contains("NPU 0"));
+    bind(api);
+    let mut bad = 9;
+    // SAFETY: valid in/out pointer.
+    let code = unsafe { (graph(api).aclmdlRICaptureThreadExchangeMode)(&mut bad) };
+    assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID, "an unknown mode");
+    api.check(destroy(api, ri), "destroy").unwrap();
+}
+
 /// The emulated runtime without one of the graph functions, as a CANN older than 8.1.RC1.
 struct WithoutGraph;
 

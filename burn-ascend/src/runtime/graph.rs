@@ -157,6 +157,18 @@ impl Graph {
     }
 }
 
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Graph({}, {:?}, pool of {} bytes)",
+            self.ctx.device(),
+            self.ri,
+            self.pool_bytes()
+        )
+    }
+}
+
 impl Drop for Graph {
     fn drop(&mut self) {
         let api = self.ctx.bind();
