@@ -102,7 +102,7 @@ fn a_capture_that_reads_a_tensor_fails_saying_why_and_the_device_goes_on() {
     let device = device();
     let x = Tensor::<Ascend, 1>::ones([8], &device);
     let failed = graph::capture(&device, || (x.clone() * 2.0).into_data());
-    let why = failed.err().expect("a read synchronises").to_string();
+    let why = failed.expect_err("a read synchronises").to_string();
     assert!(why.contains("aclrtSynchronizeStream"), "{why}");
     assert!(why.contains("capturing"), "{why}");
     // Nothing was recorded or run; the device works eagerly and captures again.
