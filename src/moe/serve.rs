@@ -612,26 +612,20 @@ impl<B: FusedOps> Server<B> {
         put(p.row(Packing::SEQ), &host.seq_lens);
         put(p.row(Packing::LAST_LOC), &host.last_loc);
         put(p.row(Packing::SPLITS), &host.splits);
-        let mut indptr = host.indptr.clone();
-        let mut indices = host.indices.clone();
+        put(p.indptr(), &host.indptr);
+        put(p.indices(), &host.indices);
         // Real rows that start a page take the first free pages; each padding row then takes
         // its scratch page and attends to that one slot.
         let taken = plan.work.iter().filter(|w| w.from % ps == 0).count();
-        let mut free = plan.free_list[..taken].to_vec();
+        put(p.free_pages(), &plan.free_list[..taken]);
+        let keys = host.indices.len();
         for j in 0..pad {
             let scratch = (pages + j) as i32;
-            free.push(scratch);
-            indices.push(scratch * ps as i32);
-            indptr.push(indices.len() as i32);
-        }
-        put(p.indptr(), &indptr);
-        put(p.free_pages(), &free);
-        put(p.indices(), &indices);
-        let seq_at = p.row(Packing::SEQ) + n;
-        let splits_at = p.row(Packing::SPLITS) + n;
-        for j in 0..pad {
-            packed[seq_at + j] = 1;
-            packed[splits_at + j] = 1;
+            packed[p.free_pages() + taken + j] = scratch;
+            packed[p.indices() + keys + j] = scratch * ps as i32;
+            packed[p.indptr() + n + 1 + j] = (keys + j + 1) as i32;
+            packed[p.row(Packing::SEQ) + n + j] = 1;
+            packed[p.row(Packing::SPLITS) + n + j] = 1;
         }
         let sample_at = p.row(Packing::SAMPLE);
         for (r, v) in packed[sample_at..sample_at + p.b].iter_mut().enumerate() {
