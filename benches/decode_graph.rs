@@ -133,6 +133,13 @@ fn server(
     server
 }
 
+/// Median of `f` over `steps`: robust to the host thread being descheduled on a shared machine.
+fn median(steps: &[Step], f: impl Fn(&Step) -> f64) -> Option<f64> {
+    let mut v: Vec<f64> = steps.iter().map(f).collect();
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| v[v.len() / 2])
+}
+
 /// Mean of `f` over `steps`.
 fn avg(steps: &[Step], f: impl Fn(&Step) -> f64) -> Option<f64> {
     (!steps.is_empty()).then(|| steps.iter().map(f).sum::<f64>() / steps.len() as f64)
@@ -184,6 +191,7 @@ fn decode_graph(c: &mut Criterion) {
             "eager host (µs)",
             "replay host (µs)",
             "replay / eager host",
+            "replay / eager host (medians)",
             "eager submissions",
             "replay submissions",
             "device ops, eager / replay",
@@ -217,6 +225,7 @@ fn decode_graph(c: &mut Criterion) {
             us(he),
             us(hr),
             ratio(hr, he),
+            ratio(median(r, |x| x.host), median(e, |x| x.host)),
             count(e, |s| s.submissions),
             count(r, |s| s.submissions),
             format!("{de} / {dr}"),
@@ -255,7 +264,9 @@ fn decode_graph(c: &mut Criterion) {
             ),
             "Host time: criterion's mean of `StepReport::issue_secs`, the host's time to queue \
              the step (build the inputs, upload them, then issue every op, or write the packed \
-             input buffer and replay). The goal: replay at most 5% of eager (0.05x).",
+             input buffer and replay). The goal: replay at most 5% of eager (0.05x). The \
+             medians' ratio is over every measured step: on a shared machine a descheduled \
+             host thread adds milliseconds to a few replayed steps, which moves the means.",
             "Submissions: work the host queued on the device stream per step (each op, kernel, \
              copy; one replay counts one), sampling included; device ops: aclnn operators and \
              Ascend C kernels the device ran (a replay runs the captured ones, padding rows \
