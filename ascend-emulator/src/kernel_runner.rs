@@ -205,6 +205,8 @@ unsafe extern "C" fn host_launch(
     // The kernel reaches only the memory of the device its stream belongs to.
     let device = stream.device();
     let queued = stream.enqueue(Box::new(move || {
+        // The whole blob, kept for every run (a graph replays it).
+        let owned = &owned;
         RUNNING_ON.set(Some(device));
         let mut stats = EmuStats::default();
         let mut per_block = vec![0u64; block_dim as usize];
@@ -224,14 +226,13 @@ unsafe extern "C" fn host_launch(
             )
         };
         RUNNING_ON.set(None);
-        drop(owned);
         {
             let mut totals = TOTALS.lock().unwrap();
             totals.launches += 1;
             totals.gm_bytes += stats.gm_bytes_read + stats.gm_bytes_written;
         }
         LOG.lock().unwrap().push(LaunchStats {
-            kernel,
+            kernel: kernel.clone(),
             block_dim,
             gm_bytes_read: stats.gm_bytes_read,
             gm_bytes_written: stats.gm_bytes_written,
