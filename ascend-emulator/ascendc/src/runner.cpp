@@ -41,76 +41,78 @@ thread_local CoreState t_core;
 thread_local bool t_running = false;
 thread_local std::unique_ptr<UnifiedBuffer> t_ub;
 
-/// Byte ranges of global memory, each owned by the first block that touched it.
+/// Byte ranges of global memory, each owned by the first block that touched it: disjoint spans
+/// sorted by address (a block's ranges are merged in one linear pass when it ends).
 class SpanSet {
 public:
     struct Span {
+        uint64_t start;
         uint64_t end;
         int64_t block;
     };
 
     /// The first recorded span overlapping [a, b), or nullptr.
-    const std::pair<const uint64_t, Span>* overlap(uint64_t a, uint64_t b) const
+    const Span* overlap(uint64_t a, uint64_t b) const
     {
-        auto it = spans_.upper_bound(a);
-        if (it != spans_.begin() && std::prev(it)->second.end > a) {
+        auto it = std::upper_bound(spans_.begin(), spans_.end(), a,
+                                   [](uint64_t v, const Span& s) { return v < s.start; });
+        if (it != spans_.begin() && std::prev(it)->end > a) {
             return &*std::prev(it);
         }
-        return it != spans_.end() && it->first < b ? &*it : nullptr;
+        return it != spans_.end() && it->start < b ? &*it : nullptr;
     }
 
-    /// Adds the bytes of [a, b) not recorded yet, owned by `block`.
-    void add(uint64_t a, uint64_t b, int64_t block)
+    /// Adds the bytes of `ranges` (sorted, disjoint) not recorded yet, owned by `block`.
+    void add_sorted(const std::vector<std::pair<uint64_t, uint64_t>>& ranges, int64_t block)
     {
-        auto it = spans_.upper_bound(a);
-        if (it != spans_.begin() && std::prev(it)->second.end > a) {
-            it = std::prev(it);
+        if (ranges.empty()) {
+            return;
         }
-        uint64_t at = a;
-        std::vector<std::pair<uint64_t, uint64_t>> gaps;
-        for (; it != spans_.end() && it->first < b; ++it) {
-            if (it->first > at) {
-                gaps.emplace_back(at, it->first);
+        merged_.clear();
+        size_t i = 0;
+        for (const auto& r : ranges) {
+            uint64_t at = r.first;
+            // Recorded spans before this range stay as they are.
+            while (i < spans_.size() && spans_[i].end <= at) {
+                push(spans_[i++]);
             }
-            at = std::max(at, it->second.end);
+            // Recorded spans overlapping it keep their owner; the gaps between them are this block's.
+            while (i < spans_.size() && spans_[i].start < r.second) {
+                if (spans_[i].start > at) {
+                    push(Span{at, spans_[i].start, block});
+                }
+                at = std::max(at, spans_[i].end);
+                if (spans_[i].end > r.second) {
+                    break;  // it also overlaps the next range: keep it for that one
+                }
+                push(spans_[i++]);
+            }
+            if (at < r.second) {
+                push(Span{at, r.second, block});
+            }
         }
-        if (at < b) {
-            gaps.emplace_back(at, b);
+        while (i < spans_.size()) {
+            push(spans_[i++]);
         }
-        for (const auto& g : gaps) {
-            insert(g.first, g.second, block);
-        }
-    }
-
-    void merge_into(SpanSet& other) const
-    {
-        for (const auto& s : spans_) {
-            other.add(s.first, s.second.end, s.second.block);
-        }
+        spans_.swap(merged_);
     }
 
     void clear() { spans_.clear(); }
 
 private:
-    /// Inserts [a, b), free of recorded bytes, joining neighbours of the same block.
-    void insert(uint64_t a, uint64_t b, int64_t block)
+    /// Appends a span (spans arrive in address order, disjoint), joining it to the previous one
+    /// when they touch and have one owner.
+    void push(const Span& s)
     {
-        auto next = spans_.lower_bound(a);
-        if (next != spans_.end() && next->first == b && next->second.block == block) {
-            b = next->second.end;
-            next = spans_.erase(next);
+        if (!merged_.empty() && merged_.back().end == s.start && merged_.back().block == s.block) {
+            merged_.back().end = s.end;
+        } else {
+            merged_.push_back(s);
         }
-        if (next != spans_.begin()) {
-            auto prev = std::prev(next);
-            if (prev->second.end == a && prev->second.block == block) {
-                prev->second.end = b;
-                return;
-            }
-        }
-        spans_.emplace_hint(next, a, Span{b, block});
     }
 
-    std::map<uint64_t, Span> spans_;
+    std::vector<Span> spans_;
+    std::vector<Span> merged_;
 };
 
 /// What blocks touched, by kind of access.
@@ -127,8 +129,49 @@ struct Touched {
     }
 };
 
-thread_local Touched t_launch;  // the blocks of the running launch that have finished
-thread_local Touched t_block;   // the running block
+/// The ranges the running block touched, by kind of access, in the order it touched them
+/// (merged into the launch's spans when the block ends: a block's own ranges never race).
+struct BlockTouched {
+    std::vector<std::pair<uint64_t, uint64_t>> ranges[3];
+
+    void add(GmAccess kind, uint64_t a, uint64_t b)
+    {
+        auto& v = ranges[static_cast<size_t>(kind)];
+        if (!v.empty() && v.back().second == a) {
+            v.back().second = b;  // consecutive rows of one stream of copies
+        } else {
+            v.emplace_back(a, b);
+        }
+    }
+
+    void merge_into(Touched& launch, int64_t block)
+    {
+        for (GmAccess kind : {GmAccess::Read, GmAccess::Write, GmAccess::Atomic}) {
+            auto& v = ranges[static_cast<size_t>(kind)];
+            std::sort(v.begin(), v.end());
+            size_t out = 0;
+            for (const auto& r : v) {
+                if (out > 0 && r.first <= v[out - 1].second) {
+                    v[out - 1].second = std::max(v[out - 1].second, r.second);
+                } else {
+                    v[out++] = r;
+                }
+            }
+            v.resize(out);
+            launch.of(kind).add_sorted(v, block);
+        }
+    }
+
+    void clear()
+    {
+        for (auto& v : ranges) {
+            v.clear();
+        }
+    }
+};
+
+thread_local Touched t_launch;       // the blocks of the running launch that have finished
+thread_local BlockTouched t_block;  // the running block
 
 const char* verb(GmAccess kind)
 {
@@ -274,17 +317,17 @@ void note_gm(uint64_t addr, uint64_t len, GmAccess kind, const char* api)
             continue;
         }
         if (const auto* hit = t_launch.of(other).overlap(addr, end)) {
-            const uint64_t from = std::max(addr, hit->first);
-            const uint64_t to = std::min(end, hit->second.end);
+            const uint64_t from = std::max(addr, hit->start);
+            const uint64_t to = std::min(end, hit->end);
             fail("%s: block %" PRId64 " %s GM [0x%" PRIx64 ", +%" PRIu64 ") that block %" PRId64
                  " %s in the same launch: blocks run concurrently on the NPU, so the result depends on their "
                  "timing (a race between blocks%s)",
-                 api, core().blockIdx, verb(kind), from, to - from, hit->second.block, verb(other),
+                 api, core().blockIdx, verb(kind), from, to - from, hit->block, verb(other),
                  kind == GmAccess::Write && other == GmAccess::Write ? "; give each block its own bytes or use atomics"
                                                                      : "");
         }
     }
-    t_block.of(kind).add(addr, end, core().blockIdx);
+    t_block.add(kind, addr, end);
 }
 
 }  // namespace ascendc_emu
@@ -372,9 +415,7 @@ extern "C" int32_t ascendc_emu_run(const char* name, uint32_t block_dim, void (*
             write_message(err, err_len, "kernel " + std::string(kernel) + ", block " + std::to_string(b) + ": " + failure);
             status = kAicoreException;
         } else {
-            t_block.read.merge_into(t_launch.read);
-            t_block.write.merge_into(t_launch.write);
-            t_block.atomic.merge_into(t_launch.atomic);
+            t_block.merge_into(t_launch, b);
             if (!t_core.printed.empty()) {
                 // The NPU prints a kernel's printf output after the kernel; here, after its block.
                 std::fprintf(stderr, "[%s, block %u] %s", kernel, b, t_core.printed.c_str());

@@ -163,6 +163,13 @@ D convert(S v, Rounding r)
 {
     if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float>) {
         return static_cast<float>(round_integral(v, r));
+    } else if constexpr (std::is_same_v<D, float> && one_of<S, half, bfloat16_t>) {
+        const float f = static_cast<float>(v);  // exact; a NaN becomes the canonical one, as encode gives
+        return std::isnan(f) ? bits_float(kCanonicalNanF32) : f;
+    } else if constexpr (one_of<D, half, bfloat16_t> && std::is_same_v<S, float>) {
+        return r == Rounding::NearestEven ? D(v)
+                                          : D(Bits16{static_cast<uint16_t>(encode<std::conditional_t<
+                                                std::is_same_v<D, half>, HalfFormat, Bf16Format>>(to_double(v), r))});
     } else if constexpr (std::is_same_v<D, half>) {
         return half(Bits16{static_cast<uint16_t>(encode<HalfFormat>(to_double(v), r))});
     } else if constexpr (std::is_same_v<D, bfloat16_t>) {
@@ -623,12 +630,12 @@ ascendc_emu::Requires<ascendc_emu::float_type<T>> ReduceSum(const LocalTensor<T>
     if (n == 0) {
         return;
     }
-    const uint64_t perRepeat = kRepeatBytes / sizeof(T);
-    std::vector<float> level(perRepeat);
+    constexpr uint64_t perRepeat = kRepeatBytes / sizeof(T);
+    float level[perRepeat];
     float total = 0.0f;
     for (uint64_t start = 0; start < n; start += perRepeat) {
         const uint64_t m = std::min(perRepeat, n - start);
-        std::fill(level.begin(), level.end(), 0.0f);
+        std::fill(level, level + perRepeat, 0.0f);
         for (uint64_t i = 0; i < m; ++i) {
             level[i] = static_cast<float>(load<T>(s, start + i));
         }
