@@ -511,7 +511,15 @@ fn why(launches: &[LaunchStats], min_bytes: u64, modelled: f64) -> String {
     }
     for s in launches {
         let m = a2::model(s);
-        if m.modelled > 1.2 * m.limit {
+        if m.bound == a2::Bound::Vector && m.roofline > 1.2 * m.limit {
+            reasons.push(format!(
+                "{} is vector-bound ({:.2} µs of vector repeats on the busiest core against \
+                 {:.2} µs of bytes): fewer or wider vector instructions",
+                s.kernel,
+                m.vector * 1e6,
+                m.limit * 1e6
+            ));
+        } else if m.roofline > 1.2 * m.limit {
             reasons.push(if s.block_dim < a2::VECTOR_CORES {
                 format!(
                     "{} on {} of {} cores, one core's GM rate bounds it: more, smaller blocks",
@@ -593,16 +601,21 @@ fn fused_kernels(c: &mut Criterion) {
         ],
     );
     let mut model = Table::new(
-        "MODELLED Atlas A2 (910B, 48 AIV, 1.6 TB/s) device time per launch - a model from the \
-         counters, not a measurement",
+        "MODELLED Atlas A2 (910B, 48 AIV, 1.6 TB/s) device time per launch - a roofline from \
+         the counters, not a measurement",
         &[
             "op",
             "size",
             "kernel",
             "GM bytes",
+            "vector instr. / repeats",
             "bytes / peak BW (µs)",
-            "modelled (µs)",
-            "modelled / limit",
+            "busiest core GM (µs)",
+            "busiest core vector (µs)",
+            "bound",
+            "roofline (µs)",
+            "modelled, + launch (µs)",
+            "roofline / limit",
         ],
     );
     let mut per_op = Table::new(
@@ -613,9 +626,11 @@ fn fused_kernels(c: &mut Criterion) {
             "size",
             "GM bytes moved",
             "contract minimum",
-            "modelled (µs)",
+            "bound (slowest launch)",
+            "roofline (µs)",
             "limit at minimum (µs)",
-            "modelled / limit",
+            "roofline / limit",
+            "modelled, + launches (µs)",
             "why not within 1.2x / what would close it",
         ],
     );
@@ -708,9 +723,14 @@ fn fused_kernels(c: &mut Criterion) {
                 case.size.clone(),
                 s.kernel.clone(),
                 (s.gm_bytes_read + s.gm_bytes_written).to_string(),
+                format!("{} / {}", s.vector_instructions, s.vector_repeats),
                 format!("{:.2}", m.limit * 1e6),
+                format!("{:.2}", m.core_gm * 1e6),
+                format!("{:.2}", m.vector * 1e6),
+                m.bound.name().into(),
+                format!("{:.2}", m.roofline * 1e6),
                 format!("{:.2}", m.modelled * 1e6),
-                format!("{:.2}x", m.modelled / m.limit.max(f64::MIN_POSITIVE)),
+                format!("{:.2}x", m.roofline / m.limit.max(f64::MIN_POSITIVE)),
             ]);
         }
         if !log.is_empty() {
@@ -718,17 +738,25 @@ fn fused_kernels(c: &mut Criterion) {
                 .iter()
                 .map(|s| s.gm_bytes_read + s.gm_bytes_written)
                 .sum();
-            let modelled: f64 = log.iter().map(|s| a2::model(s).modelled).sum();
+            let models: Vec<a2::Model> = log.iter().map(a2::model).collect();
+            let roofline: f64 = models.iter().map(|m| m.roofline).sum();
+            let modelled: f64 = models.iter().map(|m| m.modelled).sum();
+            let slowest = models
+                .iter()
+                .max_by(|a, b| a.roofline.total_cmp(&b.roofline))
+                .map_or(a2::Bound::Hbm, |m| m.bound);
             let limit = case.min_bytes as f64 / a2::HBM_BYTES_PER_S;
             per_op.row(vec![
                 case.name.into(),
                 case.size.clone(),
                 moved.to_string(),
                 case.min_bytes.to_string(),
-                format!("{:.2}", modelled * 1e6),
+                slowest.name().into(),
+                format!("{:.2}", roofline * 1e6),
                 format!("{:.2}", limit * 1e6),
-                format!("{:.2}x", modelled / limit),
-                why(&log, case.min_bytes, modelled),
+                format!("{:.2}x", roofline / limit),
+                format!("{:.2}", modelled * 1e6),
+                why(&log, case.min_bytes, roofline),
             ]);
         }
     }
@@ -744,10 +772,17 @@ fn fused_kernels(c: &mut Criterion) {
              defaults run) on the same device; vector_add's is the backend's add.",
             "aclnnMoeInitRoutingV2 also sorts the expert ids; moe_gather is given the permutation.",
             "No CANN baseline for layer norm: aclnnLayerNorm is not in the seam's function list.",
-            "THE A2 TIMES ARE A MODEL, NOT A MEASUREMENT: max(all GM bytes / 1.6 TB/s, busiest \
-             core's bytes / (32 B/cycle x 1.8 GHz)), blocks dealt round-robin to 48 vector \
-             cores; launches of one op add up. It ignores launch latency, compute, burst \
-             rounding and L2 hits; the hardware notes mark its figures UNCERTAIN.",
+            "THE A2 TIMES ARE A MODEL, NOT A MEASUREMENT: a roofline per launch, max(all GM \
+             bytes / 1.6 TB/s, busiest core's GM bytes / (32 B/cycle x 1.8 GHz), busiest core's \
+             vector repeats / (1 repeat/cycle x 1.8 GHz)), blocks dealt round-robin to 48 vector \
+             cores, plus 3 µs of launch latency (ASSUMED: the fact sheets give none); launches \
+             of one op add up. The emulation counts each vector API call as one instruction of \
+             ceil(widest operand bytes / 256) repeats (a reduction as one pass: ASSUMED). The \
+             vector rate is UNCERTAIN (the docs say 256 B per cycle; a Huawei example implies \
+             about twice that): one repeat per cycle is the stricter choice. No cube term: no \
+             kernel issues cube work (the emulation has no cube API). The per-op ratio compares \
+             the rooflines (without latency) with the contract minimum at peak bandwidth. It \
+             ignores scalar work, burst rounding and L2 hits.",
             "The contract minimum is each input read once and each output written once; a \
              kernel moving more than that is charged for it in the per-op table.",
             "layer_norm(_backward): the tiling keeps at least 40 rows per block (so gamma/beta \

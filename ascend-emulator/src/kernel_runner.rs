@@ -37,8 +37,16 @@ pub struct LaunchStats {
     pub data_copies: u64,
     /// Largest unified-buffer footprint of any block, bytes.
     pub ub_peak_bytes: u64,
+    /// Vector instructions issued (each call of a vector API).
+    pub vector_instructions: u64,
+    /// Vector repeats issued: each instruction's widest operand in 256-byte repeats (at least one).
+    pub vector_repeats: u64,
     /// Global-memory bytes moved by each block (the per-core balance).
     pub per_block_gm_bytes: Vec<u64>,
+    /// Vector repeats issued by each block.
+    pub per_block_vector_repeats: Vec<u64>,
+    /// Vector instructions issued by each block.
+    pub per_block_vector_instructions: Vec<u64>,
 }
 
 /// Totals over every kernel launch completed in this process.
@@ -79,6 +87,17 @@ struct EmuStats {
     gm_bytes_written: u64,
     data_copies: u64,
     ub_peak_bytes: u64,
+    vector_instructions: u64,
+    vector_repeats: u64,
+}
+
+/// `AscendcEmuBlockStats` of the C ABI.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct EmuBlockStats {
+    gm_bytes: u64,
+    vector_instructions: u64,
+    vector_repeats: u64,
 }
 
 type Entry = unsafe extern "C" fn(*mut c_void);
@@ -90,7 +109,7 @@ type RunFn = unsafe extern "C" fn(
     entry: Entry,
     args: *mut c_void,
     stats: *mut EmuStats,
-    per_block_gm_bytes: *mut u64,
+    per_block: *mut EmuBlockStats,
     err: *mut c_char,
     err_len: usize,
 ) -> i32;
@@ -207,7 +226,7 @@ unsafe extern "C" fn host_launch(
     let queued = stream.enqueue(Box::new(move || {
         RUNNING_ON.set(Some(device));
         let mut stats = EmuStats::default();
-        let mut per_block = vec![0u64; block_dim as usize];
+        let mut per_block = vec![EmuBlockStats::default(); block_dim as usize];
         let mut err = [0 as c_char; 1024];
         let c_name = CString::new(kernel.clone()).unwrap_or_default();
         // SAFETY: the buffers are sized as the runner expects; `owned` keeps the args alive.
@@ -237,7 +256,11 @@ unsafe extern "C" fn host_launch(
             gm_bytes_written: stats.gm_bytes_written,
             data_copies: stats.data_copies,
             ub_peak_bytes: stats.ub_peak_bytes,
-            per_block_gm_bytes: per_block,
+            vector_instructions: stats.vector_instructions,
+            vector_repeats: stats.vector_repeats,
+            per_block_gm_bytes: per_block.iter().map(|b| b.gm_bytes).collect(),
+            per_block_vector_repeats: per_block.iter().map(|b| b.vector_repeats).collect(),
+            per_block_vector_instructions: per_block.iter().map(|b| b.vector_instructions).collect(),
         });
         if code == 0 {
             Ok(())

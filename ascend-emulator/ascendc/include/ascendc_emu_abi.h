@@ -29,15 +29,30 @@ typedef struct {
     uint64_t data_copies;
     /// Largest unified-buffer footprint (sum of InitBuffer lengths) of any block, bytes.
     uint64_t ub_peak_bytes;
+    /// Vector instructions issued (each call of a vector API).
+    uint64_t vector_instructions;
+    /// Vector repeats issued: each instruction's operand bytes in 256-byte repeats (at least one).
+    uint64_t vector_repeats;
 } AscendcEmuStats;
 
+/// Counters of one block: what the device model needs per core.
+typedef struct {
+    /// Bytes read + written in global memory.
+    uint64_t gm_bytes;
+    /// Vector instructions issued.
+    uint64_t vector_instructions;
+    /// Vector repeats issued.
+    uint64_t vector_repeats;
+} AscendcEmuBlockStats;
+
 /// Runs blocks 0..block_dim of a kernel (`entry(args)` once per block, with GetBlockIdx() set, in
-/// a shuffled order: see README.md), enforcing the hardware rules and detecting races between blocks. Fills `stats` and, per block, `per_block_gm_bytes[b]` (bytes read
-/// + written by block b; an array of `block_dim` entries). Returns 0, or 507015
+/// a shuffled order: see README.md), enforcing the hardware rules and detecting races between
+/// blocks. Fills `stats` and, per block, `per_block[b]` (an array of `block_dim` entries).
+/// Returns 0, or 507015
 /// (ACL_ERROR_RT_AICORE_EXCEPTION) with a message naming the kernel, the block and the broken rule
 /// in `err`.
 typedef int32_t (*AscendcEmuRunFn)(const char* name, uint32_t block_dim, void (*entry)(void* args), void* args,
-                                   AscendcEmuStats* stats, uint64_t* per_block_gm_bytes, char* err, size_t err_len);
+                                   AscendcEmuStats* stats, AscendcEmuBlockStats* per_block, char* err, size_t err_len);
 
 /// The host a kernel library is bound to.
 typedef struct {
@@ -57,7 +72,7 @@ ASCENDC_EMU_EXPORT void ascendc_emu_bind(const AscendcEmuHost* host);
 
 /// The runner (see AscendcEmuRunFn); exported for hosts that run kernels directly (the C++ tests).
 ASCENDC_EMU_EXPORT int32_t ascendc_emu_run(const char* name, uint32_t block_dim, void (*entry)(void* args),
-                                           void* args, AscendcEmuStats* stats, uint64_t* per_block_gm_bytes,
+                                           void* args, AscendcEmuStats* stats, AscendcEmuBlockStats* per_block,
                                            char* err, size_t err_len);
 
 /// Forwarded to the bound host's `gm` (called by the emulated API for every GM access).

@@ -38,7 +38,6 @@ struct alignas(64) UnifiedBuffer {
 };
 
 thread_local CoreState t_core;
-thread_local bool t_running = false;
 thread_local std::unique_ptr<UnifiedBuffer> t_ub;
 
 /// Byte ranges of global memory, each owned by the first block that touched it: disjoint spans
@@ -281,13 +280,12 @@ void fail(const char* fmt, ...)
     throw RuleViolation(message);
 }
 
-CoreState& core()
+thread_local CoreState* t_running_core = nullptr;
+
+void outside_kernel()
 {
-    if (!t_running) {
-        // Not catchable by a runner: an Ascend C API was called from host code.
-        throw RuleViolation("an Ascend C API was called outside ascendc_emu_run");
-    }
-    return t_core;
+    // Not catchable by a runner: an Ascend C API was called from host code.
+    throw RuleViolation("an Ascend C API was called outside ascendc_emu_run");
 }
 
 std::atomic<const AscendcEmuHost*> g_host{nullptr};
@@ -356,17 +354,17 @@ extern "C" uint32_t ascendc_emu_launch(void* stream, const char* name, uint32_t 
 }
 
 extern "C" int32_t ascendc_emu_run(const char* name, uint32_t block_dim, void (*entry)(void* args), void* args,
-                                   AscendcEmuStats* stats, uint64_t* per_block_gm_bytes, char* err, size_t err_len)
+                                   AscendcEmuStats* stats, AscendcEmuBlockStats* per_block, char* err, size_t err_len)
 {
     using namespace ascendc_emu;
     AscendcEmuStats total = {};
     write_message(err, err_len, "");
-    if (per_block_gm_bytes != nullptr) {
-        std::fill_n(per_block_gm_bytes, block_dim, 0);
+    if (per_block != nullptr) {
+        std::fill_n(per_block, block_dim, AscendcEmuBlockStats{});
     }
     const char* kernel = name != nullptr ? name : "?";
     int32_t status = 0;
-    if (t_running || entry == nullptr) {
+    if (t_running_core != nullptr || entry == nullptr) {
         write_message(err, err_len,
                       std::string("kernel ") + kernel + (entry == nullptr ? ": no entry function"
                                                                           : ": launched from inside a running kernel"));
@@ -391,7 +389,7 @@ extern "C" int32_t ascendc_emu_run(const char* name, uint32_t block_dim, void (*
         std::memset(t_core.ub, kPoison, kUbBytes);  // UB contents are garbage at kernel start
 
         std::string failure;
-        t_running = true;
+        t_running_core = &t_core;
         try {
             entry(args);
             check_kernel_end();
@@ -402,14 +400,16 @@ extern "C" int32_t ascendc_emu_run(const char* name, uint32_t block_dim, void (*
         } catch (...) {
             failure = "unknown C++ exception in the kernel";
         }
-        t_running = false;
+        t_running_core = nullptr;
 
         total.gm_bytes_read += t_core.gmRead;
         total.gm_bytes_written += t_core.gmWritten;
         total.data_copies += t_core.dataCopies;
         total.ub_peak_bytes = std::max(total.ub_peak_bytes, t_core.ubPeak);
-        if (per_block_gm_bytes != nullptr) {
-            per_block_gm_bytes[b] = t_core.gmRead + t_core.gmWritten;
+        total.vector_instructions += t_core.vecInstrs;
+        total.vector_repeats += t_core.vecRepeats;
+        if (per_block != nullptr) {
+            per_block[b] = AscendcEmuBlockStats{t_core.gmRead + t_core.gmWritten, t_core.vecInstrs, t_core.vecRepeats};
         }
         if (!failure.empty()) {
             write_message(err, err_len, "kernel " + std::string(kernel) + ", block " + std::to_string(b) + ": " + failure);

@@ -78,7 +78,7 @@ uint32_t fake_launch(void* /*stream*/, const char* name, uint32_t block_dim, voi
     char err[1024];
     fake_host::g_last = fake_host::Launch{};
     fake_host::g_last.status =
-        run(name, block_dim, entry, args, &fake_host::g_last.stats, fake_host::g_last.perBlockGmBytes, err, sizeof err);
+        run(name, block_dim, entry, args, &fake_host::g_last.stats, fake_host::g_last.perBlock, err, sizeof err);
     fake_host::g_last.error = err;
     drop_args(args);
     return 0;

@@ -33,7 +33,7 @@ struct Outcome {
     int32_t status = 0;
     std::string error;
     AscendcEmuStats stats = {};
-    std::vector<uint64_t> perBlock;
+    std::vector<AscendcEmuBlockStats> perBlock;
 };
 
 /// Runs `body` (which calls a kernel) as `blocks` blocks of kernel `name`.
@@ -41,7 +41,7 @@ template <class F>
 Outcome run(const char* name, uint32_t blocks, F body)
 {
     Outcome o;
-    o.perBlock.assign(blocks, 0);
+    o.perBlock.assign(blocks, AscendcEmuBlockStats{});
     char err[1024];
     o.status = ascendc_emu_run(
         name, blocks, [](void* p) { (*static_cast<F*>(p))(); }, &body, &o.stats, o.perBlock.data(), err, sizeof err);
@@ -228,15 +228,20 @@ void test_scale_kernel()
     check(l.stats.gm_bytes_written == blocks * bytes, "scale_kernel gm_bytes_written");
     check(l.stats.data_copies == blocks * 8, "scale_kernel data_copies (4 in + 4 out per block)");
     check(l.stats.ub_peak_bytes == 2 * 2 * tile * sizeof(half), "scale_kernel ub_peak_bytes");
+    // One Muls per tile: 3 of 256 halves (2 repeats each) and the tail of 235 (470 B: 2 repeats).
+    check(l.stats.vector_instructions == blocks * 4, "scale_kernel vector_instructions");
+    check(l.stats.vector_repeats == blocks * 8, "scale_kernel vector_repeats");
     for (uint32_t b = 0; b < blocks; ++b) {
-        check(l.perBlockGmBytes[b] == 2 * bytes, "scale_kernel per-block bytes");
+        check(l.perBlock[b].gm_bytes == 2 * bytes, "scale_kernel per-block bytes");
+        check(l.perBlock[b].vector_instructions == 4 && l.perBlock[b].vector_repeats == 8,
+              "scale_kernel per-block vector counts");
     }
     std::printf("ok   %-34s %u blocks: read %llu B, written %llu B, %llu copies, UB peak %llu B, %llu B/block\n",
                 "double-buffered scale_kernel", blocks, static_cast<unsigned long long>(l.stats.gm_bytes_read),
                 static_cast<unsigned long long>(l.stats.gm_bytes_written),
                 static_cast<unsigned long long>(l.stats.data_copies),
                 static_cast<unsigned long long>(l.stats.ub_peak_bytes),
-                static_cast<unsigned long long>(l.perBlockGmBytes[0]));
+                static_cast<unsigned long long>(l.perBlock[0].gm_bytes));
 }
 
 // =================================================================================================

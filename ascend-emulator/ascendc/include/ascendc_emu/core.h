@@ -59,11 +59,28 @@ struct CoreState {
     uint64_t gmWritten = 0;
     uint64_t dataCopies = 0;
     uint64_t ubPeak = 0;
+    uint64_t vecInstrs = 0;
+    uint64_t vecRepeats = 0;
     std::string printed;                // AscendC::printf output of this block
 };
 
+/// The core running a block on this thread, nullptr outside ascendc_emu_run. Initial-exec TLS,
+/// so every API call reads it with one load (8 bytes of the static TLS a dlopen'ed library may
+/// take).
+extern thread_local CoreState* t_running_core __attribute__((tls_model("initial-exec")));
+
+/// Raised when an Ascend C API is called from host code (not catchable by a runner).
+[[noreturn]] void outside_kernel();
+
 /// The core running the current block (fails when no kernel is running on this thread).
-CoreState& core();
+inline CoreState& core()
+{
+    CoreState* c = t_running_core;
+    if (c == nullptr) {
+        outside_kernel();
+    }
+    return *c;
+}
 
 /// The host address of GM [addr, addr + len) via the Rust host; an address it rejects is an
 /// out-of-bounds AI Core access.
@@ -126,6 +143,15 @@ inline int8_t take_event(AscendC::HardEvent e, EventSlot holder, const char* api
 inline void release_event(AscendC::HardEvent e, int8_t id)
 {
     core().events[static_cast<size_t>(e)][id] = EventSlot::Free;
+}
+
+/// Counts a vector instruction whose widest operand spans `bytes`: one repeat per 256 bytes, at
+/// least one (the device model's vector term).
+inline void count_vector(uint64_t bytes)
+{
+    CoreState& c = core();
+    ++c.vecInstrs;
+    c.vecRepeats += bytes == 0 ? 1 : (bytes + kRepeatBytes - 1) / kRepeatBytes;
 }
 
 /// Counts a GM<->UB DMA copy of `bytes` GM bytes.

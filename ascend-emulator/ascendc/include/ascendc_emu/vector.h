@@ -60,6 +60,7 @@ void unary(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::L
     uint8_t* d = ub_operand(api, "dst", dst, bytes);
     const uint8_t* s = ub_operand(api, "src", src, bytes);
     check_overlap(api, "src", dst, bytes, src, bytes);
+    count_vector(bytes);
     for (uint64_t i = 0; i < n; ++i) {
         store<T>(d, i, narrow<T>(f(widen(load<T>(s, i)))));
     }
@@ -76,6 +77,7 @@ void binary(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::
     const uint8_t* b = ub_operand(api, "src1", src1, bytes);
     check_overlap(api, "src0", dst, bytes, src0, bytes);
     check_overlap(api, "src1", dst, bytes, src1, bytes);
+    count_vector(bytes);
     for (uint64_t i = 0; i < n; ++i) {
         store<T>(d, i, narrow<T>(f(widen(load<T>(a, i)), widen(load<T>(b, i)))));
     }
@@ -304,6 +306,22 @@ float reduce_add(float a, float b)
     }
 }
 
+/// The pairwise tree of one repeat: level[i] = level[2i] + level[2i+1] until one value is left.
+/// Each level has a constant width (and its own array), so the compiler vectorises it.
+template <class T, uint64_t W>
+float pairwise_sum(const float* level)
+{
+    if constexpr (W == 1) {
+        return level[0];
+    } else {
+        float next[W / 2];
+        for (uint64_t i = 0; i < W / 2; ++i) {
+            next[i] = reduce_add<T>(level[2 * i], level[2 * i + 1]);
+        }
+        return pairwise_sum<T, W / 2>(next);
+    }
+}
+
 }  // namespace ascendc_emu
 
 namespace AscendC {
@@ -483,6 +501,7 @@ Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count)
     const char* api = "Duplicate";
     const uint64_t n = ascendc_emu::vec_count(api, count);
     uint8_t* d = ascendc_emu::ub_operand(api, "dst", dst, n * sizeof(T));
+    ascendc_emu::count_vector(n * sizeof(T));
     for (uint64_t i = 0; i < n; ++i) {
         ascendc_emu::store<T>(d, i, scalarValue);
     }
@@ -509,6 +528,7 @@ ascendc_emu::Requires<(ascendc_emu::cast_modes<T, U>() != 0)> Cast(const LocalTe
     // A widening cast cannot run in place; a narrowing one may share the start address.
     check_overlap(api, "src", dst, n * sizeof(T), src, n * sizeof(U), sizeof(T) <= sizeof(U));
     const Rounding r = rounding(roundMode);
+    count_vector(n * std::max(sizeof(T), sizeof(U)));  // a repeat is 256 bytes of the wider side
     for (uint64_t i = 0; i < n; ++i) {
         store<T>(d, i, convert<T>(load<U>(s, i), r));
     }
@@ -529,6 +549,7 @@ Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor
     const uint8_t* a = ub_operand(api, "src0", src0, n * sizeof(T));
     const uint8_t* b = ub_operand(api, "src1", src1, n * sizeof(T));
     check_overlap(api, "src1", dst, n / 8, src1, n * sizeof(T), false);
+    count_vector(n * sizeof(T));
     for (uint64_t byte = 0; byte < n / 8; ++byte) {
         uint8_t bits = 0;
         for (uint64_t k = 0; k < 8; ++k) {
@@ -550,6 +571,7 @@ CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src
     const uint64_t n = count;
     uint8_t* d = compare_operands(api, dst, src0, cmpMode, n);
     const uint8_t* a = ub_operand(api, "src0", src0, n * sizeof(T));
+    count_vector(n * sizeof(T));
     for (uint64_t byte = 0; byte < n / 8; ++byte) {
         uint8_t bits = 0;
         for (uint64_t k = 0; k < 8; ++k) {
@@ -582,6 +604,7 @@ Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTens
     check_overlap(api, "src0", dst, n * sizeof(T), src0, n * sizeof(T));
     check_overlap(api, "src1", dst, n * sizeof(T), src1, n * sizeof(T));
     const bool reuse = selMode == SELMODE::VSEL_CMPMASK_SPR;
+    count_vector(n * sizeof(T));
     for (uint64_t i = 0; i < n; ++i) {
         store<T>(d, i, mask_bit(m, reuse ? i % perRepeat : i) ? load<T>(a, i) : load<T>(b, i));
     }
@@ -604,6 +627,7 @@ Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTens
     uint8_t* d = ub_operand(api, "dst", dst, n * sizeof(T));
     const uint8_t* a = ub_operand(api, "src0", src0, n * sizeof(T));
     check_overlap(api, "src0", dst, n * sizeof(T), src0, n * sizeof(T));
+    count_vector(n * sizeof(T));
     for (uint64_t i = 0; i < n; ++i) {
         store<T>(d, i, mask_bit(m, i) ? load<T>(a, i) : src1);
     }
@@ -627,6 +651,7 @@ ascendc_emu::Requires<ascendc_emu::float_type<T>> ReduceSum(const LocalTensor<T>
     const uint8_t* s;
     uint8_t* t;
     reduce_operands(api, dst, src, sharedTmpBuffer, n, 1, tmpElems, d, s, t);
+    count_vector(n * sizeof(T));
     if (n == 0) {
         return;
     }
@@ -635,16 +660,12 @@ ascendc_emu::Requires<ascendc_emu::float_type<T>> ReduceSum(const LocalTensor<T>
     float total = 0.0f;
     for (uint64_t start = 0; start < n; start += perRepeat) {
         const uint64_t m = std::min(perRepeat, n - start);
-        std::fill(level, level + perRepeat, 0.0f);
         for (uint64_t i = 0; i < m; ++i) {
             level[i] = static_cast<float>(load<T>(s, start + i));
         }
-        for (uint64_t width = perRepeat / 2; width >= 1; width /= 2) {
-            for (uint64_t i = 0; i < width; ++i) {
-                level[i] = reduce_add<T>(level[2 * i], level[2 * i + 1]);
-            }
-        }
-        total = start == 0 ? level[0] : reduce_add<T>(total, level[0]);
+        std::fill(level + m, level + perRepeat, 0.0f);
+        const float sum = pairwise_sum<T, perRepeat>(level);
+        total = start == 0 ? sum : reduce_add<T>(total, sum);
     }
     std::memset(t, kPoison, tmpElems * sizeof(T));
     store<T>(d, 0, static_cast<T>(total));
@@ -665,6 +686,7 @@ void reduce_extreme(const char* api, const AscendC::LocalTensor<T>& dst, const A
     const uint8_t* s;
     uint8_t* t;
     reduce_operands(api, dst, src, tmp, n, calIndex ? 2 : 1, tmpElems, d, s, t);
+    count_vector(n * sizeof(T));
     using Index = std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>;
     if (calIndex && n - 1 > std::numeric_limits<Index>::max()) {
         fail("%s: count %" PRIu64 " has indices beyond what a %s can hold", api, n, type_name<T>());
