@@ -9,7 +9,6 @@
 //! other device access, and only in the HBM of the NPU the kernel was launched on. Each finished
 //! launch leaves its counters in a log.
 
-use std::cell::Cell;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::Path;
 use std::sync::Mutex;
@@ -104,6 +103,7 @@ type Entry = unsafe extern "C" fn(*mut c_void);
 
 /// `ascendc_emu_run` of the library that queued the launch.
 type RunFn = unsafe extern "C" fn(
+    gm_ctx: *mut c_void,
     name: *const c_char,
     block_dim: u32,
     entry: Entry,
@@ -117,7 +117,7 @@ type RunFn = unsafe extern "C" fn(
 /// `AscendcEmuHost` of the C ABI: what the library calls back into.
 #[repr(C)]
 struct HostTable {
-    gm: unsafe extern "C" fn(u64, u64, *mut c_char, usize) -> *mut c_void,
+    gm: unsafe extern "C" fn(*mut c_void, u64, u64, *mut c_char, usize) -> *mut c_void,
     launch: unsafe extern "C" fn(
         *mut c_void,
         *const c_char,
@@ -146,23 +146,23 @@ fn write_message(err: *mut c_char, err_len: usize, message: &str) {
     }
 }
 
-thread_local! {
-    /// The NPU of the kernel running on this thread (an emulated stream's worker).
-    static RUNNING_ON: Cell<Option<i32>> = const { Cell::new(None) };
-}
-
-/// The host address of emulated global memory `[addr, addr + len)`, or NULL with the reason.
+/// The host address of emulated global memory `[addr, addr + len)` for a kernel running on the
+/// NPU `ctx` holds (its index, as the launch passed it to the runner), or NULL with the reason.
 /// A kernel reaches only its own NPU's HBM: a DataCopy reaches another card's HBM only over HCCS
 /// (hardware-atlas-a2.md, "Cross-card"), which needs peer access set up; the emulation models no
 /// peer access (the stricter choice), so an address of another NPU is rejected like any address
 /// outside the device's memory.
-unsafe extern "C" fn host_gm(addr: u64, len: u64, err: *mut c_char, err_len: usize) -> *mut c_void {
+unsafe extern "C" fn host_gm(
+    ctx: *mut c_void,
+    addr: u64,
+    len: u64,
+    err: *mut c_char,
+    err_len: usize,
+) -> *mut c_void {
     let npus = &machine().npus;
-    let resolved = match (
-        RUNNING_ON.get(),
-        npus.iter().position(|n| n.memory.owns(addr)),
-    ) {
-        (None, _) => Err("no kernel is running on this thread".to_string()),
+    let running = (ctx as usize).checked_sub(1).map(|d| d as i32);
+    let resolved = match (running, npus.iter().position(|n| n.memory.owns(addr))) {
+        (None, _) => Err("no kernel launch is running".to_string()),
         (_, None) => Err(format!("0x{addr:x} is not device memory")),
         (Some(running), Some(owner)) if owner as i32 != running => Err(format!(
             "0x{addr:x} is memory of NPU {owner}, but the kernel runs on NPU {running} (a kernel \
@@ -170,11 +170,11 @@ unsafe extern "C" fn host_gm(addr: u64, len: u64, err: *mut c_char, err_len: usi
         )),
         (Some(_), Some(owner)) => npus[owner]
             .memory
-            .resolve(addr, len as usize)
+            .host_ptr(addr, len as usize)
             .map_err(|f| f.message),
     };
     match resolved {
-        Ok((block, offset)) => block.host_ptr(offset) as *mut c_void,
+        Ok(p) => p as *mut c_void,
         Err(m) => {
             write_message(err, err_len, &m);
             std::ptr::null_mut()
@@ -224,14 +224,16 @@ unsafe extern "C" fn host_launch(
     // The kernel reaches only the memory of the device its stream belongs to.
     let device = stream.device();
     let queued = stream.enqueue(Box::new(move || {
-        RUNNING_ON.set(Some(device));
         let mut stats = EmuStats::default();
         let mut per_block = vec![EmuBlockStats::default(); block_dim as usize];
         let mut err = [0 as c_char; 1024];
         let c_name = CString::new(kernel.clone()).unwrap_or_default();
         // SAFETY: the buffers are sized as the runner expects; `owned` keeps the args alive.
+        // The device index + 1 (0 is no launch), for `host_gm` on the runner's threads.
+        let ctx = (device as usize + 1) as *mut c_void;
         let code = unsafe {
             run(
+                ctx,
                 c_name.as_ptr(),
                 block_dim,
                 entry,
@@ -242,7 +244,6 @@ unsafe extern "C" fn host_launch(
                 err.len(),
             )
         };
-        RUNNING_ON.set(None);
         drop(owned);
         {
             let mut totals = TOTALS.lock().unwrap();

@@ -44,7 +44,7 @@ Outcome run(const char* name, uint32_t blocks, F body)
     o.perBlock.assign(blocks, AscendcEmuBlockStats{});
     char err[1024];
     o.status = ascendc_emu_run(
-        name, blocks, [](void* p) { (*static_cast<F*>(p))(); }, &body, &o.stats, o.perBlock.data(), err, sizeof err);
+        nullptr, name, blocks, [](void* p) { (*static_cast<F*>(p))(); }, &body, &o.stats, o.perBlock.data(), err, sizeof err);
     o.error = err;
     return o;
 }

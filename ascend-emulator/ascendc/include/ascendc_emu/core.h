@@ -55,6 +55,7 @@ struct CoreState {
     const char* atomicName = nullptr;   // "SetAtomicAdd" etc. while an atomic mode is on
     const char* atomicType = nullptr;   // its dtype
     AtomicApply atomicApply = nullptr;
+    uint32_t atomicElemBytes = 1;       // sizeof its dtype
     uint64_t gmRead = 0;
     uint64_t gmWritten = 0;
     uint64_t dataCopies = 0;
@@ -86,12 +87,17 @@ inline CoreState& core()
 /// out-of-bounds AI Core access.
 uint8_t* gm_map(uint64_t addr, uint64_t len, const char* api);
 
+/// Queues an atomic store of `bytes` UB bytes into GM at `gm` (in the core's atomic mode), applied
+/// when the launch ends, in the launch's block order: a launch's result never depends on which
+/// host thread ran which block first.
+void defer_atomic(uint8_t* gm, const uint8_t* ub, uint64_t bytes);
+
 /// How a block touches global memory.
 enum class GmAccess : uint8_t { Read, Write, Atomic };
 
-/// Records that the running block touches GM [addr, addr + len) and fails if another block of the
-/// launch touched any of those bytes in a way that races with it: a plain write beside any other
-/// access, or an atomic beside a read (blocks run concurrently on the NPU).
+/// Records that the running block touches GM [addr, addr + len). When the launch ends, an access
+/// that races with another block's (a plain write beside any other access, an atomic beside a
+/// read: blocks run concurrently on the NPU) fails the launch.
 void note_gm(uint64_t addr, uint64_t len, GmAccess kind, const char* api);
 
 inline void check_event_id(AscendC::HardEvent e, int32_t id, const char* api)

@@ -75,6 +75,7 @@ struct AtomicMode {
         c.atomicName = kNames[Kind];
         c.atomicType = type_name<A>();
         c.atomicApply = &apply;
+        c.atomicElemBytes = sizeof(A);
     }
 };
 
