@@ -856,6 +856,28 @@ extern "C" __global__ __aicore__ void atomic_beside_plain(GM_ADDR acc)
     SetAtomicNone();
 }
 
+// Each block adds ones into its own 8 floats atomically, then reads them back.
+extern "C" __global__ __aicore__ void atomic_read_back(GM_ADDR acc)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 32);
+    GlobalTensor<float> gm;
+    gm.SetGlobalBuffer((__gm__ float*)acc + 8 * GetBlockIdx(), 8);
+    LocalTensor<float> ones = buf.Get<float>();
+    Duplicate(ones, 1.0f, 8);
+    const event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(e);
+    WaitFlag<HardEvent::V_MTE3>(e);
+    SetAtomicAdd<float>();
+    DataCopy(gm, ones, 8);
+    SetAtomicNone();
+    const event_t back = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::MTE3_MTE2));
+    SetFlag<HardEvent::MTE3_MTE2>(back);
+    WaitFlag<HardEvent::MTE3_MTE2>(back);
+    DataCopy(ones, gm, 8);
+}
+
 // Block b adds values[b] into acc[0] atomically (DataCopyPad of one float).
 extern "C" __global__ __aicore__ void atomic_sum(GM_ADDR values, GM_ADDR acc)
 {
@@ -919,6 +941,11 @@ void test_blocks()
     const uint64_t acc = fake_host::alloc(8 * sizeof(float));
     o = run("atomic_beside_plain", 3, [&] { atomic_beside_plain(fake_host::gm(acc)); });
     expect_rule("an atomic beside a plain store", o, "atomically adds into");
+
+    // Atomic stores land when the launch ends: reading them back in the launch is refused.
+    const uint64_t own = fake_host::alloc(2 * 8 * sizeof(float));
+    o = run("atomic_read_back", 2, [&] { atomic_read_back(fake_host::gm(own)); });
+    expect_rule("reading back its own atomic store", o, "it added into atomically earlier in the launch");
 
     // Atomics accumulate in the order the blocks ran, not block order: a float sum whose value
     // depends on the order equals the sum in the order recorded here.
