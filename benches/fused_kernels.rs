@@ -785,16 +785,22 @@ fn fused_kernels(c: &mut Criterion) {
              ignores scalar work, burst rounding and L2 hits.",
             "The contract minimum is each input read once and each output written once; a \
              kernel moving more than that is charged for it in the per-op table.",
-            "layer_norm(_backward): the tiling keeps at least 40 rows per block (so gamma/beta \
-             re-reads stay under 2.5 %), which leaves 256 rows on 7 cores; choosing the block \
-             count by this model (48 blocks of 6 rows: ~17 % more traffic, 6.9x the cores) would \
-             bring it near 1.2x. At N = 8192 the row is cut into UB chunks and x is read once \
-             per pass (mean, variance, normalise): 3x the minimum; a 32 KiB f32 row fits the \
-             192 KiB UB, so keeping it there between passes would read it once.",
-            "decode_attention MLA (HQ 32 over one KV head): stage 1 splits the 32 heads into \
-             tiles of 3 so 44 blocks have work, and each tile re-reads the keys (~12x); more KV \
-             splits instead of head tiles would fill the cores with each key read once. At \
-             ~2 MB the whole op is launch-latency-bound on the device anyway.",
+            "layer_norm(_backward): the block count is chosen per shape from the model (the \
+             tiling's `DeviceProps::gm_seconds`): each block reads its own gamma/beta (and the \
+             backward adds its own column sums), so more blocks cost traffic but use more \
+             cores' GM rate; at 256 rows of 128 it picks 29 blocks (1.11x the minimum traffic, \
+             which the traffic tests allow as one copy per block, not the old 1.05x of the \
+             minimum). Rows whose f32 copy and gamma/beta fit the unified buffer stay there \
+             between the passes (x read once at N = 8192); wider rows make three passes over GM.",
+            "decode_attention: stage 1 runs every (head, key) pair through the vector unit \
+             (Mul + ReduceSum for the score, Muls + Add into the accumulator: four passes over \
+             a head's dims). MLA (HQ 32 over one KV head, Dk 576) is vector-bound at ~16x its \
+             bandwidth limit and also re-reads the keys once per head tile; more KV splits \
+             would not help: the split partials (32 heads x 512 f32 per split) outweigh the \
+             147 KB of keys, and the vector work stays. Only stage 1 on the cube unit (QK^T and \
+             PV as matrix products) would bring it to the roofline; the Ascend C emulation has \
+             no cube API yet. GQA B8 S1024 is vector-bound at ~1.45x (the same four passes \
+             over 128 dims per pair, against 256 bytes of keys and values per key and KV head).",
             "Device-side checks: each kernel checks values its data path reads anyway (indices \
              loaded to address rows, lengths, page ids) on the scalar unit, so they add no GM \
              traffic: 0 % of the modelled time, which is GM bytes over bandwidth. The model has \

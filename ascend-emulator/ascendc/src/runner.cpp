@@ -1,14 +1,14 @@
 // Host emulation of Ascend C: the block runner (ascendc_emu_run) and the emulator's
 // out-of-line pieces (core state, rule violations, GM translation, the race check).
 //
-// Blocks run one after another on the calling thread, in a shuffled order (never block order
-// when there are two or more): on the NPU they run concurrently, so nothing may depend on their
-// order. Each starts with a fresh vector core (poisoned unified buffer, no TPipe, no flags, atomic
-// mode off). A rule violation is a C++ exception inside the block; it is caught here and returned
-// as an AI Core error, so a broken kernel never aborts the process. Every GM byte range a block
-// touches is recorded, and a block touching bytes another block of the launch touched in a racing
-// way (a plain write beside any other access, an atomic beside a read) is an AI Core error naming
-// both blocks.
+// A launch is decided in a shuffled block order (never block order when there are two or more):
+// on the NPU blocks run concurrently, so nothing may depend on their order. Blocks run on the
+// calling thread or on helper threads (BURN_ASCEND_EMU_THREADS), each starting with a fresh
+// vector core (poisoned unified buffer, no TPipe, no flags, atomic mode off). A rule violation is a
+// C++ exception inside the block; it is caught here and returned as an AI Core error, so a broken
+// kernel never aborts the process. Every GM byte range a block touches is recorded, and a block
+// touching bytes an earlier block (in the order) touched in a racing way (a plain write beside any
+// other access, an atomic beside a read) is an AI Core error naming both blocks.
 #include <algorithm>
 #include <atomic>
 #include <cerrno>

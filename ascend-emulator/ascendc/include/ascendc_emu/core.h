@@ -1,8 +1,9 @@
 // Host emulation of Ascend C: the state of the emulated vector core running the current block,
 // rule violations, global-memory access and the hardware event flags.
 //
-// Blocks run one after another on the thread that called ascendc_emu_run, so the core state is
-// thread-local (the Rust host may run kernels of different streams on different threads).
+// A block runs on one host thread from start to end, so the core state is thread-local (the
+// runner may run blocks of a launch on several threads, and the Rust host kernels of different
+// streams on different threads).
 #ifndef ASCENDC_EMU_CORE_H
 #define ASCENDC_EMU_CORE_H
 
