@@ -261,7 +261,10 @@ unsafe extern "C" fn host_launch(
             vector_repeats: stats.vector_repeats,
             per_block_gm_bytes: per_block.iter().map(|b| b.gm_bytes).collect(),
             per_block_vector_repeats: per_block.iter().map(|b| b.vector_repeats).collect(),
-            per_block_vector_instructions: per_block.iter().map(|b| b.vector_instructions).collect(),
+            per_block_vector_instructions: per_block
+                .iter()
+                .map(|b| b.vector_instructions)
+                .collect(),
         });
         if code == 0 {
             Ok(())

@@ -42,7 +42,8 @@ impl DeviceProps {
     /// Modelled seconds of a launch moving `total` GM bytes whose busiest core moves `busiest`:
     /// the slower of the chip at HBM bandwidth and that core at its own GM rate.
     pub fn gm_seconds(&self, total: u64, busiest: u64) -> f64 {
-        (total as f64 / self.hbm_bytes_per_s as f64).max(busiest as f64 / self.core_gm_bytes_per_s())
+        (total as f64 / self.hbm_bytes_per_s as f64)
+            .max(busiest as f64 / self.core_gm_bytes_per_s())
     }
 }
 

@@ -104,7 +104,10 @@ pub fn layer_norm(
     } else if resident_chunk >= MIN_RESIDENT_CHUNK {
         (resident_chunk.min(cols), true)
     } else {
-        (chunk_for(ub.saturating_sub(fixed), per_element) / align * align, false)
+        (
+            chunk_for(ub.saturating_sub(fixed), per_element) / align * align,
+            false,
+        )
     };
     Plan {
         block_dim: block_dim as u32,
@@ -305,7 +308,12 @@ mod tests {
         for dtype in [NormType::F32, NormType::BF16] {
             let p = layer_norm(256, 8192, dtype, true, true, 1e-6, &DeviceProps::ATLAS_A2);
             assert_eq!(p.tiling.row_resident, 1, "{dtype:?}");
-            assert_eq!(p.tiling.chunk < 8192, dtype == NormType::F32, "{:?}", p.tiling);
+            assert_eq!(
+                p.tiling.chunk < 8192,
+                dtype == NormType::F32,
+                "{:?}",
+                p.tiling
+            );
         }
         // 256 short rows: more blocks than 40-row ones, and the model's time is no worse than
         // one block per core or 40-row blocks.
