@@ -73,7 +73,7 @@ fn rows_per_block(rows: u64, row_bytes: u64, per_block_bytes: u64, props: &Devic
         .unwrap_or(rows)
 }
 
-/// Rows over the vector cores as the device model prefers ([`rows_per_block`]), and how rows
+/// Rows over the vector cores as the device model prefers (see `rows_per_block`), and how rows
 /// meet the unified buffer: whole with every buffer at N; else resident (the f32 row and
 /// gamma/beta at N, the queues and scratch at the largest chunk that fits beside them), so x
 /// is read once; else chunked (three passes over GM).
@@ -182,7 +182,7 @@ fn backward_bytes_per_element(dtype: NormType) -> u64 {
     2 * dtype.bytes() + 4 * 4 + 2 * 4 + staged
 }
 
-/// Rows over the vector cores as the device model prefers ([`rows_per_block`]: every block
+/// Rows over the vector cores as the device model prefers (see `rows_per_block`: every block
 /// adds full-width f32 column sums and reads its own gamma), and the largest chunk of a row the
 /// unified buffer holds with every buffer of the kernel.
 pub fn layer_norm_backward(
