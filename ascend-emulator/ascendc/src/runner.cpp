@@ -509,16 +509,15 @@ void run_block(const char* /*kernel*/, uint32_t b, uint32_t blockDim, void (*ent
 /// The environment variable of the emulation's block threads.
 constexpr const char* kThreadsEnv = "BURN_ASCEND_EMU_THREADS";
 
-/// Host threads that run the blocks of one launch (read once): BURN_ASCEND_EMU_THREADS, default 1
-/// (every block on the launching thread: on a loaded two-core host, helpers measured no faster,
-/// and they cost a wake-up per launch). A value that does not parse is an error of every launch
-/// (the reason is the string).
+/// Host threads that run the blocks of one launch (read once): BURN_ASCEND_EMU_THREADS, default
+/// the host's hardware threads; 1 runs every block on the launching thread. A value that does not
+/// parse is an error of every launch (the reason is the string).
 const std::pair<unsigned, std::string>& block_threads()
 {
     static const std::pair<unsigned, std::string> threads = [] {
         const char* v = std::getenv(kThreadsEnv);
         if (v == nullptr) {
-            return std::make_pair(1u, std::string());
+            return std::make_pair(std::max(1u, std::thread::hardware_concurrency()), std::string());
         }
         char* end = nullptr;
         errno = 0;

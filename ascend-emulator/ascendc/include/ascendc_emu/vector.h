@@ -46,6 +46,31 @@ T narrow(W v)
     return static_cast<T>(v);
 }
 
+// The element loops of the vector APIs are compiled twice on x86-64, for AVX2 and the baseline,
+// and picked at load time: the same IEEE operations in the same order (no FMA contraction), so
+// the same results, on 8 floats at a time where the host has them.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ASCENDC_EMU_VECTOR_LOOP __attribute__((target_clones("avx2", "default")))
+#else
+#define ASCENDC_EMU_VECTOR_LOOP
+#endif
+
+template <class T, class F>
+ASCENDC_EMU_VECTOR_LOOP void unary_loop(uint8_t* d, const uint8_t* s, uint64_t n, F f)
+{
+    for (uint64_t i = 0; i < n; ++i) {
+        store<T>(d, i, narrow<T>(f(widen(load<T>(s, i)))));
+    }
+}
+
+template <class T, class F>
+ASCENDC_EMU_VECTOR_LOOP void binary_loop(uint8_t* d, const uint8_t* a, const uint8_t* b, uint64_t n, F f)
+{
+    for (uint64_t i = 0; i < n; ++i) {
+        store<T>(d, i, narrow<T>(f(widen(load<T>(a, i)), widen(load<T>(b, i)))));
+    }
+}
+
 inline uint64_t vec_count(const char* api, int64_t count)
 {
     if (count < 0) {
@@ -64,9 +89,7 @@ void unary(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::L
     const uint8_t* s = ub_operand(api, "src", src, bytes);
     check_overlap(api, "src", dst, bytes, src, bytes);
     count_vector(bytes);
-    for (uint64_t i = 0; i < n; ++i) {
-        store<T>(d, i, narrow<T>(f(widen(load<T>(s, i)))));
-    }
+    unary_loop<T>(d, s, n, f);
 }
 
 template <class T, class F>
@@ -81,9 +104,7 @@ void binary(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::
     check_overlap(api, "src0", dst, bytes, src0, bytes);
     check_overlap(api, "src1", dst, bytes, src1, bytes);
     count_vector(bytes);
-    for (uint64_t i = 0; i < n; ++i) {
-        store<T>(d, i, narrow<T>(f(widen(load<T>(a, i)), widen(load<T>(b, i)))));
-    }
+    binary_loop<T>(d, a, b, n, f);
 }
 
 // ---- Cast (ascendc-api.md §5.3) ----
@@ -339,6 +360,34 @@ float pairwise_sum(const float* level)
     }
 }
 
+/// ReduceSum of n > 0 elements: a pairwise tree inside each 256-byte repeat (zero-padded), the
+/// repeats added in order.
+template <class T>
+ASCENDC_EMU_VECTOR_LOOP float reduce_sum_loop(const uint8_t* s, uint64_t n)
+{
+    constexpr uint64_t perRepeat = kRepeatBytes / sizeof(T);
+    float level[perRepeat];
+    float total = 0.0f;
+    for (uint64_t start = 0; start < n; start += perRepeat) {
+        const uint64_t m = std::min(perRepeat, n - start);
+        for (uint64_t i = 0; i < m; ++i) {
+            level[i] = static_cast<float>(load<T>(s, start + i));
+        }
+        std::fill(level + m, level + perRepeat, 0.0f);
+        const float sum = pairwise_sum<T, perRepeat>(level);
+        total = start == 0 ? sum : reduce_add<T>(total, sum);
+    }
+    return total;
+}
+
+template <class D, class S>
+ASCENDC_EMU_VECTOR_LOOP void cast_loop(uint8_t* d, const uint8_t* s, uint64_t n, Rounding r)
+{
+    for (uint64_t i = 0; i < n; ++i) {
+        store<D>(d, i, convert<D>(load<S>(s, i), r));
+    }
+}
+
 }  // namespace ascendc_emu
 
 namespace AscendC {
@@ -546,9 +595,7 @@ ascendc_emu::Requires<(ascendc_emu::cast_modes<T, U>() != 0)> Cast(const LocalTe
     check_overlap(api, "src", dst, n * sizeof(T), src, n * sizeof(U), sizeof(T) <= sizeof(U));
     const Rounding r = rounding(roundMode);
     count_vector(n * std::max(sizeof(T), sizeof(U)));  // a repeat is 256 bytes of the wider side
-    for (uint64_t i = 0; i < n; ++i) {
-        store<T>(d, i, convert<T>(load<U>(s, i), r));
-    }
+    cast_loop<T, U>(d, s, n, r);
 }
 
 // ---- Compare, CompareScalar, Select ----
@@ -672,18 +719,7 @@ ascendc_emu::Requires<ascendc_emu::float_type<T>> ReduceSum(const LocalTensor<T>
     if (n == 0) {
         return;
     }
-    constexpr uint64_t perRepeat = kRepeatBytes / sizeof(T);
-    float level[perRepeat];
-    float total = 0.0f;
-    for (uint64_t start = 0; start < n; start += perRepeat) {
-        const uint64_t m = std::min(perRepeat, n - start);
-        for (uint64_t i = 0; i < m; ++i) {
-            level[i] = static_cast<float>(load<T>(s, start + i));
-        }
-        std::fill(level + m, level + perRepeat, 0.0f);
-        const float sum = pairwise_sum<T, perRepeat>(level);
-        total = start == 0 ? sum : reduce_add<T>(total, sum);
-    }
+    const float total = reduce_sum_loop<T>(s, n);
     std::memset(t, kPoison, tmpElems * sizeof(T));
     store<T>(d, 0, static_cast<T>(total));
 }
