@@ -13,6 +13,10 @@ pub const VECTOR_CORES: u32 = 48;
 pub const CLOCK_HZ: f64 = 1.8e9;
 /// One AIV's GM rate: the platform ini's `ddr_rate = 32` bytes/cycle at 1.8 GHz.
 pub const CORE_BYTES_PER_S: f64 = 32.0 * CLOCK_HZ;
+/// One HCCS link between two NPUs, bytes/s per direction. ASSUMED: the fact sheets give no
+/// HCCS bandwidth; this is the commonly quoted third-party figure for an 8-NPU Atlas 800T A2
+/// server (a full mesh of 7 links per 910B, 392 GB/s per NPU), UNCERTAIN.
+pub const HCCS_LINK_BYTES_PER_S: f64 = 56e9;
 /// Scalar cycles charged per value a device-side check tests: a compare and a branch.
 /// ASSUMED (no scalar timing in the fact sheets); used only for an upper bound.
 pub const SCALAR_CYCLES_PER_CHECK: f64 = 2.0;

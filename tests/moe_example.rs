@@ -226,3 +226,55 @@ fn a_bad_burn_ascend_device_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// `--devices 2`: data-parallel training, then expert-parallel serving, which the run checks
+/// against the first NPU alone (it fails on other tokens); a ruined data-parallel run stops
+/// without saving; more NPUs than the machine has is an error naming the option.
+#[test]
+#[parallel]
+fn two_npus_train_data_parallel_and_serve_the_tokens_of_one() {
+    let (first, second) = (common::device(), common::second_device());
+    if second.index() != first.index() + 1 {
+        eprintln!("two_npus_train_data_parallel_and_serve_the_tokens_of_one: skipped: no NPU after {first}");
+        return;
+    }
+    let dir = scratch("two-npus");
+    let save = dir.join("weights");
+    run_tiny(&[
+        "--devices",
+        "2",
+        "--batch",
+        "2",
+        "--steps",
+        "2",
+        "--save",
+        save.to_str().unwrap(),
+    ])
+    .expect("a run on two NPUs");
+    assert!(dir.join("weights.bin").is_file());
+    // Data-parallel training stops at a loss that is not finite, as one NPU's does.
+    let err = run_tiny(&[
+        "--devices",
+        "2",
+        "--batch",
+        "2",
+        "--steps",
+        "3",
+        "--lr",
+        "1e30",
+        "--save",
+        dir.join("ruined").to_str().unwrap(),
+    ])
+    .unwrap_err();
+    assert!(
+        err.contains("the loss became") && err.contains("nothing was saved"),
+        "{err}"
+    );
+    assert!(!dir.join("ruined.bin").exists());
+    let err = run_tiny(&["--devices", "64", "--steps", "0"]).unwrap_err();
+    assert!(
+        err.contains("--devices 64") && err.contains("needs"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

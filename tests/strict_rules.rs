@@ -49,28 +49,6 @@ fn argwhere_frees_the_array_nnopbase_returns() {
         .assert_eq(&TensorData::from([[0i64, 0], [0, 2], [1, 2]]), false);
 }
 
-/// Launches a kernel that writes past its tensor on `device` (a descriptor claiming more
-/// storage than was allocated), so the device faults when the stream reaches it.
-fn provoke_fault(device: &AscendDevice) -> AscendTensor {
-    let ctx = DeviceContext::get(device).unwrap();
-    let t = AscendTensor::empty(&ctx, vec![64], DataType::F32).unwrap();
-    // SAFETY: deliberately larger than the allocation; the emulated device checks the access.
-    let lie = unsafe {
-        TensorDesc::new(
-            ctx.bind(),
-            &[4096],
-            &[1],
-            0,
-            DataType::F32,
-            4096,
-            t.storage_ptr(),
-        )
-    }
-    .unwrap();
-    aclnn!(&*ctx, aclnnInplaceOne(&lie)).expect("the launch itself is queued");
-    t
-}
-
 fn panic_text(f: impl FnOnce()) -> String {
     let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("it fails");
     p.downcast_ref::<String>()

@@ -18,6 +18,18 @@ pub enum AclError {
         /// What the backend was doing: op, shapes and dtypes.
         context: Option<String>,
     },
+    /// An HCCL function returned a non-zero `HcclResult`.
+    #[error("{function} failed with {code} ({name}): {message}{context}", name = crate::hccl::result::name(*code), context = fmt_context(context))]
+    Hccl {
+        /// The `HcclResult`.
+        code: i32,
+        /// The C function that returned it.
+        function: String,
+        /// `HcclGetErrorString` of the code.
+        message: String,
+        /// What the backend was doing.
+        context: Option<String>,
+    },
     /// A CANN library could not be opened or lacks a required symbol.
     #[error("cannot load CANN: {0}")]
     Load(String),
@@ -68,7 +80,7 @@ impl AclError {
     /// The status code, if this error came from a call.
     pub fn code(&self) -> Option<i32> {
         match self {
-            AclError::Call { code, .. } => Some(*code),
+            AclError::Call { code, .. } | AclError::Hccl { code, .. } => Some(*code),
             AclError::OutOfMemory { cause, .. } => cause.code(),
             _ => None,
         }
@@ -77,7 +89,11 @@ impl AclError {
     /// Adds what the backend was doing (op, shapes, dtypes) to the error.
     pub fn with_context(mut self, what: impl FnOnce() -> String) -> Self {
         match &mut self {
-            AclError::Call { context, .. } if context.is_none() => *context = Some(what()),
+            AclError::Call { context, .. } | AclError::Hccl { context, .. }
+                if context.is_none() =>
+            {
+                *context = Some(what())
+            }
             AclError::OutOfMemory { cause, .. } => {
                 let inner = std::mem::replace(cause.as_mut(), AclError::Library(String::new()));
                 **cause = inner.with_context(what);

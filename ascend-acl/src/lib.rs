@@ -9,6 +9,8 @@
 //! - [`handles`]: checked calls and safe owners of the C objects (descriptors, scalars,
 //!   arrays), and the two-phase operator call (`aclnn!`); [`cache`]: the per-thread descriptor
 //!   and executor caches behind `aclnn_cached!`.
+//! - [`hccl`]: HCCL, the collective communication library, in a table of its own (loaded only
+//!   when a communicator is built).
 //! - [`types`], [`dtype`], [`shape`]: C types, enum values and status codes, the one dtype table,
 //!   strided-view arithmetic.
 //!
@@ -20,6 +22,7 @@ pub mod dtype;
 pub mod error;
 mod functions;
 pub mod handles;
+pub mod hccl;
 pub mod loader;
 pub mod shape;
 pub mod table;

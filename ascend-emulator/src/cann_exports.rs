@@ -4,7 +4,8 @@
 //!
 //! Every AscendCL, nnopbase and aclnn function in `ascend_acl::acl_function_list!` is exported
 //! here under its C name and with its C signature, and forwards to the same function in
-//! [`crate::exports`]. Symlinked as `libascendcl.so`, `libnnopbase.so` and `libopapi.so`, the
+//! [`crate::exports`]; so is every HCCL function of `ascend_acl::hccl_function_list!` (to the
+//! emulated HCCL), for the library's use as `libhccl.so`. Symlinked as `libascendcl.so`, `libnnopbase.so` and `libopapi.so`, the
 //! library lets CI exercise the real loader (`dlopen` and symbol lookup by name,
 //! `ascend_acl::loader::CannLibraries`) without a CANN installation; see `tests/loader.rs`.
 //!
@@ -83,3 +84,27 @@ macro_rules! export_cann_symbols {
 }
 
 ascend_acl::acl_function_list!(export_cann_symbols);
+
+macro_rules! export_hccl_symbols {
+    (
+        required { $(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)* }
+        optional { $(fn $oname:ident($($oarg:ident: $oty:ty),*) -> $oret:ty;)* }
+    ) => {
+        $(
+            #[doc = concat!("`", stringify!($name), "` (libhccl), forwarded to the emulated HCCL.")]
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                crate::hccl::exports::$name($($arg),*)
+            }
+        )*
+        $(
+            #[doc = concat!("`", stringify!($oname), "` (libhccl), forwarded to the emulated HCCL.")]
+            #[no_mangle]
+            pub unsafe extern "C" fn $oname($($oarg: $oty),*) -> $oret {
+                crate::hccl::exports::$oname($($oarg),*)
+            }
+        )*
+    };
+}
+
+ascend_acl::hccl_function_list!(export_hccl_symbols);

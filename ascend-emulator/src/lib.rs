@@ -7,6 +7,8 @@
 //! - The host emulation of the Ascend C API (`ascendc/`, C++): kernels written against the real
 //!   API compile unchanged against its `kernel_operator.h`; its runner enforces the hardware's
 //!   rules. [`kernel_runner`] binds a kernel library built that way to the emulated machine.
+//! - The emulated HCCL ([`hccl`]): collectives between the emulated NPUs of a process, or of
+//!   several processes through a root-info hub, reached through `ascend-acl`'s HCCL table.
 //! - With the `cann-exports` feature, every function of the list is also exported under its C
 //!   name, so the crate built as a shared library stands in for CANN's libraries (the loader
 //!   test opens it through the real loader).
@@ -19,6 +21,7 @@ mod elementwise;
 mod fault;
 mod graph;
 mod grouped;
+pub mod hccl;
 mod index;
 pub mod kernel_runner;
 mod kernels;

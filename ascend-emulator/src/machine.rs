@@ -46,6 +46,12 @@ impl Npu {
     pub fn new_stream(&self, id: i32) -> Arc<Stream> {
         Stream::new(id, false, self.fault.clone())
     }
+
+    /// How many times the device was reset: what a context (or an HCCL communicator) created
+    /// on it records, to notice that a reset destroyed it.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
 }
 
 pub(crate) struct Machine {
@@ -137,7 +143,7 @@ impl Machine {
     }
 
     pub fn set_current(&self, id: i32) -> Result<(), Fault> {
-        let generation = self.npu(id)?.generation.load(Ordering::Acquire);
+        let generation = self.npu(id)?.generation();
         CURRENT.with(|c| c.set(Some((id, generation))));
         Ok(())
     }
@@ -153,7 +159,7 @@ impl Machine {
             )
         })?;
         let npu = self.npu(id)?;
-        if npu.generation.load(Ordering::Acquire) != generation {
+        if npu.generation() != generation {
             return Err(fault(
                 ACL_ERROR_RT_CONTEXT_NULL,
                 format!(

@@ -1,7 +1,8 @@
 //! The real loader against a shared library: proves that the symbol names and C signatures the
 //! loader resolves ([`CannLibraries`] + [`AclApi`]) match the ones this crate exports with its
-//! `cann-exports` feature, by building it as a shared library, installing it under CANN's three
-//! library names and running a whole `aclnnAdd` through the `dlopen`ed table.
+//! `cann-exports` feature, by building it as a shared library, installing it under CANN's
+//! library names and running a whole `aclnnAdd`, and an HCCL all-reduce between two NPUs,
+//! through the `dlopen`ed tables.
 //!
 //! The three names are symlinks to one file, so the dynamic loader maps a single copy and the
 //! "libraries" share the emulated runtime's state, as CANN's libraries share one runtime.
@@ -13,6 +14,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
+use ascend_acl::hccl::data_type::HCCL_DATA_TYPE_FP32;
+use ascend_acl::hccl::reduce_op::HCCL_REDUCE_SUM;
+use ascend_acl::hccl::{HcclApi, HcclLibraries};
 use ascend_acl::loader::CannLibraries;
 use ascend_acl::types::dtype::{ACL_DOUBLE, ACL_FLOAT};
 use ascend_acl::types::format::ACL_FORMAT_ND;
@@ -24,7 +28,12 @@ use ascend_acl::{AclApi, AclError};
 /// The shared library `cargo rustc -p ascend-emulator --crate-type cdylib` builds.
 const EMULATED_CANN: &str = "libascend_emulator.so";
 /// The names the loader opens.
-const CANN_LIBRARIES: [&str; 3] = ["libascendcl.so", "libnnopbase.so", "libopapi.so"];
+const CANN_LIBRARIES: [&str; 4] = [
+    "libascendcl.so",
+    "libnnopbase.so",
+    "libopapi.so",
+    "libhccl.so",
+];
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
@@ -130,10 +139,11 @@ fn fake_cann_dir(library: &Path) -> TempDir {
     dir
 }
 
-/// The table loaded from the emulated CANN library, once per process, with `aclInit` done.
-fn api() -> &'static AclApi {
-    static API: OnceLock<AclApi> = OnceLock::new();
-    API.get_or_init(|| {
+/// The ACL and HCCL tables loaded from the emulated CANN library, once per process, with
+/// `aclInit` done.
+fn tables() -> &'static (AclApi, HcclApi) {
+    static TABLES: OnceLock<(AclApi, HcclApi)> = OnceLock::new();
+    TABLES.get_or_init(|| {
         let dir = fake_cann_dir(&build_emulated_cann());
         let libraries = CannLibraries::open_in(Some(dir.path()))
             .unwrap_or_else(|e| panic!("open the emulated CANN libraries: {e}"));
@@ -150,10 +160,17 @@ fn api() -> &'static AclApi {
             unsafe { (api.core.aclInit)(std::ptr::null()) },
             "aclInit",
         );
+        let hccl = HcclLibraries::open_in(Some(dir.path()))
+            .and_then(|l| HcclApi::new(Box::new(l)))
+            .unwrap_or_else(|e| panic!("load the HCCL table: {e}"));
         // `dir` is removed here: the libraries stay mapped, and operators are looked up through
         // the open handles, not by path.
-        api
+        (api, hccl)
     })
+}
+
+fn api() -> &'static AclApi {
+    &tables().0
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -455,4 +472,127 @@ fn soc_name_is_read_through_the_loaded_table() {
     // SAFETY: checked non-NULL above.
     let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
     assert!(name.starts_with("Ascend"), "unexpected SoC name {name:?}");
+}
+
+/// HCCL through `libhccl.so`: a communicator of both NPUs and an all-reduce, checked through the
+/// ACL table of the same library (one runtime behind both).
+#[test]
+fn hccl_all_reduce_through_the_loaded_library() {
+    let (api, hccl) = tables();
+    let init = hccl
+        .optional
+        .HcclCommInitAll
+        .expect("the emulated HCCL has HcclCommInitAll");
+    let mut devices = [0i32, 1];
+    let mut comms = [std::ptr::null_mut(); 2];
+    // SAFETY: both arrays hold two entries.
+    let code = unsafe { init(2, devices.as_mut_ptr(), comms.as_mut_ptr()) };
+    hccl.check(code, "HcclCommInitAll").unwrap();
+    let mut ranks = Vec::new();
+    for (i, &comm) in comms.iter().enumerate() {
+        set_device(api, i as i32);
+        let stream = create_stream(api);
+        let buf = malloc(api, 16);
+        let values = [i as f32 + 1.0; 4];
+        // SAFETY: `buf` holds 16 bytes.
+        let code = unsafe {
+            (api.core.aclrtMemcpy)(buf, 16, values.as_ptr() as _, 16, ACL_MEMCPY_HOST_TO_DEVICE)
+        };
+        check(api, code, "aclrtMemcpy");
+        // SAFETY: a live buffer of 4 floats on the rank's device and its stream.
+        let code = unsafe {
+            (hccl.fns.HcclAllReduce)(
+                buf,
+                buf,
+                4,
+                HCCL_DATA_TYPE_FP32,
+                HCCL_REDUCE_SUM,
+                comm,
+                stream,
+            )
+        };
+        hccl.check(code, "HcclAllReduce").unwrap();
+        ranks.push((stream, buf));
+    }
+    for (i, (stream, buf)) in ranks.into_iter().enumerate() {
+        set_device(api, i as i32);
+        // SAFETY: the stream is live.
+        check(
+            api,
+            unsafe { (api.core.aclrtSynchronizeStream)(stream) },
+            "sync",
+        );
+        let mut out = [0f32; 4];
+        // SAFETY: `out` holds 16 bytes.
+        let code = unsafe {
+            (api.core.aclrtMemcpy)(
+                out.as_mut_ptr() as _,
+                16,
+                buf,
+                16,
+                ACL_MEMCPY_DEVICE_TO_HOST,
+            )
+        };
+        check(api, code, "aclrtMemcpy");
+        assert_eq!(out, [3.0; 4], "rank {i}");
+    }
+}
+
+/// A CANN without HCCL: the ACL table loads from the same directory and runs single-device
+/// work, and opening HCCL (what the first multi-device call does) is an error naming the
+/// library and where it was looked for.
+#[test]
+fn without_libhccl_the_acl_table_works_and_hccl_is_a_clear_error() {
+    let library = build_emulated_cann();
+    let dir = TempDir::new("cann-without-hccl");
+    for name in CANN_LIBRARIES.iter().filter(|n| **n != "libhccl.so") {
+        std::os::unix::fs::symlink(&library, dir.path().join(name)).unwrap();
+    }
+    // Kept mapped for the process, as the other tests' table is: the runtime's threads live on.
+    let api: &'static AclApi = Box::leak(Box::new(
+        CannLibraries::open_in(Some(dir.path()))
+            .and_then(|l| AclApi::new(Box::new(l)))
+            .unwrap_or_else(|e| panic!("the ACL table loads without libhccl.so: {e}")),
+    ));
+    // SAFETY: NULL means no configuration file (another test may have initialised already).
+    let status = unsafe { (api.core.aclInit)(std::ptr::null()) };
+    assert!(
+        status == 0 || status == ascend_acl::types::status::ACL_ERROR_REPEAT_INITIALIZE,
+        "aclInit: {status}"
+    );
+    set_device(api, 0);
+    let buf = malloc(api, 16);
+    let values = [1.5f32, -2.0, 3.0, 4.25];
+    let mut back = [0f32; 4];
+    // SAFETY: `buf` holds 16 bytes, as do both host arrays.
+    unsafe {
+        check(
+            api,
+            (api.core.aclrtMemcpy)(buf, 16, values.as_ptr() as _, 16, ACL_MEMCPY_HOST_TO_DEVICE),
+            "aclrtMemcpy",
+        );
+        check(
+            api,
+            (api.core.aclrtMemcpy)(
+                back.as_mut_ptr() as _,
+                16,
+                buf,
+                16,
+                ACL_MEMCPY_DEVICE_TO_HOST,
+            ),
+            "aclrtMemcpy",
+        );
+    }
+    assert_eq!(back, values);
+    let e = match HcclLibraries::open_in(Some(dir.path())) {
+        Err(e) => e,
+        Ok(_) => panic!("HCCL must not load from a directory without libhccl.so"),
+    };
+    let text = e.to_string();
+    assert!(
+        matches!(e, AclError::Load(_))
+            && text.contains("HCCL is needed for work across NPUs")
+            && text.contains("libhccl.so"),
+        "{text}"
+    );
 }

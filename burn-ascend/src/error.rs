@@ -13,6 +13,7 @@ use std::sync::{Mutex, OnceLock};
 
 use burn_backend::StreamId;
 
+use crate::acl::hccl::result as hccl;
 use crate::acl::types::status;
 use crate::acl::AclError;
 
@@ -93,6 +94,20 @@ impl AscendError {
                 AscendError::MissingOp { op, message }
             }
             AclError::Load(_) | AclError::DeviceLost(_) => AscendError::DeviceLost { op, message },
+            AclError::Hccl { code, .. } => match *code {
+                hccl::HCCL_E_PARA | hccl::HCCL_E_PTR | hccl::HCCL_E_NOT_SUPPORT => {
+                    AscendError::InvalidArgument { op, message }
+                }
+                hccl::HCCL_E_MEMORY => AscendError::OutOfMemory {
+                    op,
+                    requested: 0,
+                    in_use: 0,
+                    capacity: 0,
+                    message,
+                },
+                // A failed transfer or runtime error: the device may have stopped.
+                _ => AscendError::DeviceFault { op, message },
+            },
             AclError::Call { code, .. } => match *code {
                 status::ACL_ERROR_RT_MEMORY_ALLOCATION => AscendError::OutOfMemory {
                     op,

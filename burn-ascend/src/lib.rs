@@ -16,6 +16,7 @@ pub mod error;
 pub mod ops;
 pub mod runtime;
 
+pub use backend::collective::{self, CollectiveOps};
 pub use backend::fused::{self, FusedOps};
 pub use backend::graph;
 pub use backend::{Ascend, AscendQTensor};

@@ -7,6 +7,8 @@
 //! captured per batch-size bucket (`--eager-decode` issues every op instead); the example
 //! prints which buckets run captured. `--fusion` runs the same on `Fusion<Ascend>` (lazy
 //! execution with fused element-wise runs, decoding eagerly), with the same outputs.
+//! `--devices N` trains data-parallel and serves expert-parallel across N NPUs (`parallel.rs`;
+//! decoding eagerly).
 //!
 //! Every option is checked before the device is touched and before training starts.
 //!
@@ -22,19 +24,21 @@ use burn::record::{BinFileRecorder, FileRecorder, FullPrecisionSettings};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_ascend::runtime::device::ENV_DEVICE;
 use burn_ascend::runtime::DeviceContext;
-use burn_ascend::{Ascend, AscendDevice, FusedOps};
+use burn_ascend::{Ascend, AscendDevice, CollectiveOps, FusedOps};
 use burn_ascend_suite::a2::ModelledClock;
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
 use burn_ascend_suite::moe::model::MoeDecoder;
 use burn_ascend_suite::moe::serve::{Request, Sampling, ServeConfig, Server};
-use burn_ascend_suite::moe::train::{train, TrainConfig};
+use burn_ascend_suite::moe::train::{StepReport, TrainConfig};
 use burn_ascend_suite::moe::workload::Arrival;
 use burn_autodiff::Autodiff;
 use burn_fusion::Fusion;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+
+mod parallel;
 
 /// Train and serve the MoE decoder on Ascend.
 #[derive(Parser, Debug)]
@@ -53,6 +57,9 @@ pub struct Args {
     /// Run on Fusion<Ascend>: ops recorded lazily, element-wise runs fused into one kernel.
     #[arg(long)]
     fusion: bool,
+    /// NPUs to use, from --device on: data-parallel training, expert-parallel serving.
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
     /// Training steps (0 with --load to only serve).
     #[arg(long, default_value_t = 60)]
     steps: usize,
@@ -278,24 +285,28 @@ pub fn run(args: Args) -> Result<(), String> {
     let forced = forced_device(&args)?;
     let plan = plan(&args)?;
     let device = forced.unwrap_or_default();
-    // Open the device up front: an explicit --device npu without CANN or an NPU is an error
+    let devices = parallel::devices(device, args.devices)?;
+    // Open the devices up front: an explicit --device npu without CANN or an NPU is an error
     // here, not a panic inside the first tensor op.
-    DeviceContext::get(&device).map_err(|e| format!("cannot open {device:?}: {e}"))?;
+    for d in &devices {
+        DeviceContext::get(d).map_err(|e| format!("cannot open {d:?}: {e}"))?;
+    }
     if args.fusion {
         println!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
-        train_and_serve::<Autodiff<Fusion<Ascend>>>(&args, &plan, &device)
+        train_and_serve::<Autodiff<Fusion<Ascend>>>(&args, &plan, &devices)
     } else {
         println!("device: {}", Ascend::name(&device));
-        train_and_serve::<Autodiff<Ascend>>(&args, &plan, &device)
+        train_and_serve::<Autodiff<Ascend>>(&args, &plan, &devices)
     }
 }
 
 /// Trains on `B` (an autodiff backend over an Ascend backend), then serves on its inner backend.
-fn train_and_serve<B>(args: &Args, plan: &Plan, device: &AscendDevice) -> Result<(), String>
+fn train_and_serve<B>(args: &Args, plan: &Plan, devices: &[AscendDevice]) -> Result<(), String>
 where
     B: AutodiffBackend<Device = AscendDevice> + FusedOps,
-    B::InnerBackend: FusedOps,
+    B::InnerBackend: FusedOps + CollectiveOps,
 {
+    let device = &devices[0];
     B::seed(device, args.seed);
     let recorder = Recorder::new();
     let mut model = MoeDecoder::<B>::new(&plan.model, device).map_err(|e| e.to_string())?;
@@ -322,7 +333,7 @@ where
         println!("loaded weights from {}", file.display());
     }
     if let Some(train_cfg) = &plan.train {
-        model = train_model(model, train_cfg, device)?;
+        model = train_model(model, train_cfg, devices)?;
         let file = record_file(&args.save);
         model
             .clone()
@@ -330,16 +341,17 @@ where
             .map_err(|e| format!("saving {}: {e}", file.display()))?;
         println!("saved weights to {}", file.display());
     }
-    serve(model.valid(), plan, device)
+    serve(model.valid(), plan, devices)
 }
 
 fn train_model<B>(
     model: MoeDecoder<B>,
     cfg: &TrainConfig,
-    device: &AscendDevice,
+    devices: &[AscendDevice],
 ) -> Result<MoeDecoder<B>, String>
 where
     B: AutodiffBackend<Device = AscendDevice> + FusedOps,
+    B::InnerBackend: CollectiveOps,
 {
     let tokens = corpus::tokens();
     println!(
@@ -358,7 +370,7 @@ where
         bar
     });
     let start = Instant::now();
-    let trained = train(model, &tokens, cfg, device, |r| {
+    let trained = parallel::train(model, &tokens, cfg, devices, |r: StepReport| {
         let line = format!(
             "loss {:.3} aux {:.3} {:.0} tokens/s",
             r.loss, r.aux, r.tokens_per_second
@@ -368,7 +380,7 @@ where
                 bar.set_position(r.step as u64);
                 bar.set_message(line);
             }
-            None if r.step == 1 || r.step % 10 == 0 || r.step == cfg.steps => {
+            None if r.step == 1 || r.step.is_multiple_of(10) || r.step == cfg.steps => {
                 println!("step {}/{} {line}", r.step, cfg.steps)
             }
             None => {}
@@ -382,33 +394,39 @@ where
     Ok(trained)
 }
 
-fn serve<B: FusedOps<Device = AscendDevice>>(
+fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     model: MoeDecoder<B>,
     plan: &Plan,
-    device: &AscendDevice,
+    devices: &[AscendDevice],
 ) -> Result<(), String> {
+    let device = &devices[0];
     let cfg = plan.serve;
-    let mut server = Server::new(model, cfg, device).map_err(|e| e.to_string())?;
-    if plan.captured_decode {
-        // On failure the server has said why, and decodes eagerly.
-        if server.enable_captured_decode(&DECODE_BUCKETS).is_ok() {
-            let eager: Vec<String> = server
-                .eager_buckets()
-                .iter()
-                .map(|(b, why)| format!("{b} ({why})"))
-                .collect();
-            println!(
-                "decode steps replay captured graphs for batch buckets {:?}{}",
-                server.captured_buckets(),
-                if eager.is_empty() {
-                    String::new()
-                } else {
-                    format!("; eager: {}", eager.join(", "))
-                }
-            );
-        }
-    } else {
+    let served = parallel::serving(model.clone(), devices)?;
+    let mut server = Server::new(served, cfg, device).map_err(|e| e.to_string())?;
+    if !plan.captured_decode {
         println!("decode steps run eagerly (--eager-decode)");
+    } else if devices.len() > 1 {
+        println!(
+            "decode steps run eagerly: expert-parallel serving across {} NPUs is not captured \
+             (its all-to-alls involve the other NPUs' streams)",
+            devices.len()
+        );
+    } else if server.enable_captured_decode(&DECODE_BUCKETS).is_ok() {
+        // (On failure the server has said why, and decodes eagerly.)
+        let eager: Vec<String> = server
+            .eager_buckets()
+            .iter()
+            .map(|(b, why)| format!("{b} ({why})"))
+            .collect();
+        println!(
+            "decode steps replay captured graphs for batch buckets {:?}{}",
+            server.captured_buckets(),
+            if eager.is_empty() {
+                String::new()
+            } else {
+                format!("; eager: {}", eager.join(", "))
+            }
+        );
     }
     println!(
         "serving {} prompts, {} new tokens each (paged KV cache of {} pages of {} slots, steps \
@@ -440,5 +458,5 @@ fn serve<B: FusedOps<Device = AscendDevice>>(
         }
     }
     println!("{report}");
-    Ok(())
+    parallel::check_one_device(model, cfg, devices, &plan.requests, &report)
 }

@@ -12,14 +12,20 @@
 //! - [`workload`]: seeded Poisson traces of requests and the serving figures.
 //! - [`train`]: next-byte training with the auxiliary load-balancing loss.
 //! - [`corpus`]: the small text the example trains on.
+//! - [`data_parallel`]: training on several NPUs, one replica each, gradients all-reduced.
+//! - [`expert_parallel`]: serving with each layer's experts split across NPUs (all-to-all).
+//! - [`parallel`]: the hook through which a MoE layer runs across NPUs.
 //!
 //! [`FusedOps`]: burn_ascend::FusedOps
 
 pub mod cache;
 pub mod config;
 pub mod corpus;
+pub mod data_parallel;
 pub mod decode_graph;
+pub mod expert_parallel;
 pub mod model;
+pub mod parallel;
 pub mod scheduler;
 pub mod serve;
 pub mod train;

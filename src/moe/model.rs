@@ -13,6 +13,9 @@ use burn::tensor::{Bool, DType, Int, Tensor};
 use burn_ascend::{fused, FusedOps};
 
 use super::config::{ConfigError, MoeConfig};
+use super::data_parallel::DataParallel;
+use super::expert_parallel::ExpertParallel;
+use super::parallel::Parallel;
 
 /// The sizes a forward pass needs (kept with the module, not stored in records).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -185,13 +188,47 @@ impl<B: FusedOps> Attention<B> {
 /// A mixture-of-experts SwiGLU feed-forward.
 #[derive(Module, Debug)]
 pub struct Moe<B: Backend> {
-    router: Linear<B>,
+    pub(crate) router: Linear<B>,
     /// `[E, H, F]`
-    gate: Param<Tensor<B, 3>>,
+    pub(crate) gate: Param<Tensor<B, 3>>,
     /// `[E, H, F]`
-    up: Param<Tensor<B, 3>>,
+    pub(crate) up: Param<Tensor<B, 3>>,
     /// `[E, F, H]`
-    down: Param<Tensor<B, 3>>,
+    pub(crate) down: Param<Tensor<B, 3>>,
+    /// How the layer runs across NPUs, if it does ([`super::parallel`]).
+    #[module(skip)]
+    pub parallel: Parallel,
+}
+
+/// Where a MoE layer sends its tokens.
+pub struct Routing<B: Backend> {
+    /// `[T, E]` router probabilities.
+    pub probs: Tensor<B, 2>,
+    /// `[T * k]` the expert of each (token, choice), token-major.
+    pub ids: Tensor<B, 1, Int>,
+    /// `[T * k]` the weight of each (token, choice).
+    pub weights: Tensor<B, 1>,
+    /// `[T * k]` I32: the (token, choice) pairs in expert order, token order within an expert:
+    /// the row layout `fused::moe_gather` produces.
+    pub order: Tensor<B, 1, Int>,
+    /// `[E]` I32: rows per expert.
+    pub group_sizes: Tensor<B, 1, Int>,
+    /// `[E]` the fraction of rows routed to each expert (detached).
+    pub fraction: Tensor<B, 1>,
+}
+
+/// The experts' SwiGLU over `rows [R, H]` grouped by expert (`group_sizes [E]`): one grouped
+/// matmul per projection.
+pub fn swiglu_experts<B: FusedOps>(
+    rows: Tensor<B, 2>,
+    gate: Tensor<B, 3>,
+    up: Tensor<B, 3>,
+    down: Tensor<B, 3>,
+    group_sizes: Tensor<B, 1, Int>,
+) -> Tensor<B, 2> {
+    let g = fused::grouped_matmul(rows.clone(), gate, group_sizes.clone());
+    let u = fused::grouped_matmul(rows, up, group_sizes.clone());
+    fused::grouped_matmul(silu(g) * u, down, group_sizes)
 }
 
 impl<B: FusedOps> Moe<B> {
@@ -209,25 +246,26 @@ impl<B: FusedOps> Moe<B> {
             gate: init([e, h, f], h),
             up: init([e, h, f], h),
             down: init([e, f, h], f),
+            parallel: Parallel::default(),
         }
     }
 
-    /// `x [T, H]` through the experts; also the load-balancing loss (Switch style: experts
-    /// times the dot product of each expert's routed fraction and mean router probability).
-    pub fn forward(&self, x: Tensor<B, 2>, dims: &Dims) -> (Tensor<B, 2>, Tensor<B, 1>) {
+    /// Routes `x [T, H]`: router probabilities, each token's top-k experts and weights, and
+    /// the expert-sorted row order.
+    pub fn route(&self, x: Tensor<B, 2>, dims: &Dims) -> Routing<B> {
         let [t, _] = x.dims();
         let (e, k) = (dims.experts, dims.top_k);
-        let probs = softmax(self.router.forward(x.clone()), 1);
+        let probs = softmax(self.router.forward(x), 1);
         let (top, ids) = probs.clone().topk_with_indices(k, 1);
         let weights = top.clone() / top.sum_dim(1);
-        let flat_ids = ids.reshape([t * k]);
+        let ids = ids.reshape([t * k]);
         // Rows routed to the same expert become contiguous, in token order within an expert.
-        let order = flat_ids.clone().argsort(0).cast(DType::I32);
+        let order = ids.clone().argsort(0).cast(DType::I32);
         // One-hot by comparison with the expert ids: Burn's `one_hot` first reads the largest
         // id back to check it, a host synchronisation inside the step that a captured decode
         // step cannot have (the ids come from top-k, so they are in range).
-        let experts = Tensor::<B, 1, Int>::arange(0..e as i64, &flat_ids.device());
-        let routed = flat_ids
+        let experts = Tensor::<B, 1, Int>::arange(0..e as i64, &ids.device());
+        let routed = ids
             .clone()
             .reshape([t * k, 1])
             .equal(experts.reshape([1, e]))
@@ -238,15 +276,45 @@ impl<B: FusedOps> Moe<B> {
             .reshape([e])
             .int()
             .cast(DType::I32);
-        let rows = fused::moe_gather(x, order.clone(), k);
-        let gate = fused::grouped_matmul(rows.clone(), self.gate.val(), group_sizes.clone());
-        let up = fused::grouped_matmul(rows, self.up.val(), group_sizes.clone());
-        let y = fused::grouped_matmul(silu(gate) * up, self.down.val(), group_sizes);
-        let out = fused::moe_scatter(y, order, Some(weights.reshape([t * k])), k);
-        let fraction = routed.sum_dim(0).reshape([e]) / (t * k) as f64;
-        let mean_prob = probs.mean_dim(0).reshape([e]);
-        let aux = (fraction.detach() * mean_prob).sum() * e as f64;
-        (out, aux)
+        let fraction = (routed.sum_dim(0).reshape([e]) / (t * k) as f64).detach();
+        Routing {
+            probs,
+            ids,
+            weights: weights.reshape([t * k]),
+            order,
+            group_sizes,
+            fraction,
+        }
+    }
+
+    /// The load-balancing loss of a routing (Switch style: experts times the dot product of
+    /// each expert's routed fraction and mean router probability).
+    pub fn aux_loss(routing: &Routing<B>, dims: &Dims) -> Tensor<B, 1> {
+        let e = dims.experts;
+        let mean_prob = routing.probs.clone().mean_dim(0).reshape([e]);
+        (routing.fraction.clone() * mean_prob).sum() * e as f64
+    }
+
+    /// `x [T, H]` through the experts; also the load-balancing loss.
+    pub fn forward(&self, x: Tensor<B, 2>, dims: &Dims) -> (Tensor<B, 2>, Tensor<B, 1>) {
+        if let Some(experts) = self.parallel.get::<ExpertParallel<B>>() {
+            return experts.forward(x, dims);
+        }
+        let k = dims.top_k;
+        let mut routing = self.route(x.clone(), dims);
+        if let Some(replicas) = self.parallel.get::<DataParallel<B>>() {
+            routing.fraction = replicas.global_fraction(routing.fraction);
+        }
+        let rows = fused::moe_gather(x, routing.order.clone(), k);
+        let y = swiglu_experts(
+            rows,
+            self.gate.val(),
+            self.up.val(),
+            self.down.val(),
+            routing.group_sizes.clone(),
+        );
+        let out = fused::moe_scatter(y, routing.order.clone(), Some(routing.weights.clone()), k);
+        (out, Self::aux_loss(&routing, dims))
     }
 }
 
@@ -257,7 +325,8 @@ pub struct Block<B: Backend> {
     /// The block's attention.
     pub attn: Attention<B>,
     ffn_norm: Norm<B>,
-    moe: Moe<B>,
+    /// The block's mixture of experts.
+    pub moe: Moe<B>,
 }
 
 impl<B: FusedOps> Block<B> {

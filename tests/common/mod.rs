@@ -61,6 +61,29 @@ pub fn reset_fault_device() {
     burn_ascend::reset_device(&fault_device()).expect("the fault device resets");
 }
 
+/// Launches a kernel that writes past its tensor on `device` (a descriptor claiming more
+/// storage than was allocated), so the device faults when the stream reaches it.
+pub fn provoke_fault(device: &AscendDevice) -> burn_ascend::AscendTensor {
+    use burn_ascend::acl::{aclnn, handles::TensorDesc, DataType};
+    let ctx = burn_ascend::runtime::DeviceContext::get(device).unwrap();
+    let t = burn_ascend::AscendTensor::empty(&ctx, vec![64], DataType::F32).unwrap();
+    // SAFETY: deliberately larger than the allocation; the emulated device checks the access.
+    let lie = unsafe {
+        TensorDesc::new(
+            ctx.bind(),
+            &[4096],
+            &[1],
+            0,
+            DataType::F32,
+            4096,
+            t.storage_ptr(),
+        )
+    }
+    .unwrap();
+    aclnn!(&*ctx, aclnnInplaceOne(&lie)).expect("the launch itself is queued");
+    t
+}
+
 /// For tests that read the emulation's internals (its launch log and work counters, its fault
 /// injection, its operators' own checks): `true`, after saying so, when the suite runs on a
 /// real NPU, where the test has nothing to read. `test` names the test.

@@ -6,7 +6,10 @@
 
 mod activation;
 mod bool;
+pub mod collective;
 mod device;
+#[cfg(feature = "distributed")]
+mod distributed;
 mod float;
 pub mod fused;
 pub mod fusion;

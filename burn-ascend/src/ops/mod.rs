@@ -15,6 +15,7 @@ pub mod activation;
 pub mod arith;
 pub mod attention;
 pub mod broadcast;
+pub mod collective;
 pub mod compare;
 pub mod constant;
 pub mod conv;

@@ -88,9 +88,10 @@ fn contexts() -> &'static Mutex<HashMap<AscendDevice, Arc<DeviceContext>>> {
     CONTEXTS.get_or_init(Default::default)
 }
 
-/// Resets `device` after a fault: its context (stream, memory, cached blocks) is destroyed with
-/// `aclrtResetDevice`, and the next use of the device opens a new one. Tensors of the old
-/// context fail clearly when used; new tensors work. A server calls this after a device fault
+/// Resets `device` after a fault: its context (stream, memory, cached blocks, its ranks of HCCL
+/// communicators) is destroyed with `aclrtResetDevice`, and the next use of the device opens a
+/// new one. Tensors and communicators of the old context fail clearly when used; new ones
+/// work. A server calls this after a device fault
 /// to keep serving; it needs no fault to be called.
 pub fn reset_device(device: &AscendDevice) -> AclResult<()> {
     let Some(old) = contexts().lock().unwrap().remove(device) else {
@@ -101,6 +102,7 @@ pub fn reset_device(device: &AscendDevice) -> AclResult<()> {
         Ok(()) => format!("{device} was reset"),
     };
     let _ = old.retired.set(reason);
+    super::collective::release_device(device);
     let api = old.api;
     // The ring's page-locked memory is host memory: freed here, after the stream is done.
     if let Some(ring) = old.staging.lock().unwrap().take() {
@@ -179,6 +181,11 @@ impl DeviceContext {
             }
         }
         self.api
+    }
+
+    /// The context's stream, on which all its work is queued (collectives join it there).
+    pub fn stream(&self) -> aclrtStream {
+        self.stream
     }
 
     /// Fails when the device was reset since this context was opened: its memory, stream and
@@ -277,11 +284,6 @@ impl DeviceContext {
 
     pub(crate) fn end_capture(&self) {
         self.capture.lock().unwrap().take();
-    }
-
-    /// The context's stream.
-    pub(crate) fn stream(&self) -> aclrtStream {
-        self.stream
     }
 
     /// Takes the blocks of a graph pool that is gone into the tensor cache.

@@ -1,13 +1,16 @@
 //! The device runtime: device selection, per-device contexts (stream, caching allocators,
-//! page-locked staging, transfers, operator launch, reset after a fault). Nothing here knows
-//! of Burn.
+//! page-locked staging, transfers, operator launch, reset after a fault), communicators across
+//! devices. Nothing here knows of Burn.
 
 pub mod allocator;
+pub mod collective;
 pub mod context;
 pub mod device;
 pub mod graph;
+mod rendezvous;
 mod staging;
 
 pub use allocator::MemoryStats;
+pub use collective::Communicator;
 pub use context::{reset_device, DeviceContext, DeviceStorage};
 pub use device::AscendDevice;

@@ -19,7 +19,6 @@ use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{binary, unary, Backward, Ops, OpsKind};
 use burn_autodiff::{Autodiff, NodeId};
-use burn_backend::AutodiffBackend;
 use burn_tensor::IndexingUpdateOp;
 
 use super::*;
@@ -233,10 +232,13 @@ fn layer_norm<B: FusedOps, C: CheckpointStrategy, const N: usize>(
         }
         OpsKind::UnTracked(prep) => prep.finish(out.y),
     };
+    // The statistics are untracked outputs; built directly rather than through
+    // `AutodiffBackend::from_inner`, whose impl needs `B: DistributedBackend` when Burn's
+    // `distributed` feature is on.
     LayerNormOutput {
         y,
-        mean: <Ad<B, C> as AutodiffBackend>::from_inner(mean),
-        rstd: <Ad<B, C> as AutodiffBackend>::from_inner(rstd),
+        mean: <FloatTensor<Ad<B, C>>>::new(mean),
+        rstd: <FloatTensor<Ad<B, C>>>::new(rstd),
     }
 }
 
