@@ -7,8 +7,8 @@
 //! captured per batch-size bucket (`--eager-decode` issues every op instead); the example
 //! prints which buckets run captured. `--fusion` runs the same on `Fusion<Ascend>` (lazy
 //! execution with fused element-wise runs, decoding eagerly), with the same outputs.
-//! `--devices N` trains data-parallel and serves expert-parallel across N NPUs (`parallel.rs`;
-//! decoding eagerly).
+//! `--devices N` trains data-parallel and serves expert-parallel across N NPUs
+//! (`parallel.rs`), decoding eagerly.
 //!
 //! Every option is checked before the device is touched and before training starts.
 //!
@@ -403,30 +403,33 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     let cfg = plan.serve;
     let served = parallel::serving(model.clone(), devices)?;
     let mut server = Server::new(served, cfg, device).map_err(|e| e.to_string())?;
-    if !plan.captured_decode {
-        println!("decode steps run eagerly (--eager-decode)");
-    } else if devices.len() > 1 {
+    if plan.captured_decode && devices.len() > 1 {
+        // Expert-parallel decode exchanges rows between NPUs (HCCL), which the captured step
+        // of one device does not record.
         println!(
-            "decode steps run eagerly: expert-parallel serving across {} NPUs is not captured \
-             (its all-to-alls involve the other NPUs' streams)",
+            "decode steps run eagerly: expert-parallel decode spans {} NPUs",
             devices.len()
         );
-    } else if server.enable_captured_decode(&DECODE_BUCKETS).is_ok() {
-        // (On failure the server has said why, and decodes eagerly.)
-        let eager: Vec<String> = server
-            .eager_buckets()
-            .iter()
-            .map(|(b, why)| format!("{b} ({why})"))
-            .collect();
-        println!(
-            "decode steps replay captured graphs for batch buckets {:?}{}",
-            server.captured_buckets(),
-            if eager.is_empty() {
-                String::new()
-            } else {
-                format!("; eager: {}", eager.join(", "))
-            }
-        );
+    } else if plan.captured_decode {
+        // On failure the server has said why, and decodes eagerly.
+        if server.enable_captured_decode(&DECODE_BUCKETS).is_ok() {
+            let eager: Vec<String> = server
+                .eager_buckets()
+                .iter()
+                .map(|(b, why)| format!("{b} ({why})"))
+                .collect();
+            println!(
+                "decode steps replay captured graphs for batch buckets {:?}{}",
+                server.captured_buckets(),
+                if eager.is_empty() {
+                    String::new()
+                } else {
+                    format!("; eager: {}", eager.join(", "))
+                }
+            );
+        }
+    } else {
+        println!("decode steps run eagerly (--eager-decode)");
     }
     println!(
         "serving {} prompts, {} new tokens each (paged KV cache of {} pages of {} slots, steps \

@@ -488,18 +488,21 @@ fn enqueue(
     reads: Vec<Region>,
     writes: Vec<Region>,
 ) -> Result<(), Fault> {
-    // A graph holding a collective must be replayed by every rank from one capture session
-    // (hccl-abi.md §8, aclgraph-abi.md §6); the emulation does not model that: refused.
+    // A2 supports collectives inside ACL graph capture (hccl-abi.md §8), but the emulation does
+    // not model their replay (all ranks replaying one capture's transfers in step): refused,
+    // the stricter side, so nothing relies on it passing here untested.
     if stream.capture().is_some() {
         return Err(fault(
             HCCL_E_NOT_SUPPORT,
             format!(
-                "{}: collectives on a capturing stream are not supported by the emulated HCCL",
+                "{}: collectives inside an ACL graph capture are not modelled by the emulated \
+                 HCCL; issue them outside the capture",
                 op.describe()
             ),
         ));
     }
     let queued = stream.enqueue(Box::new(move || {
+        let op = op.clone();
         let npu = machine().npu(comm.device)?;
         let mut input = Vec::with_capacity(reads.iter().map(|r| r.len).sum());
         for r in reads.iter().filter(|r| r.len > 0) {
@@ -511,7 +514,7 @@ fn enqueue(
         }
         let what = op.describe();
         let output = comm
-            .exchange(key, parties, participant, op.clone(), input)
+            .exchange(key, parties, participant, op, input)
             .map_err(|e| {
                 fault(
                     ACL_ERROR_RT_TASK_TIMEOUT,
