@@ -512,7 +512,15 @@ fn why(launches: &[LaunchStats], min_bytes: u64, modelled: f64) -> String {
     }
     for s in launches {
         let m = a2::model(s);
-        if m.modelled > 1.2 * m.limit {
+        if m.bound == a2::Bound::Vector && m.roofline > 1.2 * m.limit {
+            reasons.push(format!(
+                "{} is vector-bound ({:.2} µs of vector repeats on the busiest core against \
+                 {:.2} µs of bytes): fewer or wider vector instructions",
+                s.kernel,
+                m.vector * 1e6,
+                m.limit * 1e6
+            ));
+        } else if m.roofline > 1.2 * m.limit {
             reasons.push(if s.block_dim < a2::VECTOR_CORES {
                 format!(
                     "{} on {} of {} cores, one core's GM rate bounds it: more, smaller blocks",
@@ -594,16 +602,21 @@ fn fused_kernels(c: &mut Criterion) {
         ],
     );
     let mut model = Table::new(
-        "MODELLED Atlas A2 (910B, 48 AIV, 1.6 TB/s) device time per launch - a model from the \
-         counters, not a measurement",
+        "MODELLED Atlas A2 (910B, 48 AIV, 1.6 TB/s) device time per launch - a roofline from \
+         the counters, not a measurement",
         &[
             "op",
             "size",
             "kernel",
             "GM bytes",
+            "vector instr. / repeats",
             "bytes / peak BW (µs)",
-            "modelled (µs)",
-            "modelled / limit",
+            "busiest core GM (µs)",
+            "busiest core vector (µs)",
+            "bound",
+            "roofline (µs)",
+            "modelled, + launch (µs)",
+            "roofline / limit",
         ],
     );
     let mut per_op = Table::new(
@@ -614,9 +627,11 @@ fn fused_kernels(c: &mut Criterion) {
             "size",
             "GM bytes moved",
             "contract minimum",
-            "modelled (µs)",
+            "bound (slowest launch)",
+            "roofline (µs)",
             "limit at minimum (µs)",
-            "modelled / limit",
+            "roofline / limit",
+            "modelled, + launches (µs)",
             "why not within 1.2x / what would close it",
         ],
     );
@@ -709,9 +724,14 @@ fn fused_kernels(c: &mut Criterion) {
                 case.size.clone(),
                 s.kernel.clone(),
                 (s.gm_bytes_read + s.gm_bytes_written).to_string(),
+                format!("{} / {}", s.vector_instructions, s.vector_repeats),
                 format!("{:.2}", m.limit * 1e6),
+                format!("{:.2}", m.core_gm * 1e6),
+                format!("{:.2}", m.vector * 1e6),
+                m.bound.name().into(),
+                format!("{:.2}", m.roofline * 1e6),
                 format!("{:.2}", m.modelled * 1e6),
-                format!("{:.2}x", m.modelled / m.limit.max(f64::MIN_POSITIVE)),
+                format!("{:.2}x", m.roofline / m.limit.max(f64::MIN_POSITIVE)),
             ]);
         }
         if !log.is_empty() {
@@ -719,17 +739,25 @@ fn fused_kernels(c: &mut Criterion) {
                 .iter()
                 .map(|s| s.gm_bytes_read + s.gm_bytes_written)
                 .sum();
-            let modelled: f64 = log.iter().map(|s| a2::model(s).modelled).sum();
+            let models: Vec<a2::Model> = log.iter().map(a2::model).collect();
+            let roofline: f64 = models.iter().map(|m| m.roofline).sum();
+            let modelled: f64 = models.iter().map(|m| m.modelled).sum();
+            let slowest = models
+                .iter()
+                .max_by(|a, b| a.roofline.total_cmp(&b.roofline))
+                .map_or(a2::Bound::Hbm, |m| m.bound);
             let limit = case.min_bytes as f64 / a2::HBM_BYTES_PER_S;
             per_op.row(vec![
                 case.name.into(),
                 case.size.clone(),
                 moved.to_string(),
                 case.min_bytes.to_string(),
-                format!("{:.2}", modelled * 1e6),
+                slowest.name().into(),
+                format!("{:.2}", roofline * 1e6),
                 format!("{:.2}", limit * 1e6),
-                format!("{:.2}x", modelled / limit),
-                why(&log, case.min_bytes, modelled),
+                format!("{:.2}x", roofline / limit),
+                format!("{:.2}", modelled * 1e6),
+                why(&log, case.min_bytes, roofline),
             ]);
         }
     }
@@ -745,22 +773,35 @@ fn fused_kernels(c: &mut Criterion) {
              defaults run) on the same device; vector_add's is the backend's add.",
             "aclnnMoeInitRoutingV2 also sorts the expert ids; moe_gather is given the permutation.",
             "No CANN baseline for layer norm: aclnnLayerNorm is not in the seam's function list.",
-            "THE A2 TIMES ARE A MODEL, NOT A MEASUREMENT: max(all GM bytes / 1.6 TB/s, busiest \
-             core's bytes / (32 B/cycle x 1.8 GHz)), blocks dealt round-robin to 48 vector \
-             cores; launches of one op add up. It ignores launch latency, compute, burst \
-             rounding and L2 hits; the hardware notes mark its figures UNCERTAIN.",
+            "THE A2 TIMES ARE A MODEL, NOT A MEASUREMENT: a roofline per launch, max(all GM \
+             bytes / 1.6 TB/s, busiest core's GM bytes / (32 B/cycle x 1.8 GHz), busiest core's \
+             vector repeats / (1 repeat/cycle x 1.8 GHz)), blocks dealt round-robin to 48 vector \
+             cores, plus 3 µs of launch latency (ASSUMED: the fact sheets give none); launches \
+             of one op add up. The emulation counts each vector API call as one instruction of \
+             ceil(widest operand bytes / 256) repeats (a reduction as one pass: ASSUMED). The \
+             vector rate is UNCERTAIN (the docs say 256 B per cycle; a Huawei example implies \
+             about twice that): one repeat per cycle is the stricter choice. No cube term: no \
+             kernel issues cube work (the emulation has no cube API). The per-op ratio compares \
+             the rooflines (without latency) with the contract minimum at peak bandwidth. It \
+             ignores scalar work, burst rounding and L2 hits.",
             "The contract minimum is each input read once and each output written once; a \
              kernel moving more than that is charged for it in the per-op table.",
-            "layer_norm(_backward): the tiling keeps at least 40 rows per block (so gamma/beta \
-             re-reads stay under 2.5 %), which leaves 256 rows on 7 cores; choosing the block \
-             count by this model (48 blocks of 6 rows: ~17 % more traffic, 6.9x the cores) would \
-             bring it near 1.2x. At N = 8192 the row is cut into UB chunks and x is read once \
-             per pass (mean, variance, normalise): 3x the minimum; a 32 KiB f32 row fits the \
-             192 KiB UB, so keeping it there between passes would read it once.",
-            "decode_attention MLA (HQ 32 over one KV head): stage 1 splits the 32 heads into \
-             tiles of 3 so 44 blocks have work, and each tile re-reads the keys (~12x); more KV \
-             splits instead of head tiles would fill the cores with each key read once. At \
-             ~2 MB the whole op is launch-latency-bound on the device anyway.",
+            "layer_norm(_backward): the block count is chosen per shape from the model (the \
+             tiling's `DeviceProps::gm_seconds`): each block reads its own gamma/beta (and the \
+             backward adds its own column sums), so more blocks cost traffic but use more \
+             cores' GM rate; at 256 rows of 128 it picks 29 blocks (1.11x the minimum traffic, \
+             which the traffic tests allow as one copy per block, not the old 1.05x of the \
+             minimum). Rows whose f32 copy and gamma/beta fit the unified buffer stay there \
+             between the passes (x read once at N = 8192); wider rows make three passes over GM.",
+            "decode_attention: stage 1 runs every (head, key) pair through the vector unit \
+             (Mul + ReduceSum for the score, Muls + Add into the accumulator: four passes over \
+             a head's dims). MLA (HQ 32 over one KV head, Dk 576) is vector-bound at ~16x its \
+             bandwidth limit and also re-reads the keys once per head tile; more KV splits \
+             would not help: the split partials (32 heads x 512 f32 per split) outweigh the \
+             147 KB of keys, and the vector work stays. Only stage 1 on the cube unit (QK^T and \
+             PV as matrix products) would bring it to the roofline; the Ascend C emulation has \
+             no cube API yet. GQA B8 S1024 is vector-bound at ~1.45x (the same four passes \
+             over 128 dims per pair, against 256 bytes of keys and values per key and KV head).",
             "Device-side checks: each kernel checks values its data path reads anyway (indices \
              loaded to address rows, lengths, page ids) on the scalar unit, so they add no GM \
              traffic: 0 % of the modelled time, which is GM bytes over bandwidth. The model has \

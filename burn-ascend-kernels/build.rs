@@ -97,7 +97,7 @@ fn build_emulated(root: &Path, kernels: &[KernelSource], out: &Path) {
         .std("c++17")
         .pic(true)
         // The emulated kernels are everyone's default device: optimised in every profile.
-        .opt_level(2)
+        .opt_level(3)
         .debug(false)
         .flag("-fvisibility=hidden")
         .include(&include)

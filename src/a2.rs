@@ -4,15 +4,23 @@
 
 use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log, LaunchStats};
 use burn_ascend::emulator::work_counters;
+use burn_ascend_kernels::tiling::DeviceProps;
 
+/// The figures the tiling's per-shape choices use too.
+const A2: DeviceProps = DeviceProps::ATLAS_A2;
 /// HBM bandwidth per die, bytes/s: the low end of the documents' 1.6-1.8 TB/s estimate.
-pub const HBM_BYTES_PER_S: f64 = 1.6e12;
+pub const HBM_BYTES_PER_S: f64 = A2.hbm_bytes_per_s as f64;
 /// Vector cores (AIV) of a 910B1/B2 die.
-pub const VECTOR_CORES: u32 = 48;
+pub const VECTOR_CORES: u32 = A2.vector_cores;
 /// The AI Core clock, Hz.
-pub const CLOCK_HZ: f64 = 1.8e9;
+pub const CLOCK_HZ: f64 = A2.clock_hz as f64;
 /// One AIV's GM rate: the platform ini's `ddr_rate = 32` bytes/cycle at 1.8 GHz.
-pub const CORE_BYTES_PER_S: f64 = 32.0 * CLOCK_HZ;
+pub const CORE_BYTES_PER_S: f64 = (A2.core_gm_bytes_per_cycle * A2.clock_hz) as f64;
+/// Vector repeats (256 bytes each) one AIV issues per cycle: the docs' "256 B per cycle".
+/// UNCERTAIN: a Huawei example's timing implies about two; one is the stricter choice.
+pub const VECTOR_REPEATS_PER_CYCLE: f64 = 1.0;
+/// Fixed cost of one kernel launch, seconds. ASSUMED: the fact sheets give no figure.
+pub const LAUNCH_LATENCY_S: f64 = 3e-6;
 /// One HCCS link between two NPUs, bytes/s per direction. ASSUMED: the fact sheets give no
 /// HCCS bandwidth; this is the commonly quoted third-party figure for an 8-NPU Atlas 800T A2
 /// server (a full mesh of 7 links per 910B, 392 GB/s per NPU), UNCERTAIN.
@@ -21,29 +29,78 @@ pub const HCCS_LINK_BYTES_PER_S: f64 = 56e9;
 /// ASSUMED (no scalar timing in the fact sheets); used only for an upper bound.
 pub const SCALAR_CYCLES_PER_CHECK: f64 = 2.0;
 
-/// The modelled device time of one launch and its bandwidth limit.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Model {
-    /// Seconds: the slower of the whole chip at peak HBM bandwidth and the busiest core at
-    /// its own GM rate (blocks beyond the core count run in waves on the same cores).
-    pub modelled: f64,
-    /// Seconds: all bytes at peak HBM bandwidth.
-    pub limit: f64,
+/// Which term of the roofline bounds a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Bound {
+    /// All bytes at peak HBM bandwidth.
+    #[default]
+    Hbm,
+    /// The busiest core's bytes at one core's GM rate.
+    CoreGm,
+    /// The busiest core's vector repeats.
+    Vector,
 }
 
-/// Models one launch from its emulation counters.
+impl Bound {
+    /// The bound's name in the benches' tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bound::Hbm => "HBM bandwidth",
+            Bound::CoreGm => "one core's GM rate",
+            Bound::Vector => "vector unit",
+        }
+    }
+}
+
+/// The modelled device time of one launch, its terms and its bandwidth limit.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Model {
+    /// Seconds: the largest term plus the launch latency.
+    pub modelled: f64,
+    /// Seconds: the largest term (the roofline, without latency).
+    pub roofline: f64,
+    /// Seconds: all bytes at peak HBM bandwidth (also the HBM term).
+    pub limit: f64,
+    /// Seconds: the busiest core's bytes at its own GM rate.
+    pub core_gm: f64,
+    /// Seconds: the busiest core's vector repeats at one per cycle.
+    pub vector: f64,
+    /// The largest term.
+    pub bound: Bound,
+}
+
+/// The busiest core's share of a per-block counter: blocks are dealt to the cores round-robin
+/// (blocks beyond the core count run in waves on the same cores).
+fn busiest(per_block: &[u64]) -> u64 {
+    let mut per_core = vec![0u64; VECTOR_CORES as usize];
+    for (i, b) in per_block.iter().enumerate() {
+        per_core[i % VECTOR_CORES as usize] += b;
+    }
+    per_core.into_iter().max().unwrap_or(0)
+}
+
+/// Models one launch from its emulation counters: max(bytes / HBM bandwidth, busiest core's
+/// bytes / core GM rate, busiest core's vector cycles) + launch latency. The cube unit has no
+/// term: the Ascend C emulation has no cube API, so no kernel issues cube work.
 pub fn model(s: &LaunchStats) -> Model {
     let total = (s.gm_bytes_read + s.gm_bytes_written) as f64;
     let limit = total / HBM_BYTES_PER_S;
-    // Blocks are dealt to the cores round-robin; a core's time is the bytes of its blocks.
-    let mut per_core = vec![0u64; VECTOR_CORES as usize];
-    for (i, b) in s.per_block_gm_bytes.iter().enumerate() {
-        per_core[i % VECTOR_CORES as usize] += b;
-    }
-    let busiest = per_core.into_iter().max().unwrap_or(0) as f64 / CORE_BYTES_PER_S;
+    let core_gm = busiest(&s.per_block_gm_bytes) as f64 / CORE_BYTES_PER_S;
+    let vector = busiest(&s.per_block_vector_repeats) as f64 / VECTOR_REPEATS_PER_CYCLE / CLOCK_HZ;
+    let (roofline, bound) = [
+        (limit, Bound::Hbm),
+        (core_gm, Bound::CoreGm),
+        (vector, Bound::Vector),
+    ]
+    .into_iter()
+    .fold((0.0, Bound::Hbm), |a, b| if b.0 > a.0 { b } else { a });
     Model {
-        modelled: limit.max(busiest),
+        modelled: roofline + LAUNCH_LATENCY_S,
+        roofline,
         limit,
+        core_gm,
+        vector,
+        bound,
     }
 }
 
@@ -61,8 +118,8 @@ pub fn balance(s: &LaunchStats) -> f64 {
 
 /// The modelled time of the work the emulated devices of this process run, lap by lap: each
 /// Ascend C kernel launch by [`model`], each aclnn operator at its modelled bytes (each tensor
-/// argument once, see `work_counters`) over peak HBM bandwidth. Launch latency and compute are
-/// not modelled. It empties the kernel launch log at each lap, so one clock at a time.
+/// argument once, see `work_counters`) over peak HBM bandwidth (an aclnn operator's latency and
+/// compute are not modelled). It empties the kernel launch log at each lap, so one clock at a time.
 #[derive(Debug)]
 pub struct ModelledClock {
     aclnn_bytes: u64,

@@ -1,5 +1,6 @@
 //! `ASCEND_LAUNCH_BLOCKING=1` synchronises after every operator, so an asynchronous device
-//! error surfaces at the operator that caused it, with the operator named.
+//! error surfaces at the operator that caused it, with the operator named; and graph capture,
+//! which forbids synchronising, is refused, saying why.
 //!
 //! This file holds a single test because the variable is read when the device context is
 //! created, once per process.
@@ -59,4 +60,9 @@ fn a_faulting_kernel_fails_its_own_launch() {
         stale.to_string().contains("was reset after a fault"),
         "{stale}"
     );
+    // A synchronisation after every op is what a graph capture forbids: no capture, saying why.
+    let why = burn_ascend::graph::supported(&AscendDevice::Emulated(0)).unwrap_err();
+    assert!(why.contains(ENV_LAUNCH_BLOCKING), "{why}");
+    let err = burn_ascend::graph::capture(&AscendDevice::Emulated(0), || ()).unwrap_err();
+    assert!(err.to_string().contains(ENV_LAUNCH_BLOCKING), "{err}");
 }

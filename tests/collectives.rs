@@ -316,3 +316,34 @@ fn a_fault_and_a_reset_reach_the_collectives_of_the_device() {
         assert_eq!(host(o), [2.0, 4.0]);
     }
 }
+
+/// A collective issued on a capturing stream is refused with HCCL_E_NOT_SUPPORT: A2 supports
+/// collectives in ACL graphs, but the emulated HCCL does not model their replay, so it takes the
+/// stricter side. The first rank's refusal stops the op before the second rank queues anything.
+#[test]
+#[serial]
+fn a_collective_inside_a_graph_capture_is_refused() {
+    let test = "a_collective_inside_a_graph_capture_is_refused";
+    if skipped_on_npu(test) {
+        return;
+    }
+    let Some((d, comm)) = pair(test) else { return };
+    let (a, b) = (
+        floats::<Ascend>(&[1.0; 6], [2, 3], &d[0]),
+        floats::<Ascend>(&[2.0; 6], [2, 3], &d[1]),
+    );
+    let err = burn_ascend::graph::capture(&d[0], || {
+        collective::all_reduce(&comm, vec![a.clone(), b.clone()], Reduce::Sum)
+    })
+    .expect_err("the emulated HCCL refuses a collective under capture")
+    .to_string();
+    assert!(
+        err.contains("HCCL_E_NOT_SUPPORT") && err.contains("inside an ACL graph capture"),
+        "{err}"
+    );
+    // Outside the capture the same collective runs.
+    let out = collective::all_reduce(&comm, vec![a, b], Reduce::Sum);
+    for o in out {
+        assert_eq!(host(o), [3.0; 6]);
+    }
+}

@@ -1192,7 +1192,14 @@ fn layer_norm_backward_kernel_matches_the_default() {
         .rev()
         .find(|s| s.kernel == "layer_norm_backward")
         .expect("a layer_norm_backward launch");
-    let minimum = ((3 * m * n + 2 * m + 3 * n) * 4) as f64;
+    // Each block reads gamma and adds its own column sums into dgamma and dbeta: the tiling
+    // spreads short rows over more blocks when the device model says the cores' GM rate gains
+    // more than those per-block bytes cost, so the bound allows them once per block.
+    assert!(
+        stats.block_dim > 7,
+        "256 short rows use more cores than 40-row blocks: {stats:?}"
+    );
+    let minimum = ((3 * m * n + 2 * m + stats.block_dim as usize * 3 * n) * 4) as f64;
     let moved = (stats.gm_bytes_read + stats.gm_bytes_written) as f64;
     assert!(
         moved <= 1.05 * minimum,

@@ -119,6 +119,7 @@ fn layer_norm_matches_the_reference() {
         (1, 1536, true, false),
         (7, 4096, false, true),
         (3, 8192, true, true),
+        (2, 12_000, false, true),
         (5, 100, true, true),
         (2, 100_000, true, true),
     ];
@@ -224,11 +225,33 @@ fn kernels_move_at_most_five_percent_over_the_minimum_bytes() {
     let _ = fused::layer_norm(x, Some(gamma), Some(beta), 1e-6)
         .0
         .into_data();
-    let minimum = (2 * m * n * 4 + 2 * n * 4 + 2 * m * 4) as f64;
+    // Each block reads its own gamma and beta: the tiling spreads short rows over more blocks
+    // when the device model says the cores' GM rate gains more than the copies cost, so the
+    // bound allows one copy per block and 5 % on top.
     let s = stats("layer_norm");
+    let minimum = (2 * m * n * 4 + s.block_dim as usize * 2 * n * 4 + 2 * m * 4) as f64;
+    assert!(
+        s.block_dim > 7,
+        "256 short rows use more cores than 40-row blocks: {s:?}"
+    );
     assert!(
         traffic(&s) as f64 <= 1.05 * minimum,
         "layer_norm moved {} bytes, minimum {minimum}: {s:?}",
+        traffic(&s)
+    );
+    // An f32 row of 8192 stays in the unified buffer between passes: x is read once.
+    let (m, n) = (16usize, 8192usize);
+    let x = float::<Ascend, 2>(&host_values(vec![m, n], 1), DType::F32, &d);
+    let gamma = float::<Ascend, 1>(&host_values(vec![n], 2), DType::F32, &d);
+    let beta = float::<Ascend, 1>(&host_values(vec![n], 3), DType::F32, &d);
+    let _ = fused::layer_norm(x, Some(gamma), Some(beta), 1e-6)
+        .0
+        .into_data();
+    let s = stats("layer_norm");
+    let minimum = (2 * m * n * 4 + s.block_dim as usize * 2 * n * 4 + 2 * m * 4) as f64;
+    assert!(
+        traffic(&s) as f64 <= 1.05 * minimum,
+        "layer_norm {m}x{n} moved {} bytes, minimum {minimum}: {s:?}",
         traffic(&s)
     );
 

@@ -499,6 +499,20 @@ fn fused_ops_on_fusion_run_ascends_kernels_as_custom_ops() {
     let (eager, eager_kernels, eager_aclnn) = fused_ops::<Ascend>(&d);
     let (lazy, lazy_kernels, lazy_aclnn) = fused_ops::<Fusion<Ascend>>(&d);
     for (i, (a, b)) in lazy.iter().zip(&eager).enumerate() {
+        // dgamma and dbeta are atomic sums over blocks, which accumulate in a launch's block
+        // order: two launches agree to rounding only (as on the NPU).
+        if i == 4 || i == 5 {
+            let f64s = |t: &TensorData| t.clone().convert::<f64>().to_vec::<f64>().unwrap();
+            let (a, b) = (f64s(a), f64s(b));
+            assert_eq!(a.len(), b.len(), "output {i}: length");
+            for (x, y) in a.iter().zip(&b) {
+                assert!(
+                    (x - y).abs() <= 1e-5 * y.abs().max(1.0),
+                    "output {i}: Fusion<Ascend> gives {x}, Ascend {y}"
+                );
+            }
+            continue;
+        }
         assert_eq!(
             a, b,
             "output {i}: Fusion<Ascend> runs the same kernel as Ascend"

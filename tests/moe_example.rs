@@ -3,7 +3,8 @@
 //! becomes NaN stops the run without saving; and a tiny run trains, saves, reloads and serves.
 //!
 //! The example's own `run` is called (its source is compiled into this test), so no binary has
-//! to be built first. The test that sets `BURN_ASCEND_DEVICE` runs alone (`serial`).
+//! to be built first. The test that sets `BURN_ASCEND_DEVICE` and the one that serves (with
+//! captured decode) run alone (`serial`).
 
 mod common;
 
@@ -176,8 +177,10 @@ fn load_says_what_is_wrong_with_the_file() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+// Alone: it serves with captured decode (the default), and a capture forbids the other tests'
+// synchronisations on the device while it lasts.
 #[test]
-#[parallel]
+#[serial]
 fn a_tiny_run_trains_saves_and_serves_and_its_record_loads_only_at_its_sizes() {
     let dir = scratch("roundtrip");
     let save = dir.join("weights");

@@ -6,7 +6,10 @@
 //!
 //! `runtime` and `nnopbase` functions are resolved when the table is loaded, and so are the
 //! `optional` nnopbase functions (the repeatable-executor API), which a library may lack: the
-//! backend then runs every operator through phase one instead of reusing executors. `ops` are aclnn
+//! backend then runs every operator through phase one instead of reusing executors. `graph` holds
+//! the ACL graph functions (stream capture and replay, `libascendcl`, CANN 8.1.RC1 and later per
+//! `../shared/ascend/aclgraph-abi.md` §2), resolved at load as one group: a library that lacks
+//! any of them has no graph support, and the backend runs eagerly. `ops` are aclnn
 //! operators, resolved lazily on first use: the list gives the phase-one parameters (header
 //! order, without the trailing `workspaceSize` and `executor`), and every op also has the common
 //! phase-two function `aclnnXxx(workspace, workspaceSize, executor, stream)`.
@@ -62,6 +65,14 @@ macro_rules! acl_function_list {
                 fn aclSetAclOpExecutorRepeatable(executor: *mut aclOpExecutor) -> aclnnStatus;
                 fn aclSetInputTensorAddr(executor: *mut aclOpExecutor, index: usize, tensor: *mut aclTensor, addr: *mut ::std::ffi::c_void) -> aclnnStatus;
                 fn aclSetOutputTensorAddr(executor: *mut aclOpExecutor, index: usize, tensor: *mut aclTensor, addr: *mut ::std::ffi::c_void) -> aclnnStatus;
+            }
+            graph {
+                fn aclmdlRICaptureBegin(stream: aclrtStream, mode: i32) -> aclError;
+                fn aclmdlRICaptureGetInfo(stream: aclrtStream, status: *mut i32, model_ri: *mut aclmdlRI) -> aclError;
+                fn aclmdlRICaptureEnd(stream: aclrtStream, model_ri: *mut aclmdlRI) -> aclError;
+                fn aclmdlRICaptureThreadExchangeMode(mode: *mut i32) -> aclError;
+                fn aclmdlRIExecuteAsync(model_ri: aclmdlRI, stream: aclrtStream) -> aclError;
+                fn aclmdlRIDestroy(model_ri: aclmdlRI) -> aclError;
             }
             ops {
                 aclnnCast / aclnnCastGetWorkspaceSize(self_: *const aclTensor, dtype: i32, out: *mut aclTensor);

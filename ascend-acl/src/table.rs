@@ -74,6 +74,7 @@ macro_rules! define_table {
         runtime { $(fn $rname:ident($($rarg:ident: $rty:ty),*) -> $rret:ty;)* }
         nnopbase { $(fn $bname:ident($($barg:ident: $bty:ty),*) -> $bret:ty;)* }
         optional { $(fn $xname:ident($($xarg:ident: $xty:ty),*) -> $xret:ty;)* }
+        graph { $(fn $gname:ident($($garg:ident: $gty:ty),*) -> $gret:ty;)* }
         ops { $($op:ident / $ws:ident($($oarg:ident: $oty:ty),*);)* }
     ) => {
         /// Runtime (`libascendcl`) and descriptor (`libnnopbase`) functions, resolved at load.
@@ -112,6 +113,36 @@ macro_rules! define_table {
             }
         }
 
+        /// The ACL graph functions (stream capture and replay), all present or none usable.
+        #[allow(non_snake_case, missing_docs)]
+        pub struct GraphFns {
+            $(pub $gname: unsafe extern "C" fn($($gty),*) -> $gret,)*
+        }
+
+        impl GraphFns {
+            /// The group, or the names the source lacks.
+            fn resolve(source: &dyn SymbolSource) -> Result<Self, String> {
+                let missing: Vec<&str> = [$(stringify!($gname)),*]
+                    .into_iter()
+                    .filter(|name| source.lookup(name).is_none())
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(format!(
+                        "{} does not export {} (ACL graph capture needs CANN 8.1.RC1 or later)",
+                        source.describe(),
+                        missing.join(", ")
+                    ));
+                }
+                // SAFETY: each symbol exists (checked above) and is transmuted to the signature
+                // the function list declares.
+                unsafe {
+                    Ok(Self {
+                        $($gname: std::mem::transmute::<*const c_void, unsafe extern "C" fn($($gty),*) -> $gret>(source.lookup(stringify!($gname)).expect("checked above")),)*
+                    })
+                }
+            }
+        }
+
         /// aclnn operators (phase one), each resolved on first use.
         #[allow(non_snake_case, missing_docs)]
         #[derive(Default)]
@@ -129,6 +160,8 @@ pub struct AclApi {
     pub core: CoreFns,
     /// Functions resolved at load if the source has them.
     pub optional: OptionalFns,
+    /// The ACL graph functions, or why the source has no graph support (names it lacks).
+    pub graph: Result<GraphFns, String>,
     /// Operators resolved lazily.
     pub ops: OpFns,
 }
@@ -138,10 +171,12 @@ impl AclApi {
     pub fn new(source: Box<dyn SymbolSource>) -> AclResult<Self> {
         let core = CoreFns::resolve(&*source)?;
         let optional = OptionalFns::resolve(&*source);
+        let graph = GraphFns::resolve(&*source);
         Ok(Self {
             source,
             core,
             optional,
+            graph,
             ops: OpFns::default(),
         })
     }

@@ -14,6 +14,8 @@ pub type aclnnStatus = i32;
 pub type aclrtStream = *mut c_void;
 /// `aclrtEvent`: an opaque event handle.
 pub type aclrtEvent = *mut c_void;
+/// `aclmdlRI`: a model run instance, here the graph a stream capture produced.
+pub type aclmdlRI = *mut c_void;
 
 macro_rules! opaque {
     ($($(#[$m:meta])* $name:ident),* $(,)?) => {$(
@@ -93,6 +95,16 @@ pub mod event_status {
     pub const ACL_EVENT_RECORDED_STATUS_NOT_READY: i32 = 0;
     pub const ACL_EVENT_RECORDED_STATUS_COMPLETE: i32 = 1;
 }
+/// `aclmdlRICaptureMode` and `aclmdlRICaptureStatus` values (aclgraph-abi.md §1).
+#[allow(missing_docs)]
+pub mod capture {
+    pub const ACL_MODEL_RI_CAPTURE_MODE_GLOBAL: i32 = 0;
+    pub const ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL: i32 = 1;
+    pub const ACL_MODEL_RI_CAPTURE_MODE_RELAXED: i32 = 2;
+    pub const ACL_MODEL_RI_CAPTURE_STATUS_NONE: i32 = 0;
+    pub const ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE: i32 = 1;
+    pub const ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED: i32 = 2;
+}
 /// `cubeMathType` 0: keep the input dtype (no HF32 down-conversion of f32).
 pub const CUBE_MATH_KEEP_DTYPE: i8 = 0;
 /// `aclnnDivMod` rounding mode 1: truncate toward zero (Burn's integer division).
@@ -110,6 +122,19 @@ pub mod status {
     pub const ACL_ERROR_RT_CONTEXT_NULL: i32 = 107002;
     pub const ACL_ERROR_RT_ADDR_UNALIGNED: i32 = 107008;
     pub const ACL_ERROR_RT_TASK_TIMEOUT: i32 = 107020;
+    pub const ACL_ERROR_RT_CAPTURE_DEPENDENCY: i32 = 107024;
+    pub const ACL_ERROR_RT_STREAM_UNJOINED: i32 = 107025;
+    pub const ACL_ERROR_RT_MODEL_CAPTURED: i32 = 107026;
+    pub const ACL_ERROR_RT_STREAM_CAPTURED: i32 = 107027;
+    pub const ACL_ERROR_RT_EVENT_CAPTURED: i32 = 107028;
+    pub const ACL_ERROR_RT_STREAM_NOT_CAPTURED: i32 = 107029;
+    pub const ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT: i32 = 107030;
+    pub const ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT: i32 = 107031;
+    pub const ACL_ERROR_RT_STREAM_CAPTURE_CONFLICT: i32 = 107032;
+    pub const ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED: i32 = 107036;
+    pub const ACL_ERROR_RT_MODEL_RUNNING: i32 = 107037;
+    pub const ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD: i32 = 107038;
+    pub const ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED: i32 = 507903;
     pub const ACL_ERROR_RT_MEMORY_ALLOCATION: i32 = 207001;
     pub const ACL_ERROR_RT_MEMORY_FREE: i32 = 207002;
     pub const ACL_ERROR_RT_NO_DEVICE: i32 = 207004;
@@ -135,6 +160,19 @@ pub mod status {
             ACL_ERROR_RT_CONTEXT_NULL => "ACL_ERROR_RT_CONTEXT_NULL",
             ACL_ERROR_RT_ADDR_UNALIGNED => "ACL_ERROR_RT_ADDR_UNALIGNED",
             ACL_ERROR_RT_TASK_TIMEOUT => "ACL_ERROR_RT_TASK_TIMEOUT",
+            ACL_ERROR_RT_CAPTURE_DEPENDENCY => "ACL_ERROR_RT_CAPTURE_DEPENDENCY",
+            ACL_ERROR_RT_STREAM_UNJOINED => "ACL_ERROR_RT_STREAM_UNJOINED",
+            ACL_ERROR_RT_MODEL_CAPTURED => "ACL_ERROR_RT_MODEL_CAPTURED",
+            ACL_ERROR_RT_STREAM_CAPTURED => "ACL_ERROR_RT_STREAM_CAPTURED",
+            ACL_ERROR_RT_EVENT_CAPTURED => "ACL_ERROR_RT_EVENT_CAPTURED",
+            ACL_ERROR_RT_STREAM_NOT_CAPTURED => "ACL_ERROR_RT_STREAM_NOT_CAPTURED",
+            ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT => "ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT",
+            ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT => "ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT",
+            ACL_ERROR_RT_STREAM_CAPTURE_CONFLICT => "ACL_ERROR_RT_STREAM_CAPTURE_CONFLICT",
+            ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED => "ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED",
+            ACL_ERROR_RT_MODEL_RUNNING => "ACL_ERROR_RT_MODEL_RUNNING",
+            ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD => "ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD",
+            ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED => "ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED",
             ACL_ERROR_RT_MEMORY_ALLOCATION => "ACL_ERROR_RT_MEMORY_ALLOCATION",
             ACL_ERROR_RT_MEMORY_FREE => "ACL_ERROR_RT_MEMORY_FREE",
             ACL_ERROR_RT_NO_DEVICE => "ACL_ERROR_RT_NO_DEVICE",

@@ -27,6 +27,7 @@ macro_rules! export_cann_symbols {
         runtime { $(fn $rname:ident($($rarg:ident: $rty:ty),*) -> $rret:ty;)* }
         nnopbase { $(fn $bname:ident($($barg:ident: $bty:ty),*) -> $bret:ty;)* }
         optional { $(fn $xname:ident($($xarg:ident: $xty:ty),*) -> $xret:ty;)* }
+        graph { $(fn $gname:ident($($garg:ident: $gty:ty),*) -> $gret:ty;)* }
         ops { $($op:ident / $ws:ident($($oarg:ident: $oty:ty),*);)* }
     ) => {
         $(
@@ -48,6 +49,13 @@ macro_rules! export_cann_symbols {
             #[no_mangle]
             pub unsafe extern "C" fn $xname($($xarg: $xty),*) -> $xret {
                 crate::exports::$xname($($xarg),*)
+            }
+        )*
+        $(
+            #[doc = concat!("`", stringify!($gname), "` (libascendcl), forwarded to the emulated runtime.")]
+            #[no_mangle]
+            pub unsafe extern "C" fn $gname($($garg: $gty),*) -> $gret {
+                crate::exports::$gname($($garg),*)
             }
         )*
         $(

@@ -14,6 +14,7 @@ use super::meta::TensorDesc;
 
 static ACLNN_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 static ACLNN_BYTES: AtomicU64 = AtomicU64::new(0);
+static SUBMISSIONS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// The distinct tensor views of the operator whose phase one runs on this thread.
@@ -55,6 +56,11 @@ pub(crate) fn launched(bytes: u64) {
     ACLNN_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
 
+/// Counts one submission of device work by the host (see [`WorkCounters::submissions`]).
+pub(crate) fn submitted() {
+    SUBMISSIONS.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Work queued on the emulated devices of this process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkCounters {
@@ -66,6 +72,10 @@ pub struct WorkCounters {
     pub kernel_launches: u64,
     /// Global-memory bytes those kernels read and wrote (measured).
     pub kernel_bytes: u64,
+    /// Submissions of device work by the host: each operator, kernel, asynchronous copy or
+    /// memset queued on a stream, and each graph replay (one, however many tasks it holds).
+    /// Work recorded by a capture is not submitted.
+    pub submissions: u64,
 }
 
 impl WorkCounters {
@@ -86,6 +96,7 @@ impl WorkCounters {
             aclnn_bytes: self.aclnn_bytes - earlier.aclnn_bytes,
             kernel_launches: self.kernel_launches - earlier.kernel_launches,
             kernel_bytes: self.kernel_bytes - earlier.kernel_bytes,
+            submissions: self.submissions - earlier.submissions,
         }
     }
 }
@@ -99,5 +110,6 @@ pub fn work_counters() -> WorkCounters {
         aclnn_bytes: ACLNN_BYTES.load(Ordering::Relaxed),
         kernel_launches: k.launches,
         kernel_bytes: k.gm_bytes,
+        submissions: SUBMISSIONS.load(Ordering::Relaxed),
     }
 }

@@ -9,7 +9,6 @@
 //! other device access, and only in the HBM of the NPU the kernel was launched on. Each finished
 //! launch leaves its counters in a log.
 
-use std::cell::Cell;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::Path;
 use std::sync::Mutex;
@@ -37,8 +36,16 @@ pub struct LaunchStats {
     pub data_copies: u64,
     /// Largest unified-buffer footprint of any block, bytes.
     pub ub_peak_bytes: u64,
+    /// Vector instructions issued (each call of a vector API).
+    pub vector_instructions: u64,
+    /// Vector repeats issued: each instruction's widest operand in 256-byte repeats (at least one).
+    pub vector_repeats: u64,
     /// Global-memory bytes moved by each block (the per-core balance).
     pub per_block_gm_bytes: Vec<u64>,
+    /// Vector repeats issued by each block.
+    pub per_block_vector_repeats: Vec<u64>,
+    /// Vector instructions issued by each block.
+    pub per_block_vector_instructions: Vec<u64>,
 }
 
 /// Totals over every kernel launch completed in this process.
@@ -79,18 +86,30 @@ struct EmuStats {
     gm_bytes_written: u64,
     data_copies: u64,
     ub_peak_bytes: u64,
+    vector_instructions: u64,
+    vector_repeats: u64,
+}
+
+/// `AscendcEmuBlockStats` of the C ABI.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct EmuBlockStats {
+    gm_bytes: u64,
+    vector_instructions: u64,
+    vector_repeats: u64,
 }
 
 type Entry = unsafe extern "C" fn(*mut c_void);
 
 /// `ascendc_emu_run` of the library that queued the launch.
 type RunFn = unsafe extern "C" fn(
+    gm_ctx: *mut c_void,
     name: *const c_char,
     block_dim: u32,
     entry: Entry,
     args: *mut c_void,
     stats: *mut EmuStats,
-    per_block_gm_bytes: *mut u64,
+    per_block: *mut EmuBlockStats,
     err: *mut c_char,
     err_len: usize,
 ) -> i32;
@@ -98,7 +117,7 @@ type RunFn = unsafe extern "C" fn(
 /// `AscendcEmuHost` of the C ABI: what the library calls back into.
 #[repr(C)]
 struct HostTable {
-    gm: unsafe extern "C" fn(u64, u64, *mut c_char, usize) -> *mut c_void,
+    gm: unsafe extern "C" fn(*mut c_void, u64, u64, *mut c_char, usize) -> *mut c_void,
     launch: unsafe extern "C" fn(
         *mut c_void,
         *const c_char,
@@ -127,23 +146,23 @@ fn write_message(err: *mut c_char, err_len: usize, message: &str) {
     }
 }
 
-thread_local! {
-    /// The NPU of the kernel running on this thread (an emulated stream's worker).
-    static RUNNING_ON: Cell<Option<i32>> = const { Cell::new(None) };
-}
-
-/// The host address of emulated global memory `[addr, addr + len)`, or NULL with the reason.
+/// The host address of emulated global memory `[addr, addr + len)` for a kernel running on the
+/// NPU `ctx` holds (its index, as the launch passed it to the runner), or NULL with the reason.
 /// A kernel reaches only its own NPU's HBM: a DataCopy reaches another card's HBM only over HCCS
 /// (hardware-atlas-a2.md, "Cross-card"), which needs peer access set up; the emulation models no
 /// peer access (the stricter choice), so an address of another NPU is rejected like any address
 /// outside the device's memory.
-unsafe extern "C" fn host_gm(addr: u64, len: u64, err: *mut c_char, err_len: usize) -> *mut c_void {
+unsafe extern "C" fn host_gm(
+    ctx: *mut c_void,
+    addr: u64,
+    len: u64,
+    err: *mut c_char,
+    err_len: usize,
+) -> *mut c_void {
     let npus = &machine().npus;
-    let resolved = match (
-        RUNNING_ON.get(),
-        npus.iter().position(|n| n.memory.owns(addr)),
-    ) {
-        (None, _) => Err("no kernel is running on this thread".to_string()),
+    let running = (ctx as usize).checked_sub(1).map(|d| d as i32);
+    let resolved = match (running, npus.iter().position(|n| n.memory.owns(addr))) {
+        (None, _) => Err("no kernel launch is running".to_string()),
         (_, None) => Err(format!("0x{addr:x} is not device memory")),
         (Some(running), Some(owner)) if owner as i32 != running => Err(format!(
             "0x{addr:x} is memory of NPU {owner}, but the kernel runs on NPU {running} (a kernel \
@@ -151,11 +170,11 @@ unsafe extern "C" fn host_gm(addr: u64, len: u64, err: *mut c_char, err_len: usi
         )),
         (Some(_), Some(owner)) => npus[owner]
             .memory
-            .resolve(addr, len as usize)
+            .host_ptr(addr, len as usize)
             .map_err(|f| f.message),
     };
     match resolved {
-        Ok((block, offset)) => block.host_ptr(offset) as *mut c_void,
+        Ok(p) => p as *mut c_void,
         Err(m) => {
             write_message(err, err_len, &m);
             std::ptr::null_mut()
@@ -205,14 +224,18 @@ unsafe extern "C" fn host_launch(
     // The kernel reaches only the memory of the device its stream belongs to.
     let device = stream.device();
     let queued = stream.enqueue(Box::new(move || {
-        RUNNING_ON.set(Some(device));
+        // The whole blob, kept for every run (a graph replays it).
+        let owned = &owned;
         let mut stats = EmuStats::default();
-        let mut per_block = vec![0u64; block_dim as usize];
+        let mut per_block = vec![EmuBlockStats::default(); block_dim as usize];
         let mut err = [0 as c_char; 1024];
         let c_name = CString::new(kernel.clone()).unwrap_or_default();
         // SAFETY: the buffers are sized as the runner expects; `owned` keeps the args alive.
+        // The device index + 1 (0 is no launch), for `host_gm` on the runner's threads.
+        let ctx = (device as usize + 1) as *mut c_void;
         let code = unsafe {
             run(
+                ctx,
                 c_name.as_ptr(),
                 block_dim,
                 entry,
@@ -223,21 +246,26 @@ unsafe extern "C" fn host_launch(
                 err.len(),
             )
         };
-        RUNNING_ON.set(None);
-        drop(owned);
         {
             let mut totals = TOTALS.lock().unwrap();
             totals.launches += 1;
             totals.gm_bytes += stats.gm_bytes_read + stats.gm_bytes_written;
         }
         LOG.lock().unwrap().push(LaunchStats {
-            kernel,
+            kernel: kernel.clone(),
             block_dim,
             gm_bytes_read: stats.gm_bytes_read,
             gm_bytes_written: stats.gm_bytes_written,
             data_copies: stats.data_copies,
             ub_peak_bytes: stats.ub_peak_bytes,
-            per_block_gm_bytes: per_block,
+            vector_instructions: stats.vector_instructions,
+            vector_repeats: stats.vector_repeats,
+            per_block_gm_bytes: per_block.iter().map(|b| b.gm_bytes).collect(),
+            per_block_vector_repeats: per_block.iter().map(|b| b.vector_repeats).collect(),
+            per_block_vector_instructions: per_block
+                .iter()
+                .map(|b| b.vector_instructions)
+                .collect(),
         });
         if code == 0 {
             Ok(())

@@ -19,6 +19,7 @@ mod cann_exports;
 mod counters;
 mod elementwise;
 mod fault;
+mod graph;
 mod grouped;
 pub mod hccl;
 mod index;
@@ -50,6 +51,7 @@ use ascend_acl::table::SymbolSource;
 /// shared library built from the same list.
 pub mod exports {
     pub use super::elementwise::*;
+    pub use super::graph::*;
     pub use super::grouped::*;
     pub use super::index::*;
     pub use super::nn::*;
@@ -69,6 +71,7 @@ macro_rules! emulated_symbols {
         runtime { $(fn $rname:ident($($rarg:ident: $rty:ty),*) -> $rret:ty;)* }
         nnopbase { $(fn $bname:ident($($barg:ident: $bty:ty),*) -> $bret:ty;)* }
         optional { $(fn $xname:ident($($xarg:ident: $xty:ty),*) -> $xret:ty;)* }
+        graph { $(fn $gname:ident($($garg:ident: $gty:ty),*) -> $gret:ty;)* }
         ops { $($op:ident / $ws:ident($($oarg:ident: $oty:ty),*);)* }
     ) => {
         #[allow(unused_imports)]
@@ -81,6 +84,7 @@ macro_rules! emulated_symbols {
                 $(stringify!($rname) => { let f: unsafe extern "C" fn($($rty),*) -> $rret = exports::$rname; f as *const c_void })*
                 $(stringify!($bname) => { let f: unsafe extern "C" fn($($bty),*) -> $bret = exports::$bname; f as *const c_void })*
                 $(stringify!($xname) => { let f: unsafe extern "C" fn($($xty),*) -> $xret = exports::$xname; f as *const c_void })*
+                $(stringify!($gname) => { let f: unsafe extern "C" fn($($gty),*) -> $gret = exports::$gname; f as *const c_void })*
                 $(stringify!($ws) => { let f: unsafe extern "C" fn($($oty,)* *mut u64, *mut *mut aclOpExecutor) -> aclnnStatus = exports::$ws; f as *const c_void })*
                 $(stringify!($op) => { let f: Phase2Fn = exports::$op; f as *const c_void })*
                 _ => return None,

@@ -38,13 +38,13 @@ impl Npu {
         self.default_stream
             .lock()
             .unwrap()
-            .get_or_insert_with(|| Stream::new(id, self.fault.clone()))
+            .get_or_insert_with(|| Stream::new(id, true, self.fault.clone()))
             .clone()
     }
 
     /// A new stream of this device.
     pub fn new_stream(&self, id: i32) -> Arc<Stream> {
-        Stream::new(id, self.fault.clone())
+        Stream::new(id, false, self.fault.clone())
     }
 
     /// How many times the device was reset: what a context (or an HCCL communicator) created
@@ -174,6 +174,7 @@ impl Machine {
     /// memory (the context's resources), clears its fault, and unbinds every thread from it.
     pub fn reset(&self, id: i32) -> Result<(), Fault> {
         let npu = self.npu(id)?;
+        super::graph::check_sync(id, "aclrtResetDevice", ACL_ERROR_RT_STREAM_CAPTURED)?;
         let default = npu.default_stream.lock().unwrap().take();
         let mut streams = self.streams.lock().unwrap();
         let own: Vec<usize> = streams

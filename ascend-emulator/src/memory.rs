@@ -113,6 +113,7 @@ impl DeviceMemory {
         let words = (charged / 8) as usize;
         // calloc-backed: untouched pages cost no host memory.
         let data = Box::into_raw(vec![0u64; words].into_boxed_slice()) as *mut u64;
+        advise_huge_pages(data as *mut u8, charged as usize);
         let base = s.next;
         s.next += charged.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
         s.used += charged;
@@ -159,6 +160,12 @@ impl DeviceMemory {
         self.locate(addr, len, |b, offset| (b.clone(), offset))
     }
 
+    /// The host address of `[addr, addr + len)` (without holding its block: the caller's stream
+    /// order keeps it alive, and every access asks again).
+    pub fn host_ptr(&self, addr: u64, len: usize) -> Result<*mut u8, Fault> {
+        self.locate(addr, len, |b, offset| b.host_ptr(offset))
+    }
+
     /// Whether `[addr, addr + len)` is live memory of one allocation (without holding it).
     pub fn check(&self, addr: u64, len: usize) -> Result<(), Fault> {
         self.locate(addr, len, |_, _| ())
@@ -198,6 +205,26 @@ impl DeviceMemory {
         (lo..lo + (1 << 40)).contains(&addr)
     }
 }
+
+/// Asks Linux to back a large allocation with huge pages: kernels read emulated HBM in scattered
+/// rows (a paged KV cache), and with 4 KiB pages most of that time went to TLB misses. A hint
+/// only; ignored where transparent huge pages are off.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(data: *mut u8, len: usize) {
+    const HUGE: usize = 2 << 20;
+    const PAGE: usize = 4096;
+    if len < 2 * HUGE {
+        return;
+    }
+    let start = (data as usize).div_ceil(PAGE) * PAGE;
+    let end = (data as usize + len) / PAGE * PAGE;
+    // SAFETY: [start, end) lies inside the allocation just made; MADV_HUGEPAGE changes no
+    // contents, only how the kernel backs the pages.
+    unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_data: *mut u8, _len: usize) {}
 
 /// Page-locked host memory (`aclrtMallocHost`): the regions handed out, so that asynchronous
 /// copies can insist on them and notice one freed before its copy ran.

@@ -142,8 +142,8 @@ pub(crate) unsafe fn phase2(
         let stream = machine().stream(stream)?;
         let device = stream.device();
         let need = exec.workspace as usize;
-        super::counters::launched(exec.bytes);
-        stream.enqueue(Box::new(move || {
+        let bytes = exec.bytes;
+        stream.enqueue_op(Box::new(move || {
             // An operator runs on its stream's device and reaches that device's memory only.
             for (name, addr) in &exec.addrs {
                 let owner = machine().npu_of(*addr).map(|n| n.memory.device());
@@ -168,7 +168,7 @@ pub(crate) unsafe fn phase2(
                 code: f.code,
                 message: format!("{op} kernel: {}", f.message),
             })
-        }))
+        }), bytes)
     })
 }
 

@@ -79,6 +79,12 @@ pub unsafe extern "C" fn aclrtDestroyStream(stream: aclrtStream) -> aclError {
             ));
         }
         let s = m.stream(stream)?;
+        if s.capture().is_some() {
+            return Err(fault(
+                ACL_ERROR_RT_STREAM_CAPTURED,
+                "aclrtDestroyStream: the stream is capturing a graph",
+            ));
+        }
         m.streams.lock().unwrap().remove(&(stream as usize));
         s.shutdown();
         drop(Arc::from_raw(stream as *const Stream));
@@ -135,7 +141,7 @@ pub unsafe extern "C" fn aclrtSynchronizeEvent(event: aclrtEvent) -> aclError {
 pub unsafe extern "C" fn aclrtQueryEventStatus(event: aclrtEvent, status: *mut i32) -> aclError {
     guard("aclrtQueryEventStatus", || {
         let out = non_null(status, "status")?;
-        *out = if machine().event(event)?.is_complete() {
+        *out = if machine().event(event)?.is_complete()? {
             ACL_EVENT_RECORDED_STATUS_COMPLETE
         } else {
             ACL_EVENT_RECORDED_STATUS_NOT_READY
@@ -167,6 +173,7 @@ pub unsafe extern "C" fn aclrtFree(dev_ptr: *mut c_void) -> aclError {
                 format!("aclrtFree: {dev_ptr:?} is not a device address"),
             )
         })?;
+        super::graph::check_unsafe(npu.memory.device(), "aclrtFree")?;
         npu.memory.free(addr)
     })
 }
@@ -338,6 +345,8 @@ pub unsafe extern "C" fn aclrtMemcpy(
 ) -> aclError {
     guard("aclrtMemcpy", || {
         check_copy(dst, dest_max, src, count)?;
+        let (device, _) = machine().current()?;
+        super::graph::check_unsafe(device, "aclrtMemcpy (synchronous)")?;
         Copy {
             dst,
             src,

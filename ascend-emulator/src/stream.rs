@@ -7,15 +7,26 @@
 //! tasks are skipped, new launches are refused) and every synchronisation reports that same
 //! fault, naming the op or kernel that raised it, until `aclrtResetDevice`. Markers (event
 //! records and waits) still run, so nothing waiting on the device hangs.
+//!
+//! A stream that captures a graph (`graph.rs`) records the work issued to it instead of running
+//! it; tasks are `FnMut` so that a replay can run them again.
 
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::fault::{fault, panic_text, Fault};
+use super::graph::{self, Model};
 use ascend_acl::types::status::*;
 
-/// Work queued on a stream.
-pub(crate) type Task = Box<dyn FnOnce() -> Result<(), Fault> + Send>;
+/// Work queued on a stream (run again by each replay of a graph that recorded it).
+pub(crate) type Task = Box<dyn FnMut() -> Result<(), Fault> + Send>;
+
+/// A task recorded by a capture, with the modelled bytes of the aclnn operator it is (counted
+/// when a replay is queued, as a launch is counted when it is queued).
+pub(crate) struct Recorded {
+    pub task: Task,
+    pub aclnn_bytes: Option<u64>,
+}
 
 /// The sticky fault state of one device context.
 #[derive(Default)]
@@ -69,6 +80,10 @@ enum Job {
 /// One stream and its worker.
 pub(crate) struct Stream {
     device: i32,
+    /// The device's default stream (NULL handle), which may not be used during a capture.
+    default: bool,
+    /// The graph this stream is capturing into.
+    capture: Mutex<Option<Arc<Model>>>,
     fault: Arc<DeviceFault>,
     sender: Mutex<Option<Sender<Job>>>,
     pending: Arc<(Mutex<usize>, Condvar)>,
@@ -76,7 +91,7 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub fn new(device: i32, fault_state: Arc<DeviceFault>) -> Arc<Self> {
+    pub fn new(device: i32, default: bool, fault_state: Arc<DeviceFault>) -> Arc<Self> {
         let (tx, rx) = channel::<Job>();
         let pending: Arc<(Mutex<usize>, Condvar)> = Arc::default();
         let (done, faults) = (pending.clone(), fault_state.clone());
@@ -87,9 +102,9 @@ impl Stream {
                     match job {
                         Job::Marker(mark) => mark(),
                         Job::Work(_) if faults.get().is_some() => {}
-                        Job::Work(task) => {
+                        Job::Work(mut task) => {
                             let result =
-                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(task))
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut task))
                                     .unwrap_or_else(|p| {
                                         Err(fault(
                                             ACL_ERROR_RT_AICORE_EXCEPTION,
@@ -109,6 +124,8 @@ impl Stream {
             .expect("cannot start an emulated stream worker thread");
         Arc::new(Self {
             device,
+            default,
+            capture: Mutex::default(),
             fault: fault_state,
             sender: Mutex::new(Some(tx)),
             pending,
@@ -139,10 +156,64 @@ impl Stream {
         }
     }
 
-    /// Queues `task`; it runs after everything queued before it. A faulted device refuses it.
+    /// The graph this stream is capturing into, if any.
+    pub fn capture(&self) -> Option<Arc<Model>> {
+        self.capture.lock().unwrap().clone()
+    }
+
+    /// Starts recording into `model`; fails if the stream already captures.
+    pub fn begin_capture(&self, model: Arc<Model>) -> Result<(), ()> {
+        let mut capture = self.capture.lock().unwrap();
+        if capture.is_some() {
+            return Err(());
+        }
+        *capture = Some(model);
+        Ok(())
+    }
+
+    /// Stops recording.
+    pub fn end_capture(&self) {
+        self.capture.lock().unwrap().take();
+    }
+
+    /// Queues `task`; it runs after everything queued before it. A faulted device refuses it;
+    /// a capturing stream records it.
     pub fn enqueue(&self, task: Task) -> Result<(), Fault> {
+        self.submit(task, None)
+    }
+
+    /// [`Stream::enqueue`] for an aclnn operator moving `bytes` (modelled), counted as launched
+    /// when it is queued, or when a replay of the graph that recorded it is.
+    pub fn enqueue_op(&self, task: Task, bytes: u64) -> Result<(), Fault> {
+        self.submit(task, Some(bytes))
+    }
+
+    fn submit(&self, task: Task, aclnn_bytes: Option<u64>) -> Result<(), Fault> {
         self.fault.check()?;
+        if let Some(model) = self.capture() {
+            return model.record(Recorded { task, aclnn_bytes });
+        }
+        if self.default {
+            graph::check_default_stream(self.device, "work queued")?;
+        }
+        if let Some(bytes) = aclnn_bytes {
+            super::counters::launched(bytes);
+        }
+        super::counters::submitted();
         self.send(Job::Work(task))
+    }
+
+    /// Queues one replay of a graph, whose recorded aclnn operators move `ops` bytes each.
+    pub fn enqueue_replay(&self, replay: Task, ops: &[u64]) -> Result<(), Fault> {
+        self.fault.check()?;
+        if self.default {
+            graph::check_default_stream(self.device, "aclmdlRIExecuteAsync")?;
+        }
+        for &bytes in ops {
+            super::counters::launched(bytes);
+        }
+        super::counters::submitted();
+        self.send(Job::Work(replay))
     }
 
     /// Queues host bookkeeping that runs in stream order even on a faulted device.
@@ -150,8 +221,14 @@ impl Stream {
         self.send(Job::Marker(mark))
     }
 
-    /// Waits for all queued work; reports the device's fault, every time, until reset.
+    /// Waits for all queued work; reports the device's fault, every time, until reset. Refused
+    /// while a stream of the device captures.
     pub fn synchronize(&self) -> Result<(), Fault> {
+        graph::check_sync(
+            self.device,
+            "aclrtSynchronizeStream",
+            ACL_ERROR_RT_STREAM_CAPTURED,
+        )?;
         let (lock, cv) = &*self.pending;
         drop(cv.wait_while(lock.lock().unwrap(), |n| *n > 0).unwrap());
         self.fault.check()
@@ -179,15 +256,30 @@ struct EventState {
     completed: u64,
     /// The device of the latest record, whose fault a wait reports.
     device: Option<Arc<DeviceFault>>,
+    /// The device number of the latest record.
+    device_id: Option<i32>,
+    /// The graph (handle) whose capture recorded the event last: waits and queries are then
+    /// forbidden until it is recorded again outside a capture.
+    captured_by: Option<usize>,
 }
 
 impl Event {
     pub fn record(self: &Arc<Self>, stream: &Stream) -> Result<(), Fault> {
         stream.fault.check()?;
+        if let Some(model) = stream.capture() {
+            // Recorded inside a capture: a node of the graph, not a point of the host's stream.
+            self.state.lock().unwrap().captured_by = Some(model.handle());
+            return Ok(());
+        }
+        if stream.default {
+            graph::check_default_stream(stream.device, "aclrtRecordEvent")?;
+        }
         let ticket = {
             let mut s = self.state.lock().unwrap();
             s.recorded += 1;
             s.device = Some(stream.fault.clone());
+            s.device_id = Some(stream.device);
+            s.captured_by = None;
             s.recorded
         };
         let event = self.clone();
@@ -198,13 +290,33 @@ impl Event {
         }))
     }
 
-    pub fn is_complete(&self) -> bool {
+    /// Refuses a synchronisation or query of an event recorded inside a capture, or while a
+    /// stream of its device captures (aclgraph-abi.md §3, §4 rule 2).
+    fn check_query(&self, what: &str) -> Result<(), Fault> {
+        let (captured_by, device) = {
+            let s = self.state.lock().unwrap();
+            (s.captured_by, s.device_id)
+        };
+        if let Some(handle) = captured_by {
+            let why = format!("{what}: the event was last recorded inside a graph capture");
+            graph::invalidate(handle, &why);
+            return Err(fault(ACL_ERROR_RT_EVENT_CAPTURED, why));
+        }
+        match device {
+            Some(d) => graph::check_sync(d, what, ACL_ERROR_RT_EVENT_CAPTURED),
+            None => Ok(()),
+        }
+    }
+
+    pub fn is_complete(&self) -> Result<bool, Fault> {
+        self.check_query("aclrtQueryEventStatus")?;
         let s = self.state.lock().unwrap();
-        s.completed >= s.recorded
+        Ok(s.completed >= s.recorded)
     }
 
     /// Waits for the latest record; reports the fault of its device, if it has one.
     pub fn wait(&self) -> Result<(), Fault> {
+        self.check_query("aclrtSynchronizeEvent")?;
         let s = self.state.lock().unwrap();
         let target = s.recorded;
         let s = self.cv.wait_while(s, |s| s.completed < target).unwrap();
@@ -217,6 +329,17 @@ impl Event {
     /// Makes `stream` wait (on the device) until the event's latest record completes.
     pub fn wait_on(self: &Arc<Self>, stream: &Stream) -> Result<(), Fault> {
         stream.fault.check()?;
+        let captured_by = self.state.lock().unwrap().captured_by;
+        if let Some(model) = stream.capture() {
+            // Inside one recording, stream order already holds.
+            return graph::check_capture_wait(&model, captured_by);
+        }
+        if let Some(handle) = captured_by.filter(|&h| graph::is_capturing(h)) {
+            return graph::refuse_fork(handle);
+        }
+        if stream.default {
+            graph::check_default_stream(stream.device, "aclrtStreamWaitEvent")?;
+        }
         let target = self.state.lock().unwrap().recorded;
         let event = self.clone();
         stream.enqueue_marker(Box::new(move || {

@@ -1,13 +1,16 @@
 // layer_norm: y = (x - mean) * rstd * gamma + beta over the rows of x [M, N], with the row
 // statistics mean [M] and rstd [M] in f32 (fused-ops contract 6, forward).
 //
-// Work split: block b owns rows [b * rowsPerCore, min((b + 1) * rowsPerCore, M)). Statistics are
-// computed in f32 whatever the input type (half and bf16 are widened on load).
+// Work split: block b owns rows [b * rowsPerCore, min((b + 1) * rowsPerCore, M)) (the tiling
+// picks the block count from the device model). Statistics are computed in f32 whatever the
+// input type (half and bf16 are widened on load).
 // Two modes, chosen by the tiling from the row width and the unified buffer:
-// * resident rows (chunk == N): a whole row is loaded once, normalised in place and stored;
-//   gamma and beta are loaded once per block and kept in the unified buffer;
-// * chunked rows (chunk < N, rows wider than the unified buffer): three passes over the row in
-//   chunks of `chunk` elements: the sum, the sum of squared deviations, then the normalisation.
+// * resident rows (rowResident): a whole row, widened to f32, stays in the unified buffer: it is
+//   read from GM once, in chunks of `chunk` elements, and the three passes (sum, sum of squared
+//   deviations, normalisation) run over it there; gamma and beta are loaded once per block and
+//   kept beside it. chunk == N is the case of one chunk per row;
+// * chunked rows (rows wider than the unified buffer allows): three passes over the row in GM,
+//   in chunks of `chunk` elements, gamma and beta loaded per chunk.
 // mean and rstd of up to `statRows` rows are gathered in the unified buffer and stored together.
 #include "kernel_common.h"
 
@@ -17,7 +20,8 @@ struct BurnLayerNormTiling {
     uint32_t rows;         // M
     uint32_t cols;         // N
     uint32_t rowsPerCore;  // rows per block (the last block may have fewer)
-    uint32_t chunk;        // elements per unified-buffer chunk (N when rows are resident)
+    uint32_t chunk;        // elements per unified-buffer chunk (N when a row is one chunk)
+    uint32_t rowResident;  // 1: a row (f32) and gamma/beta stay in the unified buffer
     uint32_t statRows;     // rows whose statistics are stored together (a multiple of 8)
     uint32_t hasGamma;     // 1 if gamma is given
     uint32_t hasBeta;      // 1 if beta is given
@@ -51,11 +55,14 @@ public:
             betaGm.SetGlobalBuffer((__gm__ T*)beta, t.cols);
         }
         uint32_t c = t.chunk;
+        // Resident rows keep a whole row and gamma/beta; chunked rows one chunk of each.
+        uint32_t held = t.rowResident ? t.cols : c;
+        betaAt = Align32(held * sizeof(float)) / sizeof(float);
         pipe->InitBuffer(inQ, 1, Align32(c * sizeof(T)));
         pipe->InitBuffer(outQ, 1, Align32(c * sizeof(T)));
-        pipe->InitBuffer(work, Align32(c * sizeof(float)));
+        pipe->InitBuffer(work, Align32(held * sizeof(float)));
         pipe->InitBuffer(square, Align32(c * sizeof(float)));
-        pipe->InitBuffer(affine, 2 * Align32(c * sizeof(float)));
+        pipe->InitBuffer(affine, 2 * Align32(held * sizeof(float)));
         pipe->InitBuffer(reduceTmp, Align32(ReduceTmpElems(c) * sizeof(float)));
         pipe->InitBuffer(result, 32);
         pipe->InitBuffer(stats, 2 * t.statRows * sizeof(float));
@@ -66,9 +73,12 @@ public:
 
     __aicore__ inline void Process()
     {
-        bool resident = tiling.chunk == tiling.cols;
+        bool resident = tiling.rowResident != 0;
         if (resident) {
-            LoadAffine(0, tiling.cols);
+            for (uint32_t at = 0; at < tiling.cols; at += tiling.chunk) {
+                uint32_t len = tiling.cols - at < tiling.chunk ? tiling.cols - at : tiling.chunk;
+                LoadAffine(at, at, len);
+            }
         }
         LocalTensor<float> st = stats.Get<float>();
         for (uint32_t done = 0; done < rows; done += tiling.statRows) {
@@ -105,16 +115,16 @@ private:
         inQ.FreeTensor(in);
     }
 
-    // gamma and beta [from, from + n) as f32 in the affine buffer (gamma first, then beta).
-    __aicore__ inline void LoadAffine(uint32_t from, uint32_t n)
+    // gamma and beta [from, from + n) as f32 at element `to` of the affine buffer (gamma first,
+    // then beta at betaAt); n is at most a chunk (the staging buffer's size).
+    __aicore__ inline void LoadAffine(uint32_t from, uint32_t to, uint32_t n)
     {
         LocalTensor<float> g = affine.Get<float>();
-        LocalTensor<float> b = g[Align32(tiling.chunk * sizeof(float)) / sizeof(float)];
         if (tiling.hasGamma) {
-            LoadParam(g, gammaGm[from], n);
+            LoadParam(g[to], gammaGm[from], n);
         }
         if (tiling.hasBeta) {
-            LoadParam(b, betaGm[from], n);
+            LoadParam(g[betaAt + to], betaGm[from], n);
         }
     }
 
@@ -147,17 +157,19 @@ private:
         return VectorSum(sq, n);
     }
 
-    // Normalises n f32 values in place and stores them to y at `at`.
-    __aicore__ inline void NormaliseAndStore(const LocalTensor<float>& v, float mean, float rstd, uint64_t at, uint32_t n)
+    // Normalises n f32 values in place (gamma and beta from element `affineAt` of the affine
+    // buffer) and stores them to y at `at`.
+    __aicore__ inline void NormaliseAndStore(const LocalTensor<float>& v, float mean, float rstd, uint64_t at, uint32_t n,
+                                             uint32_t affineAt)
     {
         Adds(v, v, -mean, static_cast<int32_t>(n));
         Muls(v, v, rstd, static_cast<int32_t>(n));
         LocalTensor<float> g = affine.Get<float>();
         if (tiling.hasGamma) {
-            Mul(v, v, g, static_cast<int32_t>(n));
+            Mul(v, v, g[affineAt], static_cast<int32_t>(n));
         }
         if (tiling.hasBeta) {
-            Add(v, v, g[Align32(tiling.chunk * sizeof(float)) / sizeof(float)], static_cast<int32_t>(n));
+            Add(v, v, g[betaAt + affineAt], static_cast<int32_t>(n));
         }
         LocalTensor<T> o = outQ.AllocTensor<T>();
         if constexpr (sizeof(T) == sizeof(float)) {
@@ -171,16 +183,30 @@ private:
         outQ.FreeTensor(out);
     }
 
+    // The row is read once into the unified buffer; the passes run over it there.
     __aicore__ inline void ResidentRow(uint32_t row, float& mean, float& rstd)
     {
         uint32_t n = tiling.cols;
-        uint64_t at = static_cast<uint64_t>(row) * n;
+        uint32_t c = tiling.chunk;
+        uint64_t base = static_cast<uint64_t>(row) * n;
         LocalTensor<float> v = work.Get<float>();
-        LoadWide(v, at, n);
-        mean = VectorSum(v, n) / static_cast<float>(n);
-        float var = SquaredDeviation(v, mean, n) / static_cast<float>(n);
-        rstd = 1.0f / ScalarSqrt(var + tiling.eps);
-        NormaliseAndStore(v, mean, rstd, at, n);
+        float sum = 0.0f;
+        for (uint32_t at = 0; at < n; at += c) {
+            uint32_t len = n - at < c ? n - at : c;
+            LoadWide(v[at], base + at, len);
+            sum += VectorSum(v[at], len);
+        }
+        mean = sum / static_cast<float>(n);
+        float dev = 0.0f;
+        for (uint32_t at = 0; at < n; at += c) {
+            uint32_t len = n - at < c ? n - at : c;
+            dev += SquaredDeviation(v[at], mean, len);
+        }
+        rstd = 1.0f / ScalarSqrt(dev / static_cast<float>(n) + tiling.eps);
+        for (uint32_t at = 0; at < n; at += c) {
+            uint32_t len = n - at < c ? n - at : c;
+            NormaliseAndStore(v[at], mean, rstd, base + at, len, at);
+        }
     }
 
     __aicore__ inline void ChunkedRow(uint32_t row, float& mean, float& rstd)
@@ -205,9 +231,9 @@ private:
         rstd = 1.0f / ScalarSqrt(dev / static_cast<float>(n) + tiling.eps);
         for (uint32_t at = 0; at < n; at += c) {
             uint32_t len = n - at < c ? n - at : c;
-            LoadAffine(at, len);
+            LoadAffine(at, 0, len);
             LoadWide(v, base + at, len);
-            NormaliseAndStore(v, mean, rstd, base + at, len);
+            NormaliseAndStore(v, mean, rstd, base + at, len, 0);
         }
     }
 
@@ -234,6 +260,7 @@ private:
 
     BurnLayerNormTiling tiling;
     uint32_t rows = 0;
+    uint32_t betaAt = 0;  // element of the affine buffer where beta starts
     TQue<TPosition::VECIN, 1> inQ;
     TQue<TPosition::VECOUT, 1> outQ;
     TBuf<TPosition::VECCALC> work, square, affine, reduceTmp, result, stats, stage;

@@ -18,6 +18,7 @@ pub mod runtime;
 
 pub use backend::collective::{self, CollectiveOps};
 pub use backend::fused::{self, FusedOps};
+pub use backend::graph;
 pub use backend::{Ascend, AscendQTensor};
 pub use error::{try_run, AscendError};
 pub use ops::AscendTensor;

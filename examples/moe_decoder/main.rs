@@ -3,9 +3,12 @@
 //! its weights with Burn's recorder, then serves a set of prompts of different lengths with the
 //! continuous-batching server (paged KV cache through the fused `alloc_extend` and
 //! `decode_attention`, chunked prefill, preemption when the cache runs out) and prints each
-//! continuation and the serving figures. `--fusion` runs the same on `Fusion<Ascend>` (lazy
-//! execution with fused element-wise runs), with the same outputs. `--devices N` trains
-//! data-parallel and serves expert-parallel across N NPUs (`parallel.rs`).
+//! continuation and the serving figures. Decode-only steps replay an ACL graph of the step
+//! captured per batch-size bucket (`--eager-decode` issues every op instead); the example
+//! prints which buckets run captured. `--fusion` runs the same on `Fusion<Ascend>` (lazy
+//! execution with fused element-wise runs, decoding eagerly), with the same outputs.
+//! `--devices N` trains data-parallel and serves expert-parallel across N NPUs
+//! (`parallel.rs`), decoding eagerly.
 //!
 //! Every option is checked before the device is touched and before training starts.
 //!
@@ -25,6 +28,7 @@ use burn_ascend::{Ascend, AscendDevice, CollectiveOps, FusedOps};
 use burn_ascend_suite::a2::ModelledClock;
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
+use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
 use burn_ascend_suite::moe::model::MoeDecoder;
 use burn_ascend_suite::moe::serve::{Request, Sampling, ServeConfig, Server};
 use burn_ascend_suite::moe::train::{StepReport, TrainConfig};
@@ -118,6 +122,10 @@ pub struct Args {
     /// a longer prompt is prefilled over several steps beside the decode of the others.
     #[arg(long, default_value_t = 64)]
     step_tokens: usize,
+    /// Serving: issue every op of each decode step instead of replaying the step's captured
+    /// graph.
+    #[arg(long)]
+    eager_decode: bool,
 }
 
 /// The prompts the example serves.
@@ -134,6 +142,7 @@ pub struct Plan {
     train: Option<TrainConfig>,
     serve: ServeConfig,
     requests: Vec<Request>,
+    captured_decode: bool,
 }
 
 fn main() {
@@ -209,6 +218,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
         train,
         serve,
         requests,
+        captured_decode: !args.eager_decode,
     })
 }
 
@@ -393,6 +403,34 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     let cfg = plan.serve;
     let served = parallel::serving(model.clone(), devices)?;
     let mut server = Server::new(served, cfg, device).map_err(|e| e.to_string())?;
+    if plan.captured_decode && devices.len() > 1 {
+        // Expert-parallel decode exchanges rows between NPUs (HCCL), which the captured step
+        // of one device does not record.
+        println!(
+            "decode steps run eagerly: expert-parallel decode spans {} NPUs",
+            devices.len()
+        );
+    } else if plan.captured_decode {
+        // On failure the server has said why, and decodes eagerly.
+        if server.enable_captured_decode(&DECODE_BUCKETS).is_ok() {
+            let eager: Vec<String> = server
+                .eager_buckets()
+                .iter()
+                .map(|(b, why)| format!("{b} ({why})"))
+                .collect();
+            println!(
+                "decode steps replay captured graphs for batch buckets {:?}{}",
+                server.captured_buckets(),
+                if eager.is_empty() {
+                    String::new()
+                } else {
+                    format!("; eager: {}", eager.join(", "))
+                }
+            );
+        }
+    } else {
+        println!("decode steps run eagerly (--eager-decode)");
+    }
     println!(
         "serving {} prompts, {} new tokens each (paged KV cache of {} pages of {} slots, steps \
          of at most {} tokens)",

@@ -22,6 +22,7 @@ pub mod cache;
 pub mod config;
 pub mod corpus;
 pub mod data_parallel;
+pub mod decode_graph;
 pub mod expert_parallel;
 pub mod model;
 pub mod parallel;

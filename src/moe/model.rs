@@ -261,7 +261,15 @@ impl<B: FusedOps> Moe<B> {
         let ids = ids.reshape([t * k]);
         // Rows routed to the same expert become contiguous, in token order within an expert.
         let order = ids.clone().argsort(0).cast(DType::I32);
-        let routed = ids.clone().one_hot::<2>(e).float();
+        // One-hot by comparison with the expert ids: Burn's `one_hot` first reads the largest
+        // id back to check it, a host synchronisation inside the step that a captured decode
+        // step cannot have (the ids come from top-k, so they are in range).
+        let experts = Tensor::<B, 1, Int>::arange(0..e as i64, &ids.device());
+        let routed = ids
+            .clone()
+            .reshape([t * k, 1])
+            .equal(experts.reshape([1, e]))
+            .float();
         let group_sizes = routed
             .clone()
             .sum_dim(0)

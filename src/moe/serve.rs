@@ -10,19 +10,24 @@
 //! requests; the server then resets the device (its faults are sticky), restores its weights
 //! and cache and goes on with the others.
 //! [`reference_logits`] is the dense path the paged one must agree with.
+//!
+//! With [`Server::enable_captured_decode`] (the `Ascend` backend), decode-only steps replay an
+//! ACL graph of the step per batch-size bucket instead of issuing every op (see
+//! [`super::decode_graph`]); the cache then stays at one address for the server's life.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 use burn::module::Module;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::fused::{self, DecodeAttentionOptions};
-use burn_ascend::{try_run, AscendDevice, AscendError, FusedOps};
+use burn_ascend::{graph, try_run, Ascend, AscendDevice, AscendError, FusedOps};
 
 use super::cache::{ints, slot, LayerCache, PagePool};
+use super::decode_graph::{Bucket, CapturedDecode, Packing};
 use super::model::MoeDecoder;
 use super::scheduler::{Entry, Plan, RequestId, Sampled, Scheduler};
 use super::workload::{percentiles, Arrival, ServingReport};
@@ -268,6 +273,11 @@ pub struct StepReport {
     pub decode_only: bool,
     /// Requests preempted to make room.
     pub preempted: usize,
+    /// The step replayed a captured decode graph (of this bucket).
+    pub captured: Option<usize>,
+    /// Host seconds to queue the step's device work (its inputs, then its ops or its replay),
+    /// before anything is read back: the host time the device waits for when it is faster.
+    pub issue_secs: f64,
     /// Wall time of the step, seconds.
     pub secs: f64,
 }
@@ -310,6 +320,8 @@ pub struct Server<B: FusedOps> {
     next_id: u64,
     restore: bool,
     fault_next_step: bool,
+    /// Captured decode, when enabled.
+    decode: Option<CapturedDecode<B>>,
 }
 
 type WeightRecorder = BinBytesRecorder<FullPrecisionSettings>;
@@ -337,14 +349,21 @@ impl<B: FusedOps> Server<B> {
             next_id: 0,
             restore: false,
             fault_next_step: false,
+            decode: None,
         };
         server.caches = server.empty_caches();
         Ok(server)
     }
 
+    /// Pages of the cache: the pool's, then scratch pages for the padding rows of captured
+    /// decode batches (one per row of the largest bucket).
+    fn cache_pages(&self) -> usize {
+        self.cfg.pages + self.decode.as_ref().map_or(0, CapturedDecode::largest)
+    }
+
     fn empty_caches(&self) -> Vec<LayerCache<B>> {
         let d = self.model.dims();
-        let slots = self.cfg.pages * self.cfg.page_size;
+        let slots = self.cache_pages() * self.cfg.page_size;
         let empty = || Tensor::<B, 3>::zeros([slots, d.kv_heads, d.head_dim], &self.device);
         self.model
             .blocks
@@ -366,9 +385,112 @@ impl<B: FusedOps> Server<B> {
         self.scheduler.preemptions()
     }
 
+    /// Requests submitted and not finished (waiting or running).
+    pub fn pending(&self) -> usize {
+        self.scheduler.waiting() + self.scheduler.running().len()
+    }
+
     /// No request waits or runs.
     pub fn is_idle(&self) -> bool {
         self.scheduler.is_idle()
+    }
+
+    /// Decode-only steps of up to the largest of `buckets` requests replay a captured graph of
+    /// the step (batches padded to the next bucket) instead of issuing each op. Captures every
+    /// bucket now; a bucket that cannot be captured runs eagerly and says why, once (as does a
+    /// batch above the largest bucket). Fails, saying why, on a backend other than `Ascend`, a
+    /// device without ACL graphs, or a busy server. See [`Server::captured_buckets`].
+    pub fn enable_captured_decode(&mut self, buckets: &[usize]) -> Result<(), String> {
+        let why = if TypeId::of::<B>() != TypeId::of::<Ascend>() {
+            Some(format!(
+                "captured decode needs the Ascend backend, this server runs on {}: it decodes                  eagerly",
+                std::any::type_name::<B>()
+            ))
+        } else if let Err(e) = graph::supported(self.ascend_device()) {
+            Some(format!(
+                "captured decode is not available, the server decodes eagerly: {e}"
+            ))
+        } else if !self.is_idle() {
+            Some("captured decode is enabled before any request is submitted".into())
+        } else if buckets.is_empty() || buckets.contains(&0) {
+            Some(format!(
+                "decode buckets must be at least 1, got {buckets:?}"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            eprintln!("burn-ascend-suite: {why}");
+            return Err(why);
+        }
+        self.decode = Some(CapturedDecode::new(buckets.to_vec()));
+        // The cache grows by the scratch pages and keeps its address from now on.
+        self.caches = self.empty_caches();
+        self.capture_decode();
+        Ok(())
+    }
+
+    /// The decode buckets that run captured.
+    pub fn captured_buckets(&self) -> Vec<usize> {
+        self.decode
+            .as_ref()
+            .map_or_else(Vec::new, |d| d.buckets.iter().map(|b| b.size).collect())
+    }
+
+    /// The decode buckets asked for that run eagerly, and why.
+    pub fn eager_buckets(&self) -> Vec<(usize, String)> {
+        self.decode.as_ref().map_or_else(Vec::new, |d| {
+            d.eager.iter().map(|(b, why)| (*b, why.clone())).collect()
+        })
+    }
+
+    /// The server's device as an Ascend device (the caller checked that `B` is `Ascend`).
+    fn ascend_device(&self) -> &AscendDevice {
+        (&self.device as &dyn Any)
+            .downcast_ref::<AscendDevice>()
+            .expect("the Ascend backend's device")
+    }
+
+    /// Captures the decode step of every requested bucket (dropping the old graphs first).
+    fn capture_decode(&mut self) {
+        let Some(decode) = self.decode.as_mut() else {
+            return;
+        };
+        decode.buckets.clear();
+        decode.eager.clear();
+        for b in decode.requested.clone() {
+            let captured = self.capture_bucket(b);
+            let decode = self.decode.as_mut().expect("captured decode is enabled");
+            match captured {
+                Ok(bucket) => decode.buckets.push(bucket),
+                Err(why) => {
+                    decode.notice(format!("decode bucket {b} runs eagerly: {why}"));
+                    decode.eager.insert(b, why);
+                }
+            }
+        }
+    }
+
+    fn capture_bucket(&mut self, b: usize) -> Result<Bucket<B>, String> {
+        let packing = Packing {
+            b,
+            free: self.cache_pages(),
+            kv: b * self.cfg.max_seq,
+        };
+        let packed = Tensor::<B, 1, Int>::zeros([packing.len()], (&self.device, DType::I32));
+        let device = *self.ascend_device();
+        let (graph, logits) = graph::capture(&device, || {
+            let inputs = packed_inputs(&packed, packing);
+            self.forward(&inputs)
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(Bucket {
+            size: b,
+            packing,
+            packed,
+            logits,
+            graph,
+        })
     }
 
     /// Queues `request`, or returns why it can never be served.
@@ -407,8 +529,10 @@ impl<B: FusedOps> Server<B> {
             preempted: plan.preempted.len(),
             ..StepReport::default()
         };
-        match self.run(&plan) {
-            Ok(sampled) => {
+        match self.run(&plan, report.decode_only) {
+            Ok((sampled, captured, issue_secs)) => {
+                report.captured = captured;
+                report.issue_secs = issue_secs;
                 report.sampled = plan
                     .work
                     .iter()
@@ -433,24 +557,102 @@ impl<B: FusedOps> Server<B> {
         report
     }
 
-    /// The device part of a step, where every device failure of the step is caught.
-    fn run(&mut self, plan: &Plan) -> Result<Vec<Sampled>, ServeError> {
+    /// The device part of a step, where every device failure of the step is caught; the bucket
+    /// whose graph the step replayed, if it did.
+    fn run(
+        &mut self,
+        plan: &Plan,
+        decode_only: bool,
+    ) -> Result<(Vec<Sampled>, Option<usize>, f64), ServeError> {
         let fault = std::mem::take(&mut self.fault_next_step);
         try_run(|| {
             if self.restore {
                 self.restore_device_state();
             }
-            let inputs = self.inputs(plan, fault);
-            let logits = self.forward(&inputs);
-            self.sample(logits, plan)
+            let start = Instant::now();
+            let host = self.host_inputs(plan, fault);
+            let replayed = if decode_only {
+                self.replay_decode(&host, plan)
+            } else {
+                None
+            };
+            let (logits, bucket) = match replayed {
+                Some((logits, bucket)) => (logits, Some(bucket)),
+                None => {
+                    let inputs = self.inputs(host, plan);
+                    (self.forward(&inputs), None)
+                }
+            };
+            let issue_secs = start.elapsed().as_secs_f64();
+            (self.sample(logits, plan), bucket, issue_secs)
         })
         .map_err(ServeError::Device)
+    }
+
+    /// A decode step by its bucket's graph: the logits `[n, V]` of its rows and the bucket, or
+    /// `None` (said once) when it runs eagerly.
+    fn replay_decode(&mut self, host: &HostInputs, plan: &Plan) -> Option<(Tensor<B, 2>, usize)> {
+        let n = plan.work.len();
+        let ps = self.cfg.page_size;
+        let pages = self.cfg.pages;
+        let decode = self.decode.as_mut()?;
+        let Some(bucket) = decode.bucket_for(n) else {
+            let why = decode.why_eager(n);
+            decode.notice(why);
+            return None;
+        };
+        let p = bucket.packing;
+        let pad = p.b - n;
+        let mut packed = vec![0i32; p.len()];
+        let mut put =
+            |at: usize, values: &[i32]| packed[at..at + values.len()].copy_from_slice(values);
+        put(p.row(Packing::TOKENS), &host.tokens);
+        put(p.row(Packing::POSITIONS), &host.positions);
+        put(p.row(Packing::PREFIX), &host.prefix_lens);
+        put(p.row(Packing::SEQ), &host.seq_lens);
+        put(p.row(Packing::LAST_LOC), &host.last_loc);
+        put(p.row(Packing::SPLITS), &host.splits);
+        put(p.indptr(), &host.indptr);
+        put(p.indices(), &host.indices);
+        // Real rows that start a page take the first free pages; each padding row then takes
+        // its scratch page and attends to that one slot.
+        let taken = plan.work.iter().filter(|w| w.from % ps == 0).count();
+        put(p.free_pages(), &plan.free_list[..taken]);
+        let keys = host.indices.len();
+        for j in 0..pad {
+            let scratch = (pages + j) as i32;
+            packed[p.free_pages() + taken + j] = scratch;
+            packed[p.indices() + keys + j] = scratch * ps as i32;
+            packed[p.indptr() + n + 1 + j] = (keys + j + 1) as i32;
+            packed[p.row(Packing::SEQ) + n + j] = 1;
+            packed[p.row(Packing::SPLITS) + n + j] = 1;
+        }
+        let sample_at = p.row(Packing::SAMPLE);
+        for (r, v) in packed[sample_at..sample_at + p.b].iter_mut().enumerate() {
+            *v = r as i32;
+        }
+        let static_input = (&bucket.packed as &dyn Any)
+            .downcast_ref::<Tensor<Ascend, 1, Int>>()
+            .expect("captured decode runs on Ascend");
+        let len = packed.len();
+        graph::write(static_input, TensorData::new(packed, [len]))
+            .unwrap_or_else(|e| panic!("writing the decode inputs: {e}"));
+        bucket
+            .graph
+            .replay()
+            .unwrap_or_else(|e| panic!("replaying decode bucket {}: {e}", bucket.size));
+        Some((bucket.logits.clone().narrow(0, 0, n), bucket.size))
     }
 
     /// Resets the device (a fault is sticky: its context fails every later use until then),
     /// reloads the weights from the host copy and empties the cache (no request holds a page
     /// after a failed step).
     fn restore_device_state(&mut self) {
+        // The graphs hold the old context's addresses: gone before the reset, captured again
+        // after it.
+        if let Some(decode) = self.decode.as_mut() {
+            decode.buckets.clear();
+        }
         // Only Ascend devices have sticky faults; `B::Device` is `'static` as `B` is.
         if let Some(device) = (&self.device as &dyn Any).downcast_ref::<AscendDevice>() {
             burn_ascend::reset_device(device)
@@ -461,11 +663,12 @@ impl<B: FusedOps> Server<B> {
             .expect("the server's own weights load");
         self.model = self.model.clone().load_record(record);
         self.caches = self.empty_caches();
+        self.capture_decode();
         self.restore = false;
     }
 
-    /// Uploads the step's inputs (see [`StepInputs`]).
-    fn inputs(&self, plan: &Plan, fault: bool) -> StepInputs<B> {
+    /// The step's inputs on the host (see [`StepInputs`]).
+    fn host_inputs(&self, plan: &Plan, fault: bool) -> HostInputs {
         let ps = self.cfg.page_size;
         let running = self.scheduler.running();
         let (mut tokens, mut positions) = (Vec::new(), Vec::new());
@@ -493,20 +696,36 @@ impl<B: FusedOps> Server<B> {
             }
         }
         if fault {
-            indices[0] = (self.cfg.pages * ps) as i32;
+            // Past the cache's last slot (scratch pages included).
+            indices[0] = (self.cache_pages() * ps) as i32;
         }
+        HostInputs {
+            tokens,
+            positions,
+            prefix_lens,
+            seq_lens,
+            last_loc,
+            indptr,
+            indices,
+            splits,
+            sample_rows,
+        }
+    }
+
+    /// Uploads the step's inputs.
+    fn inputs(&self, host: HostInputs, plan: &Plan) -> StepInputs<B> {
         let d = &self.device;
         StepInputs {
-            tokens: ints(tokens, d),
-            positions: ints::<B>(positions, d).float(),
-            prefix_lens: ints(prefix_lens, d),
-            seq_lens: ints(seq_lens, d),
-            last_loc: ints(last_loc, d),
+            tokens: ints(host.tokens, d),
+            positions: ints::<B>(host.positions, d).float(),
+            prefix_lens: ints(host.prefix_lens, d),
+            seq_lens: ints(host.seq_lens, d),
+            last_loc: ints(host.last_loc, d),
             free_pages: ints(plan.free_list.clone(), d),
-            kv_indptr: ints(indptr, d),
-            kv_indices: ints(indices, d),
-            kv_splits: ints(splits, d),
-            sample_rows: ints(sample_rows, d),
+            kv_indptr: ints(host.indptr, d),
+            kv_indices: ints(host.indices, d),
+            kv_splits: ints(host.splits, d),
+            sample_rows: ints(host.sample_rows, d),
         }
     }
 
@@ -534,13 +753,18 @@ impl<B: FusedOps> Server<B> {
         };
         let mut h = self.model.embed(x.tokens.clone().reshape([1, t]));
         let hidden = h.dims()[2];
+        let in_place = self.decode.is_some();
         for (block, cache) in self.model.blocks.iter().zip(self.caches.iter_mut()) {
             let (q, k, v) = block.attn.project(
                 block.attn_input(h.clone(), &dims),
                 x.positions.clone(),
                 &dims,
             );
-            cache.write(slots.clone(), rows(k), rows(v));
+            if in_place {
+                write_in_place(cache, slots.clone(), rows(k), rows(v));
+            } else {
+                cache.write(slots.clone(), rows(k), rows(v));
+            }
             let attended = fused::decode_attention(
                 q.reshape([t, dims.q_heads, dims.head_dim]),
                 cache.keys.clone(),
@@ -716,6 +940,62 @@ impl<B: FusedOps> Server<B> {
             })
             .collect();
         self.serve(&arrivals, || None)
+    }
+}
+
+/// A step's inputs on the host, request after request (see [`StepInputs`]).
+struct HostInputs {
+    tokens: Vec<i32>,
+    positions: Vec<i32>,
+    prefix_lens: Vec<i32>,
+    seq_lens: Vec<i32>,
+    last_loc: Vec<i32>,
+    indptr: Vec<i32>,
+    indices: Vec<i32>,
+    splits: Vec<i32>,
+    sample_rows: Vec<i32>,
+}
+
+/// The step inputs of a captured bucket: views of its packed buffer.
+fn packed_inputs<B: FusedOps>(packed: &Tensor<B, 1, Int>, p: Packing) -> StepInputs<B> {
+    let field = |at: usize, len: usize| packed.clone().narrow(0, at, len);
+    let row = |f: usize| field(p.row(f), p.b);
+    StepInputs {
+        tokens: row(Packing::TOKENS),
+        positions: row(Packing::POSITIONS).float(),
+        prefix_lens: row(Packing::PREFIX),
+        seq_lens: row(Packing::SEQ),
+        last_loc: row(Packing::LAST_LOC),
+        free_pages: field(p.free_pages(), p.free),
+        kv_indptr: field(p.indptr(), p.b + 1),
+        kv_indices: field(p.indices(), p.kv),
+        kv_splits: row(Packing::SPLITS),
+        sample_rows: row(Packing::SAMPLE),
+    }
+}
+
+/// Writes the step's keys and values into the cache's own buffers (a captured step reads and
+/// writes the cache at the addresses it had at capture).
+fn write_in_place<B: FusedOps>(
+    cache: &LayerCache<B>,
+    slots: Tensor<B, 1, Int>,
+    keys: Tensor<B, 3>,
+    values: Tensor<B, 3>,
+) {
+    let mut written = cache.clone();
+    written.write(slots, keys, values);
+    let ascend = |t: &Tensor<B, 3>| {
+        (t as &dyn Any)
+            .downcast_ref::<Tensor<Ascend, 3>>()
+            .expect("captured decode runs on Ascend")
+            .clone()
+    };
+    for (dst, src) in [
+        (&cache.keys, &written.keys),
+        (&cache.values, &written.values),
+    ] {
+        graph::assign(&ascend(dst), &ascend(src))
+            .unwrap_or_else(|e| panic!("writing the KV cache in place: {e}"));
     }
 }
 

@@ -29,24 +29,42 @@ typedef struct {
     uint64_t data_copies;
     /// Largest unified-buffer footprint (sum of InitBuffer lengths) of any block, bytes.
     uint64_t ub_peak_bytes;
+    /// Vector instructions issued (each call of a vector API).
+    uint64_t vector_instructions;
+    /// Vector repeats issued: each instruction's operand bytes in 256-byte repeats (at least one).
+    uint64_t vector_repeats;
 } AscendcEmuStats;
 
-/// Runs blocks 0..block_dim of a kernel (`entry(args)` once per block, with GetBlockIdx() set, in
-/// a shuffled order: see README.md), enforcing the hardware rules and detecting races between blocks. Fills `stats` and, per block, `per_block_gm_bytes[b]` (bytes read
-/// + written by block b; an array of `block_dim` entries). Returns 0, or 507015
+/// Counters of one block: what the device model needs per core.
+typedef struct {
+    /// Bytes read + written in global memory.
+    uint64_t gm_bytes;
+    /// Vector instructions issued.
+    uint64_t vector_instructions;
+    /// Vector repeats issued.
+    uint64_t vector_repeats;
+} AscendcEmuBlockStats;
+
+/// Runs blocks 0..block_dim of a kernel (`entry(args)` once per block, with GetBlockIdx() set, on
+/// one or more host threads, decided in a shuffled order: see README.md), enforcing the hardware
+/// rules and detecting races between blocks. Every GM access of the blocks goes to the host's `gm`
+/// with `gm_ctx`. Fills `stats` and, per block, `per_block[b]` (an array of `block_dim` entries).
+/// Returns 0, or 507015
 /// (ACL_ERROR_RT_AICORE_EXCEPTION) with a message naming the kernel, the block and the broken rule
 /// in `err`.
-typedef int32_t (*AscendcEmuRunFn)(const char* name, uint32_t block_dim, void (*entry)(void* args), void* args,
-                                   AscendcEmuStats* stats, uint64_t* per_block_gm_bytes, char* err, size_t err_len);
+typedef int32_t (*AscendcEmuRunFn)(void* gm_ctx, const char* name, uint32_t block_dim, void (*entry)(void* args),
+                                   void* args, AscendcEmuStats* stats, AscendcEmuBlockStats* per_block, char* err,
+                                   size_t err_len);
 
 /// The host a kernel library is bound to.
 typedef struct {
-    /// The host address of emulated global memory [addr, addr + len), or NULL with a message in
-    /// `err` when the range is not live device memory.
-    void* (*gm)(uint64_t addr, uint64_t len, char* err, size_t err_len);
+    /// The host address of emulated global memory [addr, addr + len) for the launch that passed
+    /// `ctx` to the runner, or NULL with a message in `err` when the range is not live memory of
+    /// that launch's device. Called from the runner's threads.
+    void* (*gm)(void* ctx, uint64_t addr, uint64_t len, char* err, size_t err_len);
     /// Queues `block_dim` blocks of kernel `name` on `stream`. When the stream reaches it, the host
-    /// calls `run(name, block_dim, entry, args, ...)` and then `drop_args(args)` (also when the
-    /// launch is refused). Returns 0, or a runtime status code if the launch itself is invalid.
+    /// calls `run(ctx, name, block_dim, entry, args, ...)` with a context of its choosing for `gm`
+    /// and then `drop_args(args)` (also when the launch is refused). Returns 0, or a runtime status code if the launch itself is invalid.
     uint32_t (*launch)(void* stream, const char* name, uint32_t block_dim, void (*entry)(void* args), void* args,
                        void (*drop_args)(void* args), AscendcEmuRunFn run);
 } AscendcEmuHost;
@@ -56,12 +74,12 @@ typedef struct {
 ASCENDC_EMU_EXPORT void ascendc_emu_bind(const AscendcEmuHost* host);
 
 /// The runner (see AscendcEmuRunFn); exported for hosts that run kernels directly (the C++ tests).
-ASCENDC_EMU_EXPORT int32_t ascendc_emu_run(const char* name, uint32_t block_dim, void (*entry)(void* args),
-                                           void* args, AscendcEmuStats* stats, uint64_t* per_block_gm_bytes,
-                                           char* err, size_t err_len);
+ASCENDC_EMU_EXPORT int32_t ascendc_emu_run(void* gm_ctx, const char* name, uint32_t block_dim,
+                                           void (*entry)(void* args), void* args, AscendcEmuStats* stats,
+                                           AscendcEmuBlockStats* per_block, char* err, size_t err_len);
 
 /// Forwarded to the bound host's `gm` (called by the emulated API for every GM access).
-void* ascendc_emu_gm(uint64_t addr, uint64_t len, char* err, size_t err_len);
+void* ascendc_emu_gm(void* ctx, uint64_t addr, uint64_t len, char* err, size_t err_len);
 
 /// Forwarded to the bound host's `launch` with this library's runner (called by the generated
 /// aclrtlaunch_<kernel> entry points). Without a host: ACL_ERROR_RT_PARAM_INVALID.

@@ -56,7 +56,7 @@ const Launch& last_launch() { return g_last; }
 
 namespace {
 
-void* fake_gm(uint64_t addr, uint64_t len, char* err, size_t err_len)
+void* fake_gm(void* /*ctx*/, uint64_t addr, uint64_t len, char* err, size_t err_len)
 {
     for (auto& r : fake_host::regions()) {
         if (addr >= r->addr && addr - r->addr <= r->bytes.size() && len <= r->bytes.size() - (addr - r->addr)) {
@@ -78,7 +78,7 @@ uint32_t fake_launch(void* /*stream*/, const char* name, uint32_t block_dim, voi
     char err[1024];
     fake_host::g_last = fake_host::Launch{};
     fake_host::g_last.status =
-        run(name, block_dim, entry, args, &fake_host::g_last.stats, fake_host::g_last.perBlockGmBytes, err, sizeof err);
+        run(nullptr, name, block_dim, entry, args, &fake_host::g_last.stats, fake_host::g_last.perBlock, err, sizeof err);
     fake_host::g_last.error = err;
     drop_args(args);
     return 0;

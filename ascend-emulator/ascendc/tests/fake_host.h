@@ -25,7 +25,7 @@ struct Launch {
     int32_t status = -1;
     std::string error;
     AscendcEmuStats stats = {};
-    uint64_t perBlockGmBytes[64] = {};
+    AscendcEmuBlockStats perBlock[64] = {};
 };
 const Launch& last_launch();
 

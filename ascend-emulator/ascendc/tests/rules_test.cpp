@@ -33,7 +33,7 @@ struct Outcome {
     int32_t status = 0;
     std::string error;
     AscendcEmuStats stats = {};
-    std::vector<uint64_t> perBlock;
+    std::vector<AscendcEmuBlockStats> perBlock;
 };
 
 /// Runs `body` (which calls a kernel) as `blocks` blocks of kernel `name`.
@@ -41,10 +41,10 @@ template <class F>
 Outcome run(const char* name, uint32_t blocks, F body)
 {
     Outcome o;
-    o.perBlock.assign(blocks, 0);
+    o.perBlock.assign(blocks, AscendcEmuBlockStats{});
     char err[1024];
     o.status = ascendc_emu_run(
-        name, blocks, [](void* p) { (*static_cast<F*>(p))(); }, &body, &o.stats, o.perBlock.data(), err, sizeof err);
+        nullptr, name, blocks, [](void* p) { (*static_cast<F*>(p))(); }, &body, &o.stats, o.perBlock.data(), err, sizeof err);
     o.error = err;
     return o;
 }
@@ -228,15 +228,20 @@ void test_scale_kernel()
     check(l.stats.gm_bytes_written == blocks * bytes, "scale_kernel gm_bytes_written");
     check(l.stats.data_copies == blocks * 8, "scale_kernel data_copies (4 in + 4 out per block)");
     check(l.stats.ub_peak_bytes == 2 * 2 * tile * sizeof(half), "scale_kernel ub_peak_bytes");
+    // One Muls per tile: 3 of 256 halves (2 repeats each) and the tail of 235 (470 B: 2 repeats).
+    check(l.stats.vector_instructions == blocks * 4, "scale_kernel vector_instructions");
+    check(l.stats.vector_repeats == blocks * 8, "scale_kernel vector_repeats");
     for (uint32_t b = 0; b < blocks; ++b) {
-        check(l.perBlockGmBytes[b] == 2 * bytes, "scale_kernel per-block bytes");
+        check(l.perBlock[b].gm_bytes == 2 * bytes, "scale_kernel per-block bytes");
+        check(l.perBlock[b].vector_instructions == 4 && l.perBlock[b].vector_repeats == 8,
+              "scale_kernel per-block vector counts");
     }
     std::printf("ok   %-34s %u blocks: read %llu B, written %llu B, %llu copies, UB peak %llu B, %llu B/block\n",
                 "double-buffered scale_kernel", blocks, static_cast<unsigned long long>(l.stats.gm_bytes_read),
                 static_cast<unsigned long long>(l.stats.gm_bytes_written),
                 static_cast<unsigned long long>(l.stats.data_copies),
                 static_cast<unsigned long long>(l.stats.ub_peak_bytes),
-                static_cast<unsigned long long>(l.perBlockGmBytes[0]));
+                static_cast<unsigned long long>(l.perBlock[0].gm_bytes));
 }
 
 // =================================================================================================
@@ -851,6 +856,28 @@ extern "C" __global__ __aicore__ void atomic_beside_plain(GM_ADDR acc)
     SetAtomicNone();
 }
 
+// Each block adds ones into its own 8 floats atomically, then reads them back.
+extern "C" __global__ __aicore__ void atomic_read_back(GM_ADDR acc)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 32);
+    GlobalTensor<float> gm;
+    gm.SetGlobalBuffer((__gm__ float*)acc + 8 * GetBlockIdx(), 8);
+    LocalTensor<float> ones = buf.Get<float>();
+    Duplicate(ones, 1.0f, 8);
+    const event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(e);
+    WaitFlag<HardEvent::V_MTE3>(e);
+    SetAtomicAdd<float>();
+    DataCopy(gm, ones, 8);
+    SetAtomicNone();
+    const event_t back = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::MTE3_MTE2));
+    SetFlag<HardEvent::MTE3_MTE2>(back);
+    WaitFlag<HardEvent::MTE3_MTE2>(back);
+    DataCopy(ones, gm, 8);
+}
+
 // Block b adds values[b] into acc[0] atomically (DataCopyPad of one float).
 extern "C" __global__ __aicore__ void atomic_sum(GM_ADDR values, GM_ADDR acc)
 {
@@ -914,6 +941,11 @@ void test_blocks()
     const uint64_t acc = fake_host::alloc(8 * sizeof(float));
     o = run("atomic_beside_plain", 3, [&] { atomic_beside_plain(fake_host::gm(acc)); });
     expect_rule("an atomic beside a plain store", o, "atomically adds into");
+
+    // Atomic stores land when the launch ends: reading them back in the launch is refused.
+    const uint64_t own = fake_host::alloc(2 * 8 * sizeof(float));
+    o = run("atomic_read_back", 2, [&] { atomic_read_back(fake_host::gm(own)); });
+    expect_rule("reading back its own atomic store", o, "it added into atomically earlier in the launch");
 
     // Atomics accumulate in the order the blocks ran, not block order: a float sum whose value
     // depends on the order equals the sum in the order recorded here.

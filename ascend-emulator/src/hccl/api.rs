@@ -490,6 +490,7 @@ fn enqueue(
     writes: Vec<Region>,
 ) -> Result<(), Fault> {
     let queued = stream.enqueue(Box::new(move || {
+        let op = op.clone();
         let npu = machine().npu(comm.device)?;
         let mut input = Vec::with_capacity(reads.iter().map(|r| r.len).sum());
         for r in reads.iter().filter(|r| r.len > 0) {
@@ -538,6 +539,24 @@ fn enqueue(
     queued.map_err(runtime)
 }
 
+/// A2 supports collectives inside ACL graph capture (hccl-abi.md §8), but the emulation does not
+/// model their replay (all ranks replaying one capture's transfers in step): refused, the
+/// stricter side, before the transfer takes a place in the rank's order (a refused transfer
+/// must not shift the matching of the next ones).
+fn not_capturing(stream: &Stream, op: &Op) -> Result<(), Fault> {
+    if stream.capture().is_some() {
+        return Err(fault(
+            HCCL_E_NOT_SUPPORT,
+            format!(
+                "{}: collectives inside an ACL graph capture are not modelled by the emulated \
+                 HCCL; issue them outside the capture",
+                op.describe()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Queues a collective of every rank of `comm`.
 fn collective(
     comm: Arc<Comm>,
@@ -546,6 +565,7 @@ fn collective(
     reads: Vec<Region>,
     writes: Vec<Region>,
 ) -> Result<(), Fault> {
+    not_capturing(stream, &op)?;
     let key = comm.next_collective();
     let (n, rank) = (comm.size as usize, comm.rank as usize);
     enqueue(comm, stream, key, n, rank, op, reads, writes)
@@ -755,12 +775,13 @@ pub unsafe extern "C" fn HcclSend(
         check_peer(&c, dest_rank, "destRank")?;
         let s = stream_of(stream, &c)?;
         let read = region(&c, send_buf, bytes_of(count, elem)?, elem, "sendBuf")?;
-        let key = c.next_p2p(c.rank, dest_rank);
         let op = Op::Send {
             count,
             dtype: data_type,
             peer: dest_rank,
         };
+        not_capturing(&s, &op)?;
+        let key = c.next_p2p(c.rank, dest_rank);
         enqueue(c, &s, key, 2, 0, op, vec![read], Vec::new())
     })
 }
@@ -779,12 +800,13 @@ pub unsafe extern "C" fn HcclRecv(
         check_peer(&c, src_rank, "srcRank")?;
         let s = stream_of(stream, &c)?;
         let write = region(&c, recv_buf, bytes_of(count, elem)?, elem, "recvBuf")?;
-        let key = c.next_p2p(src_rank, c.rank);
         let op = Op::Recv {
             count,
             dtype: data_type,
             peer: src_rank,
         };
+        not_capturing(&s, &op)?;
+        let key = c.next_p2p(src_rank, c.rank);
         enqueue(c, &s, key, 2, 1, op, Vec::new(), vec![write])
     })
 }

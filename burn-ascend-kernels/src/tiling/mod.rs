@@ -5,21 +5,46 @@
 //! The structs mirror the kernels' tiling structs field for field (`#[repr(C)]`, fixed-width
 //! fields), because the launch passes them by value to the kernel.
 
-/// The device properties tiling depends on.
+/// The device properties tiling depends on: sizes, and the rates of the device model that
+/// per-shape choices are made from (the benches model device time with the same figures).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceProps {
     /// Vector cores (AIV) a vector kernel can use in parallel.
     pub vector_cores: u32,
     /// Unified buffer per vector core, bytes.
     pub ub_bytes: u32,
+    /// HBM bandwidth of the die, bytes/s.
+    pub hbm_bytes_per_s: u64,
+    /// The AI Core clock, Hz.
+    pub clock_hz: u64,
+    /// One vector core's global-memory rate, bytes per cycle.
+    pub core_gm_bytes_per_cycle: u64,
 }
 
 impl DeviceProps {
-    /// Atlas A2 (Ascend910B1/B2): 48 vector cores, 192 KiB unified buffer each.
+    /// Atlas A2 (Ascend910B1/B2): 48 vector cores, 192 KiB unified buffer each
+    /// (`hardware-atlas-a2.md` §2-3); 1.6 TB/s of HBM bandwidth (the low end of the sheet's
+    /// UNCERTAIN 1.6-1.8 TB/s), a 1.8 GHz clock (910B2's `cube_freq`) and 32 B/cycle per core
+    /// (the platform ini's `ddr_rate`, units UNCERTAIN).
     pub const ATLAS_A2: Self = Self {
         vector_cores: 48,
         ub_bytes: 192 << 10,
+        hbm_bytes_per_s: 1_600_000_000_000,
+        clock_hz: 1_800_000_000,
+        core_gm_bytes_per_cycle: 32,
     };
+
+    /// One vector core's global-memory rate, bytes/s.
+    pub fn core_gm_bytes_per_s(&self) -> f64 {
+        (self.core_gm_bytes_per_cycle * self.clock_hz) as f64
+    }
+
+    /// Modelled seconds of a launch moving `total` GM bytes whose busiest core moves `busiest`:
+    /// the slower of the chip at HBM bandwidth and that core at its own GM rate.
+    pub fn gm_seconds(&self, total: u64, busiest: u64) -> f64 {
+        (total as f64 / self.hbm_bytes_per_s as f64)
+            .max(busiest as f64 / self.core_gm_bytes_per_s())
+    }
 }
 
 /// Unified-buffer addresses and DataCopy lengths are multiples of this many bytes.

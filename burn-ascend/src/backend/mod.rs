@@ -13,6 +13,7 @@ mod distributed;
 mod float;
 pub mod fused;
 pub mod fusion;
+pub mod graph;
 mod int;
 mod module;
 mod qtensor;

@@ -121,6 +121,20 @@ impl CachingAllocator {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Takes over the blocks of `other` (a graph's pool whose graph and tensors are gone): its
+    /// cached blocks become ours, counted as reserved here.
+    pub fn absorb(&mut self, other: CachingAllocator) {
+        debug_assert_eq!(
+            other.stats.bytes_in_use, 0,
+            "no block of the pool is in use"
+        );
+        self.stats.bytes_reserved += other.stats.bytes_reserved;
+        self.stats.device_allocations += other.stats.device_allocations;
+        for (size, ptrs) in other.free {
+            self.free.entry(size).or_default().extend(ptrs);
+        }
+    }
+
     /// The error of an allocation that failed again after every cache was released.
     pub fn out_of_memory(&self, api: &AclApi, bytes: usize, cause: AclError) -> AclError {
         let (mut free, mut total) = (0usize, 0usize);

@@ -16,9 +16,10 @@ use burn_ascend_kernels::{KernelApi, LaunchError};
 
 use super::allocator::{is_out_of_memory, Block, CachingAllocator, MemoryStats};
 use super::device::AscendDevice;
+use super::graph::GraphPool;
 use super::staging::StagingRing;
 use crate::acl::handles::OpLauncher;
-use crate::acl::table::Phase2Fn;
+use crate::acl::table::{GraphFns, Phase2Fn};
 use crate::acl::types::memcpy_kind::ACL_MEMCPY_DEVICE_TO_HOST;
 use crate::acl::types::status::ACL_ERROR_REPEAT_INITIALIZE;
 use crate::acl::types::{aclOpExecutor, aclrtStream};
@@ -65,6 +66,9 @@ pub struct DeviceContext {
     staging: Mutex<Option<StagingRing>>,
     /// Set when the device was reset: why this context is no longer usable.
     retired: OnceLock<String>,
+    /// The pool of the graph being captured on the stream: every allocation and upload goes
+    /// there while it is set (`graph.rs`).
+    capture: Mutex<Option<Arc<GraphPool>>>,
 }
 
 // SAFETY: the stream handle is used from any thread after binding the device to it, which
@@ -157,6 +161,7 @@ impl DeviceContext {
             kernels_noticed: Mutex::default(),
             staging: Mutex::default(),
             retired: OnceLock::new(),
+            capture: Mutex::default(),
         })
     }
 
@@ -224,12 +229,66 @@ impl DeviceContext {
 
     /// Allocates a tensor buffer of at least `bytes` bytes.
     pub fn alloc(self: &Arc<Self>, bytes: usize) -> AclResult<DeviceStorage> {
-        let block = self.alloc_block(&self.tensors, bytes)?;
+        let pool = self.capturing();
+        let block = match &pool {
+            Some(pool) => self.alloc_captured(pool, bytes)?,
+            None => self.alloc_block(&self.tensors, bytes)?,
+        };
         Ok(DeviceStorage {
             ctx: self.clone(),
             block,
             bytes,
+            pool,
         })
+    }
+
+    /// The pool of the graph being captured, if one is.
+    fn capturing(&self) -> Option<Arc<GraphPool>> {
+        self.capture.lock().unwrap().clone()
+    }
+
+    /// A block of a capture's pool. No cache is released on out-of-memory: that needs a
+    /// synchronisation, which the capture forbids.
+    fn alloc_captured(&self, pool: &GraphPool, bytes: usize) -> AclResult<Block> {
+        self.check_alive()?;
+        pool.alloc(self.bind(), bytes)
+            .map_err(|e| e.with_context(|| format!("allocating {bytes} bytes during a graph capture on {} (the capture cannot release cached memory)", self.device)))
+    }
+
+    /// The ACL graph functions, or why this context cannot capture.
+    pub(crate) fn graph_fns(&self) -> Result<&'static GraphFns, String> {
+        if self.blocking {
+            return Err(format!(
+                "{ENV_LAUNCH_BLOCKING}=1 synchronises after every operator, which a graph capture forbids"
+            ));
+        }
+        self.api
+            .graph
+            .as_ref()
+            .map_err(|why| format!("{}: {why}", self.device))
+    }
+
+    /// Routes allocations and uploads to `pool` until [`DeviceContext::end_capture`].
+    pub(crate) fn begin_capture(&self, pool: Arc<GraphPool>) -> AclResult<()> {
+        self.check_alive()?;
+        let mut capture = self.capture.lock().unwrap();
+        if capture.is_some() {
+            return Err(AclError::InvalidArgument(format!(
+                "a graph capture is already in progress on {}",
+                self.device
+            )));
+        }
+        *capture = Some(pool);
+        Ok(())
+    }
+
+    pub(crate) fn end_capture(&self) {
+        self.capture.lock().unwrap().take();
+    }
+
+    /// Takes the blocks of a graph pool that is gone into the tensor cache.
+    pub(crate) fn absorb(&self, blocks: CachingAllocator) {
+        self.tensors.lock().unwrap().absorb(blocks);
     }
 
     /// A block of `pool`; on out-of-memory, after synchronising, every pool's cache is released
@@ -279,6 +338,24 @@ impl DeviceContext {
             return Ok(());
         }
         let api = self.bind();
+        if let Some(pool) = self.capturing() {
+            // Recorded: every replay copies these bytes again, from staging the graph owns.
+            let staged = pool.stage(api, bytes)?;
+            // SAFETY: `dst` holds `dst.bytes` bytes; the staging lives as long as the graph.
+            return api.check(
+                unsafe {
+                    (api.core.aclrtMemcpyAsync)(
+                        dst.block.ptr,
+                        dst.bytes,
+                        staged,
+                        bytes.len(),
+                        crate::acl::types::memcpy_kind::ACL_MEMCPY_HOST_TO_DEVICE,
+                        self.stream,
+                    )
+                },
+                "aclrtMemcpyAsync",
+            );
+        }
         let mut staging = self.staging.lock().unwrap();
         let ring = match &mut *staging {
             Some(ring) => ring,
@@ -435,7 +512,11 @@ impl DeviceContext {
             }
             return alive;
         } else if workspace_size > 0 {
-            let taken = self.alloc_block(&self.workspaces, workspace_size as usize);
+            let pool = self.capturing();
+            let taken = match &pool {
+                Some(pool) => self.alloc_captured(pool, workspace_size as usize),
+                None => self.alloc_block(&self.workspaces, workspace_size as usize),
+            };
             match taken {
                 Ok(block) => Some(block),
                 Err(e) => {
@@ -453,8 +534,12 @@ impl DeviceContext {
         // SAFETY: the executor comes from phase one of the same operator.
         let status = unsafe { phase2(ws_ptr, workspace_size, executor, self.stream) };
         if let Some(block) = workspace {
-            // Stream-ordered reuse: later work on this stream may take it.
-            self.workspaces.lock().unwrap().free(block);
+            // Stream-ordered reuse: later work on this stream may take it (during a capture,
+            // later work of the same graph: its pool).
+            match self.capturing() {
+                Some(pool) => pool.free(block),
+                None => self.workspaces.lock().unwrap().free(block),
+            }
         }
         api.check(status, op)?;
         if self.blocking {
@@ -557,6 +642,8 @@ pub struct DeviceStorage {
     ctx: Arc<DeviceContext>,
     block: Block,
     bytes: usize,
+    /// The graph pool the block came from (allocated during a capture).
+    pool: Option<Arc<GraphPool>>,
 }
 
 impl DeviceStorage {
@@ -578,7 +665,10 @@ impl DeviceStorage {
 
 impl Drop for DeviceStorage {
     fn drop(&mut self) {
-        self.ctx.tensors.lock().unwrap().free(self.block);
+        match &self.pool {
+            Some(pool) => pool.free(self.block),
+            None => self.ctx.tensors.lock().unwrap().free(self.block),
+        }
     }
 }
 

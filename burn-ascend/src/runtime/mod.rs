@@ -6,6 +6,7 @@ pub mod allocator;
 pub mod collective;
 pub mod context;
 pub mod device;
+pub mod graph;
 mod rendezvous;
 mod staging;
 

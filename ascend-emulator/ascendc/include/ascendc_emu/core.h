@@ -1,8 +1,9 @@
 // Host emulation of Ascend C: the state of the emulated vector core running the current block,
 // rule violations, global-memory access and the hardware event flags.
 //
-// Blocks run one after another on the thread that called ascendc_emu_run, so the core state is
-// thread-local (the Rust host may run kernels of different streams on different threads).
+// A block runs on one host thread from start to end, so the core state is thread-local (the
+// runner may run blocks of a launch on several threads, and the Rust host kernels of different
+// streams on different threads).
 #ifndef ASCENDC_EMU_CORE_H
 #define ASCENDC_EMU_CORE_H
 
@@ -55,26 +56,49 @@ struct CoreState {
     const char* atomicName = nullptr;   // "SetAtomicAdd" etc. while an atomic mode is on
     const char* atomicType = nullptr;   // its dtype
     AtomicApply atomicApply = nullptr;
+    uint32_t atomicElemBytes = 1;       // sizeof its dtype
     uint64_t gmRead = 0;
     uint64_t gmWritten = 0;
     uint64_t dataCopies = 0;
     uint64_t ubPeak = 0;
+    uint64_t vecInstrs = 0;
+    uint64_t vecRepeats = 0;
     std::string printed;                // AscendC::printf output of this block
 };
 
+/// The core running a block on this thread, nullptr outside ascendc_emu_run. Initial-exec TLS,
+/// so every API call reads it with one load (8 bytes of the static TLS a dlopen'ed library may
+/// take).
+extern thread_local CoreState* t_running_core __attribute__((tls_model("initial-exec")));
+
+/// Raised when an Ascend C API is called from host code (not catchable by a runner).
+[[noreturn]] void outside_kernel();
+
 /// The core running the current block (fails when no kernel is running on this thread).
-CoreState& core();
+inline CoreState& core()
+{
+    CoreState* c = t_running_core;
+    if (c == nullptr) {
+        outside_kernel();
+    }
+    return *c;
+}
 
 /// The host address of GM [addr, addr + len) via the Rust host; an address it rejects is an
 /// out-of-bounds AI Core access.
 uint8_t* gm_map(uint64_t addr, uint64_t len, const char* api);
 
+/// Queues an atomic store of `bytes` UB bytes into GM at `gm` (in the core's atomic mode), applied
+/// when the launch ends, in the launch's block order: a launch's result never depends on which
+/// host thread ran which block first.
+void defer_atomic(uint8_t* gm, const uint8_t* ub, uint64_t bytes);
+
 /// How a block touches global memory.
 enum class GmAccess : uint8_t { Read, Write, Atomic };
 
-/// Records that the running block touches GM [addr, addr + len) and fails if another block of the
-/// launch touched any of those bytes in a way that races with it: a plain write beside any other
-/// access, or an atomic beside a read (blocks run concurrently on the NPU).
+/// Records that the running block touches GM [addr, addr + len). When the launch ends, an access
+/// that races with another block's (a plain write beside any other access, an atomic beside a
+/// read: blocks run concurrently on the NPU) fails the launch.
 void note_gm(uint64_t addr, uint64_t len, GmAccess kind, const char* api);
 
 inline void check_event_id(AscendC::HardEvent e, int32_t id, const char* api)
@@ -126,6 +150,15 @@ inline int8_t take_event(AscendC::HardEvent e, EventSlot holder, const char* api
 inline void release_event(AscendC::HardEvent e, int8_t id)
 {
     core().events[static_cast<size_t>(e)][id] = EventSlot::Free;
+}
+
+/// Counts a vector instruction whose widest operand spans `bytes`: one repeat per 256 bytes, at
+/// least one (the device model's vector term).
+inline void count_vector(uint64_t bytes)
+{
+    CoreState& c = core();
+    ++c.vecInstrs;
+    c.vecRepeats += bytes == 0 ? 1 : (bytes + kRepeatBytes - 1) / kRepeatBytes;
 }
 
 /// Counts a GM<->UB DMA copy of `bytes` GM bytes.

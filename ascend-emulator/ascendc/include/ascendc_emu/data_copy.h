@@ -49,12 +49,13 @@ inline void note_rows(uint64_t addr, uint64_t rows, uint64_t rowBytes, uint64_t 
     }
 }
 
-/// Writes `bytes` of UB data to GM: a plain store, or the atomic combine while atomic mode is on.
+/// Writes `bytes` of UB data to GM: a plain store, or (while atomic mode is on) the atomic
+/// combine, applied when the launch ends.
 inline void gm_store(uint8_t* gm, const uint8_t* ub, uint64_t bytes)
 {
     const CoreState& c = core();
     if (c.atomicApply != nullptr) {
-        c.atomicApply(gm, ub, bytes);
+        defer_atomic(gm, ub, bytes);
     } else {
         std::memmove(gm, ub, bytes);
     }

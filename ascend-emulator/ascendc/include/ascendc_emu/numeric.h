@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -99,6 +100,81 @@ inline uint32_t encode(double x, Rounding r)
         }
     }
     return sign | (up ? hi : lo);
+}
+
+/// Fast paths of decode/encode for the conversions every kernel runs (half/bf16 <-> float,
+/// rounding to nearest even): bit arithmetic with the same results as the general functions
+/// above, including their quiet NaNs (decoding keeps the sign, encoding drops it) (rules_test checks them against each other).
+inline uint32_t float_bits(float f)
+{
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+inline float bits_float(uint32_t u)
+{
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+constexpr uint32_t kCanonicalNanF32 = F32Format::kExpMask | (1u << (F32Format::kMant - 1));
+
+/// The value of a bf16 bit pattern (exact).
+inline float bf16_to_float(uint16_t bits)
+{
+    if ((bits & 0x7fffu) > 0x7f80u) {
+        return bits_float((static_cast<uint32_t>(bits & 0x8000u) << 16) | kCanonicalNanF32);
+    }
+    return bits_float(static_cast<uint32_t>(bits) << 16);
+}
+
+/// The value of a half bit pattern (exact).
+inline float half_to_float(uint16_t bits)
+{
+    const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+    const uint32_t e = (bits >> 10) & 0x1fu;
+    const uint32_t m = bits & 0x3ffu;
+    if (e == 0x1fu) {
+        return bits_float(sign | (m != 0 ? kCanonicalNanF32 : 0x7f800000u));
+    }
+    if (e == 0) {
+        const float v = static_cast<float>(m) * 5.9604644775390625e-8f;  // m * 2^-24, exact
+        return sign != 0 ? -v : v;
+    }
+    return bits_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/// `f` rounded to nearest even as bf16 bits.
+inline uint16_t float_to_bf16_rne(float f)
+{
+    const uint32_t u = float_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return static_cast<uint16_t>(Bf16Format::kExpMask | (1u << (Bf16Format::kMant - 1)));
+    }
+    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/// `f` rounded to nearest even as half bits.
+inline uint16_t float_to_half_rne(float f)
+{
+    const uint32_t u = float_bits(f);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        return static_cast<uint16_t>(HalfFormat::kExpMask | (1u << (HalfFormat::kMant - 1)));
+    }
+    if (a >= 0x477ff000u) {  // >= 65520: rounds to infinity (ties go to the even infinity)
+        return static_cast<uint16_t>(sign | 0x7c00u);
+    }
+    if (a < 0x38800000u) {  // below 2^-14: a subnormal half, n * 2^-24 with n rounded to even
+        const float scaled = bits_float(a) * 16777216.0f;  // exact: a power-of-two scale
+        const float n = std::nearbyint(scaled);             // the default rounding: to nearest even
+        return static_cast<uint16_t>(sign | static_cast<uint32_t>(n));
+    }
+    const uint32_t odd = (a >> 13) & 1u;
+    return static_cast<uint16_t>(sign | ((a - 0x38000000u + 0xfffu + odd) >> 13));
 }
 
 /// Rounds to an integral value in direction `r` (exact for every input the emulation produces).

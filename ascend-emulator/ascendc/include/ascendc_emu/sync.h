@@ -4,8 +4,8 @@
 // Pipes are not modelled as asynchronous (copies and vector ops complete when issued), so
 // PipeBarrier orders nothing that is not already ordered; what IS checked is the flag protocol:
 // SetFlag/WaitFlag pairing, IDs, double SetFlag, flags or atomic mode left set at kernel end.
-// Blocks run one after another in block order, so SyncAll (a barrier across blocks) cannot be
-// honoured: it is reported as a rule violation instead of deadlocking.
+// A launch is decided as if its blocks ran one after another, so SyncAll (a barrier across
+// blocks) cannot be honoured: it is reported as a rule violation instead of deadlocking.
 #ifndef ASCENDC_EMU_SYNC_H
 #define ASCENDC_EMU_SYNC_H
 
@@ -75,6 +75,7 @@ struct AtomicMode {
         c.atomicName = kNames[Kind];
         c.atomicType = type_name<A>();
         c.atomicApply = &apply;
+        c.atomicElemBytes = sizeof(A);
     }
 };
 

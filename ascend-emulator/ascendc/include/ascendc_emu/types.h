@@ -80,11 +80,15 @@ struct half {
     constexpr explicit half(ascendc_emu::Bits16 b) : val(b.bits) {}
     template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
     half(U v)
-        : val(static_cast<uint16_t>(ascendc_emu::encode<ascendc_emu::HalfFormat>(
-              static_cast<double>(v), ascendc_emu::Rounding::NearestEven)))
     {
+        if constexpr (std::is_same_v<U, float>) {
+            val = ascendc_emu::float_to_half_rne(v);
+        } else {
+            val = static_cast<uint16_t>(
+                ascendc_emu::encode<ascendc_emu::HalfFormat>(static_cast<double>(v), ascendc_emu::Rounding::NearestEven));
+        }
     }
-    operator float() const { return static_cast<float>(ascendc_emu::decode<ascendc_emu::HalfFormat>(val)); }
+    operator float() const { return ascendc_emu::half_to_float(val); }
 };
 
 /// bfloat16. As in CANN's CPU mode it converts implicitly from float only, and to float. It is
@@ -94,12 +98,8 @@ struct bfloat16_t {
 
     constexpr bfloat16_t() = default;
     constexpr explicit bfloat16_t(ascendc_emu::Bits16 b) : val(b.bits) {}
-    bfloat16_t(float v)
-        : val(static_cast<uint16_t>(ascendc_emu::encode<ascendc_emu::Bf16Format>(
-              static_cast<double>(v), ascendc_emu::Rounding::NearestEven)))
-    {
-    }
-    operator float() const { return static_cast<float>(ascendc_emu::decode<ascendc_emu::Bf16Format>(val)); }
+    bfloat16_t(float v) : val(ascendc_emu::float_to_bf16_rne(v)) {}
+    operator float() const { return ascendc_emu::bf16_to_float(val); }
 };
 
 static_assert(sizeof(half) == 2 && std::is_trivially_copyable_v<half>, "half must be a 2-byte value type");

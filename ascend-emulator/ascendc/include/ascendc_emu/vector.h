@@ -14,6 +14,9 @@
 #include <cstring>
 #include <limits>
 #include <vector>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "ascendc_emu/tensor.h"
 
@@ -43,6 +46,31 @@ T narrow(W v)
     return static_cast<T>(v);
 }
 
+// The element loops of the vector APIs are compiled twice on x86-64, for AVX2 and the baseline,
+// and picked at load time: the same IEEE operations in the same order (no FMA contraction), so
+// the same results, on 8 floats at a time where the host has them.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ASCENDC_EMU_VECTOR_LOOP __attribute__((target_clones("avx2", "default")))
+#else
+#define ASCENDC_EMU_VECTOR_LOOP
+#endif
+
+template <class T, class F>
+ASCENDC_EMU_VECTOR_LOOP void unary_loop(uint8_t* d, const uint8_t* s, uint64_t n, F f)
+{
+    for (uint64_t i = 0; i < n; ++i) {
+        store<T>(d, i, narrow<T>(f(widen(load<T>(s, i)))));
+    }
+}
+
+template <class T, class F>
+ASCENDC_EMU_VECTOR_LOOP void binary_loop(uint8_t* d, const uint8_t* a, const uint8_t* b, uint64_t n, F f)
+{
+    for (uint64_t i = 0; i < n; ++i) {
+        store<T>(d, i, narrow<T>(f(widen(load<T>(a, i)), widen(load<T>(b, i)))));
+    }
+}
+
 inline uint64_t vec_count(const char* api, int64_t count)
 {
     if (count < 0) {
@@ -60,9 +88,8 @@ void unary(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::L
     uint8_t* d = ub_operand(api, "dst", dst, bytes);
     const uint8_t* s = ub_operand(api, "src", src, bytes);
     check_overlap(api, "src", dst, bytes, src, bytes);
-    for (uint64_t i = 0; i < n; ++i) {
-        store<T>(d, i, narrow<T>(f(widen(load<T>(s, i)))));
-    }
+    count_vector(bytes);
+    unary_loop<T>(d, s, n, f);
 }
 
 template <class T, class F>
@@ -76,9 +103,8 @@ void binary(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::
     const uint8_t* b = ub_operand(api, "src1", src1, bytes);
     check_overlap(api, "src0", dst, bytes, src0, bytes);
     check_overlap(api, "src1", dst, bytes, src1, bytes);
-    for (uint64_t i = 0; i < n; ++i) {
-        store<T>(d, i, narrow<T>(f(widen(load<T>(a, i)), widen(load<T>(b, i)))));
-    }
+    count_vector(bytes);
+    binary_loop<T>(d, a, b, n, f);
 }
 
 // ---- Cast (ascendc-api.md §5.3) ----
@@ -163,6 +189,13 @@ D convert(S v, Rounding r)
 {
     if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float>) {
         return static_cast<float>(round_integral(v, r));
+    } else if constexpr (std::is_same_v<D, float> && one_of<S, half, bfloat16_t>) {
+        const float f = static_cast<float>(v);  // exact; a NaN becomes the canonical one, as encode gives
+        return std::isnan(f) ? bits_float(kCanonicalNanF32) : f;
+    } else if constexpr (one_of<D, half, bfloat16_t> && std::is_same_v<S, float>) {
+        return r == Rounding::NearestEven ? D(v)
+                                          : D(Bits16{static_cast<uint16_t>(encode<std::conditional_t<
+                                                std::is_same_v<D, half>, HalfFormat, Bf16Format>>(to_double(v), r))});
     } else if constexpr (std::is_same_v<D, half>) {
         return half(Bits16{static_cast<uint16_t>(encode<HalfFormat>(to_double(v), r))});
     } else if constexpr (std::is_same_v<D, bfloat16_t>) {
@@ -294,6 +327,64 @@ float reduce_add(float a, float b)
         return std::fmin(std::fmax(s, -65504.0f), 65504.0f);
     } else {
         return a + b;
+    }
+}
+
+/// The pairwise tree of one repeat: level[i] = level[2i] + level[2i+1] until one value is left.
+/// Each level has a constant width (and its own array), so the compiler vectorises it.
+template <class T, uint64_t W>
+float pairwise_sum(const float* level)
+{
+    if constexpr (W == 1) {
+        return level[0];
+    } else {
+        float next[W / 2];
+#if defined(__SSE2__)
+        if constexpr (std::is_same_v<T, float> && W >= 8) {
+            // Four adjacent pairs at a time: the even and the odd elements of 8, added (the same
+            // additions as below, so the same result).
+            for (uint64_t i = 0; i < W / 2; i += 4) {
+                const __m128 a = _mm_loadu_ps(level + 2 * i);
+                const __m128 b = _mm_loadu_ps(level + 2 * i + 4);
+                const __m128 even = _mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+                const __m128 odd = _mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+                _mm_storeu_ps(next + i, _mm_add_ps(even, odd));
+            }
+            return pairwise_sum<T, W / 2>(next);
+        }
+#endif
+        for (uint64_t i = 0; i < W / 2; ++i) {
+            next[i] = reduce_add<T>(level[2 * i], level[2 * i + 1]);
+        }
+        return pairwise_sum<T, W / 2>(next);
+    }
+}
+
+/// ReduceSum of n > 0 elements: a pairwise tree inside each 256-byte repeat (zero-padded), the
+/// repeats added in order.
+template <class T>
+ASCENDC_EMU_VECTOR_LOOP float reduce_sum_loop(const uint8_t* s, uint64_t n)
+{
+    constexpr uint64_t perRepeat = kRepeatBytes / sizeof(T);
+    float level[perRepeat];
+    float total = 0.0f;
+    for (uint64_t start = 0; start < n; start += perRepeat) {
+        const uint64_t m = std::min(perRepeat, n - start);
+        for (uint64_t i = 0; i < m; ++i) {
+            level[i] = static_cast<float>(load<T>(s, start + i));
+        }
+        std::fill(level + m, level + perRepeat, 0.0f);
+        const float sum = pairwise_sum<T, perRepeat>(level);
+        total = start == 0 ? sum : reduce_add<T>(total, sum);
+    }
+    return total;
+}
+
+template <class D, class S>
+ASCENDC_EMU_VECTOR_LOOP void cast_loop(uint8_t* d, const uint8_t* s, uint64_t n, Rounding r)
+{
+    for (uint64_t i = 0; i < n; ++i) {
+        store<D>(d, i, convert<D>(load<S>(s, i), r));
     }
 }
 
@@ -476,6 +567,7 @@ Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count)
     const char* api = "Duplicate";
     const uint64_t n = ascendc_emu::vec_count(api, count);
     uint8_t* d = ascendc_emu::ub_operand(api, "dst", dst, n * sizeof(T));
+    ascendc_emu::count_vector(n * sizeof(T));
     for (uint64_t i = 0; i < n; ++i) {
         ascendc_emu::store<T>(d, i, scalarValue);
     }
@@ -502,9 +594,8 @@ ascendc_emu::Requires<(ascendc_emu::cast_modes<T, U>() != 0)> Cast(const LocalTe
     // A widening cast cannot run in place; a narrowing one may share the start address.
     check_overlap(api, "src", dst, n * sizeof(T), src, n * sizeof(U), sizeof(T) <= sizeof(U));
     const Rounding r = rounding(roundMode);
-    for (uint64_t i = 0; i < n; ++i) {
-        store<T>(d, i, convert<T>(load<U>(s, i), r));
-    }
+    count_vector(n * std::max(sizeof(T), sizeof(U)));  // a repeat is 256 bytes of the wider side
+    cast_loop<T, U>(d, s, n, r);
 }
 
 // ---- Compare, CompareScalar, Select ----
@@ -522,6 +613,7 @@ Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor
     const uint8_t* a = ub_operand(api, "src0", src0, n * sizeof(T));
     const uint8_t* b = ub_operand(api, "src1", src1, n * sizeof(T));
     check_overlap(api, "src1", dst, n / 8, src1, n * sizeof(T), false);
+    count_vector(n * sizeof(T));
     for (uint64_t byte = 0; byte < n / 8; ++byte) {
         uint8_t bits = 0;
         for (uint64_t k = 0; k < 8; ++k) {
@@ -543,6 +635,7 @@ CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src
     const uint64_t n = count;
     uint8_t* d = compare_operands(api, dst, src0, cmpMode, n);
     const uint8_t* a = ub_operand(api, "src0", src0, n * sizeof(T));
+    count_vector(n * sizeof(T));
     for (uint64_t byte = 0; byte < n / 8; ++byte) {
         uint8_t bits = 0;
         for (uint64_t k = 0; k < 8; ++k) {
@@ -575,6 +668,7 @@ Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTens
     check_overlap(api, "src0", dst, n * sizeof(T), src0, n * sizeof(T));
     check_overlap(api, "src1", dst, n * sizeof(T), src1, n * sizeof(T));
     const bool reuse = selMode == SELMODE::VSEL_CMPMASK_SPR;
+    count_vector(n * sizeof(T));
     for (uint64_t i = 0; i < n; ++i) {
         store<T>(d, i, mask_bit(m, reuse ? i % perRepeat : i) ? load<T>(a, i) : load<T>(b, i));
     }
@@ -597,6 +691,7 @@ Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTens
     uint8_t* d = ub_operand(api, "dst", dst, n * sizeof(T));
     const uint8_t* a = ub_operand(api, "src0", src0, n * sizeof(T));
     check_overlap(api, "src0", dst, n * sizeof(T), src0, n * sizeof(T));
+    count_vector(n * sizeof(T));
     for (uint64_t i = 0; i < n; ++i) {
         store<T>(d, i, mask_bit(m, i) ? load<T>(a, i) : src1);
     }
@@ -620,25 +715,11 @@ ascendc_emu::Requires<ascendc_emu::float_type<T>> ReduceSum(const LocalTensor<T>
     const uint8_t* s;
     uint8_t* t;
     reduce_operands(api, dst, src, sharedTmpBuffer, n, 1, tmpElems, d, s, t);
+    count_vector(n * sizeof(T));
     if (n == 0) {
         return;
     }
-    const uint64_t perRepeat = kRepeatBytes / sizeof(T);
-    std::vector<float> level(perRepeat);
-    float total = 0.0f;
-    for (uint64_t start = 0; start < n; start += perRepeat) {
-        const uint64_t m = std::min(perRepeat, n - start);
-        std::fill(level.begin(), level.end(), 0.0f);
-        for (uint64_t i = 0; i < m; ++i) {
-            level[i] = static_cast<float>(load<T>(s, start + i));
-        }
-        for (uint64_t width = perRepeat / 2; width >= 1; width /= 2) {
-            for (uint64_t i = 0; i < width; ++i) {
-                level[i] = reduce_add<T>(level[2 * i], level[2 * i + 1]);
-            }
-        }
-        total = start == 0 ? level[0] : reduce_add<T>(total, level[0]);
-    }
+    const float total = reduce_sum_loop<T>(s, n);
     std::memset(t, kPoison, tmpElems * sizeof(T));
     store<T>(d, 0, static_cast<T>(total));
 }
@@ -658,6 +739,7 @@ void reduce_extreme(const char* api, const AscendC::LocalTensor<T>& dst, const A
     const uint8_t* s;
     uint8_t* t;
     reduce_operands(api, dst, src, tmp, n, calIndex ? 2 : 1, tmpElems, d, s, t);
+    count_vector(n * sizeof(T));
     using Index = std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>;
     if (calIndex && n - 1 > std::numeric_limits<Index>::max()) {
         fail("%s: count %" PRIu64 " has indices beyond what a %s can hold", api, n, type_name<T>());

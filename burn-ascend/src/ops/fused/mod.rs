@@ -65,9 +65,11 @@ const UB_BYTES: u32 = 192 << 10;
 
 /// The properties tiling depends on.
 pub(crate) fn device_props(ctx: &Arc<DeviceContext>) -> AclResult<DeviceProps> {
+    // CANN has no query for the bandwidths either: the model's A2 figures.
     Ok(DeviceProps {
         vector_cores: ctx.vector_cores()?,
         ub_bytes: UB_BYTES,
+        ..DeviceProps::ATLAS_A2
     })
 }
 

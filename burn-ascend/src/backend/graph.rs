@@ -1,0 +1,90 @@
+//! ACL graphs on [`Ascend`]: capture the ops a closure runs once, replay them with one call.
+//!
+//! ```no_run
+//! use burn_tensor::{Tensor, TensorData};
+//! use burn_ascend::{graph, Ascend, AscendDevice};
+//!
+//! let device = AscendDevice::default();
+//! let x = Tensor::<Ascend, 1>::zeros([4], &device); // a static input
+//! let (step, y) = graph::capture(&device, || x.clone().exp() + 1.0).unwrap();
+//! for i in 0..3 {
+//!     graph::write(&x, TensorData::from([i as f32; 4])).unwrap(); // new input, same buffer
+//!     step.replay().unwrap();
+//!     println!("{}", y.clone()); // the output tensor, rewritten by each replay
+//! }
+//! ```
+//!
+//! Rules (the runtime's, `crate::runtime::graph`): tensors the closure creates keep their
+//! buffers for the graph's life (a private pool); inputs that change between replays are
+//! tensors created before the capture and written in place with [`write()`] (or [`assign()`]);
+//! host data the closure itself uploads is a constant of the graph; the closure must not read
+//! tensors or otherwise synchronise (the capture then fails, naming the call). Only the
+//! values change between replays: shapes, the ops run and their scalar arguments are fixed at
+//! capture.
+
+use burn_tensor::{Int, Tensor, TensorData, TensorPrimitive};
+
+pub use crate::runtime::graph::{capture, supported, Graph};
+
+use super::{data_type, Ascend};
+use crate::acl::{AclError, AclResult};
+use crate::ops::AscendTensor;
+
+/// A tensor of [`Ascend`] whose device buffer can be written in place.
+pub trait StaticTensor {
+    /// The device tensor behind it.
+    fn device_tensor(&self) -> AclResult<AscendTensor>;
+}
+
+impl<const D: usize> StaticTensor for Tensor<Ascend, D> {
+    fn device_tensor(&self) -> AclResult<AscendTensor> {
+        match self.clone().into_primitive() {
+            TensorPrimitive::Float(t) => Ok(t),
+            TensorPrimitive::QFloat(_) => Err(AclError::InvalidArgument(
+                "graph: a quantized tensor cannot be written in place".into(),
+            )),
+        }
+    }
+}
+
+impl<const D: usize> StaticTensor for Tensor<Ascend, D, Int> {
+    fn device_tensor(&self) -> AclResult<AscendTensor> {
+        Ok(self.clone().into_primitive())
+    }
+}
+
+/// Writes `data` into `tensor`'s own buffer, in stream order (queued before a later replay):
+/// how a captured graph's inputs get each step's values. `data` must have the tensor's shape
+/// and dtype, and the tensor must be dense (not a strided view).
+pub fn write(tensor: &impl StaticTensor, data: TensorData) -> AclResult<()> {
+    let t = tensor.device_tensor()?;
+    let dtype = data_type(data.dtype);
+    if data.shape.as_slice() != t.shape() || dtype != t.dtype() {
+        return Err(AclError::InvalidArgument(format!(
+            "graph::write: data of shape {:?} and dtype {dtype} into a tensor {}",
+            data.shape.as_slice(),
+            t.describe()
+        )));
+    }
+    if !t.layout().is_contiguous() || t.layout().offset != 0 {
+        return Err(AclError::InvalidArgument(format!(
+            "graph::write: {} is a view, not a dense tensor of its own",
+            t.describe()
+        )));
+    }
+    t.ctx().upload(&t.storage, data.as_bytes())
+}
+
+/// Copies `src` into `dst`'s own buffer on the device (same shape; converted to `dst`'s
+/// dtype), in stream order: keeps state such as a KV cache at one address across steps.
+pub fn assign(dst: &impl StaticTensor, src: &impl StaticTensor) -> AclResult<()> {
+    let (dst, src) = (dst.device_tensor()?, src.device_tensor()?);
+    if dst.shape() != src.shape() {
+        return Err(AclError::InvalidArgument(format!(
+            "graph::assign: {} into {}: the shapes differ",
+            src.describe(),
+            dst.describe()
+        )));
+    }
+    crate::ops::copy::copy_into(&dst, &src)
+}

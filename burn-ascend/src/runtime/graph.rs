@@ -1,0 +1,194 @@
+//! ACL graphs: capture the work a closure issues to a device's stream once, replay it with one
+//! call (`aclmdlRIExecuteAsync`) per step (`../shared/ascend/aclgraph-abi.md`).
+//!
+//! A captured task keeps the device addresses it had at capture (§5), so everything the closure
+//! allocates comes from a private [`GraphPool`] (as torch_npu's graph pools): those blocks stay
+//! with the graph, never serve eager work while it lives, and go back to the device's cache only
+//! once the graph and every tensor of the pool are gone. Host data the closure uploads (constants
+//! such as a rotary table) is staged in page-locked memory the graph owns, since each replay
+//! copies it again (§4 rule 4). Inputs that change per replay are written into the closure's
+//! input tensors before [`Graph::replay`]; outputs are read from its output tensors after it.
+//!
+//! The capture runs in GLOBAL mode: nothing may synchronise with the device while it lasts, on
+//! any thread (reads, `synchronize`, an out-of-memory retry); such a call fails the capture,
+//! and [`capture`] says which call it was.
+
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+use super::allocator::{Block, CachingAllocator};
+use super::context::DeviceContext;
+use super::device::AscendDevice;
+use crate::acl::table::GraphFns;
+use crate::acl::types::aclmdlRI;
+use crate::acl::types::capture::ACL_MODEL_RI_CAPTURE_MODE_GLOBAL;
+use crate::acl::{AclApi, AclError, AclResult};
+
+/// The memory of one graph: device blocks and page-locked staging of its uploads.
+pub struct GraphPool {
+    ctx: Arc<DeviceContext>,
+    blocks: Mutex<CachingAllocator>,
+    /// Page-locked host buffers the graph's recorded copies read (freed with the graph).
+    pinned: Mutex<Vec<usize>>,
+}
+
+impl GraphPool {
+    pub(crate) fn alloc(&self, api: &AclApi, bytes: usize) -> AclResult<Block> {
+        self.blocks.lock().unwrap().alloc(api, bytes)
+    }
+
+    pub(crate) fn free(&self, block: Block) {
+        self.blocks.lock().unwrap().free(block);
+    }
+
+    /// Page-locked memory holding `bytes`, kept until the graph is destroyed.
+    pub(crate) fn stage(&self, api: &AclApi, bytes: &[u8]) -> AclResult<*const c_void> {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        api.check(
+            unsafe { (api.core.aclrtMallocHost)(&mut p, bytes.len()) },
+            "aclrtMallocHost",
+        )?;
+        self.pinned.lock().unwrap().push(p as usize);
+        // SAFETY: `p` holds `bytes.len()` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p as *mut u8, bytes.len()) };
+        Ok(p)
+    }
+}
+
+impl Drop for GraphPool {
+    fn drop(&mut self) {
+        // No graph and no tensor uses the blocks any more: they serve eager work again.
+        self.ctx
+            .absorb(std::mem::take(&mut *self.blocks.lock().unwrap()));
+    }
+}
+
+/// A captured graph of one device: [`Graph::replay`] runs the captured work again.
+pub struct Graph {
+    ctx: Arc<DeviceContext>,
+    fns: &'static GraphFns,
+    ri: aclmdlRI,
+    pool: Arc<GraphPool>,
+}
+
+// SAFETY: the handle is used from any thread after binding the device, which AscendCL allows.
+unsafe impl Send for Graph {}
+unsafe impl Sync for Graph {}
+
+/// Whether `device` can capture graphs, or why not (a CANN release without the ACL graph
+/// functions, blocking launches).
+pub fn supported(device: &AscendDevice) -> Result<(), String> {
+    let ctx = DeviceContext::get(device).map_err(|e| e.to_string())?;
+    ctx.graph_fns().map(|_| ())
+}
+
+/// Runs `f` with the device's stream capturing: the work it issues is recorded, not run (its
+/// output tensors hold no values until the first [`Graph::replay`]). Returns the graph and
+/// `f`'s result. Fails, saying why, when the device cannot capture, when `f` synchronises with
+/// the device (the capture is then invalidated and nothing is recorded), or when `f` panics.
+pub fn capture<R>(device: &AscendDevice, f: impl FnOnce() -> R) -> AclResult<(Graph, R)> {
+    let ctx = DeviceContext::get(device)?;
+    let fns = ctx.graph_fns().map_err(AclError::Library)?;
+    let api = ctx.bind();
+    let pool = Arc::new(GraphPool {
+        ctx: ctx.clone(),
+        blocks: Mutex::default(),
+        pinned: Mutex::default(),
+    });
+    ctx.begin_capture(pool.clone())?;
+    // SAFETY: the context's own stream.
+    let begun = api.check(
+        unsafe { (fns.aclmdlRICaptureBegin)(ctx.stream(), ACL_MODEL_RI_CAPTURE_MODE_GLOBAL) },
+        "aclmdlRICaptureBegin",
+    );
+    if let Err(e) = begun {
+        ctx.end_capture();
+        return Err(e);
+    }
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let mut ri = std::ptr::null_mut();
+    // SAFETY: the stream began capturing above, on this thread.
+    let ended = api.check(
+        unsafe { (fns.aclmdlRICaptureEnd)(ctx.stream(), &mut ri) },
+        "aclmdlRICaptureEnd",
+    );
+    ctx.end_capture();
+    let graph = ended.map(|()| Graph {
+        ctx: ctx.clone(),
+        fns,
+        ri,
+        pool,
+    });
+    match (result, graph) {
+        (Ok(out), Ok(graph)) => Ok((graph, out)),
+        (Ok(_), Err(e)) => Err(e),
+        (Err(panic), graph) => {
+            drop(graph);
+            Err(AclError::Library(format!(
+                "graph capture on {device} failed: {}",
+                panic_text(&panic)
+            )))
+        }
+    }
+}
+
+impl Graph {
+    /// Queues one replay of the captured work on the device's stream; it runs after the work
+    /// queued before it (writes of the inputs) and before the work queued after it (reads).
+    pub fn replay(&self) -> AclResult<()> {
+        self.ctx.check_alive()?;
+        let api = self.ctx.bind();
+        // SAFETY: a live graph of this context, the context's stream.
+        api.check(
+            unsafe { (self.fns.aclmdlRIExecuteAsync)(self.ri, self.ctx.stream()) },
+            "aclmdlRIExecuteAsync",
+        )
+    }
+
+    /// The device the graph runs on.
+    pub fn device(&self) -> AscendDevice {
+        self.ctx.device()
+    }
+
+    /// Bytes of device memory the graph's pool holds (its tensors and workspaces).
+    pub fn pool_bytes(&self) -> usize {
+        self.pool.blocks.lock().unwrap().stats().bytes_reserved
+    }
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Graph({}, {:?}, pool of {} bytes)",
+            self.ctx.device(),
+            self.ri,
+            self.pool_bytes()
+        )
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        let api = self.ctx.bind();
+        // A replay may still be queued: the graph and its staging must outlive it. A faulted
+        // or reset device reports its fault here; the graph is destroyed all the same.
+        let _ = self.ctx.synchronize();
+        // SAFETY: a graph of this process, destroyed once; the staging buffers are ours.
+        unsafe {
+            (self.fns.aclmdlRIDestroy)(self.ri);
+            for p in self.pool.pinned.lock().unwrap().drain(..) {
+                (api.core.aclrtFreeHost)(p as *mut c_void);
+            }
+        }
+    }
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into())
+}
