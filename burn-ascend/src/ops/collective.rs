@@ -139,10 +139,7 @@ pub fn all_reduce(
     if op == Reduce::Mean && !tensors[0].dtype().is_float() {
         return Err(refuse(OP, tensors, "a mean needs float tensors"));
     }
-    let inputs = tensors
-        .iter()
-        .map(contiguous)
-        .collect::<AclResult<Vec<_>>>()?;
+    let inputs = contiguous_all(tensors)?;
     let outs = tensors
         .iter()
         .map(|t| empty_like(t, t.shape().to_vec()))
@@ -171,13 +168,7 @@ pub fn all_reduce(
             },
         )?;
     }
-    if op != Reduce::Mean {
-        return Ok(outs);
-    }
-    let scale = HostScalar::Float(1.0 / comm.size() as f64);
-    outs.iter()
-        .map(|o| binary_scalar(BinaryOp::Mul, o, scale))
-        .collect()
+    mean_of_sums(op, outs, comm.size())
 }
 
 /// Every rank receives rank `root`'s tensor.
@@ -233,10 +224,7 @@ pub fn all_gather(comm: &Communicator, tensors: &[AscendTensor]) -> AclResult<Ve
     }
     let mut gathered = shape.to_vec();
     gathered[0] *= comm.size();
-    let inputs = tensors
-        .iter()
-        .map(contiguous)
-        .collect::<AclResult<Vec<_>>>()?;
+    let inputs = contiguous_all(tensors)?;
     let outs = tensors
         .iter()
         .map(|t| empty_like(t, gathered.clone()))
@@ -282,10 +270,7 @@ pub fn reduce_scatter(
     }
     let mut block = shape.to_vec();
     block[0] /= n;
-    let inputs = tensors
-        .iter()
-        .map(contiguous)
-        .collect::<AclResult<Vec<_>>>()?;
+    let inputs = contiguous_all(tensors)?;
     let outs = tensors
         .iter()
         .map(|t| empty_like(t, block.clone()))
@@ -313,13 +298,7 @@ pub fn reduce_scatter(
             },
         )?;
     }
-    if op != Reduce::Mean {
-        return Ok(outs);
-    }
-    let scale = HostScalar::Float(1.0 / n as f64);
-    outs.iter()
-        .map(|o| binary_scalar(BinaryOp::Mul, o, scale))
-        .collect()
+    mean_of_sums(op, outs, n)
 }
 
 /// Rows sent between ranks: `rows[src][dst]` rows go from rank `src` to rank `dst`. Every rank
@@ -374,10 +353,7 @@ pub fn all_to_all_v(
         }
     }
     let width: usize = row_shape.iter().product();
-    let inputs = tensors
-        .iter()
-        .map(contiguous)
-        .collect::<AclResult<Vec<_>>>()?;
+    let inputs = contiguous_all(tensors)?;
     let outs = ranks
         .iter()
         .zip(tensors)
@@ -485,4 +461,20 @@ pub fn recv(
         },
     )?;
     Ok(out)
+}
+
+/// Each tensor made contiguous (HCCL reads and writes dense buffers).
+fn contiguous_all(tensors: &[AscendTensor]) -> AclResult<Vec<AscendTensor>> {
+    tensors.iter().map(contiguous).collect()
+}
+
+/// The results of a reduction: a mean is issued to HCCL as a sum over `ranks` and divided here.
+fn mean_of_sums(op: Reduce, outs: Vec<AscendTensor>, ranks: usize) -> AclResult<Vec<AscendTensor>> {
+    if op != Reduce::Mean {
+        return Ok(outs);
+    }
+    let scale = HostScalar::Float(1.0 / ranks as f64);
+    outs.iter()
+        .map(|o| binary_scalar(BinaryOp::Mul, o, scale))
+        .collect()
 }
