@@ -31,7 +31,7 @@ use burn_backend::{
 use burn_std::{BoolDType, BoolStore, FloatDType, IntDType, Shape, Slice};
 
 use crate::acl::handles::HostScalar;
-use crate::acl::{AclResult, DataType};
+use crate::acl::{AclError, AclResult, DataType};
 use crate::error::{raise, record, AscendError};
 use crate::ops::activation::{self as act, Activation};
 use crate::ops::arith::{self, BinaryOp};
@@ -75,12 +75,9 @@ impl Backend for Ascend {
     }
 
     fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
-        context(device).synchronize().map_err(|e| {
-            let e = AscendError::from_acl(&format!("sync of {device}"), &e);
-            let reason = e.to_string();
-            record(e);
-            ExecutionError::WithContext { reason }
-        })
+        context(device)
+            .synchronize()
+            .map_err(|e| execution_error(&format!("sync of {device}"), &e))
     }
 
     fn memory_cleanup(device: &Self::Device) {
@@ -119,6 +116,15 @@ impl TensorMetadata for AscendTensor {
     fn rank(&self) -> usize {
         AscendTensor::shape(self).len()
     }
+}
+
+/// The `ExecutionError` Burn returns for a failed read or sync, its typed error recorded for
+/// [`crate::try_run`] (Burn's `into_data` turns the `Err` into a panic).
+fn execution_error(op: &str, e: &AclError) -> ExecutionError {
+    let e = AscendError::from_acl(op, e);
+    let reason = e.to_string();
+    record(e);
+    ExecutionError::WithContext { reason }
 }
 
 /// Ends a Burn op that Burn cannot let fail: a failure panics with a clear message and the
@@ -221,12 +227,8 @@ fn from_data(data: TensorData, device: &AscendDevice, kind: Kind) -> AscendTenso
 }
 
 fn into_data(tensor: AscendTensor) -> Result<TensorData, ExecutionError> {
-    let bytes = creation::to_bytes(&tensor).map_err(|e| {
-        let e = AscendError::from_acl(&format!("reading {} back", tensor.describe()), &e);
-        let reason = e.to_string();
-        record(e);
-        ExecutionError::WithContext { reason }
-    })?;
+    let bytes = creation::to_bytes(&tensor)
+        .map_err(|e| execution_error(&format!("reading {} back", tensor.describe()), &e))?;
     Ok(TensorData::from_bytes_vec(
         bytes,
         tensor.shape().to_vec(),

@@ -230,16 +230,16 @@ pub trait FusedOps: Backend {
 
 impl FusedOps for Ascend {
     fn vector_add(x: FloatTensor<Self>, y: FloatTensor<Self>) -> FloatTensor<Self> {
-        run("vector_add", fused::check_vector_add(&x, &y));
         if !has_kernels(&x, &["vector_add"]) {
+            run("vector_add", fused::check_vector_add(&x, &y));
             return Self::float_add(x, y);
         }
         run("vector_add", fused::vector_add(&x, &y))
     }
 
     fn int_vector_add(x: IntTensor<Self>, y: IntTensor<Self>) -> IntTensor<Self> {
-        run("vector_add", fused::check_vector_add(&x, &y));
         if !has_kernels(&x, &["vector_add"]) {
+            run("vector_add", fused::check_vector_add(&x, &y));
             return Self::int_add(x, y);
         }
         run("vector_add", fused::vector_add(&x, &y))
@@ -251,11 +251,11 @@ impl FusedOps for Ascend {
         beta: Option<FloatTensor<Self>>,
         eps: f64,
     ) -> LayerNormOutput<Self> {
-        run(
-            "layer_norm",
-            fused::check_layer_norm(&x, gamma.as_ref(), beta.as_ref()),
-        );
         if !has_kernels(&x, &["layer_norm"]) {
+            run(
+                "layer_norm",
+                fused::check_layer_norm(&x, gamma.as_ref(), beta.as_ref()),
+            );
             return composed::layer_norm::<Self>(x, gamma, beta, eps);
         }
         let (y, mean, rstd) = run(
@@ -272,11 +272,11 @@ impl FusedOps for Ascend {
         rstd: FloatTensor<Self>,
         gamma: Option<FloatTensor<Self>>,
     ) -> LayerNormGrads<Self> {
-        run(
-            "layer_norm_backward",
-            fused::check_layer_norm_backward(&dy, &x, &mean, &rstd, gamma.as_ref()),
-        );
         if !has_kernels(&x, &["layer_norm_backward"]) {
+            run(
+                "layer_norm_backward",
+                fused::check_layer_norm_backward(&dy, &x, &mean, &rstd, gamma.as_ref()),
+            );
             return composed::layer_norm_backward::<Self>(dy, x, mean, rstd, gamma);
         }
         let (dx, dgamma, dbeta) = run(
@@ -291,8 +291,8 @@ impl FusedOps for Ascend {
         indices: IntTensor<Self>,
         top_k: usize,
     ) -> FloatTensor<Self> {
-        run("moe_gather", fused::check_moe_gather(&x, &indices, top_k));
         if !has_kernels(&x, &["moe_gather"]) {
+            run("moe_gather", fused::check_moe_gather(&x, &indices, top_k));
             return composed::moe_gather::<Self>(x, indices, top_k);
         }
         run("moe_gather", fused::moe_gather(&x, &indices, top_k))
@@ -304,11 +304,11 @@ impl FusedOps for Ascend {
         weights: Option<FloatTensor<Self>>,
         top_k: usize,
     ) -> FloatTensor<Self> {
-        run(
-            "moe_scatter",
-            fused::check_moe_scatter(&y, &indices, weights.as_ref(), top_k),
-        );
         if !has_kernels(&y, &["moe_scatter"]) {
+            run(
+                "moe_scatter",
+                fused::check_moe_scatter(&y, &indices, weights.as_ref(), top_k),
+            );
             return composed::moe_scatter::<Self>(y, indices, weights, top_k);
         }
         run(
@@ -318,8 +318,8 @@ impl FusedOps for Ascend {
     }
 
     fn token_rearrange(x: FloatTensor<Self>, perm: IntTensor<Self>) -> FloatTensor<Self> {
-        run("token_rearrange", fused::check_token_rearrange(&x, &perm));
         if !has_kernels(&x, &["token_rearrange"]) {
+            run("token_rearrange", fused::check_token_rearrange(&x, &perm));
             return composed::token_rearrange::<Self>(x, perm);
         }
         run("token_rearrange", fused::token_rearrange(&x, &perm))
@@ -333,18 +333,18 @@ impl FusedOps for Ascend {
         page_size: usize,
         extend_total: usize,
     ) -> AllocExtendOutput<Self> {
-        run(
-            "alloc_extend",
-            fused::check_alloc_extend(
-                &prefix_lens,
-                &seq_lens,
-                &last_loc,
-                &free_pages,
-                page_size,
-                extend_total,
-            ),
-        );
         if !has_kernels(&seq_lens, &["alloc_extend"]) {
+            run(
+                "alloc_extend",
+                fused::check_alloc_extend(
+                    &prefix_lens,
+                    &seq_lens,
+                    &last_loc,
+                    &free_pages,
+                    page_size,
+                    extend_total,
+                ),
+            );
             return composed::alloc_extend::<Self>(
                 prefix_lens,
                 seq_lens,
@@ -377,19 +377,19 @@ impl FusedOps for Ascend {
         num_kv_splits: IntTensor<Self>,
         options: DecodeAttentionOptions,
     ) -> DecodeAttentionOutput<Self> {
-        run(
-            "decode_attention",
-            fused::check_decode_attention(
-                &q,
-                &k_cache,
-                v_cache.as_ref(),
-                &kv_indptr,
-                &kv_indices,
-                &num_kv_splits,
-                &options,
-            ),
-        );
         if !has_kernels(&q, &["decode_attention_stage1", "decode_attention_stage2"]) {
+            run(
+                "decode_attention",
+                fused::check_decode_attention(
+                    &q,
+                    &k_cache,
+                    v_cache.as_ref(),
+                    &kv_indptr,
+                    &kv_indices,
+                    &num_kv_splits,
+                    &options,
+                ),
+            );
             return composed::decode_attention::<Self>(
                 q,
                 k_cache,
@@ -443,8 +443,9 @@ impl FusedOps for Ascend {
     }
 }
 
-/// Whether `t`'s device can run every kernel of a fused op; when it cannot, the op runs its
-/// composed default (and the device says so once, see `DeviceContext::has_kernel`).
+/// Whether `t`'s device can run every kernel of a fused op; when it cannot, the op checks its
+/// contract (the kernel path checks it inside `ops::fused`) and runs its composed default (and
+/// the device says so once, see `DeviceContext::has_kernel`).
 fn has_kernels(t: &crate::ops::AscendTensor, kernels: &[&'static str]) -> bool {
     kernels.iter().all(|k| t.ctx().has_kernel(k))
 }
