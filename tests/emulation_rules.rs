@@ -1,7 +1,8 @@
 //! The emulated NPU rejects what the hardware rejects, and each rejection reaches the caller as
 //! a clear error with CANN's status code: device memory capacity (with the allocator's
 //! release-and-retry), per-op dtype support, contiguity requirements, invalid views, use of
-//! freed memory and out-of-bounds access.
+//! freed memory and out-of-bounds access. Every test runs alone (`serial`): the fault tests
+//! reset NPU 0, which ends the device context the others are using.
 
 mod common;
 
@@ -86,6 +87,7 @@ fn out_of_memory_releases_the_cache_retries_then_reports_sizes() {
 }
 
 #[test]
+#[serial]
 fn an_unsupported_dtype_is_rejected_with_the_real_status() {
     if common::skipped_on_npu("an_unsupported_dtype_is_rejected_with_the_real_status") {
         return;
@@ -112,6 +114,7 @@ fn an_unsupported_dtype_is_rejected_with_the_real_status() {
 }
 
 #[test]
+#[serial]
 fn a_non_contiguous_bool_cast_is_rejected() {
     if common::skipped_on_npu("a_non_contiguous_bool_cast_is_rejected") {
         return;
@@ -133,6 +136,7 @@ fn a_non_contiguous_bool_cast_is_rejected() {
 }
 
 #[test]
+#[serial]
 fn invalid_views_are_rejected_by_aclcreatetensor() {
     if common::skipped_on_npu("invalid_views_are_rejected_by_aclcreatetensor") {
         return;
