@@ -794,14 +794,17 @@ fn fused_kernels(c: &mut Criterion) {
              minimum). Rows whose f32 copy and gamma/beta fit the unified buffer stay there \
              between the passes (x read once at N = 8192); wider rows make three passes over GM.",
             "decode_attention: stage 1 runs every (head, key) pair through the vector unit \
-             (Mul + ReduceSum for the score, Muls + Add into the accumulator: four passes over \
-             a head's dims). MLA (HQ 32 over one KV head, Dk 576) is vector-bound at ~16x its \
-             bandwidth limit and also re-reads the keys once per head tile; more KV splits \
-             would not help: the split partials (32 heads x 512 f32 per split) outweigh the \
-             147 KB of keys, and the vector work stays. Only stage 1 on the cube unit (QK^T and \
-             PV as matrix products) would bring it to the roofline; the Ascend C emulation has \
-             no cube API yet. GQA B8 S1024 is vector-bound at ~1.45x (the same four passes \
-             over 128 dims per pair, against 256 bytes of keys and values per key and KV head).",
+             (Mul + ReduceSum for the score, one Axpy into the accumulator: three passes over \
+             a head's dims). GQA B8 S1024 is vector-bound within 1.2x (vector repeats and \
+             bytes nearly balance). MLA B1 S128 (HQ 32 over one KV head, Dk 576, the seed's 4 \
+             splits) cannot come within 1.2x of its contract minimum (218 KB) under this \
+             model in any design that honours the caller's splits: the partials stage 1 \
+             writes and stage 2 reads (2 x 4 splits x 32 heads x 512 f32 = 512 KB) are 2.4x \
+             the minimum by themselves, and one core's GM rate (32 B/cycle) needs 2.6 us for \
+             the 147 KB of keys, so they must be spread over cores by head tiles (each \
+             re-reads its split's keys; the tiling's 3-head tiles are the model's best). \
+             Stage 1 on the cube unit would remove its vector term (1.6 us against 1.3 us of \
+             bytes), not these bounds.",
             "Device-side checks: each kernel checks values its data path reads anyway (indices \
              loaded to address rows, lengths, page ids) on the scalar unit, so they add no GM \
              traffic: 0 % of the modelled time, which is GM bytes over bandwidth. The model has \

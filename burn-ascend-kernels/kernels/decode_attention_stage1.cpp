@@ -22,8 +22,9 @@
 // its keys in tiles of `keyTile` rows, K and V rows gathered by slot into double-buffered queues
 // (the next tile's copies overlap this tile's compute). Per tile and head: the scores by
 // Mul + ReduceSum per key, the tile's maxima by ReduceMax, then the online softmax (running max
-// m, normaliser Z and f32 accumulator per head, kept as vectors in the unified buffer), so one
-// tile costs two vector-to-scalar waits whatever the head count. With the MLA layout
+// m, normaliser Z and f32 accumulator per head, kept as vectors in the unified buffer; each value
+// row is folded in by one Axpy per head), so one tile costs two vector-to-scalar waits whatever
+// the head count. With the MLA layout
 // (valueFromKey) the values are the first Dv dims of the key rows and are not read again.
 //
 // Head dims are bounded by the unified buffer: one head's query, accumulator and a tile of 8
@@ -243,7 +244,6 @@ private:
         LocalTensor<float> alpha = stats[3 * statLen];
         LocalTensor<float> sums = stats[4 * statLen];
         LocalTensor<float> acc = accBuf.Get<float>();
-        LocalTensor<float> tmp = tmpBuf.Get<float>();
         const int32_t h = static_cast<int32_t>(heads);
         const int32_t dv = static_cast<int32_t>(tiling.headDimV);
         for (uint32_t g = 0; g < heads; ++g) {
@@ -267,8 +267,7 @@ private:
             LocalTensor<float> row = acc[g * accPitch];
             Muls(row, row, alpha.GetValue(g), dv);
             for (uint32_t j = 0; j < n; ++j) {
-                Muls(tmp, vals[j * vPitch], scores.GetValue(g * scorePitch + j), dv);
-                Add(row, row, tmp, dv);
+                Axpy(row, vals[j * vPitch], scores.GetValue(g * scorePitch + j), dv);
             }
         }
         LocalTensor<float> swap = m;

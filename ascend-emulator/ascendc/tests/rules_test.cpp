@@ -315,6 +315,46 @@ void test_vector_ops()
     check(wrong == 0, "CompareScalar/Select and Cast values (" + std::to_string(wrong) + " wrong)");
 }
 
+// Axpy: dst += src * a, in float and widening half -> float.
+extern "C" __global__ __aicore__ void axpy_values(GM_ADDR out)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 2048);
+    GlobalTensor<float> outGm;
+    outGm.SetGlobalBuffer((__gm__ float*)out, 128);
+    LocalTensor<float> acc = buf.GetWithOffset<float>(128, 0);
+    LocalTensor<float> src = buf.GetWithOffset<float>(64, 512);
+    LocalTensor<half> h = buf.GetWithOffset<half>(64, 768);
+    for (int32_t i = 0; i < 64; ++i) {
+        src.SetValue(i, static_cast<float>(i));
+        h.SetValue(i, half(static_cast<float>(i) * 0.5f));
+    }
+    Duplicate(acc, 1.0f, 128);
+    const event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
+    SetFlag<HardEvent::S_V>(e);
+    WaitFlag<HardEvent::S_V>(e);
+    Axpy(acc, src, 3.0f, 64);
+    Axpy(acc[64], h, half(-2.0f), 64);
+    const event_t f = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::V_MTE3));
+    SetFlag<HardEvent::V_MTE3>(f);
+    WaitFlag<HardEvent::V_MTE3>(f);
+    DataCopy(outGm, acc, 128);
+}
+
+void test_axpy()
+{
+    const uint64_t out = fake_host::alloc(128 * sizeof(float));
+    expect_ok("Axpy values", run("axpy_values", 1, [&] { axpy_values(fake_host::gm(out)); }));
+    const float* r = host_as<float>(out);
+    int wrong = 0;
+    for (int i = 0; i < 64; ++i) {
+        wrong += r[i] != 1.0f + 3.0f * static_cast<float>(i);
+        wrong += r[64 + i] != 1.0f - static_cast<float>(i);
+    }
+    check(wrong == 0, "Axpy float and half -> float values (" + std::to_string(wrong) + " wrong)");
+}
+
 // DataCopyPad GM->UB with isPad: 5 floats + 3 elements of right padding, then a whole-block store.
 extern "C" __global__ __aicore__ void pad_kernel(GM_ADDR x, GM_ADDR y)
 {
@@ -631,6 +671,15 @@ extern "C" __global__ __aicore__ void partial_overlap(GM_ADDR)
     Add(t[8], t, t, 64);  // dst starts 32 bytes into src
 }
 
+// The widening Axpy reads half from where it writes float: only disjoint operands are defined.
+extern "C" __global__ __aicore__ void axpy_overlap(GM_ADDR)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 1024);
+    Axpy(buf.Get<float>(), buf.Get<half>(), half(2.0f), 64);
+}
+
 extern "C" __global__ __aicore__ void pad_too_wide(GM_ADDR x)
 {
     TPipe pipe;
@@ -715,6 +764,7 @@ void test_rules()
         {"Compare int32 not EQ", compare_int32_mode, g_x, "EQ only"},
         {"ReduceMax tmp too small", reduce_tmp_small, g_x, "sharedTmpBuffer holds 8 elements"},
         {"partial overlap", partial_overlap, g_x, "partially overlaps"},
+        {"Axpy widening in place", axpy_overlap, g_x, "Axpy: dst [UB 0, +256) partially overlaps src"},
         {"DataCopyPad padding > 32 B", pad_too_wide, g_x, "exceeds 32 bytes"},
         {"DataCopyPad UB footprint", pad_footprint, g_x, "dst needs 128 bytes"},
         {"Select scratch over buffers", select_scratch, g_x, "[184 KiB, 192 KiB)"},
@@ -1006,6 +1056,14 @@ template <class T>
 struct CanDuplicate<T, std::void_t<decltype(Duplicate(std::declval<LocalTensor<T>>(), std::declval<T>(), 0))>>
     : std::true_type {};
 
+template <class D, class S, class = void>
+struct CanAxpy : std::false_type {};
+template <class D, class S>
+struct CanAxpy<D, S, std::void_t<decltype(Axpy(std::declval<LocalTensor<D>>(), std::declval<LocalTensor<S>>(),
+                                               std::declval<S>(), 0))>> : std::true_type {};
+
+static_assert(CanAxpy<float, float>::value && CanAxpy<half, half>::value && CanAxpy<float, half>::value);
+static_assert(!CanAxpy<half, float>::value && !CanAxpy<bfloat16_t, bfloat16_t>::value, "Axpy outside the A2 table");
 static_assert(CanAdd<float>::value && CanAdd<half>::value && CanAdd<int16_t>::value && CanAdd<int32_t>::value);
 static_assert(!CanAdd<bfloat16_t>::value, "bf16 arithmetic must not compile");
 static_assert(!CanAdd<int8_t>::value, "int8 arithmetic must not compile");
@@ -1046,6 +1104,7 @@ int main()
     test_compile_time();
     test_scale_kernel();
     test_vector_ops();
+    test_axpy();
     test_pad();
     test_strided();
     test_atomic();

@@ -457,7 +457,10 @@ ASCENDC_EMU_ADV_UNARY(Floor)
 ASCENDC_EMU_ADV_UNARY(Ceil)
 ASCENDC_EMU_ADV_UNARY(Sign)
 ASCENDC_EMU_ADV_UNARY(Frac)
-ASCENDC_EMU_ADV_UNARY(Axpy)
+// The high-level Axpy (Muls + Add through a scratch buffer) beside the basic one in vector.h.
+template <typename T, typename U, bool isReuseSource = false>
+void Axpy(const LocalTensor<T>& dst, const LocalTensor<U>& src, const U scalarValue,
+          const LocalTensor<uint8_t>& sharedTmpBuffer, const uint32_t calCount);
 ASCENDC_EMU_ADV_UNARY(Xor)
 ASCENDC_EMU_ADV_UNARY(Lgamma)
 ASCENDC_EMU_ADV_UNARY(Digamma)

@@ -388,6 +388,21 @@ ASCENDC_EMU_VECTOR_LOOP void cast_loop(uint8_t* d, const uint8_t* s, uint64_t n,
     }
 }
 
+template <class T, class U>
+constexpr bool axpy_pair = (std::is_same_v<T, U> && float_type<T>) || (std::is_same_v<T, float> && std::is_same_v<U, half>);
+
+template <class T, class U>
+ASCENDC_EMU_VECTOR_LOOP void axpy_loop(uint8_t* d, const uint8_t* s, uint64_t n, float a)
+{
+    for (uint64_t i = 0; i < n; ++i) {
+        // The product is rounded to the source type before the add: the docs call the basic Axpy
+        // less precise than Muls + Add, so the emulation keeps no more than two roundings
+        // (UNCERTAIN: the fact sheets do not say how the unit rounds inside Axpy).
+        const float p = static_cast<float>(static_cast<U>(static_cast<float>(load<U>(s, i)) * a));
+        store<T>(d, i, static_cast<T>(static_cast<float>(load<T>(d, i)) + p));
+    }
+}
+
 }  // namespace ascendc_emu
 
 namespace AscendC {
@@ -481,6 +496,21 @@ ascendc_emu::Requires<ascendc_emu::float_type<T>> LeakyRelu(const LocalTensor<T>
     static_assert(isSetMask, "isSetMask=false relies on mask registers the emulation does not model");
     const float alpha = scalarValue;
     ascendc_emu::unary("LeakyRelu", dst, src, count, [alpha](float x) { return x >= 0.0f ? x : x * alpha; });
+}
+
+// ---- Axpy: dst += src * scalar (A2 dtypes: half/half/half, float/float/float, half/half -> float) ----
+
+template <typename T, typename U>
+ascendc_emu::Requires<ascendc_emu::axpy_pair<T, U>> Axpy(const LocalTensor<T>& dst, const LocalTensor<U>& src,
+                                                          const U& scalarValue, const int32_t& count)
+{
+    const uint64_t n = ascendc_emu::vec_count("Axpy", count);
+    uint8_t* d = ascendc_emu::ub_operand("Axpy", "dst", dst, n * sizeof(T));
+    const uint8_t* s = ascendc_emu::ub_operand("Axpy", "src", src, n * sizeof(U));
+    // dst is also read: only a disjoint source is defined (the widening form moves elements).
+    ascendc_emu::check_overlap("Axpy", "src", dst, n * sizeof(T), src, n * sizeof(U), std::is_same_v<T, U>);
+    ascendc_emu::count_vector(n * sizeof(T));
+    ascendc_emu::axpy_loop<T, U>(d, s, n, static_cast<float>(scalarValue));
 }
 
 // ---- Unary: half, float (Relu also int32_t) ----
