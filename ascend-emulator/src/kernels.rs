@@ -3,12 +3,13 @@
 //! one, so that bad launches fail with aclnn's status.
 
 use super::fault::{fault, Fault};
+use super::machine::for_ranges;
 use super::meta::Kernel;
 use super::meta::{ScalarValue, TensorDesc, MAX_RANK};
 use super::numerics::{cube_operands, element, int32_to_int8, round_to, Domain, Elem, Real};
 use super::ops::invalid;
 use super::reduce::normalize_dim;
-use super::view::{broadcast_shape, copy_elements, map, native_run, take_f32, Walk};
+use super::view::{broadcast_shape, copy_elements, map, native_run, put_f32, take_f32, Walk};
 use ascend_acl::dtype::DataType;
 use ascend_acl::types::status::ACL_ERROR_RT_AICORE_EXCEPTION;
 use std::sync::Arc;
@@ -135,6 +136,23 @@ fn int_scalar(s: ScalarValue) -> i64 {
     }
 }
 
+/// `binary_run::<T>` with the float arithmetic of `f`, each step rounded to `T` (f32 for
+/// F32/F16/BF16): one closure per operation, so each element loop is compiled for it alone.
+macro_rules! float_binary_run {
+    ($t:ty, $f:expr, $($arg:expr),+) => {
+        match $f {
+            Binary::Add(alpha) => {
+                let alpha = <$t>::c(alpha);
+                binary_run::<$t>($($arg),+, move |x, y| x + alpha * y)
+            }
+            Binary::Mul => binary_run::<$t>($($arg),+, |x, y| x * y),
+            Binary::Div(0) => binary_run::<$t>($($arg),+, |x, y| x / y),
+            Binary::Div(1) => binary_run::<$t>($($arg),+, |x: $t, y: $t| (x / y).trunc()),
+            Binary::Div(_) => binary_run::<$t>($($arg),+, |x: $t, y: $t| (x / y).floor()),
+        }
+    };
+}
+
 pub(crate) fn binary(
     op: &'static str,
     a: TensorDesc,
@@ -152,22 +170,11 @@ pub(crate) fn binary(
         }
         // check_binary made a float input imply a float out.
         match (out.dtype.is_float(), Domain::of(&dtypes)) {
-            (true, Domain::F64) => binary_run::<f64>(op, &a, &b, &out, float_binary(f)),
-            (true, _) => binary_run::<f32>(op, &a, &b, &out, float_binary(f)),
+            (true, Domain::F64) => float_binary_run!(f64, f, op, &a, &b, &out),
+            (true, _) => float_binary_run!(f32, f, op, &a, &b, &out),
             (false, _) => binary_run::<i128>(op, &a, &b, &out, int_binary(f)),
         }
     })
-}
-
-/// The float arithmetic of the family, each step rounded to `T` (f32 for F32/F16/BF16).
-fn float_binary<T: Real>(f: Binary) -> impl Fn(T, T) -> T {
-    move |x, y| match f {
-        Binary::Add(alpha) => x + T::c(alpha) * y,
-        Binary::Mul => x * y,
-        Binary::Div(0) => x / y,
-        Binary::Div(1) => (x / y).trunc(),
-        Binary::Div(_) => (x / y).floor(),
-    }
 }
 
 /// Integer division by zero has no documented result on Atlas A2 (`aclnn-ops.tsv`, the
@@ -224,7 +231,7 @@ fn binary_run<T: Elem>(
     a: &TensorDesc,
     b: &Operand,
     out: &TensorDesc,
-    f: impl Fn(T, T) -> T,
+    f: impl Fn(T, T) -> T + Sync,
 ) -> Result<(), Fault> {
     let mo = map(op, "out", out)?;
     let mut ma = map(op, "self", a)?;
@@ -253,18 +260,30 @@ fn binary_run<T: Elem>(
     );
     if let (Some(pa), Some(po), Some(pb)) = dense {
         // Dense operands stored as the compute type: the same arithmetic without per-element
-        // dispatch (pointers, not slices, since out may be self).
-        // SAFETY: `native_run` checked that the elements from each pointer lie inside their
-        // mapped views; unaligned accesses are allowed.
-        unsafe {
-            for i in 0..out.numel() {
-                let y = match pb {
-                    Ok(pb) => pb.add(i).read_unaligned(),
-                    Err(y) => y,
-                };
-                po.add(i).write_unaligned(f(pa.add(i).read_unaligned(), y));
+        // dispatch (addresses, not slices, since out may be self), in ranges over the host
+        // threads; element i is read and written by one thread only.
+        let (pa, po, pb) = (pa as usize, po as usize, pb.map(|p| p as usize));
+        for_ranges(out.numel(), |range| {
+            let (pa, po) = (pa as *const T, po as *mut T);
+            // SAFETY: `native_run` checked that the elements from each pointer lie inside
+            // their mapped views; unaligned accesses are allowed; the ranges are disjoint.
+            unsafe {
+                match pb {
+                    Ok(pb) => {
+                        let pb = pb as *const T;
+                        for i in range {
+                            let (x, y) = (pa.add(i).read_unaligned(), pb.add(i).read_unaligned());
+                            po.add(i).write_unaligned(f(x, y));
+                        }
+                    }
+                    Err(y) => {
+                        for i in range {
+                            po.add(i).write_unaligned(f(pa.add(i).read_unaligned(), y));
+                        }
+                    }
+                }
             }
-        }
+        });
         return Ok(());
     }
     let (set, get_a) = (mo.setter::<T>(), ma.getter::<T>());
@@ -418,7 +437,6 @@ pub(crate) fn matmul_add(
             Walk::broadcast(&vb, &full_b)?,
         );
         let mut wo = Walk::of(&out);
-        let set = mo.setter::<f32>();
         let (mut x, mut y, mut z) = (
             Vec::with_capacity(m * k),
             Vec::with_capacity(k * n),
@@ -437,9 +455,7 @@ pub(crate) fn matmul_add(
                     *z = add.alpha * *z + add.beta * get_c(c);
                 }
             }
-            for (&v, o) in z.iter().zip(wo.by_ref()) {
-                set(o, v);
-            }
+            put_f32(&mo, &mut wo, &z);
         }
         Ok(())
     }))

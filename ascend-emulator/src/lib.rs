@@ -43,7 +43,7 @@ mod view;
 use std::ffi::c_void;
 
 pub use counters::{work_counters, WorkCounters};
-pub use machine::{set_device_memory_limit, ENV_DEVICES, ENV_HBM_MIB};
+pub use machine::{set_device_memory_limit, ENV_DEVICES, ENV_HBM_MIB, ENV_THREADS};
 
 use ascend_acl::table::SymbolSource;
 

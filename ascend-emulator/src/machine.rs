@@ -23,6 +23,11 @@ const DEFAULT_DEVICES: usize = 2;
 pub const ENV_DEVICES: &str = "BURN_ASCEND_EMU_DEVICES";
 /// Environment variable: HBM capacity of each emulated NPU in MiB (default 65536, as a 910B2).
 pub const ENV_HBM_MIB: &str = "BURN_ASCEND_EMU_HBM_MIB";
+/// Environment variable: host threads the emulation computes on (default: the host's hardware
+/// threads). The Ascend C runner (`ascendc/src/runner.cpp`) reads it too, for a launch's blocks;
+/// here it sizes the pool the aclnn operators split large products and loops over. No result
+/// depends on it (each output element is computed by one thread, in the same order).
+pub const ENV_THREADS: &str = "BURN_ASCEND_EMU_THREADS";
 
 pub(crate) struct Npu {
     pub memory: DeviceMemory,
@@ -63,6 +68,8 @@ pub(crate) struct Machine {
     pub config_error: Option<String>,
     /// Page-locked host memory handed out by `aclrtMallocHost`.
     pub pinned: PinnedHost,
+    /// The host threads of the emulated operators ([`ENV_THREADS`]).
+    pub pool: rayon::ThreadPool,
 }
 
 /// A positive whole number from the environment, `Ok(None)` when unset, an error naming the
@@ -85,12 +92,22 @@ pub(crate) fn machine() -> &'static Machine {
     MACHINE.get_or_init(|| {
         let count = env_number(ENV_DEVICES, "number of emulated NPUs");
         let hbm = env_number(ENV_HBM_MIB, "HBM capacity in MiB");
-        let config_error = [&count, &hbm]
+        let threads = env_number(ENV_THREADS, "host thread count");
+        let config_error = [&count, &hbm, &threads]
             .iter()
             .filter_map(|r| r.as_ref().err().cloned())
             .reduce(|a, b| format!("{a}; {b}"));
         let count = count.ok().flatten().map_or(DEFAULT_DEVICES, |n| n as usize);
         let hbm = hbm.ok().flatten().map_or(HBM_BYTES, |mib| mib << 20);
+        let threads = threads.ok().flatten().map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            |n| n.min(1024) as usize,
+        );
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("ascend-emu-{i}"))
+            .build()
+            .expect("the emulation's host threads start");
         Machine {
             npus: (0..count)
                 .map(|id| Npu {
@@ -105,6 +122,7 @@ pub(crate) fn machine() -> &'static Machine {
             events: Mutex::default(),
             config_error,
             pinned: PinnedHost::default(),
+            pool,
         }
     })
 }
@@ -244,4 +262,24 @@ pub fn set_device_memory_limit(device: usize, bytes: u64) {
     if let Some(npu) = machine().npus.get(device) {
         npu.memory.set_capacity(bytes);
     }
+}
+
+/// Calls `f` on consecutive ranges covering `0..n`, on the emulation's host threads when `n` is
+/// large enough to pay for the hand-off. Each index is in exactly one range, so a loop whose
+/// iterations are independent gives the same result on any number of threads.
+pub(crate) fn for_ranges(n: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
+    /// Fewest elements worth a thread (a few microseconds of element work).
+    const MIN_PER_THREAD: usize = 1 << 17;
+    let pool = &machine().pool;
+    let parts = (n / MIN_PER_THREAD).clamp(1, pool.current_num_threads());
+    if parts == 1 {
+        return f(0..n);
+    }
+    let step = n.div_ceil(parts);
+    let f = &f;
+    pool.scope(|s| {
+        for p in 0..parts {
+            s.spawn(move |_| f(p * step..((p + 1) * step).min(n)));
+        }
+    });
 }

@@ -248,13 +248,21 @@ fn gemm_into(
         }
         return;
     }
+    // A large product runs on the emulation's host threads: `gemm` splits the output, never the
+    // sum over k, so the result does not depend on the thread count. A small one stays on this
+    // thread (handing it over costs more than it saves).
+    const MIN_PARALLEL_MACS: usize = 1 << 22;
+    let pool = &super::machine::machine().pool;
+    let threads = pool.current_num_threads();
+    let parallel = threads > 1 && m * n * k >= MIN_PARALLEL_MACS;
     // SAFETY: the strides describe matrices inside the given slices (callers size them).
-    unsafe {
+    let dst = dst.as_mut_ptr() as usize;
+    let run = || unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst as *mut f32,
             1,
             dst_stride as isize,
             add,
@@ -269,8 +277,17 @@ fn gemm_into(
             false,
             false,
             false,
-            gemm::Parallelism::None,
+            if parallel {
+                gemm::Parallelism::Rayon(threads)
+            } else {
+                gemm::Parallelism::None
+            },
         );
+    };
+    if parallel {
+        pool.install(run)
+    } else {
+        run()
     }
 }
 

@@ -349,26 +349,33 @@ pub(crate) fn take_f32(buf: &mut Vec<f32>, m: &Mapped, walk: &mut Walk, len: usi
     }
     if let Some((first, _)) = walk.dense_run() {
         let (p, _) = (m.at(first), m.at(first + len - 1));
+        /// Fills `buf` with `len` values converted from 2-byte elements at `p`.
+        ///
+        /// # Safety
+        /// The `len` elements from `p` lie inside a mapped view.
+        unsafe fn widen(buf: &mut Vec<f32>, p: *const u16, len: usize, f: impl Fn(u16) -> f32) {
+            let dst = &mut buf.spare_capacity_mut()[..len];
+            for (i, d) in dst.iter_mut().enumerate() {
+                d.write(f(p.add(i).read_unaligned()));
+            }
+            buf.set_len(len);
+        }
+        buf.reserve(len);
         // SAFETY: the `len` elements from `p` lie inside the mapped view (both ends checked);
-        // reads are unaligned-safe.
+        // reads are unaligned-safe; `buf` has room for `len` values and is empty.
         let done = unsafe {
             match m.desc.dtype {
                 DataType::F32 => {
-                    buf.extend((0..len).map(|i| (p as *const f32).add(i).read_unaligned()));
+                    std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr().cast::<u8>(), len * 4);
+                    buf.set_len(len);
                     true
                 }
                 DataType::F16 => {
-                    let p = p as *const u16;
-                    buf.extend(
-                        (0..len).map(|i| f16::from_bits(p.add(i).read_unaligned()).to_f32()),
-                    );
+                    widen(buf, p as *const u16, len, |b| f16::from_bits(b).to_f32());
                     true
                 }
                 DataType::BF16 => {
-                    let p = p as *const u16;
-                    buf.extend(
-                        (0..len).map(|i| bf16::from_bits(p.add(i).read_unaligned()).to_f32()),
-                    );
+                    widen(buf, p as *const u16, len, |b| bf16::from_bits(b).to_f32());
                     true
                 }
                 _ => false,
@@ -379,8 +386,39 @@ pub(crate) fn take_f32(buf: &mut Vec<f32>, m: &Mapped, walk: &mut Walk, len: usi
             return;
         }
     }
+    if m.desc.dtype == DataType::F32 {
+        // A strided f32 view (a transposed operand): direct reads, no conversion per element.
+        // SAFETY: `at` keeps every address inside the mapped view; reads are unaligned-safe.
+        buf.extend(
+            walk.by_ref()
+                .take(len)
+                .map(|o| unsafe { (m.at(o) as *const f32).read_unaligned() }),
+        );
+        return;
+    }
     let get = m.getter::<f32>();
     buf.extend(walk.by_ref().take(len).map(get));
+}
+
+/// Writes `values` (f32) to the next `values.len()` elements of `walk`, rounded once to the
+/// view's dtype as [`Mapped::setter`] does; a dense F32 run is one block move.
+pub(crate) fn put_f32(m: &Mapped, walk: &mut Walk, values: &[f32]) {
+    let len = values.len();
+    if len == 0 {
+        return;
+    }
+    if let (DataType::F32, Some((first, _))) = (m.desc.dtype, walk.dense_run()) {
+        let (p, _) = (m.at(first), m.at(first + len - 1));
+        // SAFETY: the `len` elements from `p` lie inside the mapped view (both ends checked);
+        // `values` is host memory apart from any mapped view.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr().cast::<u8>(), p, len * 4) };
+        walk.skip_dense(len);
+        return;
+    }
+    let set = m.setter::<f32>();
+    for (&v, o) in values.iter().zip(walk.by_ref()) {
+        set(o, v);
+    }
 }
 
 /// Where the elements of `m`, walked by `walk`, are one dense run stored as `T` itself (F32 for
