@@ -269,6 +269,45 @@ impl Walk {
         self.left -= n;
     }
 
+    /// Calls `f` with the storage offsets of the next `n` elements (fewer if the walk ends
+    /// first), a tight loop along the innermost dim: what `take(n)` yields, without the
+    /// odometer step per element.
+    pub fn take_each(&mut self, mut n: usize, mut f: impl FnMut(usize)) {
+        while n > 0 && self.left > 0 {
+            if self.rank == 0 {
+                f(self.at as usize);
+                self.left -= 1;
+                return;
+            }
+            let d = self.rank - 1;
+            let (s, run) = (
+                self.strides[d],
+                (self.shape[d] - self.idx[d]).min(n).min(self.left),
+            );
+            for i in 0..run as isize {
+                f((self.at + i * s) as usize);
+            }
+            (n, self.left) = (n - run, self.left - run);
+            self.idx[d] += run;
+            self.at += run as isize * s;
+            if self.left == 0 || self.idx[d] < self.shape[d] {
+                continue;
+            }
+            // The innermost dim is done: carry into the outer ones as `next` does.
+            let mut d = d;
+            loop {
+                self.at -= self.strides[d] * self.shape[d] as isize;
+                self.idx[d] = 0;
+                d -= 1;
+                self.idx[d] += 1;
+                self.at += self.strides[d];
+                if self.idx[d] < self.shape[d] {
+                    break;
+                }
+            }
+        }
+    }
+
     /// The view read broadcast to `target` (stride 0 along broadcast dims).
     pub fn broadcast(desc: &TensorDesc, target: &[usize]) -> Result<Walk, Fault> {
         let strides = broadcast_strides(&desc.shape, &desc.strides, target).ok_or_else(|| {
@@ -386,18 +425,27 @@ pub(crate) fn take_f32(buf: &mut Vec<f32>, m: &Mapped, walk: &mut Walk, len: usi
             return;
         }
     }
-    if m.desc.dtype == DataType::F32 {
-        // A strided f32 view (a transposed operand): direct reads, no conversion per element.
-        // SAFETY: `at` keeps every address inside the mapped view; reads are unaligned-safe.
-        buf.extend(
-            walk.by_ref()
-                .take(len)
-                .map(|o| unsafe { (m.at(o) as *const f32).read_unaligned() }),
-        );
-        return;
-    }
+    // A strided view (a transposed operand): row by row along the innermost dim, f32 read
+    // directly.
+    buf.reserve(len);
+    let (dst, mut i) = (buf.as_mut_ptr(), 0);
     let get = m.getter::<f32>();
-    buf.extend(walk.by_ref().take(len).map(get));
+    let f32_view = m.desc.dtype == DataType::F32;
+    walk.take_each(len, |o| {
+        // SAFETY: at most `len` offsets come, and `buf` has room for `len` values; `at` keeps
+        // every address inside the mapped view; reads are unaligned-safe.
+        unsafe {
+            let v = if f32_view {
+                (m.at(o) as *const f32).read_unaligned()
+            } else {
+                get(o)
+            };
+            dst.add(i).write(v);
+        }
+        i += 1;
+    });
+    // SAFETY: the first `i` values were written above.
+    unsafe { buf.set_len(i) };
 }
 
 /// Writes `values` (f32) to the next `values.len()` elements of `walk`, rounded once to the
@@ -456,4 +504,47 @@ pub(crate) fn copy_elements(src: &Mapped, dst: &Mapped) -> Result<(), Fault> {
         dst.copy_from(t, src, f);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Walk;
+
+    /// `take_each` yields what the iterator yields, in the same chunks, and leaves the walk
+    /// where the iterator would (checked by walking on with the iterator afterwards).
+    #[test]
+    fn take_each_matches_the_iterator() {
+        let views: [(&[usize], &[isize], usize); 6] = [
+            (&[3, 4], &[1, 3], 0),             // transposed
+            (&[2, 3, 4], &[12, 1, 3], 0),      // batched transposed
+            (&[5], &[2], 1),                   // strided
+            (&[3, 4], &[0, 1], 0),             // broadcast rows
+            (&[4, 3], &[-3, 1], 9),            // flipped rows
+            (&[2, 1, 3, 2], &[0, 7, 2, 1], 0), // broadcast, unit dim, mergeable pair
+        ];
+        for (shape, strides, offset) in views {
+            let total: usize = shape.iter().product();
+            for chunk in 1..=total + 1 {
+                let mut fast = Walk::new(shape, strides, offset);
+                let mut slow = Walk::new(shape, strides, offset);
+                let mut taken = 0;
+                while taken < total {
+                    let mut got = Vec::new();
+                    fast.take_each(chunk, |o| got.push(o));
+                    let want: Vec<usize> = slow.by_ref().take(chunk).collect();
+                    assert_eq!(got, want, "{shape:?} {strides:?} chunk {chunk} at {taken}");
+                    taken += want.len();
+                }
+                assert_eq!(fast.next(), None);
+                let mut rest = Walk::new(shape, strides, offset);
+                rest.take_each(total / 2, |_| {});
+                let skip: Vec<usize> = Walk::new(shape, strides, offset).skip(total / 2).collect();
+                assert_eq!(
+                    rest.collect::<Vec<_>>(),
+                    skip,
+                    "{shape:?} resumed by the iterator"
+                );
+            }
+        }
+    }
 }
