@@ -21,7 +21,7 @@ use super::meta::Kernel;
 use super::meta::{tensor_arg, tensor_list_arg, TensorDesc};
 use super::nn::gemm;
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::view::{map, take_f32, Walk};
+use super::view::{map, put_f32, take_f32, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::status::*;
 use ascend_acl::types::*;
@@ -213,8 +213,7 @@ impl Plan {
                 }
             };
             let m = map(op, "out", &part)?;
-            let set = m.setter::<f32>();
-            Walk::of(&part).zip(dst).for_each(|(o, v)| set(o, v));
+            put_f32(&m, &mut Walk::of(&part), &dst);
             start += size;
         }
         Ok(())
