@@ -793,7 +793,8 @@ static_assert(CanMmad<float, half, half>::value && CanMmad<float, bfloat16_t, bf
 static_assert(!CanMmad<half, half, half>::value, "no half-output Mmad on 2201");
 static_assert(!CanMmad<float, half, bfloat16_t>::value && !CanMmad<float, half, float>::value,
               "fm and filter of one dtype");
-static_assert(CanFixpipe<half, float>::value && CanFixpipe<bfloat16_t, float>::value && CanFixpipe<float, float>::value);
+static_assert(CanFixpipe<half, float>::value && CanFixpipe<bfloat16_t, float>::value &&
+              CanFixpipe<float, float>::value);
 static_assert(!CanFixpipe<half, half>::value && !CanFixpipe<int8_t, float>::value, "pairs outside the emulated table");
 
 int main()

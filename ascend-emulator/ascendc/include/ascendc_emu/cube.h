@@ -404,7 +404,9 @@ ascendc_emu::Requires<ascendc_emu::mmad_types<T, U, S>> Mmad(const LocalTensor<T
     uint8_t* defined = l0c_defined(dst);
     // isBias (deprecated) means accumulate as well: the hardware gets cmatrixInitVal && !isBias (§4.2).
     const bool init = p.cmatrixInitVal && !p.isBias;
-    const auto cAt = [&](uint64_t i, uint64_t j) { return (j / kCubeEdge) * mp * kCubeEdge + i * kCubeEdge + j % kCubeEdge; };
+    const auto cAt = [&](uint64_t i, uint64_t j) {
+        return (j / kCubeEdge) * mp * kCubeEdge + i * kCubeEdge + j % kCubeEdge;
+    };
     if (!init) {
         for (uint64_t j = 0; j < n; ++j) {
             for (uint64_t i = 0; i < m; ++i) {
@@ -422,7 +424,8 @@ ascendc_emu::Requires<ascendc_emu::mmad_types<T, U, S>> Mmad(const LocalTensor<T
     bRows.resize(n * k);
     for (uint64_t i = 0; i < m; ++i) {
         for (uint64_t kk = 0; kk < k; ++kk) {
-            const uint64_t at = (i / kCubeEdge) * kCubeEdge * kp + (kk / c0) * kCubeEdge * c0 + (i % kCubeEdge) * c0 + kk % c0;
+            const uint64_t at =
+                (i / kCubeEdge) * kCubeEdge * kp + (kk / c0) * kCubeEdge * c0 + (i % kCubeEdge) * c0 + kk % c0;
             aRows[i * k + kk] = static_cast<float>(load<U>(a, at));
         }
     }
