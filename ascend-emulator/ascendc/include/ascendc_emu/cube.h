@@ -279,7 +279,8 @@ ascendc_emu::Requires<ascendc_emu::l1_type<T>> DataCopy(const LocalTensor<T>& ds
     const uint64_t srcElems = (matrices - 1) * srcMat + (rows - 1) * srcPitch + cols;
     const uint8_t* g = TensorAccess::gm_span(src, 0, srcElems * sizeof(T), true, api);
     // Destination blocks written twice would make the result depend on the DMA's order.
-    std::vector<uint8_t> written(dstElems / c0, 0);
+    thread_local std::vector<uint8_t> written;
+    written.assign(dstElems / c0, 0);
     for (uint64_t i = 0; i < matrices; ++i) {
         note_rows(TensorAccess::gm_addr(src) + i * srcMat * sizeof(T), rows, cols * sizeof(T), srcPitch * sizeof(T),
                   GmAccess::Read, api);
