@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Builds `ascendc/tests/<program>` with the runner and the fake host, runs it, and asserts that
-/// every check passed.
-fn build_and_run(program: &str) {
+/// Builds `ascendc/tests/<program>` with the runner and the fake host, runs it with `env` set,
+/// and asserts that every check passed.
+fn build_and_run(program: &str, env: &[(&str, &str)]) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let exe = std::env::temp_dir().join(format!(
         "burn_ascend_{}_{}",
@@ -32,7 +32,10 @@ fn build_and_run(program: &str) {
         "building {program} failed:\n{}",
         String::from_utf8_lossy(&build.stderr)
     );
-    let run = Command::new(&exe).output().expect("the test program runs");
+    let run = Command::new(&exe)
+        .envs(env.iter().copied())
+        .output()
+        .expect("the test program runs");
     let _ = std::fs::remove_file(&exe);
     let out = String::from_utf8_lossy(&run.stdout);
     assert!(
@@ -44,10 +47,14 @@ fn build_and_run(program: &str) {
 
 #[test]
 fn every_emulated_hardware_rule_triggers() {
-    build_and_run("rules_test.cpp");
+    // Its block-order tests record, from the kernel bodies, the order the blocks ran in: that is
+    // the launch's (shuffled) order only when one host thread runs them; with helper threads the
+    // recording itself would race.
+    build_and_run("rules_test.cpp", &[("BURN_ASCEND_EMU_THREADS", "1")]);
 }
 
 #[test]
 fn every_emulated_cube_rule_triggers() {
-    build_and_run("cube_test.cpp");
+    // Default block threads: its kernels share no host state, so the helper threads are exercised.
+    build_and_run("cube_test.cpp", &[]);
 }

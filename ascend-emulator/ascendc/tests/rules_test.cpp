@@ -4,7 +4,10 @@
 //
 // Build and run (from ascend-emulator/, one line):
 //   g++ -std=c++17 -Wall -Wextra -Werror -I ascendc/include ascendc/src/runner.cpp
-//       ascendc/tests/rules_test.cpp ascendc/tests/fake_host.cpp -o /tmp/rules && /tmp/rules
+//       ascendc/tests/rules_test.cpp ascendc/tests/fake_host.cpp -o /tmp/rules
+//       && BURN_ASCEND_EMU_THREADS=1 /tmp/rules
+// One block thread: the block-order tests record the order blocks ran in from the kernel bodies,
+// which is the launch order only on one thread (with helper threads the recording would race).
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
