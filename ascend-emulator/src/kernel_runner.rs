@@ -21,6 +21,16 @@ use ascend_acl::{AclError, AclResult};
 use super::fault::{report, Fault};
 use super::machine::machine;
 
+/// The kind of core the blocks of a launch ran on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CoreKind {
+    /// Vector cores (AIV): `KERNEL_TYPE_AIV_ONLY` or `MIX_AIV_1_0`, or no kernel type.
+    #[default]
+    Vector,
+    /// Cube cores (AIC): `KERNEL_TYPE_AIC_ONLY`.
+    Cube,
+}
+
 /// Counters of one kernel launch.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LaunchStats {
@@ -28,11 +38,14 @@ pub struct LaunchStats {
     pub kernel: String,
     /// Blocks launched.
     pub block_dim: u32,
+    /// The kind of core the blocks ran on.
+    pub cores: CoreKind,
     /// Bytes read from global memory.
     pub gm_bytes_read: u64,
     /// Bytes written to global memory.
     pub gm_bytes_written: u64,
-    /// DataCopy/DataCopyPad calls between global memory and the unified buffer.
+    /// DMA copies between global memory and a core's local memory: DataCopy/DataCopyPad
+    /// GM<->UB, DataCopy GM->L1, Fixpipe L0C->GM.
     pub data_copies: u64,
     /// Largest unified-buffer footprint of any block, bytes.
     pub ub_peak_bytes: u64,
@@ -40,12 +53,21 @@ pub struct LaunchStats {
     pub vector_instructions: u64,
     /// Vector repeats issued: each instruction's widest operand in 256-byte repeats (at least one).
     pub vector_repeats: u64,
+    /// Cube cycles of the Mmad calls at the peak rate (hardware-atlas-a2.md §4.1):
+    /// ceil(m/16)·ceil(n/16)·ceil(k/16) per call for half/bf16 inputs, 4 times that for float.
+    pub cube_cycles: u64,
+    /// Mmad calls.
+    pub mmad_calls: u64,
     /// Global-memory bytes moved by each block (the per-core balance).
     pub per_block_gm_bytes: Vec<u64>,
     /// Vector repeats issued by each block.
     pub per_block_vector_repeats: Vec<u64>,
     /// Vector instructions issued by each block.
     pub per_block_vector_instructions: Vec<u64>,
+    /// Cube cycles issued by each block.
+    pub per_block_cube_cycles: Vec<u64>,
+    /// Mmad calls issued by each block.
+    pub per_block_mmad_calls: Vec<u64>,
 }
 
 /// Totals over every kernel launch completed in this process.
@@ -88,7 +110,13 @@ struct EmuStats {
     ub_peak_bytes: u64,
     vector_instructions: u64,
     vector_repeats: u64,
+    cube_cycles: u64,
+    mmad_calls: u64,
+    core_kind: u64,
 }
+
+/// `ASCENDC_EMU_CORE_CUBE` of the C ABI.
+const EMU_CORE_CUBE: u64 = 1;
 
 /// `AscendcEmuBlockStats` of the C ABI.
 #[repr(C)]
@@ -97,6 +125,8 @@ struct EmuBlockStats {
     gm_bytes: u64,
     vector_instructions: u64,
     vector_repeats: u64,
+    cube_cycles: u64,
+    mmad_calls: u64,
 }
 
 type Entry = unsafe extern "C" fn(*mut c_void);
@@ -254,18 +284,27 @@ unsafe extern "C" fn host_launch(
         LOG.lock().unwrap().push(LaunchStats {
             kernel: kernel.clone(),
             block_dim,
+            cores: if stats.core_kind == EMU_CORE_CUBE {
+                CoreKind::Cube
+            } else {
+                CoreKind::Vector
+            },
             gm_bytes_read: stats.gm_bytes_read,
             gm_bytes_written: stats.gm_bytes_written,
             data_copies: stats.data_copies,
             ub_peak_bytes: stats.ub_peak_bytes,
             vector_instructions: stats.vector_instructions,
             vector_repeats: stats.vector_repeats,
+            cube_cycles: stats.cube_cycles,
+            mmad_calls: stats.mmad_calls,
             per_block_gm_bytes: per_block.iter().map(|b| b.gm_bytes).collect(),
             per_block_vector_repeats: per_block.iter().map(|b| b.vector_repeats).collect(),
             per_block_vector_instructions: per_block
                 .iter()
                 .map(|b| b.vector_instructions)
                 .collect(),
+            per_block_cube_cycles: per_block.iter().map(|b| b.cube_cycles).collect(),
+            per_block_mmad_calls: per_block.iter().map(|b| b.mmad_calls).collect(),
         });
         if code == 0 {
             Ok(())

@@ -19,13 +19,21 @@
 extern "C" {
 #endif
 
+/// `AscendcEmuStats::core_kind`: the blocks ran on vector cores (AIV).
+#define ASCENDC_EMU_CORE_VECTOR 0
+/// `AscendcEmuStats::core_kind`: the blocks ran on cube cores (AIC, KERNEL_TYPE_AIC_ONLY).
+#define ASCENDC_EMU_CORE_CUBE 1
+
 /// Counters of one kernel launch, summed over its blocks.
 typedef struct {
-    /// Bytes moved from global memory (DataCopy/DataCopyPad GM->UB and scalar GM reads).
+    /// Bytes moved from global memory (DataCopy/DataCopyPad GM->UB, DataCopy GM->L1 and scalar GM
+    /// reads).
     uint64_t gm_bytes_read;
-    /// Bytes moved to global memory (DataCopy/DataCopyPad UB->GM and scalar GM writes).
+    /// Bytes moved to global memory (DataCopy/DataCopyPad UB->GM, Fixpipe L0C->GM and scalar GM
+    /// writes).
     uint64_t gm_bytes_written;
-    /// DataCopy and DataCopyPad calls between GM and UB.
+    /// DMA copies between GM and a core's local memory: DataCopy/DataCopyPad GM<->UB, DataCopy
+    /// GM->L1, Fixpipe L0C->GM.
     uint64_t data_copies;
     /// Largest unified-buffer footprint (sum of InitBuffer lengths) of any block, bytes.
     uint64_t ub_peak_bytes;
@@ -33,6 +41,13 @@ typedef struct {
     uint64_t vector_instructions;
     /// Vector repeats issued: each instruction's operand bytes in 256-byte repeats (at least one).
     uint64_t vector_repeats;
+    /// Cube cycles of the Mmad calls at the peak rate: ceil(m/16)*ceil(n/16)*ceil(k/16) per call
+    /// for half/bf16 inputs, 4 times that for float.
+    uint64_t cube_cycles;
+    /// Mmad calls.
+    uint64_t mmad_calls;
+    /// ASCENDC_EMU_CORE_VECTOR or ASCENDC_EMU_CORE_CUBE: the kind of core the blocks ran on.
+    uint64_t core_kind;
 } AscendcEmuStats;
 
 /// Counters of one block: what the device model needs per core.
@@ -43,6 +58,10 @@ typedef struct {
     uint64_t vector_instructions;
     /// Vector repeats issued.
     uint64_t vector_repeats;
+    /// Cube cycles issued (see AscendcEmuStats::cube_cycles).
+    uint64_t cube_cycles;
+    /// Mmad calls.
+    uint64_t mmad_calls;
 } AscendcEmuBlockStats;
 
 /// Runs blocks 0..block_dim of a kernel (`entry(args)` once per block, with GetBlockIdx() set, on

@@ -1,4 +1,5 @@
-// Host emulation of the Ascend C vector-kernel API subset (CANN 8.x, Atlas A2/A3), for g++ -std=c++17.
+// Host emulation of the Ascend C kernel API subset (CANN 8.x, Atlas A2/A3) for vector cores and,
+// with KERNEL_TYPE_AIC_ONLY, cube cores; for g++ -std=c++17.
 //
 // Kernels written against the real API (`#include "kernel_operator.h"`, `using namespace AscendC;`,
 // `extern "C" __global__ __aicore__ void k(GM_ADDR x, ..., Tiling t)`) compile unchanged against
@@ -14,6 +15,7 @@
 #include "ascendc_emu/tensor.h"     // GlobalTensor, LocalTensor
 #include "ascendc_emu/pipe.h"       // TPipe, TQue/TQueBind, TBuf
 #include "ascendc_emu/data_copy.h"  // DataCopy, DataCopyPad
+#include "ascendc_emu/cube.h"       // cube core: DataCopy GM->L1 (Nd2Nz), LoadData, Mmad, Fixpipe
 #include "ascendc_emu/vector.h"     // vector compute APIs
 #include "ascendc_emu/sync.h"       // flags, barriers, atomics, block indices, kernel type
 #include "ascendc_emu/real_names.h" // the rest of the real header's names, declared so kernels clash as on CANN

@@ -4,7 +4,8 @@
 // A launch is decided in a shuffled block order (never block order when there are two or more):
 // on the NPU blocks run concurrently, so nothing may depend on their order. Blocks run on the
 // calling thread or on helper threads (BURN_ASCEND_EMU_THREADS), each starting with a fresh
-// vector core (poisoned unified buffer, no TPipe, no flags, atomic mode off). A rule violation is a
+// vector core (poisoned unified buffer, no TPipe, no flags, atomic mode off), which
+// KERNEL_TYPE_AIC_ONLY turns into a fresh cube core (poisoned L1/L0A/L0B/L0C). A rule violation is a
 // C++ exception inside the block; it is caught here and returned as an AI Core error, so a broken
 // kernel never aborts the process. Every GM byte range a block touches is recorded, and a block
 // touching bytes an earlier block (in the order) touched in a racing way (a plain write beside any
@@ -41,8 +42,18 @@ struct alignas(64) UnifiedBuffer {
     uint8_t bytes[kUbBytes];
 };
 
+/// The local memories of a cube core, and the L0C shadow of what Mmad defined.
+struct alignas(64) CubeMemory {
+    uint8_t l1[kL1Bytes];
+    uint8_t l0a[kL0aBytes];
+    uint8_t l0b[kL0bBytes];
+    uint8_t l0c[kL0cBytes];
+    uint8_t l0cDefined[kL0cBytes / sizeof(float)];
+};
+
 thread_local CoreState t_core;
 thread_local std::unique_ptr<UnifiedBuffer> t_ub;
+thread_local std::unique_ptr<CubeMemory> t_cube;
 
 /// Byte ranges of global memory, each owned by the first block that touched it. Kept as a few
 /// runs of disjoint spans sorted by address, oldest first, of roughly halving sizes (a finished
@@ -366,6 +377,29 @@ void outside_kernel()
 
 std::atomic<const AscendcEmuHost*> g_host{nullptr};
 
+void become_cube_core()
+{
+    if (!t_cube) {
+        t_cube = std::make_unique<CubeMemory>();
+    }
+    CubeMemory& m = *t_cube;
+    // Contents are garbage at kernel start, as the UB's: NaN in every float type.
+    std::memset(m.l1, kPoison, sizeof m.l1);
+    std::memset(m.l0a, kPoison, sizeof m.l0a);
+    std::memset(m.l0b, kPoison, sizeof m.l0b);
+    std::memset(m.l0c, kPoison, sizeof m.l0c);
+    std::memset(m.l0cDefined, 0, sizeof m.l0cDefined);
+    CoreState& c = t_core;
+    c.kind = CoreKind::Cube;
+    c.kindFixed = true;
+    c.mem[static_cast<size_t>(Phys::UB)] = nullptr;
+    c.mem[static_cast<size_t>(Phys::L1)] = m.l1;
+    c.mem[static_cast<size_t>(Phys::L0A)] = m.l0a;
+    c.mem[static_cast<size_t>(Phys::L0B)] = m.l0b;
+    c.mem[static_cast<size_t>(Phys::L0C)] = m.l0c;
+    c.l0cDefined = m.l0cDefined;
+}
+
 uint8_t* gm_map(uint64_t addr, uint64_t len, const char* api)
 {
     char reason[256] = {};
@@ -469,7 +503,8 @@ extern "C" uint32_t ascendc_emu_launch(void* stream, const char* name, uint32_t 
 namespace ascendc_emu {
 namespace {
 
-/// Runs block `b` of a launch on this thread, as a fresh vector core, into `run`.
+/// Runs block `b` of a launch on this thread, as a fresh vector core (a cube core once the kernel
+/// declares KERNEL_TYPE_AIC_ONLY), into `run`.
 void run_block(const char* /*kernel*/, uint32_t b, uint32_t blockDim, void (*entry)(void*), void* args, void* gmCtx,
                BlockRun& run)
 {
@@ -479,8 +514,8 @@ void run_block(const char* /*kernel*/, uint32_t b, uint32_t blockDim, void (*ent
     t_core = CoreState{};
     t_core.blockIdx = b;
     t_core.blockNum = blockDim;
-    t_core.ub = t_ub->bytes;
-    std::memset(t_core.ub, kPoison, kUbBytes);  // UB contents are garbage at kernel start
+    t_core.mem[static_cast<size_t>(Phys::UB)] = t_ub->bytes;
+    std::memset(t_ub->bytes, kPoison, kUbBytes);  // UB contents are garbage at kernel start
     t_run = &run;
     t_gm_ctx = gmCtx;
     t_running_core = &t_core;
@@ -503,6 +538,9 @@ void run_block(const char* /*kernel*/, uint32_t b, uint32_t blockDim, void (*ent
     run.core.ubPeak = t_core.ubPeak;
     run.core.vecInstrs = t_core.vecInstrs;
     run.core.vecRepeats = t_core.vecRepeats;
+    run.core.cubeCycles = t_core.cubeCycles;
+    run.core.mmadCalls = t_core.mmadCalls;
+    run.core.kind = t_core.kind;
     run.core.printed = std::move(t_core.printed);
 }
 
@@ -659,6 +697,9 @@ extern "C" int32_t ascendc_emu_run(void* gm_ctx, const char* name, uint32_t bloc
 
     int32_t status = 0;
     Touched launch;
+    // The launch's kind of core: the first block's (in the launch order); every block must agree.
+    const CoreKind kind = order.empty() ? CoreKind::Vector : runs[0].core.kind;
+    total.core_kind = kind == CoreKind::Cube ? ASCENDC_EMU_CORE_CUBE : ASCENDC_EMU_CORE_VECTOR;
     for (size_t i = 0; status == 0 && i < order.size(); ++i) {
         const uint32_t b = order[i];
         BlockRun& run = runs[i];
@@ -666,15 +707,23 @@ extern "C" int32_t ascendc_emu_run(void* gm_ctx, const char* name, uint32_t bloc
         if (failure.empty()) {
             failure = run.failure;
         }
+        if (failure.empty() && run.core.kind != kind) {
+            failure = format("the block ran on a %s core but block %u on a %s core: KERNEL_TASK_TYPE_DEFAULT must "
+                             "give every block of a launch the same kind of core",
+                             run.core.kind == CoreKind::Cube ? "cube" : "vector", order[0],
+                             kind == CoreKind::Cube ? "cube" : "vector");
+        }
         total.gm_bytes_read += run.core.gmRead;
         total.gm_bytes_written += run.core.gmWritten;
         total.data_copies += run.core.dataCopies;
         total.ub_peak_bytes = std::max(total.ub_peak_bytes, run.core.ubPeak);
         total.vector_instructions += run.core.vecInstrs;
         total.vector_repeats += run.core.vecRepeats;
+        total.cube_cycles += run.core.cubeCycles;
+        total.mmad_calls += run.core.mmadCalls;
         if (per_block != nullptr) {
             per_block[b] = AscendcEmuBlockStats{run.core.gmRead + run.core.gmWritten, run.core.vecInstrs,
-                                                run.core.vecRepeats};
+                                                run.core.vecRepeats, run.core.cubeCycles, run.core.mmadCalls};
         }
         if (!failure.empty()) {
             write_message(err, err_len, "kernel " + std::string(kernel) + ", block " + std::to_string(b) + ": " + failure);

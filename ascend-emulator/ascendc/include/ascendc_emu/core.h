@@ -1,5 +1,6 @@
-// Host emulation of Ascend C: the state of the emulated vector core running the current block,
-// rule violations, global-memory access and the hardware event flags.
+// Host emulation of Ascend C: the state of the emulated core running the current block (a
+// vector core, AIV, or with KERNEL_TYPE_AIC_ONLY a cube core, AIC), rule violations,
+// global-memory access and the hardware event flags.
 //
 // A block runs on one host thread from start to end, so the core state is thread-local (the
 // runner may run blocks of a launch on several threads, and the Rust host kernels of different
@@ -20,6 +21,14 @@ class TPipe;
 namespace ascendc_emu {
 
 constexpr uint32_t kUbBytes = 192 * 1024;            // unified buffer of an A2/A3 vector core
+constexpr uint32_t kL1Bytes = 512 * 1024;            // L1 of a cube core (hardware-atlas-a2.md §3)
+// TPipe's L1 budget: CANN keeps 128 B of L1 for KFC (TOTAL_L1_SIZE); whether the device TPipe
+// enforces it is UNCERTAIN (cube-api.md §7), so the stricter budget.
+constexpr uint32_t kL1Budget = kL1Bytes - 128;
+constexpr uint32_t kL0aBytes = 64 * 1024;            // L0A: Mmad's left operand
+constexpr uint32_t kL0bBytes = 64 * 1024;            // L0B: Mmad's right operand
+constexpr uint32_t kL0cBytes = 128 * 1024;           // L0C: Mmad's result
+constexpr uint32_t kFractalBytes = 512;              // one L0A/L0B fractal
 constexpr uint32_t kUbBytesBelowScratch = 184 * 1024;  // Select modes 1/2 use [184 KiB, 192 KiB)
 constexpr uint32_t kBlockBytes = 32;                 // DMA and vector operand granule
 constexpr uint32_t kRepeatBytes = 256;               // one vector repeat
@@ -38,6 +47,39 @@ public:
 /// Raises a RuleViolation with a printf-style message.
 [[noreturn]] void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/// The kind of core a block runs on: decided by KERNEL_TASK_TYPE_DEFAULT (sync.h).
+enum class CoreKind : uint8_t { Vector, Cube };
+
+/// The physical local memories; a TPosition maps to one of them (cube-api.md §1.1).
+enum class Phys : uint8_t { UB, L1, L0A, L0B, L0C, None };
+constexpr size_t kPhysCount = 5;
+
+/// Bytes of each physical memory a TPipe may plan.
+constexpr uint32_t kPhysBudget[kPhysCount] = {kUbBytes, kL1Budget, kL0aBytes, kL0bBytes, kL0cBytes};
+
+constexpr Phys phys_of(AscendC::TPosition p)
+{
+    using AscendC::TPosition;
+    switch (p) {
+        case TPosition::VECIN:
+        case TPosition::VECOUT:
+        case TPosition::VECCALC: return Phys::UB;
+        case TPosition::A1:
+        case TPosition::B1:
+        case TPosition::C1: return Phys::L1;
+        case TPosition::A2: return Phys::L0A;
+        case TPosition::B2: return Phys::L0B;
+        case TPosition::CO1: return Phys::L0C;
+        default: return Phys::None;  // GM, C2 (BiasTable), CO2, TSCM, ...: not emulated
+    }
+}
+
+inline const char* phys_name(Phys p)
+{
+    static const char* const kNames[] = {"UB", "L1", "L0A", "L0B", "L0C", "no local memory"};
+    return kNames[static_cast<size_t>(p)];
+}
+
 /// Who holds an event ID of a TPipe's pool.
 enum class EventSlot : uint8_t { Free, Queue, Reserved };
 
@@ -47,10 +89,13 @@ using AtomicApply = void (*)(uint8_t* gm, const uint8_t* ub, uint64_t bytes);
 struct CoreState {
     int64_t blockIdx = 0;
     int64_t blockNum = 0;
-    uint8_t* ub = nullptr;              // this core's unified buffer, kUbBytes
+    CoreKind kind = CoreKind::Vector;
+    bool kindFixed = false;             // the kernel used the core or declared its type: the kind is final
+    uint8_t* mem[kPhysCount] = {};      // this core's memories: the UB on a vector core, L1/L0A/L0B/L0C on a cube core
+    uint8_t* l0cDefined = nullptr;      // cube core: per float of L0C, 1 once an Mmad defined it
     AscendC::TPipe* pipe = nullptr;     // the TPipe alive on this core
     uint64_t pipeEpoch = 0;             // bumped whenever a TPipe gives its buffers back
-    uint32_t ubPlanned = 0;             // UB bytes the TPipe's InitBuffer calls planned so far
+    uint32_t planned[kPhysCount] = {};  // bytes of each memory the TPipe's InitBuffer calls planned so far
     uint8_t flags[kHardEvents] = {};    // bit id: SetFlag<event>(id) not yet waited
     EventSlot events[kHardEvents][kEventIds] = {};  // the TPipe's event-ID pools
     const char* atomicName = nullptr;   // "SetAtomicAdd" etc. while an atomic mode is on
@@ -63,6 +108,8 @@ struct CoreState {
     uint64_t ubPeak = 0;
     uint64_t vecInstrs = 0;
     uint64_t vecRepeats = 0;
+    uint64_t cubeCycles = 0;            // Mmad cycles at the fact sheet's peak rate
+    uint64_t mmadCalls = 0;
     std::string printed;                // AscendC::printf output of this block
 };
 
@@ -74,14 +121,58 @@ extern thread_local CoreState* t_running_core __attribute__((tls_model("initial-
 /// Raised when an Ascend C API is called from host code (not catchable by a runner).
 [[noreturn]] void outside_kernel();
 
-/// The core running the current block (fails when no kernel is running on this thread).
+/// The core running the current block (fails when no kernel is running on this thread). Any use
+/// of the core fixes its kind: KERNEL_TYPE_AIC_ONLY must come first (sync.h).
 inline CoreState& core()
 {
     CoreState* c = t_running_core;
     if (c == nullptr) {
         outside_kernel();
     }
+    c->kindFixed = true;
     return *c;
+}
+
+/// Makes the running block a fresh cube core: L1, L0A, L0B and L0C filled with garbage, no UB.
+void become_cube_core();
+
+/// Fails unless the running block is a cube core (cube APIs and memories).
+inline void require_cube(const char* api)
+{
+    if (core().kind != CoreKind::Cube) {
+        fail("%s on a vector core: cube APIs, L1/L0 buffers and the MTE1/M/FIX pipes exist only on cube cores (AIC); "
+             "a cube kernel declares KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY) as its first statement",
+             api);
+    }
+}
+
+/// Fails unless the running block is a vector core (vector APIs, the UB, GM<->UB copies).
+inline void require_vector(const char* api)
+{
+    if (core().kind != CoreKind::Vector) {
+        fail("%s on a cube core: an AIC has no unified buffer and no vector unit (vector APIs, UB buffers, GM<->UB "
+             "copies and events of the V pipe exist only on vector cores)",
+             api);
+    }
+}
+
+/// Fails unless the running core can use a buffer at `pos`.
+inline void require_position(AscendC::TPosition pos, const char* api)
+{
+    const Phys p = phys_of(pos);
+    if (p == Phys::None) {
+        fail("%s: TPosition::%s is not emulated (only VECIN/VECOUT/VECCALC, A1/B1/C1, A2, B2 and CO1)", api,
+             position_name(pos));
+    }
+    if (p == Phys::UB && core().kind == CoreKind::Cube) {
+        fail("%s: TPosition::%s (unified buffer) on a cube core: an AIC has no unified buffer", api,
+             position_name(pos));
+    }
+    if (p != Phys::UB && core().kind == CoreKind::Vector) {
+        fail("%s: TPosition::%s (%s) on a vector core: L1/L0 buffers exist only on cube cores; a cube kernel "
+             "declares KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY) as its first statement",
+             api, position_name(pos), phys_name(p));
+    }
 }
 
 /// The host address of GM [addr, addr + len) via the Rust host; an address it rejects is an
@@ -101,8 +192,23 @@ enum class GmAccess : uint8_t { Read, Write, Atomic };
 /// read: blocks run concurrently on the NPU) fails the launch.
 void note_gm(uint64_t addr, uint64_t len, GmAccess kind, const char* api);
 
+/// An event of the other core kind's pipes (V on a cube core; MTE1, M or FIX on a vector core) is
+/// an error: 2201's AIC event table has no V events (they map to an invalid index), and an AIV has
+/// no cube pipes.
+inline void check_event_core(AscendC::HardEvent e, const char* api)
+{
+    if (core().kind == CoreKind::Cube ? !is_aic_event(e) : !is_aiv_event(e)) {
+        fail(core().kind == CoreKind::Cube
+                 ? "%s<HardEvent::%s> on a cube core: an AIC has no vector pipe V, so V events do not exist there"
+                 : "%s<HardEvent::%s> on a vector core: it orders the cube pipes MTE1/M/FIX, which an AIV does not "
+                   "have",
+             api, event_name(e));
+    }
+}
+
 inline void check_event_id(AscendC::HardEvent e, int32_t id, const char* api)
 {
+    check_event_core(e, api);
     if (id < 0 || id >= kEventIds) {
         fail("%s<HardEvent::%s>(%d): event ID out of range [0, %d]", api, event_name(e), id, kEventIds - 1);
     }
@@ -135,6 +241,7 @@ inline void wait_flag(AscendC::HardEvent e, int32_t id, const char* api)
 /// Takes the lowest free ID of event `e` from the TPipe's pool for `holder`.
 inline int8_t take_event(AscendC::HardEvent e, EventSlot holder, const char* api)
 {
+    check_event_core(e, api);
     EventSlot* pool = core().events[static_cast<size_t>(e)];
     for (int i = 0; i < kEventIds; ++i) {
         if (pool[i] == EventSlot::Free) {
@@ -161,7 +268,7 @@ inline void count_vector(uint64_t bytes)
     c.vecRepeats += bytes == 0 ? 1 : (bytes + kRepeatBytes - 1) / kRepeatBytes;
 }
 
-/// Counts a GM<->UB DMA copy of `bytes` GM bytes.
+/// Counts a DMA copy between GM and a local memory (GM<->UB, GM->L1, Fixpipe L0C->GM) of `bytes` GM bytes.
 inline void count_copy(uint64_t bytes, bool toGm)
 {
     CoreState& c = core();
@@ -170,5 +277,10 @@ inline void count_copy(uint64_t bytes, bool toGm)
 }
 
 }  // namespace ascendc_emu
+
+// As in CANN's CPU mode, a per-core runtime test (on the device they are compile-time constants of
+// each half of the build): `if ASCEND_IS_AIC { ... }`.
+#define ASCEND_IS_AIV (::ascendc_emu::core().kind == ::ascendc_emu::CoreKind::Vector)
+#define ASCEND_IS_AIC (::ascendc_emu::core().kind == ::ascendc_emu::CoreKind::Cube)
 
 #endif

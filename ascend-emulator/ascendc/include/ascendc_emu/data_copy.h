@@ -1,4 +1,6 @@
-// Host emulation of Ascend C: DataCopy and DataCopyPad (ascendc-api.md §4, §9.2-9.4).
+// Host emulation of Ascend C: DataCopy and DataCopyPad (ascendc-api.md §4, §9.2-9.4). On a cube
+// core the plain GM -> local forms fill L1 (A1/B1/C1) instead of the UB (cube-api.md §2.3); the
+// other forms need a unified buffer, which a cube core does not have.
 //
 // Copies run synchronously when issued: the MTE2/MTE3 pipes are not modelled as asynchronous, so
 // a missing SetFlag/WaitFlag between a copy and its consumer is not detected (README).
@@ -84,15 +86,23 @@ inline Rows params_rows(const AscendC::DataCopyParams& p)
                 len + static_cast<uint64_t>(p.dstStride) * kBlockBytes};
 }
 
-template <class T>
-void copy_gm_to_ub(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::GlobalTensor<T>& src,
-                   const Rows& r)
+/// The name of a GM -> local copy on the running core: into the UB (vector core) or L1 (cube core).
+inline const char* gm_in_api(const char* toUb, const char* toL1)
 {
-    uint8_t* ub = ub_operand(api, "dst", dst, r.dst_span());
+    return core().kind == CoreKind::Cube ? toL1 : toUb;
+}
+
+/// GM -> UB on a vector core, GM -> L1 (MTE2, 32-byte aligned destination) on a cube core.
+template <class T>
+void copy_gm_in(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::GlobalTensor<T>& src,
+                const Rows& r)
+{
+    uint8_t* local = core().kind == CoreKind::Cube ? local_operand(api, "dst", dst, r.dst_span(), Phys::L1, kBlockBytes)
+                                                : ub_operand(api, "dst", dst, r.dst_span());
     const uint8_t* gm = TensorAccess::gm_span(src, 0, r.src_span(), true, api);
     note_rows(TensorAccess::gm_addr(src), r.rows, r.rowBytes, r.srcPitch, GmAccess::Read, api);
     for (uint64_t i = 0; i < r.rows; ++i) {
-        std::memmove(ub + i * r.dstPitch, gm + i * r.srcPitch, r.rowBytes);
+        std::memmove(local + i * r.dstPitch, gm + i * r.srcPitch, r.rowBytes);
     }
     count_copy(r.moved(), false);
 }
@@ -155,13 +165,13 @@ namespace AscendC {
 
 // ---- DataCopy: count forms (count * sizeof(T) must be a multiple of 32 bytes) ----
 
-/// GM -> UB (MTE2).
+/// GM -> UB, or GM -> L1 on a cube core (MTE2).
 template <typename T>
 ascendc_emu::Requires<ascendc_emu::copy_type<T>> DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src,
                                                            const uint32_t count)
 {
-    const char* api = "DataCopy(GM->UB)";
-    ascendc_emu::copy_gm_to_ub(api, dst, src, ascendc_emu::count_rows<T>(api, count));
+    const char* api = ascendc_emu::gm_in_api("DataCopy(GM->UB)", "DataCopy(GM->L1)");
+    ascendc_emu::copy_gm_in(api, dst, src, ascendc_emu::count_rows<T>(api, count));
 }
 
 /// UB -> GM (MTE3).
@@ -188,8 +198,8 @@ template <typename T>
 ascendc_emu::Requires<ascendc_emu::copy_type<T>> DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src,
                                                            const DataCopyParams& params)
 {
-    const char* api = "DataCopy(GM->UB, DataCopyParams)";
-    ascendc_emu::copy_gm_to_ub(api, dst, src, ascendc_emu::checked_params_rows<T>(api, params));
+    const char* api = ascendc_emu::gm_in_api("DataCopy(GM->UB, DataCopyParams)", "DataCopy(GM->L1, DataCopyParams)");
+    ascendc_emu::copy_gm_in(api, dst, src, ascendc_emu::checked_params_rows<T>(api, params));
 }
 
 template <typename T>

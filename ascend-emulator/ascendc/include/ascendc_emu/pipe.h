@@ -1,6 +1,9 @@
-// Host emulation of Ascend C: TPipe, TQue/TQueBind and TBuf (ascendc-api.md §3.4-3.6, §7.3).
+// Host emulation of Ascend C: TPipe, TQue/TQueBind and TBuf (ascendc-api.md §3.4-3.6, §7.3;
+// cube positions: cube-api.md §1).
 //
-// TPipe bump-allocates 32-byte-rounded buffers in the core's unified buffer. The queues follow the
+// TPipe bump-allocates 32-byte-rounded buffers in each physical memory of the core, with its own
+// bump pointer and capacity per memory: the unified buffer of a vector core, or L1 (A1/B1/C1), L0A
+// (A2), L0B (B2) and L0C (CO1) of a cube core. The queues follow the
 // buffer protocol of the device (Alloc -> EnQue -> DeQue -> Free) and its hidden events: EnQue
 // sets and DeQue waits the queue's enqueue event; FreeTensor sets the free event, which the next
 // AllocTensor of that buffer waits. Those events take IDs from the TPipe's per-HardEvent pool of 8
@@ -9,8 +12,10 @@
 #ifndef ASCENDC_EMU_PIPE_H
 #define ASCENDC_EMU_PIPE_H
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 #include <vector>
 
@@ -24,6 +29,7 @@ struct QueueEvents {
     AscendC::HardEvent free;
 };
 
+/// The hidden events of TQueBind<Src, Dst> (cube-api.md §1.2 for the cube edges).
 template <AscendC::TPosition Src, AscendC::TPosition Dst>
 constexpr QueueEvents queue_events()
 {
@@ -35,15 +41,34 @@ constexpr QueueEvents queue_events()
         return {HardEvent::V_MTE3, HardEvent::MTE3_V};
     } else if constexpr (Src == TPosition::VECIN && Dst == TPosition::VECOUT) {
         return {HardEvent::MTE2_MTE3, HardEvent::MTE3_MTE2};
+    } else if constexpr (Src == TPosition::GM &&
+                         (Dst == TPosition::A1 || Dst == TPosition::B1 || Dst == TPosition::C1)) {
+        return {HardEvent::MTE2_MTE1, HardEvent::MTE1_MTE2};  // GM -> L1 (MTE2), read by MTE1
+    } else if constexpr ((Src == TPosition::A1 && Dst == TPosition::A2) ||
+                         (Src == TPosition::B1 && Dst == TPosition::B2)) {
+        return {HardEvent::MTE1_M, HardEvent::M_MTE1};  // L1 -> L0A/L0B (MTE1), read by the cube (M)
+    } else if constexpr (Src == TPosition::CO1 && Dst == TPosition::CO2) {
+        return {HardEvent::M_FIX, HardEvent::FIX_M};  // L0C written by the cube (M), drained by Fixpipe (FIX)
     } else {
         static_assert(Src == TPosition::VECCALC && Dst == TPosition::VECCALC,
-                      "the emulation models vector-core queues only: TQue<VECIN|VECOUT|VECCALC> and "
-                      "TQueBind<VECIN, VECOUT>");
+                      "the emulation models the queues TQue<VECIN|VECOUT|VECCALC>, TQueBind<VECIN, VECOUT> and, "
+                      "on cube cores, TQue<A1|B1|C1|A2|B2|CO1>");
         return {HardEvent::MAX, HardEvent::MAX};
     }
 }
 
-/// Something a TPipe gives a piece of UB to; it is valid while that TPipe plan lasts.
+/// Where the buffers of TQueBind<Src, Dst> live: the side that is not GM (or CO2, GM on 2201),
+/// else the destination.
+constexpr AscendC::TPosition queue_home(AscendC::TPosition src, AscendC::TPosition dst)
+{
+    using AscendC::TPosition;
+    if (src == TPosition::GM) {
+        return dst;
+    }
+    return dst == TPosition::GM || dst == TPosition::CO2 ? src : dst;
+}
+
+/// Something a TPipe gives a piece of a local memory to; it is valid while that TPipe plan lasts.
 class PipeClient {
 protected:
     void check_live(const char* api) const
@@ -63,7 +88,7 @@ protected:
         initialised_ = true;
     }
 
-    uint32_t addr_ = 0;  // UB offset of the first buffer
+    uint32_t addr_ = 0;  // offset of the first buffer in its memory
     uint32_t len_ = 0;   // bytes per buffer (rounded up to 32)
 
 private:
@@ -78,9 +103,12 @@ public:
     QueueBase& operator=(const QueueBase&) = delete;
 
 protected:
-    QueueBase(int32_t depth, QueueEvents events) : depth_(depth), events_(events) {}
+    QueueBase(int32_t depth, QueueEvents events, AscendC::TPosition home)
+        : depth_(depth), events_(events), home_(home)
+    {
+    }
 
-    UbRef alloc()
+    LocalRef alloc()
     {
         const char* api = "TQue::AllocTensor";
         check_live(api);
@@ -98,13 +126,18 @@ protected:
             }
             b.state = State::Allocated;
             cursor_ = (i + 1) % n;
-            std::memset(core().ub + b.addr, kPoison, len_);  // fresh UB holds garbage
+            CoreState& c = core();
+            const Phys p = phys_of(home_);
+            std::memset(c.mem[static_cast<size_t>(p)] + b.addr, kPoison, len_);  // a fresh buffer holds garbage
+            if (p == Phys::L0C) {
+                std::memset(c.l0cDefined + b.addr / sizeof(float), 0, len_ / sizeof(float));  // no Mmad wrote it
+            }
             return ref(i);
         }
         fail("%s: all %zu buffers of the queue are in use (no FreeTensor): the NPU would hang", api, n);
     }
 
-    void enque(const UbRef& r)
+    void enque(const LocalRef& r)
     {
         const char* api = "TQue::EnQue";
         Buffer& b = owned(r, api);
@@ -125,7 +158,7 @@ protected:
         fifo_.push_back(r.buffer);
     }
 
-    UbRef deque()
+    LocalRef deque()
     {
         const char* api = "TQue::DeQue";
         check_live(api);
@@ -144,7 +177,7 @@ protected:
         return ref(static_cast<size_t>(i));
     }
 
-    void free_buffer(const UbRef& r)
+    void free_buffer(const LocalRef& r)
     {
         const char* api = "TQue::FreeTensor";
         Buffer& b = owned(r, api);
@@ -211,13 +244,13 @@ private:
         cursor_ = 0;
     }
 
-    UbRef ref(size_t i) const
+    LocalRef ref(size_t i) const
     {
         const uint32_t a = bufs_[i].addr;
-        return UbRef{a, a + len_, this, static_cast<int32_t>(i)};
+        return LocalRef{a, a + len_, this, static_cast<int32_t>(i), home_};
     }
 
-    Buffer& owned(const UbRef& r, const char* api)
+    Buffer& owned(const LocalRef& r, const char* api)
     {
         check_live(api);
         if (r.owner == nullptr) {
@@ -231,6 +264,7 @@ private:
 
     int32_t depth_;
     QueueEvents events_;
+    AscendC::TPosition home_;  // where its buffers live
     std::vector<Buffer> bufs_;
     std::vector<int32_t> fifo_;  // buffers EnQue'd and not yet DeQue'd, oldest first
     size_t cursor_ = 0;          // AllocTensor hands buffers out round-robin
@@ -246,7 +280,7 @@ class TQueBind : public ascendc_emu::QueueBase {
     static_assert(depth >= 1, "the emulation does not provide depth-0 (in-place) queues");
 
 public:
-    TQueBind() : QueueBase(depth, ascendc_emu::queue_events<src, dst>()) {}
+    TQueBind() : QueueBase(depth, ascendc_emu::queue_events<src, dst>(), ascendc_emu::queue_home(src, dst)) {}
 
     /// A free buffer of the InitBuffer length; its contents are garbage.
     template <typename T>
@@ -282,19 +316,43 @@ public:
 };
 
 namespace detail {
-constexpr TPosition queue_src(TPosition pos) { return pos == TPosition::VECIN ? TPosition::GM : pos; }
-constexpr TPosition queue_dst(TPosition pos) { return pos == TPosition::VECOUT ? TPosition::GM : pos; }
+/// The (source, destination) positions of TQue<pos> (cube-api.md §1.2: A1 is (GM, A1), A2 is
+/// (A1, A2), CO1 is (CO1, CO2), ...).
+constexpr TPosition queue_src(TPosition pos)
+{
+    switch (pos) {
+        case TPosition::VECIN:
+        case TPosition::A1:
+        case TPosition::B1:
+        case TPosition::C1: return TPosition::GM;
+        case TPosition::A2: return TPosition::A1;
+        case TPosition::B2: return TPosition::B1;
+        case TPosition::C2: return TPosition::C1;
+        default: return pos;
+    }
+}
+constexpr TPosition queue_dst(TPosition pos)
+{
+    switch (pos) {
+        case TPosition::VECOUT:
+        case TPosition::CO2: return TPosition::GM;
+        case TPosition::CO1: return TPosition::CO2;
+        default: return pos;
+    }
+}
 }  // namespace detail
 
-/// A queue at one position: VECIN is filled from GM, VECOUT drained to GM, VECCALC stays in UB.
+/// A queue at one position: VECIN is filled from GM, VECOUT drained to GM, VECCALC stays in UB;
+/// on a cube core A1/B1/C1 are filled from GM, A2/B2 from L1, and CO1 is drained by Fixpipe.
 template <TPosition pos, int32_t depth, auto mask = 0>
 class TQue : public TQueBind<detail::queue_src(pos), detail::queue_dst(pos), depth, mask> {};
 
-/// A plain UB buffer: no queue protocol and no automatic synchronisation.
+/// A plain buffer: no queue protocol and no automatic synchronisation (production cube kernels use
+/// TBufs at A1/A2/B2/CO1 with hand-written flags, cube-api.md §1.2).
 template <TPosition pos = TPosition::LCM>
 class TBuf : public ascendc_emu::PipeClient {
-    static_assert(pos == TPosition::VECIN || pos == TPosition::VECOUT || pos == TPosition::VECCALC,
-                  "the emulation models unified-buffer TBufs only");
+    static_assert(ascendc_emu::phys_of(pos) != ascendc_emu::Phys::None,
+                  "the emulation models TBufs at VECIN/VECOUT/VECCALC (UB) and A1/B1/C1, A2, B2, CO1 (cube core)");
 
 public:
     TBuf() = default;
@@ -342,7 +400,8 @@ private:
     template <typename T>
     LocalTensor<T> view(uint32_t offset, uint32_t size) const
     {
-        return ascendc_emu::TensorAccess::make<T>(ascendc_emu::UbRef{addr_ + offset, addr_ + len_, this, -1}, size);
+        return ascendc_emu::TensorAccess::make<T>(ascendc_emu::LocalRef{addr_ + offset, addr_ + len_, this, -1, pos},
+                                                  size);
     }
 };
 
@@ -366,23 +425,24 @@ public:
     TPipe(const TPipe&) = delete;
     TPipe& operator=(const TPipe&) = delete;
 
-    /// `num` buffers of `len` bytes (rounded up to 32) for a TQue/TQueBind.
+    /// `num` buffers of `len` bytes (rounded up to 32) for a TQue/TQueBind, in the memory of its position.
     template <class Q>
     bool InitBuffer(Q& que, uint8_t num, uint32_t len)
     {
         static_assert(std::is_base_of_v<ascendc_emu::QueueBase, Q>, "InitBuffer(que, num, len) takes a TQue");
+        ascendc_emu::QueueBase& q = que;
         const uint32_t rounded = round_up(len);
-        const uint32_t addr = reserve(static_cast<uint64_t>(num) * rounded, num, "TPipe::InitBuffer(TQue)");
-        static_cast<ascendc_emu::QueueBase&>(que).init(addr, num, rounded);
+        const uint32_t addr = reserve(q.home_, static_cast<uint64_t>(num) * rounded, num, "TPipe::InitBuffer(TQue)");
+        q.init(addr, num, rounded);
         return true;
     }
 
-    /// One buffer of `len` bytes (rounded up to 32) for a TBuf.
+    /// One buffer of `len` bytes (rounded up to 32) for a TBuf, in the memory of its position.
     template <TPosition pos>
     bool InitBuffer(TBuf<pos>& buf, uint32_t len)
     {
         const uint32_t rounded = round_up(len);
-        buf.attach(reserve(rounded, 1, "TPipe::InitBuffer(TBuf)"), rounded);
+        buf.attach(reserve(pos, rounded, 1, "TPipe::InitBuffer(TBuf)"), rounded);
         return true;
     }
 
@@ -453,24 +513,31 @@ private:
         }
     }
 
-    /// Bump-allocates `bytes` for `buffers` buffers, enforcing the UB size and buffer count.
-    uint32_t reserve(uint64_t bytes, uint32_t buffers, const char* api)
+    /// Bump-allocates `bytes` for `buffers` buffers in the memory of `pos`, enforcing that the
+    /// core has it, its size and the buffer count.
+    uint32_t reserve(TPosition pos, uint64_t bytes, uint32_t buffers, const char* api)
     {
         live(api);
+        ascendc_emu::require_position(pos, api);
         ascendc_emu::CoreState& c = ascendc_emu::core();
-        if (c.ubPlanned + bytes > ascendc_emu::kUbBytes) {
-            ascendc_emu::fail("%s: unified buffer overflow: %" PRIu64 " more bytes on top of %" PRIu32
-                              " makes %" PRIu64 " > %" PRIu32 " bytes (192 KiB)",
-                              api, bytes, c.ubPlanned, c.ubPlanned + bytes, ascendc_emu::kUbBytes);
+        const ascendc_emu::Phys p = ascendc_emu::phys_of(pos);
+        uint32_t& planned = c.planned[static_cast<size_t>(p)];
+        const uint32_t budget = ascendc_emu::kPhysBudget[static_cast<size_t>(p)];
+        if (planned + bytes > budget) {
+            ascendc_emu::fail("%s: %s overflow at TPosition::%s: %" PRIu64 " more bytes on top of %" PRIu32
+                              " makes %" PRIu64 " > %" PRIu32 " bytes%s",
+                              api, p == ascendc_emu::Phys::UB ? "unified buffer" : ascendc_emu::phys_name(p),
+                              ascendc_emu::position_name(pos), bytes, planned, planned + bytes, budget,
+                              p == ascendc_emu::Phys::L1 ? " (512 KiB less the 128 B CANN reserves)" : "");
         }
         if (buffers_ + buffers > ascendc_emu::kMaxPipeBuffers) {
             ascendc_emu::fail("%s: more than %" PRIu32 " buffers in one TPipe", api, ascendc_emu::kMaxPipeBuffers);
         }
-        const uint32_t addr = c.ubPlanned;
-        c.ubPlanned += static_cast<uint32_t>(bytes);
+        const uint32_t addr = planned;
+        planned += static_cast<uint32_t>(bytes);
         buffers_ += buffers;
-        if (c.ubPlanned > c.ubPeak) {
-            c.ubPeak = c.ubPlanned;
+        if (p == ascendc_emu::Phys::UB && planned > c.ubPeak) {
+            c.ubPeak = planned;
         }
         return addr;
     }
@@ -489,11 +556,11 @@ private:
             }
         }
         ++c.pipeEpoch;
-        c.ubPlanned = 0;
+        std::fill(std::begin(c.planned), std::end(c.planned), 0u);
         buffers_ = 0;
     }
 
-    uint32_t buffers_ = 0;  // buffers planned so far (the UB bytes are CoreState::ubPlanned)
+    uint32_t buffers_ = 0;  // buffers planned so far (the bytes per memory are CoreState::planned)
     bool alive_ = true;
 };
 

@@ -1,9 +1,11 @@
 // Host emulation of Ascend C: synchronisation, atomics, block indices and the kernel type
-// (ascendc-api.md §1.3-1.4, §7).
+// (ascendc-api.md §1.3-1.4, §7; cube cores: cube-api.md §1.3-1.4, §6).
 //
-// Pipes are not modelled as asynchronous (copies and vector ops complete when issued), so
-// PipeBarrier orders nothing that is not already ordered; what IS checked is the flag protocol:
-// SetFlag/WaitFlag pairing, IDs, double SetFlag, flags or atomic mode left set at kernel end.
+// Pipes are not modelled as asynchronous (copies, vector ops, LoadData, Mmad and Fixpipe complete
+// when issued), so PipeBarrier orders nothing that is not already ordered; what IS checked is the
+// flag protocol: SetFlag/WaitFlag pairing, IDs, double SetFlag, flags or atomic mode left set at
+// kernel end, and that an event or pipe exists on the running core (V on a vector core, MTE1/M/FIX
+// on a cube core).
 // A launch is decided as if its blocks ran one after another, so SyncAll (a barrier across
 // blocks) cannot be honoured: it is reported as a rule violation instead of deadlocking.
 #ifndef ASCENDC_EMU_SYNC_H
@@ -14,29 +16,6 @@
 #include "ascendc_emu/pipe.h"
 
 namespace ascendc_emu {
-
-/// The HardEvent of a TQueSync<src, dst> (MAX when the pair has none on a vector core).
-constexpr AscendC::HardEvent pipe_pair_event(pipe_t src, pipe_t dst)
-{
-    using AscendC::HardEvent;
-    const struct {
-        pipe_t src, dst;
-        HardEvent event;
-    } kPairs[] = {
-        {PIPE_S, PIPE_V, HardEvent::S_V},          {PIPE_S, PIPE_MTE2, HardEvent::S_MTE2},
-        {PIPE_S, PIPE_MTE3, HardEvent::S_MTE3},    {PIPE_V, PIPE_S, HardEvent::V_S},
-        {PIPE_V, PIPE_MTE2, HardEvent::V_MTE2},    {PIPE_V, PIPE_MTE3, HardEvent::V_MTE3},
-        {PIPE_MTE2, PIPE_S, HardEvent::MTE2_S},    {PIPE_MTE2, PIPE_V, HardEvent::MTE2_V},
-        {PIPE_MTE2, PIPE_MTE3, HardEvent::MTE2_MTE3}, {PIPE_MTE3, PIPE_S, HardEvent::MTE3_S},
-        {PIPE_MTE3, PIPE_V, HardEvent::MTE3_V},    {PIPE_MTE3, PIPE_MTE2, HardEvent::MTE3_MTE2},
-    };
-    for (const auto& p : kPairs) {
-        if (p.src == src && p.dst == dst) {
-            return p.event;
-        }
-    }
-    return HardEvent::MAX;
-}
 
 /// Element-wise read-modify-write of an atomic DMA store, computed like the vector unit.
 template <class A, class Op>
@@ -85,33 +64,45 @@ namespace AscendC {
 
 // ---- Flags between pipes of this core ----
 
+/// An event that exists on neither kind of A2 core does not compile; one of the other kind's
+/// pipes is an error at run time (core.h, check_event_core).
 template <HardEvent event>
 void SetFlag(int32_t eventID)
 {
-    static_assert(ascendc_emu::is_aiv_event(event), "this HardEvent does not exist on a vector core");
+    static_assert(ascendc_emu::is_aiv_event(event) || ascendc_emu::is_aic_event(event),
+                  "this HardEvent exists on neither a vector nor a cube core of Atlas A2");
     ascendc_emu::set_flag(event, eventID, "SetFlag");
 }
 
 template <HardEvent event>
 void WaitFlag(int32_t eventID)
 {
-    static_assert(ascendc_emu::is_aiv_event(event), "this HardEvent does not exist on a vector core");
+    static_assert(ascendc_emu::is_aiv_event(event) || ascendc_emu::is_aic_event(event),
+                  "this HardEvent exists on neither a vector nor a cube core of Atlas A2");
     ascendc_emu::wait_flag(event, eventID, "WaitFlag");
 }
 
-/// Orders the given pipe; every operation completes when issued here, so there is nothing to wait for.
+/// Orders the given pipe; every operation completes when issued here, so there is nothing to wait
+/// for. The pipe must exist on the running core: V on a vector core, MTE1/M/FIX on a cube core.
 template <pipe_t pipe>
 void PipeBarrier()
 {
-    static_assert(pipe == PIPE_V || pipe == PIPE_MTE2 || pipe == PIPE_MTE3 || pipe == PIPE_ALL,
-                  "PipeBarrier on a vector core takes PIPE_V, PIPE_MTE2, PIPE_MTE3 or PIPE_ALL");
+    static_assert(pipe == PIPE_V || pipe == PIPE_MTE1 || pipe == PIPE_MTE2 || pipe == PIPE_MTE3 || pipe == PIPE_M ||
+                      pipe == PIPE_FIX || pipe == PIPE_ALL,
+                  "PipeBarrier takes PIPE_V, PIPE_MTE2, PIPE_MTE3 or PIPE_ALL (vector core) or PIPE_MTE1, PIPE_MTE2, "
+                  "PIPE_MTE3, PIPE_M, PIPE_FIX or PIPE_ALL (cube core)");
+    if constexpr (pipe == PIPE_V) {
+        ascendc_emu::require_vector("PipeBarrier<PIPE_V>");
+    } else if constexpr (pipe == PIPE_MTE1 || pipe == PIPE_M || pipe == PIPE_FIX) {
+        ascendc_emu::require_cube("PipeBarrier<PIPE_MTE1|PIPE_M|PIPE_FIX>");
+    }
 }
 
 /// SetFlag/WaitFlag spelled by pipe pair.
 template <pipe_t src, pipe_t dst>
 class TQueSync {
     static constexpr HardEvent kEvent = ascendc_emu::pipe_pair_event(src, dst);
-    static_assert(kEvent != HardEvent::MAX, "no flag exists between these pipes on a vector core");
+    static_assert(kEvent != HardEvent::MAX, "no flag exists between these pipes on an Atlas A2 core");
 
 public:
     void SetFlag(TEventID eventID) { ascendc_emu::set_flag(kEvent, eventID, "TQueSync::SetFlag"); }
@@ -150,7 +141,8 @@ inline void SetAtomicNone()
     c.atomicApply = nullptr;
 }
 
-// ---- Block indices (vector-only kernels: one vector core per block) ----
+// ---- Block indices (one core per block: a vector core, or a cube core under AIC_ONLY, whose
+// sub-block index is 0 as well, cube-api.md §6) ----
 
 inline int64_t GetBlockIdx() { return ascendc_emu::core().blockIdx; }
 inline int64_t GetBlockNum() { return ascendc_emu::core().blockNum; }
@@ -177,13 +169,45 @@ void SyncAll(const GlobalTensor<int32_t>&, const LocalTensor<int32_t>&, const in
 
 namespace ascendc_emu {
 
-/// KERNEL_TASK_TYPE_DEFAULT: only the vector-only kernel types can run on the emulated vector cores.
+/// KERNEL_TASK_TYPE_DEFAULT decides the kind of core the block runs on: AIV_ONLY and MIX_AIV_1_0
+/// (blockDim vector cores) keep the vector core every block starts as; AIC_ONLY makes it a fresh
+/// cube core. On the device the macro is a compile-time marker; here the kind is decided when it
+/// runs, so AIC_ONLY must be the kernel's first statement: any use of the core before it (a TPipe,
+/// an API, GetBlockIdx, ...) has already run as a vector core.
 inline void declare_kernel_type(KernelMetaType type)
 {
-    if (type != KERNEL_TYPE_AIV_ONLY && type != KERNEL_TYPE_MIX_AIV_1_0) {
-        fail("KERNEL_TASK_TYPE_DEFAULT(%d): only KERNEL_TYPE_AIV_ONLY and KERNEL_TYPE_MIX_AIV_1_0 (vector cores) are "
-             "emulated",
-             static_cast<int>(type));
+    CoreState* c = t_running_core;
+    if (c == nullptr) {
+        outside_kernel();
+    }
+    switch (type) {
+        case KERNEL_TYPE_AIV_ONLY:
+        case KERNEL_TYPE_MIX_AIV_1_0:
+            if (c->kind != CoreKind::Vector) {
+                fail("KERNEL_TASK_TYPE_DEFAULT(%d) (vector cores) after KERNEL_TYPE_AIC_ONLY: one kernel has one type",
+                     static_cast<int>(type));
+            }
+            c->kindFixed = true;
+            return;
+        case KERNEL_TYPE_AIC_ONLY:
+            if (c->kindFixed) {
+                fail("KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY) after the kernel already used the core (an API, "
+                     "a TPipe, GetBlockIdx, another kernel type): it must be the kernel's first statement, since the "
+                     "emulation decides there that the block runs on a cube core");
+            }
+            become_cube_core();
+            return;
+        case KERNEL_TYPE_MIX_AIC_1_0:
+        case KERNEL_TYPE_MIX_AIC_1_1:
+        case KERNEL_TYPE_MIX_AIC_1_2:
+            fail("KERNEL_TASK_TYPE_DEFAULT(%d): MIX kernel types with cube cores are not emulated: the blocks of a "
+                 "launch are decided one after another, so cores that synchronise through cross-core flags (the AIC "
+                 "and AIV halves of a group) cannot meet",
+                 static_cast<int>(type));
+        default:
+            fail("KERNEL_TASK_TYPE_DEFAULT(%d): not a kernel type of Atlas A2 (AIV_ONLY, AIC_ONLY, MIX_AIV_1_0, "
+                 "MIX_AIC_1_0/1_1/1_2)",
+                 static_cast<int>(type));
     }
 }
 

@@ -4,7 +4,8 @@
 // A GlobalTensor holds an EMULATED DEVICE ADDRESS: it is never dereferenced; every access asks
 // the Rust host for the host address of the exact byte range (ascendc_emu_gm), after checking
 // the range against the bounds given to SetGlobalBuffer. A LocalTensor holds a byte offset into
-// the core's 192 KiB unified buffer.
+// one of the core's local memories (the unified buffer of a vector core, L1/L0A/L0B/L0C of a
+// cube core), given by the TPosition of the TQue/TBuf it was cut from.
 #ifndef ASCENDC_EMU_TENSOR_H
 #define ASCENDC_EMU_TENSOR_H
 
@@ -22,23 +23,26 @@ class GlobalTensor;
 
 namespace ascendc_emu {
 
-/// Where a LocalTensor lives in the unified buffer.
-struct UbRef {
-    uint32_t addr = 0;            // UB byte offset of element 0
-    uint32_t end = 0;             // UB byte end of the TQue/TBuf buffer it was cut from
+/// Where a LocalTensor lives.
+struct LocalRef {
+    uint32_t addr = 0;            // byte offset of element 0 in its physical memory
+    uint32_t end = 0;             // byte end of the TQue/TBuf buffer it was cut from
     const void* owner = nullptr;  // the TQue or TBuf of that buffer; nullptr: no buffer
     int32_t buffer = -1;          // index of the buffer inside its TQue (-1 for a TBuf)
+    AscendC::TPosition pos = AscendC::TPosition::VECCALC;  // the position of that TQue/TBuf
+
+    Phys phys() const { return phys_of(pos); }
 };
 
 /// The emulator's view of the tensors' private state.
 struct TensorAccess {
     template <class T>
-    static const UbRef& ref(const AscendC::LocalTensor<T>& t)
+    static const LocalRef& ref(const AscendC::LocalTensor<T>& t)
     {
         return t.ref_;
     }
     template <class T>
-    static AscendC::LocalTensor<T> make(const UbRef& r, uint32_t size)
+    static AscendC::LocalTensor<T> make(const LocalRef& r, uint32_t size)
     {
         AscendC::LocalTensor<T> t;
         t.ref_ = r;
@@ -64,20 +68,25 @@ inline bool overlaps(uint32_t a, uint64_t aLen, uint32_t b, uint64_t bLen)
     return aLen > 0 && bLen > 0 && a < b + bLen && b < a + aLen;
 }
 
-/// Checks that `t` is a live UB operand whose start is `align`-byte aligned and which holds at
-/// least `bytes` bytes; returns the host address of its start.
+/// Checks that `t` is a live operand in memory `where` whose start is `align`-byte aligned (from
+/// the start of that memory) and which holds at least `bytes` bytes; returns the host address of
+/// its start.
 template <class T>
-uint8_t* ub_operand(const char* api, const char* role, const AscendC::LocalTensor<T>& t, uint64_t bytes,
-                    uint32_t align = kBlockBytes)
+uint8_t* local_operand(const char* api, const char* role, const AscendC::LocalTensor<T>& t, uint64_t bytes, Phys where,
+                       uint32_t align)
 {
-    const UbRef& r = TensorAccess::ref(t);
+    const LocalRef& r = TensorAccess::ref(t);
     if (r.owner == nullptr) {
         fail("%s: %s is a LocalTensor with no buffer (default-constructed)", api, role);
     }
+    if (r.phys() != where) {
+        fail("%s: %s is a tensor at TPosition::%s (%s), but this operand must be in %s", api, role,
+             position_name(r.pos), phys_name(r.phys()), phys_name(where));
+    }
     if (r.addr % align != 0) {
-        fail("%s: %s starts at UB offset %" PRIu32 ", not %" PRIu32 "-byte aligned (e.g. t[k] with k*sizeof(%s) "
+        fail("%s: %s starts at %s offset %" PRIu32 ", not %" PRIu32 "-byte aligned (e.g. t[k] with k*sizeof(%s) "
              "not a multiple of %" PRIu32 ")",
-             api, role, r.addr, align, type_name<T>(), align);
+             api, role, phys_name(where), r.addr, align, type_name<T>(), align);
     }
     const uint64_t have = static_cast<uint64_t>(t.GetSize()) * sizeof(T);
     if (bytes > have) {
@@ -85,7 +94,16 @@ uint8_t* ub_operand(const char* api, const char* role, const AscendC::LocalTenso
              " bytes)",
              api, role, bytes, type_name<T>(), t.GetSize(), have);
     }
-    return core().ub + r.addr;
+    return core().mem[static_cast<size_t>(where)] + r.addr;
+}
+
+/// A unified-buffer operand of a vector API or a GM<->UB copy: only on a vector core.
+template <class T>
+uint8_t* ub_operand(const char* api, const char* role, const AscendC::LocalTensor<T>& t, uint64_t bytes,
+                    uint32_t align = kBlockBytes)
+{
+    require_vector(api);
+    return local_operand(api, role, t, bytes, Phys::UB, align);
 }
 
 /// Element-wise APIs accept dst == src (100 % overlap) but not a partial overlap.
@@ -93,8 +111,8 @@ template <class D, class S>
 void check_overlap(const char* api, const char* role, const AscendC::LocalTensor<D>& dst, uint64_t dstBytes,
                    const AscendC::LocalTensor<S>& src, uint64_t srcBytes, bool allowSameStart = true)
 {
-    const UbRef& d = TensorAccess::ref(dst);
-    const UbRef& s = TensorAccess::ref(src);
+    const LocalRef& d = TensorAccess::ref(dst);
+    const LocalRef& s = TensorAccess::ref(src);
     if (!overlaps(d.addr, dstBytes, s.addr, srcBytes)) {
         return;
     }
@@ -110,7 +128,7 @@ void check_overlap(const char* api, const char* role, const AscendC::LocalTensor
 
 namespace AscendC {
 
-/// A tensor in the core's unified buffer: a (start, element count) view of a TQue/TBuf buffer.
+/// A tensor in a local memory of the core: a (start, element count) view of a TQue/TBuf buffer.
 template <typename T>
 class LocalTensor {
 public:
@@ -179,14 +197,21 @@ private:
     uint8_t* element(uint32_t index, const char* api) const
     {
         live(api);
+        // The scalar unit reaches the UB and GM; that it cannot address L1/L0 is UNCERTAIN
+        // (cube-api.md documents no scalar access to them), so the stricter choice.
+        if (ref_.phys() != ascendc_emu::Phys::UB) {
+            ascendc_emu::fail("%s on a tensor at TPosition::%s (%s): the scalar unit does not address L1/L0 buffers",
+                              api, ascendc_emu::position_name(ref_.pos), ascendc_emu::phys_name(ref_.phys()));
+        }
         if (index >= size_) {
             ascendc_emu::fail("%s(%" PRIu32 ") out of range of a %" PRIu32 "-element LocalTensor<%s>", api, index, size_,
                               ascendc_emu::type_name<T>());
         }
-        return ascendc_emu::core().ub + ref_.addr + static_cast<uint64_t>(index) * sizeof(T);
+        return ascendc_emu::core().mem[static_cast<size_t>(ascendc_emu::Phys::UB)] + ref_.addr +
+               static_cast<uint64_t>(index) * sizeof(T);
     }
 
-    ascendc_emu::UbRef ref_;
+    ascendc_emu::LocalRef ref_;
     uint32_t size_ = 0;
 };
 

@@ -27,11 +27,9 @@
 
 #define GM_ADDR uint8_t*
 
-// The emulated target: Atlas A2/A3 vector cores.
+// The emulated target: Atlas A2/A3 (ASCEND_IS_AIV / ASCEND_IS_AIC follow the running core: core.h).
 #define __NPU_ARCH__ 2201
 #define __CCE_AICORE__ 220
-#define ASCEND_IS_AIV (true)
-#define ASCEND_IS_AIC (false)
 
 // Pipes and event IDs are global enums on the device as well.
 enum pipe_t {
@@ -259,6 +257,112 @@ constexpr bool is_aiv_event(AscendC::HardEvent e)
         case HardEvent::MTE3_MTE2: return true;
         default: return false;
     }
+}
+
+/// The pipe pairs an AIC core can synchronise: the 24 events of 2201's HardEventAic (cube-api.md
+/// §1.3); every event involving the vector pipe V maps to no event there.
+constexpr bool is_aic_event(AscendC::HardEvent e)
+{
+    using AscendC::HardEvent;
+    switch (e) {
+        case HardEvent::MTE2_MTE1:
+        case HardEvent::MTE1_MTE2:
+        case HardEvent::MTE1_M:
+        case HardEvent::M_MTE1:
+        case HardEvent::MTE3_MTE1:
+        case HardEvent::MTE1_MTE3:
+        case HardEvent::MTE2_M:
+        case HardEvent::M_MTE2:
+        case HardEvent::M_FIX:
+        case HardEvent::FIX_M:
+        case HardEvent::MTE3_MTE2:
+        case HardEvent::MTE2_MTE3:
+        case HardEvent::S_MTE2:
+        case HardEvent::MTE2_S:
+        case HardEvent::S_MTE3:
+        case HardEvent::MTE3_S:
+        case HardEvent::MTE2_FIX:
+        case HardEvent::FIX_MTE2:
+        case HardEvent::FIX_S:
+        case HardEvent::M_S:
+        case HardEvent::FIX_MTE3:
+        case HardEvent::MTE1_FIX:
+        case HardEvent::FIX_MTE1:
+        case HardEvent::FIX_FIX: return true;
+        default: return false;
+    }
+}
+
+/// The source and destination pipes a HardEvent orders (its name, src_dst).
+struct EventPipes {
+    pipe_t src;
+    pipe_t dst;
+};
+
+constexpr EventPipes event_pipes(AscendC::HardEvent e)
+{
+    using AscendC::HardEvent;
+    switch (e) {
+        case HardEvent::MTE2_MTE1: return {PIPE_MTE2, PIPE_MTE1};
+        case HardEvent::MTE1_MTE2: return {PIPE_MTE1, PIPE_MTE2};
+        case HardEvent::MTE1_M: return {PIPE_MTE1, PIPE_M};
+        case HardEvent::M_MTE1: return {PIPE_M, PIPE_MTE1};
+        case HardEvent::MTE2_V: return {PIPE_MTE2, PIPE_V};
+        case HardEvent::V_MTE2: return {PIPE_V, PIPE_MTE2};
+        case HardEvent::MTE3_V: return {PIPE_MTE3, PIPE_V};
+        case HardEvent::V_MTE3: return {PIPE_V, PIPE_MTE3};
+        case HardEvent::M_V: return {PIPE_M, PIPE_V};
+        case HardEvent::V_M: return {PIPE_V, PIPE_M};
+        case HardEvent::V_V: return {PIPE_V, PIPE_V};
+        case HardEvent::MTE3_MTE1: return {PIPE_MTE3, PIPE_MTE1};
+        case HardEvent::MTE1_MTE3: return {PIPE_MTE1, PIPE_MTE3};
+        case HardEvent::MTE1_V: return {PIPE_MTE1, PIPE_V};
+        case HardEvent::MTE2_M: return {PIPE_MTE2, PIPE_M};
+        case HardEvent::M_MTE2: return {PIPE_M, PIPE_MTE2};
+        case HardEvent::V_MTE1: return {PIPE_V, PIPE_MTE1};
+        case HardEvent::M_FIX: return {PIPE_M, PIPE_FIX};
+        case HardEvent::FIX_M: return {PIPE_FIX, PIPE_M};
+        case HardEvent::MTE3_MTE2: return {PIPE_MTE3, PIPE_MTE2};
+        case HardEvent::MTE2_MTE3: return {PIPE_MTE2, PIPE_MTE3};
+        case HardEvent::S_V: return {PIPE_S, PIPE_V};
+        case HardEvent::V_S: return {PIPE_V, PIPE_S};
+        case HardEvent::S_MTE2: return {PIPE_S, PIPE_MTE2};
+        case HardEvent::MTE2_S: return {PIPE_MTE2, PIPE_S};
+        case HardEvent::S_MTE3: return {PIPE_S, PIPE_MTE3};
+        case HardEvent::MTE3_S: return {PIPE_MTE3, PIPE_S};
+        case HardEvent::MTE2_FIX: return {PIPE_MTE2, PIPE_FIX};
+        case HardEvent::FIX_MTE2: return {PIPE_FIX, PIPE_MTE2};
+        case HardEvent::FIX_S: return {PIPE_FIX, PIPE_S};
+        case HardEvent::M_S: return {PIPE_M, PIPE_S};
+        case HardEvent::FIX_MTE3: return {PIPE_FIX, PIPE_MTE3};
+        case HardEvent::MTE1_FIX: return {PIPE_MTE1, PIPE_FIX};
+        case HardEvent::FIX_MTE1: return {PIPE_FIX, PIPE_MTE1};
+        case HardEvent::FIX_FIX: return {PIPE_FIX, PIPE_FIX};
+        default: return {PIPE_ALL, PIPE_ALL};
+    }
+}
+
+/// The HardEvent between two pipes that exists on a vector or a cube core (MAX: none).
+constexpr AscendC::HardEvent pipe_pair_event(pipe_t src, pipe_t dst)
+{
+    for (size_t i = 0; i < kHardEvents; ++i) {
+        const auto e = static_cast<AscendC::HardEvent>(i);
+        const EventPipes p = event_pipes(e);
+        if (p.src == src && p.dst == dst && (is_aiv_event(e) || is_aic_event(e))) {
+            return e;
+        }
+    }
+    return AscendC::HardEvent::MAX;
+}
+
+/// Printable TPosition names for messages.
+inline const char* position_name(AscendC::TPosition p)
+{
+    static const char* const kNames[] = {"GM",    "A1",     "A2",      "B1",  "B2",   "C1",        "C2",
+                                         "CO1",   "CO2",    "VECIN",   "VECOUT", "VECCALC", "SPM", "TSCM",
+                                         "C2PIPE2GM", "C2PIPE2LOCAL"};
+    const size_t i = static_cast<size_t>(p);
+    return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "MAX";
 }
 
 /// Printable dtype names for messages.

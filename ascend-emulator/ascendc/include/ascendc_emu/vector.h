@@ -263,7 +263,7 @@ inline bool mask_bit(const uint8_t* mask, uint64_t i) { return (mask[i / 8] >> (
 /// Select modes 1 and 2 use UB [184 KiB, 192 KiB) as scratch without asking the TPipe.
 inline void check_select_scratch(const char* api, AscendC::SELMODE mode)
 {
-    const uint32_t planned = core().ubPlanned;
+    const uint32_t planned = core().planned[static_cast<size_t>(Phys::UB)];
     if (planned > kUbBytesBelowScratch) {
         fail("%s: mode %d writes scratch at UB [184 KiB, 192 KiB), but the TPipe planned %" PRIu32
              " bytes (> 188416): buffers there would be overwritten",
