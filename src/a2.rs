@@ -2,7 +2,7 @@
 //! that the device-time model uses, and the model. A model, not a measurement: the sources mark
 //! the bandwidth figures UNCERTAIN. Used by the benchmarks and by the example's serving figures.
 
-use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log, LaunchStats};
+use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log, CoreKind, LaunchStats};
 use burn_ascend::emulator::work_counters;
 use burn_ascend_kernels::tiling::DeviceProps;
 
@@ -16,11 +16,12 @@ pub const VECTOR_CORES: u32 = A2.vector_cores;
 pub const CLOCK_HZ: f64 = A2.clock_hz as f64;
 /// One AIV's GM rate: the platform ini's `ddr_rate = 32` bytes/cycle at 1.8 GHz.
 pub const CORE_BYTES_PER_S: f64 = (A2.core_gm_bytes_per_cycle * A2.clock_hz) as f64;
-/// Vector repeats (256 bytes each) one AIV issues per cycle: the docs' "256 B per cycle".
-/// UNCERTAIN: a Huawei example's timing implies about two; one is the stricter choice.
-pub const VECTOR_REPEATS_PER_CYCLE: f64 = 1.0;
-/// Fixed cost of one kernel launch, seconds. ASSUMED: the fact sheets give no figure.
-pub const LAUNCH_LATENCY_S: f64 = 3e-6;
+/// Cube cores (AIC) of a 910B1/B2 die.
+pub const CUBE_CORES: u32 = A2.cube_cores;
+/// Vector repeats (256 bytes each) one AIV issues per cycle (see [`DeviceProps::ATLAS_A2`]).
+pub const VECTOR_REPEATS_PER_CYCLE: f64 = A2.vector_repeats_per_cycle as f64;
+/// Fixed cost of one kernel launch, seconds (ASSUMED, see [`DeviceProps::ATLAS_A2`]).
+pub const LAUNCH_LATENCY_S: f64 = A2.launch_latency_ns as f64 * 1e-9;
 /// One HCCS link between two NPUs, bytes/s per direction. ASSUMED: the fact sheets give no
 /// HCCS bandwidth; this is the commonly quoted third-party figure for an 8-NPU Atlas 800T A2
 /// server (a full mesh of 7 links per 910B, 392 GB/s per NPU), UNCERTAIN.
@@ -39,6 +40,8 @@ pub enum Bound {
     CoreGm,
     /// The busiest core's vector repeats.
     Vector,
+    /// The busiest cube core's matrix cycles.
+    Cube,
 }
 
 impl Bound {
@@ -48,6 +51,7 @@ impl Bound {
             Bound::Hbm => "HBM bandwidth",
             Bound::CoreGm => "one core's GM rate",
             Bound::Vector => "vector unit",
+            Bound::Cube => "cube unit",
         }
     }
 }
@@ -65,32 +69,42 @@ pub struct Model {
     pub core_gm: f64,
     /// Seconds: the busiest core's vector repeats at one per cycle.
     pub vector: f64,
+    /// Seconds: the busiest cube core's cycles (16x16x16 half MACs, a quarter of that in f32).
+    pub cube: f64,
     /// The largest term.
     pub bound: Bound,
 }
 
-/// The busiest core's share of a per-block counter: blocks are dealt to the cores round-robin
-/// (blocks beyond the core count run in waves on the same cores).
-fn busiest(per_block: &[u64]) -> u64 {
-    let mut per_core = vec![0u64; VECTOR_CORES as usize];
+/// The busiest core's share of a per-block counter: blocks are dealt to the `cores` cores
+/// round-robin (blocks beyond the core count run in waves on the same cores).
+fn busiest(per_block: &[u64], cores: u32) -> u64 {
+    let mut per_core = vec![0u64; cores as usize];
     for (i, b) in per_block.iter().enumerate() {
-        per_core[i % VECTOR_CORES as usize] += b;
+        per_core[i % cores as usize] += b;
     }
     per_core.into_iter().max().unwrap_or(0)
 }
 
 /// Models one launch from its emulation counters: max(bytes / HBM bandwidth, busiest core's
-/// bytes / core GM rate, busiest core's vector cycles) + launch latency. The cube unit has no
-/// term: the Ascend C emulation has no cube API, so no kernel issues cube work.
+/// bytes / core GM rate, busiest core's vector cycles, busiest cube core's cycles) + launch
+/// latency. A cube kernel's blocks are dealt to the cube cores, a vector kernel's to the vector
+/// cores.
 pub fn model(s: &LaunchStats) -> Model {
+    let cores = match s.cores {
+        CoreKind::Cube => CUBE_CORES,
+        CoreKind::Vector => VECTOR_CORES,
+    };
     let total = (s.gm_bytes_read + s.gm_bytes_written) as f64;
     let limit = total / HBM_BYTES_PER_S;
-    let core_gm = busiest(&s.per_block_gm_bytes) as f64 / CORE_BYTES_PER_S;
-    let vector = busiest(&s.per_block_vector_repeats) as f64 / VECTOR_REPEATS_PER_CYCLE / CLOCK_HZ;
+    let core_gm = busiest(&s.per_block_gm_bytes, cores) as f64 / CORE_BYTES_PER_S;
+    let vector =
+        busiest(&s.per_block_vector_repeats, cores) as f64 / VECTOR_REPEATS_PER_CYCLE / CLOCK_HZ;
+    let cube = busiest(&s.per_block_cube_cycles, cores) as f64 / CLOCK_HZ;
     let (roofline, bound) = [
         (limit, Bound::Hbm),
         (core_gm, Bound::CoreGm),
         (vector, Bound::Vector),
+        (cube, Bound::Cube),
     ]
     .into_iter()
     .fold((0.0, Bound::Hbm), |a, b| if b.0 > a.0 { b } else { a });
@@ -100,6 +114,7 @@ pub fn model(s: &LaunchStats) -> Model {
         limit,
         core_gm,
         vector,
+        cube,
         bound,
     }
 }

@@ -19,19 +19,31 @@ pub struct DeviceProps {
     pub clock_hz: u64,
     /// One vector core's global-memory rate, bytes per cycle.
     pub core_gm_bytes_per_cycle: u64,
+    /// Cube cores (AIC) a cube kernel can use in parallel.
+    pub cube_cores: u32,
+    /// Vector repeats (256 bytes each) one vector core issues per cycle.
+    pub vector_repeats_per_cycle: u64,
+    /// Fixed cost of one kernel launch, nanoseconds.
+    pub launch_latency_ns: u64,
 }
 
 impl DeviceProps {
     /// Atlas A2 (Ascend910B1/B2): 48 vector cores, 192 KiB unified buffer each
     /// (`hardware-atlas-a2.md` §2-3); 1.6 TB/s of HBM bandwidth (the low end of the sheet's
     /// UNCERTAIN 1.6-1.8 TB/s), a 1.8 GHz clock (910B2's `cube_freq`) and 32 B/cycle per core
-    /// (the platform ini's `ddr_rate`, units UNCERTAIN).
+    /// (the platform ini's `ddr_rate`, units UNCERTAIN, taken for cube cores too); 24 cube cores,
+    /// each a 16x16x16 half MAC per cycle (§4.1; the emulation counts cube cycles so); one
+    /// vector repeat per cycle (§4.2 "256 B per cycle"; a Huawei example implies about two, so
+    /// one is the stricter choice, UNCERTAIN); 3 µs per launch (ASSUMED: the sheets give none).
     pub const ATLAS_A2: Self = Self {
         vector_cores: 48,
         ub_bytes: 192 << 10,
         hbm_bytes_per_s: 1_600_000_000_000,
         clock_hz: 1_800_000_000,
         core_gm_bytes_per_cycle: 32,
+        cube_cores: 24,
+        vector_repeats_per_cycle: 1,
+        launch_latency_ns: 3_000,
     };
 
     /// One vector core's global-memory rate, bytes/s.
