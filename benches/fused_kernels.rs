@@ -9,7 +9,7 @@ mod common;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
-use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log, LaunchStats};
+use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log, CoreKind, LaunchStats};
 use burn_ascend::fused::{composed, DecodeAttentionOptions};
 use burn_ascend::ops::fused as device;
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
@@ -520,13 +520,23 @@ fn why(launches: &[LaunchStats], min_bytes: u64, modelled: f64) -> String {
                 m.vector * 1e6,
                 m.limit * 1e6
             ));
+        } else if m.bound == a2::Bound::Cube && m.roofline > 1.2 * m.limit {
+            reasons.push(format!(
+                "{} is cube-bound ({:.2} µs of Mmad cycles on the busiest cube core against \
+                 {:.2} µs of bytes)",
+                s.kernel,
+                m.cube * 1e6,
+                m.limit * 1e6
+            ));
         } else if m.roofline > 1.2 * m.limit {
-            reasons.push(if s.block_dim < a2::VECTOR_CORES {
+            let cores = match s.cores {
+                CoreKind::Cube => a2::CUBE_CORES,
+                CoreKind::Vector => a2::VECTOR_CORES,
+            };
+            reasons.push(if s.block_dim < cores {
                 format!(
                     "{} on {} of {} cores, one core's GM rate bounds it: more, smaller blocks",
-                    s.kernel,
-                    s.block_dim,
-                    a2::VECTOR_CORES
+                    s.kernel, s.block_dim, cores
                 )
             } else {
                 format!(
@@ -613,6 +623,8 @@ fn fused_kernels(c: &mut Criterion) {
             "bytes / peak BW (µs)",
             "busiest core GM (µs)",
             "busiest core vector (µs)",
+            "cores, Mmad calls / cycles",
+            "busiest core cube (µs)",
             "bound",
             "roofline (µs)",
             "modelled, + launch (µs)",
@@ -728,6 +740,11 @@ fn fused_kernels(c: &mut Criterion) {
                 format!("{:.2}", m.limit * 1e6),
                 format!("{:.2}", m.core_gm * 1e6),
                 format!("{:.2}", m.vector * 1e6),
+                match s.cores {
+                    CoreKind::Cube => format!("cube, {} / {}", s.mmad_calls, s.cube_cycles),
+                    CoreKind::Vector => "vector, 0 / 0".into(),
+                },
+                format!("{:.2}", m.cube * 1e6),
                 m.bound.name().into(),
                 format!("{:.2}", m.roofline * 1e6),
                 format!("{:.2}", m.modelled * 1e6),
@@ -775,13 +792,15 @@ fn fused_kernels(c: &mut Criterion) {
             "No CANN baseline for layer norm: aclnnLayerNorm is not in the seam's function list.",
             "THE A2 TIMES ARE A MODEL, NOT A MEASUREMENT: a roofline per launch, max(all GM \
              bytes / 1.6 TB/s, busiest core's GM bytes / (32 B/cycle x 1.8 GHz), busiest core's \
-             vector repeats / (1 repeat/cycle x 1.8 GHz)), blocks dealt round-robin to 48 vector \
-             cores, plus 3 µs of launch latency (ASSUMED: the fact sheets give none); launches \
+             vector repeats / (1 repeat/cycle x 1.8 GHz), busiest cube core's Mmad cycles / \
+             1.8 GHz), blocks dealt round-robin to 48 vector cores (24 cube cores for a cube \
+             kernel), plus 3 µs of launch latency (ASSUMED: the fact sheets give none); launches \
              of one op add up. The emulation counts each vector API call as one instruction of \
              ceil(widest operand bytes / 256) repeats (a reduction as one pass: ASSUMED). The \
              vector rate is UNCERTAIN (the docs say 256 B per cycle; a Huawei example implies \
-             about twice that): one repeat per cycle is the stricter choice. No cube term: no \
-             kernel issues cube work (the emulation has no cube API). The per-op ratio compares \
+             about twice that): one repeat per cycle is the stricter choice. Each Mmad counts \
+             ceil(m/16) ceil(n/16) ceil(k/16) cycles (half/bf16; four times that in f32), the \
+             sheet's peak 16x16x16 MACs per cycle. The per-op ratio compares \
              the rooflines (without latency) with the contract minimum at peak bandwidth. It \
              ignores scalar work, burst rounding and L2 hits.",
             "The contract minimum is each input read once and each output written once; a \
