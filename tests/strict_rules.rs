@@ -158,6 +158,11 @@ fn a_configuration_variable_that_does_not_parse_is_an_error_naming_it() {
             "BURN_ASCEND_EMU_DEVICES=\"two\" is not a valid number of emulated NPUs",
         ),
         (
+            "BURN_ASCEND_EMU_THREADS",
+            "0",
+            "BURN_ASCEND_EMU_THREADS=\"0\" is not a valid host thread count",
+        ),
+        (
             "ASCEND_LAUNCH_BLOCKING",
             "yes",
             "ASCEND_LAUNCH_BLOCKING=\"yes\" is not understood: use 1 or 0",
