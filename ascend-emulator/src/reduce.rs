@@ -173,8 +173,12 @@ fn reduce_run<T: Elem, U: Elem>(
     let mut mx = map(op, "self", x)?;
     mx.detach_from(&mo, false);
     let (get, set) = (mx.getter::<T>(), mo.setter::<U>());
-    for (lane, o) in lanes(x, reduced).zip(Walk::of(out)) {
-        set(o, f(&mut lane.map(&get)));
+    // Each lane is gathered along its innermost dim first (a tight loop), then folded.
+    let mut values = Vec::new();
+    for (mut lane, o) in lanes(x, reduced).zip(Walk::of(out)) {
+        values.clear();
+        lane.take_each(lane.len(), |i| values.push(get(i)));
+        set(o, f(&mut values.iter().copied()));
     }
     Ok(())
 }

@@ -355,6 +355,8 @@ impl Iterator for Walk {
     }
 }
 
+impl ExactSizeIterator for Walk {}
+
 /// Strides that read `shape` broadcast to `target` (right-aligned, stride 0 where broadcast).
 pub(crate) fn broadcast_strides(
     shape: &[usize],
