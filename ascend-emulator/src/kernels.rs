@@ -286,19 +286,31 @@ fn binary_run<T: Elem>(
         });
         return Ok(());
     }
+    // Broadcast or strided operands: in chunks, each operand gathered along its innermost dim
+    // (inputs that overlap the out other than element for element were detached above).
+    const CHUNK: usize = 1024;
     let (set, get_a) = (mo.setter::<T>(), ma.getter::<T>());
-    match &other {
-        Ok((mb, walk_b)) => {
-            let get_b = mb.getter::<T>();
-            for ((o, x), y) in walk_o.zip(walk_a).zip(walk_b.clone()) {
-                set(o, f(get_a(x), get_b(y)));
+    let (mut walk_a, mut walk_o) = (walk_a, walk_o);
+    let mut walk_b = other.as_ref().ok().map(|(_, w)| w.clone());
+    let (mut xs, mut ys) = (Vec::with_capacity(CHUNK), Vec::with_capacity(CHUNK));
+    while walk_o.len() > 0 {
+        let n = walk_o.len().min(CHUNK);
+        xs.clear();
+        walk_a.take_each(n, |i| xs.push(get_a(i)));
+        ys.clear();
+        match (&other, walk_b.as_mut()) {
+            (Ok((mb, _)), Some(wb)) => {
+                let get_b = mb.getter::<T>();
+                wb.take_each(n, |i| ys.push(get_b(i)));
             }
+            (Err(y), _) => ys.resize(n, *y),
+            (Ok(_), None) => unreachable!("a tensor operand has its walk"),
         }
-        Err(y) => {
-            for (o, x) in walk_o.zip(walk_a) {
-                set(o, f(get_a(x), *y));
-            }
-        }
+        let mut k = 0;
+        walk_o.take_each(n, |o| {
+            set(o, f(xs[k], ys[k]));
+            k += 1;
+        });
     }
     Ok(())
 }
