@@ -6,6 +6,7 @@
 #![allow(missing_docs, non_snake_case, clippy::missing_safety_doc)]
 
 use super::fault::{fault, Fault};
+use super::machine::for_ranges;
 use super::meta::Kernel;
 use super::meta::{scalar_arg, tensor_arg, ScalarValue, TensorDesc};
 use super::numerics::{Domain, Elem, Real};
@@ -237,47 +238,57 @@ fn run<T: Elem>(
         })
         .collect();
     if let (Some(po), Some(dense)) = (native_run::<T>(&mo, &walk_o), dense) {
-        // Dense operands stored as the compute type: no per-element dispatch.
-        // SAFETY: `native_run` checked that the elements from each pointer lie inside their
-        // mapped views; unaligned accesses are allowed.
-        unsafe {
-            for i in 0..out.numel() {
-                let mut x = [T::default(); 3];
-                for (slot, s) in x.iter_mut().zip(&dense) {
-                    *slot = match s {
-                        Ok(p) => p.add(i).read_unaligned(),
-                        Err(v) => *v,
-                    };
+        // Dense operands stored as the compute type: no per-element dispatch, in ranges over
+        // the host threads (element i is read and written by one thread only).
+        let po = po as usize;
+        let dense: Vec<Result<usize, T>> = dense.iter().map(|s| s.map(|p| p as usize)).collect();
+        for_ranges(out.numel(), |range| {
+            let po = po as *mut T;
+            // SAFETY: `native_run` checked that the elements from each pointer lie inside
+            // their mapped views; unaligned accesses are allowed; the ranges are disjoint.
+            unsafe {
+                for i in range {
+                    let mut x = [T::default(); 3];
+                    for (slot, s) in x.iter_mut().zip(&dense) {
+                        *slot = match s {
+                            Ok(p) => (*p as *const T).add(i).read_unaligned(),
+                            Err(v) => *v,
+                        };
+                    }
+                    po.add(i).write_unaligned(f(x));
                 }
-                po.add(i).write_unaligned(f(x));
             }
-        }
+        });
         return Ok(());
     }
-    let mut sources: Vec<Source<'_, T>> = mapped
-        .iter_mut()
-        .map(|a| match a {
-            Ok((m, w)) => Source::Tensor(Box::new(m.getter::<T>()), w),
-            Err(v) => Source::Scalar(*v),
-        })
-        .collect();
-    for o in walk_o {
-        let mut x = [T::default(); 3];
-        for (slot, s) in x.iter_mut().zip(sources.iter_mut()) {
-            *slot = match s {
-                Source::Tensor(get, w) => get(w.next().expect("walks of one shape")),
-                Source::Scalar(v) => *v,
-            };
+    // Broadcast or strided operands: in chunks, each operand gathered along its innermost dim
+    // (inputs that overlap the out other than element for element were detached above).
+    const CHUNK: usize = 1024;
+    let mut walk_o = walk_o;
+    let mut chunks: Vec<Vec<T>> = vec![Vec::with_capacity(CHUNK); mapped.len()];
+    while walk_o.len() > 0 {
+        let n = walk_o.len().min(CHUNK);
+        for (chunk, a) in chunks.iter_mut().zip(mapped.iter_mut()) {
+            chunk.clear();
+            match a {
+                Ok((m, w)) => {
+                    let get = m.getter::<T>();
+                    w.take_each(n, |i| chunk.push(get(i)));
+                }
+                Err(v) => chunk.resize(n, *v),
+            }
         }
-        set(o, f(x));
+        let mut k = 0;
+        walk_o.take_each(n, |o| {
+            let mut x = [T::default(); 3];
+            for (slot, chunk) in x.iter_mut().zip(&chunks) {
+                *slot = chunk[k];
+            }
+            set(o, f(x));
+            k += 1;
+        });
     }
     Ok(())
-}
-
-/// One operand of a streaming elementwise kernel.
-enum Source<'a, T> {
-    Tensor(Box<dyn Fn(usize) -> T + 'a>, &'a mut Walk),
-    Scalar(T),
 }
 
 macro_rules! unary {
