@@ -860,3 +860,57 @@ phase2_entry_points!(
     aclnnConvolution,
     aclnnConvolutionBackward
 );
+
+#[cfg(test)]
+mod tests {
+    /// A product large enough for the host threads gives the bits of the one-thread product:
+    /// `gemm` splits the output among threads, never the sum over k.
+    #[test]
+    fn threaded_products_equal_the_single_thread_ones() {
+        let (m, n, k) = (96, 160, 512);
+        assert!(m * n * k >= 1 << 22, "large enough to be split");
+        // Values whose sums round differently in another order.
+        let value = |i: usize| ((i * 2654435761) % 1000) as f32 / 7.0 - 70.0;
+        let lhs: Vec<f32> = (0..m * k).map(value).collect();
+        let rhs: Vec<f32> = (0..k * n).map(|i| value(i + 17)).collect();
+        let mut threaded = vec![0f32; m * n];
+        super::gemm(m, n, k, &mut threaded, (&lhs, k, 1), (&rhs, n, 1), false);
+        let mut single = vec![0f32; m * n];
+        // SAFETY: row-major matrices of the given sizes.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                single.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                lhs.as_ptr(),
+                1,
+                k as isize,
+                rhs.as_ptr(),
+                1,
+                n as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+        let threads = super::super::machine::machine().pool.current_num_threads();
+        let differ = threaded
+            .iter()
+            .zip(&single)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(
+            differ,
+            0,
+            "{differ} of {} differ on {threads} threads",
+            m * n
+        );
+    }
+}
