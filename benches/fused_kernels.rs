@@ -339,6 +339,7 @@ fn decode_attention<B: FusedOps>(a: &'static Attn, d: &B::Device, path: Path) ->
         sm_scale: (a.dim_k as f32).powf(-0.5),
         logit_cap: None,
         value_dim: a.dim_v,
+        path: None,
     };
     Box::new(move || {
         call!(

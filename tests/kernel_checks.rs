@@ -187,6 +187,7 @@ fn decode(indptr: &[i64], indices: &[i64], splits: &[i64]) -> Result<TensorData,
         sm_scale: 0.25,
         logit_cap: None,
         value_dim: 16,
+        path: None,
     };
     let (out, _) = fused::decode_attention(
         q,
