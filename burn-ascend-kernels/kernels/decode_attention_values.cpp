@@ -202,14 +202,14 @@ __aicore__ inline void RunValues(GM_ADDR vals, GM_ADDR indptr, GM_ADDR kvIndices
 
 }  // namespace burn_ascend
 
-extern "C" __global__ __aicore__ void decode_attention_values(GM_ADDR vals, GM_ADDR indptr, GM_ADDR kvIndices,
+extern "C" __global__ __aicore__ void decode_attention_values(GM_ADDR values, GM_ADDR indptr, GM_ADDR kvIndices,
                                                               GM_ADDR splits, GM_ADDR probs, GM_ADDR partOut,
                                                               BurnDecodeValuesTiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
     if (tiling.dtype == 1) {
-        burn_ascend::RunValues<half>(vals, indptr, kvIndices, splits, probs, partOut, tiling);
+        burn_ascend::RunValues<half>(values, indptr, kvIndices, splits, probs, partOut, tiling);
     } else {
-        burn_ascend::RunValues<bfloat16_t>(vals, indptr, kvIndices, splits, probs, partOut, tiling);
+        burn_ascend::RunValues<bfloat16_t>(values, indptr, kvIndices, splits, probs, partOut, tiling);
     }
 }
