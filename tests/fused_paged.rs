@@ -917,6 +917,25 @@ fn decode_attention_cube_path_matches_dense_attention() {
         path: Some(DecodePath::Cube),
     }
     .check();
+    // kv_indices past Nd2NzParams' uint16 source pitch (the entries after the requests' are
+    // never read): the value product copies the probabilities one head row at a time.
+    let long = DecodeCase {
+        name: "cube, 70000 entries of kv_indices",
+        lens: vec![20, 7],
+        q_heads: 4,
+        kv_heads: 1,
+        dim_k: 32,
+        dim_v: 32,
+        mla: false,
+        dtype: DType::F16,
+        max_splits: 2,
+        splits: vec![2, 1],
+        cap: None,
+        path: Some(DecodePath::Cube),
+    };
+    let mut inputs = long.inputs();
+    inputs.indices.resize(70_000, 0);
+    long.check_with(&inputs);
     // The empty split within the count: lse -inf and zeros, as on the vector path.
     let r = gqa_cube.run::<Ascend>(&gqa_cube.inputs(), &ascend());
     let dv = 128;

@@ -2,9 +2,9 @@
 // (fused-ops contract 5): request b's keys are kv_indices[kv_indptr[b] .. kv_indptr[b+1]],
 // cut into num_kv_splits[b] consecutive chunks of ceil(L / splits); splits past the count are
 // empty. Read by scalar GM reads (GlobalTensor::GetValue), which both cube and vector cores
-// have: a cube core has no unified buffer to stage them in. The checks are stage 1's (see
-// decode_attention_stage1.cpp): each kernel of the cube path checks what it reads itself,
-// since each may be the first to read a bad value.
+// have: a cube core has no unified buffer to stage them in. The checks are listed in
+// decode_attention_stage1.cpp; every kernel checks what it reads itself, since each may be the
+// first to read a bad value.
 #pragma once
 
 #include "kernel_common.h"
@@ -50,13 +50,19 @@ __aicore__ inline DecodeSplit ReadDecodeSplit(const GlobalTensor<int32_t>& indpt
     return s;
 }
 
-// The cache slot at kv_indices[at], checked to be a row of the caches.
-__aicore__ inline uint64_t ReadDecodeSlot(const GlobalTensor<int32_t>& idxGm, int64_t at, uint32_t slots)
+// Checks that s, read at kv_indices[at], is a row of the caches.
+__aicore__ inline void CheckDecodeSlot(int32_t s, int64_t at, uint32_t slots)
 {
-    const int32_t s = idxGm.GetValue(static_cast<uint64_t>(at));
     Require(s >= 0 && static_cast<uint32_t>(s) < slots,
             "decode_attention: kv_indices[%d] = %d is not a cache slot (k_cache has %u rows)\n", static_cast<int32_t>(at), s,
             slots);
+}
+
+// The cache slot at kv_indices[at], checked.
+__aicore__ inline uint64_t ReadDecodeSlot(const GlobalTensor<int32_t>& idxGm, int64_t at, uint32_t slots)
+{
+    const int32_t s = idxGm.GetValue(static_cast<uint64_t>(at));
+    CheckDecodeSlot(s, at, slots);
     return static_cast<uint64_t>(s);
 }
 

@@ -187,8 +187,7 @@ pub fn decode_stage1_ub_bytes(
         + reduce
         + 5 * align8(heads + 1) * 4
         + heads * 8 * 4
-        + align8(keys) * 4
-        + 64;
+        + align8(keys) * 4;
     if !s.value_from_key {
         bytes += 2 * keys * row_v * eb;
     }
