@@ -414,26 +414,6 @@ impl DeviceContext {
 }
 
 impl DeviceContext {
-    /// Cube cores (AIC) of the device: `aclGetDeviceCapability`'s AI Core count. ASSUMED: on
-    /// the A2's split cores each AI Core is one AIC beside two AIVs (24 AIC / 48 AIV per die,
-    /// hardware-atlas-a2.md), so the AI Core count is the cube core count; CANN 8.5's
-    /// `ACL_DEV_ATTR_CUBE_CORE_NUM` (aclrtGetDeviceInfo) would say so directly but is not in
-    /// the ACL table of every CANN version the backend loads (acl-abi.md).
-    pub fn cube_cores(&self) -> AclResult<u32> {
-        let api = self.bind();
-        let mut value = 0i64;
-        // SAFETY: valid out-pointer.
-        let status = unsafe {
-            (api.core.aclGetDeviceCapability)(
-                self.device.index() as u32,
-                crate::acl::types::device_info::ACL_DEVICE_INFO_AI_CORE_NUM,
-                &mut value,
-            )
-        };
-        api.check(status, "aclGetDeviceCapability")?;
-        Ok(value.max(1) as u32)
-    }
-
     /// Vector cores (AIV) of the device, as `aclGetDeviceCapability` reports them.
     pub fn vector_cores(&self) -> AclResult<u32> {
         let api = self.bind();

@@ -68,10 +68,12 @@ const UB_BYTES: u32 = 192 << 10;
 
 /// The properties tiling depends on.
 pub(crate) fn device_props(ctx: &Arc<DeviceContext>) -> AclResult<DeviceProps> {
-    // CANN has no query for the bandwidths either: the model's A2 figures.
+    // CANN has no query for the bandwidths either: the model's A2 figures. Nor for the cube
+    // cores in the ACL table the backend loads (`ACL_DEV_ATTR_CUBE_CORE_NUM` needs CANN 8.5's
+    // aclrtGetDeviceInfo, acl-abi.md): the A2's 24 (a 910B3's 20 run a plan of 24 blocks in
+    // two waves).
     Ok(DeviceProps {
         vector_cores: ctx.vector_cores()?,
-        cube_cores: ctx.cube_cores()?,
         ub_bytes: UB_BYTES,
         ..DeviceProps::ATLAS_A2
     })
