@@ -297,9 +297,19 @@ impl Attn {
             indices: (self.batch * self.len) as u64,
             value_from_key: self.mla,
         };
-        let (stage1, _) =
-            tiling::decode_attention(&shape, NormType::BF16, 1.0, 0.0, &DeviceProps::ATLAS_A2)
-                .expect("the seed shapes fit");
+        let plan = tiling::decode_attention(
+            &shape,
+            NormType::BF16,
+            1.0,
+            0.0,
+            None,
+            &DeviceProps::ATLAS_A2,
+        )
+        .expect("the seed shapes fit");
+        // The model keeps both benched shapes on the vector path.
+        let tiling::DecodeStage1::Vector(stage1) = plan.stage1 else {
+            panic!("{shape:?} takes the vector path");
+        };
         let group = (self.q_heads / self.kv_heads) as u64;
         let head_tiles = group.div_ceil(stage1.tiling.head_tile as u64);
         let units = shape.batch * shape.kv_heads * head_tiles * shape.max_splits;
@@ -339,6 +349,7 @@ fn decode_attention<B: FusedOps>(a: &'static Attn, d: &B::Device, path: Path) ->
         sm_scale: (a.dim_k as f32).powf(-0.5),
         logit_cap: None,
         value_dim: a.dim_v,
+        path: None,
     };
     Box::new(move || {
         call!(

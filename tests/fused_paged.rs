@@ -12,7 +12,7 @@ mod common;
 
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log};
-use burn_ascend::fused::{self, DecodeAttentionOptions};
+use burn_ascend::fused::{self, DecodeAttentionOptions, DecodePath};
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
 use burn_flex::Flex;
 use common::host_values::host_values;
@@ -372,6 +372,8 @@ struct DecodeCase {
     max_splits: usize,
     splits: Vec<i64>,
     cap: Option<f32>,
+    /// The kernels to run (`None`: the device model's choice).
+    path: Option<DecodePath>,
 }
 
 /// Stage 1's per-split results and stage 2's merged ones, as host vectors.
@@ -402,6 +404,7 @@ impl DecodeCase {
             sm_scale: (self.dim_k as f32).powf(-0.5),
             logit_cap: self.cap,
             value_dim: self.dim_v,
+            path: self.path,
         }
     }
 
@@ -533,12 +536,35 @@ impl DecodeCase {
         r
     }
 
+    /// The path `decode_attention` takes for these inputs on `Ascend`: its public plan.
+    fn ascend_path(&self, inputs: &DecodeInputs) -> DecodePath {
+        let d = ascend();
+        let tensor = |data: &TensorData| {
+            Tensor::<Ascend, 3>::from_data(data.clone().convert_dtype(self.dtype), (&d, self.dtype))
+                .into_primitive()
+                .tensor()
+        };
+        let int = |v: &[i64]| ints::<Ascend>(v, DType::I32, &d).into_primitive();
+        let plan = burn_ascend::ops::fused::decode_attention_plan(
+            &tensor(&inputs.q),
+            &tensor(&inputs.k),
+            inputs.v.as_ref().map(tensor).as_ref(),
+            &int(&inputs.indptr),
+            &int(&inputs.indices),
+            &int(&self.splits),
+            &self.options(),
+        )
+        .expect("a valid call has a plan");
+        plan.map_or(DecodePath::Vector, |p| p.path())
+    }
+
     fn check(&self) {
         self.check_with(&self.inputs());
     }
 
     fn check_with(&self, inputs: &DecodeInputs) {
         let want = self.reference(inputs);
+        let path = self.ascend_path(inputs);
         let got = self.run::<Ascend>(inputs, &ascend());
         let composed = self.run::<Flex>(inputs, &flex());
         let what = format!("decode_attention {} {:?}", self.name, self.dtype);
@@ -549,11 +575,31 @@ impl DecodeCase {
         };
         // f32 statistics: the kernel accumulates each dot product and the softmax in f32 like
         // the reference's rounding allows; burn-flex's blocked f32 matmul drifts a little more.
-        for (side, r, tol) in [("kernel", &got, 1e-4), ("composed", &composed, 5e-4)] {
+        // The cube path's value product takes the probabilities in q's dtype: each is off by
+        // its rounding (relative 2^-9 for bf16, 2^-12 for half), so part_out = sum p v is off
+        // by at most that times max |v| (allowed twice over).
+        let max_v = floats(inputs.v.clone().unwrap_or_else(|| inputs.k.clone()))
+            .iter()
+            .fold(1.0f64, |m, x| m.max(x.abs()));
+        let part_tol = match (path, self.dtype) {
+            (DecodePath::Cube, DType::BF16) => 2f64.powi(-8) * max_v,
+            (DecodePath::Cube, _) => 2f64.powi(-11) * max_v,
+            (DecodePath::Vector, _) => 1e-4,
+        };
+        // out adds its own rounding to q's dtype to part_out's error.
+        let kernel_out_tol = match path {
+            DecodePath::Cube => out_tol + part_tol,
+            DecodePath::Vector => out_tol,
+        };
+        for (side, r, tol, part_tol, out_tol) in [
+            ("kernel", &got, 1e-4, part_tol, kernel_out_tol),
+            ("composed", &composed, 5e-4, 5e-4, out_tol),
+        ] {
+            let what = format!("{what} ({path:?} path)");
             assert_close(&format!("{what}: {side} out"), &r.out, &want.out, out_tol);
             assert_close(&format!("{what}: {side} lse"), &r.lse, &want.lse, tol);
             let part_out = format!("{what}: {side} part_out");
-            assert_close(&part_out, &r.part_out, &want.part_out, tol);
+            assert_close(&part_out, &r.part_out, &want.part_out, part_tol);
             let part_lse = format!("{what}: {side} part_lse");
             assert_close(&part_lse, &r.part_lse, &want.part_lse, tol);
         }
@@ -561,7 +607,7 @@ impl DecodeCase {
             &format!("{what}: kernel vs composed out"),
             &got.out,
             &composed.out,
-            out_tol,
+            kernel_out_tol,
         );
     }
 }
@@ -579,6 +625,7 @@ fn gqa(name: &'static str, batch: usize, len: usize, dtype: DType) -> DecodeCase
         max_splits: 4,
         splits: vec![4; batch],
         cap: None,
+        path: None,
     }
 }
 
@@ -597,6 +644,7 @@ fn decode_attention_matches_dense_attention_for_the_mla_seed() {
         max_splits: 4,
         splits: vec![4],
         cap: None,
+        path: None,
     }
     .check();
 }
@@ -625,6 +673,7 @@ fn decode_attention_handles_mha_mla_288_and_every_dtype() {
         max_splits: 2,
         splits: vec![2, 2, 2],
         cap: None,
+        path: None,
     };
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         DecodeCase {
@@ -645,6 +694,7 @@ fn decode_attention_handles_mha_mla_288_and_every_dtype() {
         max_splits: 8,
         splits: vec![8, 3],
         cap: None,
+        path: None,
     }
     .check();
     // Rows of 64 splits x 1024 values do not fit the unified buffer: stage 2 merges them in
@@ -661,6 +711,7 @@ fn decode_attention_handles_mha_mla_288_and_every_dtype() {
         max_splits: 64,
         splits: vec![64],
         cap: None,
+        path: None,
     }
     .check();
     // Head dims that are not whole 32-byte blocks: the rows move with padded copies.
@@ -676,6 +727,7 @@ fn decode_attention_handles_mha_mla_288_and_every_dtype() {
         max_splits: 3,
         splits: vec![3, 1],
         cap: None,
+        path: None,
     }
     .check();
 }
@@ -695,6 +747,7 @@ fn decode_attention_handles_short_empty_and_uneven_splits() {
         max_splits: 4,
         splits: vec![4],
         cap: None,
+        path: None,
     };
     base.check();
     // 10 keys in 3 splits: 4, 4, 2; 5 keys in 4 splits: 2, 2, 1 and an empty one; 23 keys in
@@ -737,6 +790,7 @@ fn decode_attention_stays_finite_across_large_score_gaps() {
         max_splits: 1,
         splits: vec![1],
         cap: None,
+        path: None,
     };
     let mut inputs = case.inputs();
     inputs.q = TensorData::new(vec![1.0f32; 8], [1, 1, 8]);
@@ -769,6 +823,7 @@ fn decode_attention_applies_the_logit_cap() {
         max_splits: 2,
         splits: vec![2, 2],
         cap: Some(2.0),
+        path: None,
     };
     capped.check();
     DecodeCase {
@@ -780,6 +835,7 @@ fn decode_attention_applies_the_logit_cap() {
     let inputs = capped.inputs();
     let uncapped = DecodeCase {
         cap: None,
+        path: None,
         ..capped.clone()
     }
     .reference(&inputs);
@@ -791,6 +847,161 @@ fn decode_attention_applies_the_logit_cap() {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f64::max);
     assert!(gap > 0.5, "a cap of 2 must change the scores (gap {gap})");
+}
+
+/// MLA 576/512 over two requests of 37 and 5 keys: 10, 10, 10 and 7 keys in 4 splits, and 3
+/// and 2 keys with two splits past the request's count.
+fn mla_cube(dtype: DType) -> DecodeCase {
+    DecodeCase {
+        name: "MLA 576/512 cube",
+        lens: vec![37, 5],
+        q_heads: 16,
+        kv_heads: 1,
+        dim_k: 576,
+        dim_v: 512,
+        mla: true,
+        dtype,
+        max_splits: 4,
+        splits: vec![4, 2],
+        cap: None,
+        path: Some(DecodePath::Cube),
+    }
+}
+
+#[test]
+#[serial]
+fn decode_attention_cube_path_matches_dense_attention() {
+    for dtype in [DType::BF16, DType::F16] {
+        mla_cube(dtype).check();
+    }
+    // MLA 288/256 with the logit cap, 8 splits of a short and a long request.
+    DecodeCase {
+        name: "MLA 288/256 cube, capped",
+        lens: vec![33, 70],
+        q_heads: 16,
+        kv_heads: 1,
+        dim_k: 288,
+        dim_v: 256,
+        mla: true,
+        dtype: DType::F16,
+        max_splits: 8,
+        splits: vec![8, 3],
+        cap: Some(2.0),
+        path: Some(DecodePath::Cube),
+    }
+    .check();
+    // GQA (4 heads per group, values from v_cache) with uneven splits: 5 keys in 4 splits are
+    // 2, 2, 1 and an empty one; 150 keys cross the key tiles of both cube kernels.
+    let gqa_cube = DecodeCase {
+        name: "GQA cube, uneven splits",
+        lens: vec![5, 150, 10],
+        splits: vec![4, 3, 1],
+        cap: Some(30.0),
+        path: Some(DecodePath::Cube),
+        ..gqa("", 3, 0, DType::BF16)
+    };
+    gqa_cube.check();
+    // Head dims that are not whole fractals.
+    DecodeCase {
+        name: "unaligned head dims cube",
+        lens: vec![19, 4],
+        q_heads: 6,
+        kv_heads: 2,
+        dim_k: 72,
+        dim_v: 40,
+        mla: false,
+        dtype: DType::F16,
+        max_splits: 3,
+        splits: vec![3, 1],
+        cap: None,
+        path: Some(DecodePath::Cube),
+    }
+    .check();
+    // kv_indices past Nd2NzParams' uint16 source pitch (the entries after the requests' are
+    // never read): the value product copies the probabilities one head row at a time.
+    let long = DecodeCase {
+        name: "cube, 70000 entries of kv_indices",
+        lens: vec![20, 7],
+        q_heads: 4,
+        kv_heads: 1,
+        dim_k: 32,
+        dim_v: 32,
+        mla: false,
+        dtype: DType::F16,
+        max_splits: 2,
+        splits: vec![2, 1],
+        cap: None,
+        path: Some(DecodePath::Cube),
+    };
+    let mut inputs = long.inputs();
+    inputs.indices.resize(70_000, 0);
+    long.check_with(&inputs);
+    // The empty split within the count: lse -inf and zeros, as on the vector path.
+    let r = gqa_cube.run::<Ascend>(&gqa_cube.inputs(), &ascend());
+    let dv = 128;
+    assert_eq!(
+        r.part_lse[3],
+        f64::NEG_INFINITY,
+        "split 3 of request 0 is empty"
+    );
+    assert!(r.part_out[3 * dv..4 * dv].iter().all(|&x| x == 0.0));
+}
+
+#[test]
+#[serial]
+fn decode_attention_cube_path_runs_its_kernels_where_asked_or_modelled() {
+    if common::skipped_on_npu("decode_attention_cube_path_runs_its_kernels_where_asked_or_modelled")
+    {
+        return;
+    }
+    let kernels = |case: &DecodeCase| {
+        clear_launch_log();
+        let _ = case.run::<Ascend>(&case.inputs(), &ascend());
+        launch_log()
+    };
+    let names = |log: &[burn_ascend::emulator::kernel_runner::LaunchStats]| {
+        log.iter().map(|s| s.kernel.clone()).collect::<Vec<_>>()
+    };
+    let cube = mla_cube(DType::BF16);
+    let log = kernels(&cube);
+    assert_eq!(names(&log), DecodePath::Cube.kernels(), "{log:?}");
+    use burn_ascend::emulator::kernel_runner::CoreKind;
+    let kinds: Vec<CoreKind> = log.iter().map(|s| s.cores).collect();
+    assert_eq!(
+        kinds,
+        [
+            CoreKind::Cube,
+            CoreKind::Vector,
+            CoreKind::Cube,
+            CoreKind::Vector
+        ]
+    );
+    // Scores: 16 heads x 42 keys; the value product: 16 x 512 per non-empty split (6).
+    let (scores, values) = (&log[0], &log[2]);
+    assert!(scores.cube_cycles > 0 && values.cube_cycles > 0, "{log:?}");
+    assert_eq!(scores.gm_bytes_written, 16 * 42 * 4, "{scores:?}");
+    assert_eq!(values.gm_bytes_written, 6 * 16 * 512 * 4, "{values:?}");
+    // The model keeps the MLA seed size on the vector path.
+    let seed = DecodeCase {
+        lens: vec![128],
+        q_heads: 32,
+        splits: vec![4],
+        path: None,
+        ..cube.clone()
+    };
+    assert_eq!(names(&kernels(&seed)), DecodePath::Vector.kernels());
+    // Asking for the cube path where it cannot run is a clear error.
+    let float = DecodeCase {
+        dtype: DType::F32,
+        ..cube
+    };
+    let text = panic_text(|| {
+        let _ = float.run::<Ascend>(&float.inputs(), &ascend());
+    });
+    assert!(
+        text.contains("the cube path was asked for, but it takes half and bf16 only"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -821,6 +1032,7 @@ fn paged_kernels_write_each_output_once_and_use_every_core() {
         max_splits: 4,
         splits: vec![4],
         cap: None,
+        path: None,
     };
     let _ = mla.run::<Ascend>(&mla.inputs(), &ascend());
     let log = launch_log();
@@ -888,6 +1100,7 @@ fn bad_inputs_are_clear_errors() {
         sm_scale: 0.1,
         logit_cap: None,
         value_dim: 64,
+        path: None,
     };
     let decode = |q: Tensor<Ascend, 3>,
                   k: Tensor<Ascend, 3>,
@@ -941,6 +1154,7 @@ fn bad_inputs_are_clear_errors() {
         i32s(&[0, 2]),
         DecodeAttentionOptions {
             value_dim: 65,
+            path: None,
             ..options
         },
     );

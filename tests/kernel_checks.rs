@@ -14,7 +14,7 @@ mod common;
 use std::process::Command;
 
 use burn::tensor::{DType, Int, Tensor, TensorData};
-use burn_ascend::fused::{self, DecodeAttentionOptions};
+use burn_ascend::fused::{self, DecodeAttentionOptions, DecodePath};
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{Ascend, AscendDevice, AscendTensor};
 use burn_ascend_kernels::tiling::{self, AddType, DeviceProps};
@@ -174,19 +174,31 @@ fn moe_scatter_rejects_indices_out_of_range_or_repeated() {
 
 // ---- decode_attention ----
 
-/// One decode-attention call on 6 cache slots, 2 query heads over 1 KV head, Dk = Dv = 16.
-fn decode(indptr: &[i64], indices: &[i64], splits: &[i64]) -> Result<TensorData, String> {
+/// One decode-attention call on 6 cache slots, 2 query heads over 1 KV head, Dk = Dv = 16: f32
+/// on the vector path, or half on the cube path (`path` Cube).
+fn decode_on(
+    path: Option<DecodePath>,
+    indptr: &[i64],
+    indices: &[i64],
+    splits: &[i64],
+) -> Result<TensorData, String> {
     let batch = indptr.len() - 1;
+    let dtype = if path == Some(DecodePath::Cube) {
+        DType::F16
+    } else {
+        DType::F32
+    };
     let (q, k, v) = (
-        floats([batch, 2, 16], 3),
-        floats([6, 1, 16], 4),
-        floats([6, 1, 16], 5),
+        floats([batch, 2, 16], 3).cast(dtype),
+        floats([6, 1, 16], 4).cast(dtype),
+        floats([6, 1, 16], 5).cast(dtype),
     );
     let options = DecodeAttentionOptions {
         max_kv_splits: 2,
         sm_scale: 0.25,
         logit_cap: None,
         value_dim: 16,
+        path,
     };
     let (out, _) = fused::decode_attention(
         q,
@@ -198,6 +210,10 @@ fn decode(indptr: &[i64], indices: &[i64], splits: &[i64]) -> Result<TensorData,
         options,
     );
     out.try_into_data().map_err(|e| format!("{e:?}"))
+}
+
+fn decode(indptr: &[i64], indices: &[i64], splits: &[i64]) -> Result<TensorData, String> {
+    decode_on(None, indptr, indices, splits)
 }
 
 #[test]
@@ -267,6 +283,19 @@ fn decode_attention_rejects_bad_indptr_empty_requests_splits_and_slots() {
         );
     }
     decode(&[0, 2, 3], &[5, 1, 2], &[2, 1]).expect("valid input still runs");
+    // The cube path's first kernel checks the same values.
+    for (indptr, indices, splits, needle) in cases {
+        assert_fault(
+            &format!(
+                "cube decode_attention indptr {indptr:?} indices {indices:?} splits {splits:?}"
+            ),
+            || decode_on(Some(DecodePath::Cube), indptr, indices, splits),
+            "decode_attention_scores",
+            &[needle],
+        );
+    }
+    decode_on(Some(DecodePath::Cube), &[0, 2, 3], &[5, 1, 2], &[2, 1])
+        .expect("valid input still runs on the cube path");
 }
 
 // ---- alloc_extend ----

@@ -12,7 +12,8 @@
 // its own token is cached before attention, so an empty request is a caller's bug, not a defined
 // zero result); num_kv_splits[b] is in [1, max_kv_splits] (part_out has no room for more, and every
 // key must belong to a computed split); every slot of kv_indices read is a row of the caches. A
-// failed check traps, naming the bad value, instead of reading or writing out of range.
+// failed check traps, naming the bad value, instead of reading or writing out of range. The
+// checks and the split arithmetic are decode_split.h's, shared with the cube path's kernels.
 //
 // Work split: one unit of work is (b, key/value head, head tile, split): `headTile` query heads
 // of one group over one split's keys. Units are dealt round-robin to the blocks; the tiling
@@ -29,7 +30,7 @@
 //
 // Head dims are bounded by the unified buffer: one head's query, accumulator and a tile of 8
 // key (and value) rows must fit (Dk = Dv up to about 1400), which the tiling checks.
-#include "kernel_common.h"
+#include "decode_split.h"
 
 
 // Global and prefixed: a by-value kernel parameter (see kernel_common.h).
@@ -102,7 +103,6 @@ public:
         pipe->InitBuffer(statBuf, 5 * statLen * sizeof(float));
         pipe->InitBuffer(lseBuf, h * 8 * sizeof(float));
         pipe->InitBuffer(idxBuf, Align8(n) * sizeof(int32_t));
-        pipe->InitBuffer(metaBuf, 64);
     }
 
     __aicore__ inline void Process()
@@ -172,9 +172,7 @@ private:
         LocalTensor<T> keys = kQue.AllocTensor<T>();
         for (uint32_t j = 0; j < n; ++j) {
             const int32_t s = slots.GetValue(j);
-            Require(s >= 0 && static_cast<uint32_t>(s) < tiling.slots,
-                    "decode_attention: kv_indices[%d] = %d is not a cache slot (k_cache has %u rows)\n",
-                    at + static_cast<int32_t>(j), s, tiling.slots);
+            CheckDecodeSlot(s, at + static_cast<int32_t>(j), tiling.slots);
             uint64_t slot = static_cast<uint64_t>(s);
             Load(keys[j * rowK], kGm[slot * kRow + hkv * tiling.headDimK], tiling.headDimK);
         }
@@ -310,35 +308,10 @@ private:
 
     __aicore__ inline void Unit(uint32_t b, uint32_t hkv, uint32_t h0, uint32_t heads, uint32_t c)
     {
-        LocalTensor<int32_t> meta = metaBuf.Get<int32_t>();
-        DataCopyExtParams two{1, 2 * sizeof(int32_t), 0, 0, 0};
-        DataCopyExtParams one{1, sizeof(int32_t), 0, 0, 0};
-        DataCopyPadExtParams<int32_t> noPad{false, 0, 0, 0};
-        DataCopyPad(meta, indptrGm[b], two, noPad);
-        DataCopyPad(meta[8], splitsGm[b], one, noPad);
-        Sync<HardEvent::MTE2_S>();
-        const int32_t start = meta.GetValue(0);
-        const int32_t end = meta.GetValue(1);
-        const int32_t splits = meta.GetValue(8);
-        const int32_t maxSplits = static_cast<int32_t>(tiling.maxSplits);
-        const int32_t indices = static_cast<int32_t>(tiling.indices);
-        Require(start >= 0 && start <= indices, "decode_attention: kv_indptr[%u] = %d is outside the %d entries of kv_indices\n",
-                b, start, indices);
-        Require(end <= indices, "decode_attention: kv_indptr[%u] = %d is past the %d entries of kv_indices\n", b + 1, end,
-                indices);
-        Require(end >= start, "decode_attention: kv_indptr decreases: kv_indptr[%u] = %d > kv_indptr[%u] = %d\n", b, start,
-                b + 1, end);
-        Require(end > start,
-                "decode_attention: request %u has no cached token (kv_indptr[%u] = kv_indptr[%u] = %d): every request "
-                "attends to at least its own key\n",
-                b, b, b + 1, start);
-        Require(splits >= 1 && splits <= maxSplits, "decode_attention: num_kv_splits[%u] = %d is outside [1, %d] (max_kv_splits)\n",
-                b, splits, maxSplits);
-        // In 64 bits: c * per passes 2^31 for the empty splits of a long request.
-        const int64_t len = end - start;
-        const int64_t per = (len + splits - 1) / splits;
-        const int64_t from = static_cast<int64_t>(c) * per;
-        const int64_t to = from + per < len ? from + per : len;
+        const DecodeSplit split = ReadDecodeSplit(indptrGm, splitsGm, b, c, tiling.indices, tiling.maxSplits);
+        const int32_t start = split.start;
+        const int64_t from = split.from;
+        const int64_t to = split.to;
         // Splits past the request's count start at or after its end: empty.
         const bool empty = from >= to;
 
@@ -399,8 +372,7 @@ private:
     uint32_t scorePitch = 8;  // UB pitch of a head's scores (f32)
     uint32_t statLen = 8;     // f32 per running statistic (heads, plus room for ReduceMax)
     TQue<TPosition::VECIN, 1> kQue, vQue;
-    TBuf<TPosition::VECCALC> qBuf, qRaw, accBuf, kWide, vWide, scoreBuf, capBuf, tmpBuf, reduceBuf, statBuf, lseBuf, idxBuf,
-        metaBuf;
+    TBuf<TPosition::VECCALC> qBuf, qRaw, accBuf, kWide, vWide, scoreBuf, capBuf, tmpBuf, reduceBuf, statBuf, lseBuf, idxBuf;
     GlobalTensor<T> qGm, kGm, vGm;
     GlobalTensor<int32_t> indptrGm, idxGm, splitsGm;
     GlobalTensor<float> outGm, lseGm;

@@ -14,7 +14,8 @@ use std::ffi::c_void;
 use ascend_acl::table::SymbolSource;
 
 use crate::tiling::{
-    AllocExtendTiling, DecodeStage1Tiling, DecodeStage2Tiling, ElementwiseTiling,
+    AllocExtendTiling, DecodePlan, DecodeScoresTiling, DecodeSoftmaxTiling, DecodeStage1,
+    DecodeStage1Tiling, DecodeStage2Tiling, DecodeValuesTiling, ElementwiseTiling,
     LayerNormBackwardTiling, LayerNormTiling, MoeInverseTiling, MoeScatterTiling, Plan,
     RowGatherTiling, VectorAddTiling,
 };
@@ -35,6 +36,9 @@ macro_rules! kernel_function_list {
             alloc_extend(prefix_lens, seq_lens, last_loc, free_pages, out_slots, totals; AllocExtendTiling);
             decode_attention_stage1(q, k, v, indptr, kv_indices, splits, part_out, part_lse; DecodeStage1Tiling);
             decode_attention_stage2(part_out, part_lse, out, lse; DecodeStage2Tiling);
+            decode_attention_scores(q, k, indptr, kv_indices, splits, scores; DecodeScoresTiling);
+            decode_attention_softmax(indptr, splits, scores, probs, part_out, part_lse; DecodeSoftmaxTiling);
+            decode_attention_values(values, indptr, kv_indices, splits, probs, part_out; DecodeValuesTiling);
             layer_norm(x, gamma, beta, y, mean, rstd; LayerNormTiling);
             layer_norm_backward(dy, x, mean, rstd, gamma, dx, dgamma, dbeta; LayerNormBackwardTiling);
         }
@@ -265,6 +269,12 @@ pub struct DecodeBuffers {
     pub out: *mut c_void,
     /// lse `[B, HQ]`, f32.
     pub lse: *mut c_void,
+    /// The cube path's scores workspace (`DecodeCubePlans::scores_elems` f32); null on the
+    /// vector path.
+    pub scores: *mut c_void,
+    /// The cube path's probabilities workspace (`DecodeCubePlans::probs_elems` of q's type);
+    /// null on the vector path.
+    pub probs: *mut c_void,
 }
 
 impl KernelApi {
@@ -476,34 +486,86 @@ impl KernelApi {
         )
     }
 
-    /// Queues both stages of split-KV decode attention: stage 1 writes the per-split results,
-    /// stage 2 (queued behind it on the same stream) merges them.
+    /// Queues split-KV decode attention as the plan says: the per-split kernels (stage 1 on
+    /// the vector cores, or scores, softmax and values through the workspaces on the cube
+    /// path), then stage 2 (queued behind them on the same stream), which merges the splits.
     ///
     /// # Safety
-    /// As [`KernelApi::vector_add`], for buffers of the sizes the tilings describe.
+    /// As [`KernelApi::vector_add`], for buffers of the sizes the tilings describe (the
+    /// workspaces too on the cube path).
     pub unsafe fn decode_attention(
         &self,
         stream: *mut c_void,
-        stage1: Plan<DecodeStage1Tiling>,
-        stage2: Plan<DecodeStage2Tiling>,
+        plan: &DecodePlan,
         b: DecodeBuffers,
     ) -> Result<(), LaunchError> {
-        let mut t1 = stage1.tiling;
-        launch!(
-            self,
-            decode_attention_stage1,
-            stage1.block_dim,
-            stream,
-            b.q,
-            b.k,
-            b.v,
-            b.indptr,
-            b.kv_indices,
-            b.splits,
-            b.part_out,
-            b.part_lse,
-            &mut t1
-        )?;
+        match plan.stage1 {
+            DecodeStage1::Vector(stage1) => {
+                let mut t1 = stage1.tiling;
+                launch!(
+                    self,
+                    decode_attention_stage1,
+                    stage1.block_dim,
+                    stream,
+                    b.q,
+                    b.k,
+                    b.v,
+                    b.indptr,
+                    b.kv_indices,
+                    b.splits,
+                    b.part_out,
+                    b.part_lse,
+                    &mut t1
+                )?;
+            }
+            DecodeStage1::Cube(c) => {
+                let mut ts = c.scores.tiling;
+                launch!(
+                    self,
+                    decode_attention_scores,
+                    c.scores.block_dim,
+                    stream,
+                    b.q,
+                    b.k,
+                    b.indptr,
+                    b.kv_indices,
+                    b.splits,
+                    b.scores,
+                    &mut ts
+                )?;
+                let mut tm = c.softmax.tiling;
+                launch!(
+                    self,
+                    decode_attention_softmax,
+                    c.softmax.block_dim,
+                    stream,
+                    b.indptr,
+                    b.splits,
+                    b.scores,
+                    b.probs,
+                    b.part_out,
+                    b.part_lse,
+                    &mut tm
+                )?;
+                let mut tv = c.values.tiling;
+                // MLA: the values are the leading dims of the key rows.
+                let values = if b.v.is_null() { b.k } else { b.v };
+                launch!(
+                    self,
+                    decode_attention_values,
+                    c.values.block_dim,
+                    stream,
+                    values,
+                    b.indptr,
+                    b.kv_indices,
+                    b.splits,
+                    b.probs,
+                    b.part_out,
+                    &mut tv
+                )?;
+            }
+        }
+        let stage2 = plan.stage2;
         let mut t2 = stage2.tiling;
         launch!(
             self,

@@ -750,6 +750,7 @@ impl<B: FusedOps> Server<B> {
             sm_scale: (dims.head_dim as f32).powf(-0.5),
             logit_cap: None,
             value_dim: dims.head_dim,
+            path: None,
         };
         let mut h = self.model.embed(x.tokens.clone().reshape([1, t]));
         let hidden = h.dims()[2];

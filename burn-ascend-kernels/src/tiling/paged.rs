@@ -187,8 +187,7 @@ pub fn decode_stage1_ub_bytes(
         + reduce
         + 5 * align8(heads + 1) * 4
         + heads * 8 * 4
-        + align8(keys) * 4
-        + 64;
+        + align8(keys) * 4;
     if !s.value_from_key {
         bytes += 2 * keys * row_v * eb;
     }
@@ -227,7 +226,7 @@ pub fn decode_stage2_ub_bytes(max_splits: u64, dtype: NormType, pairs: u64, cols
 /// Stage 2: (request, head) pairs in equal ranges over the vector cores, merged in tiles; a
 /// pair's rows are cut into column chunks when they do not fit. `None` when one head with a
 /// tile of 8 keys does not fit (Dk = Dv over about 1400), or max_splits exceeds 4095.
-pub fn decode_attention(
+fn vector_plans(
     s: &DecodeShape,
     dtype: NormType,
     scale: f32,
@@ -316,6 +315,484 @@ pub fn decode_attention(
     ))
 }
 
+/// Mirrors `BurnDecodeScoresTiling` in `kernels/decode_attention_scores.cpp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeScoresTiling {
+    /// Requests (B).
+    pub batch: u32,
+    /// Query heads (HQ).
+    pub q_heads: u32,
+    /// Key/value heads (HKV).
+    pub kv_heads: u32,
+    /// Key head dim (Dk).
+    pub head_dim_k: u32,
+    /// Splits per request, at most.
+    pub max_splits: u32,
+    /// Rows of the caches.
+    pub slots: u32,
+    /// Entries of kv_indices: the workspaces' row pitch.
+    pub indices: u32,
+    /// Query heads per unit (Mmad's m, at least 2).
+    pub head_tile: u32,
+    /// Keys per Mmad (n), a multiple of 16.
+    pub key_tile: u32,
+    /// Dk columns per L0 load, a multiple of 16.
+    pub k_step: u32,
+    /// Element type of q and k ([`NormType`] codes: half or bf16).
+    pub dtype: u32,
+}
+
+/// Mirrors `BurnDecodeSoftmaxTiling` in `kernels/decode_attention_softmax.cpp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeSoftmaxTiling {
+    /// Requests (B).
+    pub batch: u32,
+    /// Query heads (HQ).
+    pub q_heads: u32,
+    /// Value head dim (Dv): the zero rows of empty splits.
+    pub head_dim_v: u32,
+    /// Splits per request, at most.
+    pub max_splits: u32,
+    /// Entries of kv_indices: the workspaces' row pitch.
+    pub indices: u32,
+    /// Scores per pass, a multiple of 64.
+    pub chunk: u32,
+    /// Element type of the probabilities (q's, [`NormType`] codes).
+    pub dtype: u32,
+    /// Softmax scale.
+    pub scale: f32,
+    /// Logit soft cap; 0 for none.
+    pub logit_cap: f32,
+}
+
+/// Mirrors `BurnDecodeValuesTiling` in `kernels/decode_attention_values.cpp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeValuesTiling {
+    /// Requests (B).
+    pub batch: u32,
+    /// Query heads (HQ).
+    pub q_heads: u32,
+    /// Key/value heads (HKV).
+    pub kv_heads: u32,
+    /// Elements per head of the rows values are read from: Dk (MLA, the key rows) or Dv.
+    pub row_dim: u32,
+    /// Value head dim (Dv).
+    pub head_dim_v: u32,
+    /// Splits per request, at most.
+    pub max_splits: u32,
+    /// Rows of the caches.
+    pub slots: u32,
+    /// Entries of kv_indices: the probabilities' row pitch.
+    pub indices: u32,
+    /// Query heads per unit (Mmad's m, at least 2).
+    pub head_tile: u32,
+    /// Keys per Mmad (k), a multiple of 16.
+    pub key_tile: u32,
+    /// Element type ([`NormType`] codes: half or bf16).
+    pub dtype: u32,
+}
+
+/// The kernels that compute decode attention's per-split results (stage 2 is common).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodePath {
+    /// `decode_attention_stage1`: scores, softmax and values on the vector cores.
+    Vector,
+    /// `decode_attention_scores` (cube), `decode_attention_softmax` (vector) and
+    /// `decode_attention_values` (cube), through two workspaces.
+    Cube,
+}
+
+impl DecodePath {
+    /// The kernels the path launches, stage 2 included, in launch order.
+    pub fn kernels(self) -> &'static [&'static str] {
+        match self {
+            Self::Vector => &["decode_attention_stage1", "decode_attention_stage2"],
+            Self::Cube => &[
+                "decode_attention_scores",
+                "decode_attention_softmax",
+                "decode_attention_values",
+                "decode_attention_stage2",
+            ],
+        }
+    }
+}
+
+/// The cube path's three launches; stage 2 follows as on the vector path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeCubePlans {
+    /// `decode_attention_scores` (cube cores).
+    pub scores: Plan<DecodeScoresTiling>,
+    /// `decode_attention_softmax` (vector cores).
+    pub softmax: Plan<DecodeSoftmaxTiling>,
+    /// `decode_attention_values` (cube cores).
+    pub values: Plan<DecodeValuesTiling>,
+    /// f32 elements of the scores workspace `[HQ, T]`.
+    pub scores_elems: u64,
+    /// Elements (q's dtype) of the probabilities workspace `[HQ, T]`.
+    pub probs_elems: u64,
+}
+
+/// The per-split kernels a plan launches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DecodeStage1 {
+    /// One vector kernel.
+    Vector(Plan<DecodeStage1Tiling>),
+    /// Three kernels, two on the cube cores.
+    Cube(DecodeCubePlans),
+}
+
+/// Each path's modelled time for a shape (seconds, launch latency included; `None` where the
+/// path cannot run the shape), from the device model's rates in [`DeviceProps`]: per launch the
+/// slower of the GM traffic (at HBM bandwidth, and the busiest core's at its own rate) and the
+/// busiest core's compute (vector repeats, or Mmad cycles ceil(m/16) ceil(n/16) ceil(k/16)),
+/// plus `launch_latency_ns`. Lengths are read on the device, so the model assumes the entries of
+/// kv_indices are spread evenly over the requests and each request over its max_kv_splits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeEstimate {
+    /// The vector path (2 launches).
+    pub vector_s: Option<f64>,
+    /// The cube path (4 launches).
+    pub cube_s: Option<f64>,
+}
+
+/// A decode-attention launch plan: the per-split kernels, stage 2, and the estimate the path
+/// was chosen from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodePlan {
+    /// The per-split kernels.
+    pub stage1: DecodeStage1,
+    /// The merge.
+    pub stage2: Plan<DecodeStage2Tiling>,
+    /// Both paths' modelled times.
+    pub estimate: DecodeEstimate,
+}
+
+impl DecodePlan {
+    /// The path the plan takes.
+    pub fn path(&self) -> DecodePath {
+        match self.stage1 {
+            DecodeStage1::Vector(_) => DecodePath::Vector,
+            DecodeStage1::Cube(_) => DecodePath::Cube,
+        }
+    }
+}
+
+/// L1 bytes a cube kernel may allocate: 512 KiB less the 128 B CANN keeps for KFC
+/// (cube-api.md §7, the stricter budget).
+const L1_BYTES: u64 = (512 << 10) - 128;
+/// L0A and L0B bytes each.
+const L0AB_BYTES: u64 = 64 << 10;
+/// L0C bytes.
+const L0C_BYTES: u64 = 128 << 10;
+/// Most keys per Mmad in the cube kernels.
+const MAX_CUBE_KEY_TILE: u64 = 128;
+/// Dk columns per L0 load of the scores kernel: 128 x 128 half operands fill half of L0A/L0B,
+/// and (128 / 16)^2 = 64 fractals stay within LoadData's 255 repeats.
+const CUBE_K_STEP: u64 = 128;
+/// Most heads per Mmad (m): with the key tile and k step above, L0A holds 256 rows.
+const MAX_CUBE_HEAD_TILE: u64 = 256;
+/// Most scores the softmax kernel holds per pass.
+const SOFTMAX_CHUNK: u64 = 8192;
+/// Largest Fixpipe nSize (Dv of the value product).
+const MAX_FIXPIPE_N: u64 = 4095;
+
+fn align16(n: u64) -> u64 {
+    n.div_ceil(16) * 16
+}
+
+/// `count` items in equal tiles of at most `max` (the last at least `min`): (tiles, per tile).
+fn equal_tiles(count: u64, max: u64, min: u64) -> Option<(u64, u64)> {
+    let tiles = count.div_ceil(max.max(1));
+    let per = count.div_ceil(tiles);
+    (count - (tiles - 1) * per >= min).then_some((tiles, per))
+}
+
+/// The unified-buffer bytes of the softmax kernel (its `InitBuffer`s).
+pub fn decode_softmax_ub_bytes(dtype: NormType, head_dim_v: u64, chunk: u64, capped: bool) -> u64 {
+    let reduce = 2 * align8(chunk.div_ceil(64)) * 4;
+    chunk * 4 * (1 + capped as u64)
+        + ub_align(chunk * dtype.bytes())
+        + reduce
+        + 32
+        + ub_align(head_dim_v * 4)
+}
+
+/// The cube path's plans, or why it cannot run the shape.
+fn cube_plans(
+    s: &DecodeShape,
+    dtype: NormType,
+    scale: f32,
+    logit_cap: f32,
+    props: &DeviceProps,
+) -> Result<DecodeCubePlans, &'static str> {
+    if !matches!(dtype, NormType::F16 | NormType::BF16) {
+        return Err("it takes half and bf16 only: float values as k x n rows cannot be loaded into L0B (no LoadDataWithTranspose)");
+    }
+    let group = s.q_heads / s.kv_heads.max(1);
+    if group < 2 {
+        return Err(
+            "it needs at least 2 query heads per key/value head (an Mmad with m = 1 is a GEMV)",
+        );
+    }
+    let np_v = align16(s.head_dim_v);
+    if s.head_dim_v > MAX_FIXPIPE_N || 16 * np_v * 2 > L0AB_BYTES || s.head_dim_k > u16::MAX as u64
+    {
+        return Err("it needs Dv at most 2048 and Dk below 65536");
+    }
+    if s.indices == 0 || s.q_heads * s.indices > u32::MAX as u64 {
+        return Err("it needs kv_indices to hold 1 to 2^32 / HQ entries");
+    }
+    let eb = dtype.bytes();
+    let kp = align16(s.head_dim_k);
+    // Scores: the group's queries and a key tile side by side in L1.
+    let (mut key_tile, mut heads) = (MAX_CUBE_KEY_TILE, None);
+    while key_tile >= 16 {
+        let max_heads =
+            ((L1_BYTES / (kp * eb)).saturating_sub(key_tile) / 16 * 16).min(MAX_CUBE_HEAD_TILE);
+        if max_heads >= 16 {
+            heads = equal_tiles(group, max_heads, 2);
+            if heads.is_some() {
+                break;
+            }
+        }
+        key_tile -= 16;
+    }
+    let (tiles, head_tile) = heads.ok_or("it needs a head tile and 16 key rows of Dk to fit L1")?;
+    // Values: L0C holds a head tile's Dv accumulators, L0B a key tile of value rows.
+    let v_key_tile = (L0AB_BYTES / (np_v * eb) / 16 * 16).min(MAX_CUBE_KEY_TILE);
+    let (v_tiles, v_head_tile) = equal_tiles(group, L0C_BYTES / (np_v * 4) / 16 * 16, 2)
+        .ok_or("it needs a tile of at least 2 heads' Dv accumulators to fit L0C")?;
+    let chunk = SOFTMAX_CHUNK;
+    if decode_softmax_ub_bytes(dtype, s.head_dim_v, chunk, logit_cap > 0.0) > props.ub_bytes as u64
+    {
+        return Err("its softmax kernel does not fit the unified buffer");
+    }
+    let cube = props.cube_cores as u64;
+    let units = |t: u64| (s.batch * s.kv_heads * t * s.max_splits).clamp(1, cube) as u32;
+    Ok(DecodeCubePlans {
+        scores: Plan {
+            block_dim: units(tiles),
+            tiling: DecodeScoresTiling {
+                batch: s.batch as u32,
+                q_heads: s.q_heads as u32,
+                kv_heads: s.kv_heads as u32,
+                head_dim_k: s.head_dim_k as u32,
+                max_splits: s.max_splits as u32,
+                slots: s.slots as u32,
+                indices: s.indices as u32,
+                head_tile: head_tile as u32,
+                key_tile: key_tile as u32,
+                k_step: CUBE_K_STEP as u32,
+                dtype: dtype as u32,
+            },
+        },
+        softmax: Plan {
+            block_dim: (s.batch * s.q_heads * s.max_splits).clamp(1, props.vector_cores as u64)
+                as u32,
+            tiling: DecodeSoftmaxTiling {
+                batch: s.batch as u32,
+                q_heads: s.q_heads as u32,
+                head_dim_v: s.head_dim_v as u32,
+                max_splits: s.max_splits as u32,
+                indices: s.indices as u32,
+                chunk: chunk as u32,
+                dtype: dtype as u32,
+                scale,
+                logit_cap,
+            },
+        },
+        values: Plan {
+            block_dim: units(v_tiles),
+            tiling: DecodeValuesTiling {
+                batch: s.batch as u32,
+                q_heads: s.q_heads as u32,
+                kv_heads: s.kv_heads as u32,
+                row_dim: if s.value_from_key {
+                    s.head_dim_k
+                } else {
+                    s.head_dim_v
+                } as u32,
+                head_dim_v: s.head_dim_v as u32,
+                max_splits: s.max_splits as u32,
+                slots: s.slots as u32,
+                indices: s.indices as u32,
+                head_tile: v_head_tile as u32,
+                key_tile: v_key_tile as u32,
+                dtype: dtype as u32,
+            },
+        },
+        scores_elems: s.q_heads * s.indices,
+        probs_elems: s.q_heads * s.indices,
+    })
+}
+
+/// One launch of the model: `units` equal units over `blocks` cores, each moving `bytes` and
+/// costing `cycles` of its core's compute.
+fn launch_seconds(props: &DeviceProps, units: u64, blocks: u64, bytes: u64, cycles: u64) -> f64 {
+    let busiest = units.div_ceil(blocks.max(1));
+    let compute = (busiest * cycles) as f64 / props.clock_hz as f64;
+    props
+        .gm_seconds(units * bytes, busiest * bytes)
+        .max(compute)
+        + props.launch_latency_ns as f64 * 1e-9
+}
+
+/// 256-byte vector repeats of one pass over `n` f32.
+fn repeats(n: u64) -> u64 {
+    (n * 4).div_ceil(256)
+}
+
+/// Mmad cycles of an m x k by k x n product.
+fn mmad_cycles(m: u64, n: u64, k: u64) -> u64 {
+    m.div_ceil(16) * n.div_ceil(16) * k.div_ceil(16)
+}
+
+/// Both paths' modelled times (see [`DecodeEstimate`]).
+fn estimate(
+    s: &DecodeShape,
+    dtype: NormType,
+    logit_cap: f32,
+    vector: Option<&(Plan<DecodeStage1Tiling>, Plan<DecodeStage2Tiling>)>,
+    cube: Option<&DecodeCubePlans>,
+    props: &DeviceProps,
+) -> DecodeEstimate {
+    let eb = dtype.bytes();
+    let (dk, dv, splits) = (s.head_dim_k, s.head_dim_v, s.max_splits);
+    let group = s.q_heads / s.kv_heads.max(1);
+    // Keys per split, the entries spread evenly.
+    let keys = s
+        .indices
+        .div_ceil(s.batch.max(1))
+        .div_ceil(splits.max(1))
+        .max(1);
+    let cap_passes = if logit_cap > 0.0 { 9 } else { 0 };
+    let stage2 = |p: &Plan<DecodeStage2Tiling>| {
+        let pairs = s.batch * s.q_heads;
+        let bytes = splits * (dv + 1) * 4 + dv * eb + 4;
+        launch_seconds(
+            props,
+            pairs,
+            p.block_dim as u64,
+            bytes,
+            splits * repeats(dv) * 3,
+        )
+    };
+    let vector_s = vector.map(|(one, two)| {
+        let heads = one.tiling.head_tile as u64;
+        let units = s.batch * s.kv_heads * group.div_ceil(heads) * splits;
+        let values = if s.value_from_key { 0 } else { dv };
+        let bytes = keys * ((dk + values) * eb + 4) + heads * dk * eb + heads * (dv + 1) * 4;
+        // Per (head, key): Mul and ReduceSum over Dk, Axpy over Dv; per key the widening
+        // casts; per head and key the softmax passes.
+        let widen = if eb < 4 {
+            repeats(dk) + repeats(values)
+        } else {
+            0
+        };
+        let cycles = heads * keys * (2 * repeats(dk) + repeats(dv))
+            + keys * widen
+            + heads * repeats(keys) * (6 + cap_passes);
+        let rate = props.vector_repeats_per_cycle.max(1);
+        launch_seconds(
+            props,
+            units,
+            one.block_dim as u64,
+            bytes,
+            cycles.div_ceil(rate),
+        ) + stage2(two)
+    });
+    let cube_s = cube.zip(vector).map(|(c, (_, two))| {
+        let t = &c.scores.tiling;
+        let heads = t.head_tile as u64;
+        let units = s.batch * s.kv_heads * group.div_ceil(heads) * splits;
+        let bytes = keys * (dk * eb + 4) + heads * dk * eb + heads * keys * 4;
+        let scores = launch_seconds(
+            props,
+            units,
+            c.scores.block_dim as u64,
+            bytes,
+            mmad_cycles(heads, keys, dk),
+        );
+        let passes = if keys <= c.softmax.tiling.chunk as u64 {
+            1
+        } else {
+            3
+        };
+        let rate = props.vector_repeats_per_cycle.max(1);
+        let softmax = launch_seconds(
+            props,
+            s.batch * s.q_heads * splits,
+            c.softmax.block_dim as u64,
+            keys * (4 * passes + eb) + 16,
+            (repeats(keys) * passes * (6 + cap_passes)).div_ceil(rate),
+        );
+        let v = &c.values.tiling;
+        let heads = v.head_tile as u64;
+        let units = s.batch * s.kv_heads * group.div_ceil(heads) * splits;
+        let bytes = heads * keys * eb + keys * (dv * eb + 4) + heads * dv * 4;
+        let values = launch_seconds(
+            props,
+            units,
+            c.values.block_dim as u64,
+            bytes,
+            mmad_cycles(heads, dv, keys),
+        );
+        scores + softmax + values + stage2(two)
+    });
+    DecodeEstimate { vector_s, cube_s }
+}
+
+/// Plans both paths that can run the shape, estimates them (see [`DecodeEstimate`]), and takes
+/// `path` when given, else the faster one. The vector path: see `vector_plans`. The cube path
+/// (half and bf16, at least 2 query heads per key/value head): scores by Mmad into an `[HQ, T]`
+/// f32 workspace, softmax into an `[HQ, T]` workspace of probabilities, values by Mmad into
+/// part_out; the whole group is one head tile when it fits. Stage 2 is the same for both. Err
+/// says why the shape (or the asked path) cannot run.
+pub fn decode_attention(
+    s: &DecodeShape,
+    dtype: NormType,
+    scale: f32,
+    logit_cap: f32,
+    path: Option<DecodePath>,
+    props: &DeviceProps,
+) -> Result<DecodePlan, String> {
+    let vector = vector_plans(s, dtype, scale, logit_cap, props);
+    let Some(vector) = vector else {
+        return Err(format!(
+            "one head's rows (Dk = {}, Dv = {}) must fit a vector core's unified buffer with a \
+             tile of 8 keys, and max_kv_splits ({}) must be at most 4095",
+            s.head_dim_k, s.head_dim_v, s.max_splits
+        ));
+    };
+    let cube = cube_plans(s, dtype, scale, logit_cap, props);
+    let estimate = estimate(
+        s,
+        dtype,
+        logit_cap,
+        Some(&vector),
+        cube.as_ref().ok(),
+        props,
+    );
+    let take_cube = match path {
+        Some(DecodePath::Vector) => false,
+        Some(DecodePath::Cube) => true,
+        None => matches!(estimate, DecodeEstimate { vector_s: Some(v), cube_s: Some(c) } if c < v),
+    };
+    let stage1 = if take_cube {
+        DecodeStage1::Cube(cube.map_err(|why| format!("the cube path was asked for, but {why}"))?)
+    } else {
+        DecodeStage1::Vector(vector.0)
+    };
+    Ok(DecodePlan {
+        stage1,
+        stage2: vector.1,
+        estimate,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,7 +834,7 @@ mod tests {
         for s in shapes {
             for dtype in [NormType::F32, NormType::F16, NormType::BF16] {
                 for cap in [0.0, 30.0] {
-                    let (one, two) = decode_attention(&s, dtype, 0.1, cap, &a2)
+                    let (one, two) = vector_plans(&s, dtype, 0.1, cap, &a2)
                         .unwrap_or_else(|| panic!("{s:?} {dtype:?} fits"));
                     let (t1, t2) = (one.tiling, two.tiling);
                     let group = s.q_heads / s.kv_heads;
@@ -408,13 +885,13 @@ mod tests {
         // head tiles so that every core has work.
         let s = decode_shape(1, 32, 1, (576, 512), 4, true);
         let (one, _) =
-            decode_attention(&s, NormType::BF16, 0.1, 0.0, &DeviceProps::ATLAS_A2).expect("fits");
+            vector_plans(&s, NormType::BF16, 0.1, 0.0, &DeviceProps::ATLAS_A2).expect("fits");
         let tiles = 32u64.div_ceil(one.tiling.head_tile as u64);
         assert!(tiles * 4 >= 40, "{:?}", one.tiling);
         // A batch that fills the cores keeps whole groups, so keys are read once per group.
         let s = decode_shape(32, 32, 8, (128, 128), 4, false);
         let (one, _) =
-            decode_attention(&s, NormType::F16, 0.1, 0.0, &DeviceProps::ATLAS_A2).expect("fits");
+            vector_plans(&s, NormType::F16, 0.1, 0.0, &DeviceProps::ATLAS_A2).expect("fits");
         assert_eq!(one.tiling.head_tile, 4);
     }
 
@@ -422,9 +899,9 @@ mod tests {
     fn decode_attention_rejects_what_cannot_fit() {
         let a2 = DeviceProps::ATLAS_A2;
         let wide = decode_shape(1, 1, 1, (8192, 8192), 1, false);
-        assert!(decode_attention(&wide, NormType::F32, 0.1, 0.0, &a2).is_none());
+        assert!(decode_attention(&wide, NormType::F32, 0.1, 0.0, None, &a2).is_err());
         let splits = decode_shape(1, 1, 1, (64, 64), 5000, false);
-        assert!(decode_attention(&splits, NormType::F32, 0.1, 0.0, &a2).is_none());
+        assert!(decode_attention(&splits, NormType::F32, 0.1, 0.0, None, &a2).is_err());
     }
 
     #[test]
@@ -452,6 +929,95 @@ mod tests {
                 assert!(tile >= 8 && tile % 8 == 0, "{t:?}");
             }
             assert!(alloc_extend_ub_bytes(&t) <= a2.ub_bytes as u64, "{t:?}");
+        }
+    }
+
+    /// A shape with `len` keys per request.
+    fn with_keys(mut s: DecodeShape, len: u64) -> DecodeShape {
+        s.indices = s.batch * len;
+        s
+    }
+
+    #[test]
+    fn decode_attention_takes_the_path_the_model_finds_faster() {
+        let a2 = DeviceProps::ATLAS_A2;
+        let mla = |batch, len| with_keys(decode_shape(batch, 32, 1, (576, 512), 4, true), len);
+        // The seed: four launches' latency outweighs the vector work.
+        let seed = decode_attention(&mla(1, 128), NormType::BF16, 0.1, 0.0, None, &a2).unwrap();
+        let (v, c) = (
+            seed.estimate.vector_s.unwrap(),
+            seed.estimate.cube_s.unwrap(),
+        );
+        assert!(v < c, "{:?}", seed.estimate);
+        assert_eq!(seed.path(), DecodePath::Vector);
+        // Longer and wider batches: the vector unit's (head, key) work dominates.
+        for (batch, len) in [(8, 1024), (32, 4096)] {
+            let p =
+                decode_attention(&mla(batch, len), NormType::BF16, 0.1, 0.0, None, &a2).unwrap();
+            let (v, c) = (p.estimate.vector_s.unwrap(), p.estimate.cube_s.unwrap());
+            assert!(c < v, "B{batch} S{len}: {:?}", p.estimate);
+            assert_eq!(p.path(), DecodePath::Cube);
+        }
+        // Float, and one query head per key/value head, stay on the vector path.
+        let float = decode_attention(&mla(8, 1024), NormType::F32, 0.1, 0.0, None, &a2).unwrap();
+        assert_eq!(
+            (float.path(), float.estimate.cube_s),
+            (DecodePath::Vector, None)
+        );
+        let mha = with_keys(decode_shape(8, 8, 8, (128, 128), 4, false), 1024);
+        let err = decode_attention(&mha, NormType::F16, 0.1, 0.0, Some(DecodePath::Cube), &a2);
+        assert!(err.unwrap_err().contains("at least 2 query heads"));
+        // Asking for a path takes it.
+        let forced = decode_attention(
+            &mla(1, 128),
+            NormType::F16,
+            0.1,
+            0.0,
+            Some(DecodePath::Cube),
+            &a2,
+        );
+        assert_eq!(forced.unwrap().path(), DecodePath::Cube);
+    }
+
+    #[test]
+    fn cube_plans_fit_the_cube_buffers() {
+        let a2 = DeviceProps::ATLAS_A2;
+        for s in [
+            decode_shape(8, 128, 1, (576, 512), 4, true),
+            decode_shape(1, 16, 1, (288, 256), 8, true),
+            decode_shape(32, 32, 8, (128, 128), 4, false),
+            decode_shape(3, 6, 2, (72, 40), 3, false),
+            decode_shape(2, 64, 1, (2048, 2048), 2, false),
+        ] {
+            let s = with_keys(s, 100);
+            let c = cube_plans(&s, NormType::BF16, 0.1, 30.0, &a2)
+                .unwrap_or_else(|e| panic!("{s:?}: {e}"));
+            let (t, v) = (c.scores.tiling, c.values.tiling);
+            let (mp, kp, eb) = (align16(t.head_tile as u64), align16(s.head_dim_k), 2);
+            let kt = t.key_tile as u64;
+            assert!((mp + kt) * kp * eb <= L1_BYTES, "{t:?}");
+            assert!(mp * CUBE_K_STEP * eb <= L0AB_BYTES && kt * CUBE_K_STEP * eb <= L0AB_BYTES);
+            assert!(mp * kt * 4 <= L0C_BYTES && (CUBE_K_STEP / 16) * (kt / 16) <= 255);
+            let (mv, npv, ktv) = (
+                align16(v.head_tile as u64),
+                align16(s.head_dim_v),
+                v.key_tile as u64,
+            );
+            assert!(
+                ktv >= 16 && ktv % 16 == 0 && ktv * npv * eb <= L0AB_BYTES,
+                "{v:?}"
+            );
+            assert!(
+                mv * npv * 4 <= L0C_BYTES && mv * ktv * eb <= L0AB_BYTES,
+                "{v:?}"
+            );
+            let group = s.q_heads / s.kv_heads;
+            for tile in [t.head_tile as u64, v.head_tile as u64] {
+                let tiles = group.div_ceil(tile);
+                assert!(tile >= 2 && group - (tiles - 1) * tile >= 2, "{s:?}");
+            }
+            assert!(c.scores.block_dim <= a2.cube_cores && c.values.block_dim <= a2.cube_cores);
+            assert!(c.softmax.block_dim <= a2.vector_cores);
         }
     }
 }

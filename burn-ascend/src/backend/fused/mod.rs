@@ -14,7 +14,7 @@ mod paged;
 
 pub use paged::{
     alloc_extend, decode_attention, AllocExtendOutput, AllocatedSlots, DecodeAttentionOptions,
-    DecodeAttentionOutput,
+    DecodeAttentionOutput, DecodePath,
 };
 
 use burn_tensor::{Int, Tensor, TensorPrimitive};
@@ -377,7 +377,21 @@ impl FusedOps for Ascend {
         num_kv_splits: IntTensor<Self>,
         options: DecodeAttentionOptions,
     ) -> DecodeAttentionOutput<Self> {
-        if !has_kernels(&q, &["decode_attention_stage1", "decode_attention_stage2"]) {
+        // The kernels of the path the plan takes; an unplannable call reports why at launch.
+        let plan = fused::decode_attention_plan(
+            &q,
+            &k_cache,
+            v_cache.as_ref(),
+            &kv_indptr,
+            &kv_indices,
+            &num_kv_splits,
+            &options,
+        );
+        let path = match plan {
+            Ok(Some(plan)) => plan.path(),
+            _ => fused::DecodePath::Vector,
+        };
+        if !has_kernels(&q, path.kernels()) {
             run(
                 "decode_attention",
                 fused::check_decode_attention(

@@ -12,7 +12,7 @@
 use burn_tensor::{Int, Tensor};
 
 use super::{float, int, prim, Backend, DType, FloatTensor, FusedOps, IntTensor, Ints};
-pub use crate::ops::fused::DecodeAttentionOptions;
+pub use crate::ops::fused::{DecodeAttentionOptions, DecodePath};
 
 /// The results of [`FusedOps::alloc_extend`], in the index dtype of the inputs.
 pub struct AllocExtendOutput<B: Backend> {

@@ -25,7 +25,10 @@ pub(crate) use moe::{check_moe_gather, check_moe_scatter, check_token_rearrange}
 pub use moe::{moe_gather, moe_scatter, token_rearrange};
 pub(crate) use norm::{check_layer_norm, check_layer_norm_backward};
 pub use norm::{layer_norm, layer_norm_backward};
-pub use paged::{alloc_extend, decode_attention, DecodeAttentionOptions, DecodeAttentionTensors};
+pub use paged::{
+    alloc_extend, decode_attention, decode_attention_plan, DecodeAttentionOptions,
+    DecodeAttentionTensors, DecodePath,
+};
 pub(crate) use paged::{check_alloc_extend, check_decode_attention};
 pub use program::run_program;
 pub use routing::{cann_moe_init_routing, cann_moe_token_unpermute, CannRouting};
@@ -65,7 +68,10 @@ const UB_BYTES: u32 = 192 << 10;
 
 /// The properties tiling depends on.
 pub(crate) fn device_props(ctx: &Arc<DeviceContext>) -> AclResult<DeviceProps> {
-    // CANN has no query for the bandwidths either: the model's A2 figures.
+    // CANN has no query for the bandwidths either: the model's A2 figures. Nor for the cube
+    // cores in the ACL table the backend loads (`ACL_DEV_ATTR_CUBE_CORE_NUM` needs CANN 8.5's
+    // aclrtGetDeviceInfo, acl-abi.md): the A2's 24 (a 910B3's 20 run a plan of 24 blocks in
+    // two waves).
     Ok(DeviceProps {
         vector_cores: ctx.vector_cores()?,
         ub_bytes: UB_BYTES,

@@ -3,7 +3,9 @@
 //! read every length, index and split count on the device; nothing here waits for the host.
 
 use burn_ascend_kernels::launch;
-use burn_ascend_kernels::tiling::{self, DecodeShape};
+use burn_ascend_kernels::tiling::{self, DecodePlan, DecodeShape, DecodeStage1};
+
+pub use burn_ascend_kernels::tiling::DecodePath;
 
 use super::{check_index, data_ptr, device_props, norm_type, Operand};
 use crate::acl::{AclResult, DataType};
@@ -192,6 +194,12 @@ pub struct DecodeAttentionOptions {
     /// The value head dim Dv: `v_cache`'s last dim, or, with no `v_cache` (the MLA layouts,
     /// Dk = 576 / Dv = 512 and 288 / 256), how many leading dims of each key row are its value.
     pub value_dim: usize,
+    /// The kernels to run: `None` lets the device model choose the faster path for the shape
+    /// ([`decode_attention_plan`] shows its estimates); `Some` takes that path, and fails if it
+    /// cannot run the shape (the cube path takes half and bf16 with at least 2 query heads per
+    /// key/value head). Both give the same results up to rounding; the composed default
+    /// ignores it.
+    pub path: Option<DecodePath>,
 }
 
 /// The results of [`decode_attention`].
@@ -307,8 +315,70 @@ pub(crate) fn check_decode_attention<T: Operand>(
     })
 }
 
-/// Split-KV grouped decode attention over a paged cache (fused-ops contract 5) by the two
-/// `decode_attention` kernels.
+/// The launch plan of a checked call; `None` when there is nothing to compute (B or HQ is 0).
+fn plan_checked(
+    q: &AscendTensor,
+    mla: bool,
+    dims: &DecodeDims,
+    options: &DecodeAttentionOptions,
+    inputs: impl Fn() -> String,
+) -> AclResult<Option<DecodePlan>> {
+    const OP: &str = "decode_attention";
+    if dims.batch == 0 || dims.q_heads == 0 {
+        return Ok(None);
+    }
+    let shape = DecodeShape {
+        batch: dims.batch as u64,
+        q_heads: dims.q_heads as u64,
+        kv_heads: dims.kv_heads as u64,
+        head_dim_k: dims.dim_k as u64,
+        head_dim_v: dims.dim_v as u64,
+        max_splits: options.max_kv_splits as u64,
+        slots: dims.slots as u64,
+        indices: dims.keys as u64,
+        value_from_key: mla,
+    };
+    tiling::decode_attention(
+        &shape,
+        norm_type(OP, q)?,
+        options.sm_scale,
+        options.logit_cap.unwrap_or(0.0),
+        options.path,
+        &device_props(q.ctx())?,
+    )
+    .map(Some)
+    .map_err(|why| invalid_input(OP, format!("{why}; got {}", inputs())))
+}
+
+/// The plan [`decode_attention`] launches for these operands, without launching it: the path
+/// (`plan.path()`), the kernels' tilings and both paths' modelled times (`plan.estimate`).
+/// `None` when B or HQ is 0 (no kernel runs). Errors as [`decode_attention`]'s checks.
+pub fn decode_attention_plan(
+    q: &AscendTensor,
+    k_cache: &AscendTensor,
+    v_cache: Option<&AscendTensor>,
+    kv_indptr: &AscendTensor,
+    kv_indices: &AscendTensor,
+    num_kv_splits: &AscendTensor,
+    options: &DecodeAttentionOptions,
+) -> AclResult<Option<DecodePlan>> {
+    let dims = check_decode_attention(
+        q,
+        k_cache,
+        v_cache,
+        kv_indptr,
+        kv_indices,
+        num_kv_splits,
+        options,
+    )?;
+    let inputs = || decode_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, num_kv_splits);
+    plan_checked(q, v_cache.is_none(), &dims, options, inputs)
+}
+
+/// Split-KV grouped decode attention over a paged cache (fused-ops contract 5) by the
+/// `decode_attention` kernels: stage 1 on the vector cores, or (half and bf16, chosen by the
+/// device model or [`DecodeAttentionOptions::path`]) scores and values on the cube cores with
+/// the softmax between them on the vector cores; then stage 2, which merges the splits.
 ///
 /// `q [B, HQ, Dk]`, `k_cache [N, HKV, Dk]`, `v_cache [N, HKV, Dv]` (or `None`: values are the
 /// first `value_dim` dims of the key rows), all f32, f16 or bf16 alike, with `HQ % HKV == 0`;
@@ -352,20 +422,9 @@ pub fn decode_attention(
         num_kv_splits,
         &options,
     )?;
-    let DecodeDims {
-        batch,
-        q_heads,
-        dim_k,
-        slots,
-        kv_heads,
-        dim_v,
-        keys,
-    } = dims;
-    let kind = norm_type(OP, q)?;
+    let (batch, q_heads, dim_v) = (dims.batch, dims.q_heads, dims.dim_v);
     let splits = options.max_kv_splits;
-    let cap = options.logit_cap.unwrap_or(0.0);
     let inputs = || decode_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, num_kv_splits);
-    let fail = |what: String| Err(invalid_input(OP, format!("{what}; got {}", inputs())));
     let (indptr, indices) = (contiguous(kv_indptr)?, contiguous(kv_indices)?);
     let split_counts = contiguous(num_kv_splits)?;
 
@@ -376,27 +435,16 @@ pub fn decode_attention(
         part_out: AscendTensor::empty(ctx, vec![batch, q_heads, splits, dim_v], DataType::F32)?,
         part_lse: AscendTensor::empty(ctx, vec![batch, q_heads, splits], DataType::F32)?,
     };
-    if batch == 0 || q_heads == 0 {
+    let Some(plan) = plan_checked(q, v_cache.is_none(), &dims, &options, inputs)? else {
         return Ok(result);
-    }
-    let shape = DecodeShape {
-        batch: batch as u64,
-        q_heads: q_heads as u64,
-        kv_heads: kv_heads as u64,
-        head_dim_k: dim_k as u64,
-        head_dim_v: dim_v as u64,
-        max_splits: splits as u64,
-        slots: slots as u64,
-        indices: keys as u64,
-        value_from_key: v_cache.is_none(),
     };
-    let Some((stage1, stage2)) =
-        tiling::decode_attention(&shape, kind, options.sm_scale, cap, &device_props(ctx)?)
-    else {
-        return fail(format!(
-            "one head's rows (Dk = {dim_k}, Dv = {dim_v}) must fit a vector core's unified \
-             buffer with a tile of 8 keys, and max_kv_splits ({splits}) must be at most 4095"
-        ));
+    // The cube path's workspaces, freed in stream order after the kernels that use them.
+    let workspaces = match plan.stage1 {
+        DecodeStage1::Cube(c) => Some((
+            AscendTensor::empty(ctx, vec![c.scores_elems as usize], DataType::F32)?,
+            AscendTensor::empty(ctx, vec![c.probs_elems as usize], q.dtype)?,
+        )),
+        DecodeStage1::Vector(_) => None,
     };
     let (q, k) = (contiguous(q)?, contiguous(k_cache)?);
     let v = v_cache.map(contiguous).transpose()?;
@@ -411,11 +459,18 @@ pub fn decode_attention(
         part_lse: data_ptr(&result.part_lse),
         out: data_ptr(&result.out),
         lse: data_ptr(&result.lse),
+        scores: workspaces
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |(s, _)| data_ptr(s)),
+        probs: workspaces
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |(_, p)| data_ptr(p)),
     };
-    // SAFETY: every buffer holds what the tilings describe and outlives both kernels in stream
-    // order; v is null only when the tiling reads values from the key rows.
+    // SAFETY: every buffer holds what the tilings describe and outlives the kernels in stream
+    // order; v is null only when the tiling reads values from the key rows, the workspaces
+    // only on the vector path, which does not use them.
     ctx.launch_kernel(OP, |kernels, stream| unsafe {
-        kernels.decode_attention(stream, stage1, stage2, buffers)
+        kernels.decode_attention(stream, &plan, buffers)
     })
     .map_err(|e| e.with_context(|| format!("{OP} of {}", inputs())))?;
     Ok(result)
