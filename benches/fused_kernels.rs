@@ -317,6 +317,13 @@ impl Attn {
     }
 }
 
+/// MLA at a batch where the model takes the cube path (the seed stays on the vector path).
+const MLA_B4: Attn = Attn {
+    batch: 4,
+    len: 512,
+    ..MLA
+};
+
 const GQA: Attn = Attn {
     batch: 8,
     len: 1024,
@@ -476,6 +483,14 @@ fn cases() -> Vec<Case> {
             MLA.min_bytes(),
         ),
         vec![("decode_attention_stage1", MLA.checks())],
+    ));
+    v.push(case(
+        "decode_attention",
+        "MLA B4 S512 HQ32 Dk576 bf16 (cube path)",
+        decode_attention::<Ascend>(&MLA_B4, &a, Path::Kernel),
+        decode_attention::<Ascend>(&MLA_B4, &a, Path::Composed),
+        None,
+        MLA_B4.min_bytes(),
     ));
     v.push(checked(
         case(
@@ -823,18 +838,23 @@ fn fused_kernels(c: &mut Criterion) {
              which the traffic tests allow as one copy per block, not the old 1.05x of the \
              minimum). Rows whose f32 copy and gamma/beta fit the unified buffer stay there \
              between the passes (x read once at N = 8192); wider rows make three passes over GM.",
-            "decode_attention: stage 1 runs every (head, key) pair through the vector unit \
-             (Mul + ReduceSum for the score, one Axpy into the accumulator: three passes over \
-             a head's dims). GQA B8 S1024 is vector-bound within 1.2x (vector repeats and \
-             bytes nearly balance). MLA B1 S128 (HQ 32 over one KV head, Dk 576, the seed's 4 \
-             splits) cannot come within 1.2x of its contract minimum (218 KB) under this \
-             model in any design that honours the caller's splits: the partials stage 1 \
-             writes and stage 2 reads (2 x 4 splits x 32 heads x 512 f32 = 512 KB) are 2.4x \
-             the minimum by themselves, and one core's GM rate (32 B/cycle) needs 2.6 us for \
-             the 147 KB of keys, so they must be spread over cores by head tiles (each \
-             re-reads its split's keys; the tiling's 3-head tiles are the model's best). \
-             Stage 1 on the cube unit would remove its vector term (1.6 us against 1.3 us of \
-             bytes), not these bounds.",
+            "decode_attention: two stage-1 paths, chosen per shape from the model with launch \
+             latency counted (tiling::decode_attention, DecodePlan::estimate). The vector path \
+             runs every (head, key) pair through the vector unit (Mul + ReduceSum for the \
+             score, one Axpy into the accumulator); the cube path (half/bf16) computes the \
+             scores and P V by Mmad on the cube cores around a vector softmax (4 launches with \
+             stage 2). GQA B8 S1024 stays on the vector path, within 1.2x. MLA B1 S128 (HQ 32 \
+             over one KV head, Dk 576, the seed's 4 splits) stays on the vector path too (7.7 \
+             us modelled against 15.3 us on the cube path: two more launch latencies), and \
+             cannot come within 1.2x of its contract minimum (218 KB) under this model in any \
+             design that honours the caller's splits: the partials stage 1 writes and stage 2 \
+             reads (2 x 4 splits x 32 heads x 512 f32 = 512 KB) are 2.4x the minimum by \
+             themselves, and one core's GM rate (32 B/cycle) needs 2.6 us for the 147 KB of \
+             keys, so they must be spread over cores by head tiles (each re-reads its split's \
+             keys; the tiling's 3-head tiles are the model's best). MLA B4 S512 takes the cube \
+             path (20 us against 28 us): its units (request, split) occupy 16 of the 24 cube \
+             cores, which one core's GM rate then bounds; head tiles on the cube path would \
+             spread them (not done).",
             "Device-side checks: each kernel checks values its data path reads anyway (indices \
              loaded to address rows, lengths, page ids) on the scalar unit, so they add no GM \
              traffic: 0 % of the modelled time, which is GM bytes over bandwidth. The model has \
