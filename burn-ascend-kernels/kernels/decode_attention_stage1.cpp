@@ -63,7 +63,6 @@ public:
     {
         tiling = t;
         group = t.qHeads / t.kvHeads;
-        headTiles = (group + t.headTile - 1) / t.headTile;
         rowK = AlignT(t.headDimK);
         rowV = AlignT(t.headDimV);
         accPitch = Align8(t.headDimV);
@@ -107,18 +106,10 @@ public:
 
     __aicore__ inline void Process()
     {
-        const uint32_t units = tiling.batch * tiling.kvHeads * headTiles * tiling.maxSplits;
-        for (uint32_t u = static_cast<uint32_t>(GetBlockIdx()); u < units; u += static_cast<uint32_t>(GetBlockNum())) {
-            uint32_t c = u % tiling.maxSplits;
-            uint32_t rest = u / tiling.maxSplits;
-            uint32_t tileOfGroup = rest % headTiles;
-            rest /= headTiles;
-            uint32_t hkv = rest % tiling.kvHeads;
-            uint32_t b = rest / tiling.kvHeads;
-            uint32_t first = tileOfGroup * tiling.headTile;
-            uint32_t heads = group - first < tiling.headTile ? group - first : tiling.headTile;
-            Unit(b, hkv, hkv * group + first, heads, c);
-        }
+        ForEachDecodeUnit(tiling.batch, tiling.kvHeads, group, tiling.headTile, tiling.maxSplits,
+                          [this](uint32_t b, uint32_t hkv, uint32_t h0, uint32_t heads, uint32_t c) {
+                              Unit(b, hkv, h0, heads, c);
+                          });
     }
 
 private:
@@ -365,7 +356,6 @@ private:
 
     BurnDecodeStage1Tiling tiling;
     uint32_t group = 1;       // G = HQ / HKV
-    uint32_t headTiles = 1;   // head tiles per group
     uint32_t rowK = 8;        // UB pitch of a key row (elements)
     uint32_t rowV = 8;        // UB pitch of a value row (elements)
     uint32_t accPitch = 8;    // UB pitch of an accumulator row (f32)

@@ -48,7 +48,6 @@ public:
     {
         tiling = t;
         group = t.qHeads / t.kvHeads;
-        headTiles = (group + t.headTile - 1) / t.headTile;
         mp = Align16(t.headTile);
         kr = t.keyTile;
         np = Align16(t.headDimV);
@@ -68,18 +67,10 @@ public:
 
     __aicore__ inline void Process()
     {
-        const uint32_t units = tiling.batch * tiling.kvHeads * headTiles * tiling.maxSplits;
-        for (uint32_t u = static_cast<uint32_t>(GetBlockIdx()); u < units; u += static_cast<uint32_t>(GetBlockNum())) {
-            uint32_t c = u % tiling.maxSplits;
-            uint32_t rest = u / tiling.maxSplits;
-            uint32_t tileOfGroup = rest % headTiles;
-            rest /= headTiles;
-            uint32_t hkv = rest % tiling.kvHeads;
-            uint32_t b = rest / tiling.kvHeads;
-            uint32_t first = tileOfGroup * tiling.headTile;
-            uint32_t heads = group - first < tiling.headTile ? group - first : tiling.headTile;
-            Unit(b, hkv, hkv * group + first, heads, c);
-        }
+        ForEachDecodeUnit(tiling.batch, tiling.kvHeads, group, tiling.headTile, tiling.maxSplits,
+                          [this](uint32_t b, uint32_t hkv, uint32_t h0, uint32_t heads, uint32_t c) {
+                              Unit(b, hkv, h0, heads, c);
+                          });
     }
 
 private:
@@ -176,7 +167,6 @@ private:
 
     BurnDecodeValuesTiling tiling;
     uint32_t group = 1;      // G = HQ / HKV
-    uint32_t headTiles = 1;  // head tiles per group
     uint32_t mp = 16;        // head tile rounded up to 16
     uint32_t kr = 16;        // key tile (B's padded rows, a multiple of 16)
     uint32_t np = 16;        // Dv rounded up to 16

@@ -66,4 +66,26 @@ __aicore__ inline uint64_t ReadDecodeSlot(const GlobalTensor<int32_t>& idxGm, in
     return static_cast<uint64_t>(s);
 }
 
+// Deals this block its units of work (request b, key/value head hkv, head tile, split c),
+// round-robin over the blocks, and calls unit(b, hkv, first query head, heads, c) for each: the
+// one order every stage-1 kernel (vector or cube) numbers its units in.
+template <typename F>
+__aicore__ inline void ForEachDecodeUnit(uint32_t batch, uint32_t kvHeads, uint32_t group, uint32_t headTile,
+                                         uint32_t maxSplits, F unit)
+{
+    const uint32_t headTiles = (group + headTile - 1) / headTile;
+    const uint32_t units = batch * kvHeads * headTiles * maxSplits;
+    for (uint32_t u = static_cast<uint32_t>(GetBlockIdx()); u < units; u += static_cast<uint32_t>(GetBlockNum())) {
+        const uint32_t c = u % maxSplits;
+        uint32_t rest = u / maxSplits;
+        const uint32_t tileOfGroup = rest % headTiles;
+        rest /= headTiles;
+        const uint32_t hkv = rest % kvHeads;
+        const uint32_t b = rest / kvHeads;
+        const uint32_t first = tileOfGroup * headTile;
+        const uint32_t heads = group - first < headTile ? group - first : headTile;
+        unit(b, hkv, hkv * group + first, heads, c);
+    }
+}
+
 }  // namespace burn_ascend
