@@ -852,9 +852,10 @@ fn fused_kernels(c: &mut Criterion) {
              themselves, and one core's GM rate (32 B/cycle) needs 2.6 us for the 147 KB of \
              keys, so they must be spread over cores by head tiles (each re-reads its split's \
              keys; the tiling's 3-head tiles are the model's best). MLA B4 S512 takes the cube \
-             path (20 us against 28 us): its units (request, split) occupy 16 of the 24 cube \
-             cores, which one core's GM rate then bounds; head tiles on the cube path would \
-             spread them (not done).",
+             path (20 us against 28 us): its 16 units (4 requests x 4 splits) run on 16 of the \
+             24 cube cores and each reads its split's keys, so one core's GM rate bounds it; \
+             more splits from the caller (max_kv_splits) would spread the keys over more \
+             cores, head tiles would not (each re-reads its split's keys).",
             "Device-side checks: each kernel checks values its data path reads anyway (indices \
              loaded to address rows, lengths, page ids) on the scalar unit, so they add no GM \
              traffic: 0 % of the modelled time, which is GM bytes over bandwidth. The model has \
