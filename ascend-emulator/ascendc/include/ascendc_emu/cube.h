@@ -1,5 +1,5 @@
 // Host emulation of Ascend C: the cube (matrix) basic API of an Atlas A2 cube core (AIC, arch
-// 2201), from the facts in /work/notes/cube-api.md (§ numbers below):
+// 2201), from the facts in ascend-emulator/ascendc/cube-api.md (§ numbers below):
 //   GM -> L1    DataCopy with Nd2NzParams (ND to the "zN" fractal layout), MTE2
 //   L1 -> L0A/B LoadData with LoadData2DParams (512-byte fractals, optional 16x16 transpose), MTE1
 //   L0A x L0B   Mmad with MmadParams into L0C (float accumulation), M
