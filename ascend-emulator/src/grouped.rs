@@ -21,10 +21,11 @@ use super::meta::Kernel;
 use super::meta::{tensor_arg, tensor_list_arg, TensorDesc};
 use super::nn::gemm;
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::view::{map, put_f32, take_f32, Walk};
+use super::view::{dense_f32, map, put_f32, take_f32, Mapped, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::status::*;
 use ascend_acl::types::*;
+use std::borrow::Cow;
 
 /// x, weight and out of the non-quantised path on Atlas A2 (all three of one type).
 const GMM: &[DataType] = &[F16, BF16, F32];
@@ -135,11 +136,15 @@ fn group_sizes(op: &str, list: &[i64], cumsum: bool, extent: usize) -> Result<Ve
 
 /// An operand as f32 in row-major order of its shape (exact for F16/BF16/F32, as the cube unit
 /// reads them): the one host copy the kernel holds of each operand.
-fn read_f32(op: &str, name: &str, t: &TensorDesc) -> Result<Vec<f32>, Fault> {
-    let m = map(op, name, t)?;
-    let mut values = Vec::with_capacity(t.numel());
-    take_f32(&mut values, &m, &mut Walk::of(t), t.numel());
-    Ok(values)
+/// An operand's values as f32: its own memory when it is dense f32 apart from `out`, else a
+/// converted copy.
+fn read_f32<'a>(m: &'a Mapped, out: &Mapped) -> Cow<'a, [f32]> {
+    if let Some(values) = dense_f32(m, out) {
+        return Cow::Borrowed(values);
+    }
+    let mut values = Vec::with_capacity(m.desc.numel());
+    take_f32(&mut values, m, &mut Walk::of(&m.desc), m.desc.numel());
+    Cow::Owned(values)
 }
 
 /// The checked call: operands, grouped axis and matrix sizes (`[m, k] @ [k, n]` overall).
@@ -170,8 +175,12 @@ impl Plan {
             Split::K => self.k,
         };
         let sizes = group_sizes(op, &list, self.cumsum, extent)?;
-        let x = read_f32(op, "x", &self.x)?;
-        let w = read_f32(op, "weight", &self.weight)?;
+        let (mx, mw, mo) = (
+            map(op, "x", &self.x)?,
+            map(op, "weight", &self.weight)?,
+            map(op, "out", &self.out)?,
+        );
+        let (x, w) = (read_f32(&mx, &mo), read_f32(&mw, &mo));
         let (m, k, n) = (self.m, self.k, self.n);
         let mut start = 0;
         for (e, &size) in sizes.iter().enumerate() {

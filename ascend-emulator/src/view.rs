@@ -471,6 +471,25 @@ pub(crate) fn put_f32(m: &Mapped, walk: &mut Walk, values: &[f32]) {
     }
 }
 
+/// The elements of a dense, aligned F32 view as a slice of its device memory, when `out` (what
+/// the kernel writes) shares none of it; `None` otherwise, and the caller copies the values.
+pub(crate) fn dense_f32<'a>(m: &'a Mapped, out: &Mapped) -> Option<&'a [f32]> {
+    if m.overlaps(out) {
+        return None;
+    }
+    let walk = Walk::of(&m.desc);
+    let (_, n) = walk.dense_run()?;
+    if n == 0 {
+        return Some(&[]);
+    }
+    let p = native_run::<f32>(m, &walk)?;
+    // SAFETY: `native_run` checked that the `n` elements from `p` lie inside the mapped view,
+    // which lives as long as `m`; the pointer is f32-aligned (checked); nothing writes the view
+    // while the slice lives (`out` does not overlap it, and the kernel writes only `out`).
+    (p as usize % std::mem::align_of::<f32>() == 0)
+        .then(|| unsafe { std::slice::from_raw_parts(p, n) })
+}
+
 /// Where the elements of `m`, walked by `walk`, are one dense run stored as `T` itself (F32 for
 /// f32, F64 for f64): a pointer to the first of them, for kernels' fast paths.
 pub(crate) fn native_run<T: Elem>(m: &Mapped, walk: &Walk) -> Option<*mut T> {
