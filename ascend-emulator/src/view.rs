@@ -486,7 +486,8 @@ pub(crate) fn dense_f32<'a>(m: &'a Mapped, out: &Mapped) -> Option<&'a [f32]> {
     // SAFETY: `native_run` checked that the `n` elements from `p` lie inside the mapped view,
     // which lives as long as `m`; the pointer is f32-aligned (checked); nothing writes the view
     // while the slice lives (`out` does not overlap it, and the kernel writes only `out`).
-    (p as usize % std::mem::align_of::<f32>() == 0)
+    (p as usize)
+        .is_multiple_of(std::mem::align_of::<f32>())
         .then(|| unsafe { std::slice::from_raw_parts(p, n) })
 }
 
