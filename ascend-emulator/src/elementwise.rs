@@ -11,7 +11,7 @@ use super::meta::Kernel;
 use super::meta::{scalar_arg, tensor_arg, ScalarValue, TensorDesc};
 use super::numerics::{Domain, Elem, Real};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
-use super::view::{broadcast_shape, map, native_run, Walk};
+use super::view::{broadcast_shape, gather, map, native_run, Walk, STREAM_CHUNK};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::status::ACL_ERROR_RT_AICORE_EXCEPTION;
 use ascend_acl::types::*;
@@ -263,19 +263,17 @@ fn run<T: Elem>(
     }
     // Broadcast or strided operands: in chunks, each operand gathered along its innermost dim
     // (inputs that overlap the out other than element for element were detached above).
-    const CHUNK: usize = 1024;
     let mut walk_o = walk_o;
-    let mut chunks: Vec<Vec<T>> = vec![Vec::with_capacity(CHUNK); mapped.len()];
+    let mut chunks: Vec<Vec<T>> = vec![Vec::with_capacity(STREAM_CHUNK); mapped.len()];
     while walk_o.len() > 0 {
-        let n = walk_o.len().min(CHUNK);
+        let n = walk_o.len().min(STREAM_CHUNK);
         for (chunk, a) in chunks.iter_mut().zip(mapped.iter_mut()) {
-            chunk.clear();
             match a {
-                Ok((m, w)) => {
-                    let get = m.getter::<T>();
-                    w.take_each(n, |i| chunk.push(get(i)));
+                Ok((m, w)) => gather(m, w, n, chunk),
+                Err(v) => {
+                    chunk.clear();
+                    chunk.resize(n, *v);
                 }
-                Err(v) => chunk.resize(n, *v),
             }
         }
         let mut k = 0;

@@ -9,7 +9,9 @@ use super::meta::{ScalarValue, TensorDesc, MAX_RANK};
 use super::numerics::{cube_operands, element, int32_to_int8, round_to, Domain, Elem, Real};
 use super::ops::invalid;
 use super::reduce::normalize_dim;
-use super::view::{broadcast_shape, copy_elements, map, native_run, put_f32, take_f32, Walk};
+use super::view::{
+    broadcast_shape, copy_elements, gather, map, native_run, put_f32, take_f32, Walk, STREAM_CHUNK,
+};
 use ascend_acl::dtype::DataType;
 use ascend_acl::types::status::ACL_ERROR_RT_AICORE_EXCEPTION;
 use std::sync::Arc;
@@ -288,23 +290,22 @@ fn binary_run<T: Elem>(
     }
     // Broadcast or strided operands: in chunks, each operand gathered along its innermost dim
     // (inputs that overlap the out other than element for element were detached above).
-    const CHUNK: usize = 1024;
-    let (set, get_a) = (mo.setter::<T>(), ma.getter::<T>());
+    let set = mo.setter::<T>();
     let (mut walk_a, mut walk_o) = (walk_a, walk_o);
-    let mut walk_b = other.as_ref().ok().map(|(_, w)| w.clone());
-    let (mut xs, mut ys) = (Vec::with_capacity(CHUNK), Vec::with_capacity(CHUNK));
+    let mut other = other;
+    let (mut xs, mut ys) = (
+        Vec::with_capacity(STREAM_CHUNK),
+        Vec::with_capacity(STREAM_CHUNK),
+    );
     while walk_o.len() > 0 {
-        let n = walk_o.len().min(CHUNK);
-        xs.clear();
-        walk_a.take_each(n, |i| xs.push(get_a(i)));
-        ys.clear();
-        match (&other, walk_b.as_mut()) {
-            (Ok((mb, _)), Some(wb)) => {
-                let get_b = mb.getter::<T>();
-                wb.take_each(n, |i| ys.push(get_b(i)));
+        let n = walk_o.len().min(STREAM_CHUNK);
+        gather(&ma, &mut walk_a, n, &mut xs);
+        match &mut other {
+            Ok((mb, wb)) => gather(mb, wb, n, &mut ys),
+            Err(y) => {
+                ys.clear();
+                ys.resize(n, *y);
             }
-            (Err(y), _) => ys.resize(n, *y),
-            (Ok(_), None) => unreachable!("a tensor operand has its walk"),
         }
         let mut k = 0;
         walk_o.take_each(n, |o| {

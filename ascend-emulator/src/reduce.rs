@@ -19,7 +19,7 @@ use super::meta::Kernel;
 use super::meta::{int_array_arg, scalar_arg, tensor_arg, ScalarValue, TensorDesc};
 use super::numerics::{Arith, Blocked, Domain, Elem, Real};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::view::{map, Walk};
+use super::view::{gather, map, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::*;
 
@@ -172,12 +172,12 @@ fn reduce_run<T: Elem, U: Elem>(
     let mo = map(op, "out", out)?;
     let mut mx = map(op, "self", x)?;
     mx.detach_from(&mo, false);
-    let (get, set) = (mx.getter::<T>(), mo.setter::<U>());
+    let set = mo.setter::<U>();
     // Each lane is gathered along its innermost dim first (a tight loop), then folded.
     let mut values = Vec::new();
     for (mut lane, o) in lanes(x, reduced).zip(Walk::of(out)) {
-        values.clear();
-        lane.take_each(lane.len(), |i| values.push(get(i)));
+        let n = lane.len();
+        gather(&mx, &mut lane, n, &mut values);
         set(o, f(&mut values.iter().copied()));
     }
     Ok(())

@@ -450,6 +450,18 @@ pub(crate) fn take_f32(buf: &mut Vec<f32>, m: &Mapped, walk: &mut Walk, len: usi
     unsafe { buf.set_len(i) };
 }
 
+/// Elements a streaming kernel gathers per operand at a time when its operands are strided or
+/// broadcast.
+pub(crate) const STREAM_CHUNK: usize = 1024;
+
+/// Replaces the contents of `into` with the next `n` elements of `walk` (fewer if it ends),
+/// read from `m` in `T`, gathered along the innermost dim.
+pub(crate) fn gather<T: Elem>(m: &Mapped, walk: &mut Walk, n: usize, into: &mut Vec<T>) {
+    let get = m.getter::<T>();
+    into.clear();
+    walk.take_each(n, |i| into.push(get(i)));
+}
+
 /// Writes `values` (f32) to the next `values.len()` elements of `walk`, rounded once to the
 /// view's dtype as [`Mapped::setter`] does; a dense F32 run is one block move.
 pub(crate) fn put_f32(m: &Mapped, walk: &mut Walk, values: &[f32]) {
