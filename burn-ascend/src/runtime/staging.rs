@@ -30,11 +30,58 @@ struct InFlight {
     done: aclrtEvent,
 }
 
+/// Where the next piece goes in a ring whose pieces the stream releases in queue order.
+///
+/// After a wrap to offset 0 the oldest piece can be one of the skipped tail, which does not
+/// overlap the new reservation while a newer piece at the head still does: so the ring looks for
+/// the *newest* overlapping piece, waits for it, and with it (stream order) for every older one.
+#[derive(Default)]
+struct Placement {
+    head: usize,
+    pieces: VecDeque<InFlight>,
+}
+
+impl Placement {
+    /// Reserves `len` bytes (a multiple of [`ALIGN`], at most [`STAGING_BYTES`]): `wait` blocks
+    /// until a piece's copy has run, `done` asks whether it has; released pieces' events go to
+    /// `spare`. Returns the offset.
+    fn reserve<E>(
+        &mut self,
+        len: usize,
+        mut wait: impl FnMut(aclrtEvent) -> Result<(), E>,
+        mut done: impl FnMut(aclrtEvent) -> Result<bool, E>,
+        spare: &mut Vec<aclrtEvent>,
+    ) -> Result<usize, E> {
+        let start = if self.head + len > STAGING_BYTES {
+            0
+        } else {
+            self.head
+        };
+        let end = start + len;
+        if let Some(newest) = self
+            .pieces
+            .iter()
+            .rposition(|p| p.start < end && start < p.end)
+        {
+            wait(self.pieces[newest].done)?;
+            spare.extend(self.pieces.drain(..=newest).map(|p| p.done));
+        }
+        // Recycle the events of copies that have run, so the ring holds few.
+        while let Some(oldest) = self.pieces.front() {
+            if !done(oldest.done)? {
+                break;
+            }
+            spare.extend(self.pieces.pop_front().map(|p| p.done));
+        }
+        self.head = end;
+        Ok(start)
+    }
+}
+
 /// The page-locked ring of one device context.
 pub(crate) struct StagingRing {
     base: *mut u8,
-    head: usize,
-    in_flight: VecDeque<InFlight>,
+    placement: Placement,
     spare_events: Vec<aclrtEvent>,
 }
 
@@ -53,8 +100,7 @@ impl StagingRing {
         )?;
         Ok(Self {
             base: base as *mut u8,
-            head: 0,
-            in_flight: VecDeque::new(),
+            placement: Placement::default(),
             spare_events: Vec::new(),
         })
     }
@@ -95,7 +141,7 @@ impl StagingRing {
                 unsafe { (api.core.aclrtRecordEvent)(done, stream) },
                 "aclrtRecordEvent",
             )?;
-            self.in_flight.push_back(InFlight {
+            self.placement.pieces.push_back(InFlight {
                 start,
                 end: start + piece.len().div_ceil(ALIGN) * ALIGN,
                 done,
@@ -107,32 +153,21 @@ impl StagingRing {
     /// The offset of `len` free bytes, waiting for the stream to finish with them if needed.
     fn reserve(&mut self, api: &AclApi, len: usize) -> AclResult<usize> {
         let len = len.div_ceil(ALIGN) * ALIGN;
-        let start = if self.head + len > STAGING_BYTES {
-            0
-        } else {
-            self.head
-        };
-        let end = start + len;
-        // Copies complete in stream order, so the oldest reservation is released first.
-        while let Some(oldest) = self.in_flight.front() {
-            let overlaps = oldest.start < end && start < oldest.end;
-            if overlaps {
-                // SAFETY: a live event recorded on the context's stream.
+        self.placement.reserve(
+            len,
+            // SAFETY: a live event recorded on the context's stream.
+            |e| {
                 api.check(
-                    unsafe { (api.core.aclrtSynchronizeEvent)(oldest.done) },
+                    unsafe { (api.core.aclrtSynchronizeEvent)(e) },
                     "aclrtSynchronizeEvent",
-                )?;
-            } else if !self.complete(api, oldest.done)? {
-                break;
-            }
-            let done = self.in_flight.pop_front().expect("front exists").done;
-            self.spare_events.push(done);
-        }
-        self.head = end;
-        Ok(start)
+                )
+            },
+            |e| Self::complete(api, e),
+            &mut self.spare_events,
+        )
     }
 
-    fn complete(&self, api: &AclApi, event: aclrtEvent) -> AclResult<bool> {
+    fn complete(api: &AclApi, event: aclrtEvent) -> AclResult<bool> {
         let mut status = 0;
         // SAFETY: a live event; valid out-pointer.
         api.check(
@@ -161,7 +196,8 @@ impl StagingRing {
         // SAFETY: nothing reads the ring or waits on the events any more; each is released once.
         unsafe {
             for e in self
-                .in_flight
+                .placement
+                .pieces
                 .iter()
                 .map(|f| f.done)
                 .chain(self.spare_events)
@@ -170,5 +206,56 @@ impl StagingRing {
             }
             (api.core.aclrtFreeHost)(self.base as *mut c_void);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    /// A stream that copies nothing until told to wait for a piece, and then (stream order)
+    /// every piece queued up to it; no reservation may overlap a piece still pending.
+    #[test]
+    fn a_reservation_never_overlaps_a_pending_copy() {
+        // The sequence that overwrote the second lap's first piece: the oldest pending piece
+        // after the wrap (the first lap's 0.5 MiB tail) does not overlap, a newer one does.
+        let sizes = [2.0, 2.0, 2.0, 1.5, 0.5, 2.0, 2.0, 2.0, 1.25, 1.0];
+        let mut ring = Placement::default();
+        let mut spare = Vec::new();
+        // Event "handles" are queue positions; `completed` is how far the stream has run.
+        let completed = std::cell::Cell::new(0usize);
+        let mut pending: Vec<(usize, usize, usize)> = Vec::new();
+        for (n, mib) in sizes.iter().enumerate() {
+            let len = (mib * MIB as f64) as usize;
+            let start = ring
+                .reserve(
+                    len,
+                    |e| {
+                        completed.set(completed.get().max(e as usize));
+                        Ok::<_, ()>(())
+                    },
+                    |e| Ok(e as usize <= completed.get()),
+                    &mut spare,
+                )
+                .unwrap();
+            pending.retain(|&(_, _, seq)| seq > completed.get());
+            for &(s, e, seq) in &pending {
+                assert!(
+                    e <= start || start + len <= s,
+                    "reservation {n} [{start}, +{len}) overwrites queued copy {seq} [{s}, {e})"
+                );
+            }
+            let seq = n + 1;
+            ring.pieces.push_back(InFlight {
+                start,
+                end: start + len,
+                done: seq as aclrtEvent,
+            });
+            pending.push((start, start + len, seq));
+        }
+        // Stream order: waiting only ever went as far as needed (the tail is still queued).
+        assert!(completed.get() < sizes.len());
     }
 }
