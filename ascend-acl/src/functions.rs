@@ -5,8 +5,11 @@
 //! loader and the emulation cannot disagree on a name or a signature.
 //!
 //! `runtime` and `nnopbase` functions are resolved when the table is loaded, and so are the
-//! `optional` nnopbase functions (the repeatable-executor API), which a library may lack: the
-//! backend then runs every operator through phase one instead of reusing executors. `graph` holds
+//! `optional` functions, which a library may lack: without the repeatable-executor API the
+//! backend runs every operator through phase one instead of reusing executors; without
+//! `aclrtResetDeviceForce` (older than 8.1.RC1) a reset balances the backend's own
+//! `aclrtSetDevice` calls instead. The oldest CANN release that declares each function is
+//! recorded in [`crate::release`]. `graph` holds
 //! the ACL graph functions (stream capture and replay, `libascendcl`, CANN 8.1.RC1 and later per
 //! `../shared/ascend/aclgraph-abi.md` §2), resolved at load as one group: a library that lacks
 //! any of them has no graph support, and the backend runs eagerly. `ops` are aclnn
@@ -65,6 +68,7 @@ macro_rules! acl_function_list {
                 fn aclSetAclOpExecutorRepeatable(executor: *mut aclOpExecutor) -> aclnnStatus;
                 fn aclSetInputTensorAddr(executor: *mut aclOpExecutor, index: usize, tensor: *mut aclTensor, addr: *mut ::std::ffi::c_void) -> aclnnStatus;
                 fn aclSetOutputTensorAddr(executor: *mut aclOpExecutor, index: usize, tensor: *mut aclTensor, addr: *mut ::std::ffi::c_void) -> aclnnStatus;
+                fn aclrtResetDeviceForce(device_id: i32) -> aclError;
             }
             graph {
                 fn aclmdlRICaptureBegin(stream: aclrtStream, mode: i32) -> aclError;

@@ -11,6 +11,7 @@
 //!   and executor caches behind `aclnn_cached!`.
 //! - [`hccl`]: HCCL, the collective communication library, in a table of its own (loaded only
 //!   when a communicator is built).
+//! - [`release`]: CANN releases and the oldest one that declares each function.
 //! - [`types`], [`dtype`], [`shape`]: C types, enum values and status codes, the one dtype table,
 //!   strided-view arithmetic.
 //!
@@ -24,6 +25,7 @@ mod functions;
 pub mod handles;
 pub mod hccl;
 pub mod loader;
+pub mod release;
 pub mod shape;
 pub mod table;
 pub mod types;

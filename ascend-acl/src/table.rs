@@ -96,7 +96,7 @@ macro_rules! define_table {
             }
         }
 
-        /// nnopbase functions a library may lack, resolved at load (`None` when missing).
+        /// Functions a library may lack, resolved at load (`None` when missing).
         #[allow(non_snake_case, missing_docs)]
         pub struct OptionalFns {
             $(pub $xname: Option<unsafe extern "C" fn($($xty),*) -> $xret>,)*

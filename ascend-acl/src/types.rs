@@ -109,6 +109,8 @@ pub mod capture {
 pub const CUBE_MATH_KEEP_DTYPE: i8 = 0;
 /// `aclnnDivMod` rounding mode 1: truncate toward zero (Burn's integer division).
 pub const DIV_MODE_TRUNC: i32 = 1;
+/// aclnnDivMod's floor mode: rounds the quotient toward negative infinity.
+pub const DIV_MODE_FLOOR: i32 = 2;
 
 /// Status codes, with their CANN names.
 #[allow(missing_docs)]

@@ -43,8 +43,11 @@ mod view;
 use std::ffi::c_void;
 
 pub use counters::{work_counters, WorkCounters};
-pub use machine::{set_device_memory_limit, ENV_DEVICES, ENV_HBM_MIB, ENV_THREADS};
+pub use machine::{
+    set_device_memory_limit, DEFAULT_CANN, ENV_CANN, ENV_DEVICES, ENV_HBM_MIB, ENV_THREADS,
+};
 
+use ascend_acl::release::{introduced_in, CannRelease};
 use ascend_acl::table::SymbolSource;
 
 /// The emulated functions under their C names, with their C signatures, for the emulated CANN
@@ -63,8 +66,13 @@ pub mod exports {
     pub use super::sample::*;
 }
 
-/// The emulated runtime as a symbol source for the function table.
+/// The emulated runtime as a symbol source for the function table: the functions of the CANN
+/// release [`ENV_CANN`] names (default [`DEFAULT_CANN`]).
 pub struct EmulatedRuntime;
+
+/// The emulated runtime standing for one CANN release: exports only the functions that release
+/// declares (`ascend_acl::release::introduced_in`).
+pub struct EmulatedRelease(pub CannRelease);
 
 macro_rules! emulated_symbols {
     (
@@ -96,10 +104,22 @@ ascend_acl::acl_function_list!(emulated_symbols);
 
 impl SymbolSource for EmulatedRuntime {
     fn lookup(&self, name: &str) -> Option<*const c_void> {
-        emulated_symbol(name)
+        EmulatedRelease(machine::machine().cann).lookup(name)
     }
 
     fn describe(&self) -> String {
         format!("emulated Atlas A2 ({})", machine::SOC_NAME)
+    }
+}
+
+impl SymbolSource for EmulatedRelease {
+    fn lookup(&self, name: &str) -> Option<*const c_void> {
+        (introduced_in(name) <= self.0)
+            .then(|| emulated_symbol(name))
+            .flatten()
+    }
+
+    fn describe(&self) -> String {
+        format!("emulated Atlas A2 ({}, CANN {})", machine::SOC_NAME, self.0)
     }
 }

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::fault::{fault, Fault};
 use super::memory::{DeviceMemory, PinnedHost};
 use super::stream::{DeviceFault, Event, Stream};
+use ascend_acl::release::CannRelease;
 use ascend_acl::types::status::*;
 
 /// The modelled chip: an Atlas A2 Ascend910B2 (`../shared/ascend/hardware-atlas-a2.md`).
@@ -28,6 +29,12 @@ pub const ENV_HBM_MIB: &str = "BURN_ASCEND_EMU_HBM_MIB";
 /// here it sizes the pool the aclnn operators split large products and loops over. No result
 /// depends on it (each output element is computed by one thread, in the same order).
 pub const ENV_THREADS: &str = "BURN_ASCEND_EMU_THREADS";
+/// Environment variable: the CANN release the emulated runtime stands for (default 8.1.RC1, the
+/// oldest with ACL graphs): functions newer than it are not exported, as `dlsym` finds no
+/// function a real release lacks (`ascend_acl::release`).
+pub const ENV_CANN: &str = "BURN_ASCEND_EMU_CANN";
+/// The release emulated when [`ENV_CANN`] is unset.
+pub const DEFAULT_CANN: CannRelease = CannRelease::V8_1_RC1;
 
 pub(crate) struct Npu {
     pub memory: DeviceMemory,
@@ -35,6 +42,9 @@ pub(crate) struct Npu {
     pub fault: Arc<DeviceFault>,
     /// Bumped by `aclrtResetDevice`: threads bound before it must bind again.
     generation: AtomicU64,
+    /// `aclrtSetDevice` calls not yet balanced by `aclrtResetDevice`: the context lives until
+    /// the count returns to zero (or `aclrtResetDeviceForce`).
+    opened: Mutex<u64>,
     default_stream: Mutex<Option<Arc<Stream>>>,
 }
 
@@ -70,6 +80,8 @@ pub(crate) struct Machine {
     pub pinned: PinnedHost,
     /// The host threads of the emulated operators ([`ENV_THREADS`]).
     pub pool: rayon::ThreadPool,
+    /// The CANN release emulated ([`ENV_CANN`]).
+    pub cann: CannRelease,
 }
 
 /// A positive whole number from the environment, `Ok(None)` when unset, an error naming the
@@ -87,15 +99,26 @@ fn env_number(name: &str, what: &str) -> Result<Option<u64>, String> {
     }
 }
 
+/// [`ENV_CANN`], or [`DEFAULT_CANN`] when unset; an error naming the variable otherwise.
+fn cann_release() -> Result<CannRelease, String> {
+    match std::env::var(ENV_CANN) {
+        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_CANN),
+        Err(std::env::VarError::NotUnicode(v)) => Err(format!("{ENV_CANN}={v:?} is not text")),
+        Ok(v) => v.parse().map_err(|e| format!("{ENV_CANN}: {e}")),
+    }
+}
+
 pub(crate) fn machine() -> &'static Machine {
     static MACHINE: OnceLock<Machine> = OnceLock::new();
     MACHINE.get_or_init(|| {
         let count = env_number(ENV_DEVICES, "number of emulated NPUs");
         let hbm = env_number(ENV_HBM_MIB, "HBM capacity in MiB");
         let threads = env_number(ENV_THREADS, "host thread count");
+        let cann = cann_release();
         let config_error = [&count, &hbm, &threads]
             .iter()
             .filter_map(|r| r.as_ref().err().cloned())
+            .chain(cann.as_ref().err().cloned())
             .reduce(|a, b| format!("{a}; {b}"));
         let count = count.ok().flatten().map_or(DEFAULT_DEVICES, |n| n as usize);
         let hbm = hbm.ok().flatten().map_or(HBM_BYTES, |mib| mib << 20);
@@ -114,6 +137,7 @@ pub(crate) fn machine() -> &'static Machine {
                     memory: DeviceMemory::new(id as i32, hbm),
                     fault: Arc::default(),
                     generation: AtomicU64::new(0),
+                    opened: Mutex::new(0),
                     default_stream: Mutex::default(),
                 })
                 .collect(),
@@ -123,6 +147,7 @@ pub(crate) fn machine() -> &'static Machine {
             config_error,
             pinned: PinnedHost::default(),
             pool,
+            cann: cann.unwrap_or(DEFAULT_CANN),
         }
     })
 }
@@ -161,9 +186,27 @@ impl Machine {
     }
 
     pub fn set_current(&self, id: i32) -> Result<(), Fault> {
-        let generation = self.npu(id)?.generation();
-        CURRENT.with(|c| c.set(Some((id, generation))));
+        let npu = self.npu(id)?;
+        *npu.opened.lock().unwrap() += 1;
+        CURRENT.with(|c| c.set(Some((id, npu.generation()))));
         Ok(())
+    }
+
+    /// `aclrtResetDevice`: one `aclrtSetDevice` fewer; the context is destroyed when none is
+    /// left. CANN counts the calls per process (acl-abi.md §3.1: the counting is UNCERTAIN
+    /// across versions). The emulation takes the stricter reading, every `aclrtSetDevice` call
+    /// counts, whichever thread made it, so a reset that forgets another thread's binding
+    /// leaves the device, its memory and its fault in place, as it may on an NPU.
+    pub fn release(&self, id: i32) -> Result<(), Fault> {
+        let npu = self.npu(id)?;
+        super::graph::check_sync(id, "aclrtResetDevice", ACL_ERROR_RT_STREAM_CAPTURED)?;
+        let mut opened = npu.opened.lock().unwrap();
+        *opened = opened.saturating_sub(1);
+        if *opened > 0 {
+            return Ok(());
+        }
+        drop(opened);
+        self.reset(id)
     }
 
     /// The calling thread's device, as `aclrtSetDevice` bound it. A reset of the device since
@@ -188,11 +231,13 @@ impl Machine {
         Ok((id, npu))
     }
 
-    /// `aclrtResetDevice`: waits for the device's work, destroys its streams and frees its
-    /// memory (the context's resources), clears its fault, and unbinds every thread from it.
+    /// The reset itself (`aclrtResetDeviceForce`, or the last `aclrtResetDevice`): waits for
+    /// the device's work, destroys its streams and frees its memory (the context's resources),
+    /// clears its fault, and unbinds every thread from it.
     pub fn reset(&self, id: i32) -> Result<(), Fault> {
         let npu = self.npu(id)?;
         super::graph::check_sync(id, "aclrtResetDevice", ACL_ERROR_RT_STREAM_CAPTURED)?;
+        *npu.opened.lock().unwrap() = 0;
         let default = npu.default_stream.lock().unwrap().take();
         let mut streams = self.streams.lock().unwrap();
         let own: Vec<usize> = streams

@@ -41,11 +41,17 @@ pub unsafe extern "C" fn aclrtSetDevice(device_id: i32) -> aclError {
     guard("aclrtSetDevice", || machine().set_current(device_id))
 }
 
-/// Destroys the device's context: its streams (after their queued work), its memory and its
-/// sticky fault; threads bound to it must call `aclrtSetDevice` again. Assumption (acl-abi.md
-/// 3.1 leaves the reference counting across threads UNCERTAIN): one call resets the device.
+/// Balances one `aclrtSetDevice`; the last one destroys the device's context: its streams
+/// (after their queued work), its memory and its sticky fault, and threads bound to it must call
+/// `aclrtSetDevice` again (see `Machine::release` for the counting).
 pub unsafe extern "C" fn aclrtResetDevice(device_id: i32) -> aclError {
-    guard("aclrtResetDevice", || machine().reset(device_id))
+    guard("aclrtResetDevice", || machine().release(device_id))
+}
+
+/// Destroys the device's context whatever the count of `aclrtSetDevice` calls (CANN 8.1.RC1
+/// and later, acl-abi.md §3.1).
+pub unsafe extern "C" fn aclrtResetDeviceForce(device_id: i32) -> aclError {
+    guard("aclrtResetDeviceForce", || machine().reset(device_id))
 }
 
 pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> aclError {
@@ -301,6 +307,12 @@ impl Copy {
         Ok(())
     }
 
+    /// A checksum of the host source of a host-to-device copy (checked live and page-locked).
+    fn source_sum(&self) -> u32 {
+        // SAFETY: `check_async` found `[src, src + count)` inside live page-locked memory.
+        crc32fast::hash(unsafe { std::slice::from_raw_parts(self.src as *const u8, self.count) })
+    }
+
     /// The page-locked host end of an asynchronous copy, checked when it is queued and again
     /// when it runs (freeing it before is a use after free on the device).
     fn check_async(&self) -> Result<(), Fault> {
@@ -376,7 +388,18 @@ pub unsafe extern "C" fn aclrtMemcpyAsync(
             ends: ends(kind)?,
         };
         copy.check_async()?;
-        machine().stream(stream)?.enqueue(Box::new(move || unsafe {
+        let s = machine().stream(stream)?;
+        // The DMA engine reads the page-locked source when the stream reaches the copy, not
+        // when it is queued: a host that rewrites the buffer in between (a staging ring reusing
+        // a region too early) uploads the wrong bytes on an NPU, silently. The emulation
+        // remembers a checksum of the source at queue time and faults at run time if it
+        // changed (acl-abi.md 3.3: the host buffer belongs to the copy until it completes). A
+        // capture's recorded copy is exempt: each replay reads the buffer as it is then.
+        let mut queued = match copy.ends {
+            Ends::HostToDevice if s.capture().is_none() => Some(copy.source_sum()),
+            _ => None,
+        };
+        s.enqueue(Box::new(move || unsafe {
             copy.check_async().map_err(|f| Fault {
                 code: ACL_ERROR_RT_AICORE_EXCEPTION,
                 message: format!(
@@ -384,6 +407,19 @@ pub unsafe extern "C" fn aclrtMemcpyAsync(
                     f.message
                 ),
             })?;
+            if let Some(sum) = queued.take() {
+                if copy.source_sum() != sum {
+                    return Err(fault(
+                        ACL_ERROR_RT_AICORE_EXCEPTION,
+                        format!(
+                            "aclrtMemcpyAsync (host-to-device, {} bytes from host {:p} to device \
+                             {:p}): the page-locked source was overwritten after the copy was \
+                             queued and before it ran; the device would receive the new bytes",
+                            copy.count, copy.src, copy.dst
+                        ),
+                    ));
+                }
+            }
             copy.run()
         }))
     })

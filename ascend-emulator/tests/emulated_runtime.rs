@@ -590,6 +590,13 @@ fn api_on_device_1() -> &'static AclApi {
     api
 }
 
+/// `aclrtResetDeviceForce`: the tests bind device 1 once each, and every binding counts.
+fn force_reset(api: &AclApi) -> unsafe extern "C" fn(i32) -> i32 {
+    api.optional
+        .aclrtResetDeviceForce
+        .expect("CANN 8.1.RC1 has it")
+}
+
 /// Enough queued work that a copy queued behind it cannot have run when the call returns.
 const BUSY_BYTES: usize = 128 << 20;
 
@@ -629,7 +636,8 @@ fn asynchronous_host_copies_need_page_locked_memory_and_run_in_stream_order() {
         assert_eq!(status, ACL_ERROR_RT_PARAM_INVALID, "unaligned source");
         assert!(api.recent_error_message().contains("64-byte aligned"));
 
-        // The copy reads the page-locked buffer when the stream reaches it, not at the call.
+        // Queued behind other work, the copy runs in stream order (that it runs later, not at
+        // the call, shows in the test of a source rewritten before it ran).
         let busy = malloc(api, BUSY_BYTES);
         std::ptr::write_bytes(pinned, 1, 4096);
         api.check(
@@ -642,7 +650,6 @@ fn asynchronous_host_copies_need_page_locked_memory_and_run_in_stream_order() {
             "h2d",
         )
         .unwrap();
-        std::ptr::write_bytes(pinned, 2, 4096);
         api.check((api.core.aclrtSynchronizeStream)(s), "sync")
             .unwrap();
         let mut back = vec![0u8; 4096];
@@ -657,7 +664,7 @@ fn asynchronous_host_copies_need_page_locked_memory_and_run_in_stream_order() {
             "d2h",
         )
         .unwrap();
-        assert!(back.iter().all(|&b| b == 2), "the copy ran at the call");
+        assert!(back.iter().all(|&b| b == 1), "the copied bytes");
 
         api.check((api.core.aclrtFreeHost)(pinned as _), "free host")
             .unwrap();
@@ -732,7 +739,7 @@ fn freeing_a_page_locked_buffer_before_its_copy_ran_faults_and_the_fault_is_stic
         );
 
         // A reset clears it: the old streams and memory are gone, the thread binds again.
-        api.check((api.core.aclrtResetDevice)(1), "reset").unwrap();
+        api.check(force_reset(api)(1), "reset").unwrap();
         assert_eq!(
             (api.core.aclrtSynchronizeStream)(s),
             ACL_ERROR_RT_PARAM_INVALID,
@@ -758,4 +765,125 @@ fn freeing_a_page_locked_buffer_before_its_copy_ran_faults_and_the_fault_is_stic
         .unwrap();
         api.check((api.core.aclrtFree)(fresh), "free").unwrap();
     }
+}
+
+/// acl-abi.md 3.3: an asynchronous copy reads its page-locked source when the stream reaches
+/// it. Rewriting the source in between would upload the new bytes on an NPU without a word; the
+/// emulation faults instead, naming the copy, so a staging ring that reuses a region too early
+/// is caught.
+#[test]
+#[serial_test::serial(device_1)]
+fn rewriting_a_page_locked_source_before_its_copy_ran_faults_naming_the_copy() {
+    let api = api_on_device_1();
+    let s = stream(api);
+    let (dev, busy) = (malloc(api, 4096), malloc(api, BUSY_BYTES));
+    let pinned = malloc_host(api, 4096);
+    // SAFETY: every buffer holds what the calls say; the early rewrite is the point of the test.
+    unsafe {
+        api.check(
+            (api.core.aclrtMemsetAsync)(busy, BUSY_BYTES, 0, BUSY_BYTES, s),
+            "memset",
+        )
+        .unwrap();
+        api.check(
+            (api.core.aclrtMemcpyAsync)(dev, 4096, pinned as _, 4096, ACL_MEMCPY_HOST_TO_DEVICE, s),
+            "h2d",
+        )
+        .unwrap();
+        *pinned.add(100) = 7;
+        assert_eq!(
+            (api.core.aclrtSynchronizeStream)(s),
+            ACL_ERROR_RT_AICORE_EXCEPTION
+        );
+        let message = api.recent_error_message();
+        assert!(
+            message.contains("aclrtMemcpyAsync (host-to-device, 4096 bytes")
+                && message.contains("overwritten after the copy was queued"),
+            "{message}"
+        );
+        api.check(force_reset(api)(1), "reset").unwrap();
+        api.check((api.core.aclrtFreeHost)(pinned as _), "free host")
+            .unwrap();
+    }
+}
+
+/// acl-abi.md §3.1: CANN counts `aclrtSetDevice` calls per process, and `aclrtResetDevice`
+/// destroys the context only when the count returns to zero (the stricter reading: every call
+/// counts); `aclrtResetDeviceForce` (8.1.RC1 on) destroys it regardless.
+#[test]
+#[serial_test::serial(device_1)]
+fn a_reset_destroys_the_context_only_when_every_set_device_is_balanced() {
+    let api = api_on_device_1();
+    // SAFETY: plain calls on device 1, which this test owns (serial).
+    unsafe {
+        api.check(force_reset(api)(1), "force").unwrap();
+        let other = std::thread::spawn(|| {
+            let on_thread = crate::api();
+            on_thread
+                .check(
+                    (on_thread.core.aclrtSetDevice)(1),
+                    "set device on another thread",
+                )
+                .unwrap();
+        });
+        other.join().unwrap();
+        api.check((api.core.aclrtSetDevice)(1), "set device")
+            .unwrap();
+        let kept = malloc(api, 64);
+        // Two SetDevice calls (one per thread), one reset: the context and its memory live on.
+        api.check((api.core.aclrtResetDevice)(1), "reset").unwrap();
+        api.check(
+            (api.core.aclrtMemsetAsync)(kept, 64, 1, 64, std::ptr::null_mut()),
+            "memset after a partial reset",
+        )
+        .unwrap();
+        api.check(
+            (api.core.aclrtSynchronizeStream)(std::ptr::null_mut()),
+            "sync",
+        )
+        .unwrap();
+        // The second reset balances the other thread's call: now the memory is gone.
+        api.check((api.core.aclrtResetDevice)(1), "reset").unwrap();
+        api.check((api.core.aclrtSetDevice)(1), "set device")
+            .unwrap();
+        assert_ne!((api.core.aclrtFree)(kept), 0, "freed by the reset");
+        // Force resets however many calls are outstanding.
+        api.check((api.core.aclrtSetDevice)(1), "set device")
+            .unwrap();
+        let gone = malloc(api, 64);
+        api.check(force_reset(api)(1), "force").unwrap();
+        api.check((api.core.aclrtSetDevice)(1), "set device")
+            .unwrap();
+        assert_ne!((api.core.aclrtFree)(gone), 0, "freed by the forced reset");
+    }
+}
+
+/// The emulator exports what its CANN release declares, no more: aclnnRightShift first appears
+/// after 8.1.RC1 (`ascend_acl::release`), so an 8.1.RC1 table lacks it, as dlsym would.
+#[test]
+fn the_emulated_release_exports_only_what_that_release_declares() {
+    use ascend_acl::release::CannRelease;
+    use ascend_acl::table::SymbolSource;
+    use ascend_emulator::EmulatedRelease;
+    let old = EmulatedRelease(CannRelease::V8_1_RC1);
+    assert!(old.lookup("aclnnRightShiftGetWorkspaceSize").is_none());
+    assert!(old.lookup("aclnnRightShift").is_none());
+    assert!(old.lookup("aclnnAdd").is_some());
+    assert!(old.lookup("aclrtResetDeviceForce").is_some());
+    let older = AclApi::new(Box::new(EmulatedRelease(CannRelease::V8_0_0))).unwrap();
+    assert!(older.optional.aclrtResetDeviceForce.is_none());
+    assert!(older.graph.as_ref().err().unwrap().contains("8.1.RC1"));
+    let newer = EmulatedRelease(CannRelease::V8_5_0);
+    assert!(newer.lookup("aclnnRightShiftGetWorkspaceSize").is_some());
+    // The default table is the default release's.
+    assert_eq!(ascend_emulator::DEFAULT_CANN, CannRelease::V8_1_RC1);
+    // SAFETY: the table's own entry, resolved under its own names.
+    let resolved = unsafe {
+        api().ops.aclnnRightShift.resolve(
+            api().source(),
+            "aclnnRightShift",
+            "aclnnRightShiftGetWorkspaceSize",
+        )
+    };
+    assert!(resolved.is_err());
 }

@@ -276,10 +276,16 @@ fn a_replay_of_freed_memory_faults_on_the_device() {
     assert_ne!(code, 0, "the replay read freed memory");
     assert!(api.recent_error_message().contains("graph replay"));
     api.check(destroy(api, ri), "aclmdlRIDestroy").unwrap();
-    // SAFETY: device 1 is ours; reset clears the fault.
-    api.check(unsafe { (api.core.aclrtResetDevice)(1) }, "reset")
-        .unwrap();
+    // SAFETY: device 1 is ours; the forced reset clears the fault whoever bound the device.
+    api.check(unsafe { force_reset(api)(1) }, "reset").unwrap();
     bind(api);
+}
+
+/// `aclrtResetDeviceForce` (the tests bind devices from many threads, each call counted).
+fn force_reset(api: &AclApi) -> unsafe extern "C" fn(i32) -> i32 {
+    api.optional
+        .aclrtResetDeviceForce
+        .expect("CANN 8.1.RC1 has it")
 }
 
 /// Runs `forbidden` during a GLOBAL capture on a new stream: checks its status, then that the

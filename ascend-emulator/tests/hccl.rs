@@ -38,15 +38,17 @@ fn hccl() -> &'static HcclApi {
     API.get_or_init(|| HcclApi::new(Box::new(EmulatedHccl)).expect("the emulator exports HCCL"))
 }
 
-/// `aclrtResetDevice`: destroys the device's context, clearing its fault.
+/// `aclrtResetDeviceForce`: destroys the device's context, clearing its fault, however many
+/// threads bound it.
 fn reset(device: i32) {
     let api = acl();
+    let force = api
+        .optional
+        .aclrtResetDeviceForce
+        .expect("CANN 8.1.RC1 has it");
     // SAFETY: plain call.
-    api.check(
-        unsafe { (api.core.aclrtResetDevice)(device) },
-        "aclrtResetDevice",
-    )
-    .unwrap();
+    api.check(unsafe { force(device) }, "aclrtResetDeviceForce")
+        .unwrap();
 }
 
 fn on(device: i32) {

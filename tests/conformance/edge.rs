@@ -195,6 +195,16 @@ ops! {
         let amount = c.ints::<Int, 1>(&[1, 3, 1, 1, 1], [5]);
         (a.clone().bitwise_right_shift(amount.clone()), a.bitwise_left_shift(amount))
     };
+    /// Shift amounts up to and past the width: Burn's reference shifts in 64 bits, the amount
+    /// modulo 64, then wraps to the dtype (on the emulated CANN 8.1.RC1, without
+    /// aclnnRightShift, the right shift is composed from floor divisions).
+    values int_edge_shift_widths(SIGNED_INTS) |c| {
+        let (min, max) = bounds(c.dtype);
+        let w = 8 * c.dtype.size() as i64;
+        let a = c.ints::<Int, 1>(&[min, max, -1, 5, -5, min + 1, max, -7, 3], [9]);
+        let amount = c.ints::<Int, 1>(&[w - 1, w - 1, w - 1, w - 2, w, w - 2, 0, 63, 65], [9]);
+        (a.clone().bitwise_right_shift(amount.clone()), a.bitwise_left_shift(amount))
+    };
     /// Narrowing int casts keep the low bits.
     values int_edge_cast_wraps([DType::I64, DType::I32]) |c| {
         let x = c.ints::<Int, 1>(&[300, -1, 128, 65541, -129, 255], [6]);

@@ -1,8 +1,8 @@
 //! Comparisons, logical and bitwise ops, shifts, and selection (`where`, masked fill).
 //!
 //! Bridged gaps: there is no aclnnIsNan (x != x instead); aclnnLeftShift is not in CANN 8.x
-//! (x * 2^s, exact while the shift is below the bit width); there is no scalar right shift (a
-//! 0-d device tensor holds the shift); aclnnInplaceMaskedFillScalar lacks F64, I16 and U8 on
+//! (x * 2^s); aclnnRightShift is newer than 8.1.RC1 (floor division by 2^s where it is missing);
+//! there is no scalar right shift (a 0-d device tensor holds the shift); aclnnInplaceMaskedFillScalar lacks F64, I16 and U8 on
 //! Atlas A2 (a select against a 0-d tensor instead).
 
 use super::broadcast::broadcast_shape;
@@ -11,6 +11,7 @@ use super::creation::full;
 use super::tensor::AscendTensor;
 use crate::acl::handles::{HostScalar, ScalarDesc};
 use crate::acl::shape::broadcast_dims;
+use crate::acl::types::DIV_MODE_FLOOR;
 use crate::acl::{AclResult, DataType};
 
 /// A comparison; `IsNan` ignores its second operand.
@@ -154,13 +155,37 @@ pub fn bitwise_scalar(op: Logical, a: &AscendTensor, s: HostScalar) -> AclResult
     Ok(out)
 }
 
-/// `a >> s` (arithmetic for signed types), elementwise.
+/// `a >> s` (arithmetic for signed types), elementwise, as Burn's reference backends compute it:
+/// in 64 bits with the shift amount modulo 64, then wrapped to the dtype.
+///
+/// aclnnRightShift is newer than CANN 8.1.RC1 (`ascend_acl::release`): on a release without it
+/// the shift is `floor(a / 2^s)` through aclnnDivMod's floor mode, in two steps so that no
+/// divisor reaches `2^(w-1)` (negative in a signed dtype of `w` bits): first `2^min(s, w-2)`,
+/// then `2^min(rest, 2)`, past which every quotient is already 0 or -1.
 pub fn shift_right(a: &AscendTensor, s: &AscendTensor) -> AclResult<AscendTensor> {
-    let s = cast(s, a.dtype)?;
+    let s = shift_amounts(a, s)?;
+    let what = format!("{} by {}", a.describe(), s.describe());
+    let api = a.ctx().bind();
+    // SAFETY: the table's own entry, resolved under its own names; nothing is called.
+    let native = unsafe {
+        api.ops.aclnnRightShift.resolve(
+            api.source(),
+            "aclnnRightShift",
+            "aclnnRightShiftGetWorkspaceSize",
+        )
+    }
+    .is_ok();
+    if !native {
+        let width = 8 * a.dtype.size() as i64;
+        let first = super::math::clamp(&s, None, Some(HostScalar::Int(width - 2)))?;
+        let rest = super::arith::binary(super::arith::BinaryOp::Sub, &s, &first)?;
+        let rest = super::math::clamp(&rest, None, Some(HostScalar::Int(2)))?;
+        let halved = floor_divide(a, &powers_of_two(&first)?, &what)?;
+        return floor_divide(&halved, &powers_of_two(&rest)?, &what);
+    }
     let shape = broadcast_shape("aclnnRightShift", a, &s)?;
     let out = AscendTensor::empty(a.ctx(), shape, a.dtype)?;
     if out.layout.numel() > 0 {
-        let what = format!("{} by {}", a.describe(), s.describe());
         run_op!(
             a.ctx(),
             aclnnRightShift(a.desc()?, s.desc()?, out.desc()?),
@@ -170,12 +195,36 @@ pub fn shift_right(a: &AscendTensor, s: &AscendTensor) -> AclResult<AscendTensor
     Ok(out)
 }
 
-/// `a << s` as `a * 2^s` (aclnnLeftShift is not in CANN 8.x).
+/// The shift amounts in `a`'s dtype, modulo 64.
+fn shift_amounts(a: &AscendTensor, s: &AscendTensor) -> AclResult<AscendTensor> {
+    bitwise_scalar(Logical::And, &cast(s, a.dtype)?, HostScalar::Int(63))
+}
+
+/// `2^s` elementwise, in `s`'s dtype.
+fn powers_of_two(s: &AscendTensor) -> AclResult<AscendTensor> {
+    let two = full(s.ctx(), Vec::new(), s.dtype, HostScalar::Int(2))?;
+    let two = two.with_layout(two.layout.expand(s.shape()).expect("a 0-d tensor expands"));
+    super::math::pow(&two, s)
+}
+
+/// `floor(a / d)` for integers (aclnnDivMod, floor mode), broadcasting.
+fn floor_divide(a: &AscendTensor, d: &AscendTensor, what: &str) -> AclResult<AscendTensor> {
+    let shape = broadcast_shape("aclnnDivMod", a, d)?;
+    let out = AscendTensor::empty(a.ctx(), shape, a.dtype)?;
+    if out.layout.numel() > 0 {
+        run_op!(
+            a.ctx(),
+            aclnnDivMod(a.desc()?, d.desc()?, DIV_MODE_FLOOR, out.desc()?),
+            what
+        )?;
+    }
+    Ok(out)
+}
+
+/// `a << s` as `a * 2^s`, wrapping (aclnnLeftShift is not in CANN 8.x); shift amounts modulo 64
+/// as in [`shift_right`].
 pub fn shift_left(a: &AscendTensor, s: &AscendTensor) -> AclResult<AscendTensor> {
-    let two = full(a.ctx(), Vec::new(), a.dtype, HostScalar::Int(2))?;
-    let shape = broadcast_dims(two.shape(), s.shape()).unwrap_or_default();
-    let two = two.with_layout(two.layout.expand(&shape).expect("a 0-d tensor expands"));
-    let factor = super::math::pow(&two, s)?;
+    let factor = powers_of_two(&shift_amounts(a, s)?)?;
     super::arith::binary(super::arith::BinaryOp::Mul, a, &factor)
 }
 

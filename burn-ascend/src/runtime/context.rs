@@ -66,6 +66,9 @@ pub struct DeviceContext {
     staging: Mutex<Option<StagingRing>>,
     /// Set when the device was reset: why this context is no longer usable.
     retired: OnceLock<String>,
+    /// `aclrtSetDevice` calls made for this context (one per binding thread): what a reset
+    /// must balance where the library has no `aclrtResetDeviceForce`.
+    set_calls: AtomicU64,
     /// The pool of the graph being captured on the stream: every allocation and upload goes
     /// there while it is set (`graph.rs`).
     capture: Mutex<Option<Arc<GraphPool>>>,
@@ -109,10 +112,21 @@ pub fn reset_device(device: &AscendDevice) -> AclResult<()> {
         ring.release(api);
     }
     let index = device.index() as i32;
+    // CANN counts aclrtSetDevice calls per process and destroys the context only when as many
+    // aclrtResetDevice calls balance them (acl-abi.md §3.1); every thread that used the device
+    // bound it. So the reset is forced where the library can (8.1.RC1 on), and otherwise
+    // balances each binding this context made, and the one below.
     // SAFETY: plain calls; the old context is retired, so nothing launches on it any more.
     unsafe {
         api.check((api.core.aclrtSetDevice)(index), "aclrtSetDevice")?;
-        api.check((api.core.aclrtResetDevice)(index), "aclrtResetDevice")?;
+        match api.optional.aclrtResetDeviceForce {
+            Some(force) => api.check(force(index), "aclrtResetDeviceForce")?,
+            None => {
+                for _ in 0..=old.set_calls.load(Ordering::Acquire) {
+                    api.check((api.core.aclrtResetDevice)(index), "aclrtResetDevice")?;
+                }
+            }
+        }
     }
     BOUND.with(|b| b.set(None));
     Ok(())
@@ -143,6 +157,7 @@ impl DeviceContext {
         )
         .map_err(|e| e.with_context(|| format!("opening {device}")))?;
         BOUND.with(|b| b.set(Some(id)));
+        let set_calls = AtomicU64::new(1);
         let mut stream = std::ptr::null_mut();
         api.check(
             unsafe { (api.core.aclrtCreateStream)(&mut stream) },
@@ -161,6 +176,7 @@ impl DeviceContext {
             kernels_noticed: Mutex::default(),
             staging: Mutex::default(),
             retired: OnceLock::new(),
+            set_calls,
             capture: Mutex::default(),
         })
     }
@@ -177,6 +193,7 @@ impl DeviceContext {
             // SAFETY: the index was validated when the context was created.
             let status = unsafe { (self.api.core.aclrtSetDevice)(self.device.index() as i32) };
             if status == 0 {
+                self.set_calls.fetch_add(1, Ordering::AcqRel);
                 BOUND.with(|b| b.set(Some(self.id)));
             }
         }
