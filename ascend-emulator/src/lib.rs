@@ -43,7 +43,9 @@ mod view;
 use std::ffi::c_void;
 
 pub use counters::{work_counters, WorkCounters};
-pub use machine::{set_device_memory_limit, ENV_DEVICES, ENV_HBM_MIB, ENV_THREADS};
+pub use machine::{
+    set_device_memory_limit, set_out_of_memory_status, ENV_DEVICES, ENV_HBM_MIB, ENV_THREADS,
+};
 
 use ascend_acl::table::SymbolSource;
 
