@@ -86,6 +86,54 @@ fn out_of_memory_releases_the_cache_retries_then_reports_sizes() {
     emulated::set_device_memory_limit(1, 64 << 30);
 }
 
+/// CANN versions report an exhausted HBM with different statuses (`acl-abi.md` §5.1, §5.2):
+/// each one releases the cache and retries, and is a typed out-of-memory error when the retry
+/// fails too.
+#[test]
+#[serial]
+fn every_out_of_memory_status_of_cann_releases_the_cache_and_retries() {
+    if common::skipped_on_npu("every_out_of_memory_status_of_cann_releases_the_cache_and_retries") {
+        return;
+    }
+    /// Gives NPU 1 back its capacity and default status, even if an assertion failed.
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            emulated::set_device_memory_limit(1, 64 << 30);
+            emulated::set_out_of_memory_status(1, ACL_ERROR_RT_MEMORY_ALLOCATION);
+        }
+    }
+    let _restore = Restore;
+    let ctx = ctx(1);
+    for status in [ACL_ERROR_RT_DEVICE_OOM, ACL_ERROR_BAD_ALLOC] {
+        ctx.release_cache().unwrap();
+        emulated::set_device_memory_limit(1, 64 * MIB as u64);
+        emulated::set_out_of_memory_status(1, status);
+        drop(AscendTensor::empty(&ctx, vec![10 * MIB], DataType::F32).unwrap());
+        let before = ctx.memory_stats();
+        let held = AscendTensor::empty(&ctx, vec![7 * MIB], DataType::F32)
+            .unwrap_or_else(|e| panic!("status {status}: fits once the cache is released: {e}"));
+        assert_eq!(ctx.memory_stats().cache_flushes, before.cache_flushes + 1);
+
+        let err = AscendTensor::empty(&ctx, vec![10 * MIB], DataType::F32)
+            .expect_err("40 MiB more does not fit");
+        assert_eq!(code(&err), status);
+        assert!(
+            matches!(err, AclError::OutOfMemory { requested, .. } if requested == 40 * MIB),
+            "status {status}: {err}"
+        );
+        let typed = burn_ascend::try_run(|| {
+            Tensor::<Ascend, 1>::zeros([10 * MIB], &AscendDevice::Emulated(1))
+        })
+        .expect_err("40 MiB more does not fit");
+        assert!(
+            matches!(typed, burn_ascend::AscendError::OutOfMemory { .. }),
+            "status {status}: {typed:?}"
+        );
+        drop(held);
+    }
+}
+
 #[test]
 #[serial]
 fn an_unsupported_dtype_is_rejected_with_the_real_status() {

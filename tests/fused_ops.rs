@@ -156,6 +156,53 @@ fn layer_norm_matches_the_reference() {
     }
 }
 
+/// `layer_norm` of `x` with no columns on `B`: the shapes of `(y, mean, rstd)` and whether
+/// every statistic is NaN.
+fn empty_row_norm<B: burn_ascend::FusedOps>(
+    shape: [usize; 3],
+    d: &B::Device,
+) -> ([usize; 3], [usize; 1], [usize; 1], bool) {
+    let x = Tensor::<B, 3>::zeros(shape, d);
+    let gamma = Tensor::<B, 1>::ones([0], d);
+    let (y, mean, rstd) = fused::layer_norm(x, Some(gamma), None, 1e-6);
+    let stats: Vec<f32> = [mean.clone(), rstd.clone()]
+        .into_iter()
+        .flat_map(|t| t.into_data().to_vec::<f32>().unwrap())
+        .collect();
+    (
+        y.dims(),
+        mean.dims(),
+        rstd.dims(),
+        stats.iter().all(|v| v.is_nan()),
+    )
+}
+
+/// Rows of no columns still have one statistic each (`[M]`, as documented): the mean and rstd
+/// of nothing, NaN, as the composed reference computes them.
+#[test]
+fn layer_norm_of_rows_without_columns_has_a_statistic_per_row() {
+    let fusion = ascend();
+    for shape in [[2usize, 3, 0], [1, 1, 0], [0, 4, 0]] {
+        let rows = shape[0] * shape[1];
+        let want = (shape, [rows], [rows], true);
+        assert_eq!(
+            empty_row_norm::<Ascend>(shape, &ascend()),
+            want,
+            "Ascend {shape:?}"
+        );
+        assert_eq!(
+            empty_row_norm::<burn_fusion::Fusion<Ascend>>(shape, &fusion),
+            want,
+            "Fusion<Ascend> {shape:?}"
+        );
+        assert_eq!(
+            empty_row_norm::<Flex>(shape, &flex()),
+            want,
+            "Flex {shape:?}"
+        );
+    }
+}
+
 #[test]
 fn gather_scatter_and_rearrange_match_the_reference() {
     for (t, h, k, dtype) in [

@@ -2,7 +2,8 @@
 //! of its own binary, one per rank; rank 0 serves HCCL's root info on a TCP address, rank 1
 //! fetches it, both join the communicator (the emulated HCCL's data path over `HCCL_IF_IP`),
 //! all-reduce, all-gather and exchange rows all-to-all, and check what they receive. Also: the
-//! rendezvous refuses ranks that disagree on the communicator's size.
+//! rendezvous refuses ranks that disagree on the communicator's size or lack the shared secret,
+//! and a stray connection to rank 0 does not stop it.
 
 mod common;
 
@@ -15,6 +16,7 @@ use burn_ascend::{Ascend, AscendDevice};
 
 const ENV_RANK: &str = "BURN_ASCEND_TEST_RANK";
 const ENV_ADDRESS: &str = "BURN_ASCEND_TEST_RENDEZVOUS";
+const SECRET: &str = "the secret of this test's ranks";
 
 /// A loopback address with a port that was free a moment ago.
 fn free_address() -> String {
@@ -45,6 +47,7 @@ fn two_processes_meet_through_a_tcp_rendezvous() {
                 ])
                 .env(ENV_RANK, rank.to_string())
                 .env(ENV_ADDRESS, &address)
+                .env(burn_ascend::runtime::ENV_RENDEZVOUS_SECRET, SECRET)
                 .env("HCCL_IF_IP", "127.0.0.1")
                 // A rank that waits for a dead peer fails within a minute instead of half an hour.
                 .env("HCCL_EXEC_TIMEOUT", "60")
@@ -117,10 +120,18 @@ fn ranks_that_disagree_on_the_size_are_refused() {
     let address = free_address();
     let (root, other) = std::thread::scope(|s| {
         let a = address.clone();
-        let root =
-            s.spawn(move || Communicator::rendezvous(AscendDevice::Emulated(0), 0, 2, &a).err());
-        let other =
-            s.spawn(|| Communicator::rendezvous(AscendDevice::Emulated(1), 1, 3, &address).err());
+        let join = |device, rank, size, address: String| {
+            Communicator::rendezvous_with_secret(
+                AscendDevice::Emulated(device),
+                rank,
+                size,
+                &address,
+                SECRET.as_bytes(),
+            )
+            .err()
+        };
+        let root = s.spawn(move || join(0, 0, 2, a));
+        let other = s.spawn(move || join(1, 1, 3, address));
         (root.join().unwrap(), other.join().unwrap())
     });
     let root = root.expect("rank 0 must refuse").to_string();
@@ -130,4 +141,58 @@ fn ranks_that_disagree_on_the_size_are_refused() {
         "{root}"
     );
     assert!(other.contains("rank 0 refused rank 1 of 3"), "{other}");
+}
+
+#[test]
+fn a_port_scan_before_the_ranks_does_not_stop_the_rendezvous() {
+    if common::skipped_on_npu("a_port_scan_before_the_ranks_does_not_stop_the_rendezvous") {
+        return;
+    }
+    let address = free_address();
+    let join = |device: usize, secret: &str| {
+        Communicator::rendezvous_with_secret(
+            AscendDevice::Emulated(device),
+            device as u32,
+            2,
+            &address,
+            secret.as_bytes(),
+        )
+    };
+    let (root, stranger, rank) = std::thread::scope(|s| {
+        let root = s.spawn(|| join(0, SECRET));
+        // Connects once rank 0 listens, and closes.
+        while std::net::TcpStream::connect(&address).is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let stranger = join(1, "not the secret of this job's ranks");
+        let rank = join(1, SECRET);
+        (root.join().unwrap(), stranger, rank)
+    });
+    let stranger = stranger
+        .err()
+        .expect("a wrong secret is refused")
+        .to_string();
+    assert!(
+        stranger.contains("did not prove the rendezvous secret"),
+        "{stranger}"
+    );
+    let (root, rank) = (root.unwrap(), rank.unwrap());
+    assert_eq!((root.size(), rank.size()), (2, 2));
+}
+
+#[test]
+fn a_rendezvous_without_a_secret_is_a_clear_error() {
+    if std::env::var_os(burn_ascend::runtime::ENV_RENDEZVOUS_SECRET).is_some()
+        || std::env::var_os(burn_ascend::runtime::ENV_RENDEZVOUS_SECRET_FILE).is_some()
+    {
+        return;
+    }
+    let e = Communicator::rendezvous(AscendDevice::Emulated(0), 0, 2, &free_address())
+        .err()
+        .expect("no secret, no rendezvous")
+        .to_string();
+    assert!(
+        e.contains("no shared secret: set BURN_ASCEND_RENDEZVOUS_SECRET"),
+        "{e}"
+    );
 }

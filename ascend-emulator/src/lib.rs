@@ -44,7 +44,8 @@ use std::ffi::c_void;
 
 pub use counters::{work_counters, WorkCounters};
 pub use machine::{
-    set_device_memory_limit, DEFAULT_CANN, ENV_CANN, ENV_DEVICES, ENV_HBM_MIB, ENV_THREADS,
+    set_device_memory_limit, set_out_of_memory_status, DEFAULT_CANN, ENV_CANN, ENV_DEVICES,
+    ENV_HBM_MIB, ENV_THREADS,
 };
 
 use ascend_acl::release::{introduced_in, CannRelease};

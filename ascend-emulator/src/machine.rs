@@ -309,6 +309,15 @@ pub fn set_device_memory_limit(device: usize, bytes: u64) {
     }
 }
 
+/// Sets the status with which emulated NPU `device` refuses an allocation beyond its capacity
+/// (default `ACL_ERROR_RT_MEMORY_ALLOCATION`), for tests of the out-of-memory codes other CANN
+/// versions return (`ACL_ERROR_RT_DEVICE_OOM`, `ACL_ERROR_BAD_ALLOC`).
+pub fn set_out_of_memory_status(device: usize, status: i32) {
+    if let Some(npu) = machine().npus.get(device) {
+        npu.memory.set_oom_status(status);
+    }
+}
+
 /// Calls `f` on consecutive ranges covering `0..n`, on the emulation's host threads when `n` is
 /// large enough to pay for the hand-off. Each index is in exactly one range, so a loop whose
 /// iterations are independent gives the same result on any number of threads.

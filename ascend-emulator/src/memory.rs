@@ -56,6 +56,8 @@ struct State {
     next: u64,
     used: u64,
     capacity: u64,
+    /// The status an allocation beyond the capacity fails with (see [`set_oom_status`]).
+    oom_status: i32,
 }
 
 /// The HBM of one emulated device.
@@ -73,6 +75,7 @@ impl DeviceMemory {
                 next: ADDRESS_BASE + ((device as u64) << 40),
                 used: 0,
                 capacity,
+                oom_status: ACL_ERROR_RT_MEMORY_ALLOCATION,
             }),
         }
     }
@@ -84,6 +87,14 @@ impl DeviceMemory {
 
     pub fn set_capacity(&self, capacity: u64) {
         self.state.write().unwrap().capacity = capacity;
+    }
+
+    /// Which out-of-memory status `malloc` returns: CANN reports an exhausted HBM as
+    /// `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001), `ACL_ERROR_RT_DEVICE_OOM` (207018) or
+    /// `ACL_ERROR_BAD_ALLOC` (200000) depending on its version and the path that failed
+    /// (`../shared/ascend/acl-abi.md` §5.1, §5.2); the emulation can give each.
+    pub fn set_oom_status(&self, status: i32) {
+        self.state.write().unwrap().oom_status = status;
     }
 
     /// (free, total) bytes, as `aclrtGetMemInfo` reports them.
@@ -103,7 +114,7 @@ impl DeviceMemory {
         let mut s = self.state.write().unwrap();
         if s.used + charged > s.capacity {
             return Err(fault(
-                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                s.oom_status,
                 format!(
                     "out of device memory on emulated npu:{}: cannot allocate {size} bytes, {} of {} bytes in use",
                     self.device, s.used, s.capacity

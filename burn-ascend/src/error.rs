@@ -109,13 +109,15 @@ impl AscendError {
                 _ => AscendError::DeviceFault { op, message },
             },
             AclError::Call { code, .. } => match *code {
-                status::ACL_ERROR_RT_MEMORY_ALLOCATION => AscendError::OutOfMemory {
-                    op,
-                    requested: 0,
-                    in_use: 0,
-                    capacity: 0,
-                    message,
-                },
+                code if crate::runtime::allocator::is_out_of_memory_status(code) => {
+                    AscendError::OutOfMemory {
+                        op,
+                        requested: 0,
+                        in_use: 0,
+                        capacity: 0,
+                        message,
+                    }
+                }
                 status::ACL_ERROR_RT_NO_DEVICE
                 | status::ACL_ERROR_RT_INVALID_DEVICEID
                 | status::ACL_ERROR_UNINITIALIZE => AscendError::DeviceLost { op, message },

@@ -9,7 +9,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, DType, Int, Tensor};
+use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
 use burn_ascend::{fused, FusedOps};
 
 use super::config::{ConfigError, MoeConfig};
@@ -68,7 +68,12 @@ pub struct Attention<B: Backend> {
     o: Linear<B>,
 }
 
-/// Rotary position embedding of `x [.., S, heads, D]` at `positions [S]`.
+/// Rotary position embedding of `x [.., S, heads, D]` at `positions [S]` (f32 positions are
+/// exact up to 2^24).
+///
+/// The angles are computed in f32 whatever x's dtype, and only cos and sin take it: f16 holds
+/// whole numbers exactly only up to 2048 and bf16 up to 256, so positions (or frequencies) in
+/// the model's dtype would turn later tokens by a neighbour's angle.
 pub fn rope<B: Backend, const D: usize>(
     x: Tensor<B, D>,
     positions: Tensor<B, 1>,
@@ -81,14 +86,17 @@ pub fn rope<B: Backend, const D: usize>(
     let inv_freq: Vec<f32> = (0..half)
         .map(|i| theta.powf(-(2.0 * i as f64) / d as f64) as f32)
         .collect();
-    let inv_freq = Tensor::<B, 1>::from_floats(inv_freq.as_slice(), &device).cast(x.dtype());
+    let inv_freq =
+        Tensor::<B, 1>::from_data(TensorData::new(inv_freq, [half]), (&device, DType::F32));
     let s = positions.dims()[0];
-    let angles = positions.cast(x.dtype()).reshape([s, 1]) * inv_freq.reshape([1, half]);
+    let angles = positions.cast(DType::F32).reshape([s, 1]) * inv_freq.reshape([1, half]);
     let shape_of = |t: Tensor<B, 2>| {
         let mut target = [1usize; D];
         target[D - 3] = s;
         target[D - 1] = d;
-        Tensor::cat(vec![t.clone(), t], 1).reshape(target)
+        Tensor::cat(vec![t.clone(), t], 1)
+            .cast(x.dtype())
+            .reshape(target)
     };
     let (cos, sin) = (shape_of(angles.clone().cos()), shape_of(angles.sin()));
     let x1 = x.clone().narrow(D - 1, 0, half);
@@ -407,7 +415,11 @@ impl<B: FusedOps> MoeDecoder<B> {
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>) {
         let [b, s] = tokens.dims();
         let device = tokens.device();
-        let positions = Tensor::<B, 1, Int>::arange(0..s as i64, &device).float();
+        // f32 whatever the device's default float dtype: see `rope`.
+        let positions = Tensor::<B, 1>::from_data(
+            TensorData::new((0..s).map(|p| p as f32).collect::<Vec<_>>(), [s]),
+            (&device, DType::F32),
+        );
         let mut x = self.embed(tokens);
         let h = x.dims()[2];
         let mut aux = Tensor::<B, 1>::zeros([1], &device);

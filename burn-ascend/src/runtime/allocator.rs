@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 
-use crate::acl::types::status::ACL_ERROR_RT_MEMORY_ALLOCATION;
+use crate::acl::types::status::{
+    ACL_ERROR_BAD_ALLOC, ACL_ERROR_RT_DEVICE_OOM, ACL_ERROR_RT_MEMORY_ALLOCATION,
+};
 use crate::acl::types::ACL_MEM_MALLOC_HUGE_FIRST;
 use crate::acl::{AclApi, AclError, AclResult};
 
@@ -161,7 +163,16 @@ impl CachingAllocator {
 
 /// Whether `e` is the device running out of memory (worth releasing caches and retrying).
 pub fn is_out_of_memory(e: &AclError) -> bool {
-    e.code() == Some(ACL_ERROR_RT_MEMORY_ALLOCATION)
+    e.code().is_some_and(is_out_of_memory_status)
+}
+
+/// The statuses CANN reports an exhausted device memory with: which one depends on the CANN
+/// version and the path that failed (`../shared/ascend/acl-abi.md` §5.1, §5.2), so all count.
+pub fn is_out_of_memory_status(code: i32) -> bool {
+    matches!(
+        code,
+        ACL_ERROR_RT_MEMORY_ALLOCATION | ACL_ERROR_RT_DEVICE_OOM | ACL_ERROR_BAD_ALLOC
+    )
 }
 
 fn malloc(api: &AclApi, size: usize) -> AclResult<*mut c_void> {

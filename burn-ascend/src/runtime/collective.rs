@@ -220,11 +220,31 @@ impl Communicator {
     /// machines), on `device`. Rank 0 serves the root info on `address` (`host:port`); the
     /// others fetch it from there, waiting for rank 0 up to `HCCL_CONNECT_TIMEOUT`. HCCL's own
     /// data path then uses `HCCL_IF_IP`. Blocks until every rank has joined.
+    ///
+    /// The ranks prove to each other that they share the secret of
+    /// `BURN_ASCEND_RENDEZVOUS_SECRET` (or of the file `BURN_ASCEND_RENDEZVOUS_SECRET_FILE`
+    /// names), at least 16 bytes; without one this is an error. See
+    /// [`Communicator::rendezvous_with_secret`].
     pub fn rendezvous(
         device: AscendDevice,
         rank: u32,
         size: u32,
         address: &str,
+    ) -> AclResult<Arc<Communicator>> {
+        let secret = super::rendezvous::secret_from_env()?;
+        Self::rendezvous_with_secret(device, rank, size, address, &secret)
+    }
+
+    /// [`Communicator::rendezvous`] with the shared secret given (at least 16 bytes, the same
+    /// on every rank): HCCL authenticates nothing, so the secret is what keeps anyone who
+    /// reaches `address` from taking the root info (and joining the communicator) or handing
+    /// the ranks a forged one. Rank 0 drops peers that do not prove it and keeps serving.
+    pub fn rendezvous_with_secret(
+        device: AscendDevice,
+        rank: u32,
+        size: u32,
+        address: &str,
+        secret: &[u8],
     ) -> AclResult<Arc<Communicator>> {
         if rank >= size {
             return Err(AclError::InvalidArgument(format!(
@@ -233,7 +253,7 @@ impl Communicator {
         }
         let api = hccl_api(&device)?;
         let ctx = DeviceContext::get(&device)?;
-        let info = super::rendezvous::exchange_root_info(address, rank, size, || {
+        let info = super::rendezvous::exchange_root_info(address, rank, size, secret, || {
             let mut info = HcclRootInfo::default();
             ctx.bind();
             // SAFETY: valid out-pointer.

@@ -14,3 +14,4 @@ pub use allocator::MemoryStats;
 pub use collective::Communicator;
 pub use context::{reset_device, DeviceContext, DeviceStorage};
 pub use device::AscendDevice;
+pub use rendezvous::{ENV_RENDEZVOUS_SECRET, ENV_RENDEZVOUS_SECRET_FILE, MIN_SECRET_BYTES};

@@ -18,11 +18,20 @@ pub fn layer_norm<B: Backend>(
     let shape = x.shape();
     let n = shape[shape.num_dims() - 1];
     let dtype = x.dtype();
-    let x: Float2<B> = float::<B, 2>(B::float_reshape(
-        x,
-        [shape.num_elements() / n.max(1), n].into(),
-    ))
-    .cast(DType::F32);
+    // The rows are the leading dims' product, also when there are no columns.
+    let m = shape.as_slice()[..shape.num_dims() - 1].iter().product();
+    if n == 0 {
+        // The mean and variance of no values: NaN (some backends refuse a mean over an empty
+        // dim).
+        let device = B::float_device(&x);
+        let nan = || prim(Tensor::<B, 1>::full([m], f32::NAN, (&device, DType::F32)));
+        return LayerNormOutput {
+            y: x,
+            mean: nan(),
+            rstd: nan(),
+        };
+    }
+    let x: Float2<B> = float::<B, 2>(B::float_reshape(x, [m, n].into())).cast(DType::F32);
     let mean = x.clone().mean_dim(1);
     let centred = x - mean.clone();
     let var = centred.clone().powi_scalar(2).mean_dim(1);
@@ -51,7 +60,7 @@ pub fn layer_norm_backward<B: Backend>(
 ) -> LayerNormGrads<B> {
     let shape = x.shape();
     let n = shape[shape.num_dims() - 1];
-    let m = shape.num_elements() / n.max(1);
+    let m = shape.as_slice()[..shape.num_dims() - 1].iter().product();
     let dtype = x.dtype();
     let as2 =
         |t: FloatTensor<B>| float::<B, 2>(B::float_reshape(t, [m, n].into())).cast(DType::F32);

@@ -4,10 +4,11 @@ use burn_ascend_kernels::launch;
 use burn_ascend_kernels::tiling;
 
 use super::{data_ptr, device_props, norm_type, Operand};
+use crate::acl::handles::HostScalar;
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
 use crate::ops::copy::{cast, contiguous};
-use crate::ops::creation::zeros;
+use crate::ops::creation::{full, zeros};
 use crate::ops::tensor::AscendTensor;
 
 /// An optional per-column parameter, contiguous in x's dtype.
@@ -26,15 +27,15 @@ fn check_vector(op: &str, name: &str, t: Option<&impl Operand>, len: usize) -> A
     }
 }
 
-/// `(rows, cols)` of a layer norm's input: a float tensor of at least one dim.
+/// `(rows, cols)` of a layer norm's input: a float tensor of at least one dim. The rows are
+/// the product of the leading dims, also when there are no columns.
 fn norm_rows(op: &str, x: &impl Operand) -> AclResult<(usize, usize)> {
     norm_type(op, x)?;
-    let cols = *x
+    let (cols, leading) = x
         .dims()
-        .last()
+        .split_last()
         .ok_or_else(|| invalid_input(op, "x must have at least one dim".into()))?;
-    let rows = x.dims().iter().product::<usize>() / cols.max(1);
-    Ok((rows, cols))
+    Ok((leading.iter().product(), *cols))
 }
 
 /// The contract of [`layer_norm`]: float `x`, gamma and beta `[cols]`.
@@ -86,9 +87,15 @@ pub fn layer_norm(
     let x = contiguous(x)?;
     let ctx = x.ctx();
     let y = AscendTensor::empty(ctx, x.shape().to_vec(), x.dtype)?;
+    if cols == 0 {
+        // The mean and variance of no values: NaN, as the composed default and a mean
+        // reduction give.
+        let nan = || full(ctx, vec![rows], DataType::F32, HostScalar::Float(f64::NAN));
+        return Ok((y, nan()?, nan()?));
+    }
     let mean = AscendTensor::empty(ctx, vec![rows], DataType::F32)?;
     let rstd = AscendTensor::empty(ctx, vec![rows], DataType::F32)?;
-    if rows == 0 || cols == 0 {
+    if rows == 0 {
         return Ok((y, mean, rstd));
     }
     let plan = tiling::layer_norm(
