@@ -105,6 +105,77 @@ fn a_kernel_fault_is_a_device_fault_then_a_reset_serves_again() {
     got.assert_approx_eq::<f32>(&want, Tolerance::absolute(0.0));
 }
 
+/// Every thread that works on a device binds it (`aclrtSetDevice`), and CANN destroys the
+/// context only once as many `aclrtResetDevice` calls balance them (acl-abi.md §3.1, emulated
+/// strictly): `reset_device` must reset the faulted device however many threads used it.
+fn fault_used_from_threads_then_reset() {
+    let _faulted = common::provoke_fault(&fault_device());
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(|| {
+                try_run(|| (Tensor::<Ascend, 1>::ones([8], &fault_device()) + 1.0).into_data())
+            })
+        })
+        .collect();
+    for w in workers {
+        let err = w.join().unwrap().expect_err("the device has faulted");
+        assert!(
+            matches!(err, AscendError::DeviceFault { .. }),
+            "{err:?}"
+        );
+    }
+    reset_fault_device();
+    let x = Tensor::<Ascend, 1>::from_floats([1.0, 2.0], &fault_device());
+    let sum = std::thread::spawn(|| {
+        (Tensor::<Ascend, 1>::from_floats([3.0], &fault_device()) * 2.0)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+    });
+    assert_eq!((x + 1.0).into_data().to_vec::<f32>().unwrap(), [2.0, 3.0]);
+    assert_eq!(sum.join().unwrap(), [6.0]);
+}
+
+#[test]
+#[serial(fault_device)]
+fn a_device_used_from_several_threads_resets_after_a_fault() {
+    fault_used_from_threads_then_reset();
+}
+
+/// The same on a CANN without `aclrtResetDeviceForce` (8.0, emulated in a child process): the
+/// reset balances each binding its context made.
+#[test]
+fn on_cann_8_0_a_reset_balances_every_binding() {
+    if common::skipped_on_npu("on_cann_8_0_a_reset_balances_every_binding") {
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "reset_on_cann_8_0", "--ignored", "--nocapture"])
+        .env(burn_ascend::emulator::ENV_CANN, "8.0.0")
+        .output()
+        .expect("the test binary starts");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("1 passed"), "{stdout}\n{stderr}");
+}
+
+/// The child of [`on_cann_8_0_a_reset_balances_every_binding`].
+#[test]
+#[ignore = "run by on_cann_8_0_a_reset_balances_every_binding in a process emulating CANN 8.0"]
+fn reset_on_cann_8_0() {
+    assert_eq!(
+        std::env::var(burn_ascend::emulator::ENV_CANN).as_deref(),
+        Ok("8.0.0"),
+        "started by on_cann_8_0_a_reset_balances_every_binding"
+    );
+    let api = fault_device().api().unwrap();
+    assert!(api.optional.aclrtResetDeviceForce.is_none());
+    fault_used_from_threads_then_reset();
+}
+
 /// The probe of the issue: a moe_gather whose indices have the wrong length.
 #[test]
 fn a_bad_fused_call_fails_at_its_call_site_on_ascend_and_on_fusion() {
