@@ -947,6 +947,52 @@ fn decode_attention_cube_path_matches_dense_attention() {
     assert!(r.part_out[3 * dv..4 * dv].iter().all(|&x| x == 0.0));
 }
 
+/// 65 heads per group, Dv 512: the value product's L0C holds 64 heads' accumulators, so two head
+/// tiles of 33 and 32 heads. Mmad lays each tile's result out in L0C by its own head count
+/// rounded up to 16 (48 and 32 rows), and Fixpipe must read the second so.
+#[test]
+#[serial]
+fn decode_attention_cube_path_reads_a_short_last_head_tile_by_its_layout() {
+    DecodeCase {
+        name: "MLA 576/512 cube, 65 heads per group",
+        lens: vec![21, 9],
+        q_heads: 65,
+        kv_heads: 1,
+        dim_k: 576,
+        dim_v: 512,
+        mla: true,
+        dtype: DType::BF16,
+        max_splits: 2,
+        splits: vec![2, 1],
+        cap: None,
+        path: Some(DecodePath::Cube),
+    }
+    .check();
+}
+
+/// 257 heads per group: the scores take at most 256 heads per tile (tiles of 129 and 128, whose
+/// L0C layouts differ), and the value product's tile must fit L0A (256 heads' probabilities of a
+/// 128-key tile) and L1 as well as L0B and L0C.
+#[test]
+#[serial]
+fn decode_attention_cube_path_fits_every_buffer_past_256_heads() {
+    DecodeCase {
+        name: "GQA cube, 257 heads per group",
+        lens: vec![40, 7],
+        q_heads: 257,
+        kv_heads: 1,
+        dim_k: 64,
+        dim_v: 64,
+        mla: false,
+        dtype: DType::F16,
+        max_splits: 2,
+        splits: vec![2, 1],
+        cap: None,
+        path: Some(DecodePath::Cube),
+    }
+    .check();
+}
+
 #[test]
 #[serial]
 fn decode_attention_cube_path_runs_its_kernels_where_asked_or_modelled() {
