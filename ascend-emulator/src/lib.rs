@@ -100,6 +100,9 @@ impl SymbolSource for EmulatedRuntime {
     }
 
     fn describe(&self) -> String {
-        format!("emulated Atlas A2 ({})", machine::SOC_NAME)
+        format!(
+            "emulated Atlas A2 ({})",
+            machine::machine().soc.name.to_string_lossy()
+        )
     }
 }
