@@ -1066,7 +1066,7 @@ mod tests {
             let values = decode_values_cube_bytes(&v, NormType::BF16);
             assert!(values.fit(), "{v:?}: {values:?}");
             let ktv = v.key_tile as u64;
-            assert!(ktv >= 16 && ktv % 16 == 0, "{v:?}");
+            assert!(ktv >= 16 && ktv.is_multiple_of(16), "{v:?}");
             let group = s.q_heads / s.kv_heads;
             for tile in [t.head_tile as u64, v.head_tile as u64] {
                 let tiles = group.div_ceil(tile);
