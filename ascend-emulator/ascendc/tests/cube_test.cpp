@@ -468,6 +468,23 @@ extern "C" __global__ __aicore__ void l0a_overflow(GM_ADDR)
     pipe.InitBuffer(b, 17 * 1024);
 }
 
+extern "C" __global__ __aicore__ void l0b_overflow(GM_ADDR)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TQue<TPosition::B2, 1> q;
+    pipe.InitBuffer(q, 2, 33 * 1024);
+}
+
+extern "C" __global__ __aicore__ void l0c_overflow(GM_ADDR)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::CO1> a, b;
+    pipe.InitBuffer(a, 96 * 1024);
+    pipe.InitBuffer(b, 33 * 1024);
+}
+
 extern "C" __global__ __aicore__ void l1_overflow(GM_ADDR)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
@@ -779,6 +796,8 @@ void test_rules()
     const Case cases[] = {
         {"L0A overflow", l0a_overflow, "L0A overflow at TPosition::A2"},
         {"L1 overflow", l1_overflow, "L1 overflow at TPosition::B1"},
+        {"L0B overflow", l0b_overflow, "L0B overflow at TPosition::B2: 67584 more bytes on top of 0 makes 67584 > 65536"},
+        {"L0C overflow", l0c_overflow, "L0C overflow at TPosition::CO1: 33792 more bytes on top of 98304"},
         {"misaligned Mmad operand", mmad_misaligned, "Mmad: fm starts at L0A offset 32, not 512-byte aligned"},
         {"Mmad operand position", mmad_wrong_position,
          "Mmad: fm is a tensor at TPosition::A1 (L1), but this operand must be in L0A"},
