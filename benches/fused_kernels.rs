@@ -556,8 +556,8 @@ fn why(launches: &[LaunchStats], min_bytes: u64, modelled: f64) -> String {
             ));
         } else if m.roofline > 1.2 * m.limit {
             let cores = match s.cores {
-                CoreKind::Cube => a2::CUBE_CORES,
-                CoreKind::Vector => a2::VECTOR_CORES,
+                CoreKind::Cube => a2::cube_cores(),
+                CoreKind::Vector => a2::vector_cores(),
             };
             reasons.push(if s.block_dim < cores {
                 format!(
@@ -726,7 +726,7 @@ fn fused_kernels(c: &mut Criterion) {
                 })
                 .sum::<f64>()
                 * a2::SCALAR_CYCLES_PER_CHECK
-                / a2::CLOCK_HZ;
+                / a2::clock_hz();
             let modelled: f64 = log.iter().map(|s| a2::model(s).modelled).sum();
             checks.row(vec![
                 case.name.into(),

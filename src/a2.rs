@@ -1,27 +1,60 @@
-//! The Atlas A2 (910B, 48-AIV parts) figures of `/work/shared/ascend/hardware-atlas-a2.md`
-//! that the device-time model uses, and the model. A model, not a measurement: the sources mark
-//! the bandwidth figures UNCERTAIN. Used by the benchmarks and by the example's serving figures.
+//! The Atlas A2 (910B) figures of `/work/shared/ascend/hardware-atlas-a2.md` that the
+//! device-time model uses, and the model. Core counts and the clock are the modelled device's
+//! SoC's (read through the ACL seam: `aclrtGetSocName`); the rest is the same on every A2 SoC.
+//! A model, not a measurement: the sources mark the bandwidth figures UNCERTAIN. Used by the
+//! benchmarks and by the example's serving figures.
+
+use std::sync::OnceLock;
 
 use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log, CoreKind, LaunchStats};
 use burn_ascend::emulator::work_counters;
+use burn_ascend::runtime::DeviceContext;
+use burn_ascend::AscendDevice;
 use burn_ascend_kernels::tiling::DeviceProps;
 
-/// The figures the tiling's per-shape choices use too.
+/// The figures the tiling's per-shape choices use too, where they do not depend on the SoC.
 const A2: DeviceProps = DeviceProps::ATLAS_A2;
 /// HBM bandwidth per die, bytes/s: the low end of the documents' 1.6-1.8 TB/s estimate.
 pub const HBM_BYTES_PER_S: f64 = A2.hbm_bytes_per_s as f64;
-/// Vector cores (AIV) of a 910B1/B2 die.
-pub const VECTOR_CORES: u32 = A2.vector_cores;
-/// The AI Core clock, Hz.
-pub const CLOCK_HZ: f64 = A2.clock_hz as f64;
-/// One AIV's GM rate: the platform ini's `ddr_rate = 32` bytes/cycle at 1.8 GHz.
-pub const CORE_BYTES_PER_S: f64 = (A2.core_gm_bytes_per_cycle * A2.clock_hz) as f64;
-/// Cube cores (AIC) of a 910B1/B2 die.
-pub const CUBE_CORES: u32 = A2.cube_cores;
 /// Vector repeats (256 bytes each) one AIV issues per cycle (see [`DeviceProps::ATLAS_A2`]).
 pub const VECTOR_REPEATS_PER_CYCLE: f64 = A2.vector_repeats_per_cycle as f64;
 /// Fixed cost of one kernel launch, seconds (ASSUMED, see [`DeviceProps::ATLAS_A2`]).
 pub const LAUNCH_LATENCY_S: f64 = A2.launch_latency_ns as f64 * 1e-9;
+
+/// The modelled device's properties: those of the SoC the default device names (the emulated
+/// NPU is an Ascend910B2 unless `BURN_ASCEND_EMU_SOC` says otherwise), read once. Panics when
+/// the device does not open or its SoC is not an Atlas A2/A3 one the model has figures for.
+pub fn props() -> DeviceProps {
+    static PROPS: OnceLock<DeviceProps> = OnceLock::new();
+    *PROPS.get_or_init(|| {
+        let ctx = DeviceContext::get(&AscendDevice::default())
+            .unwrap_or_else(|e| panic!("the device model reads the default device's SoC: {e}"));
+        let soc = ctx.soc_name().unwrap_or_default();
+        DeviceProps::for_soc(&soc)
+            .unwrap_or_else(|| panic!("the device model has no figures for the SoC {soc:?}"))
+    })
+}
+
+/// Vector cores (AIV) of the modelled SoC.
+pub fn vector_cores() -> u32 {
+    props().vector_cores
+}
+
+/// Cube cores (AIC) of the modelled SoC.
+pub fn cube_cores() -> u32 {
+    props().cube_cores
+}
+
+/// The modelled SoC's AI Core clock, Hz.
+pub fn clock_hz() -> f64 {
+    props().clock_hz as f64
+}
+
+/// One AIV's GM rate: the platform ini's `ddr_rate = 32` bytes/cycle at the SoC's clock.
+pub fn core_bytes_per_s() -> f64 {
+    props().core_gm_bytes_per_s()
+}
+
 /// One HCCS link between two NPUs, bytes/s per direction. ASSUMED: the fact sheets give no
 /// HCCS bandwidth; this is the commonly quoted third-party figure for an 8-NPU Atlas 800T A2
 /// server (a full mesh of 7 links per 910B, 392 GB/s per NPU), UNCERTAIN.
@@ -91,15 +124,15 @@ fn busiest(per_block: &[u64], cores: u32) -> u64 {
 /// cores.
 pub fn model(s: &LaunchStats) -> Model {
     let cores = match s.cores {
-        CoreKind::Cube => CUBE_CORES,
-        CoreKind::Vector => VECTOR_CORES,
+        CoreKind::Cube => cube_cores(),
+        CoreKind::Vector => vector_cores(),
     };
     let total = (s.gm_bytes_read + s.gm_bytes_written) as f64;
     let limit = total / HBM_BYTES_PER_S;
-    let core_gm = busiest(&s.per_block_gm_bytes, cores) as f64 / CORE_BYTES_PER_S;
+    let core_gm = busiest(&s.per_block_gm_bytes, cores) as f64 / core_bytes_per_s();
     let vector =
-        busiest(&s.per_block_vector_repeats, cores) as f64 / VECTOR_REPEATS_PER_CYCLE / CLOCK_HZ;
-    let cube = busiest(&s.per_block_cube_cycles, cores) as f64 / CLOCK_HZ;
+        busiest(&s.per_block_vector_repeats, cores) as f64 / VECTOR_REPEATS_PER_CYCLE / clock_hz();
+    let cube = busiest(&s.per_block_cube_cycles, cores) as f64 / clock_hz();
     let (roofline, bound) = [
         (limit, Bound::Hbm),
         (core_gm, Bound::CoreGm),

@@ -947,6 +947,141 @@ fn decode_attention_cube_path_matches_dense_attention() {
     assert!(r.part_out[3 * dv..4 * dv].iter().all(|&x| x == 0.0));
 }
 
+/// 65 heads per group, Dv 512: the value product's L0C holds 64 heads' accumulators, so two head
+/// tiles of 33 and 32 heads. Mmad lays each tile's result out in L0C by its own head count
+/// rounded up to 16 (48 and 32 rows), and Fixpipe must read the second so.
+#[test]
+#[serial]
+fn decode_attention_cube_path_reads_a_short_last_head_tile_by_its_layout() {
+    DecodeCase {
+        name: "MLA 576/512 cube, 65 heads per group",
+        lens: vec![21, 9],
+        q_heads: 65,
+        kv_heads: 1,
+        dim_k: 576,
+        dim_v: 512,
+        mla: true,
+        dtype: DType::BF16,
+        max_splits: 2,
+        splits: vec![2, 1],
+        cap: None,
+        path: Some(DecodePath::Cube),
+    }
+    .check();
+}
+
+/// 257 heads per group: the scores take at most 256 heads per tile (tiles of 129 and 128, whose
+/// L0C layouts differ), and the value product's tile must fit L0A (256 heads' probabilities of a
+/// 128-key tile) and L1 as well as L0B and L0C.
+#[test]
+#[serial]
+fn decode_attention_cube_path_fits_every_buffer_past_256_heads() {
+    DecodeCase {
+        name: "GQA cube, 257 heads per group",
+        lens: vec![40, 7],
+        q_heads: 257,
+        kv_heads: 1,
+        dim_k: 64,
+        dim_v: 64,
+        mla: false,
+        dtype: DType::F16,
+        max_splits: 2,
+        splits: vec![2, 1],
+        cap: None,
+        path: Some(DecodePath::Cube),
+    }
+    .check();
+}
+
+/// The child test of [`decode_attention_launches_one_block_per_core_of_the_soc`].
+const SOC_CHILD: &str = "child_decode_attention_fills_the_cores_of_the_soc";
+
+/// Run in a process whose emulated NPUs model the SoC `BURN_ASCEND_EMU_SOC` names: a cube-path
+/// decode with more units than cores launches one block per core of that SoC, as many as
+/// `EXPECT_CUBE_CORES` and `EXPECT_VECTOR_CORES` say.
+#[test]
+#[ignore = "run by decode_attention_launches_one_block_per_core_of_the_soc in its own process"]
+fn child_decode_attention_fills_the_cores_of_the_soc() {
+    let want = |var: &str| -> u32 { std::env::var(var).unwrap().parse().unwrap() };
+    // 2 requests x 2 key/value heads x 8 splits: 32 units of each cube kernel, and 128
+    // (request, head, split) rows of the softmax kernel.
+    let case = DecodeCase {
+        name: "GQA cube, 32 units",
+        lens: vec![40, 33],
+        q_heads: 8,
+        kv_heads: 2,
+        dim_k: 64,
+        dim_v: 64,
+        mla: false,
+        dtype: DType::F16,
+        max_splits: 8,
+        splits: vec![8, 8],
+        cap: None,
+        path: Some(DecodePath::Cube),
+    };
+    clear_launch_log();
+    case.check();
+    let log = launch_log();
+    let blocks: Vec<(String, u32)> = log
+        .iter()
+        .map(|s| (s.kernel.clone(), s.block_dim))
+        .collect();
+    let (cube, vector) = (want("EXPECT_CUBE_CORES"), want("EXPECT_VECTOR_CORES"));
+    let expected = [
+        ("decode_attention_scores", cube),
+        ("decode_attention_softmax", vector),
+        ("decode_attention_values", cube),
+    ];
+    for (kernel, n) in expected {
+        assert!(
+            blocks.iter().any(|(k, b)| k == kernel && *b == n),
+            "{kernel} should run on {n} blocks: {blocks:?}"
+        );
+    }
+    // The device-time model counts the same cores.
+    use burn_ascend_suite::a2;
+    assert_eq!((a2::cube_cores(), a2::vector_cores()), (cube, vector));
+    println!("fills the cores");
+}
+
+/// The tiling and the device-time model read the core counts of the device's SoC
+/// (`aclrtGetSocName`): a 910B3 has 20 AI cores (40 vector cores), not the 910B2's 24.
+#[test]
+#[serial]
+fn decode_attention_launches_one_block_per_core_of_the_soc() {
+    if common::skipped_on_npu("decode_attention_launches_one_block_per_core_of_the_soc") {
+        return;
+    }
+    let child = |soc: &str, cube: &str, vector: &str| {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", SOC_CHILD, "--nocapture"])
+            .env("BURN_ASCEND_EMU_SOC", soc)
+            .env("EXPECT_CUBE_CORES", cube)
+            .env("EXPECT_VECTOR_CORES", vector)
+            .output()
+            .expect("the test binary runs");
+        let text = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            out.status.success() && text.contains("fills the cores"),
+            text,
+        )
+    };
+    for (soc, cube, vector) in [("Ascend910B3", "20", "40"), ("Ascend910B2", "24", "48")] {
+        let (ok, text) = child(soc, cube, vector);
+        assert!(ok, "child on an emulated {soc}:\n{text}");
+    }
+    // A chip the emulation does not know is a clear error naming the variable.
+    let (ok, text) = child("Ascend910X", "24", "48");
+    assert!(
+        !ok && text.contains("BURN_ASCEND_EMU_SOC=\"Ascend910X\" is not an emulated chip: give one of Ascend910B2, Ascend910B1, Ascend910B3"),
+        "child with an unknown SoC:\n{text}"
+    );
+}
+
 #[test]
 #[serial]
 fn decode_attention_cube_path_runs_its_kernels_where_asked_or_modelled() {

@@ -109,7 +109,10 @@ impl SymbolSource for EmulatedRuntime {
     }
 
     fn describe(&self) -> String {
-        format!("emulated Atlas A2 ({})", machine::SOC_NAME)
+        format!(
+            "emulated Atlas A2 ({})",
+            machine::machine().soc.name.to_string_lossy()
+        )
     }
 }
 
@@ -121,6 +124,10 @@ impl SymbolSource for EmulatedRelease {
     }
 
     fn describe(&self) -> String {
-        format!("emulated Atlas A2 ({}, CANN {})", machine::SOC_NAME, self.0)
+        format!(
+            "emulated Atlas A2 ({}, CANN {})",
+            machine::machine().soc.name.to_string_lossy(),
+            self.0
+        )
     }
 }

@@ -3,6 +3,7 @@
 
 use std::cell::Cell;
 use std::collections::HashSet;
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -12,17 +13,57 @@ use super::stream::{DeviceFault, Event, Stream};
 use ascend_acl::release::CannRelease;
 use ascend_acl::types::status::*;
 
-/// The modelled chip: an Atlas A2 Ascend910B2 (`../shared/ascend/hardware-atlas-a2.md`).
-pub(crate) const SOC_NAME: &str = "Ascend910B2";
-pub(crate) const AI_CORES: i64 = 24;
-pub(crate) const VECTOR_CORES: i64 = 48;
-pub(crate) const L2_BYTES: i64 = 192 << 20;
-const HBM_BYTES: u64 = 64 << 30;
+/// A chip the emulated NPUs can model: its figures in `../shared/ascend/hardware-atlas-a2.md`
+/// §2 (the platform ini's values).
+pub(crate) struct Soc {
+    /// What `aclrtGetSocName` answers.
+    pub name: &'static CStr,
+    /// AI cores (one cube core each): `ACL_DEVICE_INFO_AI_CORE_NUM`.
+    pub ai_cores: i64,
+    /// Vector cores: `ACL_DEVICE_INFO_VECTOR_CORE_NUM`.
+    pub vector_cores: i64,
+    /// `ACL_DEVICE_INFO_L2_SIZE`, bytes.
+    pub l2_bytes: i64,
+    /// HBM capacity, bytes.
+    pub hbm_bytes: u64,
+}
+
+const fn soc(name: &'static CStr, ai_cores: i64, l2_mib: i64, hbm_gib: u64) -> Soc {
+    Soc {
+        name,
+        ai_cores,
+        vector_cores: 2 * ai_cores,
+        l2_bytes: l2_mib << 20,
+        hbm_bytes: hbm_gib << 30,
+    }
+}
+
+/// The Atlas A2 and A3 chips of the fact sheet (the 910B2C, whose ini gives no HBM size, left
+/// out; the 910B4-1's 32 GiB is the ini's, UNCERTAIN). The first is the default.
+const SOCS: &[Soc] = &[
+    soc(c"Ascend910B2", 24, 192, 64),
+    soc(c"Ascend910B1", 24, 192, 64),
+    soc(c"Ascend910B3", 20, 192, 64),
+    soc(c"Ascend910B4", 20, 96, 32),
+    soc(c"Ascend910B4-1", 20, 168, 32),
+    soc(c"Ascend910_9391", 24, 192, 64),
+    soc(c"Ascend910_9392", 24, 192, 64),
+    soc(c"Ascend910_9381", 24, 192, 64),
+    soc(c"Ascend910_9382", 24, 192, 64),
+    soc(c"Ascend910_9372", 20, 192, 64),
+    soc(c"Ascend910_9362", 20, 168, 64),
+];
 const DEFAULT_DEVICES: usize = 2;
 
 /// Environment variable: number of emulated NPUs (default 2).
 pub const ENV_DEVICES: &str = "BURN_ASCEND_EMU_DEVICES";
-/// Environment variable: HBM capacity of each emulated NPU in MiB (default 65536, as a 910B2).
+/// Environment variable: the chip every emulated NPU models, by its SoC name (default
+/// `Ascend910B2`; the other Atlas A2/A3 names of `hardware-atlas-a2.md` §2, e.g. `Ascend910B3`
+/// with 20 AI cores). It sets what `aclrtGetSocName` and `aclGetDeviceCapability` answer and
+/// the HBM capacity.
+pub const ENV_SOC: &str = "BURN_ASCEND_EMU_SOC";
+/// Environment variable: HBM capacity of each emulated NPU in MiB (default: the chip's, 65536
+/// for a 910B2).
 pub const ENV_HBM_MIB: &str = "BURN_ASCEND_EMU_HBM_MIB";
 /// Environment variable: host threads the emulation computes on (default: the host's hardware
 /// threads). The Ascend C runner (`ascendc/src/runner.cpp`) reads it too, for a launch's blocks;
@@ -82,6 +123,27 @@ pub(crate) struct Machine {
     pub pool: rayon::ThreadPool,
     /// The CANN release emulated ([`ENV_CANN`]).
     pub cann: CannRelease,
+    /// The chip the NPUs model ([`ENV_SOC`]).
+    pub soc: &'static Soc,
+}
+
+/// The chip [`ENV_SOC`] names, the default when unset, an error naming the variable and the
+/// known chips when it names none of them.
+fn env_soc() -> Result<&'static Soc, String> {
+    match std::env::var(ENV_SOC) {
+        Err(std::env::VarError::NotPresent) => Ok(&SOCS[0]),
+        Err(std::env::VarError::NotUnicode(v)) => Err(format!("{ENV_SOC}={v:?} is not text")),
+        Ok(v) => SOCS
+            .iter()
+            .find(|s| s.name.to_bytes() == v.trim().as_bytes())
+            .ok_or_else(|| {
+                let known: Vec<_> = SOCS.iter().map(|s| s.name.to_string_lossy()).collect();
+                format!(
+                    "{ENV_SOC}={v:?} is not an emulated chip: give one of {}",
+                    known.join(", ")
+                )
+            }),
+    }
 }
 
 /// A positive whole number from the environment, `Ok(None)` when unset, an error naming the
@@ -115,13 +177,16 @@ pub(crate) fn machine() -> &'static Machine {
         let hbm = env_number(ENV_HBM_MIB, "HBM capacity in MiB");
         let threads = env_number(ENV_THREADS, "host thread count");
         let cann = cann_release();
+        let soc = env_soc();
         let config_error = [&count, &hbm, &threads]
             .iter()
             .filter_map(|r| r.as_ref().err().cloned())
             .chain(cann.as_ref().err().cloned())
+            .chain(soc.as_ref().err().cloned())
             .reduce(|a, b| format!("{a}; {b}"));
+        let soc = soc.unwrap_or(&SOCS[0]);
         let count = count.ok().flatten().map_or(DEFAULT_DEVICES, |n| n as usize);
-        let hbm = hbm.ok().flatten().map_or(HBM_BYTES, |mib| mib << 20);
+        let hbm = hbm.ok().flatten().map_or(soc.hbm_bytes, |mib| mib << 20);
         let threads = threads.ok().flatten().map_or_else(
             || std::thread::available_parallelism().map_or(1, |n| n.get()),
             |n| n.min(1024) as usize,
@@ -148,6 +213,7 @@ pub(crate) fn machine() -> &'static Machine {
             pinned: PinnedHost::default(),
             pool,
             cann: cann.unwrap_or(DEFAULT_CANN),
+            soc,
         }
     })
 }

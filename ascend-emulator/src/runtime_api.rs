@@ -1,12 +1,12 @@
 //! The emulated AscendCL runtime and aclnn object API, with CANN's C signatures.
 #![allow(missing_docs, non_snake_case, clippy::missing_safety_doc)]
 
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::fault::{fault, guard, recent, report, Fault};
-use super::machine::{machine, AI_CORES, L2_BYTES, SOC_NAME, VECTOR_CORES};
+use super::machine::machine;
 use super::meta::{
     create_scalar, create_tensor, destroy_executor, set_repeatable, set_tensor_addr, Slot,
 };
@@ -471,9 +471,7 @@ pub unsafe extern "C" fn aclrtGetMemInfo(
 }
 
 pub unsafe extern "C" fn aclrtGetSocName() -> *const c_char {
-    static NAME: &CStr = c"Ascend910B2";
-    debug_assert_eq!(NAME.to_str().ok(), Some(SOC_NAME));
-    NAME.as_ptr()
+    machine().soc.name.as_ptr()
 }
 
 pub unsafe extern "C" fn aclGetDeviceCapability(
@@ -484,9 +482,9 @@ pub unsafe extern "C" fn aclGetDeviceCapability(
     guard("aclGetDeviceCapability", || {
         machine().npu(device_id as i32)?;
         *non_null(value, "value")? = match info {
-            ACL_DEVICE_INFO_AI_CORE_NUM => AI_CORES,
-            ACL_DEVICE_INFO_VECTOR_CORE_NUM => VECTOR_CORES,
-            ACL_DEVICE_INFO_L2_SIZE => L2_BYTES,
+            ACL_DEVICE_INFO_AI_CORE_NUM => machine().soc.ai_cores,
+            ACL_DEVICE_INFO_VECTOR_CORE_NUM => machine().soc.vector_cores,
+            ACL_DEVICE_INFO_L2_SIZE => machine().soc.l2_bytes,
             other => {
                 return Err(fault(
                     ACL_ERROR_INVALID_PARAM,

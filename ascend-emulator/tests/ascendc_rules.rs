@@ -58,3 +58,73 @@ fn every_emulated_cube_rule_triggers() {
     // Default block threads: its kernels share no host state, so the helper threads are exercised.
     build_and_run("cube_test.cpp", &[]);
 }
+
+/// A vector kernel calling `call` (on `t`, an int32 tensor; `u` uint32; `mask` uint8): the
+/// compiler's output, in the C locale, and whether it compiled.
+fn compile_vector_call(call: &str) -> (bool, String) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let source = std::env::temp_dir().join(format!(
+        "burn_ascend_dtype_{}_{}.cpp",
+        std::process::id(),
+        call.split('(').next().unwrap_or("call")
+    ));
+    std::fs::write(
+        &source,
+        format!(
+            "#include \"kernel_operator.h\"\nusing namespace AscendC;\n\
+             extern \"C\" __global__ __aicore__ void k(GM_ADDR)\n{{\n    TPipe pipe;\n    \
+             TBuf<TPosition::VECCALC> b;\n    pipe.InitBuffer(b, 4096);\n    \
+             LocalTensor<int32_t> t = b.Get<int32_t>();\n    \
+             LocalTensor<uint32_t> u = b.Get<uint32_t>();\n    \
+             LocalTensor<uint8_t> mask = b.Get<uint8_t>();\n    {call};\n}}\n"
+        ),
+    )
+    .expect("the temporary directory is writable");
+    let out = Command::new(std::env::var("CXX").unwrap_or_else(|_| "c++".into()))
+        .env("LC_ALL", "C")
+        .args(["-std=c++17", "-fsyntax-only", "-I"])
+        .arg(root.join("ascendc/include"))
+        .arg(&source)
+        .output()
+        .expect("a C++ compiler is installed");
+    let _ = std::fs::remove_file(&source);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Each vector API is refused at compile time on a dtype its A2 instruction lacks
+/// (`../shared/ascend/vector-intrinsics-910b.md`), and the compiler names the instruction.
+#[test]
+fn vector_apis_refuse_dtypes_their_instruction_lacks_naming_it() {
+    for (call, instruction) in [
+        ("Div(t, t, t, 64)", "vdiv<T>"),
+        ("Exp(t, t, 64)", "vexp<T>"),
+        ("Sqrt(t, t, 64)", "vsqrt<T>"),
+        ("ReduceSum(t, t, t, 64)", "vcadd<T>"),
+        ("ReduceMax(t, t, t, 64)", "vcmax<T>"),
+        (
+            "Select(t, mask, t, t, SELMODE::VSEL_TENSOR_TENSOR_MODE, 64)",
+            "vsel<T>",
+        ),
+        ("And(t, t, t, 64)", "vand<T>"),
+        ("Or(u, u, u, 64)", "vor<T>"),
+        ("Not(t, t, 64)", "vnot<T>"),
+    ] {
+        let (compiled, text) = compile_vector_call(call);
+        let api = call.split('(').next().unwrap();
+        assert!(
+            !compiled
+                && text.contains(&format!("no matching function for call to '{api}("))
+                && text.contains(instruction),
+            "{call} on int32/uint32 must not compile, naming {instruction}:\n{text}"
+        );
+    }
+    // The same calls on a dtype the instruction has compile.
+    let (compiled, text) = compile_vector_call(
+        "LocalTensor<float> f = b.Get<float>(); Div(f, f, f, 64); ReduceSum(f, f, f, 64); \
+         LocalTensor<int16_t> s = b.Get<int16_t>(); And(s, s, s, 64)",
+    );
+    assert!(compiled, "{text}");
+}

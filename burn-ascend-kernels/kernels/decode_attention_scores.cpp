@@ -145,6 +145,7 @@ private:
             p.k = static_cast<uint16_t>(kc);
             p.cmatrixInitVal = k0 == 0;
             Mmad(acc, a2, b2, p);
+            OrderSmallMmad(heads, n);
             qA2.FreeTensor(a2);
             kB2.FreeTensor(b2);
         }
@@ -154,7 +155,8 @@ private:
         FixpipeParamsV220 f;
         f.nSize = static_cast<uint16_t>(n);
         f.mSize = static_cast<uint16_t>(heads);
-        f.srcStride = static_cast<uint16_t>(mp);
+        // Mmad laid the result out by its own m: a last, shorter head tile has fewer row blocks.
+        f.srcStride = static_cast<uint16_t>(Align16(heads));
         f.dstStride = tiling.indices;
         Fixpipe(scoresGm[static_cast<uint64_t>(h0) * tiling.indices + static_cast<uint64_t>(at)], acc, f);
         sCo1.FreeTensor(acc);

@@ -94,7 +94,8 @@ private:
         FixpipeParamsV220 f;
         f.nSize = static_cast<uint16_t>(tiling.headDimV);
         f.mSize = static_cast<uint16_t>(heads);
-        f.srcStride = static_cast<uint16_t>(mp);
+        // Mmad laid the result out by its own m: a last, shorter head tile has fewer row blocks.
+        f.srcStride = static_cast<uint16_t>(Align16(heads));
         f.dstStride = tiling.maxSplits * tiling.headDimV;
         const uint64_t row = (static_cast<uint64_t>(b) * tiling.qHeads + h0) * tiling.maxSplits + c;
         Fixpipe(outGm[row * tiling.headDimV], acc, f);
@@ -161,6 +162,7 @@ private:
         p.k = static_cast<uint16_t>(n);
         p.cmatrixInitVal = init;
         Mmad(acc, a2, b2, p);
+        OrderSmallMmad(heads, tiling.headDimV);
         pA2.FreeTensor(a2);
         vB2.FreeTensor(b2);
     }

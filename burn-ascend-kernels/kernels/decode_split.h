@@ -66,6 +66,16 @@ __aicore__ inline uint64_t ReadDecodeSlot(const GlobalTensor<int32_t>& idxGm, in
     return static_cast<uint64_t>(s);
 }
 
+// After an Mmad the next one accumulates onto: production cube kernels order the M pipe when
+// the result has fewer than 10 whole 16 x 16 fractals (catlass's PIPE_M_BARRIER_THRESHOLD,
+// ascend-emulator/ascendc/cube-api.md §4.4), which the emulation enforces. Cube kernels only.
+__aicore__ inline void OrderSmallMmad(uint32_t m, uint32_t n)
+{
+    if ((m / 16) * (n / 16) < 10) {
+        PipeBarrier<PIPE_M>();
+    }
+}
+
 // Deals this block its units of work (request b, key/value head hkv, head tile, split c),
 // round-robin over the blocks, and calls unit(b, hkv, first query head, heads, c) for each: the
 // one order every stage-1 kernel (vector or cube) numbers its units in.

@@ -48,7 +48,7 @@ struct alignas(64) CubeMemory {
     uint8_t l0a[kL0aBytes];
     uint8_t l0b[kL0bBytes];
     uint8_t l0c[kL0cBytes];
-    uint8_t l0cDefined[kL0cBytes / sizeof(float)];
+    L0cTag l0cTags[kL0cBytes / sizeof(float)];
 };
 
 thread_local CoreState t_core;
@@ -388,7 +388,7 @@ void become_cube_core()
     std::memset(m.l0a, kPoison, sizeof m.l0a);
     std::memset(m.l0b, kPoison, sizeof m.l0b);
     std::memset(m.l0c, kPoison, sizeof m.l0c);
-    std::memset(m.l0cDefined, 0, sizeof m.l0cDefined);
+    std::memset(m.l0cTags, 0, sizeof m.l0cTags);
     CoreState& c = t_core;
     c.kind = CoreKind::Cube;
     c.kindFixed = true;
@@ -397,7 +397,7 @@ void become_cube_core()
     c.mem[static_cast<size_t>(Phys::L0A)] = m.l0a;
     c.mem[static_cast<size_t>(Phys::L0B)] = m.l0b;
     c.mem[static_cast<size_t>(Phys::L0C)] = m.l0c;
-    c.l0cDefined = m.l0cDefined;
+    c.l0cTags = m.l0cTags;
 }
 
 uint8_t* gm_map(uint64_t addr, uint64_t len, const char* api)

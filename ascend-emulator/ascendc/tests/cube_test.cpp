@@ -90,6 +90,11 @@ public:
             p.k = static_cast<uint16_t>(kc);
             p.cmatrixInitVal = k0 == 0;
             Mmad(c, a2, b2, p);
+            // The next step accumulates onto this result: a small one needs the M pipe ordered
+            // first (cube-api.md §4.4, catlass's threshold).
+            if ((m / 16) * (n / 16) < 10) {
+                PipeBarrier<PIPE_M>();
+            }
             qA2.FreeTensor(a2);
             qB2.FreeTensor(b2);
         }
@@ -463,6 +468,23 @@ extern "C" __global__ __aicore__ void l0a_overflow(GM_ADDR)
     pipe.InitBuffer(b, 17 * 1024);
 }
 
+extern "C" __global__ __aicore__ void l0b_overflow(GM_ADDR)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TQue<TPosition::B2, 1> q;
+    pipe.InitBuffer(q, 2, 33 * 1024);
+}
+
+extern "C" __global__ __aicore__ void l0c_overflow(GM_ADDR)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    TBuf<TPosition::CO1> a, b;
+    pipe.InitBuffer(a, 96 * 1024);
+    pipe.InitBuffer(b, 33 * 1024);
+}
+
 extern "C" __global__ __aicore__ void l1_overflow(GM_ADDR)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
@@ -514,6 +536,59 @@ extern "C" __global__ __aicore__ void mmad_accumulate_garbage(GM_ADDR)
     CubeBuffers bufs;
     bufs.Init(pipe);
     Mmad(bufs.l0c.Get<float>(), bufs.l0a.Get<half>(), bufs.l0b.Get<half>(), MmadParams(16, 16, 16, 0, false, false));
+}
+
+/// L0A, L0B and L0C with room for 48 x 32 halves and 48 x 32 floats.
+struct WideCubeBuffers {
+    TBuf<TPosition::A2> l0a;
+    TBuf<TPosition::B2> l0b;
+    TBuf<TPosition::CO1> l0c;
+
+    void Init(TPipe& pipe)
+    {
+        pipe.InitBuffer(l0a, 48 * 32 * 2);
+        pipe.InitBuffer(l0b, 32 * 32 * 2);
+        pipe.InitBuffer(l0c, 48 * 32 * 4);
+    }
+};
+
+// A 16 x 16 result (one fractal, below the threshold of 10) accumulated onto at once.
+extern "C" __global__ __aicore__ void mmad_small_no_barrier(GM_ADDR)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    CubeBuffers bufs;
+    bufs.Init(pipe);
+    Mmad(bufs.l0c.Get<float>(), bufs.l0a.Get<half>(), bufs.l0b.Get<half>(), MmadParams(16, 16, 16, 0, false, true));
+    Mmad(bufs.l0c.Get<float>(), bufs.l0a.Get<half>(), bufs.l0b.Get<half>(), MmadParams(16, 16, 16, 0, false, false));
+}
+
+// An Mmad of m 48 (column blocks 48 x 16 floats apart), then one of m 32 adding onto it: its
+// column block 1 starts at the first's row 32 of block 0.
+extern "C" __global__ __aicore__ void mmad_accumulate_other_m(GM_ADDR)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    WideCubeBuffers bufs;
+    bufs.Init(pipe);
+    Mmad(bufs.l0c.Get<float>(), bufs.l0a.Get<half>(), bufs.l0b.Get<half>(), MmadParams(48, 32, 16, 0, false, true));
+    PipeBarrier<PIPE_M>();
+    Mmad(bufs.l0c.Get<float>(), bufs.l0a.Get<half>(), bufs.l0b.Get<half>(), MmadParams(32, 32, 16, 0, false, false));
+}
+
+// The decode kernels' bug: a tile of 32 rows (Mmad m 32) read with the srcStride of a 33-row tile
+// (48): Fixpipe's column block 1 starts at the Mmad's row 16 of block 1.
+extern "C" __global__ __aicore__ void fixpipe_other_layout(GM_ADDR c)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    TPipe pipe;
+    WideCubeBuffers bufs;
+    bufs.Init(pipe);
+    GlobalTensor<float> cGm;
+    cGm.SetGlobalBuffer((__gm__ float*)c, 32 * 32);
+    LocalTensor<float> acc = bufs.l0c.Get<float>();
+    Mmad(acc, bufs.l0a.Get<half>(), bufs.l0b.Get<half>(), MmadParams(32, 32, 16, 0, false, true));
+    Fixpipe(cGm, acc, FixpipeParamsV220(32, 32, 48, 32, false));
 }
 
 extern "C" __global__ __aicore__ void transpose_float(GM_ADDR)
@@ -721,12 +796,25 @@ void test_rules()
     const Case cases[] = {
         {"L0A overflow", l0a_overflow, "L0A overflow at TPosition::A2"},
         {"L1 overflow", l1_overflow, "L1 overflow at TPosition::B1"},
+        {"L0B overflow", l0b_overflow, "L0B overflow at TPosition::B2: 67584 more bytes on top of 0 makes 67584 > 65536"},
+        {"L0C overflow", l0c_overflow, "L0C overflow at TPosition::CO1: 33792 more bytes on top of 98304"},
         {"misaligned Mmad operand", mmad_misaligned, "Mmad: fm starts at L0A offset 32, not 512-byte aligned"},
         {"Mmad operand position", mmad_wrong_position,
          "Mmad: fm is a tensor at TPosition::A1 (L1), but this operand must be in L0A"},
         {"Mmad m == 1", mmad_m_one, "m == 1 switches the cube to GEMV"},
         {"Mmad k == 0", mmad_zero_k, "each must be in [1, 4095]"},
         {"Mmad accumulates onto garbage", mmad_accumulate_garbage, "which no Mmad wrote since its buffer"},
+        {"small Mmad accumulated unordered", mmad_small_no_barrier,
+         "Mmad: accumulates onto L0C that Mmad #1 wrote (m rounded up to 16: 16) with fewer than 10 whole 16 x 16 "
+         "result fractals (floor(m/16) x floor(n/16)) and no PipeBarrier<PIPE_M>() since"},
+        {"Mmad accumulates with another m", mmad_accumulate_other_m,
+         "Mmad: reads L0C as a result laid out with column blocks 512 floats apart (this Mmad's m 32 rounded up to "
+         "16), but Mmad #1 laid its result out by its m rounded up to 16 (48: column blocks 768 floats apart): the "
+         "float read as row 0, column 16 is that Mmad's row 32, column 0"},
+        {"Fixpipe srcStride of another m", fixpipe_other_layout,
+         "Fixpipe(L0C->GM, CFG_ROW_MAJOR): reads L0C as a result laid out with column blocks 768 floats apart "
+         "(srcStride 48), but Mmad #1 laid its result out by its m rounded up to 16 (32: column blocks 512 floats "
+         "apart): the float read as row 0, column 16 is that Mmad's row 16, column 16"},
         {"ifTranspose on float", transpose_float, "ifTranspose transposes 16 x 16 fractals of 2-byte types only"},
         {"LoadData repeatTimes 0", load_zero_repeats, "repeatTimes 0"},
         {"LoadData past its source", load_past_l1_tensor, "src needs 8704 bytes"},

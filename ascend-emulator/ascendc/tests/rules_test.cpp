@@ -695,7 +695,8 @@ void test_rules()
         {"atomic left set", atomic_left_set, g_x, "SetAtomicAdd<float>() is still enabled"},
         {"float->bf16 CAST_NONE", cast_bf16_none, g_x, "float -> bfloat16_t does not support RoundMode::CAST_NONE"},
         {"Compare count % 256 B", compare_count, g_x, "not a multiple of 256"},
-        {"Compare int32 not EQ", compare_int32_mode, g_x, "EQ only"},
+        {"Compare int32 not EQ", compare_int32_mode, g_x,
+         "Compare: CMPMODE::LT on int32_t: the A2 vector core's vcmpv_lt takes float16 and float32 only"},
         {"ReduceMax tmp too small", reduce_tmp_small, g_x, "sharedTmpBuffer holds 8 elements"},
         {"partial overlap", partial_overlap, g_x, "partially overlaps"},
         {"Axpy widening in place", axpy_overlap, g_x, "Axpy: dst [UB 0, +256) partially overlaps src"},
@@ -996,6 +997,53 @@ template <class D, class S>
 struct CanAxpy<D, S, std::void_t<decltype(Axpy(std::declval<LocalTensor<D>>(), std::declval<LocalTensor<S>>(),
                                                std::declval<S>(), 0))>> : std::true_type {};
 
+template <class T, class = void>
+struct CanDiv : std::false_type {};
+template <class T>
+struct CanDiv<T, std::void_t<decltype(Div(std::declval<LocalTensor<T>>(), std::declval<LocalTensor<T>>(),
+                                          std::declval<LocalTensor<T>>(), 0))>> : std::true_type {};
+
+template <class T, class = void>
+struct CanAnd : std::false_type {};
+template <class T>
+struct CanAnd<T, std::void_t<decltype(And(std::declval<LocalTensor<T>>(), std::declval<LocalTensor<T>>(),
+                                          std::declval<LocalTensor<T>>(), 0))>> : std::true_type {};
+
+template <class T, class = void>
+struct CanOr : std::false_type {};
+template <class T>
+struct CanOr<T, std::void_t<decltype(Or(std::declval<LocalTensor<T>>(), std::declval<LocalTensor<T>>(),
+                                        std::declval<LocalTensor<T>>(), 0))>> : std::true_type {};
+
+template <class T, class = void>
+struct CanReduceSum : std::false_type {};
+template <class T>
+struct CanReduceSum<T, std::void_t<decltype(ReduceSum(std::declval<LocalTensor<T>>(), std::declval<LocalTensor<T>>(),
+                                                      std::declval<LocalTensor<T>>(), 0))>> : std::true_type {};
+
+template <class T, class = void>
+struct CanReduceMax : std::false_type {};
+template <class T>
+struct CanReduceMax<T, std::void_t<decltype(ReduceMax(std::declval<LocalTensor<T>>(), std::declval<LocalTensor<T>>(),
+                                                      std::declval<LocalTensor<T>>(), 0))>> : std::true_type {};
+
+template <class T, class = void>
+struct CanSelect : std::false_type {};
+template <class T>
+struct CanSelect<T, std::void_t<decltype(Select(std::declval<LocalTensor<T>>(), std::declval<LocalTensor<uint8_t>>(),
+                                                std::declval<LocalTensor<T>>(), std::declval<LocalTensor<T>>(),
+                                                SELMODE::VSEL_TENSOR_TENSOR_MODE, 0u))>> : std::true_type {};
+
+// The rows of the A2 vector core's instruction table (vector-intrinsics-910b.md): vdiv, vcadd,
+// vcmax and vsel take float16/float32 only, vand/vor int16/uint16 only.
+static_assert(CanDiv<float>::value && CanDiv<half>::value && !CanDiv<int32_t>::value && !CanDiv<int16_t>::value,
+              "vdiv: float16, float32");
+static_assert(CanReduceSum<float>::value && !CanReduceSum<int32_t>::value, "vcadd: float16, float32");
+static_assert(CanReduceMax<half>::value && !CanReduceMax<int32_t>::value, "vcmax: float16, float32");
+static_assert(CanSelect<float>::value && !CanSelect<int32_t>::value, "vsel: float16, float32");
+static_assert(CanAnd<int16_t>::value && CanAnd<uint16_t>::value && !CanAnd<int32_t>::value && !CanAnd<uint32_t>::value,
+              "vand: int16, uint16");
+static_assert(CanOr<uint16_t>::value && !CanOr<int32_t>::value && !CanOr<uint32_t>::value, "vor: int16, uint16");
 static_assert(CanAxpy<float, float>::value && CanAxpy<half, half>::value && CanAxpy<float, half>::value);
 static_assert(!CanAxpy<half, float>::value && !CanAxpy<bfloat16_t, bfloat16_t>::value, "Axpy outside the A2 table");
 static_assert(CanAdd<float>::value && CanAdd<half>::value && CanAdd<int16_t>::value && CanAdd<int32_t>::value);
@@ -1010,7 +1058,8 @@ static_assert(CanDuplicate<bfloat16_t>::value && !CanDuplicate<int8_t>::value);
 
 void test_compile_time()
 {
-    std::printf("ok   %-34s bf16/int8 Add, Adds(half, 1.0f), Exp<int32_t>, Cast bf16<-half do not compile\n",
+    std::printf("ok   %-34s bf16/int8 Add, Adds(half, 1.0f), Exp/Div/ReduceSum/ReduceMax/Select<int32_t>, "
+                "And/Or<int32_t|uint32_t>, Cast bf16<-half do not compile\n",
                 "compile-time dtype rules");
 }
 

@@ -28,7 +28,7 @@ pub struct DeviceProps {
 }
 
 impl DeviceProps {
-    /// Atlas A2 (Ascend910B1/B2): 48 vector cores, 192 KiB unified buffer each
+    /// Atlas A2 Ascend910B2 (its entry of [`SOCS`]; the emulated NPU by default): 48 vector cores, 192 KiB unified buffer each
     /// (`hardware-atlas-a2.md` §2-3); 1.6 TB/s of HBM bandwidth (the low end of the sheet's
     /// UNCERTAIN 1.6-1.8 TB/s), a 1.8 GHz clock (910B2's `cube_freq`) and 32 B/cycle per core
     /// (the platform ini's `ddr_rate`, units UNCERTAIN, taken for cube cores too); 24 cube cores,
@@ -46,6 +46,20 @@ impl DeviceProps {
         launch_latency_ns: 3_000,
     };
 
+    /// The properties of the SoC `aclrtGetSocName` names: its cube (AI) and vector core counts
+    /// and its cube clock from [`SOCS`], everything else as [`Self::ATLAS_A2`] (the per-core
+    /// memories are the same on every SoC of the table, `hardware-atlas-a2.md` §3; the sheets give
+    /// no per-SoC bandwidth, so the A2 figure, UNCERTAIN for the 32 GiB parts). `None` for a SoC
+    /// the table does not have.
+    pub fn for_soc(name: &str) -> Option<Self> {
+        SOCS.iter().find(|s| s.name == name).map(|s| Self {
+            cube_cores: s.cube_cores,
+            vector_cores: s.vector_cores,
+            clock_hz: s.clock_mhz * 1_000_000,
+            ..Self::ATLAS_A2
+        })
+    }
+
     /// One vector core's global-memory rate, bytes/s.
     pub fn core_gm_bytes_per_s(&self) -> f64 {
         (self.core_gm_bytes_per_cycle * self.clock_hz) as f64
@@ -56,6 +70,45 @@ impl DeviceProps {
     pub fn gm_seconds(&self, total: u64, busiest: u64) -> f64 {
         (total as f64 / self.hbm_bytes_per_s as f64)
             .max(busiest as f64 / self.core_gm_bytes_per_s())
+    }
+}
+
+/// One SoC's figures of the platform description (`hardware-atlas-a2.md` §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocFigures {
+    /// The name `aclrtGetSocName` gives (the ini's SoC_version).
+    pub name: &'static str,
+    /// AI cores, one cube core (AIC) each.
+    pub cube_cores: u32,
+    /// Vector cores (AIV), two per AI core.
+    pub vector_cores: u32,
+    /// `cube_freq`, MHz.
+    pub clock_mhz: u64,
+}
+
+/// The Atlas A2 (910B) and A3 (910C, one die per device) SoCs the kernels are built for
+/// (`hardware-atlas-a2.md` §2, values as in the platform ini files).
+pub const SOCS: &[SocFigures] = &[
+    soc("Ascend910B1", 24, 1850),
+    soc("Ascend910B2", 24, 1800),
+    soc("Ascend910B2C", 24, 1800),
+    soc("Ascend910B3", 20, 1800),
+    soc("Ascend910B4", 20, 1500),
+    soc("Ascend910B4-1", 20, 1500),
+    soc("Ascend910_9391", 24, 1850),
+    soc("Ascend910_9392", 24, 1850),
+    soc("Ascend910_9381", 24, 1800),
+    soc("Ascend910_9382", 24, 1800),
+    soc("Ascend910_9372", 20, 1800),
+    soc("Ascend910_9362", 20, 1500),
+];
+
+const fn soc(name: &'static str, cube_cores: u32, clock_mhz: u64) -> SocFigures {
+    SocFigures {
+        name,
+        cube_cores,
+        vector_cores: 2 * cube_cores,
+        clock_mhz,
     }
 }
 
@@ -141,3 +194,32 @@ pub use norm::*;
 pub use paged::*;
 pub use program::*;
 pub use routing::*;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn props_follow_the_soc() {
+        // The 910B3 and 910B4 have 20 AI cores (40 vector cores), the 910B4 a 1.5 GHz clock.
+        let b3 = DeviceProps::for_soc("Ascend910B3").expect("in the table");
+        assert_eq!(
+            (b3.cube_cores, b3.vector_cores, b3.clock_hz),
+            (20, 40, 1_800_000_000)
+        );
+        let b4 = DeviceProps::for_soc("Ascend910B4").expect("in the table");
+        assert_eq!(
+            (b4.cube_cores, b4.vector_cores, b4.clock_hz),
+            (20, 40, 1_500_000_000)
+        );
+        let b1 = DeviceProps::for_soc("Ascend910B1").expect("in the table");
+        assert_eq!((b1.cube_cores, b1.clock_hz), (24, 1_850_000_000));
+        assert_eq!(b4.ub_bytes, DeviceProps::ATLAS_A2.ub_bytes);
+        // ATLAS_A2 is the 910B2's entry.
+        assert_eq!(
+            DeviceProps::for_soc("Ascend910B2"),
+            Some(DeviceProps::ATLAS_A2)
+        );
+        assert_eq!(DeviceProps::for_soc("Ascend310P3"), None);
+    }
+}

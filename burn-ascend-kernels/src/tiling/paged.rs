@@ -520,6 +520,60 @@ pub fn decode_softmax_ub_bytes(dtype: NormType, head_dim_v: u64, chunk: u64, cap
         + ub_align(head_dim_v * 4)
 }
 
+/// Bytes a cube kernel plans in each local memory of a cube core (its `InitBuffer`s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CubeBuffers {
+    /// L1 (A1/B1 queues).
+    pub l1: u64,
+    /// L0A (A2).
+    pub l0a: u64,
+    /// L0B (B2).
+    pub l0b: u64,
+    /// L0C (CO1).
+    pub l0c: u64,
+}
+
+impl CubeBuffers {
+    /// Every memory within its budget (cube-api.md §7; L1 less CANN's KFC reserve).
+    pub fn fit(&self) -> bool {
+        self.l1 <= L1_BYTES
+            && self.l0a <= L0AB_BYTES
+            && self.l0b <= L0AB_BYTES
+            && self.l0c <= L0C_BYTES
+    }
+}
+
+/// The local memory `decode_attention_scores` plans for a tiling: the head tile's queries and a
+/// key tile in L1, a k step of each in L0A/L0B, the scores in L0C (all already 32-byte multiples).
+pub fn decode_scores_cube_bytes(t: &DecodeScoresTiling, dtype: NormType) -> CubeBuffers {
+    let eb = dtype.bytes();
+    let (mp, np) = (align16(t.head_tile as u64), t.key_tile as u64);
+    let (kp, step) = (align16(t.head_dim_k as u64), t.k_step as u64);
+    CubeBuffers {
+        l1: (mp + np) * kp * eb,
+        l0a: mp * step * eb,
+        l0b: step * np * eb,
+        l0c: mp * np * 4,
+    }
+}
+
+/// The local memory `decode_attention_values` plans for a tiling: the head tile's probabilities
+/// and a key tile of value rows in L1 and again in L0A/L0B, the head tile's Dv accumulators in L0C.
+pub fn decode_values_cube_bytes(t: &DecodeValuesTiling, dtype: NormType) -> CubeBuffers {
+    let eb = dtype.bytes();
+    let (mp, kr, np) = (
+        align16(t.head_tile as u64),
+        t.key_tile as u64,
+        align16(t.head_dim_v as u64),
+    );
+    CubeBuffers {
+        l1: (mp * kr + kr * np) * eb,
+        l0a: mp * kr * eb,
+        l0b: kr * np * eb,
+        l0c: mp * np * 4,
+    }
+}
+
 /// The cube path's plans, or why it cannot run the shape.
 fn cube_plans(
     s: &DecodeShape,
@@ -561,9 +615,15 @@ fn cube_plans(
         key_tile -= 16;
     }
     let (tiles, head_tile) = heads.ok_or("it needs a head tile and 16 key rows of Dk to fit L1")?;
-    // Values: L0C holds a head tile's Dv accumulators, L0B a key tile of value rows.
+    // Values: L0B holds a key tile of value rows; L0C the head tile's Dv accumulators, L0A its
+    // probabilities of the key tile, L1 both operands.
     let v_key_tile = (L0AB_BYTES / (np_v * eb) / 16 * 16).min(MAX_CUBE_KEY_TILE);
-    let (v_tiles, v_head_tile) = equal_tiles(group, L0C_BYTES / (np_v * 4) / 16 * 16, 2)
+    let v_max_heads = (L0C_BYTES / (np_v * 4))
+        .min(L0AB_BYTES / (v_key_tile * eb))
+        .min(L1_BYTES.saturating_sub(v_key_tile * np_v * eb) / (v_key_tile * eb))
+        / 16
+        * 16;
+    let (v_tiles, v_head_tile) = equal_tiles(group, v_max_heads, 2)
         .ok_or("it needs a tile of at least 2 heads' Dv accumulators to fit L0C")?;
     let chunk = SOFTMAX_CHUNK;
     if decode_softmax_ub_bytes(dtype, s.head_dim_v, chunk, logit_cap > 0.0) > props.ub_bytes as u64
@@ -988,29 +1048,25 @@ mod tests {
             decode_shape(32, 32, 8, (128, 128), 4, false),
             decode_shape(3, 6, 2, (72, 40), 3, false),
             decode_shape(2, 64, 1, (2048, 2048), 2, false),
+            // Two value head tiles of 33 and 32 heads (Dv 512): their L0C layouts differ.
+            decode_shape(1, 65, 1, (576, 512), 2, true),
+            // Past 256 heads per score tile; values' L0A bounds their head tile (Dv 64).
+            decode_shape(1, 257, 1, (64, 64), 2, false),
+            // Narrow values: L0C would hold 2048 heads, L0A only 256 with 128 keys.
+            decode_shape(1, 600, 1, (32, 16), 1, false),
         ] {
             let s = with_keys(s, 100);
             let c = cube_plans(&s, NormType::BF16, 0.1, 30.0, &a2)
                 .unwrap_or_else(|e| panic!("{s:?}: {e}"));
             let (t, v) = (c.scores.tiling, c.values.tiling);
-            let (mp, kp, eb) = (align16(t.head_tile as u64), align16(s.head_dim_k), 2);
             let kt = t.key_tile as u64;
-            assert!((mp + kt) * kp * eb <= L1_BYTES, "{t:?}");
-            assert!(mp * CUBE_K_STEP * eb <= L0AB_BYTES && kt * CUBE_K_STEP * eb <= L0AB_BYTES);
-            assert!(mp * kt * 4 <= L0C_BYTES && (CUBE_K_STEP / 16) * (kt / 16) <= 255);
-            let (mv, npv, ktv) = (
-                align16(v.head_tile as u64),
-                align16(s.head_dim_v),
-                v.key_tile as u64,
-            );
-            assert!(
-                ktv >= 16 && ktv % 16 == 0 && ktv * npv * eb <= L0AB_BYTES,
-                "{v:?}"
-            );
-            assert!(
-                mv * npv * 4 <= L0C_BYTES && mv * ktv * eb <= L0AB_BYTES,
-                "{v:?}"
-            );
+            let scores = decode_scores_cube_bytes(&t, NormType::BF16);
+            assert!(scores.fit(), "{t:?}: {scores:?}");
+            assert!((CUBE_K_STEP / 16) * (kt / 16) <= 255, "{t:?}");
+            let values = decode_values_cube_bytes(&v, NormType::BF16);
+            assert!(values.fit(), "{v:?}: {values:?}");
+            let ktv = v.key_tile as u64;
+            assert!(ktv >= 16 && ktv.is_multiple_of(16), "{v:?}");
             let group = s.q_heads / s.kv_heads;
             for tile in [t.head_tile as u64, v.head_tile as u64] {
                 let tiles = group.div_ceil(tile);

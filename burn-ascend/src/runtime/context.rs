@@ -217,19 +217,21 @@ impl DeviceContext {
         }
     }
 
-    /// A description of the device for `Backend::name`.
-    pub fn describe(&self) -> String {
+    /// The device's SoC as `aclrtGetSocName` names it (`Ascend910B2`, ...), `None` when the
+    /// runtime gives none.
+    pub fn soc_name(&self) -> Option<String> {
         let api = self.bind();
         // SAFETY: returns NULL or a static NUL-terminated string.
-        let soc = unsafe {
+        unsafe {
             let p = (api.core.aclrtGetSocName)();
-            if p.is_null() {
-                "unknown SoC".to_string()
-            } else {
-                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-            }
-        };
-        format!("ascend({}, {soc}, {})", self.device, api.describe())
+            (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+        }
+    }
+
+    /// A description of the device for `Backend::name`.
+    pub fn describe(&self) -> String {
+        let soc = self.soc_name().unwrap_or_else(|| "unknown SoC".to_string());
+        format!("ascend({}, {soc}, {})", self.device, self.bind().describe())
     }
 
     /// Waits for all queued work; reports an asynchronous device error raised by it (and,

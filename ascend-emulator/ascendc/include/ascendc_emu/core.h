@@ -80,6 +80,18 @@ inline const char* phys_name(Phys p)
     return kNames[static_cast<size_t>(p)];
 }
 
+/// What an Mmad left in one float of L0C: which Mmad of the core wrote it (numbered from 1; 0: none
+/// since the buffer was allocated, the value is garbage), which element (row, col) of that Mmad's
+/// m x n result it is, the Mmad's m rounded up to 16 (its layout: column blocks mp x 16 floats
+/// apart), and whether the Mmad was below the PIPE_M barrier threshold (cube.h).
+struct L0cTag {
+    uint32_t mmad;
+    uint16_t row;
+    uint16_t col;
+    uint16_t mp;
+    uint16_t small;
+};
+
 /// Who holds an event ID of a TPipe's pool.
 enum class EventSlot : uint8_t { Free, Queue, Reserved };
 
@@ -92,7 +104,8 @@ struct CoreState {
     CoreKind kind = CoreKind::Vector;
     bool kindFixed = false;             // the kernel used the core or declared its type: the kind is final
     uint8_t* mem[kPhysCount] = {};      // this core's memories: the UB on a vector core, L1/L0A/L0B/L0C on a cube core
-    uint8_t* l0cDefined = nullptr;      // cube core: per float of L0C, 1 once an Mmad defined it
+    L0cTag* l0cTags = nullptr;          // cube core: per float of L0C, the Mmad element it holds
+    uint64_t mmadsAtBarrier = 0;        // mmadCalls at the last PipeBarrier<PIPE_M> or <PIPE_ALL>
     AscendC::TPipe* pipe = nullptr;     // the TPipe alive on this core
     uint64_t pipeEpoch = 0;             // bumped whenever a TPipe gives its buffers back
     uint32_t planned[kPhysCount] = {};  // bytes of each memory the TPipe's InitBuffer calls planned so far

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -223,12 +224,66 @@ constexpr uint32_t c0_of()
     return kBlockBytes / sizeof(T);
 }
 
-/// The L0C shadow of a tensor: one flag per float, 1 where an Mmad defined the value.
+/// Production kernels issue PipeBarrier<PIPE_M>() after an Mmad of fewer than this many whole
+/// 16 x 16 result fractals, floor(m/16) * floor(n/16) (catlass's PIPE_M_BARRIER_THRESHOLD, cube-api.md
+/// §4.4). The reason is undocumented (UNCERTAIN); the stricter reading is enforced: an Mmad that
+/// accumulates onto L0C values such a small Mmad wrote needs a PipeBarrier<PIPE_M> (or PIPE_ALL)
+/// in between.
+constexpr uint32_t kPipeMBarrierFractals = 10;
+
+/// The L0C tags of a tensor (one per float, core.h).
 template <class T>
-uint8_t* l0c_defined(const AscendC::LocalTensor<T>& t)
+L0cTag* l0c_tags(const AscendC::LocalTensor<T>& t)
 {
-    return core().l0cDefined + TensorAccess::ref(t).addr / sizeof(float);
+    return core().l0cTags + TensorAccess::ref(t).addr / sizeof(float);
 }
+
+/// Checks that a reader of L0C (Fixpipe, or an Mmad accumulating) takes each float as the element
+/// the Mmad that wrote it made it: for each writing Mmad, the reader's element (r, c) must be that
+/// Mmad's (r + dr, c + dc) for one offset (dr, dc) (a view may start inside a result). Mmad lays
+/// its result out by its own m (column blocks Align16(m) x 16 floats apart, §3.3), so a reader
+/// assuming another layout (Fixpipe's srcStride, an accumulating Mmad's m) takes other elements.
+class L0cReader {
+public:
+    L0cReader(const char* api, const char* layout, uint64_t readerMp) : api_(api), layout_(layout), mp_(readerMp) {}
+
+    void read(const L0cTag& t, uint64_t r, uint64_t c)
+    {
+        if (last_ >= seen_.size() || seen_[last_].mmad != t.mmad) {
+            last_ = 0;
+            while (last_ < seen_.size() && seen_[last_].mmad != t.mmad) {
+                ++last_;
+            }
+            if (last_ == seen_.size()) {
+                seen_.push_back({t.mmad, t.row, t.col, r, c});
+                return;
+            }
+        }
+        const Seen& s = seen_[last_];
+        if (static_cast<int64_t>(t.row) - static_cast<int64_t>(r) != static_cast<int64_t>(s.row) - static_cast<int64_t>(s.r) ||
+            static_cast<int64_t>(t.col) - static_cast<int64_t>(c) != static_cast<int64_t>(s.col) - static_cast<int64_t>(s.c)) {
+            fail("%s: reads L0C as a result laid out with column blocks %" PRIu64
+                 " floats apart (%s), but Mmad #%u laid its result out by its m rounded up to 16 (%u: column blocks "
+                 "%u floats apart): the float read as row %" PRIu64 ", column %" PRIu64
+                 " is that Mmad's row %u, column %u, while row %" PRIu64 ", column %" PRIu64
+                 " is its row %u, column %u (wrong L0C elements)",
+                 api_, mp_ * kCubeEdge, layout_, t.mmad, t.mp, t.mp * kCubeEdge, r, c, t.row, t.col, s.r, s.c, s.row,
+                 s.col);
+        }
+    }
+
+private:
+    struct Seen {
+        uint32_t mmad;
+        uint16_t row, col;  // the writer's element ...
+        uint64_t r, c;      // ... that the reader took as its (r, c)
+    };
+    const char* api_;
+    const char* layout_;
+    uint64_t mp_;
+    std::vector<Seen> seen_;
+    size_t last_ = 0;
+};
 
 }  // namespace ascendc_emu
 
@@ -402,19 +457,32 @@ ascendc_emu::Requires<ascendc_emu::mmad_types<T, U, S>> Mmad(const LocalTensor<T
     const uint8_t* a = local_operand(api, "fm", fm, mp * kp * sizeof(U), Phys::L0A, kL0Align);
     const uint8_t* b = local_operand(api, "filter", filter, kp * np * sizeof(S), Phys::L0B, kL0Align);
     uint8_t* c = local_operand(api, "dst", dst, mp * np * sizeof(float), Phys::L0C, kL0cFractalBytes);
-    uint8_t* defined = l0c_defined(dst);
+    L0cTag* tags = l0c_tags(dst);
     // isBias (deprecated) means accumulate as well: the hardware gets cmatrixInitVal && !isBias (§4.2).
     const bool init = p.cmatrixInitVal && !p.isBias;
     const auto cAt = [&](uint64_t i, uint64_t j) {
         return (j / kCubeEdge) * mp * kCubeEdge + i * kCubeEdge + j % kCubeEdge;
     };
+    CoreState& state = core();
     if (!init) {
+        char layout[64];
+        std::snprintf(layout, sizeof layout, "this Mmad's m %u rounded up to 16", p.m);
+        L0cReader reader(api, layout, mp);
         for (uint64_t j = 0; j < n; ++j) {
             for (uint64_t i = 0; i < m; ++i) {
-                if (!defined[cAt(i, j)]) {
+                const L0cTag& t = tags[cAt(i, j)];
+                if (t.mmad == 0) {
                     fail("%s: accumulates (cmatrixInitVal false%s) onto L0C row %" PRIu64 ", column %" PRIu64
                          ", which no Mmad wrote since its buffer was allocated: it holds garbage",
                          api, p.isBias ? ", isBias" : "", i, j);
+                }
+                reader.read(t, i, j);
+                if (t.small && t.mmad > state.mmadsAtBarrier) {
+                    fail("%s: accumulates onto L0C that Mmad #%u wrote (m rounded up to 16: %u) with fewer than %u "
+                         "whole 16 x 16 result fractals (floor(m/16) x floor(n/16)) and no PipeBarrier<PIPE_M>() "
+                         "since: below that size production kernels order the M pipe before the next Mmad reads the "
+                         "result (cube-api.md §4.4)",
+                         api, t.mmad, t.mp, kPipeMBarrierFractals);
                 }
             }
         }
@@ -437,12 +505,14 @@ ascendc_emu::Requires<ascendc_emu::mmad_types<T, U, S>> Mmad(const LocalTensor<T
         }
     }
     constexpr uint32_t kPoisonFloat = 0xFFFFFFFFu;
+    const L0cTag tag = {static_cast<uint32_t>(state.mmadCalls + 1), 0, 0, static_cast<uint16_t>(mp),
+                        static_cast<uint16_t>((m / kCubeEdge) * (n / kCubeEdge) < kPipeMBarrierFractals)};
     for (uint64_t j = 0; j < np; ++j) {
         for (uint64_t i = 0; i < mp; ++i) {
             const uint64_t at = cAt(i, j);
             if (i >= m || j >= n) {
                 store<uint32_t>(c, at, kPoisonFloat);
-                defined[at] = 0;
+                tags[at] = L0cTag{};
                 continue;
             }
             float sum = init ? 0.0f : load<float>(c, at);
@@ -452,12 +522,13 @@ ascendc_emu::Requires<ascendc_emu::mmad_types<T, U, S>> Mmad(const LocalTensor<T
                 sum += x[kk] * y[kk];
             }
             store<float>(c, at, sum);
-            defined[at] = 1;
+            tags[at] = tag;
+            tags[at].row = static_cast<uint16_t>(i);
+            tags[at].col = static_cast<uint16_t>(j);
         }
     }
     // The fact sheet's peak rate: one 16 x 16 x 16 block per cycle for half/bf16, float at 1/4
     // (hardware-atlas-a2.md §4.1).
-    CoreState& state = core();
     state.cubeCycles += ceil_div(m, kCubeEdge) * ceil_div(n, kCubeEdge) * ceil_div(k, kCubeEdge) *
                         (std::is_same_v<U, float> ? 4 : 1);
     ++state.mmadCalls;
@@ -513,17 +584,22 @@ ascendc_emu::Requires<ascendc_emu::fixpipe_types<T, U>> Fixpipe(const GlobalTens
     }
     const uint64_t srcElems = (blocks - 1) * p.srcStride * kCubeEdge + rowsPadded * kCubeEdge;
     const uint8_t* s = local_operand(api, "src", src, srcElems * sizeof(float), Phys::L0C, kL0cAlign);
-    const uint8_t* defined = l0c_defined(src);
+    const L0cTag* tags = l0c_tags(src);
     const auto srcAt = [&](uint64_t r, uint64_t c) {
         return (c / kCubeEdge) * p.srcStride * kCubeEdge + r * kCubeEdge + c % kCubeEdge;
     };
+    char layout[32];
+    std::snprintf(layout, sizeof layout, "srcStride %u", p.srcStride);
+    L0cReader reader(api, layout, p.srcStride);
     for (uint64_t c = 0; c < cols; ++c) {
         for (uint64_t r = 0; r < rows; ++r) {
-            if (!defined[srcAt(r, c)]) {
+            const L0cTag& t = tags[srcAt(r, c)];
+            if (t.mmad == 0) {
                 fail("%s: reads L0C row %" PRIu64 ", column %" PRIu64
                      " of src, which no Mmad defined (outside its m x n, or never written): garbage",
                      api, r, c);
             }
+            reader.read(t, r, c);
         }
     }
     const CoreState& cs = core();

@@ -130,7 +130,7 @@ protected:
             const Phys p = phys_of(home_);
             std::memset(c.mem[static_cast<size_t>(p)] + b.addr, kPoison, len_);  // a fresh buffer holds garbage
             if (p == Phys::L0C) {
-                std::memset(c.l0cDefined + b.addr / sizeof(float), 0, len_ / sizeof(float));  // no Mmad wrote it
+                std::memset(c.l0cTags + b.addr / sizeof(float), 0, len_ / sizeof(float) * sizeof(L0cTag));  // no Mmad wrote it
             }
             return ref(i);
         }

@@ -3,7 +3,7 @@
 //
 // Pipes are not modelled as asynchronous (copies, vector ops, LoadData, Mmad and Fixpipe complete
 // when issued), so PipeBarrier orders nothing that is not already ordered; what IS checked is the
-// flag protocol: SetFlag/WaitFlag pairing, IDs, double SetFlag, flags or atomic mode left set at
+// PIPE_M barrier after small Mmads (cube.h) and the flag protocol: SetFlag/WaitFlag pairing, IDs, double SetFlag, flags or atomic mode left set at
 // kernel end, and that an event or pipe exists on the running core (V on a vector core, MTE1/M/FIX
 // on a cube core).
 // A launch is decided as if its blocks ran one after another, so SyncAll (a barrier across
@@ -84,6 +84,8 @@ void WaitFlag(int32_t eventID)
 
 /// Orders the given pipe; every operation completes when issued here, so there is nothing to wait
 /// for. The pipe must exist on the running core: V on a vector core, MTE1/M/FIX on a cube core.
+/// PIPE_M and PIPE_ALL are recorded on a cube core: an Mmad accumulating onto a small Mmad's
+/// result needs one in between (cube.h, kPipeMBarrierFractals).
 template <pipe_t pipe>
 void PipeBarrier()
 {
@@ -95,6 +97,10 @@ void PipeBarrier()
         ascendc_emu::require_vector("PipeBarrier<PIPE_V>");
     } else if constexpr (pipe == PIPE_MTE1 || pipe == PIPE_M || pipe == PIPE_FIX) {
         ascendc_emu::require_cube("PipeBarrier<PIPE_MTE1|PIPE_M|PIPE_FIX>");
+    }
+    if constexpr (pipe == PIPE_M || pipe == PIPE_ALL) {
+        ascendc_emu::CoreState& c = ascendc_emu::core();
+        c.mmadsAtBarrier = c.mmadCalls;
     }
 }
 

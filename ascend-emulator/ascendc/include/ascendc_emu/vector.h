@@ -1,7 +1,10 @@
 // Host emulation of Ascend C: vector compute APIs, count forms (ascendc-api.md §5, §9.1, §9.8-9.9).
 //
-// Every API is constrained to the Atlas A2 dtype table in its signature, so an illegal dtype (bf16
-// or int8 arithmetic, Div on integers, ...) finds no matching function at compile time. Scalars are
+// Every API is constrained in its signature to the dtypes of the vector instruction behind it (the
+// table `isa` below, from the A2 platform description: vector-intrinsics-910b.md), so an illegal
+// dtype (bf16 or int8 arithmetic, Div on integers, ...) finds no matching function at compile
+// time, and the compiler's note names the instruction (`Requires<isa::vdiv<T>>` with T = int).
+// Scalars are
 // `const T&` with T deduced from the tensors, so Adds(halfTensor, halfTensor, 1.0f, n) does not
 // compile either, as on CANN. Results are computed in float (half) or int64 (integers) and rounded
 // or wrapped once per element to the destination type, as the vector unit delivers them.
@@ -22,13 +25,55 @@
 
 namespace ascendc_emu {
 
-/// The dtype sets of the vector APIs on Atlas A2/A3.
+/// The dtypes each vector instruction of the A2 vector core (AIV, dav-c220-vec) takes, from the
+/// SoC's platform description (`[VectorCoreintrinsicDtypeMap]` of Ascend910B2.ini, the same for
+/// every A2 SoC: /work/shared/ascend/vector-intrinsics-910b.md). Each API below is constrained by
+/// the instruction that backs it, so a call on another dtype does not compile and the compiler's
+/// note names the instruction. A dtype missing from a row may also be emulated by CANN's library
+/// with several instructions; the emulation takes the stricter reading and refuses it.
+namespace isa {
 template <class T>
-constexpr bool arith_type = one_of<T, half, float, int16_t, int32_t>;  // Add Sub Mul Max Min, scalar forms
+constexpr bool arith = one_of<T, half, float, int32_t, int16_t>;  // the rows of vadd/vsub/vmul/vmax/vmin(s)
 template <class T>
-constexpr bool float_type = one_of<T, half, float>;  // Div Exp Ln Abs Reciprocal Sqrt Rsqrt LeakyRelu Reduce*
+constexpr bool f16_f32 = one_of<T, half, float>;
+
+template <class T> constexpr bool vadd = arith<T>;     // Add
+template <class T> constexpr bool vsub = arith<T>;     // Sub
+template <class T> constexpr bool vmul = arith<T>;     // Mul
+template <class T> constexpr bool vmax = arith<T>;     // Max
+template <class T> constexpr bool vmin = arith<T>;     // Min
+template <class T> constexpr bool vadds = arith<T>;    // Adds
+template <class T> constexpr bool vmuls = arith<T>;    // Muls
+template <class T> constexpr bool vmaxs = arith<T>;    // Maxs
+template <class T> constexpr bool vmins = arith<T>;    // Mins
+template <class T> constexpr bool vdiv = f16_f32<T>;   // Div
+template <class T> constexpr bool vexp = f16_f32<T>;   // Exp
+template <class T> constexpr bool vln = f16_f32<T>;    // Ln
+template <class T> constexpr bool vabs = f16_f32<T>;   // Abs
+template <class T> constexpr bool vrec = f16_f32<T>;   // Reciprocal
+template <class T> constexpr bool vsqrt = f16_f32<T>;  // Sqrt
+template <class T> constexpr bool vrsqrt = f16_f32<T>; // Rsqrt
+template <class T> constexpr bool vlrelu = f16_f32<T>; // LeakyRelu
+template <class T> constexpr bool vrelu = one_of<T, half, float, int32_t>;  // Relu
+template <class T> constexpr bool vand = one_of<T, int16_t, uint16_t>;      // And
+template <class T> constexpr bool vor = one_of<T, int16_t, uint16_t>;       // Or
+template <class T> constexpr bool vnot = one_of<T, int16_t, uint16_t>;      // Not
+template <class T> constexpr bool vsel = f16_f32<T>;   // Select
+template <class T> constexpr bool vcadd = f16_f32<T>;  // ReduceSum
+template <class T> constexpr bool vcmax = f16_f32<T>;  // ReduceMax
+template <class T> constexpr bool vcmin = f16_f32<T>;  // ReduceMin
+// Compare / CompareScalar: vcmpv_<mode> / vcmpvs_<mode> take float16 and float32; the EQ forms
+// int32 too (checked per mode at run time, compare_operands).
+template <class T> constexpr bool vcmpv_eq = one_of<T, half, float, int32_t>;
+template <class T> constexpr bool vcmpvs_eq = one_of<T, half, float, int32_t>;
+// Axpy: vaxpy takes f16f16f16, f32f32f32 and f32f16f16 (dst, src, scalar).
+template <class T, class U>
+constexpr bool vaxpy = (std::is_same_v<T, U> && f16_f32<T>) || (std::is_same_v<T, float> && std::is_same_v<U, half>);
+}  // namespace isa
+
+/// Types the vector unit computes in float (half, float; the others are integers).
 template <class T>
-constexpr bool bitwise_type = one_of<T, int16_t, uint16_t>;  // And Or Not
+constexpr bool float_type = isa::f16_f32<T>;
 
 /// The host type a result is computed in before it is rounded (half) or wrapped (integers).
 template <class T>
@@ -222,6 +267,14 @@ inline const char* cmp_name(AscendC::CMPMODE m)
     return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "?";
 }
 
+/// The mode as the instructions' suffix spells it (vcmpv_lt, ...).
+inline const char* cmp_lower(AscendC::CMPMODE m)
+{
+    static const char* const kNames[] = {"lt", "gt", "eq", "le", "ge", "ne"};
+    const size_t i = static_cast<size_t>(m);
+    return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "?";
+}
+
 template <class T>
 bool compare(T x, T y, AscendC::CMPMODE m)
 {
@@ -244,7 +297,10 @@ uint8_t* compare_operands(const char* api, const AscendC::LocalTensor<U>& dst, c
                           AscendC::CMPMODE mode, uint64_t n)
 {
     if (std::is_same_v<T, int32_t> && mode != AscendC::CMPMODE::EQ) {
-        fail("%s: int32_t supports CMPMODE::EQ only, not %s", api, cmp_name(mode));
+        // Only vcmpv_eq / vcmpvs_eq take int32 (vector-intrinsics-910b.md).
+        fail("%s: CMPMODE::%s on int32_t: the A2 vector core's %s_%s takes float16 and float32 only (int32 has "
+             "EQ alone)",
+             api, cmp_name(mode), std::strcmp(api, "Compare") == 0 ? "vcmpv" : "vcmpvs", cmp_lower(mode));
     }
     if (n * sizeof(T) % kRepeatBytes != 0) {
         fail("%s: count %" PRIu64 " of %s is %" PRIu64 " bytes, not a multiple of 256: the NPU leaves the "
@@ -389,9 +445,6 @@ ASCENDC_EMU_VECTOR_LOOP void cast_loop(uint8_t* d, const uint8_t* s, uint64_t n,
 }
 
 template <class T, class U>
-constexpr bool axpy_pair = (std::is_same_v<T, U> && float_type<T>) || (std::is_same_v<T, float> && std::is_same_v<U, half>);
-
-template <class T, class U>
 ASCENDC_EMU_VECTOR_LOOP void axpy_loop(uint8_t* d, const uint8_t* s, uint64_t n, float a)
 {
     for (uint64_t i = 0; i < n; ++i) {
@@ -410,42 +463,42 @@ namespace AscendC {
 // ---- Element-wise binary: half, float, int16_t, int32_t (Div: half, float) ----
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::arith_type<T>> Add(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
+ascendc_emu::Requires<ascendc_emu::isa::vadd<T>> Add(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
                                                        const LocalTensor<T>& src1, const int32_t& count)
 {
     ascendc_emu::binary("Add", dst, src0, src1, count, [](auto a, auto b) { return a + b; });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::arith_type<T>> Sub(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
+ascendc_emu::Requires<ascendc_emu::isa::vsub<T>> Sub(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
                                                        const LocalTensor<T>& src1, const int32_t& count)
 {
     ascendc_emu::binary("Sub", dst, src0, src1, count, [](auto a, auto b) { return a - b; });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::arith_type<T>> Mul(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
+ascendc_emu::Requires<ascendc_emu::isa::vmul<T>> Mul(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
                                                        const LocalTensor<T>& src1, const int32_t& count)
 {
     ascendc_emu::binary("Mul", dst, src0, src1, count, [](auto a, auto b) { return a * b; });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::float_type<T>> Div(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
+ascendc_emu::Requires<ascendc_emu::isa::vdiv<T>> Div(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
                                                        const LocalTensor<T>& src1, const int32_t& count)
 {
     ascendc_emu::binary("Div", dst, src0, src1, count, [](float a, float b) { return a / b; });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::arith_type<T>> Max(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
+ascendc_emu::Requires<ascendc_emu::isa::vmax<T>> Max(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
                                                        const LocalTensor<T>& src1, const int32_t& count)
 {
     ascendc_emu::binary("Max", dst, src0, src1, count, [](auto a, auto b) { return a > b ? a : b; });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::arith_type<T>> Min(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
+ascendc_emu::Requires<ascendc_emu::isa::vmin<T>> Min(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
                                                        const LocalTensor<T>& src1, const int32_t& count)
 {
     ascendc_emu::binary("Min", dst, src0, src1, count, [](auto a, auto b) { return a < b ? a : b; });
@@ -454,7 +507,7 @@ ascendc_emu::Requires<ascendc_emu::arith_type<T>> Min(const LocalTensor<T>& dst,
 // ---- Tensor-scalar: half, float, int16_t, int32_t ----
 
 template <typename T, bool isSetMask = true>
-ascendc_emu::Requires<ascendc_emu::arith_type<T>> Adds(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vadds<T>> Adds(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                         const T& scalarValue, const int32_t& count)
 {
     static_assert(isSetMask, "isSetMask=false relies on mask registers the emulation does not model");
@@ -463,7 +516,7 @@ ascendc_emu::Requires<ascendc_emu::arith_type<T>> Adds(const LocalTensor<T>& dst
 }
 
 template <typename T, bool isSetMask = true>
-ascendc_emu::Requires<ascendc_emu::arith_type<T>> Muls(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vmuls<T>> Muls(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                         const T& scalarValue, const int32_t& count)
 {
     static_assert(isSetMask, "isSetMask=false relies on mask registers the emulation does not model");
@@ -472,7 +525,7 @@ ascendc_emu::Requires<ascendc_emu::arith_type<T>> Muls(const LocalTensor<T>& dst
 }
 
 template <typename T, bool isSetMask = true>
-ascendc_emu::Requires<ascendc_emu::arith_type<T>> Maxs(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vmaxs<T>> Maxs(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                         const T& scalarValue, const int32_t& count)
 {
     static_assert(isSetMask, "isSetMask=false relies on mask registers the emulation does not model");
@@ -481,7 +534,7 @@ ascendc_emu::Requires<ascendc_emu::arith_type<T>> Maxs(const LocalTensor<T>& dst
 }
 
 template <typename T, bool isSetMask = true>
-ascendc_emu::Requires<ascendc_emu::arith_type<T>> Mins(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vmins<T>> Mins(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                         const T& scalarValue, const int32_t& count)
 {
     static_assert(isSetMask, "isSetMask=false relies on mask registers the emulation does not model");
@@ -490,7 +543,7 @@ ascendc_emu::Requires<ascendc_emu::arith_type<T>> Mins(const LocalTensor<T>& dst
 }
 
 template <typename T, bool isSetMask = true>
-ascendc_emu::Requires<ascendc_emu::float_type<T>> LeakyRelu(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vlrelu<T>> LeakyRelu(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                              const T& scalarValue, const int32_t& count)
 {
     static_assert(isSetMask, "isSetMask=false relies on mask registers the emulation does not model");
@@ -501,7 +554,7 @@ ascendc_emu::Requires<ascendc_emu::float_type<T>> LeakyRelu(const LocalTensor<T>
 // ---- Axpy: dst += src * scalar (A2 dtypes: half/half/half, float/float/float, half/half -> float) ----
 
 template <typename T, typename U>
-ascendc_emu::Requires<ascendc_emu::axpy_pair<T, U>> Axpy(const LocalTensor<T>& dst, const LocalTensor<U>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vaxpy<T, U>> Axpy(const LocalTensor<T>& dst, const LocalTensor<U>& src,
                                                           const U& scalarValue, const int32_t& count)
 {
     const uint64_t n = ascendc_emu::vec_count("Axpy", count);
@@ -516,49 +569,49 @@ ascendc_emu::Requires<ascendc_emu::axpy_pair<T, U>> Axpy(const LocalTensor<T>& d
 // ---- Unary: half, float (Relu also int32_t) ----
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::float_type<T>> Exp(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vexp<T>> Exp(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                        const int32_t& count)
 {
     ascendc_emu::unary("Exp", dst, src, count, [](float x) { return std::exp(x); });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::float_type<T>> Ln(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vln<T>> Ln(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                       const int32_t& count)
 {
     ascendc_emu::unary("Ln", dst, src, count, [](float x) { return std::log(x); });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::float_type<T>> Abs(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vabs<T>> Abs(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                        const int32_t& count)
 {
     ascendc_emu::unary("Abs", dst, src, count, [](float x) { return std::fabs(x); });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::float_type<T>> Reciprocal(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vrec<T>> Reciprocal(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                               const int32_t& count)
 {
     ascendc_emu::unary("Reciprocal", dst, src, count, [](float x) { return 1.0f / x; });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::float_type<T>> Sqrt(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vsqrt<T>> Sqrt(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                         const int32_t& count)
 {
     ascendc_emu::unary("Sqrt", dst, src, count, [](float x) { return std::sqrt(x); });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::float_type<T>> Rsqrt(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vrsqrt<T>> Rsqrt(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                          const int32_t& count)
 {
     ascendc_emu::unary("Rsqrt", dst, src, count, [](float x) { return 1.0f / std::sqrt(x); });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::one_of<T, half, float, int32_t>> Relu(const LocalTensor<T>& dst,
+ascendc_emu::Requires<ascendc_emu::isa::vrelu<T>> Relu(const LocalTensor<T>& dst,
                                                                          const LocalTensor<T>& src,
                                                                          const int32_t& count)
 {
@@ -568,21 +621,21 @@ ascendc_emu::Requires<ascendc_emu::one_of<T, half, float, int32_t>> Relu(const L
 // ---- Bitwise: int16_t, uint16_t ----
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::bitwise_type<T>> And(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
+ascendc_emu::Requires<ascendc_emu::isa::vand<T>> And(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
                                                          const LocalTensor<T>& src1, const int32_t& count)
 {
     ascendc_emu::binary("And", dst, src0, src1, count, [](int64_t a, int64_t b) { return a & b; });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::bitwise_type<T>> Or(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
+ascendc_emu::Requires<ascendc_emu::isa::vor<T>> Or(const LocalTensor<T>& dst, const LocalTensor<T>& src0,
                                                         const LocalTensor<T>& src1, const int32_t& count)
 {
     ascendc_emu::binary("Or", dst, src0, src1, count, [](int64_t a, int64_t b) { return a | b; });
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::bitwise_type<T>> Not(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vnot<T>> Not(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                          const int32_t& count)
 {
     ascendc_emu::unary("Not", dst, src, count, [](int64_t x) { return ~x; });
@@ -632,7 +685,7 @@ ascendc_emu::Requires<(ascendc_emu::cast_modes<T, U>() != 0)> Cast(const LocalTe
 
 /// dst bit i = src0[i] <cmpMode> src1[i]; count * sizeof(T) must be a multiple of 256 bytes.
 template <typename T, typename U>
-ascendc_emu::Requires<ascendc_emu::one_of<T, half, float, int32_t> && ascendc_emu::one_of<U, uint8_t, int8_t>>
+ascendc_emu::Requires<ascendc_emu::isa::vcmpv_eq<T> && ascendc_emu::one_of<U, uint8_t, int8_t>>
 Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, CMPMODE cmpMode,
         uint32_t count)
 {
@@ -656,7 +709,7 @@ Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor
 
 /// dst bit i = src0[i] <cmpMode> src1Scalar; count * sizeof(T) must be a multiple of 256 bytes.
 template <typename T, typename U>
-ascendc_emu::Requires<ascendc_emu::one_of<T, half, float, int32_t> && std::is_same_v<U, uint8_t>>
+ascendc_emu::Requires<ascendc_emu::isa::vcmpvs_eq<T> && std::is_same_v<U, uint8_t>>
 CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
               uint32_t count)
 {
@@ -677,7 +730,7 @@ CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src
 
 /// Modes 0 and 2: dst[i] = mask bit ? src0[i] : src1[i].
 template <typename T, typename U>
-ascendc_emu::Requires<ascendc_emu::float_type<T> && ascendc_emu::one_of<U, uint8_t, uint16_t, uint32_t, uint64_t>>
+ascendc_emu::Requires<ascendc_emu::isa::vsel<T> && ascendc_emu::one_of<U, uint8_t, uint16_t, uint32_t, uint64_t>>
 Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
        const LocalTensor<T>& src1, SELMODE selMode, uint32_t count)
 {
@@ -706,7 +759,7 @@ Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTens
 
 /// Mode 1: dst[i] = mask bit ? src0[i] : src1.
 template <typename T, typename U>
-ascendc_emu::Requires<ascendc_emu::float_type<T> && ascendc_emu::one_of<U, uint8_t, uint16_t, uint32_t, uint64_t>>
+ascendc_emu::Requires<ascendc_emu::isa::vsel<T> && ascendc_emu::one_of<U, uint8_t, uint16_t, uint32_t, uint64_t>>
 Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, T src1, SELMODE selMode,
        uint32_t count)
 {
@@ -732,7 +785,7 @@ Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTens
 /// dst[0] = sum of src[0, count): a pairwise tree inside each 256-byte repeat, the repeats added in
 /// order; sharedTmpBuffer must hold the documented minimum and its contents become garbage.
 template <typename T, bool isSetMask = true>
-ascendc_emu::Requires<ascendc_emu::float_type<T>> ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vcadd<T>> ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                              const LocalTensor<T>& sharedTmpBuffer,
                                                              const int32_t count)
 {
@@ -798,7 +851,7 @@ void reduce_extreme(const char* api, const AscendC::LocalTensor<T>& dst, const A
 namespace AscendC {
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::float_type<T>> ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vcmax<T>> ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                              const LocalTensor<T>& sharedTmpBuffer,
                                                              const int32_t count, bool calIndex = 0)
 {
@@ -807,7 +860,7 @@ ascendc_emu::Requires<ascendc_emu::float_type<T>> ReduceMax(const LocalTensor<T>
 }
 
 template <typename T>
-ascendc_emu::Requires<ascendc_emu::float_type<T>> ReduceMin(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+ascendc_emu::Requires<ascendc_emu::isa::vcmin<T>> ReduceMin(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                                              const LocalTensor<T>& sharedTmpBuffer,
                                                              const int32_t count, bool calIndex = 0)
 {

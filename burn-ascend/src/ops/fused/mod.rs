@@ -15,7 +15,7 @@ mod routing;
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use burn_ascend_kernels::tiling::{DeviceProps, NormType};
+use burn_ascend_kernels::tiling::{DeviceProps, NormType, SOCS};
 
 pub(crate) use elementwise::check_vector_add;
 pub use elementwise::vector_add;
@@ -35,7 +35,7 @@ pub use routing::{cann_moe_init_routing, cann_moe_token_unpermute, CannRouting};
 
 use super::broadcast::invalid_input;
 use super::tensor::AscendTensor;
-use crate::acl::{AclResult, DataType};
+use crate::acl::{AclError, AclResult, DataType};
 use crate::runtime::DeviceContext;
 
 /// What a fused op's contract reads of an operand: its shape and dtype. The contracts
@@ -66,16 +66,30 @@ impl Operand for AscendTensor {
 /// fact sheet).
 const UB_BYTES: u32 = 192 << 10;
 
-/// The properties tiling depends on.
+/// The properties tiling depends on: the device's SoC's (cube cores and clock: the ACL table
+/// the backend loads has no query for the cube cores, `ACL_DEV_ATTR_CUBE_CORE_NUM` needs CANN
+/// 8.5's aclrtGetDeviceInfo, acl-abi.md; nor has CANN one for the bandwidths), with the vector
+/// cores the device reports.
 pub(crate) fn device_props(ctx: &Arc<DeviceContext>) -> AclResult<DeviceProps> {
-    // CANN has no query for the bandwidths either: the model's A2 figures. Nor for the cube
-    // cores in the ACL table the backend loads (`ACL_DEV_ATTR_CUBE_CORE_NUM` needs CANN 8.5's
-    // aclrtGetDeviceInfo, acl-abi.md): the A2's 24 (a 910B3's 20 run a plan of 24 blocks in
-    // two waves).
+    let soc = ctx.soc_name();
+    let props = soc
+        .as_deref()
+        .and_then(DeviceProps::for_soc)
+        .ok_or_else(|| {
+            AclError::Library(format!(
+                "the fused kernels are tiled for the Atlas A2/A3 SoCs ({}), but {} is {}",
+                SOCS.iter().map(|s| s.name).collect::<Vec<_>>().join(", "),
+                ctx.device(),
+                soc.as_deref().map_or(
+                    "of unknown SoC (aclrtGetSocName gave NULL)".to_string(),
+                    |s| format!("an {s}")
+                )
+            ))
+        })?;
     Ok(DeviceProps {
         vector_cores: ctx.vector_cores()?,
         ub_bytes: UB_BYTES,
-        ..DeviceProps::ATLAS_A2
+        ..props
     })
 }
 
