@@ -63,6 +63,12 @@ pub mod exports {
     pub use super::sample::*;
 }
 
+/// Page-locked host buffers (`aclrtMallocHost`) allocated and not freed, so that tests can see
+/// a leak.
+pub fn pinned_host_buffers() -> usize {
+    machine::machine().pinned.live()
+}
+
 /// The emulated runtime as a symbol source for the function table.
 pub struct EmulatedRuntime;
 
@@ -96,6 +102,10 @@ ascend_acl::acl_function_list!(emulated_symbols);
 
 impl SymbolSource for EmulatedRuntime {
     fn lookup(&self, name: &str) -> Option<*const c_void> {
+        if name == ascend_acl::table::DEBUG_BLOCK_FREED {
+            let f: ascend_acl::table::DebugBlockFreedFn = exports::ascendEmuDebugBlockFreed;
+            return Some(f as *const c_void);
+        }
         emulated_symbol(name)
     }
 
