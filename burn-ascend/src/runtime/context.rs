@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::ThreadId;
 
 use burn_ascend_kernels::{KernelApi, LaunchError};
 
@@ -66,9 +67,25 @@ pub struct DeviceContext {
     staging: Mutex<Option<StagingRing>>,
     /// Set when the device was reset: why this context is no longer usable.
     retired: OnceLock<String>,
-    /// The pool of the graph being captured on the stream: every allocation and upload goes
-    /// there while it is set (`graph.rs`).
-    capture: Mutex<Option<Arc<GraphPool>>>,
+    /// The graph being captured on the stream: every allocation and upload goes to its pool
+    /// while it is set (`graph.rs`).
+    capture: Mutex<Option<Capture>>,
+}
+
+/// A capture in progress on a context's stream.
+struct Capture {
+    pool: Arc<GraphPool>,
+    /// The thread capturing: the stream is shared, so work of any other thread would be
+    /// recorded into the graph; it is refused instead.
+    thread: ThreadId,
+}
+
+/// The eager caches of a context, where a block freed during a capture returns once the graph
+/// that may address it is gone.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum EagerCache {
+    Tensors,
+    Workspaces,
 }
 
 // SAFETY: the stream handle is used from any thread after binding the device to it, which
@@ -188,15 +205,25 @@ impl DeviceContext {
         self.stream
     }
 
-    /// Fails when the device was reset since this context was opened: its memory, stream and
-    /// tensors are gone.
+    /// Fails when the device was reset since this context was opened (its memory, stream and
+    /// tensors are gone), or when another thread is capturing a graph on it: all work of the
+    /// context shares one stream, so this thread's work would be recorded into that graph.
     pub fn check_alive(&self) -> AclResult<()> {
-        match self.retired.get() {
-            None => Ok(()),
-            Some(reason) => Err(AclError::DeviceLost(format!(
+        if let Some(reason) = self.retired.get() {
+            return Err(AclError::DeviceLost(format!(
                 "this tensor or operation belongs to a device context that no longer exists: \
                  {reason}; create tensors on the device again"
-            ))),
+            )));
+        }
+        match &*self.capture.lock().unwrap() {
+            Some(c) if c.thread != std::thread::current().id() => {
+                Err(AclError::InvalidArgument(format!(
+                    "{} is capturing a graph on thread {:?}: work from other threads is refused \
+                     until the capture ends (it would be recorded into the graph)",
+                    self.device, c.thread
+                )))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -244,7 +271,40 @@ impl DeviceContext {
 
     /// The pool of the graph being captured, if one is.
     fn capturing(&self) -> Option<Arc<GraphPool>> {
-        self.capture.lock().unwrap().clone()
+        self.capture
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|c| c.pool.clone())
+    }
+
+    fn eager(&self, cache: EagerCache) -> &Mutex<CachingAllocator> {
+        match cache {
+            EagerCache::Tensors => &self.tensors,
+            EagerCache::Workspaces => &self.workspaces,
+        }
+    }
+
+    /// Returns a block of an eager cache. During a capture it is parked with the graph instead:
+    /// the graph may address it (an eager tensor whose last use was recorded), so it must not
+    /// serve other work while the graph lives (aclgraph-abi.md §5).
+    fn free_eager(&self, cache: EagerCache, block: Block) {
+        match self.capturing() {
+            Some(pool) => pool.park(cache, block),
+            None => self.unpark(cache, block),
+        }
+    }
+
+    /// Puts a block back into an eager cache for reuse, telling the emulated runtime's debug
+    /// hook (absent on CANN) that it is freed from now on, so that a graph replay still
+    /// addressing it faults as a use of a freed buffer.
+    pub(crate) fn unpark(&self, cache: EagerCache, block: Block) {
+        if let Some(freed) = self.api.debug_block_freed {
+            // SAFETY: a device address from aclrtMalloc. The status only concerns the debug
+            // check (a reset device no longer knows the block): nothing to act on.
+            let _ = unsafe { freed(block.ptr) };
+        }
+        self.eager(cache).lock().unwrap().free(block);
     }
 
     /// A block of a capture's pool. No cache is released on out-of-memory: that needs a
@@ -268,7 +328,8 @@ impl DeviceContext {
             .map_err(|why| format!("{}: {why}", self.device))
     }
 
-    /// Routes allocations and uploads to `pool` until [`DeviceContext::end_capture`].
+    /// Routes allocations and uploads to `pool` until [`DeviceContext::end_capture`], and
+    /// refuses work from other threads meanwhile.
     pub(crate) fn begin_capture(&self, pool: Arc<GraphPool>) -> AclResult<()> {
         self.check_alive()?;
         let mut capture = self.capture.lock().unwrap();
@@ -278,7 +339,10 @@ impl DeviceContext {
                 self.device
             )));
         }
-        *capture = Some(pool);
+        *capture = Some(Capture {
+            pool,
+            thread: std::thread::current().id(),
+        });
         Ok(())
     }
 
@@ -512,13 +576,15 @@ impl DeviceContext {
             }
             return alive;
         } else if workspace_size > 0 {
+            // Read once: the workspace goes back where it came from even if a capture starts
+            // (on another thread) while phase two runs.
             let pool = self.capturing();
             let taken = match &pool {
                 Some(pool) => self.alloc_captured(pool, workspace_size as usize),
                 None => self.alloc_block(&self.workspaces, workspace_size as usize),
             };
             match taken {
-                Ok(block) => Some(block),
+                Ok(block) => Some((block, pool)),
                 Err(e) => {
                     if !repeatable {
                         // SAFETY: phase two never ran, so the executor is still ours.
@@ -530,15 +596,17 @@ impl DeviceContext {
         } else {
             None
         };
-        let ws_ptr = workspace.map_or(std::ptr::null_mut(), |b: Block| b.ptr);
+        let ws_ptr = workspace
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |(b, _)| b.ptr);
         // SAFETY: the executor comes from phase one of the same operator.
         let status = unsafe { phase2(ws_ptr, workspace_size, executor, self.stream) };
-        if let Some(block) = workspace {
+        if let Some((block, pool)) = workspace {
             // Stream-ordered reuse: later work on this stream may take it (during a capture,
             // later work of the same graph: its pool).
-            match self.capturing() {
+            match pool {
                 Some(pool) => pool.free(block),
-                None => self.workspaces.lock().unwrap().free(block),
+                None => self.free_eager(EagerCache::Workspaces, block),
             }
         }
         api.check(status, op)?;
@@ -556,6 +624,10 @@ impl OpLauncher for DeviceContext {
 
     fn context_id(&self) -> u64 {
         self.id
+    }
+
+    fn capturing(&self) -> bool {
+        self.capturing().is_some()
     }
 
     fn describe_context(&self, context: u64) -> String {
@@ -667,7 +739,7 @@ impl Drop for DeviceStorage {
     fn drop(&mut self) {
         match &self.pool {
             Some(pool) => pool.free(self.block),
-            None => self.ctx.tensors.lock().unwrap().free(self.block),
+            None => self.ctx.free_eager(EagerCache::Tensors, self.block),
         }
     }
 }
