@@ -255,3 +255,45 @@ fn a_failed_capture_frees_the_staging_of_its_uploads() {
     assert!(failed.is_err(), "a read fails the capture");
     assert_eq!(burn_ascend::emulator::pinned_host_buffers(), before);
 }
+
+#[test]
+#[serial(graph)]
+fn a_graph_that_cannot_be_destroyed_keeps_its_memory() {
+    let device = device();
+    let x = Tensor::<Ascend, 2>::ones([1024, 1024], &device);
+    let (step, out) = graph::capture(&device, || {
+        (0..16).fold(x.clone(), |h, _| h.matmul(x.clone()) * (1.0 / 1024.0))
+    })
+    .unwrap();
+    let pool = step.pool_bytes();
+    let before = Ascend::memory_stats(&device);
+    // A long replay is queued; another thread's capture then makes the drop's synchronisation
+    // fail, so aclmdlRIDestroy meets the replay still queued and fails.
+    step.replay().unwrap();
+    let (capturing_tx, capturing_rx) = std::sync::mpsc::channel();
+    let (dropped_tx, dropped_rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || {
+        graph::capture(&device, || {
+            capturing_tx.send(()).unwrap();
+            dropped_rx.recv().unwrap();
+        })
+        .map(|(graph, ())| drop(graph))
+    });
+    capturing_rx.recv().unwrap();
+    drop(step);
+    drop(out);
+    dropped_tx.send(()).unwrap();
+    other.join().unwrap().unwrap();
+    // Waits for the replay.
+    assert_eq!(
+        x.into_data().to_vec::<f32>().unwrap(),
+        vec![1.0; 1024 * 1024]
+    );
+    let after = Ascend::memory_stats(&device);
+    // The graph's pool was not taken into the eager cache: the graph might still have run.
+    assert_eq!(
+        after.bytes_reserved, before.bytes_reserved,
+        "pool of {pool} bytes"
+    );
+    assert!(pool > 0);
+}
