@@ -215,7 +215,11 @@ impl DeviceContext {
                  {reason}; create tensors on the device again"
             )));
         }
-        match &*self.capture.lock().unwrap() {
+        self.refuse_other_thread(self.capture.lock().unwrap().as_ref())
+    }
+
+    fn refuse_other_thread(&self, capture: Option<&Capture>) -> AclResult<()> {
+        match capture {
             Some(c) if c.thread != std::thread::current().id() => {
                 Err(AclError::InvalidArgument(format!(
                     "{} is capturing a graph on thread {:?}: work from other threads is refused \
@@ -225,6 +229,15 @@ impl DeviceContext {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Runs `enqueue`, one call that queues work on the stream, holding the capture state: the
+    /// work either precedes a capture another thread begins or is refused by it, and is never
+    /// recorded into that thread's graph (a check before the call alone leaves that window).
+    pub(crate) fn issue<R>(&self, enqueue: impl FnOnce() -> R) -> AclResult<R> {
+        let capture = self.capture.lock().unwrap();
+        self.refuse_other_thread(capture.as_ref())?;
+        Ok(enqueue())
     }
 
     /// A description of the device for `Backend::name`.
@@ -328,9 +341,14 @@ impl DeviceContext {
             .map_err(|why| format!("{}: {why}", self.device))
     }
 
-    /// Routes allocations and uploads to `pool` until [`DeviceContext::end_capture`], and
-    /// refuses work from other threads meanwhile.
-    pub(crate) fn begin_capture(&self, pool: Arc<GraphPool>) -> AclResult<()> {
+    /// Calls `begin` (which begins capturing on the stream) and, if it succeeds, routes
+    /// allocations and uploads to `pool` until [`DeviceContext::end_capture`] and refuses work
+    /// from other threads meanwhile (see [`DeviceContext::issue`]).
+    pub(crate) fn begin_capture(
+        &self,
+        pool: Arc<GraphPool>,
+        begin: impl FnOnce() -> AclResult<()>,
+    ) -> AclResult<()> {
         self.check_alive()?;
         let mut capture = self.capture.lock().unwrap();
         if capture.is_some() {
@@ -339,6 +357,7 @@ impl DeviceContext {
                 self.device
             )));
         }
+        begin()?;
         *capture = Some(Capture {
             pool,
             thread: std::thread::current().id(),
@@ -406,26 +425,24 @@ impl DeviceContext {
             // Recorded: every replay copies these bytes again, from staging the graph owns.
             let staged = pool.stage(api, bytes)?;
             // SAFETY: `dst` holds `dst.bytes` bytes; the staging lives as long as the graph.
-            return api.check(
-                unsafe {
-                    (api.core.aclrtMemcpyAsync)(
-                        dst.block.ptr,
-                        dst.bytes,
-                        staged,
-                        bytes.len(),
-                        crate::acl::types::memcpy_kind::ACL_MEMCPY_HOST_TO_DEVICE,
-                        self.stream,
-                    )
-                },
-                "aclrtMemcpyAsync",
-            );
+            let status = self.issue(|| unsafe {
+                (api.core.aclrtMemcpyAsync)(
+                    dst.block.ptr,
+                    dst.bytes,
+                    staged,
+                    bytes.len(),
+                    crate::acl::types::memcpy_kind::ACL_MEMCPY_HOST_TO_DEVICE,
+                    self.stream,
+                )
+            })?;
+            return api.check(status, "aclrtMemcpyAsync");
         }
         let mut staging = self.staging.lock().unwrap();
         let ring = match &mut *staging {
             Some(ring) => ring,
             None => staging.insert(StagingRing::new(api)?),
         };
-        ring.upload(api, self.stream, dst.block.ptr, dst.bytes, bytes)
+        self.issue(|| ring.upload(api, self.stream, dst.block.ptr, dst.bytes, bytes))?
     }
 
     /// Reads `len` bytes of `src` at byte `offset`; the caller has synchronised the stream
@@ -538,17 +555,20 @@ impl DeviceContext {
             crate::acl::AclError::Library(format!("{} cannot run {kernel}: {reason}", self.device))
         })?;
         self.bind();
-        launch(api, self.stream).map_err(|e| match e {
-            LaunchError::Refused { code, .. } => crate::acl::AclError::Call {
-                code: code as i32,
-                function: format!("aclrtlaunch_{kernel}"),
-                message: self.api.recent_error_message(),
-                context: None,
-            },
-            LaunchError::Missing { .. } => {
-                crate::acl::AclError::Library(format!("{}: {e} ({})", self.device, api.describe()))
-            }
-        })?;
+        self.issue(|| launch(api, self.stream))?
+            .map_err(|e| match e {
+                LaunchError::Refused { code, .. } => crate::acl::AclError::Call {
+                    code: code as i32,
+                    function: format!("aclrtlaunch_{kernel}"),
+                    message: self.api.recent_error_message(),
+                    context: None,
+                },
+                LaunchError::Missing { .. } => crate::acl::AclError::Library(format!(
+                    "{}: {e} ({})",
+                    self.device,
+                    api.describe()
+                )),
+            })?;
         if self.blocking {
             self.synchronize()?;
         }
@@ -600,7 +620,8 @@ impl DeviceContext {
             .as_ref()
             .map_or(std::ptr::null_mut(), |(b, _)| b.ptr);
         // SAFETY: the executor comes from phase one of the same operator.
-        let status = unsafe { phase2(ws_ptr, workspace_size, executor, self.stream) };
+        let issued =
+            self.issue(|| unsafe { phase2(ws_ptr, workspace_size, executor, self.stream) });
         if let Some((block, pool)) = workspace {
             // Stream-ordered reuse: later work on this stream may take it (during a capture,
             // later work of the same graph: its pool).
@@ -609,6 +630,16 @@ impl DeviceContext {
                 None => self.free_eager(EagerCache::Workspaces, block),
             }
         }
+        let status = match issued {
+            Ok(status) => status,
+            Err(refused) => {
+                if !repeatable {
+                    // SAFETY: phase two never ran, so the executor is still ours.
+                    unsafe { (api.core.aclDestroyAclOpExecutor)(executor) };
+                }
+                return Err(refused);
+            }
+        };
         api.check(status, op)?;
         if self.blocking {
             self.synchronize()?;

@@ -137,16 +137,13 @@ pub fn capture<R>(device: &AscendDevice, f: impl FnOnce() -> R) -> AclResult<(Gr
         parked: Mutex::default(),
         leaked: AtomicBool::new(false),
     });
-    ctx.begin_capture(pool.clone())?;
-    // SAFETY: the context's own stream.
-    let begun = api.check(
-        unsafe { (fns.aclmdlRICaptureBegin)(ctx.stream(), ACL_MODEL_RI_CAPTURE_MODE_GLOBAL) },
-        "aclmdlRICaptureBegin",
-    );
-    if let Err(e) = begun {
-        ctx.end_capture();
-        return Err(e);
-    }
+    ctx.begin_capture(pool.clone(), || {
+        // SAFETY: the context's own stream.
+        api.check(
+            unsafe { (fns.aclmdlRICaptureBegin)(ctx.stream(), ACL_MODEL_RI_CAPTURE_MODE_GLOBAL) },
+            "aclmdlRICaptureBegin",
+        )
+    })?;
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     let mut ri = std::ptr::null_mut();
     // SAFETY: the stream began capturing above, on this thread.
@@ -185,10 +182,10 @@ impl Graph {
         self.ctx.check_alive()?;
         let api = self.ctx.bind();
         // SAFETY: a live graph of this context, the context's stream.
-        api.check(
-            unsafe { (self.fns.aclmdlRIExecuteAsync)(self.ri, self.ctx.stream()) },
-            "aclmdlRIExecuteAsync",
-        )
+        let status = self
+            .ctx
+            .issue(|| unsafe { (self.fns.aclmdlRIExecuteAsync)(self.ri, self.ctx.stream()) })?;
+        api.check(status, "aclmdlRIExecuteAsync")
     }
 
     /// The device the graph runs on.
