@@ -619,6 +619,8 @@ pub unsafe fn run_cached<L: OpLauncher + ?Sized, T: CachedArgs>(
         // (and rebinds or evicts later) is recorded.
         let capturing = launcher.capturing();
         let cached = if capturing {
+            // Phase one runs: counted as a miss, as the counter's doc says.
+            c.executors.misses += 1;
             None
         } else {
             c.executors.get(hash, &c.key.words)
