@@ -15,6 +15,7 @@ use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn_ascend::Ascend;
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
+use burn_ascend_suite::moe::expert_parallel::ExpertParallel;
 use burn_ascend_suite::moe::model::MoeDecoder;
 use burn_ascend_suite::moe::scheduler::RequestId;
 use burn_ascend_suite::moe::serve::{Generation, Request, Sampling, ServeConfig, Server};
@@ -232,4 +233,31 @@ fn a_fault_in_a_replayed_step_fails_that_step_and_the_server_captures_again() {
             "request {i} after the fault"
         );
     }
+}
+
+#[test]
+#[serial(graph)]
+fn captured_decode_of_an_expert_parallel_model_is_refused_and_it_decodes_eagerly() {
+    let devices = [device(), common::second_device()];
+    if devices[0] == devices[1] {
+        eprintln!("skipped: the machine has one NPU");
+        return;
+    }
+    let cfg = small();
+    let weights = model(&cfg);
+    let sharded = ExpertParallel::shard(weights.clone(), &devices).expect("4 experts over 2 NPUs");
+    let mut server = Server::new(sharded, serve_config(), &devices[0]).unwrap();
+    let why = server.enable_captured_decode(&DECODE_BUCKETS).unwrap_err();
+    assert!(
+        why.contains("across NPUs") && why.contains("collectives"),
+        "{why}"
+    );
+    assert!(server.captured_buckets().is_empty());
+    // It serves eagerly, with the tokens of the same model on one NPU.
+    let arrivals = arrivals(4);
+    let (sharded_out, buckets) = drive(&mut server, &arrivals);
+    assert!(buckets.iter().all(Option::is_none));
+    let mut one = Server::new(weights, serve_config(), &devices[0]).unwrap();
+    let (one_out, _) = drive(&mut one, &arrivals);
+    assert_same_generations(&one_out, &sharded_out);
 }

@@ -7,7 +7,7 @@
 mod common;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burn_ascend::{fused, graph, Ascend, AscendDevice};
+use burn_ascend::{fused, graph, try_run, Ascend, AscendDevice};
 use common::device;
 use serial_test::serial;
 
@@ -155,4 +155,145 @@ fn dropping_a_graph_and_its_tensors_returns_its_pool_to_the_cache() {
         "{after:?}"
     );
     assert_eq!(after.bytes_in_use, before.bytes_in_use, "{after:?}");
+}
+
+#[test]
+#[serial(graph)]
+fn an_eager_tensor_that_dies_in_the_capture_keeps_its_block_until_the_graph_is_dropped() {
+    let device = device();
+    let values: Vec<f32> = (0..1024).map(|i| i as f32).collect();
+    let x = Tensor::<Ascend, 1>::from_data(TensorData::new(values.clone(), [1024]), &device);
+    // `x` is eager; its last reference dies inside the closure, after the op reading it was
+    // recorded.
+    let (step, out) = graph::capture(&device, move || {
+        let y = x.clone() * 2.0;
+        drop(x);
+        y
+    })
+    .unwrap();
+    // Eager tensors of the same size: one would take x's block if it were back in the cache.
+    let others: Vec<Tensor<Ascend, 1>> = (0..4)
+        .map(|i| Tensor::<Ascend, 1>::full([1024], -(i as f32), &device))
+        .collect();
+    step.replay().unwrap();
+    let doubled: Vec<f32> = values.iter().map(|v| v * 2.0).collect();
+    assert_eq!(out.clone().into_data().to_vec::<f32>().unwrap(), doubled);
+    for (i, t) in others.iter().enumerate() {
+        assert_eq!(
+            t.clone().into_data().to_vec::<f32>().unwrap(),
+            vec![-(i as f32); 1024]
+        );
+    }
+    // Once the graph is gone the block serves eager work again.
+    let in_use = Ascend::memory_stats(&device).bytes_in_use;
+    drop(step);
+    assert_eq!(
+        Ascend::memory_stats(&device).bytes_in_use,
+        in_use - 1024 * 4,
+        "x's block went back to the cache with the graph"
+    );
+}
+
+#[test]
+#[serial(graph)]
+fn work_of_another_thread_during_a_capture_is_refused_not_recorded() {
+    let device = device();
+    let a = Tensor::<Ascend, 1>::ones([8], &device);
+    let b = Tensor::<Ascend, 1>::full([8], 2.0, &device);
+    let other_thread = || {
+        std::thread::scope(|s| {
+            s.spawn(|| try_run(|| (a.clone() + b.clone()).into_data().to_vec::<f32>().unwrap()))
+                .join()
+                .unwrap()
+        })
+    };
+    let (step, (out, during)) =
+        graph::capture(&device, || (a.clone() * 3.0, other_thread())).unwrap();
+    let why = during.expect_err("refused during the capture").to_string();
+    assert!(
+        why.contains("capturing a graph") && why.contains("other threads"),
+        "{why}"
+    );
+    step.replay().unwrap();
+    assert_eq!(out.into_data().to_vec::<f32>().unwrap(), [3.0; 8]);
+    // After the capture the same work of another thread runs.
+    assert_eq!(other_thread().unwrap(), [3.0; 8]);
+}
+
+#[test]
+#[serial(graph)]
+fn a_graph_records_no_executor_of_the_cache_so_eager_reuse_cannot_rebind_it() {
+    let device = device();
+    let t = |v: f32| Tensor::<Ascend, 1>::full([16], v, &device);
+    let (a, b, c, d) = (t(1.0), t(2.0), t(10.0), t(20.0));
+    // Caches an executor of `[16] + [16]`.
+    assert_eq!(
+        (a.clone() + b.clone()).into_data().to_vec::<f32>().unwrap(),
+        [3.0; 16]
+    );
+    let (step, out) = graph::capture(&device, || c.clone() + d.clone()).unwrap();
+    // The same op eagerly again: a cache hit, rebinding the cached executor's addresses.
+    assert_eq!(
+        (a.clone() + b.clone()).into_data().to_vec::<f32>().unwrap(),
+        [3.0; 16]
+    );
+    step.replay().unwrap();
+    assert_eq!(out.into_data().to_vec::<f32>().unwrap(), [30.0; 16]);
+}
+
+#[test]
+#[serial(graph)]
+fn a_failed_capture_frees_the_staging_of_its_uploads() {
+    let device = device();
+    // The eager staging ring exists before counting.
+    let _ = Tensor::<Ascend, 1>::from_floats([1.0], &device).into_data();
+    let before = burn_ascend::emulator::pinned_host_buffers();
+    let failed = graph::capture(&device, || {
+        let c = Tensor::<Ascend, 1>::from_floats([1.0, 2.0, 3.0], &device);
+        (c * 2.0).into_data()
+    });
+    assert!(failed.is_err(), "a read fails the capture");
+    assert_eq!(burn_ascend::emulator::pinned_host_buffers(), before);
+}
+
+#[test]
+#[serial(graph)]
+fn a_graph_that_cannot_be_destroyed_keeps_its_memory() {
+    let device = device();
+    let x = Tensor::<Ascend, 2>::ones([1024, 1024], &device);
+    let (step, out) = graph::capture(&device, || {
+        (0..16).fold(x.clone(), |h, _| h.matmul(x.clone()) * (1.0 / 1024.0))
+    })
+    .unwrap();
+    let pool = step.pool_bytes();
+    let before = Ascend::memory_stats(&device);
+    // A long replay is queued; another thread's capture then makes the drop's synchronisation
+    // fail, so aclmdlRIDestroy meets the replay still queued and fails.
+    step.replay().unwrap();
+    let (capturing_tx, capturing_rx) = std::sync::mpsc::channel();
+    let (dropped_tx, dropped_rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || {
+        graph::capture(&device, || {
+            capturing_tx.send(()).unwrap();
+            dropped_rx.recv().unwrap();
+        })
+        .map(|(graph, ())| drop(graph))
+    });
+    capturing_rx.recv().unwrap();
+    drop(step);
+    drop(out);
+    dropped_tx.send(()).unwrap();
+    other.join().unwrap().unwrap();
+    // Waits for the replay.
+    assert_eq!(
+        x.into_data().to_vec::<f32>().unwrap(),
+        vec![1.0; 1024 * 1024]
+    );
+    let after = Ascend::memory_stats(&device);
+    // The graph's pool was not taken into the eager cache: the graph might still have run.
+    assert_eq!(
+        after.bytes_reserved, before.bytes_reserved,
+        "pool of {pool} bytes"
+    );
+    assert!(pool > 0);
 }

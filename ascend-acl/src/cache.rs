@@ -13,7 +13,9 @@
 //!   (`aclSetAclOpExecutorRepeatable`); on a hit it only rebinds the addresses that changed
 //!   (`aclSetInputTensorAddr` / `aclSetOutputTensorAddr`) and launches phase two again. Without
 //!   those functions in the table, or for an operator that refuses to be repeatable, it runs
-//!   phase one every time.
+//!   phase one every time. While the launcher's stream captures a graph the executor cache is
+//!   bypassed (one-shot executors only): a graph's recorded launch would otherwise refer to an
+//!   executor the cache later rebinds or evicts while the graph lives.
 //!
 //! Evicted entries are destroyed (`aclDestroyAclOpExecutor`, then their descriptors); so are
 //! all of a thread's entries when the thread exits or calls [`clear`]. Both caches are
@@ -613,7 +615,17 @@ pub unsafe fn run_cached<L: OpLauncher + ?Sized, T: CachedArgs>(
         c.key.reset(op, api, launcher.context_id());
         args.key(&mut c.key);
         let hash = hash_words(0, &c.key.words);
-        if let Some(entry) = c.executors.get(hash, &c.key.words) {
+        // A graph being captured records one-shot executors only: nothing the cache holds
+        // (and rebinds or evicts later) is recorded.
+        let capturing = launcher.capturing();
+        let cached = if capturing {
+            // Phase one runs: counted as a miss, as the counter's doc says.
+            c.executors.misses += 1;
+            None
+        } else {
+            c.executors.get(hash, &c.key.words)
+        };
+        if let Some(entry) = cached {
             if entry.op == op {
                 match unsafe { relaunch(launcher, entry, &c.key) } {
                     Ok(()) => return Ok(()),
@@ -630,7 +642,7 @@ pub unsafe fn run_cached<L: OpLauncher + ?Sized, T: CachedArgs>(
             api.optional.aclSetInputTensorAddr,
             api.optional.aclSetOutputTensorAddr,
         ) {
-            (Some(f), Some(_), Some(_)) if !c.refused.contains(&op) => Some(f),
+            (Some(f), Some(_), Some(_)) if !capturing && !c.refused.contains(&op) => Some(f),
             _ => None,
         };
         let mut parts = Parts::default();

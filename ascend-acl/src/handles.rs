@@ -353,6 +353,12 @@ pub trait OpLauncher {
     fn describe_context(&self, context: u64) -> String {
         format!("device context {context}")
     }
+    /// Whether the stream is capturing a graph: the executor cache is then bypassed, since a
+    /// graph's recorded launch must keep its executor as it was (the cache would rebind or
+    /// evict it while the graph lives).
+    fn capturing(&self) -> bool {
+        false
+    }
     /// Takes a `workspace_size`-byte workspace, calls `phase2` on the stream, releases the
     /// workspace in stream order.
     ///

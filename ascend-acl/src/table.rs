@@ -153,6 +153,14 @@ macro_rules! define_table {
 }
 crate::acl_function_list!(define_table);
 
+/// The emulated runtime's debug hook (not a CANN function, so CANN's libraries lack it): a
+/// caching allocator reports a block it took back for reuse without `aclrtFree`, so that a graph
+/// replay still addressing it is caught as a use of a freed buffer.
+pub const DEBUG_BLOCK_FREED: &str = "ascendEmuDebugBlockFreed";
+
+/// The C type of [`DEBUG_BLOCK_FREED`].
+pub type DebugBlockFreedFn = unsafe extern "C" fn(ptr: *mut c_void) -> aclError;
+
 /// The loaded table: one per process and implementation.
 pub struct AclApi {
     source: Box<dyn SymbolSource>,
@@ -164,6 +172,8 @@ pub struct AclApi {
     pub graph: Result<GraphFns, String>,
     /// Operators resolved lazily.
     pub ops: OpFns,
+    /// [`DEBUG_BLOCK_FREED`] where the source has it (the emulated runtime).
+    pub debug_block_freed: Option<DebugBlockFreedFn>,
 }
 
 impl AclApi {
@@ -172,12 +182,17 @@ impl AclApi {
         let core = CoreFns::resolve(&*source)?;
         let optional = OptionalFns::resolve(&*source);
         let graph = GraphFns::resolve(&*source);
+        let debug_block_freed = source.lookup(DEBUG_BLOCK_FREED).map(|p| {
+            // SAFETY: a source that exports the name gives it this signature.
+            unsafe { std::mem::transmute::<*const c_void, DebugBlockFreedFn>(p) }
+        });
         Ok(Self {
             source,
             core,
             optional,
             graph,
             ops: OpFns::default(),
+            debug_block_freed,
         })
     }
 

@@ -108,3 +108,10 @@ macro_rules! export_hccl_symbols {
 }
 
 ascend_acl::hccl_function_list!(export_hccl_symbols);
+
+/// The emulation's allocator debug hook (`ascend_acl::table::DEBUG_BLOCK_FREED`), which CANN's
+/// libraries do not export.
+#[no_mangle]
+pub unsafe extern "C" fn ascendEmuDebugBlockFreed(ptr: *mut std::ffi::c_void) -> aclError {
+    crate::exports::ascendEmuDebugBlockFreed(ptr)
+}

@@ -106,7 +106,16 @@ impl Model {
 
     /// The recorded tasks, in order; the first failure stops the replay.
     fn run(&self) -> Result<(), Fault> {
+        /// Clears the replay mark even when a task panics (the worker goes on with other work).
+        struct Unmark;
+        impl Drop for Unmark {
+            fn drop(&mut self) {
+                REPLAYING.with(|r| r.set(None));
+            }
+        }
+        let _unmark = Unmark;
         for (i, recorded) in self.tasks.lock().unwrap().iter_mut().enumerate() {
+            REPLAYING.with(|r| r.set(Some(recorded.recorded_at)));
             (recorded.task)().map_err(|f| Fault {
                 code: f.code,
                 message: format!("graph replay, task {i}: {}", f.message),
@@ -145,6 +154,34 @@ fn capturing_on(device: i32) -> Vec<Arc<Model>> {
         .filter(|m| m.device == device && m.is_capturing())
         .cloned()
         .collect()
+}
+
+thread_local! {
+    /// Set on a stream worker while it runs a replay's task: the `memory::free_clock` tick the task was
+    /// recorded at (memory it touches must not have been freed logically since).
+    static REPLAYING: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The tick the task this thread runs was recorded at, when it runs a graph replay.
+pub(crate) fn replaying() -> Option<u64> {
+    REPLAYING.with(Cell::get)
+}
+
+/// The debug hook of a caching allocator above the runtime: it took the block at `ptr` back
+/// for reuse without freeing it. Replays of graphs recorded before then fault when they touch
+/// it (`memory.rs`). Not a CANN function: the backend resolves it optionally, so the real CANN
+/// path, which lacks it, is unaffected.
+pub unsafe extern "C" fn ascendEmuDebugBlockFreed(ptr: *mut std::ffi::c_void) -> aclError {
+    guard("ascendEmuDebugBlockFreed", || {
+        let addr = ptr as u64;
+        let npu = machine().npu_of(addr).ok_or_else(|| {
+            fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                format!("ascendEmuDebugBlockFreed: {ptr:?} is not device memory"),
+            )
+        })?;
+        npu.memory.logical_free(addr)
+    })
 }
 
 thread_local! {

@@ -176,8 +176,15 @@ fn write_message(err: *mut c_char, err_len: usize, message: &str) {
     }
 }
 
-/// The host address of emulated global memory `[addr, addr + len)` for a kernel running on the
-/// NPU `ctx` holds (its index, as the launch passed it to the runner), or NULL with the reason.
+/// What a launch passes the runner as `ctx`, for `host_gm` on the runner's threads: the device
+/// the kernel runs on and, when a graph replay runs it, the tick its launch was recorded at.
+struct RunCtx {
+    device: i32,
+    recorded_at: Option<u64>,
+}
+
+/// The host address of emulated global memory `[addr, addr + len)` for a kernel running with
+/// `ctx` (a [`RunCtx`] the launch passed the runner), or NULL with the reason.
 /// A kernel reaches only its own NPU's HBM: a DataCopy reaches another card's HBM only over HCCS
 /// (hardware-atlas-a2.md, "Cross-card"), which needs peer access set up; the emulation models no
 /// peer access (the stricter choice), so an address of another NPU is rejected like any address
@@ -190,7 +197,10 @@ unsafe extern "C" fn host_gm(
     err_len: usize,
 ) -> *mut c_void {
     let npus = &machine().npus;
-    let running = (ctx as usize).checked_sub(1).map(|d| d as i32);
+    // SAFETY: NULL or the `RunCtx` of the launch running (it outlives the run).
+    let run = unsafe { (ctx as *const RunCtx).as_ref() };
+    let running = run.map(|r| r.device);
+    let recorded_at = run.and_then(|r| r.recorded_at);
     let resolved = match (running, npus.iter().position(|n| n.memory.owns(addr))) {
         (None, _) => Err("no kernel launch is running".to_string()),
         (_, None) => Err(format!("0x{addr:x} is not device memory")),
@@ -200,7 +210,7 @@ unsafe extern "C" fn host_gm(
         )),
         (Some(_), Some(owner)) => npus[owner]
             .memory
-            .host_ptr(addr, len as usize)
+            .host_ptr(addr, len as usize, recorded_at)
             .map_err(|f| f.message),
     };
     match resolved {
@@ -261,8 +271,11 @@ unsafe extern "C" fn host_launch(
         let mut err = [0 as c_char; 1024];
         let c_name = CString::new(kernel.clone()).unwrap_or_default();
         // SAFETY: the buffers are sized as the runner expects; `owned` keeps the args alive.
-        // The device index + 1 (0 is no launch), for `host_gm` on the runner's threads.
-        let ctx = (device as usize + 1) as *mut c_void;
+        let run_ctx = RunCtx {
+            device,
+            recorded_at: super::graph::replaying(),
+        };
+        let ctx = &run_ctx as *const RunCtx as *mut c_void;
         let code = unsafe {
             run(
                 ctx,

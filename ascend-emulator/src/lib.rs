@@ -67,6 +67,12 @@ pub mod exports {
     pub use super::sample::*;
 }
 
+/// Page-locked host buffers (`aclrtMallocHost`) allocated and not freed, so that tests can see
+/// a leak.
+pub fn pinned_host_buffers() -> usize {
+    machine::machine().pinned.live()
+}
+
 /// The emulated runtime as a symbol source for the function table: the functions of the CANN
 /// release [`ENV_CANN`] names (default [`DEFAULT_CANN`]).
 pub struct EmulatedRuntime;
@@ -118,6 +124,10 @@ impl SymbolSource for EmulatedRuntime {
 
 impl SymbolSource for EmulatedRelease {
     fn lookup(&self, name: &str) -> Option<*const c_void> {
+        if name == ascend_acl::table::DEBUG_BLOCK_FREED {
+            let f: ascend_acl::table::DebugBlockFreedFn = exports::ascendEmuDebugBlockFreed;
+            return Some(f as *const c_void);
+        }
         (introduced_in(name) <= self.0)
             .then(|| emulated_symbol(name))
             .flatten()

@@ -4,8 +4,14 @@
 //! nor all one), so host code that dereferences one by accident faults at once instead of
 //! reading plausible data. Freed ranges are never handed out again, so any later use of a freed
 //! buffer is detected and reported.
+//!
+//! A caching allocator above the runtime reuses a block without `aclrtFree`, which the rule above
+//! cannot see. Its frees are reported through a debug hook ([`DeviceMemory::logical_free`]):
+//! a graph replay's task that touches a block freed that way after the task was recorded reads
+//! or writes memory that now belongs to someone else, and faults as a freed buffer does.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use super::fault::{fault, Fault};
@@ -24,6 +30,17 @@ pub(crate) struct Block {
     charged: u64,
     data: *mut u64,
     words: usize,
+    /// The [`free_clock`] tick of the latest logical free by a caching allocator (0: none).
+    logically_freed: AtomicU64,
+}
+
+/// Ticks once per logical free of any block; a recorded task remembers the tick it was recorded
+/// at, so a later logical free of a block it touches is recognised.
+static FREE_CLOCK: AtomicU64 = AtomicU64::new(0);
+
+/// The current tick of the logical-free clock.
+pub(crate) fn free_clock() -> u64 {
+    FREE_CLOCK.load(Ordering::SeqCst)
 }
 
 // SAFETY: the backing is plain memory; concurrent access follows the device's rules (stream
@@ -136,6 +153,7 @@ impl DeviceMemory {
                 charged,
                 data,
                 words,
+                logically_freed: AtomicU64::new(0),
             }),
         );
         Ok(base)
@@ -166,15 +184,39 @@ impl DeviceMemory {
         }
     }
 
+    /// A caching allocator has taken the block at `addr` back for reuse (it stays allocated):
+    /// tasks recorded before now must not touch it any more.
+    pub fn logical_free(&self, addr: u64) -> Result<(), Fault> {
+        let s = self.state.read().unwrap();
+        let block = s.blocks.get(&addr).ok_or_else(|| {
+            fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                format!(
+                    "logical free: 0x{addr:x} is not the start of a live allocation on emulated npu:{}",
+                    self.device
+                ),
+            )
+        })?;
+        let tick = FREE_CLOCK.fetch_add(1, Ordering::SeqCst) + 1;
+        block.logically_freed.store(tick, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// The block holding `[addr, addr + len)`, and the offset of `addr` in it.
     pub fn resolve(&self, addr: u64, len: usize) -> Result<(Arc<Block>, usize), Fault> {
         self.locate(addr, len, |b, offset| (b.clone(), offset))
     }
 
     /// The host address of `[addr, addr + len)` (without holding its block: the caller's stream
-    /// order keeps it alive, and every access asks again).
-    pub fn host_ptr(&self, addr: u64, len: usize) -> Result<*mut u8, Fault> {
-        self.locate(addr, len, |b, offset| b.host_ptr(offset))
+    /// order keeps it alive, and every access asks again). `recorded_at`: the access is made by
+    /// a graph replay's task recorded at that [`free_clock`] tick (see [`DeviceMemory::resolve`]).
+    pub fn host_ptr(
+        &self,
+        addr: u64,
+        len: usize,
+        recorded_at: Option<u64>,
+    ) -> Result<*mut u8, Fault> {
+        self.locate_at(addr, len, recorded_at, |b, offset| b.host_ptr(offset))
     }
 
     /// Whether `[addr, addr + len)` is live memory of one allocation (without holding it).
@@ -182,14 +224,42 @@ impl DeviceMemory {
         self.locate(addr, len, |_, _| ())
     }
 
+    /// [`DeviceMemory::locate_at`] for the calling thread: the recorded task it runs, if it
+    /// runs a graph replay.
     fn locate<R>(
         &self,
         addr: u64,
         len: usize,
         found: impl FnOnce(&Arc<Block>, usize) -> R,
     ) -> Result<R, Fault> {
+        self.locate_at(addr, len, super::graph::replaying(), found)
+    }
+
+    fn locate_at<R>(
+        &self,
+        addr: u64,
+        len: usize,
+        recorded_at: Option<u64>,
+        found: impl FnOnce(&Arc<Block>, usize) -> R,
+    ) -> Result<R, Fault> {
         let s = self.state.read().unwrap();
         match s.blocks.range(..=addr).next_back().map(|(_, b)| b) {
+            Some(b)
+                if addr + len as u64 <= b.base + b.len as u64
+                    && recorded_at
+                        .is_some_and(|at| b.logically_freed.load(Ordering::SeqCst) > at) =>
+            {
+                Err(fault(
+                    ACL_ERROR_RT_AICORE_EXCEPTION,
+                    format!(
+                        "graph replay: access to 0x{addr:x} (+{len} bytes), in the block at 0x{:x} \
+                         that the caching allocator freed after the graph recorded this task (a \
+                         freed buffer: a later allocation may hold other data there; \
+                         aclgraph-abi.md §5: memory a graph uses must stay allocated while it lives)",
+                        b.base
+                    ),
+                ))
+            }
             Some(b) if addr + len as u64 <= b.base + b.len as u64 => {
                 Ok(found(b, (addr - b.base) as usize))
             }
@@ -278,6 +348,11 @@ impl PinnedHost {
         // SAFETY: allocated in `alloc` with this layout, freed once (removed above).
         unsafe { std::alloc::dealloc(p as *mut u8, layout) };
         Ok(())
+    }
+
+    /// Regions allocated and not freed.
+    pub fn live(&self) -> usize {
+        self.regions.lock().unwrap().len()
     }
 
     /// Whether `[p, p + len)` lies in one live region.

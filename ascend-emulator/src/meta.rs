@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::fault::{fault, Fault};
@@ -147,6 +147,8 @@ pub(crate) struct Executor {
     bytes: u64,
     /// The objects phase one read, which must live until phase two returns.
     objects: Vec<ObjectArg>,
+    /// Bumped when the executor is rebound or destroyed (see [`Launch::changed`]).
+    changes: Arc<AtomicU64>,
 }
 
 /// One launch of an executor: its kernel with the addresses bound when phase two was called
@@ -159,9 +161,21 @@ pub(crate) struct Launch {
     pub bytes: u64,
     kernel: Kernel,
     bindings: Arc<Bindings>,
+    changes: Arc<AtomicU64>,
+    /// `changes` when phase two was called.
+    version: u64,
 }
 
 impl Launch {
+    /// Whether the executor was rebound or destroyed since this launch. A queued launch keeps
+    /// its addresses; a graph's recorded launch is taken to refer to the executor itself
+    /// (ASSUMPTION, the stricter reading: CANN does not document what a captured aclnn task
+    /// keeps of its executor; aclgraph-abi.md §5 only says captured tasks keep their addresses),
+    /// so its replay refuses an executor that changed.
+    pub fn changed(&self) -> bool {
+        self.changes.load(Ordering::SeqCst) != self.version
+    }
+
     /// Runs the kernel with this launch's addresses.
     pub fn run(&self) -> Result<(), Fault> {
         struct Restore(Option<Arc<Bindings>>);
@@ -229,6 +243,7 @@ pub(crate) fn new_executor(
         repeatable: false,
         bytes,
         objects,
+        changes: Arc::default(),
     };
     // Aligned like a heap object, never NULL.
     let handle = NEXT_EXECUTOR.fetch_add(1, Ordering::Relaxed) << 4;
@@ -269,6 +284,8 @@ pub(crate) fn launch_of(op: &str, handle: *mut aclOpExecutor) -> Result<Launch, 
             bytes: exec.bytes,
             kernel: exec.kernel.clone(),
             bindings: exec.bindings.clone(),
+            changes: exec.changes.clone(),
+            version: exec.changes.load(Ordering::SeqCst),
         };
         if !exec.repeatable {
             m.remove(&key);
@@ -337,6 +354,7 @@ pub(crate) unsafe fn set_tensor_addr(
                 format!("{what}: the {} executor is not repeatable", exec.op),
             ));
         }
+        exec.changes.fetch_add(1, Ordering::SeqCst);
         let bindings = Arc::make_mut(&mut exec.bindings);
         let (list, index) = match slot {
             Slot::Input(i) => (&mut bindings.inputs, i),
@@ -372,7 +390,9 @@ pub(crate) fn destroy_executor(handle: *mut aclOpExecutor) -> Result<(), Fault> 
         return Err(null_executor(WHAT));
     }
     with_executors(|m| m.remove(&(handle as usize)))
-        .map(drop)
+        .map(|exec| {
+            exec.changes.fetch_add(1, Ordering::SeqCst);
+        })
         .ok_or_else(|| not_live(WHAT, handle))
 }
 

@@ -157,6 +157,16 @@ pub(crate) unsafe fn phase2(
                     ));
                 }
             }
+            if super::graph::replaying().is_some() && exec.changed() {
+                return Err(fault(
+                    ACL_ERROR_RT_AICORE_EXCEPTION,
+                    format!(
+                        "graph replay: the repeatable {op} executor this graph recorded was \
+                         rebound (aclSetInputTensorAddr / aclSetOutputTensorAddr) or destroyed \
+                         after the capture; a live graph's executors must stay as recorded"
+                    ),
+                ));
+            }
             if need > 0 {
                 // The workspace must still be live when the kernel runs.
                 machine()

@@ -26,6 +26,8 @@ pub(crate) type Task = Box<dyn FnMut() -> Result<(), Fault> + Send>;
 pub(crate) struct Recorded {
     pub task: Task,
     pub aclnn_bytes: Option<u64>,
+    /// The logical-free tick when it was recorded (`memory.rs`).
+    pub recorded_at: u64,
 }
 
 /// The sticky fault state of one device context.
@@ -191,7 +193,11 @@ impl Stream {
     fn submit(&self, task: Task, aclnn_bytes: Option<u64>) -> Result<(), Fault> {
         self.fault.check()?;
         if let Some(model) = self.capture() {
-            return model.record(Recorded { task, aclnn_bytes });
+            return model.record(Recorded {
+                task,
+                aclnn_bytes,
+                recorded_at: super::memory::free_clock(),
+            });
         }
         if self.default {
             graph::check_default_stream(self.device, "work queued")?;

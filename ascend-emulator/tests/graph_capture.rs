@@ -653,3 +653,151 @@ fn a_runtime_without_the_graph_functions_loads_and_says_what_it_lacks() {
     assert!(why.contains("aclmdlRICaptureGetInfo"), "{why}");
     assert!(!why.contains("aclmdlRICaptureBegin"), "{why}");
 }
+
+/// Binds device 1 (a fault is sticky, so the tests that fault use it), runs `f`, then resets
+/// device 1 and binds device 0 again.
+fn on_device_1(api: &'static AclApi, f: impl FnOnce(aclrtStream)) {
+    // SAFETY: plain call; the emulated machine has two NPUs.
+    api.check(unsafe { (api.core.aclrtSetDevice)(1) }, "aclrtSetDevice")
+        .unwrap();
+    f(stream(api));
+    // SAFETY: device 1 is ours; reset clears the fault.
+    api.check(unsafe { (api.core.aclrtResetDevice)(1) }, "reset")
+        .unwrap();
+    bind(api);
+}
+
+/// The replay's status at the stream synchronisation, and the runtime's message.
+fn replay_and_sync(api: &AclApi, ri: aclmdlRI, s: aclrtStream) -> (i32, String) {
+    api.check(replay(api, ri, s), "aclmdlRIExecuteAsync")
+        .unwrap();
+    // SAFETY: a live stream.
+    let code = unsafe { (api.core.aclrtSynchronizeStream)(s) };
+    (code, api.recent_error_message())
+}
+
+#[test]
+fn a_block_the_caching_allocator_freed_after_the_capture_faults_the_replay() {
+    let (api, _serial) = api();
+    let freed = api
+        .debug_block_freed
+        .expect("the emulated runtime has the allocator debug hook");
+    on_device_1(api, |s| {
+        let (a, b) = (malloc(api, 64), malloc(api, 64));
+        write_f32(api, a, &[7.0; 16]);
+        // Freed (and handed out again) before the capture: the graph may use it.
+        // SAFETY: a live allocation.
+        api.check(unsafe { freed(a) }, "ascendEmuDebugBlockFreed")
+            .unwrap();
+        begin(api, s, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL);
+        // SAFETY: both hold 64 bytes.
+        api.check(
+            unsafe { (api.core.aclrtMemcpyAsync)(b, 64, a, 64, ACL_MEMCPY_DEVICE_TO_DEVICE, s) },
+            "d2d",
+        )
+        .unwrap();
+        let ri = end(api, s).unwrap();
+        assert_eq!(replay_and_sync(api, ri, s).0, 0);
+        assert_eq!(read_f32(api, b, 16), [7.0; 16]);
+
+        // Freed by the allocator after the graph recorded the copy: eager work may still use
+        // the block (it is the next owner's), the graph's replay may not.
+        // SAFETY: a live allocation.
+        api.check(unsafe { freed(a) }, "ascendEmuDebugBlockFreed")
+            .unwrap();
+        // SAFETY: both hold 64 bytes.
+        api.check(
+            unsafe { (api.core.aclrtMemcpyAsync)(a, 64, b, 64, ACL_MEMCPY_DEVICE_TO_DEVICE, s) },
+            "eager d2d",
+        )
+        .unwrap();
+        sync(api, s);
+        let (code, message) = replay_and_sync(api, ri, s);
+        assert_ne!(
+            code, 0,
+            "the replay used a block freed after it was recorded"
+        );
+        assert!(
+            message.contains("graph replay") && message.contains("caching allocator freed"),
+            "{message}"
+        );
+        api.check(destroy(api, ri), "aclmdlRIDestroy").unwrap();
+        // SAFETY: a host pointer is not device memory.
+        let host = unsafe { freed(&mut 0u8 as *mut u8 as *mut c_void) };
+        assert_eq!(host, ACL_ERROR_RT_PARAM_INVALID);
+    });
+}
+
+#[test]
+fn a_recorded_executor_rebound_after_the_capture_faults_the_replay() {
+    let (api, _serial) = api();
+    on_device_1(api, |s| {
+        let (x, y, out, other) = (
+            malloc(api, 64),
+            malloc(api, 64),
+            malloc(api, 64),
+            malloc(api, 64),
+        );
+        write_f32(api, x, &[1.0; 16]);
+        write_f32(api, y, &[2.0; 16]);
+        // SAFETY: each buffer holds 16 f32.
+        let t = |p| unsafe { TensorDesc::new(api, &[16], &[1], 0, DataType::F32, 16, p) }.unwrap();
+        let (tx, ty, to) = (t(x), t(y), t(out));
+        let alpha = ScalarDesc::new(api, HostScalar::Float(1.0)).unwrap();
+        // SAFETY: the table types each operator with its declared signature.
+        let (phase1, phase2) = unsafe {
+            api.ops
+                .aclnnAdd
+                .resolve(api.source(), "aclnnAdd", "aclnnAddGetWorkspaceSize")
+        }
+        .unwrap();
+        let (mut ws, mut exec) = (0u64, std::ptr::null_mut());
+        // SAFETY: live descriptors and out-pointers; a fresh executor made repeatable.
+        unsafe {
+            let status = phase1(
+                tx.as_ptr(),
+                ty.as_ptr(),
+                alpha.as_ptr(),
+                to.as_ptr(),
+                &mut ws,
+                &mut exec,
+            );
+            api.check(status, "aclnnAddGetWorkspaceSize").unwrap();
+            let repeatable = api.optional.aclSetAclOpExecutorRepeatable.unwrap();
+            api.check(repeatable(exec), "aclSetAclOpExecutorRepeatable")
+                .unwrap();
+        }
+        begin(api, s, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL);
+        // SAFETY: the repeatable executor of aclnnAdd; no workspace.
+        api.check(
+            unsafe { phase2(std::ptr::null_mut(), 0, exec, s) },
+            "aclnnAdd",
+        )
+        .unwrap();
+        let ri = end(api, s).unwrap();
+        assert_eq!(replay_and_sync(api, ri, s).0, 0);
+        assert_eq!(read_f32(api, out, 16), [3.0; 16]);
+
+        // Eager use of the same executor with another input, as the executor cache does.
+        let set_input = api.optional.aclSetInputTensorAddr.unwrap();
+        // SAFETY: slot 0 of the executor, its own descriptor; `other` holds 16 f32.
+        api.check(
+            unsafe { set_input(exec, 0, tx.as_ptr(), other) },
+            "aclSetInputTensorAddr",
+        )
+        .unwrap();
+        let (code, message) = replay_and_sync(api, ri, s);
+        assert_eq!(code, ACL_ERROR_RT_AICORE_EXCEPTION, "{message}");
+        assert!(
+            message.contains("graph replay") && message.contains("rebound"),
+            "{message}"
+        );
+        api.check(destroy(api, ri), "aclmdlRIDestroy").unwrap();
+        // SAFETY: the executor is ours, destroyed once.
+        api.check(
+            unsafe { (api.core.aclDestroyAclOpExecutor)(exec) },
+            "aclDestroyAclOpExecutor",
+        )
+        .unwrap();
+    });
+}

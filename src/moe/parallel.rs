@@ -25,6 +25,11 @@ impl Parallel {
     pub fn get<T: Any>(&self) -> Option<&T> {
         self.0.as_ref().and_then(|s| s.downcast_ref::<T>())
     }
+
+    /// Whether the layer runs across NPUs (any state is set).
+    pub fn is_set(&self) -> bool {
+        self.0.is_some()
+    }
 }
 
 impl std::fmt::Debug for Parallel {

@@ -410,6 +410,8 @@ impl<B: FusedOps> Server<B> {
             Some(format!(
                 "captured decode is not available, the server decodes eagerly: {e}"
             ))
+        } else if let Some(why) = super::decode_graph::refuse_parallel(&self.model) {
+            Some(why)
         } else if !self.is_idle() {
             Some("captured decode is enabled before any request is submitted".into())
         } else if buckets.is_empty() || buckets.contains(&0) {

@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::ThreadId;
 
 use burn_ascend_kernels::{KernelApi, LaunchError};
 
@@ -69,9 +70,25 @@ pub struct DeviceContext {
     /// `aclrtSetDevice` calls made for this context (one per binding thread): what a reset
     /// must balance where the library has no `aclrtResetDeviceForce`.
     set_calls: AtomicU64,
-    /// The pool of the graph being captured on the stream: every allocation and upload goes
-    /// there while it is set (`graph.rs`).
-    capture: Mutex<Option<Arc<GraphPool>>>,
+    /// The graph being captured on the stream: every allocation and upload goes to its pool
+    /// while it is set (`graph.rs`).
+    capture: Mutex<Option<Capture>>,
+}
+
+/// A capture in progress on a context's stream.
+struct Capture {
+    pool: Arc<GraphPool>,
+    /// The thread capturing: the stream is shared, so work of any other thread would be
+    /// recorded into the graph; it is refused instead.
+    thread: ThreadId,
+}
+
+/// The eager caches of a context, where a block freed during a capture returns once the graph
+/// that may address it is gone.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum EagerCache {
+    Tensors,
+    Workspaces,
 }
 
 // SAFETY: the stream handle is used from any thread after binding the device to it, which
@@ -205,16 +222,39 @@ impl DeviceContext {
         self.stream
     }
 
-    /// Fails when the device was reset since this context was opened: its memory, stream and
-    /// tensors are gone.
+    /// Fails when the device was reset since this context was opened (its memory, stream and
+    /// tensors are gone), or when another thread is capturing a graph on it: all work of the
+    /// context shares one stream, so this thread's work would be recorded into that graph.
     pub fn check_alive(&self) -> AclResult<()> {
-        match self.retired.get() {
-            None => Ok(()),
-            Some(reason) => Err(AclError::DeviceLost(format!(
+        if let Some(reason) = self.retired.get() {
+            return Err(AclError::DeviceLost(format!(
                 "this tensor or operation belongs to a device context that no longer exists: \
                  {reason}; create tensors on the device again"
-            ))),
+            )));
         }
+        self.refuse_other_thread(self.capture.lock().unwrap().as_ref())
+    }
+
+    fn refuse_other_thread(&self, capture: Option<&Capture>) -> AclResult<()> {
+        match capture {
+            Some(c) if c.thread != std::thread::current().id() => {
+                Err(AclError::InvalidArgument(format!(
+                    "{} is capturing a graph on thread {:?}: work from other threads is refused \
+                     until the capture ends (it would be recorded into the graph)",
+                    self.device, c.thread
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs `enqueue`, one call that queues work on the stream, holding the capture state: the
+    /// work either precedes a capture another thread begins or is refused by it, and is never
+    /// recorded into that thread's graph (a check before the call alone leaves that window).
+    pub(crate) fn issue<R>(&self, enqueue: impl FnOnce() -> R) -> AclResult<R> {
+        let capture = self.capture.lock().unwrap();
+        self.refuse_other_thread(capture.as_ref())?;
+        Ok(enqueue())
     }
 
     /// The device's SoC as `aclrtGetSocName` names it (`Ascend910B2`, ...), `None` when the
@@ -263,7 +303,40 @@ impl DeviceContext {
 
     /// The pool of the graph being captured, if one is.
     fn capturing(&self) -> Option<Arc<GraphPool>> {
-        self.capture.lock().unwrap().clone()
+        self.capture
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|c| c.pool.clone())
+    }
+
+    fn eager(&self, cache: EagerCache) -> &Mutex<CachingAllocator> {
+        match cache {
+            EagerCache::Tensors => &self.tensors,
+            EagerCache::Workspaces => &self.workspaces,
+        }
+    }
+
+    /// Returns a block of an eager cache. During a capture it is parked with the graph instead:
+    /// the graph may address it (an eager tensor whose last use was recorded), so it must not
+    /// serve other work while the graph lives (aclgraph-abi.md §5).
+    fn free_eager(&self, cache: EagerCache, block: Block) {
+        match self.capturing() {
+            Some(pool) => pool.park(cache, block),
+            None => self.unpark(cache, block),
+        }
+    }
+
+    /// Puts a block back into an eager cache for reuse, telling the emulated runtime's debug
+    /// hook (absent on CANN) that it is freed from now on, so that a graph replay still
+    /// addressing it faults as a use of a freed buffer.
+    pub(crate) fn unpark(&self, cache: EagerCache, block: Block) {
+        if let Some(freed) = self.api.debug_block_freed {
+            // SAFETY: a device address from aclrtMalloc. The status only concerns the debug
+            // check (a reset device no longer knows the block): nothing to act on.
+            let _ = unsafe { freed(block.ptr) };
+        }
+        self.eager(cache).lock().unwrap().free(block);
     }
 
     /// A block of a capture's pool. No cache is released on out-of-memory: that needs a
@@ -287,8 +360,14 @@ impl DeviceContext {
             .map_err(|why| format!("{}: {why}", self.device))
     }
 
-    /// Routes allocations and uploads to `pool` until [`DeviceContext::end_capture`].
-    pub(crate) fn begin_capture(&self, pool: Arc<GraphPool>) -> AclResult<()> {
+    /// Calls `begin` (which begins capturing on the stream) and, if it succeeds, routes
+    /// allocations and uploads to `pool` until [`DeviceContext::end_capture`] and refuses work
+    /// from other threads meanwhile (see [`DeviceContext::issue`]).
+    pub(crate) fn begin_capture(
+        &self,
+        pool: Arc<GraphPool>,
+        begin: impl FnOnce() -> AclResult<()>,
+    ) -> AclResult<()> {
         self.check_alive()?;
         let mut capture = self.capture.lock().unwrap();
         if capture.is_some() {
@@ -297,7 +376,11 @@ impl DeviceContext {
                 self.device
             )));
         }
-        *capture = Some(pool);
+        begin()?;
+        *capture = Some(Capture {
+            pool,
+            thread: std::thread::current().id(),
+        });
         Ok(())
     }
 
@@ -361,26 +444,24 @@ impl DeviceContext {
             // Recorded: every replay copies these bytes again, from staging the graph owns.
             let staged = pool.stage(api, bytes)?;
             // SAFETY: `dst` holds `dst.bytes` bytes; the staging lives as long as the graph.
-            return api.check(
-                unsafe {
-                    (api.core.aclrtMemcpyAsync)(
-                        dst.block.ptr,
-                        dst.bytes,
-                        staged,
-                        bytes.len(),
-                        crate::acl::types::memcpy_kind::ACL_MEMCPY_HOST_TO_DEVICE,
-                        self.stream,
-                    )
-                },
-                "aclrtMemcpyAsync",
-            );
+            let status = self.issue(|| unsafe {
+                (api.core.aclrtMemcpyAsync)(
+                    dst.block.ptr,
+                    dst.bytes,
+                    staged,
+                    bytes.len(),
+                    crate::acl::types::memcpy_kind::ACL_MEMCPY_HOST_TO_DEVICE,
+                    self.stream,
+                )
+            })?;
+            return api.check(status, "aclrtMemcpyAsync");
         }
         let mut staging = self.staging.lock().unwrap();
         let ring = match &mut *staging {
             Some(ring) => ring,
             None => staging.insert(StagingRing::new(api)?),
         };
-        ring.upload(api, self.stream, dst.block.ptr, dst.bytes, bytes)
+        self.issue(|| ring.upload(api, self.stream, dst.block.ptr, dst.bytes, bytes))?
     }
 
     /// Reads `len` bytes of `src` at byte `offset`; the caller has synchronised the stream
@@ -493,17 +574,20 @@ impl DeviceContext {
             crate::acl::AclError::Library(format!("{} cannot run {kernel}: {reason}", self.device))
         })?;
         self.bind();
-        launch(api, self.stream).map_err(|e| match e {
-            LaunchError::Refused { code, .. } => crate::acl::AclError::Call {
-                code: code as i32,
-                function: format!("aclrtlaunch_{kernel}"),
-                message: self.api.recent_error_message(),
-                context: None,
-            },
-            LaunchError::Missing { .. } => {
-                crate::acl::AclError::Library(format!("{}: {e} ({})", self.device, api.describe()))
-            }
-        })?;
+        self.issue(|| launch(api, self.stream))?
+            .map_err(|e| match e {
+                LaunchError::Refused { code, .. } => crate::acl::AclError::Call {
+                    code: code as i32,
+                    function: format!("aclrtlaunch_{kernel}"),
+                    message: self.api.recent_error_message(),
+                    context: None,
+                },
+                LaunchError::Missing { .. } => crate::acl::AclError::Library(format!(
+                    "{}: {e} ({})",
+                    self.device,
+                    api.describe()
+                )),
+            })?;
         if self.blocking {
             self.synchronize()?;
         }
@@ -531,13 +615,15 @@ impl DeviceContext {
             }
             return alive;
         } else if workspace_size > 0 {
+            // Read once: the workspace goes back where it came from even if a capture starts
+            // (on another thread) while phase two runs.
             let pool = self.capturing();
             let taken = match &pool {
                 Some(pool) => self.alloc_captured(pool, workspace_size as usize),
                 None => self.alloc_block(&self.workspaces, workspace_size as usize),
             };
             match taken {
-                Ok(block) => Some(block),
+                Ok(block) => Some((block, pool)),
                 Err(e) => {
                     if !repeatable {
                         // SAFETY: phase two never ran, so the executor is still ours.
@@ -549,17 +635,30 @@ impl DeviceContext {
         } else {
             None
         };
-        let ws_ptr = workspace.map_or(std::ptr::null_mut(), |b: Block| b.ptr);
+        let ws_ptr = workspace
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |(b, _)| b.ptr);
         // SAFETY: the executor comes from phase one of the same operator.
-        let status = unsafe { phase2(ws_ptr, workspace_size, executor, self.stream) };
-        if let Some(block) = workspace {
+        let issued =
+            self.issue(|| unsafe { phase2(ws_ptr, workspace_size, executor, self.stream) });
+        if let Some((block, pool)) = workspace {
             // Stream-ordered reuse: later work on this stream may take it (during a capture,
             // later work of the same graph: its pool).
-            match self.capturing() {
+            match pool {
                 Some(pool) => pool.free(block),
-                None => self.workspaces.lock().unwrap().free(block),
+                None => self.free_eager(EagerCache::Workspaces, block),
             }
         }
+        let status = match issued {
+            Ok(status) => status,
+            Err(refused) => {
+                if !repeatable {
+                    // SAFETY: phase two never ran, so the executor is still ours.
+                    unsafe { (api.core.aclDestroyAclOpExecutor)(executor) };
+                }
+                return Err(refused);
+            }
+        };
         api.check(status, op)?;
         if self.blocking {
             self.synchronize()?;
@@ -575,6 +674,10 @@ impl OpLauncher for DeviceContext {
 
     fn context_id(&self) -> u64 {
         self.id
+    }
+
+    fn capturing(&self) -> bool {
+        self.capturing().is_some()
     }
 
     fn describe_context(&self, context: u64) -> String {
@@ -686,7 +789,7 @@ impl Drop for DeviceStorage {
     fn drop(&mut self) {
         match &self.pool {
             Some(pool) => pool.free(self.block),
-            None => self.ctx.tensors.lock().unwrap().free(self.block),
+            None => self.ctx.free_eager(EagerCache::Tensors, self.block),
         }
     }
 }

@@ -9,15 +9,24 @@
 //! copies it again (§4 rule 4). Inputs that change per replay are written into the closure's
 //! input tensors before [`Graph::replay`]; outputs are read from its output tensors after it.
 //!
-//! The capture runs in GLOBAL mode: nothing may synchronise with the device while it lasts, on
-//! any thread (reads, `synchronize`, an out-of-memory retry); such a call fails the capture,
-//! and [`capture`] says which call it was.
+//! An eager tensor whose last reference dies during the capture (its last use was recorded)
+//! does not return its block to the eager cache: the block is parked with the graph and goes
+//! back only once the graph is destroyed. The capture runs on the device's one stream, so
+//! while it lasts work from any other thread is refused with an error naming the capture; the
+//! executor cache is bypassed (`ascend_acl::cache`), so a recorded executor is never rebound
+//! or evicted later. Inputs read by the graph that were created before the capture must stay
+//! alive as long as the graph.
+//!
+//! The capture runs in GLOBAL mode: nothing may synchronise with the device while it lasts
+//! (reads, `synchronize`, an out-of-memory retry); such a call fails the capture, and
+//! [`capture`] says which call it was.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::allocator::{Block, CachingAllocator};
-use super::context::DeviceContext;
+use super::context::{DeviceContext, EagerCache};
 use super::device::AscendDevice;
 use crate::acl::table::GraphFns;
 use crate::acl::types::aclmdlRI;
@@ -30,6 +39,11 @@ pub struct GraphPool {
     blocks: Mutex<CachingAllocator>,
     /// Page-locked host buffers the graph's recorded copies read (freed with the graph).
     pinned: Mutex<Vec<usize>>,
+    /// Blocks of the eager caches freed during the capture: the graph may address them.
+    parked: Mutex<Vec<(EagerCache, Block)>>,
+    /// Set when the graph could not be destroyed: it may still run, so none of its memory may
+    /// be reused.
+    leaked: AtomicBool,
 }
 
 impl GraphPool {
@@ -39,6 +53,27 @@ impl GraphPool {
 
     pub(crate) fn free(&self, block: Block) {
         self.blocks.lock().unwrap().free(block);
+    }
+
+    /// Keeps a block of an eager cache until the graph is destroyed.
+    pub(crate) fn park(&self, cache: EagerCache, block: Block) {
+        self.parked.lock().unwrap().push((cache, block));
+    }
+
+    /// The graph is gone: parked blocks serve eager work again.
+    fn release_parked(&self) {
+        for (cache, block) in self.parked.lock().unwrap().drain(..) {
+            self.ctx.unpark(cache, block);
+        }
+    }
+
+    /// Frees the page-locked staging (no graph reads it any more).
+    fn free_pinned(&self, api: &AclApi) {
+        for p in self.pinned.lock().unwrap().drain(..) {
+            // SAFETY: our own aclrtMallocHost buffer, freed once (drained). A failure leaves
+            // nothing to do: the buffer is not used again either way.
+            unsafe { (api.core.aclrtFreeHost)(p as *mut c_void) };
+        }
     }
 
     /// Page-locked memory holding `bytes`, kept until the graph is destroyed.
@@ -58,7 +93,11 @@ impl GraphPool {
 
 impl Drop for GraphPool {
     fn drop(&mut self) {
+        if self.leaked.load(Ordering::Acquire) {
+            return;
+        }
         // No graph and no tensor uses the blocks any more: they serve eager work again.
+        self.release_parked();
         self.ctx
             .absorb(std::mem::take(&mut *self.blocks.lock().unwrap()));
     }
@@ -95,17 +134,16 @@ pub fn capture<R>(device: &AscendDevice, f: impl FnOnce() -> R) -> AclResult<(Gr
         ctx: ctx.clone(),
         blocks: Mutex::default(),
         pinned: Mutex::default(),
+        parked: Mutex::default(),
+        leaked: AtomicBool::new(false),
     });
-    ctx.begin_capture(pool.clone())?;
-    // SAFETY: the context's own stream.
-    let begun = api.check(
-        unsafe { (fns.aclmdlRICaptureBegin)(ctx.stream(), ACL_MODEL_RI_CAPTURE_MODE_GLOBAL) },
-        "aclmdlRICaptureBegin",
-    );
-    if let Err(e) = begun {
-        ctx.end_capture();
-        return Err(e);
-    }
+    ctx.begin_capture(pool.clone(), || {
+        // SAFETY: the context's own stream.
+        api.check(
+            unsafe { (fns.aclmdlRICaptureBegin)(ctx.stream(), ACL_MODEL_RI_CAPTURE_MODE_GLOBAL) },
+            "aclmdlRICaptureBegin",
+        )
+    })?;
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     let mut ri = std::ptr::null_mut();
     // SAFETY: the stream began capturing above, on this thread.
@@ -114,6 +152,10 @@ pub fn capture<R>(device: &AscendDevice, f: impl FnOnce() -> R) -> AclResult<(Gr
         "aclmdlRICaptureEnd",
     );
     ctx.end_capture();
+    if ended.is_err() {
+        // No graph resulted: nothing will read the staging of its recorded uploads.
+        pool.free_pinned(api);
+    }
     let graph = ended.map(|()| Graph {
         ctx: ctx.clone(),
         fns,
@@ -140,10 +182,10 @@ impl Graph {
         self.ctx.check_alive()?;
         let api = self.ctx.bind();
         // SAFETY: a live graph of this context, the context's stream.
-        api.check(
-            unsafe { (self.fns.aclmdlRIExecuteAsync)(self.ri, self.ctx.stream()) },
-            "aclmdlRIExecuteAsync",
-        )
+        let status = self
+            .ctx
+            .issue(|| unsafe { (self.fns.aclmdlRIExecuteAsync)(self.ri, self.ctx.stream()) })?;
+        api.check(status, "aclmdlRIExecuteAsync")
     }
 
     /// The device the graph runs on.
@@ -175,13 +217,25 @@ impl Drop for Graph {
         // A replay may still be queued: the graph and its staging must outlive it. A faulted
         // or reset device reports its fault here; the graph is destroyed all the same.
         let _ = self.ctx.synchronize();
-        // SAFETY: a graph of this process, destroyed once; the staging buffers are ours.
-        unsafe {
-            (self.fns.aclmdlRIDestroy)(self.ri);
-            for p in self.pool.pinned.lock().unwrap().drain(..) {
-                (api.core.aclrtFreeHost)(p as *mut c_void);
-            }
+        // SAFETY: a graph of this process, destroyed once.
+        let destroyed = api.check(
+            unsafe { (self.fns.aclmdlRIDestroy)(self.ri) },
+            "aclmdlRIDestroy",
+        );
+        if let Err(e) = destroyed {
+            // The graph may still exist and run: reusing its memory (device blocks, parked
+            // eager blocks, staging) could corrupt that run, so all of it is kept.
+            self.pool.leaked.store(true, Ordering::Release);
+            eprintln!(
+                "burn-ascend: a graph on {} could not be destroyed ({e}); its {} bytes of device \
+                 memory and its page-locked staging stay allocated",
+                self.ctx.device(),
+                self.pool_bytes()
+            );
+            return;
         }
+        self.pool.free_pinned(api);
+        self.pool.release_parked();
     }
 }
 
