@@ -5,6 +5,10 @@
 //! A device fault is sticky (the device context stops: every later synchronisation, read and
 //! launch reports it) until [`reset_device`], which replaces the context: tensors of the old one
 //! then fail clearly when used, and new work runs on the new one.
+//!
+//! On burn-fusion's runner threads a fault found while issuing work does not fail the op: it is
+//! recorded on the context and reported by the next synchronisation or read (see
+//! [`defer_device_faults`]).
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -69,6 +73,9 @@ pub struct DeviceContext {
     /// The pool of the graph being captured on the stream: every allocation and upload goes
     /// there while it is set (`graph.rs`).
     capture: Mutex<Option<Arc<GraphPool>>>,
+    /// The first device fault a deferring thread found while issuing work: every later
+    /// synchronisation, read and launch reports it, until [`reset_device`].
+    fault: OnceLock<AclError>,
 }
 
 // SAFETY: the stream handle is used from any thread after binding the device to it, which
@@ -80,6 +87,21 @@ thread_local! {
     /// The context this thread last bound with aclrtSetDevice (by id: a reset device must be
     /// bound again).
     static BOUND: Cell<Option<u64>> = const { Cell::new(None) };
+
+    /// Whether this thread defers device faults (see [`defer_device_faults`]).
+    static DEFERS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Makes the calling thread defer device faults, as CANN reports an asynchronous fault: at the
+/// next synchronisation or read (`acl-abi.md`, aclrtSynchronizeStream: "async kernel failures
+/// (507xxx codes) surface here"). A fault (or a reset context) found while this thread
+/// allocates, uploads or launches is recorded on the context; the op completes without the
+/// work (its outputs own no memory) and the next synchronisation or read of the context, on
+/// any thread, fails with it. For burn-fusion's runner threads: burn-fusion 0.21 counts a
+/// segment as executed before running its ops, so an op that panics there leaves the stream's
+/// queue broken for good (every later op and read of the device fails, even after a reset).
+pub(crate) fn defer_device_faults() {
+    DEFERS.with(|d| d.set(true));
 }
 
 /// The live context of each device.
@@ -162,6 +184,7 @@ impl DeviceContext {
             staging: Mutex::default(),
             retired: OnceLock::new(),
             capture: Mutex::default(),
+            fault: OnceLock::new(),
         })
     }
 
@@ -200,6 +223,24 @@ impl DeviceContext {
         }
     }
 
+    /// Fails with the fault a deferring thread recorded, if one did.
+    fn check_fault(&self) -> AclResult<()> {
+        self.fault.get().map_or(Ok(()), |e| Err(e.clone()))
+    }
+
+    /// `result` of issuing work; on a deferring thread a device fault or lost context is
+    /// recorded instead of returned (see [`defer_device_faults`]). Other errors (arguments,
+    /// memory) are the op's own and fail it.
+    fn defer(&self, result: AclResult<()>) -> AclResult<()> {
+        match result {
+            Err(e) if DEFERS.with(Cell::get) && is_device_fault(&e) => {
+                let _ = self.fault.set(e);
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     /// A description of the device for `Backend::name`.
     pub fn describe(&self) -> String {
         let api = self.bind();
@@ -224,15 +265,27 @@ impl DeviceContext {
         api.check(
             unsafe { (api.core.aclrtSynchronizeStream)(self.stream) },
             "aclrtSynchronizeStream",
-        )
+        )?;
+        self.check_fault()
     }
 
-    /// Allocates a tensor buffer of at least `bytes` bytes.
+    /// Allocates a tensor buffer of at least `bytes` bytes (on a deferring thread, after a
+    /// fault: a buffer that owns no memory, see [`defer_device_faults`]).
     pub fn alloc(self: &Arc<Self>, bytes: usize) -> AclResult<DeviceStorage> {
         let pool = self.capturing();
-        let block = match &pool {
-            Some(pool) => self.alloc_captured(pool, bytes)?,
-            None => self.alloc_block(&self.tensors, bytes)?,
+        let block = self.check_fault().and_then(|()| match &pool {
+            Some(pool) => self.alloc_captured(pool, bytes),
+            None => self.alloc_block(&self.tensors, bytes),
+        });
+        let block = match block {
+            Ok(block) => block,
+            Err(e) => {
+                self.defer(Err(e))?;
+                Block {
+                    ptr: std::ptr::null_mut(),
+                    size: 0,
+                }
+            }
         };
         Ok(DeviceStorage {
             ctx: self.clone(),
@@ -325,6 +378,13 @@ impl DeviceContext {
     /// Copies host bytes into `dst`, in stream order, through the page-locked staging ring:
     /// the call returns once the bytes are staged, without waiting for the queue.
     pub fn upload(&self, dst: &DeviceStorage, bytes: &[u8]) -> AclResult<()> {
+        self.defer(
+            self.check_fault()
+                .and_then(|()| self.upload_now(dst, bytes)),
+        )
+    }
+
+    fn upload_now(&self, dst: &DeviceStorage, bytes: &[u8]) -> AclResult<()> {
         self.check_alive()?;
         if bytes.len() > dst.bytes {
             return Err(AclError::Library(format!(
@@ -373,6 +433,7 @@ impl DeviceContext {
         len: usize,
     ) -> AclResult<Vec<u8>> {
         self.check_alive()?;
+        self.check_fault()?;
         if offset.checked_add(len).is_none_or(|end| end > src.bytes) {
             return Err(AclError::Library(format!(
                 "read of {len} bytes at offset {offset} from a buffer of {} bytes on {}",
@@ -469,7 +530,16 @@ impl DeviceContext {
         kernel: &'static str,
         launch: impl FnOnce(&KernelApi, aclrtStream) -> Result<(), LaunchError>,
     ) -> AclResult<()> {
+        self.defer(self.launch_kernel_now(kernel, launch))
+    }
+
+    fn launch_kernel_now(
+        &self,
+        kernel: &'static str,
+        launch: impl FnOnce(&KernelApi, aclrtStream) -> Result<(), LaunchError>,
+    ) -> AclResult<()> {
         self.check_alive()?;
+        self.check_fault()?;
         let api = self.kernel_library().map_err(|reason| {
             crate::acl::AclError::Library(format!("{} cannot run {kernel}: {reason}", self.device))
         })?;
@@ -558,6 +628,15 @@ impl OpLauncher for DeviceContext {
         self.id
     }
 
+    /// A deferring thread drops work once the context has faulted (see [`defer_device_faults`]):
+    /// the outputs own no memory, so phase one must not see them.
+    fn issues_work(&self) -> AclResult<bool> {
+        match self.check_alive().and_then(|()| self.check_fault()) {
+            Ok(()) => Ok(true),
+            Err(e) => self.defer(Err(e)).map(|()| false),
+        }
+    }
+
     fn describe_context(&self, context: u64) -> String {
         if context == self.id {
             return self.device.to_string();
@@ -577,7 +656,7 @@ impl OpLauncher for DeviceContext {
         workspace_size: u64,
     ) -> AclResult<()> {
         // SAFETY: the caller's contract.
-        unsafe { self.run_phase2(op, phase2, executor, workspace_size, false) }
+        self.defer(unsafe { self.run_phase2(op, phase2, executor, workspace_size, false) })
     }
 
     unsafe fn launch_repeatable(
@@ -588,7 +667,7 @@ impl OpLauncher for DeviceContext {
         workspace_size: u64,
     ) -> AclResult<()> {
         // SAFETY: the caller's contract.
-        unsafe { self.run_phase2(op, phase2, executor, workspace_size, true) }
+        self.defer(unsafe { self.run_phase2(op, phase2, executor, workspace_size, true) })
     }
 }
 
@@ -623,6 +702,15 @@ fn launch_blocking() -> AclResult<bool> {
             "{ENV_LAUNCH_BLOCKING}: {e}"
         ))),
     }
+}
+
+/// Whether `e` means the device context stopped (a fault, sticky until reset) or is gone.
+fn is_device_fault(e: &AclError) -> bool {
+    use crate::error::AscendError;
+    matches!(
+        AscendError::from_acl("", e),
+        AscendError::DeviceFault { .. } | AscendError::DeviceLost { .. }
+    )
 }
 
 /// A seed for unseeded programs, different in every process.
@@ -665,6 +753,10 @@ impl DeviceStorage {
 
 impl Drop for DeviceStorage {
     fn drop(&mut self) {
+        // The output of an op whose work a fault dropped owns no memory (`alloc`).
+        if self.block.ptr.is_null() {
+            return;
+        }
         match &self.pool {
             Some(pool) => pool.free(self.block),
             None => self.ctx.tensors.lock().unwrap().free(self.block),
