@@ -176,6 +176,53 @@ fn reset_on_cann_8_0() {
     fault_used_from_threads_then_reset();
 }
 
+/// On `Fusion<Ascend>` the fault is found on burn-fusion's device thread, in whichever of its
+/// tasks reaches it: every time, the caller gets the typed error naming the kernel (not
+/// burn-fusion's bare `CallError`), and after the reset the device reads again.
+#[test]
+#[serial(fault_device)]
+fn on_fusion_every_kernel_fault_is_typed_and_a_reset_device_reads_again() {
+    let bad = [0, 1, -3, 2, 4, 5, 6, 7];
+    let good = [7, 0, 6, 1, 5, 2, 4, 3];
+    let flex = Default::default();
+    let want = fused::moe_gather(rows::<Flex>(&flex), indices::<Flex>(&good, &flex), 2)
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    for round in 0..20 {
+        let err = try_run(|| {
+            let y = fused::moe_gather(
+                rows::<Fused>(&fault_device()),
+                indices::<Fused>(&bad, &fault_device()),
+                2,
+            );
+            // Later work of the same stream, queued behind the fault, then a read.
+            (y * 2.0 + 1.0).sum().into_data()
+        })
+        .expect_err("an index outside [0, 8) faults");
+        reset_fault_device();
+        let AscendError::DeviceFault { ref message, .. } = err else {
+            panic!("round {round}: expected DeviceFault, got {err:?}");
+        };
+        if !common::skipped_on_npu("on_fusion_every_kernel_fault_is_typed") {
+            assert!(
+                message.contains("moe_gather: indices[2] = -3 is outside [0, 8)"),
+                "round {round}: {message}"
+            );
+        }
+        let got = try_run(|| {
+            fused::moe_gather(
+                rows::<Fused>(&fault_device()),
+                indices::<Fused>(&good, &fault_device()),
+                2,
+            )
+            .into_data()
+        })
+        .unwrap_or_else(|e| panic!("round {round}: after the reset: {e:?}"));
+        assert_eq!(got.to_vec::<f32>().unwrap(), want, "round {round}");
+    }
+}
+
 /// The probe of the issue: a moe_gather whose indices have the wrong length.
 #[test]
 fn a_bad_fused_call_fails_at_its_call_site_on_ascend_and_on_fusion() {
@@ -278,6 +325,23 @@ fn a_tensor_of_a_reset_device_is_device_lost() {
         "expected DeviceLost, got {err:?}"
     );
     assert!(err.to_string().contains("was reset"), "{err}");
+}
+
+/// On `Fusion<Ascend>` the op on the stale tensor runs on burn-fusion's device thread: it
+/// reports `DeviceLost` at the read, and the device's later Fusion work still runs.
+#[test]
+#[serial(fault_device)]
+fn on_fusion_a_tensor_of_a_reset_device_is_device_lost_and_new_work_runs() {
+    let x = Tensor::<Fused, 1>::from_floats([1.0, 2.0], &fault_device());
+    reset_fault_device();
+    let err = try_run(|| (x + 1.0).into_data()).expect_err("its context is gone");
+    assert!(
+        matches!(err, AscendError::DeviceLost { .. }),
+        "expected DeviceLost, got {err:?}"
+    );
+    let y = Tensor::<Fused, 1>::from_floats([1.0, 2.0], &fault_device());
+    let got = try_run(|| (y * 3.0).into_data()).unwrap_or_else(|e| panic!("new work: {e:?}"));
+    assert_eq!(got.to_vec::<f32>().unwrap(), [3.0, 6.0]);
 }
 
 #[test]

@@ -359,6 +359,12 @@ pub trait OpLauncher {
     fn capturing(&self) -> bool {
         false
     }
+    /// Whether an operator called now is issued, asked before its phase one: `Err` fails it
+    /// (the context refuses work), `Ok(false)` drops it without calling either phase (the
+    /// context stopped at a fault that its next synchronisation reports).
+    fn issues_work(&self) -> AclResult<bool> {
+        Ok(true)
+    }
     /// Takes a `workspace_size`-byte workspace, calls `phase2` on the stream, releases the
     /// workspace in stream order.
     ///
@@ -563,9 +569,12 @@ macro_rules! __aclnn_bind {
     ($launcher:expr, $op:ident, [], [$($names:ident)*], [$($bound:ident)*]) => {{
         let launcher = $launcher;
         let owners = [$($crate::handles::ArgOwner::owner(&$bound)),*];
-        match $crate::handles::check_owners(launcher, stringify!($op), &owners) {
+        match $crate::handles::check_owners(launcher, stringify!($op), &owners)
+            .and_then(|()| $crate::handles::OpLauncher::issues_work(launcher))
+        {
             Err(e) => Err(e),
-            Ok(()) => $crate::__aclnn_call!(launcher, $op, [$($bound)*]),
+            Ok(false) => Ok(()),
+            Ok(true) => $crate::__aclnn_call!(launcher, $op, [$($bound)*]),
         }
     }};
 }

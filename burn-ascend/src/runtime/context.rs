@@ -5,6 +5,10 @@
 //! A device fault is sticky (the device context stops: every later synchronisation, read and
 //! launch reports it) until [`reset_device`], which replaces the context: tensors of the old one
 //! then fail clearly when used, and new work runs on the new one.
+//!
+//! On burn-fusion's runner threads a fault found while issuing work does not fail the op: it is
+//! recorded on the context and reported by the next synchronisation or read (see
+//! [`defer_device_faults`]).
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -73,6 +77,9 @@ pub struct DeviceContext {
     /// The graph being captured on the stream: every allocation and upload goes to its pool
     /// while it is set (`graph.rs`).
     capture: Mutex<Option<Capture>>,
+    /// The first device fault a deferring thread found while issuing work: every later
+    /// synchronisation, read and launch reports it, until [`reset_device`].
+    fault: OnceLock<AclError>,
 }
 
 /// A capture in progress on a context's stream.
@@ -100,6 +107,21 @@ thread_local! {
     /// The context this thread last bound with aclrtSetDevice (by id: a reset device must be
     /// bound again).
     static BOUND: Cell<Option<u64>> = const { Cell::new(None) };
+
+    /// Whether this thread defers device faults (see [`defer_device_faults`]).
+    static DEFERS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Makes the calling thread defer device faults, as CANN reports an asynchronous fault: at the
+/// next synchronisation or read (`acl-abi.md`, aclrtSynchronizeStream: "async kernel failures
+/// (507xxx codes) surface here"). A fault (or a reset context) found while this thread
+/// allocates, uploads or launches is recorded on the context; the op completes without the
+/// work (its outputs own no memory) and the next synchronisation or read of the context, on
+/// any thread, fails with it. For burn-fusion's runner threads: burn-fusion 0.21 counts a
+/// segment as executed before running its ops, so an op that panics there leaves the stream's
+/// queue broken for good (every later op and read of the device fails, even after a reset).
+pub(crate) fn defer_device_faults() {
+    DEFERS.with(|d| d.set(true));
 }
 
 /// The live context of each device.
@@ -195,6 +217,7 @@ impl DeviceContext {
             retired: OnceLock::new(),
             set_calls,
             capture: Mutex::default(),
+            fault: OnceLock::new(),
         })
     }
 
@@ -268,6 +291,24 @@ impl DeviceContext {
         }
     }
 
+    /// Fails with the fault a deferring thread recorded, if one did.
+    fn check_fault(&self) -> AclResult<()> {
+        self.fault.get().map_or(Ok(()), |e| Err(e.clone()))
+    }
+
+    /// `result` of issuing work; on a deferring thread a device fault or lost context is
+    /// recorded instead of returned (see [`defer_device_faults`]). Other errors (arguments,
+    /// memory) are the op's own and fail it.
+    fn defer(&self, result: AclResult<()>) -> AclResult<()> {
+        match result {
+            Err(e) if DEFERS.with(Cell::get) && is_device_fault(&e) => {
+                let _ = self.fault.set(e);
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     /// A description of the device for `Backend::name`.
     pub fn describe(&self) -> String {
         let soc = self.soc_name().unwrap_or_else(|| "unknown SoC".to_string());
@@ -283,15 +324,27 @@ impl DeviceContext {
         api.check(
             unsafe { (api.core.aclrtSynchronizeStream)(self.stream) },
             "aclrtSynchronizeStream",
-        )
+        )?;
+        self.check_fault()
     }
 
-    /// Allocates a tensor buffer of at least `bytes` bytes.
+    /// Allocates a tensor buffer of at least `bytes` bytes (on a deferring thread, after a
+    /// fault: a buffer that owns no memory, see [`defer_device_faults`]).
     pub fn alloc(self: &Arc<Self>, bytes: usize) -> AclResult<DeviceStorage> {
         let pool = self.capturing();
-        let block = match &pool {
-            Some(pool) => self.alloc_captured(pool, bytes)?,
-            None => self.alloc_block(&self.tensors, bytes)?,
+        let block = self.check_fault().and_then(|()| match &pool {
+            Some(pool) => self.alloc_captured(pool, bytes),
+            None => self.alloc_block(&self.tensors, bytes),
+        });
+        let block = match block {
+            Ok(block) => block,
+            Err(e) => {
+                self.defer(Err(e))?;
+                Block {
+                    ptr: std::ptr::null_mut(),
+                    size: 0,
+                }
+            }
         };
         Ok(DeviceStorage {
             ctx: self.clone(),
@@ -427,6 +480,13 @@ impl DeviceContext {
     /// Copies host bytes into `dst`, in stream order, through the page-locked staging ring:
     /// the call returns once the bytes are staged, without waiting for the queue.
     pub fn upload(&self, dst: &DeviceStorage, bytes: &[u8]) -> AclResult<()> {
+        self.defer(
+            self.check_fault()
+                .and_then(|()| self.upload_now(dst, bytes)),
+        )
+    }
+
+    fn upload_now(&self, dst: &DeviceStorage, bytes: &[u8]) -> AclResult<()> {
         self.check_alive()?;
         if bytes.len() > dst.bytes {
             return Err(AclError::Library(format!(
@@ -473,6 +533,7 @@ impl DeviceContext {
         len: usize,
     ) -> AclResult<Vec<u8>> {
         self.check_alive()?;
+        self.check_fault()?;
         if offset.checked_add(len).is_none_or(|end| end > src.bytes) {
             return Err(AclError::Library(format!(
                 "read of {len} bytes at offset {offset} from a buffer of {} bytes on {}",
@@ -569,7 +630,16 @@ impl DeviceContext {
         kernel: &'static str,
         launch: impl FnOnce(&KernelApi, aclrtStream) -> Result<(), LaunchError>,
     ) -> AclResult<()> {
+        self.defer(self.launch_kernel_now(kernel, launch))
+    }
+
+    fn launch_kernel_now(
+        &self,
+        kernel: &'static str,
+        launch: impl FnOnce(&KernelApi, aclrtStream) -> Result<(), LaunchError>,
+    ) -> AclResult<()> {
         self.check_alive()?;
+        self.check_fault()?;
         let api = self.kernel_library().map_err(|reason| {
             crate::acl::AclError::Library(format!("{} cannot run {kernel}: {reason}", self.device))
         })?;
@@ -680,6 +750,15 @@ impl OpLauncher for DeviceContext {
         self.capturing().is_some()
     }
 
+    /// A deferring thread drops work once the context has faulted (see [`defer_device_faults`]):
+    /// the outputs own no memory, so phase one must not see them.
+    fn issues_work(&self) -> AclResult<bool> {
+        match self.check_alive().and_then(|()| self.check_fault()) {
+            Ok(()) => Ok(true),
+            Err(e) => self.defer(Err(e)).map(|()| false),
+        }
+    }
+
     fn describe_context(&self, context: u64) -> String {
         if context == self.id {
             return self.device.to_string();
@@ -699,7 +778,7 @@ impl OpLauncher for DeviceContext {
         workspace_size: u64,
     ) -> AclResult<()> {
         // SAFETY: the caller's contract.
-        unsafe { self.run_phase2(op, phase2, executor, workspace_size, false) }
+        self.defer(unsafe { self.run_phase2(op, phase2, executor, workspace_size, false) })
     }
 
     unsafe fn launch_repeatable(
@@ -710,7 +789,7 @@ impl OpLauncher for DeviceContext {
         workspace_size: u64,
     ) -> AclResult<()> {
         // SAFETY: the caller's contract.
-        unsafe { self.run_phase2(op, phase2, executor, workspace_size, true) }
+        self.defer(unsafe { self.run_phase2(op, phase2, executor, workspace_size, true) })
     }
 }
 
@@ -745,6 +824,15 @@ fn launch_blocking() -> AclResult<bool> {
             "{ENV_LAUNCH_BLOCKING}: {e}"
         ))),
     }
+}
+
+/// Whether `e` means the device context stopped (a fault, sticky until reset) or is gone.
+fn is_device_fault(e: &AclError) -> bool {
+    use crate::error::AscendError;
+    matches!(
+        AscendError::from_acl("", e),
+        AscendError::DeviceFault { .. } | AscendError::DeviceLost { .. }
+    )
 }
 
 /// A seed for unseeded programs, different in every process.
@@ -787,6 +875,10 @@ impl DeviceStorage {
 
 impl Drop for DeviceStorage {
     fn drop(&mut self) {
+        // The output of an op whose work a fault dropped owns no memory (`alloc`).
+        if self.block.ptr.is_null() {
+            return;
+        }
         match &self.pool {
             Some(pool) => pool.free(self.block),
             None => self.ctx.free_eager(EagerCache::Tensors, self.block),

@@ -144,7 +144,13 @@ impl FusionRuntime for AscendFusionRuntime {
 
     /// The kernel-backed fusers only where the device can run their kernel: elsewhere the
     /// recorded ops run unfused (see `DeviceContext::has_kernel`).
+    ///
+    /// burn-fusion builds a stream's fusers on the device's runner thread, which then runs every
+    /// op of the stream: that thread defers device faults to the next read or sync, since an op
+    /// that panics there breaks burn-fusion's stream for good (see
+    /// `runtime::context::defer_device_faults`).
     fn fusers(device: AscendDevice) -> Vec<Box<dyn OperationFuser<AscendOptimization>>> {
+        crate::runtime::context::defer_device_faults();
         let has_kernel = |kernel| {
             crate::runtime::DeviceContext::get(&device).is_ok_and(|ctx| ctx.has_kernel(kernel))
         };
