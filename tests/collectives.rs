@@ -404,16 +404,19 @@ fn a_partial_issue_retires_the_communicator() {
         burn_ascend::ops::collective::all_reduce(&comm, &[x0.clone(), x1.clone()], Reduce::Sum)
     })
     .unwrap();
-    let e = refused.err().expect("rank 1 is refused").to_string();
+    let Err(e) = refused else {
+        panic!("rank 1 is refused")
+    };
+    let e = e.to_string();
     assert!(
         e.contains("HCCL_E_NOT_SUPPORT") && e.contains("partial issue") && e.contains("retired"),
         "{e}"
     );
     // The next transfer is refused instead of pairing rank 1's part with rank 0's first one.
-    let e = burn_ascend::ops::collective::all_reduce(&comm, &[x0, x1], Reduce::Sum)
-        .err()
-        .expect("the communicator is retired")
-        .to_string();
+    let Err(e) = burn_ascend::ops::collective::all_reduce(&comm, &[x0, x1], Reduce::Sum) else {
+        panic!("the communicator is retired")
+    };
+    let e = e.to_string();
     assert!(e.contains("retired") && e.contains("partial issue"), "{e}");
     let start = Instant::now();
     let e = Ascend::sync(&d[0]).expect_err("rank 0 times out");
