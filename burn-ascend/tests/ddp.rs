@@ -246,6 +246,31 @@ fn all_reduce_is_issued_per_device_without_waiting_for_the_peers() {
     }
 }
 
+/// The end of a marked `backward` holds each device until every device of the round has
+/// reached it (see `burn-ascend/src/backend/distributed.rs`); a device that never comes (its
+/// training thread failed) releases the others after the collectives' execution timeout, with
+/// an error saying how many came, instead of holding them forever.
+#[test]
+#[serial]
+fn a_device_missing_at_the_end_of_a_round_does_not_hold_the_others_forever() {
+    burn_ascend::collective::set_exec_timeout(Some(std::time::Duration::from_secs(1)));
+    Ascend::start_communication_server(
+        &DEVICES,
+        DistributedConfig {
+            all_reduce_op: ReduceOperation::Mean,
+        },
+    );
+    let start = std::time::Instant::now();
+    let waited = std::panic::catch_unwind(|| Ascend::submit_sync_collective(&DEVICES[0]));
+    let elapsed = start.elapsed();
+    burn_ascend::collective::set_exec_timeout(None);
+    Ascend::close_communication_server(&DEVICES[0]);
+    let panic = waited.expect_err("device 1 never reaches the end of the round");
+    let text = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(text.contains("only 1 of 2 devices"), "{text}");
+    assert!(elapsed < std::time::Duration::from_secs(10), "{elapsed:?}");
+}
+
 // Burn 0.21's `burn-backend-tests` for the distributed API, restated on the emulated NPUs.
 
 type Checkpointed = Autodiff<Ascend, BalancedCheckpointing>;
