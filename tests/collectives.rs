@@ -483,3 +483,38 @@ fn the_execution_timeout_is_a_setting_with_an_interactive_default() {
     assert!(m.contains("retired"), "{m}");
     burn_ascend::reset_device(&d[0]).unwrap();
 }
+
+/// `reset_device` retires the device's communicators before it waits for the device's work: a
+/// collective issued while it waits would otherwise be queued on the stream being reset, and
+/// lost with it.
+#[test]
+#[serial]
+fn a_collective_issued_during_a_reset_is_refused() {
+    let test = "a_collective_issued_during_a_reset_is_refused";
+    if skipped_on_npu(test) {
+        return;
+    }
+    let Some((d, _)) = pair(test) else { return };
+    reset_fault_device();
+    collective::set_exec_timeout(Some(Duration::from_secs(1)));
+    let comm = Communicator::local(&d);
+    collective::set_exec_timeout(None);
+    let comm = comm.unwrap();
+    let x = || {
+        Tensor::<Ascend, 1>::from_floats([1.0, 2.0], &d[1])
+            .into_primitive()
+            .tensor()
+    };
+    // Rank 1 alone: its part keeps device 1 busy until the execution timeout.
+    let (x1, y1) = (x(), x());
+    burn_ascend::ops::collective::all_reduce(&comm, &[x1], Reduce::Sum).unwrap();
+    std::thread::scope(|s| {
+        let reset = s.spawn(|| burn_ascend::reset_device(&d[1]));
+        std::thread::sleep(Duration::from_millis(300));
+        let Err(e) = burn_ascend::ops::collective::all_reduce(&comm, &[y1], Reduce::Sum) else {
+            panic!("a collective issued while the device is being reset must be refused")
+        };
+        assert!(e.to_string().contains("was reset"), "{e}");
+        reset.join().unwrap().unwrap();
+    });
+}
