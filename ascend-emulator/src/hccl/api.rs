@@ -3,7 +3,9 @@
 //! A call checks its arguments at once and returns the `HcclResult` HCCL documents for them
 //! (`HCCL_E_NOT_SUPPORT` for a dtype or reduce op Atlas A2 lacks, `HCCL_E_PARA`/`HCCL_E_PTR`
 //! for bad counts, ranks, buffers and streams), leaving the details for `aclGetRecentErrMsg`.
-//! A transfer is then queued on the given stream and the call returns: the rank's part runs
+//! A transfer is then queued on the given stream and the call returns (a rank's first transfer
+//! on an `HcclCommInitAll` communicator first waits for every rank's first, `comm::Connect`):
+//! the rank's part runs
 //! when the stream reaches it, waits there for the other ranks, and a failure (a peer that
 //! never joins within `HCCL_EXEC_TIMEOUT`, mismatched parameters) becomes an error of that
 //! stream, reported at its next synchronisation, and the communicator's asynchronous error.
