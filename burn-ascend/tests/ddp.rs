@@ -157,7 +157,7 @@ where
                         }
                         model = model.map(&mut Shard);
                         let (x, y) = rows::<B>(step, i * half..(i + 1) * half, device);
-                        // `backward` returns once every device has queued the averaging of its gradients.
+                        // `backward` returns once every device queued the averaging.
                         let grads = loss(&model, x, y).backward();
                         let grads = GradientsParams::from_grads(grads, &model);
                         model = optim.step(0.1, model, grads);
