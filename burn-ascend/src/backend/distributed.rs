@@ -23,7 +23,6 @@
 //! hooks (keyed by the Fusion type), which this cannot reach: see the README.
 
 use std::sync::{Condvar, Mutex};
-use std::time::Duration;
 
 use burn_backend::distributed::{
     close_distributed_sync_server, get_distributed_sync_client, start_distributed_sync_server,
@@ -87,10 +86,18 @@ impl DistributedBackend for Ascend {
             ROUND_DONE.notify_all();
         } else {
             let generation = r.generation;
+            let same_round = |r: &mut Round| r.generation == generation;
             // A peer that never arrives (its thread failed) must not hold this device forever.
-            let limit = exec_timeout().unwrap_or(Duration::MAX);
+            let Some(limit) = exec_timeout() else {
+                drop(
+                    ROUND_DONE
+                        .wait_while(r, same_round)
+                        .unwrap_or_else(|p| p.into_inner()),
+                );
+                return;
+            };
             let (mut r, waited) = ROUND_DONE
-                .wait_timeout_while(r, limit, |r| r.generation == generation)
+                .wait_timeout_while(r, limit, same_round)
                 .unwrap_or_else(|p| p.into_inner());
             if waited.timed_out() {
                 let (arrived, devices) = (r.arrived, r.devices);
