@@ -518,3 +518,64 @@ fn a_collective_issued_during_a_reset_is_refused() {
         reset.join().unwrap().unwrap();
     });
 }
+
+/// Data-parallel training whose replica fails mid-training (its device faults after the first
+/// step) ends with an error naming the replica, within the collectives' execution timeout:
+/// the other replica waits for it inside a collective on its device until then, instead of
+/// half an hour, and no panic escapes.
+#[test]
+#[serial]
+fn data_parallel_training_ends_with_an_error_when_a_replica_fails() {
+    use burn_ascend_suite::moe::config::MoeConfig;
+    use burn_ascend_suite::moe::corpus;
+    use burn_ascend_suite::moe::data_parallel::train_data_parallel;
+    use burn_ascend_suite::moe::model::MoeDecoder;
+    use burn_ascend_suite::moe::train::TrainConfig;
+    type B = burn_autodiff::Autodiff<Ascend>;
+    let test = "data_parallel_training_ends_with_an_error_when_a_replica_fails";
+    if skipped_on_npu(test) {
+        return;
+    }
+    let Some((d, _)) = pair(test) else { return };
+    // A new communicator, whose ranks wait 1 s for a peer.
+    reset_fault_device();
+    std::env::set_var("HCCL_EXEC_TIMEOUT", "1");
+    let cfg = MoeConfig::new()
+        .with_hidden(32)
+        .with_layers(1)
+        .with_q_heads(2)
+        .with_kv_heads(1)
+        .with_experts(2)
+        .with_top_k(1)
+        .with_expert_hidden(32)
+        .with_max_seq(16);
+    let train_cfg = TrainConfig {
+        steps: 3,
+        batch: 2,
+        seq_len: 8,
+        learning_rate: 1e-2,
+        aux_weight: 0.01,
+    };
+    let model = MoeDecoder::<B>::new(&cfg, &d[0]).expect("a valid config");
+    let start = Instant::now();
+    let trained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        train_data_parallel(model, &corpus::tokens(), &train_cfg, &d, |r| {
+            if r.step == 1 {
+                drop(provoke_fault(&d[1]));
+            }
+        })
+    }));
+    std::env::remove_var("HCCL_EXEC_TIMEOUT");
+    let trained = trained.expect("no panic escapes the training");
+    let Err(e) = trained else {
+        panic!("training on a faulted NPU must fail")
+    };
+    assert!(e.contains("replica 1's step failed"), "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        start.elapsed()
+    );
+    burn_ascend::reset_device(&d[0]).unwrap();
+    reset_fault_device();
+}

@@ -525,14 +525,14 @@ impl Communicator {
                 return Err(e.with_context(|| at));
             }
             let why = format!(
-                "a partial issue of {}: rank {} failed after {}, which wait for it until the \
+                "a partial issue of {}: rank {} failed {}; those wait for it until the \
                  execution timeout ({})",
                 what(),
                 r.rank,
                 if i > 0 {
-                    "the ranks before it were issued"
+                    "after the ranks before it were issued"
                 } else {
-                    "its peers' parts were left to other calls"
+                    "while its peers' parts are issued by other calls"
                 },
                 exec_timeout().map_or("none".into(), |t| format!("{} s", t.as_secs()))
             );
