@@ -7,6 +7,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
@@ -264,8 +265,8 @@ fn a_collective_moves_its_bytes_over_the_links_only() {
 }
 
 /// A fault stops its device's collectives as it stops all its work, and the peer left waiting
-/// fails after `HCCL_EXEC_TIMEOUT` instead of hanging; a reset destroys the device's
-/// communicators, whose later use is a clear error, and a new communicator works.
+/// fails after `HCCL_EXEC_TIMEOUT` instead of hanging; the partial issue retires the
+/// communicator, whose later use is a clear error, and a new communicator works.
 #[test]
 #[serial]
 fn a_fault_and_a_reset_reach_the_collectives_of_the_device() {
@@ -292,7 +293,8 @@ fn a_fault_and_a_reset_reach_the_collectives_of_the_device() {
     assert!(
         m.contains("HcclAllReduce")
             && m.contains("HCCL_E_RUNTIME")
-            && m.contains("aclnnInplaceOne kernel"),
+            && m.contains("aclnnInplaceOne kernel")
+            && m.contains("partial issue"),
         "{m}"
     );
     // Rank 0's part was queued before rank 1 was refused: it waits out HCCL_EXEC_TIMEOUT,
@@ -306,7 +308,7 @@ fn a_fault_and_a_reset_reach_the_collectives_of_the_device() {
         collective::all_reduce(&c, vec![x(&d[0]), x(&d[1])], Reduce::Sum);
     });
     assert!(
-        m.contains("the communicator no longer exists") && m.contains("was reset"),
+        m.contains("the communicator was retired") && m.contains("partial issue"),
         "{m}"
     );
     let fresh = Communicator::local(&d).unwrap();
@@ -346,4 +348,234 @@ fn a_collective_inside_a_graph_capture_is_refused() {
     for o in out {
         assert_eq!(host(o), [3.0; 6]);
     }
+}
+
+/// A fresh communicator's first transfer connects its ranks, which on HCCL blocks each issuing
+/// thread until every rank has issued its own (hccl-abi.md §6 rule 5): the ranks of one call are
+/// issued from their devices' own threads, and later calls may issue one rank at a time from
+/// one thread.
+#[test]
+#[serial]
+fn a_new_communicator_issues_each_rank_from_its_own_thread() {
+    let test = "a_new_communicator_issues_each_rank_from_its_own_thread";
+    let Some((d, _)) = pair(test) else { return };
+    // A reset drops the cached communicator, so the next one is new and unconnected.
+    reset_fault_device();
+    let comm = Communicator::local(&d).unwrap();
+    let x = |v: f32, dev: &AscendDevice| Tensor::<Ascend, 1>::from_floats([v, 2.0 * v], dev);
+    let out = collective::all_reduce(&comm, vec![x(1.0, &d[0]), x(3.0, &d[1])], Reduce::Sum);
+    // One rank per call, both calls from this thread before either result is read.
+    let r0 = collective::all_reduce(&comm, vec![x(5.0, &d[0])], Reduce::Max);
+    let r1 = collective::all_reduce(&comm, vec![x(-1.0, &d[1])], Reduce::Max);
+    for o in out {
+        assert_eq!(host(o), [4.0, 8.0]);
+    }
+    for r in r0.into_iter().chain(r1) {
+        assert_eq!(host(r), [5.0, 10.0]);
+    }
+}
+
+/// A rank refused at issue after another rank of the same transfer was issued (a partial
+/// issue): the communicator is retired at once, since every later transfer on it would pair
+/// with the wrong one (the ranks' sequences are out of step); the rank issued fails after the
+/// execution timeout; a new communicator works.
+#[test]
+#[serial]
+fn a_partial_issue_retires_the_communicator() {
+    let test = "a_partial_issue_retires_the_communicator";
+    if skipped_on_npu(test) {
+        return;
+    }
+    let Some((d, _)) = pair(test) else { return };
+    reset_fault_device();
+    std::env::set_var("HCCL_EXEC_TIMEOUT", "1");
+    let comm = Communicator::local(&d);
+    std::env::remove_var("HCCL_EXEC_TIMEOUT");
+    let comm = comm.unwrap();
+    let x = |v: f32, dev: &AscendDevice| {
+        Tensor::<Ascend, 1>::from_floats([v, 2.0 * v], dev)
+            .into_primitive()
+            .tensor()
+    };
+    let (x0, x1) = (x(1.0, &d[0]), x(3.0, &d[1]));
+    // Rank 1's stream captures a graph, so HCCL refuses rank 1's part (the emulated HCCL does
+    // not model collectives in graphs), after rank 0's part was queued.
+    let (_graph, refused) = burn_ascend::graph::capture(&d[1], || {
+        burn_ascend::ops::collective::all_reduce(&comm, &[x0.clone(), x1.clone()], Reduce::Sum)
+    })
+    .unwrap();
+    let Err(e) = refused else {
+        panic!("rank 1 is refused")
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("HCCL_E_NOT_SUPPORT") && e.contains("partial issue") && e.contains("retired"),
+        "{e}"
+    );
+    // The next transfer is refused instead of pairing rank 1's part with rank 0's first one.
+    let Err(e) = burn_ascend::ops::collective::all_reduce(&comm, &[x0, x1], Reduce::Sum) else {
+        panic!("the communicator is retired")
+    };
+    let e = e.to_string();
+    assert!(e.contains("retired") && e.contains("partial issue"), "{e}");
+    let start = Instant::now();
+    let e = Ascend::sync(&d[0]).expect_err("rank 0 times out");
+    assert!(e.to_string().contains("HCCL_EXEC_TIMEOUT"), "{e}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    burn_ascend::reset_device(&d[0]).unwrap();
+    let fresh = Communicator::local(&d).unwrap();
+    assert!(!Arc::ptr_eq(&comm, &fresh));
+    let out = collective::all_reduce(
+        &fresh,
+        vec![
+            Tensor::<Ascend, 1>::from_floats([1.0, 2.0], &d[0]),
+            Tensor::<Ascend, 1>::from_floats([3.0, 6.0], &d[1]),
+        ],
+        Reduce::Sum,
+    );
+    for o in out {
+        assert_eq!(host(o), [4.0, 8.0]);
+    }
+}
+
+/// The execution timeout: 120 s unless set (HCCL's default of 1836 s would hang an
+/// interactive session for half an hour on a rank that never comes), and a value set in code
+/// bounds a rank's wait for a peer that never issues its part; the device's next
+/// synchronisation fails, and the communicator's asynchronous error retires it.
+#[test]
+#[serial]
+fn the_execution_timeout_is_a_setting_with_an_interactive_default() {
+    let test = "the_execution_timeout_is_a_setting_with_an_interactive_default";
+    if skipped_on_npu(test) {
+        return;
+    }
+    let Some((d, _)) = pair(test) else { return };
+    std::env::remove_var("HCCL_EXEC_TIMEOUT");
+    collective::set_exec_timeout(None);
+    assert_eq!(collective::exec_timeout(), Some(Duration::from_secs(120)));
+    collective::set_exec_timeout(Some(Duration::from_millis(300)));
+    assert_eq!(collective::exec_timeout(), Some(Duration::from_secs(1)));
+    reset_fault_device();
+    let comm = Communicator::local(&d);
+    collective::set_exec_timeout(None);
+    let comm = comm.unwrap();
+    // Rank 0 alone: rank 1 never issues its part.
+    let start = Instant::now();
+    let out = collective::all_reduce(
+        &comm,
+        vec![Tensor::<Ascend, 1>::from_floats([1.0], &d[0])],
+        Reduce::Sum,
+    );
+    let e = Ascend::sync(&d[0]).expect_err("rank 0 times out");
+    assert!(e.to_string().contains("HCCL_EXEC_TIMEOUT"), "{e}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    drop(out);
+    let e = collective::check_async_errors(&d[0]).expect_err("the rank's asynchronous error");
+    assert!(e.to_string().contains("HCCL_E_TIMEOUT"), "{e}");
+    let c = comm.clone();
+    let m = message(move || {
+        collective::all_reduce(
+            &c,
+            vec![Tensor::<Ascend, 1>::from_floats([1.0], &d[1])],
+            Reduce::Sum,
+        );
+    });
+    assert!(m.contains("retired"), "{m}");
+    burn_ascend::reset_device(&d[0]).unwrap();
+}
+
+/// `reset_device` retires the device's communicators before it waits for the device's work: a
+/// collective issued while it waits would otherwise be queued on the stream being reset, and
+/// lost with it.
+#[test]
+#[serial]
+fn a_collective_issued_during_a_reset_is_refused() {
+    let test = "a_collective_issued_during_a_reset_is_refused";
+    if skipped_on_npu(test) {
+        return;
+    }
+    let Some((d, _)) = pair(test) else { return };
+    reset_fault_device();
+    collective::set_exec_timeout(Some(Duration::from_secs(1)));
+    let comm = Communicator::local(&d);
+    collective::set_exec_timeout(None);
+    let comm = comm.unwrap();
+    let x = || {
+        Tensor::<Ascend, 1>::from_floats([1.0, 2.0], &d[1])
+            .into_primitive()
+            .tensor()
+    };
+    // Rank 1 alone: its part keeps device 1 busy until the execution timeout.
+    let (x1, y1) = (x(), x());
+    burn_ascend::ops::collective::all_reduce(&comm, &[x1], Reduce::Sum).unwrap();
+    std::thread::scope(|s| {
+        let reset = s.spawn(|| burn_ascend::reset_device(&d[1]));
+        std::thread::sleep(Duration::from_millis(300));
+        let Err(e) = burn_ascend::ops::collective::all_reduce(&comm, &[y1], Reduce::Sum) else {
+            panic!("a collective issued while the device is being reset must be refused")
+        };
+        assert!(e.to_string().contains("was reset"), "{e}");
+        reset.join().unwrap().unwrap();
+    });
+}
+
+/// Data-parallel training whose replica fails mid-training (its device faults after the first
+/// step) ends with an error naming the replica, within the collectives' execution timeout:
+/// the other replica waits for it inside a collective on its device until then, instead of
+/// half an hour, and no panic escapes.
+#[test]
+#[serial]
+fn data_parallel_training_ends_with_an_error_when_a_replica_fails() {
+    use burn_ascend_suite::moe::config::MoeConfig;
+    use burn_ascend_suite::moe::corpus;
+    use burn_ascend_suite::moe::data_parallel::train_data_parallel;
+    use burn_ascend_suite::moe::model::MoeDecoder;
+    use burn_ascend_suite::moe::train::TrainConfig;
+    type B = burn_autodiff::Autodiff<Ascend>;
+    let test = "data_parallel_training_ends_with_an_error_when_a_replica_fails";
+    if skipped_on_npu(test) {
+        return;
+    }
+    let Some((d, _)) = pair(test) else { return };
+    // A new communicator, whose ranks wait 1 s for a peer.
+    reset_fault_device();
+    std::env::set_var("HCCL_EXEC_TIMEOUT", "1");
+    let cfg = MoeConfig::new()
+        .with_hidden(32)
+        .with_layers(1)
+        .with_q_heads(2)
+        .with_kv_heads(1)
+        .with_experts(2)
+        .with_top_k(1)
+        .with_expert_hidden(32)
+        .with_max_seq(16);
+    let train_cfg = TrainConfig {
+        steps: 3,
+        batch: 2,
+        seq_len: 8,
+        learning_rate: 1e-2,
+        aux_weight: 0.01,
+    };
+    let model = MoeDecoder::<B>::new(&cfg, &d[0]).expect("a valid config");
+    let start = Instant::now();
+    let trained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        train_data_parallel(model, &corpus::tokens(), &train_cfg, &d, |r| {
+            if r.step == 1 {
+                drop(provoke_fault(&d[1]));
+            }
+        })
+    }));
+    std::env::remove_var("HCCL_EXEC_TIMEOUT");
+    let trained = trained.expect("no panic escapes the training");
+    let Err(e) = trained else {
+        panic!("training on a faulted NPU must fail")
+    };
+    assert!(e.contains("replica 1's step failed"), "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        start.elapsed()
+    );
+    burn_ascend::reset_device(&d[0]).unwrap();
+    reset_fault_device();
 }

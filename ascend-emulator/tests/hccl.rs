@@ -140,7 +140,8 @@ impl Rank {
     }
 }
 
-fn comms(devices: &[i32]) -> Vec<HcclComm> {
+/// `HcclCommInitAll` of `devices`: the ranks are not connected yet.
+fn init_all(devices: &[i32]) -> Vec<HcclComm> {
     acl();
     let mut ids = devices.to_vec();
     let mut out = vec![std::ptr::null_mut(); devices.len()];
@@ -153,6 +154,35 @@ fn comms(devices: &[i32]) -> Vec<HcclComm> {
         )
         .unwrap();
     out
+}
+
+/// Communicators of `devices`, connected: each rank's first transfer (a one-byte broadcast)
+/// issued from a thread of its own, as HCCL requires, and finished.
+fn comms(devices: &[i32]) -> Vec<HcclComm> {
+    let cs = init_all(devices);
+    std::thread::scope(|s| {
+        for (&device, &c) in devices.iter().zip(&cs) {
+            let c = c as usize;
+            s.spawn(move || {
+                let r = Rank::new(device);
+                let b = r.upload(&[7]);
+                // SAFETY: a live one-byte buffer of the rank's device.
+                let code = unsafe {
+                    (hccl().fns.HcclBroadcast)(
+                        b,
+                        1,
+                        HCCL_DATA_TYPE_UINT8,
+                        0,
+                        c as HcclComm,
+                        r.stream,
+                    )
+                };
+                hccl().check(code, "HcclBroadcast").unwrap();
+                r.sync().unwrap();
+            });
+        }
+    });
+    cs
 }
 
 fn destroy(comms: Vec<HcclComm>) {
@@ -446,6 +476,84 @@ fn issue_is_asynchronous_and_parts_match_in_order() {
     // Two-shot all-reduce of 16 bytes on 2 ranks: each rank sends half, twice.
     assert_eq!(moved.traffic.link_bytes, 2 * 2 * 16);
     assert_eq!(moved.traffic.link_bytes, moved.traffic.min_link_bytes);
+    destroy(cs);
+}
+
+/// An `HcclCommInitAll` communicator connects at its ranks' first transfers: each blocks the
+/// thread issuing it until every rank has issued its own (hccl-abi.md §6 rule 5, one thread per
+/// device), so one thread cannot issue them in turn; afterwards issue returns at once.
+#[test]
+#[serial]
+fn the_first_transfer_of_each_rank_waits_for_every_rank_to_issue_its_own() {
+    let cs = init_all(&[0, 1]);
+    let (c0, c1) = (cs[0] as usize, cs[1] as usize);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let first = std::thread::spawn(move || {
+        let r = Rank::new(0);
+        let b = r.upload(&bytes(&[1.0f32, 2.0]));
+        // SAFETY: a live buffer of 2 floats on device 0.
+        let code = unsafe {
+            (hccl().fns.HcclAllReduce)(
+                b,
+                b,
+                2,
+                HCCL_DATA_TYPE_FP32,
+                HCCL_REDUCE_SUM,
+                c0 as HcclComm,
+                r.stream,
+            )
+        };
+        tx.send(code).unwrap();
+        values::<f32>(&r.download(b, 8))
+    });
+    // Rank 0's call has not returned: it waits for rank 1.
+    assert!(matches!(
+        rx.recv_timeout(std::time::Duration::from_millis(300)),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+    ));
+    let r = Rank::new(1);
+    let b = r.upload(&bytes(&[3.0f32, 5.0]));
+    let issue = |b| {
+        on(1);
+        // SAFETY: a live buffer of 2 floats on device 1.
+        unsafe {
+            (hccl().fns.HcclAllReduce)(
+                b,
+                b,
+                2,
+                HCCL_DATA_TYPE_FP32,
+                HCCL_REDUCE_SUM,
+                c1 as HcclComm,
+                r.stream,
+            )
+        }
+    };
+    assert_eq!(issue(b), HCCL_SUCCESS);
+    assert_eq!(rx.recv().unwrap(), HCCL_SUCCESS);
+    assert_eq!(first.join().unwrap(), [4.0, 7.0]);
+    assert_eq!(values::<f32>(&r.download(b, 8)), [4.0, 7.0]);
+    // Connected: one thread now issues both ranks' next parts in turn, each queued at once.
+    let r0 = Rank::new(0);
+    let b0 = r0.upload(&bytes(&[1.0f32, 1.0]));
+    let start = std::time::Instant::now();
+    assert_eq!(issue(b), HCCL_SUCCESS);
+    on(0);
+    // SAFETY: a live buffer of 2 floats on device 0.
+    let code = unsafe {
+        (hccl().fns.HcclAllReduce)(
+            b0,
+            b0,
+            2,
+            HCCL_DATA_TYPE_FP32,
+            HCCL_REDUCE_SUM,
+            c0 as HcclComm,
+            r0.stream,
+        )
+    };
+    assert_eq!(code, HCCL_SUCCESS);
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    assert_eq!(values::<f32>(&r0.download(b0, 8)), [5.0, 8.0]);
+    assert_eq!(values::<f32>(&r.download(b, 8)), [5.0, 8.0]);
     destroy(cs);
 }
 

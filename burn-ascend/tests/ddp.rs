@@ -3,6 +3,11 @@
 //! parameters have their gradients averaged by HCCL during `backward`, and after several steps
 //! both replicas hold the same weights, which match single-device training on the whole batches.
 //!
+//! Also Burn 0.21's own tests of the API (`burn-backend-tests`: `tensor/distributed.rs` and
+//! `autodiff/all_reduce.rs`, with and without checkpointing), restated for these devices: they
+//! issue every device's `all_reduce` from one thread and resolve each result before the next
+//! device's call.
+//!
 //! Run with `cargo test -p burn-ascend --features distributed --test ddp` (never with
 //! `--workspace`: the feature would reach the suite's `Autodiff<Flex>`, see the README).
 
@@ -17,6 +22,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData, TensorPrimitive, Tolerance};
 use burn_ascend::emulator::hccl::{hccl_counters, Kind};
 use burn_ascend::{Ascend, AscendDevice};
+use burn_autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn_autodiff::Autodiff;
 use burn_fusion::Fusion;
 use burn_std::device::Device as _;
@@ -151,7 +157,7 @@ where
                         }
                         model = model.map(&mut Shard);
                         let (x, y) = rows::<B>(step, i * half..(i + 1) * half, device);
-                        // `backward` returns once every device's gradients are averaged.
+                        // `backward` returns once every device queued the averaging.
                         let grads = loss(&model, x, y).backward();
                         let grads = GradientsParams::from_grads(grads, &model);
                         model = optim.step(0.1, model, grads);
@@ -238,4 +244,245 @@ fn all_reduce_is_issued_per_device_without_waiting_for_the_peers() {
         assert_eq!(values(r0.resolve()), expected, "{op:?}");
         assert_eq!(values(r1.resolve()), expected, "{op:?}");
     }
+}
+
+/// The end of a marked `backward` holds each device until every device of the round has
+/// reached it (see `burn-ascend/src/backend/distributed.rs`); a device that never comes (its
+/// training thread failed) releases the others after the collectives' execution timeout, with
+/// an error saying how many came, instead of holding them forever.
+#[test]
+#[serial]
+fn a_device_missing_at_the_end_of_a_round_does_not_hold_the_others_forever() {
+    burn_ascend::collective::set_exec_timeout(Some(std::time::Duration::from_secs(1)));
+    Ascend::start_communication_server(
+        &DEVICES,
+        DistributedConfig {
+            all_reduce_op: ReduceOperation::Mean,
+        },
+    );
+    let start = std::time::Instant::now();
+    let waited = std::panic::catch_unwind(|| Ascend::submit_sync_collective(&DEVICES[0]));
+    let elapsed = start.elapsed();
+    burn_ascend::collective::set_exec_timeout(None);
+    Ascend::close_communication_server(&DEVICES[0]);
+    let panic = waited.expect_err("device 1 never reaches the end of the round");
+    let text = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(text.contains("only 1 of 2 devices"), "{text}");
+    assert!(elapsed < std::time::Duration::from_secs(10), "{elapsed:?}");
+}
+
+// Burn 0.21's `burn-backend-tests` for the distributed API, restated on the emulated NPUs.
+
+type Checkpointed = Autodiff<Ascend, BalancedCheckpointing>;
+
+/// Values in [0, 10) from a fixed-seed generator (Burn's test draws them at random).
+fn draws(seed: u64, n: usize) -> Vec<f32> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 40) as f32 / (1u64 << 24) as f32 * 10.0
+        })
+        .collect()
+}
+
+/// `tensor/distributed.rs::test_all_reduce`: 100 rounds of a `[20, 20]` sum, each device's
+/// `all_reduce` issued and resolved in turn from one thread, then every result read.
+fn all_reduce_from_one_thread<B: AutodiffBackend<Device = AscendDevice> + DistributedBackend>() {
+    let ids: Vec<_> = DEVICES.iter().map(|d| d.to_id()).collect();
+    let size = 20 * 20;
+    for round in 0..100u64 {
+        let data: Vec<Vec<f32>> = (0..DEVICES.len() as u64)
+            .map(|d| draws(round * 7 + d, size))
+            .collect();
+        let expected: Vec<f32> = (0..size).map(|i| data.iter().map(|v| v[i]).sum()).collect();
+        let outputs: Vec<Tensor<B, 2>> = data
+            .iter()
+            .zip(&DEVICES)
+            .map(|(v, device)| {
+                let t = Tensor::<B, 1>::from_data(TensorData::from(v.as_slice()), device)
+                    .reshape([20, 20]);
+                let out = B::all_reduce(
+                    t.into_primitive().tensor(),
+                    ReduceOperation::Sum,
+                    ids.clone(),
+                );
+                Tensor::from_primitive(TensorPrimitive::Float(out.resolve()))
+            })
+            .collect();
+        for out in outputs {
+            out.flatten::<1>(0, 1).into_data().assert_approx_eq::<f32>(
+                &TensorData::from(expected.as_slice()),
+                Tolerance::default(),
+            );
+        }
+    }
+}
+
+/// `tensor/distributed.rs::test_all_reduce_multithread`: one thread per device, each reading
+/// its result before its next round.
+fn all_reduce_from_a_thread_per_device<
+    B: AutodiffBackend<Device = AscendDevice> + DistributedBackend,
+>() {
+    let ids: Vec<_> = DEVICES.iter().map(|d| d.to_id()).collect();
+    let size = 20 * 20;
+    let rounds = 100u64;
+    std::thread::scope(|s| {
+        for (d, device) in DEVICES.iter().enumerate() {
+            let ids = ids.clone();
+            s.spawn(move || {
+                for round in 0..rounds {
+                    let mine = draws(round * 7 + d as u64, size);
+                    let t = Tensor::<B, 1>::from_data(TensorData::from(mine.as_slice()), device)
+                        .reshape([20, 20]);
+                    let out = B::all_reduce(
+                        t.into_primitive().tensor(),
+                        ReduceOperation::Sum,
+                        ids.clone(),
+                    );
+                    let out = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(out.resolve()));
+                    let expected: Vec<f32> = (0..size)
+                        .map(|i| {
+                            (0..DEVICES.len() as u64)
+                                .map(|p| draws(round * 7 + p, size)[i])
+                                .sum()
+                        })
+                        .collect();
+                    out.flatten::<1>(0, 1).into_data().assert_approx_eq::<f32>(
+                        &TensorData::from(expected.as_slice()),
+                        Tolerance::default(),
+                    );
+                }
+            });
+        }
+    });
+}
+
+/// `autodiff/all_reduce.rs::compute_all_reduce`: each device's all-reduce issued and resolved
+/// in turn from one thread.
+fn reduce_each<B: AutodiffBackend<Device = AscendDevice> + DistributedBackend>(
+    tensors: &[Tensor<B, 1>],
+    op: ReduceOperation,
+) -> Vec<Tensor<B, 1>> {
+    let ids: Vec<_> = tensors.iter().map(|t| t.device().to_id()).collect();
+    tensors
+        .iter()
+        .map(|t| {
+            let out = B::all_reduce(t.clone().into_primitive().tensor(), op, ids.clone());
+            Tensor::from_primitive(TensorPrimitive::Float(out.resolve()))
+        })
+        .collect()
+}
+
+/// `autodiff/all_reduce.rs::compute_gradients` and `compare_gradients`: every output's
+/// `backward` (whose all-reduce of the gradient is again one device at a time), then the
+/// outputs and the inputs' gradients read.
+fn outputs_and_gradients<B: AutodiffBackend<Device = AscendDevice> + DistributedBackend>(
+    inputs: Vec<Tensor<B, 1>>,
+    op: ReduceOperation,
+    output: &[f32],
+    gradient: &[f32],
+) {
+    let outs = reduce_each(&inputs, op);
+    let grads: Vec<_> = inputs
+        .iter()
+        .zip(&outs)
+        .map(|(i, o)| i.grad(&o.backward()).expect("a gradient"))
+        .collect();
+    for o in outs {
+        o.into_data().assert_eq(&TensorData::from(output), false);
+    }
+    for g in grads {
+        g.into_data().assert_eq(&TensorData::from(gradient), false);
+    }
+}
+
+fn pair<B: AutodiffBackend<Device = AscendDevice>>() -> [Tensor<B, 1>; 2] {
+    [
+        Tensor::<B, 1>::from_floats([2.0, 5.0], &DEVICES[0]).require_grad(),
+        Tensor::<B, 1>::from_floats([4.0, 1.0], &DEVICES[1]).require_grad(),
+    ]
+}
+
+/// `should_diff_all_reduce_sum`.
+fn diff_sum<B: AutodiffBackend<Device = AscendDevice> + DistributedBackend>() {
+    outputs_and_gradients(
+        pair::<B>().to_vec(),
+        ReduceOperation::Sum,
+        &[6.0, 6.0],
+        &[2.0, 2.0],
+    );
+}
+
+/// `should_diff_all_reduce_mean`.
+fn diff_mean<B: AutodiffBackend<Device = AscendDevice> + DistributedBackend>() {
+    outputs_and_gradients(
+        pair::<B>().to_vec(),
+        ReduceOperation::Mean,
+        &[3.0, 3.0],
+        &[1.0, 1.0],
+    );
+}
+
+/// `should_diff_all_reduce_complex_1`: the second output scaled before its `backward`.
+fn diff_complex<B: AutodiffBackend<Device = AscendDevice> + DistributedBackend>() {
+    let inputs = pair::<B>();
+    let outs = reduce_each(&inputs, ReduceOperation::Sum);
+    let scaled = outs[1].clone().mul_scalar(4.0);
+    let grads_0 = outs[0].backward();
+    let grads_1 = scaled.backward();
+    let grad_0 = inputs[0].grad(&grads_0).unwrap();
+    let grad_1 = inputs[1].grad(&grads_1).unwrap();
+    outs[0]
+        .clone()
+        .into_data()
+        .assert_eq(&TensorData::from([6.0f32, 6.0]), false);
+    scaled
+        .into_data()
+        .assert_eq(&TensorData::from([24.0f32, 24.0]), false);
+    grad_0
+        .into_data()
+        .assert_eq(&TensorData::from([5.0f32, 5.0]), false);
+    grad_1
+        .into_data()
+        .assert_eq(&TensorData::from([5.0f32, 5.0]), false);
+}
+
+/// `should_diff_all_reduce_all_devices`: device i holds `[i, i]`.
+fn diff_all_devices<B: AutodiffBackend<Device = AscendDevice> + DistributedBackend>() {
+    let inputs: Vec<Tensor<B, 1>> = DEVICES
+        .iter()
+        .enumerate()
+        .map(|(i, d)| Tensor::<B, 1>::from_floats([i as f32; 2], d).require_grad())
+        .collect();
+    let value = (0..DEVICES.len()).sum::<usize>() as f32;
+    let n = DEVICES.len() as f32;
+    outputs_and_gradients(inputs, ReduceOperation::Sum, &[value; 2], &[n; 2]);
+}
+
+macro_rules! burn_distributed_tests {
+    ($($name:ident: $f:ident::<$b:ty>;)*) => {$(
+        #[test]
+        #[serial]
+        fn $name() {
+            $f::<$b>();
+        }
+    )*};
+}
+
+burn_distributed_tests! {
+    burn_test_all_reduce: all_reduce_from_one_thread::<Autodiff<Ascend>>;
+    burn_test_all_reduce_multithread: all_reduce_from_a_thread_per_device::<Autodiff<Ascend>>;
+    burn_should_diff_all_reduce_sum: diff_sum::<Autodiff<Ascend>>;
+    burn_should_diff_all_reduce_mean: diff_mean::<Autodiff<Ascend>>;
+    burn_should_diff_all_reduce_complex_1: diff_complex::<Autodiff<Ascend>>;
+    burn_should_diff_all_reduce_all_devices: diff_all_devices::<Autodiff<Ascend>>;
+    burn_checkpointing_should_diff_all_reduce_sum: diff_sum::<Checkpointed>;
+    burn_checkpointing_should_diff_all_reduce_mean: diff_mean::<Checkpointed>;
+    burn_checkpointing_should_diff_all_reduce_complex_1: diff_complex::<Checkpointed>;
+    burn_checkpointing_should_diff_all_reduce_all_devices: diff_all_devices::<Checkpointed>;
 }

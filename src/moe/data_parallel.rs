@@ -14,6 +14,7 @@
 //! training on the whole batch, up to summation order.
 
 use std::sync::Arc;
+use std::thread::ScopedJoinHandle;
 
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::nn::loss::CrossEntropyLossConfig;
@@ -206,11 +207,8 @@ where
                     })
                 })
                 .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().expect("a replica's step"))
-                .collect()
-        });
+            joined("step", workers)
+        })?;
         let mut grads = Vec::with_capacity(n);
         let (mut ce, mut aux) = (0.0, 0.0);
         for (replica, g, c, a) in results {
@@ -232,11 +230,8 @@ where
                     s.spawn(move || optim.step(cfg.learning_rate, replica, g))
                 })
                 .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().expect("a replica's optimizer step"))
-                .collect()
-        });
+            joined("optimizer step", workers)
+        })?;
         report(StepReport {
             step,
             loss: ce,
@@ -260,13 +255,12 @@ where
                     })
                 })
                 .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().expect("a replica's check"))
-                .fold((0.0, 0.0), |(c, a), (ce, aux)| {
+            joined("check", workers).map(|all| {
+                all.into_iter().fold((0.0, 0.0), |(c, a), (ce, aux)| {
                     (c + ce / n as f32, a + aux / n as f32)
                 })
-        });
+            })
+        })?;
         finite(cfg.steps, ce, aux)?;
     }
     let mut trained = replicas.swap_remove(0);
@@ -274,6 +268,34 @@ where
         block.moe.parallel = Parallel::default();
     }
     Ok(trained)
+}
+
+/// The replicas' results, or an error naming each replica that failed. The replicas meet only
+/// inside collectives on the devices: when one fails (a device fault, say), the others wait for
+/// it there until the collectives' execution timeout
+/// (`burn_ascend::collective::set_exec_timeout`) and fail in turn, and training ends with this
+/// error rather than a panic.
+fn joined<T>(what: &str, workers: Vec<ScopedJoinHandle<'_, T>>) -> Result<Vec<T>, String> {
+    let mut done = Vec::with_capacity(workers.len());
+    let mut failed = Vec::new();
+    for (r, w) in workers.into_iter().enumerate() {
+        match w.join() {
+            Ok(v) => done.push(v),
+            Err(panic) => {
+                let text = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "a panic without a message".into());
+                failed.push(format!("replica {r}'s {what} failed: {text}"));
+            }
+        }
+    }
+    if failed.is_empty() {
+        Ok(done)
+    } else {
+        Err(failed.join("; "))
+    }
 }
 
 fn scalar<B: Backend>(t: Tensor<B, 1>) -> f32 {

@@ -3,7 +3,9 @@
 //! A call checks its arguments at once and returns the `HcclResult` HCCL documents for them
 //! (`HCCL_E_NOT_SUPPORT` for a dtype or reduce op Atlas A2 lacks, `HCCL_E_PARA`/`HCCL_E_PTR`
 //! for bad counts, ranks, buffers and streams), leaving the details for `aclGetRecentErrMsg`.
-//! A transfer is then queued on the given stream and the call returns: the rank's part runs
+//! A transfer is then queued on the given stream and the call returns (a rank's first transfer
+//! on an `HcclCommInitAll` communicator first waits for every rank's first, `comm::Connect`):
+//! the rank's part runs
 //! when the stream reaches it, waits there for the other ranks, and a failure (a peer that
 //! never joins within `HCCL_EXEC_TIMEOUT`, mismatched parameters) becomes an error of that
 //! stream, reported at its next synchronisation, and the communicator's asynchronous error.
@@ -25,7 +27,7 @@ use ascend_acl::hccl::{HcclComm, HcclRootInfo, ParsedCommConfig};
 use ascend_acl::types::aclrtStream;
 use ascend_acl::types::status::ACL_ERROR_RT_TASK_TIMEOUT;
 
-use super::comm::{registry, Comm, Key, Rendezvous, Transport};
+use super::comm::{registry, Comm, Connect, Key, Rendezvous, Transport};
 use super::net::{start_hub, NetLink, RootAddr};
 use super::semantics::{supported, Kind, Op};
 use crate::fault::{fault, panic_text, report, Fault};
@@ -284,18 +286,23 @@ pub unsafe extern "C" fn HcclCommInitAll(
         }
         let exec = exec_timeout()?;
         let mb = buffer_mb()?;
+        let connect_within = connect_timeout()?;
         let group: Arc<dyn Transport> = Arc::new(Rendezvous::default());
+        let connect = Arc::new(Connect::new(ids.len()));
         let mut made = Vec::with_capacity(ids.len());
         for (rank, &device) in ids.iter().enumerate() {
             match reserve_staging(device, mb) {
-                Ok((staging, generation)) => made.push(Comm::new(
-                    rank as u32,
-                    ndev,
-                    (device, generation),
-                    group.clone(),
-                    exec,
-                    staging,
-                )),
+                Ok((staging, generation)) => made.push(
+                    Comm::new(
+                        rank as u32,
+                        ndev,
+                        (device, generation),
+                        group.clone(),
+                        exec,
+                        staging,
+                    )
+                    .connecting(connect.clone(), connect_within),
+                ),
                 Err(f) => {
                     for c in &made {
                         let _ = m.npu(c.device).map(|n| n.memory.free(c.staging()));
@@ -557,6 +564,12 @@ fn not_capturing(stream: &Stream, op: &Op) -> Result<(), Fault> {
     Ok(())
 }
 
+/// The rank's first transfer connects its communicator (`comm::Connect`): checked after every
+/// argument, so a refused call neither connects nor takes a place in the rank's order.
+fn connect(comm: &Comm) -> Result<(), Fault> {
+    comm.connect().map_err(|e| fault(e.code, e.message))
+}
+
 /// Queues a collective of every rank of `comm`.
 fn collective(
     comm: Arc<Comm>,
@@ -566,6 +579,7 @@ fn collective(
     writes: Vec<Region>,
 ) -> Result<(), Fault> {
     not_capturing(stream, &op)?;
+    connect(&comm)?;
     let key = comm.next_collective();
     let (n, rank) = (comm.size as usize, comm.rank as usize);
     enqueue(comm, stream, key, n, rank, op, reads, writes)
@@ -781,6 +795,7 @@ pub unsafe extern "C" fn HcclSend(
             peer: dest_rank,
         };
         not_capturing(&s, &op)?;
+        connect(&c)?;
         let key = c.next_p2p(c.rank, dest_rank);
         enqueue(c, &s, key, 2, 0, op, vec![read], Vec::new())
     })
@@ -806,6 +821,7 @@ pub unsafe extern "C" fn HcclRecv(
             peer: src_rank,
         };
         not_capturing(&s, &op)?;
+        connect(&c)?;
         let key = c.next_p2p(src_rank, c.rank);
         enqueue(c, &s, key, 2, 1, op, Vec::new(), vec![write])
     })

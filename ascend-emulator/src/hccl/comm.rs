@@ -9,7 +9,7 @@
 //! computes everyone's output ([`super::semantics::compute`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -149,6 +149,52 @@ impl Transport for Rendezvous {
     }
 }
 
+/// The lazy link set-up of an `HcclCommInitAll` communicator. Such a communicator connects its
+/// ranks at their first transfer, not at creation: each rank's first call blocks the thread
+/// issuing it until every rank has issued its own first call, within `HCCL_CONNECT_TIMEOUT`
+/// (`hccl-abi.md` §6 rule 5: one thread per device, each thread's first op within
+/// HCCL_CONNECT_TIMEOUT of the others). So one thread cannot issue every rank's first part in
+/// turn: its first call never returns. Root-info communicators connect inside their
+/// initialisation instead.
+pub(crate) struct Connect {
+    arrived: Mutex<Vec<bool>>,
+    all: Condvar,
+}
+
+impl Connect {
+    pub fn new(ranks: usize) -> Self {
+        Self {
+            arrived: Mutex::new(vec![false; ranks]),
+            all: Condvar::new(),
+        }
+    }
+
+    /// Rank `rank` has issued its first transfer: waits until every rank has.
+    fn arrive(&self, rank: usize, timeout: Duration) -> Result<(), ExchangeError> {
+        let mut arrived = self.arrived.lock().unwrap();
+        arrived[rank] = true;
+        self.all.notify_all();
+        let (arrived, waited) = self
+            .all
+            .wait_timeout_while(arrived, timeout, |a| !a.iter().all(|&x| x))
+            .unwrap();
+        if waited.timed_out() {
+            let missing: Vec<usize> = (0..arrived.len()).filter(|&r| !arrived[r]).collect();
+            return Err(ExchangeError {
+                code: HCCL_E_TIMEOUT,
+                message: format!(
+                    "rank {rank}'s first transfer connects the communicator, which waits for every \
+                     rank's first transfer; ranks {missing:?} issued none within {:.0} s \
+                     (HCCL_CONNECT_TIMEOUT). An HcclCommInitAll communicator needs one issuing \
+                     thread per device",
+                    timeout.as_secs_f64()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// One rank of a communicator.
 pub(crate) struct Comm {
     pub rank: u32,
@@ -166,6 +212,9 @@ pub(crate) struct Comm {
     async_error: AtomicI32,
     /// The staging buffers the communicator reserves in HBM (`HCCL_BUFFSIZE`, twice).
     staging: u64,
+    /// For an `HcclCommInitAll` communicator: its lazy connection, and how long it may wait.
+    connect: Option<(Arc<Connect>, Duration)>,
+    connected: AtomicBool,
 }
 
 impl Comm {
@@ -188,6 +237,28 @@ impl Comm {
             exec_timeout,
             async_error: AtomicI32::new(HCCL_SUCCESS),
             staging,
+            connect: None,
+            connected: AtomicBool::new(false),
+        }
+    }
+
+    /// A rank of an `HcclCommInitAll` communicator, whose ranks connect at their first
+    /// transfer ([`Connect`]).
+    pub fn connecting(mut self, connect: Arc<Connect>, timeout: Duration) -> Self {
+        self.connect = Some((connect, timeout));
+        self
+    }
+
+    /// Called by each transfer at issue, before it takes its place in the rank's order: the
+    /// first one waits until every rank has issued its first ([`Connect`]).
+    pub fn connect(&self) -> Result<(), ExchangeError> {
+        match &self.connect {
+            Some((c, timeout)) if !self.connected.load(Ordering::Acquire) => {
+                c.arrive(self.rank as usize, *timeout)?;
+                self.connected.store(true, Ordering::Release);
+                Ok(())
+            }
+            _ => Ok(()),
         }
     }
 

@@ -4,8 +4,9 @@
 //!
 //! - `api.rs`: the C functions: argument checks with HCCL's result codes, then the rank's part
 //!   queued on its stream (asynchronous, as on the device).
-//! - `comm.rs`: communicators, the matching of parts by sequence number, the in-process
-//!   rendezvous and `HCCL_EXEC_TIMEOUT`.
+//! - `comm.rs`: communicators, the connection of `HcclCommInitAll` ranks at their first
+//!   transfers, the matching of parts by sequence number, the in-process rendezvous and
+//!   `HCCL_EXEC_TIMEOUT`.
 //! - `semantics.rs`: what each transfer computes, Atlas A2's dtype and reduce-op support, the
 //!   check that the ranks' parameters match, and the link traffic of each algorithm.
 //! - `net.rs`: the hub and links of root-info communicators (TCP on `HCCL_IF_IP`).

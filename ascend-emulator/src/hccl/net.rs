@@ -209,7 +209,16 @@ impl Hub {
         if reply.send(&mut conn).is_err() || admitted.is_err() {
             return;
         }
+        let (Ok(rank), Some(n)) = (admitted, self.members.lock().unwrap().n_ranks) else {
+            return;
+        };
         while let Ok(req) = Request::receive(&mut conn) {
+            if let Err(m) = req.check(rank, n) {
+                // A part that cannot be this rank's would break the matching of everyone's:
+                // the link is dropped.
+                let _ = Frame::err(HCCL_E_PARA, &m).send(&mut conn);
+                return;
+            }
             *self.unanswered.lock().unwrap() += 1;
             let out = self.rendezvous.exchange(
                 req.key,
@@ -417,10 +426,18 @@ impl<R: Read> Reader<R> {
         Ok(u64::from_le_bytes(b))
     }
 
+    /// A length-prefixed byte string. The length comes from the peer: the buffer grows with
+    /// the bytes that actually arrive, so a forged length cannot make this process allocate.
     fn bytes(&mut self) -> std::io::Result<Vec<u8>> {
-        let len = self.u64()? as usize;
-        let mut v = vec![0u8; len];
-        self.0.read_exact(&mut v)?;
+        let len = self.u64()?;
+        let mut v = Vec::new();
+        (&mut self.0).take(len).read_to_end(&mut v)?;
+        if v.len() as u64 != len {
+            return Err(std::io::Error::new(
+                ErrorKind::UnexpectedEof,
+                format!("{len} bytes announced, {} arrived", v.len()),
+            ));
+        }
         Ok(v)
     }
 
@@ -511,6 +528,69 @@ struct Request {
 }
 
 impl Request {
+    /// Whether this request, from the link of rank `rank` of `n`, describes a part that rank can
+    /// give: the peer is not trusted, and the hub indexes and slices by these fields.
+    fn check(&self, rank: u32, n: u32) -> Result<(), String> {
+        let bad = |why: String| Err(format!("rank {rank} sent a malformed transfer part: {why}"));
+        let (parties, me) = match self.key {
+            Key::Collective(_) => (n as usize, self.participant as u32),
+            Key::P2p { src, dst, .. } => {
+                if src >= n || dst >= n || src == dst {
+                    return bad(format!("pair {src} -> {dst} among {n} ranks"));
+                }
+                (2, if self.participant == 0 { src } else { dst })
+            }
+        };
+        if self.parties != parties || self.participant >= parties || me != rank {
+            return bad(format!(
+                "participant {} of {} in {:?}",
+                self.participant, self.parties, self.key
+            ));
+        }
+        let Some((elem, _)) = super::semantics::facts(self.op.dtype()) else {
+            return bad("no HcclDataType".into());
+        };
+        let bytes = |count: u64| count.checked_mul(elem as u64);
+        let expected = match &self.op {
+            Op::AllReduce { count, .. } | Op::AllGather { count, .. } | Op::Send { count, .. } => {
+                bytes(*count)
+            }
+            Op::Recv { .. } => Some(0),
+            Op::ReduceScatter { count, .. } => bytes(*count).and_then(|b| b.checked_mul(n as u64)),
+            Op::Broadcast { count, root, .. } => {
+                if *root >= n {
+                    return bad(format!("root {root} among {n} ranks"));
+                }
+                if *root == rank {
+                    bytes(*count)
+                } else {
+                    Some(0)
+                }
+            }
+            Op::AlltoAllV {
+                send_counts,
+                recv_counts,
+                ..
+            } => {
+                if send_counts.len() != parties || recv_counts.len() != parties {
+                    return bad(format!("AlltoAllV counts for {parties} ranks"));
+                }
+                send_counts
+                    .iter()
+                    .try_fold(0u64, |t, &c| t.checked_add(c))
+                    .and_then(bytes)
+            }
+        };
+        if expected != Some(self.input.len() as u64) {
+            return bad(format!(
+                "{} bytes of input for {}",
+                self.input.len(),
+                self.op.describe()
+            ));
+        }
+        Ok(())
+    }
+
     fn send(&self, w: &mut impl Write) -> std::io::Result<()> {
         let mut b = Vec::with_capacity(self.input.len() + 128);
         match self.key {
@@ -648,4 +728,78 @@ fn decode_op<R: Read>(r: &mut Reader<R>) -> std::io::Result<Op> {
         },
         _ => return Err(bad("unknown transfer kind")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_reduce(count: u64, input: Vec<u8>, participant: usize, parties: usize) -> Request {
+        Request {
+            key: Key::Collective(0),
+            parties,
+            participant,
+            op: Op::AllReduce {
+                count,
+                dtype: ascend_acl::hccl::data_type::HCCL_DATA_TYPE_FP32,
+                op: ascend_acl::hccl::reduce_op::HCCL_REDUCE_SUM,
+            },
+            input,
+            timeout: None,
+        }
+    }
+
+    /// A frame announcing far more bytes than any machine holds, followed by three: the reader
+    /// reports the short frame instead of allocating what was announced.
+    #[test]
+    fn a_forged_length_allocates_nothing() {
+        let mut wire = Vec::new();
+        put_u32(&mut wire, 0);
+        put_u64(&mut wire, 1 << 60);
+        wire.extend_from_slice(&[1, 2, 3]);
+        let e = Frame::receive(&mut wire.as_slice())
+            .err()
+            .expect("a short frame");
+        assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
+        // The same through a request's input.
+        let mut wire = Vec::new();
+        all_reduce(2, vec![0; 8], 0, 2).send(&mut wire).unwrap();
+        let at = wire.len() - 8 - 8;
+        wire[at..at + 8].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        assert!(Request::receive(&mut wire.as_slice()).is_err());
+    }
+
+    /// The hub indexes and slices by a part's participant, party count, root and counts: a part
+    /// that does not fit the sender's rank is refused before it reaches the rendezvous.
+    #[test]
+    fn parts_that_do_not_fit_their_rank_are_refused() {
+        assert!(all_reduce(2, vec![0; 8], 1, 2).check(1, 2).is_ok());
+        for (req, rank, n) in [
+            // Another rank's part.
+            (all_reduce(2, vec![0; 8], 0, 2), 1, 2),
+            // More parties than ranks (the rendezvous would size its slot by it).
+            (all_reduce(2, vec![0; 8], 1, 1 << 40), 1, 2),
+            // A participant past the parties.
+            (all_reduce(2, vec![0; 8], 5, 2), 1, 2),
+            // An input shorter than the count says.
+            (all_reduce(4, vec![0; 8], 1, 2), 1, 2),
+        ] {
+            let e = req.check(rank, n).expect_err("refused");
+            assert!(e.contains("malformed"), "{e}");
+        }
+        let mut bcast = all_reduce(0, Vec::new(), 1, 2);
+        bcast.op = Op::Broadcast {
+            count: 1,
+            dtype: ascend_acl::hccl::data_type::HCCL_DATA_TYPE_FP32,
+            root: 7,
+        };
+        assert!(bcast.check(1, 2).unwrap_err().contains("root 7"));
+        let mut a2a = all_reduce(0, Vec::new(), 1, 2);
+        a2a.op = Op::AlltoAllV {
+            dtype: ascend_acl::hccl::data_type::HCCL_DATA_TYPE_FP32,
+            send_counts: vec![0],
+            recv_counts: vec![0, 0],
+        };
+        assert!(a2a.check(1, 2).unwrap_err().contains("counts"));
+    }
 }

@@ -105,7 +105,7 @@ impl Op {
         }
     }
 
-    fn dtype(&self) -> i32 {
+    pub(crate) fn dtype(&self) -> i32 {
         match self {
             Op::AllReduce { dtype, .. }
             | Op::Broadcast { dtype, .. }

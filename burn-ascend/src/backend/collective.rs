@@ -21,7 +21,9 @@ use super::*;
 use crate::backend::fusion::{AscendFusionHandle, AscendFusionRuntime};
 use crate::ops::collective as ops;
 pub use crate::ops::collective::{Reduce, RowCounts};
-pub use crate::runtime::collective::hccl_api;
+pub use crate::runtime::collective::{
+    check_async_errors, exec_timeout, hccl_api, set_exec_timeout, DEFAULT_EXEC_TIMEOUT,
+};
 pub use crate::runtime::Communicator;
 
 /// Collectives over ranks of a communicator this process holds: one tensor per rank, on the

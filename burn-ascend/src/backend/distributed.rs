@@ -1,15 +1,21 @@
 //! Burn's distributed API on HCCL (feature `distributed`): `DistributedBackend for Ascend`,
 //! which `Autodiff<Ascend>` and `Fusion<Ascend>` forward.
 //!
-//! Burn's gradient-sync server calls [`all_reduce`](DistributedBackend::all_reduce) from its own
-//! thread, once per device, one device after another, and only later lets each device's
-//! training thread call [`sync_collective`](DistributedBackend::sync_collective). So
+//! Burn calls [`all_reduce`](DistributedBackend::all_reduce) once per device, one device after
+//! another from one thread (its gradient-sync server, and its own tests), and
+//! [`resolve`](burn_backend::distributed::CollectiveTensor::resolve)s each result, which calls
+//! [`sync_collective`](DistributedBackend::sync_collective), before the next device's call. So
 //! `all_reduce` issues only the given device's rank of the communicator of the sorted device
-//! list and returns at once (the ranks meet on the devices); `sync_collective` waits for the
-//! device's queued work and reports any failure of it.
+//! list and returns at once (the ranks meet on the devices), and `sync_collective` does not
+//! wait for the device: its stream already orders every later use of the result after the
+//! collective, and waiting would block the host on a rank whose peers are only issued after it
+//! returns (burn-cubecl likewise hands this synchronisation to its runtime). It reports a
+//! failure a collective of the device already met (`HcclGetCommAsyncError`); later ones reach
+//! the next read of the device.
 //!
 //! [`submit_sync_collective`](DistributedBackend::submit_sync_collective) (the end of a marked
-//! `backward`) also waits for every device of the server's group to reach it. Burn 0.21's
+//! `backward`) also waits for every device of the server's group to reach it, for at most the
+//! collectives' execution timeout. Burn 0.21's
 //! server clears its bookkeeping when the last device of a round syncs; a device let go
 //! earlier that starts its next `backward` before that registers its parameters into the old
 //! round, they are cleared, and both devices then wait for each other forever. Holding each
@@ -27,6 +33,7 @@ use burn_std::device::Device as _;
 
 use super::*;
 use crate::ops::collective::{all_reduce, Reduce};
+use crate::runtime::collective::{check_async_errors, exec_timeout};
 use crate::runtime::Communicator;
 
 /// The devices of the running sync server and how many reached the end of the current round.
@@ -79,11 +86,30 @@ impl DistributedBackend for Ascend {
             ROUND_DONE.notify_all();
         } else {
             let generation = r.generation;
-            drop(
-                ROUND_DONE
-                    .wait_while(r, |r| r.generation == generation)
-                    .unwrap_or_else(|p| p.into_inner()),
-            );
+            let same_round = |r: &mut Round| r.generation == generation;
+            // A peer that never arrives (its thread failed) must not hold this device forever.
+            let Some(limit) = exec_timeout() else {
+                drop(
+                    ROUND_DONE
+                        .wait_while(r, same_round)
+                        .unwrap_or_else(|p| p.into_inner()),
+                );
+                return;
+            };
+            let (mut r, waited) = ROUND_DONE
+                .wait_timeout_while(r, limit, same_round)
+                .unwrap_or_else(|p| p.into_inner());
+            if waited.timed_out() {
+                let (arrived, devices) = (r.arrived, r.devices);
+                r.arrived -= 1;
+                drop(r);
+                panic!(
+                    "submit_sync_collective on {device}: only {arrived} of {devices} devices \
+                     finished their backward within {} s (the collectives' execution timeout, \
+                     burn_ascend::collective::set_exec_timeout)",
+                    limit.as_secs()
+                );
+            }
         }
     }
 
@@ -106,6 +132,11 @@ impl DistributedBackend for Ascend {
     }
 
     fn sync_collective(device: &AscendDevice) {
-        run("sync_collective", context(device).synchronize());
+        run(
+            "sync_collective",
+            context(device)
+                .check_alive()
+                .and_then(|()| check_async_errors(device)),
+        );
     }
 }

@@ -10,20 +10,36 @@
 //! A transfer is issued on each local rank's device stream (the stream of its
 //! [`DeviceContext`], so the transfer is ordered after the work that produced its input and
 //! before the work that reads its output, and the allocator's stream-ordered reuse stays
-//! valid), from one thread, one rank after another, under a process-wide lock: HCCL asks that
-//! the transfers of a device be issued serially, and the same order on every device is what
-//! matches them. Issue never waits for the peers; the ranks meet on the devices.
+//! valid). Every HCCL call of a device is made on that device's own issuing thread (one per
+//! device, bound to it once): HCCL asks for one thread per device for the ranks of an
+//! `HcclCommInitAll` communicator and for serial issue per device (`hccl-abi.md` §6 rules 3
+//! and 5). Such a communicator connects its ranks at their first transfer, which blocks the
+//! issuing thread until every rank has issued its own; [`Communicator::local`] makes that first
+//! transfer (one byte broadcast) on all the devices' threads at once, so that later transfers
+//! never wait at issue and one rank may be issued at a time, from any thread (Burn's
+//! gradient-sync server issues one device after another). A communicator issues its ranks in
+//! one order under its own lock, so that concurrent callers match on every device.
 //!
-//! A communicator lives in its devices' contexts: [`super::reset_device`] destroys the reset
-//! device's rank before `aclrtResetDevice` (HCCL's order) and retires the whole communicator,
-//! whose later use is an error; [`Communicator::local`] then builds a new one.
+//! A rank that fails at issue after other ranks of the transfer were issued (a partial issue)
+//! leaves those waiting inside HCCL until the execution timeout and the ranks' sequences out of
+//! step: the communicator is retired (its later use is an error; [`Communicator::local`] builds
+//! a new one). So is a communicator whose rank reports an asynchronous error
+//! (`HcclGetCommAsyncError`). The execution timeout is [`exec_timeout`], 120 s unless set.
+//!
+//! A communicator lives in its devices' contexts: [`super::reset_device`] retires every
+//! communicator with a rank on the device before it waits for the device's work (so no thread
+//! issues to the stream being reset), destroys the device's rank before `aclrtResetDevice`
+//! (HCCL's order); [`Communicator::local`] then builds a new one.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
 
 use super::context::DeviceContext;
 use super::device::AscendDevice;
+use crate::acl::hccl::data_type::HCCL_DATA_TYPE_UINT8;
 use crate::acl::hccl::{env, CommConfig, HcclApi, HcclComm, HcclLibraries, HcclRootInfo};
 use crate::acl::types::aclrtStream;
 use crate::acl::{AclError, AclResult};
@@ -65,6 +81,11 @@ pub struct LocalRank {
     destroyed: AtomicBool,
 }
 
+// SAFETY: the handle is used from the device's issuing thread and for the destroy, which HCCL
+// allows from any thread.
+unsafe impl Send for LocalRank {}
+unsafe impl Sync for LocalRank {}
+
 impl LocalRank {
     fn new(rank: u32, ctx: Arc<DeviceContext>, comm: HcclComm) -> Self {
         Self {
@@ -89,18 +110,119 @@ pub struct Communicator {
     api: &'static HcclApi,
     size: u32,
     ranks: Vec<LocalRank>,
-    /// Set when a reset of one of its devices destroyed the communicator: why.
+    /// Set when the communicator may no longer be used: why.
     retired: OnceLock<String>,
+    /// Held while a transfer's ranks are issued, so that every rank sees the transfers of
+    /// concurrent callers in one order.
+    order: Mutex<()>,
 }
 
-// SAFETY: HCCL handles may be used from any thread; issue is serialised by `issue_lock`.
+// SAFETY: HCCL handles may be used from any thread; each device's calls are made on its
+// issuing thread, and a communicator's transfers are ordered by `order`.
 unsafe impl Send for Communicator {}
 unsafe impl Sync for Communicator {}
 
-/// Serialises the issue of transfers in the process (HCCL rule: per device, serially).
-fn issue_lock() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+/// A call to make on a device's issuing thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The issuing thread of `device`: one per device for the process's life, bound to the
+/// device's current context before each call. Being one thread, it also makes the device's
+/// HCCL calls serial.
+fn issuer(device: &AscendDevice) -> SyncSender<Job> {
+    static ISSUERS: OnceLock<Mutex<HashMap<AscendDevice, SyncSender<Job>>>> = OnceLock::new();
+    let mut map = ISSUERS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    map.entry(*device)
+        .or_insert_with(|| {
+            let (tx, rx) = sync_channel::<Job>(0);
+            std::thread::Builder::new()
+                .name(format!("hccl-issue-{device}"))
+                .spawn(move || rx.into_iter().for_each(|job| job()))
+                .expect("a thread to issue HCCL calls on");
+            tx
+        })
+        .clone()
+}
+
+/// Hands `f` to `device`'s issuing thread; its result arrives on the returned receiver.
+///
+/// # Safety
+/// `f` may borrow from the caller: the caller must receive from the returned receiver (which
+/// yields once `f` has run or was dropped) before anything `f` borrows goes away.
+unsafe fn dispatch<'a, T: Send + 'a>(
+    device: &AscendDevice,
+    f: impl FnOnce() -> T + Send + 'a,
+) -> Receiver<std::thread::Result<T>> {
+    let (tx, rx) = sync_channel(1);
+    let job: Box<dyn FnOnce() + Send + 'a> = Box::new(move || {
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    });
+    // SAFETY: the caller waits on `rx` before the borrows end; an unsent job is dropped here.
+    let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + 'a>, Job>(job) };
+    let _ = issuer(device).send(job);
+    rx
+}
+
+/// The result of a dispatched call, once it has run.
+fn collect<T>(rx: Receiver<std::thread::Result<T>>) -> T {
+    match rx.recv() {
+        Ok(Ok(v)) => v,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => panic!("an HCCL issuing thread stopped"),
+    }
+}
+
+/// Runs `f` on `device`'s issuing thread and returns its result.
+fn on_issuer<T: Send>(device: &AscendDevice, f: impl FnOnce() -> T + Send) -> T {
+    // SAFETY: the result is awaited at once.
+    collect(unsafe { dispatch(device, f) })
+}
+
+/// The execution timeout set by [`set_exec_timeout`], if it was.
+static EXEC_TIMEOUT: Mutex<Option<Duration>> = Mutex::new(None);
+
+/// The execution timeout when neither [`set_exec_timeout`] nor `HCCL_EXEC_TIMEOUT` gives one:
+/// HCCL's own default (1836 s) would leave an interactive session hanging for half an hour on a
+/// rank that never comes.
+pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Sets how long a rank waits for its peers inside a collective before its stream fails
+/// (`HCCL_EXEC_TIMEOUT`, whole seconds; zero waits forever), for communicators built from now
+/// on. `None` goes back to `HCCL_EXEC_TIMEOUT` from the environment, else
+/// [`DEFAULT_EXEC_TIMEOUT`].
+pub fn set_exec_timeout(timeout: Option<Duration>) {
+    *EXEC_TIMEOUT.lock().unwrap_or_else(|p| p.into_inner()) = timeout;
+}
+
+/// The execution timeout communicators built now get (see [`set_exec_timeout`]); `None` for
+/// none.
+pub fn exec_timeout() -> Option<Duration> {
+    let seconds = match *EXEC_TIMEOUT.lock().unwrap_or_else(|p| p.into_inner()) {
+        // HCCL counts whole seconds: a fraction rounds up, so only zero means never.
+        Some(t) => t.as_secs() + u64::from(t.subsec_nanos() > 0),
+        None => std::env::var(env::HCCL_EXEC_TIMEOUT)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(DEFAULT_EXEC_TIMEOUT.as_secs()),
+    };
+    (seconds > 0).then(|| Duration::from_secs(seconds))
+}
+
+/// Hands the execution timeout to HCCL before a communicator is built. HCCL reads it from
+/// `HCCL_EXEC_TIMEOUT` (the v5 `HcclCommConfig` of CANN 8.1 has no field for it, and
+/// `HcclCommInitAll` takes no config), so it is written there, unless the user set the
+/// variable and no timeout in code.
+fn apply_exec_timeout() {
+    let explicit = EXEC_TIMEOUT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_some();
+    if explicit || std::env::var_os(env::HCCL_EXEC_TIMEOUT).is_none() {
+        let seconds = exec_timeout().map_or(0, |t| t.as_secs());
+        std::env::set_var(env::HCCL_EXEC_TIMEOUT, seconds.to_string());
+    }
 }
 
 /// The communicators built over this process's devices, cached by device list.
@@ -126,24 +248,52 @@ fn register(c: Communicator) -> Arc<Communicator> {
     c
 }
 
-/// Destroys the ranks on `device` of every communicator and retires those communicators
-/// (called by [`super::reset_device`] after the device's work is done and before
-/// `aclrtResetDevice`: HCCL destroys a communicator before the reset of its device). Ranks on
-/// other devices are destroyed when their communicator is dropped, after their own work.
-pub(crate) fn release_device(device: &AscendDevice) {
-    let _serial = issue_lock();
-    local_cache().retain(|devices, _| !devices.contains(device));
-    let affected: Vec<Arc<Communicator>> = live()
+/// The live communicators with a rank on `device`.
+fn on_device(device: &AscendDevice) -> Vec<Arc<Communicator>> {
+    live()
         .iter()
         .filter_map(Weak::upgrade)
         .filter(|c| c.rank_on(device).is_some())
-        .collect();
-    for c in affected {
-        let _ = c.retired.set(format!("{device} was reset"));
+        .collect()
+}
+
+/// Retires every communicator with a rank on `device` (called by [`super::reset_device`] before
+/// it waits for the device's work): a transfer being issued finishes first, and none is issued
+/// afterwards, so nothing reaches the stream being reset.
+pub(crate) fn retire_device(device: &AscendDevice) {
+    local_cache().retain(|devices, _| !devices.contains(device));
+    for c in on_device(device) {
+        let _order = c.order.lock().unwrap_or_else(|p| p.into_inner());
+        c.retire(format!("{device} was reset"));
+    }
+}
+
+/// Destroys the ranks on `device` of every communicator (called by [`super::reset_device`]
+/// after the device's work is done and before `aclrtResetDevice`: HCCL destroys a communicator
+/// before the reset of its device). Ranks on other devices are destroyed when their
+/// communicator is dropped, after their own work.
+pub(crate) fn release_device(device: &AscendDevice) {
+    for c in on_device(device) {
+        c.retire(format!("{device} was reset"));
         if let Some(r) = c.rank_on(device) {
             r.destroy(c.api);
         }
     }
+}
+
+/// Polls `HcclGetCommAsyncError` for the ranks on `device` of every live communicator:
+/// a transfer of one failed on its device. Such a communicator is retired (its ranks' sequences
+/// can no longer be trusted to match) and the failure returned. Never waits for the device.
+pub fn check_async_errors(device: &AscendDevice) -> AclResult<()> {
+    for c in on_device(device) {
+        if c.retired.get().is_some() {
+            continue;
+        }
+        if let Some(r) = c.rank_on(device) {
+            c.check_rank(r)?;
+        }
+    }
+    Ok(())
 }
 
 impl Communicator {
@@ -198,12 +348,13 @@ impl Communicator {
         let init = api.require(api.optional.HcclCommInitAll, "HcclCommInitAll", "8.0.RC3")?;
         let mut ids: Vec<i32> = devices.iter().map(|d| d.index() as i32).collect();
         let mut comms = vec![std::ptr::null_mut(); devices.len()];
+        apply_exec_timeout();
         contexts[0].bind();
         // SAFETY: both arrays hold one entry per device.
         let code = unsafe { init(ids.len() as u32, ids.as_mut_ptr(), comms.as_mut_ptr()) };
         check(api, &contexts[0], code, "HcclCommInitAll")
             .map_err(|e| e.with_context(|| format!("a communicator of {}", describe())))?;
-        Ok(Self {
+        let c = Self {
             api,
             size: devices.len() as u32,
             ranks: contexts
@@ -213,7 +364,49 @@ impl Communicator {
                 .map(|(rank, (ctx, comm))| LocalRank::new(rank as u32, ctx, comm))
                 .collect(),
             retired: OnceLock::new(),
-        })
+            order: Mutex::new(()),
+        };
+        c.connect().map_err(|e| {
+            e.with_context(|| format!("connecting a communicator of {}", describe()))
+        })?;
+        Ok(c)
+    }
+
+    /// The first transfer of an `HcclCommInitAll` communicator connects its ranks and blocks
+    /// each issuing thread until every rank has issued it: a one-byte broadcast from rank 0,
+    /// issued on every device's thread at once.
+    fn connect(&self) -> AclResult<()> {
+        let scratch = self
+            .ranks
+            .iter()
+            .map(|r| r.ctx.alloc(1))
+            .collect::<AclResult<Vec<_>>>()?;
+        let api = self.api;
+        // SAFETY: every receiver is awaited below, before `scratch` and `self` go away.
+        let pending: Vec<_> = self
+            .ranks
+            .iter()
+            .zip(&scratch)
+            .map(|(r, buf)| unsafe {
+                dispatch(&r.ctx.device(), move || {
+                    r.ctx.bind();
+                    // SAFETY: a one-byte buffer of the rank's device, on its stream.
+                    let code = (api.fns.HcclBroadcast)(
+                        buf.ptr(),
+                        1,
+                        HCCL_DATA_TYPE_UINT8,
+                        0,
+                        r.comm,
+                        r.ctx.stream(),
+                    );
+                    check(api, &r.ctx, code, "HcclBroadcast").map_err(|e| {
+                        e.with_context(|| format!("rank {} on {}", r.rank, r.ctx.device()))
+                    })
+                })
+            })
+            .collect();
+        let results: Vec<AclResult<()>> = pending.into_iter().map(collect).collect();
+        results.into_iter().collect()
     }
 
     /// This process's rank `rank` of a communicator of `size` ranks across processes (or
@@ -261,6 +454,7 @@ impl Communicator {
             check(api, &ctx, code, "HcclGetRootInfo").map(|_| info)
         })?;
         let mut comm = std::ptr::null_mut();
+        apply_exec_timeout();
         ctx.bind();
         let code = match api.optional.HcclCommInitRootInfoConfig {
             Some(init) => {
@@ -284,6 +478,7 @@ impl Communicator {
             size,
             ranks: vec![LocalRank::new(rank, ctx, comm)],
             retired: OnceLock::new(),
+            order: Mutex::new(()),
         }))
     }
 
@@ -308,37 +503,99 @@ impl Communicator {
     }
 
     /// Issues one transfer: `issue(api, i, comm, stream)` is called for each of `ranks` (local
-    /// ranks; `i` is the position in `ranks`), in order, with the rank's device bound to the
-    /// thread, and returns the `HcclResult` of the HCCL call it made. A failure names `what`
-    /// (the op and its operands) and the rank.
+    /// ranks; `i` is the position in `ranks`), in order, each on its device's issuing thread
+    /// with the device bound, and returns the `HcclResult` of the HCCL call it made. A failure
+    /// names `what` (the op and its operands) and the rank; a partial issue retires the
+    /// communicator.
     pub fn issue(
         &self,
         ranks: &[&LocalRank],
         function: &str,
         what: &dyn Fn() -> String,
-        mut issue: impl FnMut(&HcclApi, usize, HcclComm, aclrtStream) -> i32,
+        issue: impl Fn(&HcclApi, usize, HcclComm, aclrtStream) -> i32 + Sync,
     ) -> AclResult<()> {
-        let _serial = issue_lock();
+        let _order = self.order.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(why) = self.retired.get() {
             return Err(AclError::DeviceLost(format!(
-                "{}: the communicator no longer exists ({why}, which destroyed it); build a new \
-                 one",
+                "{}: the communicator was retired ({why}); build a new one",
                 what()
             )));
         }
         // Checked for every rank before any is issued: a rank left alone would wait for its
-        // peers until HCCL_EXEC_TIMEOUT.
+        // peers until the execution timeout.
         for r in ranks {
             r.ctx.check_alive()?;
+            self.check_rank(r)?;
         }
         for (i, r) in ranks.iter().enumerate() {
-            r.ctx.bind();
-            let code = issue(self.api, i, r.comm, r.ctx.stream());
-            check(self.api, &r.ctx, code, function).map_err(|e| {
-                e.with_context(|| format!("{}, rank {} on {}", what(), r.rank, r.ctx.device()))
-            })?;
+            let api = self.api;
+            let issue = &issue;
+            // Checked on the issuing thread, whose recent error message explains the failure.
+            let issued = on_issuer(&r.ctx.device(), move || {
+                r.ctx.bind();
+                check(api, &r.ctx, issue(api, i, r.comm, r.ctx.stream()), function)
+            });
+            let Err(e) = issued else { continue };
+            let at = format!("{}, rank {} on {}", what(), r.rank, r.ctx.device());
+            // Unless no rank of the communicator has this transfer (this call holds them all and
+            // failed at the first), the others' sequences are now ahead of this rank's: they
+            // wait for it until the execution timeout, and every later transfer would pair with
+            // the wrong one.
+            if i == 0 && ranks.len() == self.size() {
+                return Err(e.with_context(|| at));
+            }
+            let why = format!(
+                "a partial issue of {}: rank {} failed {}; those wait for it until the \
+                 execution timeout ({})",
+                what(),
+                r.rank,
+                if i > 0 {
+                    "after the ranks before it were issued"
+                } else {
+                    "while its peers' parts are issued by other calls"
+                },
+                exec_timeout().map_or("none".into(), |t| format!("{} s", t.as_secs()))
+            );
+            self.retire(why.clone());
+            return Err(e.with_context(|| {
+                format!("{at}; the communicator is retired after {why}; build a new one")
+            }));
         }
         Ok(())
+    }
+
+    /// Refuses further use of the communicator, for `why`, and drops it from the cache of
+    /// [`Communicator::local`].
+    fn retire(&self, why: String) {
+        if self.retired.set(why).is_ok() {
+            local_cache().retain(|_, c| !std::ptr::eq(Arc::as_ptr(c), self));
+        }
+    }
+
+    /// Fails (and retires the communicator) if `rank` reports an asynchronous error; a library
+    /// without `HcclGetCommAsyncError` reports none.
+    fn check_rank(&self, rank: &LocalRank) -> AclResult<()> {
+        if self.api.optional.HcclGetCommAsyncError.is_none() {
+            return Ok(());
+        }
+        match self.async_error(rank)? {
+            None => Ok(()),
+            Some(code) => {
+                let message = format!(
+                    "a transfer of rank {} on {} failed on the device ({})",
+                    rank.rank,
+                    rank.ctx.device(),
+                    self.api.error_string(code)
+                );
+                self.retire(message.clone());
+                Err(AclError::Hccl {
+                    code,
+                    function: "HcclGetCommAsyncError".into(),
+                    message,
+                    context: Some("the communicator is retired; build a new one".into()),
+                })
+            }
+        }
     }
 
     /// The first failure HCCL saw in a transfer of local rank `rank` (`HcclGetCommAsyncError`),
@@ -346,7 +603,7 @@ impl Communicator {
     pub fn async_error(&self, rank: &LocalRank) -> AclResult<Option<i32>> {
         if let Some(why) = self.retired.get() {
             return Err(AclError::DeviceLost(format!(
-                "the communicator no longer exists ({why}, which destroyed it)"
+                "the communicator was retired ({why})"
             )));
         }
         let get = self.api.require(

@@ -139,6 +139,8 @@ pub fn reset_device(device: &AscendDevice) -> AclResult<()> {
     let Some(old) = contexts().lock().unwrap().remove(device) else {
         return Ok(());
     };
+    // Before the wait: a collective issued after it would reach the stream being reset.
+    super::collective::retire_device(device);
     let reason = match old.synchronize() {
         Err(e) => format!("{device} was reset after a fault: {e}"),
         Ok(()) => format!("{device} was reset"),
