@@ -13,7 +13,7 @@
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::ThreadId;
 
@@ -71,6 +71,9 @@ pub struct DeviceContext {
     staging: Mutex<Option<StagingRing>>,
     /// Set when the device was reset: why this context is no longer usable.
     retired: OnceLock<String>,
+    /// Set (under the capture lock, which every enqueue holds) when a reset begins: work issued
+    /// after it would reach the stream being reset, so it is refused while the stream drains.
+    resetting: AtomicBool,
     /// `aclrtSetDevice` calls made for this context (one per binding thread): what a reset
     /// must balance where the library has no `aclrtResetDeviceForce`.
     set_calls: AtomicU64,
@@ -139,9 +142,14 @@ pub fn reset_device(device: &AscendDevice) -> AclResult<()> {
     let Some(old) = contexts().lock().unwrap().remove(device) else {
         return Ok(());
     };
-    // Before the wait: a collective issued after it would reach the stream being reset.
+    // Before the wait: work issued after it would reach the stream being reset. Every enqueue
+    // holds the capture lock, so one under way is queued before the flag is seen, and drained.
     super::collective::retire_device(device);
-    let reason = match old.synchronize() {
+    {
+        let _enqueues = old.capture.lock().unwrap();
+        old.resetting.store(true, Ordering::Release);
+    }
+    let reason = match old.drain() {
         Err(e) => format!("{device} was reset after a fault: {e}"),
         Ok(()) => format!("{device} was reset"),
     };
@@ -217,6 +225,7 @@ impl DeviceContext {
             kernels_noticed: Mutex::default(),
             staging: Mutex::default(),
             retired: OnceLock::new(),
+            resetting: AtomicBool::new(false),
             set_calls,
             capture: Mutex::default(),
             fault: OnceLock::new(),
@@ -251,13 +260,25 @@ impl DeviceContext {
     /// tensors are gone), or when another thread is capturing a graph on it: all work of the
     /// context shares one stream, so this thread's work would be recorded into that graph.
     pub fn check_alive(&self) -> AclResult<()> {
+        self.check_not_reset()?;
+        self.refuse_other_thread(self.capture.lock().unwrap().as_ref())
+    }
+
+    fn check_not_reset(&self) -> AclResult<()> {
         if let Some(reason) = self.retired.get() {
             return Err(AclError::DeviceLost(format!(
                 "this tensor or operation belongs to a device context that no longer exists: \
                  {reason}; create tensors on the device again"
             )));
         }
-        self.refuse_other_thread(self.capture.lock().unwrap().as_ref())
+        if self.resetting.load(Ordering::Acquire) {
+            return Err(AclError::DeviceLost(format!(
+                "{} is being reset: this tensor or operation belongs to the context being \
+                 destroyed; create tensors on the device again",
+                self.device
+            )));
+        }
+        Ok(())
     }
 
     fn refuse_other_thread(&self, capture: Option<&Capture>) -> AclResult<()> {
@@ -278,6 +299,7 @@ impl DeviceContext {
     /// recorded into that thread's graph (a check before the call alone leaves that window).
     pub(crate) fn issue<R>(&self, enqueue: impl FnOnce() -> R) -> AclResult<R> {
         let capture = self.capture.lock().unwrap();
+        self.check_not_reset()?;
         self.refuse_other_thread(capture.as_ref())?;
         Ok(enqueue())
     }
@@ -321,6 +343,12 @@ impl DeviceContext {
     /// once the device has faulted, that fault every time, until [`reset_device`]).
     pub fn synchronize(&self) -> AclResult<()> {
         self.check_alive()?;
+        self.drain()
+    }
+
+    /// Waits for the stream's work and reports its fault (the reset's wait too, once new work
+    /// is refused).
+    fn drain(&self) -> AclResult<()> {
         let api = self.bind();
         // SAFETY: the stream is owned by this context.
         api.check(
