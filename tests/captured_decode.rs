@@ -41,6 +41,7 @@ fn serve_config() -> ServeConfig {
         max_seq: 48,
         max_kv_splits: 3,
         step_tokens: 24,
+        max_waiting: 1024,
         record_logits: true,
     }
 }

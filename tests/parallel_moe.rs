@@ -69,6 +69,7 @@ fn serve_config() -> ServeConfig {
         max_kv_splits: 3,
         // Smaller than the prompts: they are prefilled in chunks beside the others' decode.
         step_tokens: 8,
+        max_waiting: 1024,
         record_logits: true,
     }
 }

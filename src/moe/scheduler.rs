@@ -216,6 +216,18 @@ impl Scheduler {
         plan
     }
 
+    /// Removes request `id`, waiting or running, its pages back in the pool at once.
+    pub fn cancel(&mut self, id: RequestId) -> Option<Entry> {
+        let entry = match self.waiting.iter().position(|e| e.id == id) {
+            Some(i) => self.waiting.remove(i),
+            None => {
+                let i = self.running.iter().position(|e| e.id == id)?;
+                Some(self.running.remove(i))
+            }
+        }?;
+        self.release(vec![entry]).pop()
+    }
+
     /// Frees the newest running request's pages and queues it first, to be recomputed.
     fn preempt_last(&mut self) {
         let mut entry = self.running.pop().expect("a running request");

@@ -143,6 +143,20 @@ pub enum ServeError {
         /// Pages in the cache.
         pages: usize,
     },
+    /// The waiting queue is full: the server is overloaded, submit again later.
+    #[error(
+        "the server is overloaded: {waiting} requests already wait (the limit, max_waiting, is \
+         {limit}); submit again later"
+    )]
+    Overloaded {
+        /// Requests waiting.
+        waiting: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The request was cancelled before it finished.
+    #[error("the request was cancelled")]
+    Cancelled,
     /// The step computing this request failed on the device (for example
     /// [`AscendError::DeviceFault`] or [`AscendError::OutOfMemory`]).
     #[error("the device failed during the request's step: {0}")]
@@ -183,6 +197,9 @@ pub struct ServeConfig {
     pub max_kv_splits: usize,
     /// Tokens a step computes at most: decoded tokens and prefill chunks together.
     pub step_tokens: usize,
+    /// Requests that may wait to be admitted; [`Server::submit`] refuses more
+    /// ([`ServeError::Overloaded`]).
+    pub max_waiting: usize,
     /// Keep every step's logits in the output (tests compare them).
     pub record_logits: bool,
 }
@@ -201,18 +218,37 @@ impl ServeConfig {
             ("max_seq", self.max_seq),
             ("max_kv_splits", self.max_kv_splits),
             ("step_tokens", self.step_tokens),
+            ("max_waiting", self.max_waiting),
         ];
         if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
             return Err(ServeConfigError(format!("{name} must be at least 1")));
         }
         // Slots are int32 on the device.
         match self.pages.checked_mul(self.page_size) {
-            Some(slots) if slots <= i32::MAX as usize => Ok(()),
+            Some(slots) if slots <= i32::MAX as usize => {}
+            _ => {
+                return Err(ServeConfigError(format!(
+                    "{} pages of {} slots exceed the 2^31-1 slots a cache can index",
+                    self.pages, self.page_size
+                )))
+            }
+        }
+        // Each token at position p attends to p + 1 cached slots, all listed in the step's
+        // kv_indices, whose offsets (kv_indptr) are int32.
+        match self.step_keys() {
+            Some(keys) if keys <= i32::MAX as usize => Ok(()),
             _ => Err(ServeConfigError(format!(
-                "{} pages of {} slots exceed the 2^31-1 slots a cache can index",
-                self.pages, self.page_size
+                "step_tokens {} x max_seq {} exceeds the 2^31-1 cached keys one step can list \
+                 (kv_indptr is int32): lower step_tokens or max_seq",
+                self.step_tokens, self.max_seq
             ))),
         }
+    }
+
+    /// The most cached keys one step attends to: every token of the step at the longest
+    /// sequence (`None` on overflow).
+    pub fn step_keys(&self) -> Option<usize> {
+        self.step_tokens.checked_mul(self.max_seq)
     }
 
     /// Checks `request` against these settings and a vocabulary of `vocab` tokens: the
@@ -226,7 +262,11 @@ impl ServeConfig {
             return Err(ServeError::NoNewTokens);
         }
         request.sampling.validate()?;
-        if prompt + new > self.max_seq {
+        // Checked: a sum that wrapped would admit a request that never fits.
+        if prompt
+            .checked_add(new)
+            .is_none_or(|total| total > self.max_seq)
+        {
             return Err(ServeError::TooLong {
                 prompt,
                 new,
@@ -335,6 +375,7 @@ impl<B: FusedOps> Server<B> {
         device: &B::Device,
     ) -> Result<Self, ServeConfigError> {
         cfg.validate()?;
+        check_memory(&cfg, &model, device)?;
         let weights = WeightRecorder::default()
             .record(model.clone().into_record(), ())
             .map_err(|e| ServeConfigError(format!("cannot copy the weights to the host: {e}")))?;
@@ -493,9 +534,17 @@ impl<B: FusedOps> Server<B> {
         })
     }
 
-    /// Queues `request`, or returns why it can never be served.
+    /// Queues `request`, or returns why it can never be served, or that the waiting queue is
+    /// full ([`ServeError::Overloaded`]: it may be submitted again later).
     pub fn submit(&mut self, request: Request) -> Result<RequestId, ServeError> {
         self.cfg.check(&request, self.model.dims().vocab)?;
+        let waiting = self.scheduler.waiting();
+        if waiting >= self.cfg.max_waiting {
+            return Err(ServeError::Overloaded {
+                waiting,
+                limit: self.cfg.max_waiting,
+            });
+        }
         let id = RequestId(self.next_id);
         self.next_id += 1;
         self.scheduler.push(Entry::new(
@@ -505,6 +554,13 @@ impl<B: FusedOps> Server<B> {
             request.sampling,
         ));
         Ok(id)
+    }
+
+    /// Cancels request `id`, waiting or running: it leaves the server now and its cache pages
+    /// return to the pool at once. Returns what it had generated, or `None` if no such request
+    /// is pending (it finished, failed, or was never submitted).
+    pub fn cancel(&mut self, id: RequestId) -> Option<Generation> {
+        self.scheduler.cancel(id).map(Generation::from)
     }
 
     /// For tests of the recovery: the next step's decode attention is given a key slot past the
@@ -942,6 +998,47 @@ impl<B: FusedOps> Server<B> {
             .collect();
         self.serve(&arrivals, || None)
     }
+}
+
+/// Checks, before anything is allocated, that the KV cache and the buffers of the largest step
+/// fit `device`'s memory (on Ascend devices, which report it): a clear error at configuration
+/// instead of an allocation failure later. The step's count is the cube decode path's: its
+/// scores (f32) and probabilities (16-bit) workspaces of `HQ x keys`, and kv_indices (int32),
+/// with `keys = step_tokens x max_seq`.
+fn check_memory<B: FusedOps>(
+    cfg: &ServeConfig,
+    model: &MoeDecoder<B>,
+    device: &B::Device,
+) -> Result<(), ServeConfigError> {
+    let Some(device) = (device as &dyn Any).downcast_ref::<AscendDevice>() else {
+        return Ok(());
+    };
+    let d = model.dims();
+    let element = <B::FloatElem as burn::tensor::Element>::dtype().size() as u128;
+    let slots = (cfg.pages * cfg.page_size) as u128;
+    let cache =
+        model.blocks.len() as u128 * 2 * slots * (d.kv_heads * d.head_dim) as u128 * element;
+    let keys = cfg.step_keys().expect("validated") as u128;
+    let step = keys * (4 + 6 * d.q_heads as u128);
+    let (_, total) = burn_ascend::runtime::device::memory_info(device)
+        .map_err(|e| ServeConfigError(format!("cannot read {device}'s memory size: {e}")))?;
+    if cache + step > total as u128 {
+        return Err(ServeConfigError(format!(
+            "the KV cache ({cache} bytes: {} layers x keys and values x {} pages of {} slots x \
+             {} heads x {} x {element} bytes) and the buffers of the largest step ({step} bytes: \
+             step_tokens {} x max_seq {} keys x (4 + {} query heads x 6) bytes) exceed the \
+             {total} bytes of {device}'s memory: lower pages, step_tokens or max_seq",
+            model.blocks.len(),
+            cfg.pages,
+            cfg.page_size,
+            d.kv_heads,
+            d.head_dim,
+            cfg.step_tokens,
+            cfg.max_seq,
+            d.q_heads,
+        )));
+    }
+    Ok(())
 }
 
 /// A step's inputs on the host, request after request (see [`StepInputs`]).
