@@ -28,6 +28,7 @@ use burn_ascend::{graph, try_run, Ascend, AscendDevice, AscendError, FusedOps};
 
 use super::cache::{ints, slot, LayerCache, PagePool};
 use super::decode_graph::{Bucket, CapturedDecode, Packing};
+use super::expert_parallel::ExpertParallel;
 use super::model::MoeDecoder;
 use super::scheduler::{Entry, Plan, RequestId, Sampled, Scheduler};
 use super::workload::{percentiles, Arrival, ServingReport};
@@ -154,9 +155,6 @@ pub enum ServeError {
         /// The limit.
         limit: usize,
     },
-    /// The request was cancelled before it finished.
-    #[error("the request was cancelled")]
-    Cancelled,
     /// The step computing this request failed on the device (for example
     /// [`AscendError::DeviceFault`] or [`AscendError::OutOfMemory`]).
     #[error("the device failed during the request's step: {0}")]
@@ -709,15 +707,33 @@ impl<B: FusedOps> Server<B> {
         if let Some(decode) = self.decode.as_mut() {
             decode.buckets.clear();
         }
+        // An expert-parallel model's experts live on every NPU of its communicator: the fault
+        // may be on any of them, and a reset of one destroys the communicator (and the
+        // experts' shards with their contexts), so every NPU is reset and the model split again.
+        let experts = ExpertParallel::of(&self.model).map(ExpertParallel::rebuilder);
         // Only Ascend devices have sticky faults; `B::Device` is `'static` as `B` is.
         if let Some(device) = (&self.device as &dyn Any).downcast_ref::<AscendDevice>() {
-            burn_ascend::reset_device(device)
-                .unwrap_or_else(|e| panic!("resetting {device} after a failed step: {e}"));
+            let mut devices = vec![*device];
+            for d in experts.iter().flat_map(|(devices, _)| devices) {
+                if !devices.contains(d) {
+                    devices.push(*d);
+                }
+            }
+            for device in &devices {
+                burn_ascend::reset_device(device)
+                    .unwrap_or_else(|e| panic!("resetting {device} after a failed step: {e}"));
+            }
         }
         let record = WeightRecorder::default()
             .load(self.weights.clone(), &self.device)
             .expect("the server's own weights load");
-        self.model = self.model.clone().load_record(record);
+        let model = self.model.clone().load_record(record);
+        self.model = match experts {
+            Some((devices, shard)) => shard(model, &devices).unwrap_or_else(|e| {
+                panic!("splitting the experts across {devices:?} again after a failed step: {e}")
+            }),
+            None => model,
+        };
         self.caches = self.empty_caches();
         self.capture_decode();
         self.restore = false;
