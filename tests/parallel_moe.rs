@@ -137,6 +137,11 @@ fn expert_parallel_serving_recovers_from_a_fault_on_either_npu() {
     // HCCL_EXEC_TIMEOUT (as on an NPU, hccl-abi.md), and the recovery's reset of that NPU waits
     // for it: the communicators this test builds wait 20 s, not HCCL's default half hour.
     let _timeout = ExecTimeout::set("20");
+    // The communicator of these NPUs, if an earlier test built it, has the default timeout: the
+    // resets destroy it, so sharding builds one with the short timeout.
+    for d in &devices {
+        burn_ascend::reset_device(d).expect("a healthy device resets");
+    }
     let cfg = small();
     let bytes = weights(&cfg);
     let requests: Vec<Request> = ["The keeper", "tide turned.", "S"]

@@ -826,18 +826,13 @@ impl<B: FusedOps> Server<B> {
         };
         let mut h = self.model.embed(x.tokens.clone().reshape([1, t]));
         let hidden = h.dims()[2];
-        let in_place = self.decode.is_some();
         for (block, cache) in self.model.blocks.iter().zip(self.caches.iter_mut()) {
             let (q, k, v) = block.attn.project(
                 block.attn_input(h.clone(), &dims),
                 x.positions.clone(),
                 &dims,
             );
-            if in_place {
-                write_in_place(cache, slots.clone(), rows(k), rows(v));
-            } else {
-                cache.write(slots.clone(), rows(k), rows(v));
-            }
+            write_cache(cache, slots.clone(), rows(k), rows(v));
             let attended = fused::decode_attention(
                 q.reshape([t, dims.q_heads, dims.head_dim]),
                 cache.keys.clone(),
@@ -1088,28 +1083,27 @@ fn packed_inputs<B: FusedOps>(packed: &Tensor<B, 1, Int>, p: Packing) -> StepInp
     }
 }
 
-/// Writes the step's keys and values into the cache's own buffers (a captured step reads and
-/// writes the cache at the addresses it had at capture).
-fn write_in_place<B: FusedOps>(
-    cache: &LayerCache<B>,
+/// Writes the step's keys and values at `slots` of the cache. On `Ascend` into the cache's own
+/// buffers (aclnnInplaceIndexCopy): only the rows written move, and a captured step reads and
+/// writes the cache at the addresses it had at capture. Other backends scatter into a copy.
+fn write_cache<B: FusedOps>(
+    cache: &mut LayerCache<B>,
     slots: Tensor<B, 1, Int>,
     keys: Tensor<B, 3>,
     values: Tensor<B, 3>,
 ) {
-    let mut written = cache.clone();
-    written.write(slots, keys, values);
+    let Some(rows) = (&slots as &dyn Any).downcast_ref::<Tensor<Ascend, 1, Int>>() else {
+        cache.write(slots, keys, values);
+        return;
+    };
     let ascend = |t: &Tensor<B, 3>| {
         (t as &dyn Any)
             .downcast_ref::<Tensor<Ascend, 3>>()
-            .expect("captured decode runs on Ascend")
+            .expect("the cache is on the backend of its slots")
             .clone()
     };
-    for (dst, src) in [
-        (&cache.keys, &written.keys),
-        (&cache.values, &written.values),
-    ] {
-        graph::assign(&ascend(dst), &ascend(src))
-            .unwrap_or_else(|e| panic!("writing the KV cache in place: {e}"));
+    for (dst, src) in [(&cache.keys, &keys), (&cache.values, &values)] {
+        graph::write_rows(&ascend(dst), rows, &ascend(src));
     }
 }
 
