@@ -401,6 +401,32 @@ mod tests {
         assert_eq!(s.preemptions(), 1);
     }
 
+    #[test]
+    fn preempted_requests_keep_their_place_by_arrival() {
+        // 6 pages of 2 slots for five requests of 3 + 4 tokens: they preempt one another.
+        let mut s = Scheduler::new(PagePool::new(6, 2), 4);
+        for id in 0..5 {
+            s.push(request(id, 3, 4));
+        }
+        let mut preempted = 0;
+        while !s.is_idle() {
+            let plan = s.schedule();
+            preempted += plan.preempted.len();
+            // Running then waiting is arrival order: a preempted request goes back ahead of
+            // every newer one, is readmitted before them, and only the newest runs give way.
+            let order: Vec<RequestId> = s
+                .running()
+                .iter()
+                .chain(s.waiting.iter())
+                .map(|e| e.id)
+                .collect();
+            assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+            let sampled = plan.work.iter().filter(|w| w.samples).map(|_| (7, None));
+            s.complete(&plan, sampled.collect());
+        }
+        assert!(preempted > 0, "the cache was oversubscribed");
+    }
+
     impl Scheduler {
         fn schedule_and_complete(&mut self) {
             let plan = self.schedule();
