@@ -1,14 +1,17 @@
 //! Serving: a continuous-batching server over the paged KV cache.
 //!
 //! Requests are checked when they are submitted (a bad one, or one that could never fit the
-//! cache, gets its error alone), then the [`Scheduler`] chooses each step's work: one token for
+//! cache, gets its error alone; so does one beyond the bounded waiting queue, which may come
+//! back later), may be cancelled at any time (their pages return at once), then the
+//! [`Scheduler`] chooses each step's work: one token for
 //! each decoding request and chunks of the prompts being prefilled, in one batch. A step runs
 //! through one function, [`Server::forward`], whose inputs are device tensors
 //! ([`StepInputs`]): slots come from `fused::alloc_extend`, every token (decoded or prefilled)
 //! attends to its cached positions through `fused::decode_attention`, and only the rows whose
 //! next token is sampled reach the LM head. A step that fails on the device fails its own
-//! requests; the server then resets the device (its faults are sticky), restores its weights
-//! and cache and goes on with the others.
+//! requests; the server then resets the device (its faults are sticky; every NPU of an
+//! expert-parallel model, whose experts it then splits again), restores its weights and cache
+//! and goes on with the others. The KV cache is written in place on `Ascend`.
 //! [`reference_logits`] is the dense path the paged one must agree with.
 //!
 //! With [`Server::enable_captured_decode`] (the `Ascend` backend), decode-only steps replay an
