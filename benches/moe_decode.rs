@@ -28,6 +28,7 @@ const SERVE: ServeConfig = ServeConfig {
     max_seq: 512,
     max_kv_splits: 4,
     step_tokens: 64,
+    max_waiting: 1024,
     record_logits: false,
 };
 

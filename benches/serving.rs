@@ -64,6 +64,7 @@ fn serving(c: &mut Criterion) {
             max_seq: cfg.max_seq,
             max_kv_splits: 4,
             step_tokens: STEP_TOKENS,
+            max_waiting: 1024,
             record_logits: false,
         };
         let mut server = Server::new(model.clone(), serve, &device).expect("valid settings");

@@ -2,7 +2,8 @@
 //! the same weights: the same tokens (and logits) for every request, with requests joining and
 //! leaving between steps so that decode batches go through several buckets, padded; batches no
 //! bucket holds run eagerly; a device fault in a replayed step fails that step only, and the
-//! server captures again and goes on.
+//! server captures again and goes on; the captured buckets hold no copy of the cache (the KV
+//! write is in place).
 //!
 //! A capture forbids synchronising anything on its device, so these tests run one at a time.
 
@@ -42,6 +43,7 @@ fn serve_config() -> ServeConfig {
         max_seq: 48,
         max_kv_splits: 3,
         step_tokens: 24,
+        max_waiting: 1024,
         record_logits: true,
     }
 }
@@ -260,4 +262,47 @@ fn captured_decode_of_an_expert_parallel_model_is_refused_and_it_decodes_eagerly
     let mut one = Server::new(weights, serve_config(), &devices[0]).unwrap();
     let (one_out, _) = drive(&mut one, &arrivals);
     assert_same_generations(&one_out, &sharded_out);
+}
+
+/// Device bytes a server with `pages` cache pages holds once its decode buckets are captured:
+/// its cache and what the graphs keep.
+fn captured_server_bytes(model: &MoeDecoder<Ascend>, pages: usize) -> usize {
+    let ctx = burn_ascend::runtime::DeviceContext::get(&device()).expect("a context");
+    let used = || {
+        ctx.release_cache().expect("release the cache");
+        let (free, total) = burn_ascend::runtime::device::memory_info(&device()).expect("info");
+        total - free
+    };
+    let before = used();
+    let cfg = ServeConfig {
+        pages,
+        ..serve_config()
+    };
+    let mut server = Server::new(model.clone(), cfg, &device()).expect("a valid config");
+    server
+        .enable_captured_decode(&[1, 2, 4])
+        .expect("captured decode");
+    assert_eq!(server.captured_buckets(), vec![1, 2, 4]);
+    used() - before
+}
+
+#[test]
+#[serial(graph)]
+fn captured_buckets_hold_no_copy_of_the_cache() {
+    let cfg = small();
+    let model = model(&cfg);
+    let small_cache = captured_server_bytes(&model, 64);
+    let large_cache = captured_server_bytes(&model, 64 * 64);
+    // Keys and values of every layer, f32 (each in its allocator size class), over the pages
+    // and one scratch page per row of the largest bucket: what the larger cache adds.
+    let tensor = |pages: usize| {
+        let slot_bytes = cfg.kv_heads * (cfg.hidden / cfg.q_heads) * 4;
+        burn_ascend::runtime::allocator::size_class((pages + 4) * 4 * slot_bytes)
+    };
+    let cache = cfg.layers * 2 * (tensor(64 * 64) - tensor(64));
+    assert!(
+        large_cache - small_cache <= cache + cache / 8,
+        "the cache grew by {cache} bytes, the captured server by {}",
+        large_cache - small_cache
+    );
 }

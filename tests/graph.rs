@@ -297,3 +297,31 @@ fn a_graph_that_cannot_be_destroyed_keeps_its_memory() {
     );
     assert!(pool > 0);
 }
+
+#[test]
+#[serial]
+fn write_rows_writes_the_rows_in_place_and_refuses_rows_of_another_shape() {
+    let device = device();
+    let host: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let cache = Tensor::<Ascend, 2>::from_data(TensorData::new(host.clone(), [6, 2]), &device);
+    let before = cache.clone().into_primitive().tensor().storage_ptr();
+    let rows = Tensor::<Ascend, 1, Int>::from_data(
+        TensorData::new(vec![4i32, 1], [2]),
+        (&device, burn::tensor::DType::I32),
+    );
+    let values = Tensor::<Ascend, 2>::from_floats([[-1.0, -2.0], [-3.0, -4.0]], &device);
+    graph::write_rows(&cache, &rows, &values);
+    let mut want = host;
+    want[8..10].copy_from_slice(&[-1.0, -2.0]);
+    want[2..4].copy_from_slice(&[-3.0, -4.0]);
+    assert_eq!(floats(cache.clone()), want);
+    assert_eq!(
+        cache.clone().into_primitive().tensor().storage_ptr(),
+        before,
+        "the same buffer"
+    );
+    let wide = Tensor::<Ascend, 2>::zeros([2, 3], &device);
+    let err = burn_ascend::try_run(|| graph::write_rows(&cache, &rows, &wide))
+        .expect_err("rows of 3 into rows of 2");
+    assert!(err.to_string().contains("aclnnInplaceIndexCopy"), "{err}");
+}

@@ -44,6 +44,7 @@ fn serve_config() -> ServeConfig {
         max_seq: 48,
         max_kv_splits: 3,
         step_tokens: 16,
+        max_waiting: 1024,
         record_logits: true,
     }
 }
@@ -442,12 +443,200 @@ fn serving_settings_are_checked() {
             },
             "exceed the 2^31-1 slots",
         ),
+        (
+            // 2^32 keys in one step's kv_indices: past what int32 kv_indptr offsets reach.
+            ServeConfig {
+                step_tokens: 1 << 16,
+                max_seq: 1 << 16,
+                ..serve_config()
+            },
+            "exceeds the 2^31-1 cached keys one step can list",
+        ),
+        (
+            // 2^30 slots: a KV cache of 512 GiB.
+            ServeConfig {
+                pages: 1 << 20,
+                page_size: 1 << 10,
+                ..serve_config()
+            },
+            "lower pages, step_tokens or max_seq",
+        ),
+        (
+            ServeConfig {
+                max_waiting: 0,
+                ..serve_config()
+            },
+            "max_waiting must be at least 1",
+        ),
     ] {
         let err = Server::new(model.clone(), cfg, &device())
             .err()
             .expect("rejected");
         assert!(err.to_string().contains(says), "{err}");
     }
+}
+
+#[test]
+#[parallel]
+fn a_step_whose_attention_workspace_exceeds_the_device_is_refused_at_configuration() {
+    // 16 query heads: steps of 2^14 tokens over 2^16 positions need 2^30 keys x (4 + 16 x 6)
+    // bytes = 100 GiB of kv_indices and cube workspaces, more than the device has.
+    let cfg = small().with_q_heads(16).with_kv_heads(4);
+    let model = load::<Ascend>(&cfg, &weights(&cfg), &device());
+    let (_, total) = burn_ascend::runtime::device::memory_info(&device()).expect("memory size");
+    assert!(total < 100 << 30, "the device has {total} bytes");
+    let serve = ServeConfig {
+        step_tokens: 1 << 14,
+        max_seq: 1 << 16,
+        ..serve_config()
+    };
+    let err = Server::new(model, serve, &device())
+        .err()
+        .expect("rejected");
+    for says in ["buffers of the largest step", "16 query heads", "memory"] {
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
+
+#[test]
+#[parallel]
+fn a_request_whose_length_overflows_is_refused() {
+    let (_, model) = models(&small());
+    let mut server = new_server(model, &device());
+    for new_tokens in [usize::MAX, usize::MAX - 2] {
+        let err = server
+            .submit(Request::greedy(prompt("The sea"), new_tokens))
+            .expect_err("longer than any sequence");
+        assert!(matches!(err, ServeError::TooLong { max: 48, .. }), "{err}");
+    }
+    assert!(server.is_idle());
+}
+
+#[test]
+#[parallel]
+fn a_full_queue_refuses_new_requests_until_it_drains() {
+    let (_, model) = models(&small());
+    let requests = workload();
+    let want = alone(&model, &requests[..3]);
+    let cfg = ServeConfig {
+        max_waiting: 2,
+        ..serve_config()
+    };
+    let mut server = Server::new(model, cfg, &device()).expect("a valid config");
+    let a = server.submit(requests[0].clone()).expect("room");
+    let b = server.submit(requests[1].clone()).expect("room");
+    let err = server
+        .submit(requests[2].clone())
+        .expect_err("the queue is full");
+    assert_eq!(
+        err,
+        ServeError::Overloaded {
+            waiting: 2,
+            limit: 2
+        }
+    );
+    assert!(err.to_string().contains("overloaded"), "{err}");
+    // A step admits the waiting requests: there is room again.
+    server.step();
+    let c = server.submit(requests[2].clone()).expect("room again");
+    let mut results = std::collections::HashMap::new();
+    while !server.is_idle() {
+        results.extend(server.step().finished);
+    }
+    for (i, id) in [a, b, c].iter().enumerate() {
+        assert_eq!(tokens(&results[id]), want[i], "request {i}");
+    }
+}
+
+#[test]
+#[parallel]
+fn a_cancelled_request_frees_its_pages_at_once_and_the_others_are_served() {
+    let (_, model) = models(&small());
+    let requests = workload();
+    let want = alone(&model, &requests);
+    // Steps of 8 tokens: the first requests run while the others wait.
+    let cfg = ServeConfig {
+        step_tokens: 8,
+        ..serve_config()
+    };
+    let mut server = Server::new(model, cfg, &device()).expect("a valid config");
+    let ids: Vec<_> = requests
+        .iter()
+        .map(|r| server.submit(r.clone()).expect("a valid request"))
+        .collect();
+    for _ in 0..6 {
+        assert!(server.step().finished.is_empty());
+    }
+    // Request 1 (5 prompt tokens) runs and holds pages; the last one still waits.
+    let free = server.pool().free_pages();
+    let cancelled = server.cancel(ids[1]).expect("request 1 is pending");
+    assert!(!cancelled.tokens.is_empty(), "request 1 had started");
+    assert_eq!(cancelled.tokens, want[1][..cancelled.tokens.len()]);
+    let held = (requests[1].prompt.len() + cancelled.tokens.len() - 1).div_ceil(cfg.page_size);
+    assert_eq!(
+        server.pool().free_pages(),
+        free + held,
+        "its pages are free now"
+    );
+    let last = *ids.last().unwrap();
+    assert_eq!(
+        server.cancel(last).expect("waiting").tokens,
+        Vec::<u32>::new()
+    );
+    assert_eq!(server.cancel(ids[1]), None, "cancelled already");
+    let mut results = std::collections::HashMap::new();
+    while !server.is_idle() {
+        results.extend(server.step().finished);
+    }
+    assert!(!results.contains_key(&ids[1]) && !results.contains_key(&last));
+    for (i, id) in ids
+        .iter()
+        .enumerate()
+        .filter(|(_, id)| **id != ids[1] && **id != last)
+    {
+        assert_eq!(tokens(&results[id]), want[i], "request {i}");
+    }
+    assert_eq!(server.pool().free_pages(), cfg.pages);
+}
+
+/// Global-memory bytes of the work of one decode step of a server with `pages` cache pages (one
+/// request, after its prefill).
+fn decode_step_bytes(model: &MoeDecoder<Ascend>, pages: usize) -> u64 {
+    use burn::tensor::backend::Backend;
+    let cfg = ServeConfig {
+        pages,
+        ..serve_config()
+    };
+    let mut server = Server::new(model.clone(), cfg, &device()).expect("a valid config");
+    server
+        .submit(Request::greedy(prompt("The keeper"), 4))
+        .expect("a valid request");
+    assert!(!server.step().decode_only, "the prefill");
+    Ascend::sync(&device()).expect("sync");
+    let before = burn_ascend::emulator::work_counters();
+    assert!(server.step().decode_only);
+    Ascend::sync(&device()).expect("sync");
+    burn_ascend::emulator::work_counters()
+        .since(&before)
+        .bytes()
+}
+
+#[test]
+#[serial]
+fn a_decode_step_moves_the_same_bytes_whatever_the_cache_size() {
+    if skipped_on_npu("a_decode_step_moves_the_same_bytes_whatever_the_cache_size") {
+        return;
+    }
+    let (_, model) = models(&small());
+    let small = decode_step_bytes(&model, 64);
+    let large = decode_step_bytes(&model, 64 * 64);
+    // 64 times the slots: writing the step's keys and values through a copy of the cache would
+    // move megabytes more (a layer's keys alone are 4 MiB at 4096 pages); the free-page list
+    // the slot allocation reads grows by 16 KiB.
+    assert!(
+        large <= small + (64 * 63) * 4,
+        "a decode step moved {small} bytes with 64 cache pages, {large} with 4096"
+    );
 }
 
 #[test]

@@ -69,6 +69,7 @@ fn serve_config() -> ServeConfig {
         max_kv_splits: 3,
         // Smaller than the prompts: they are prefilled in chunks beside the others' decode.
         step_tokens: 8,
+        max_waiting: 1024,
         record_logits: true,
     }
 }
@@ -109,6 +110,106 @@ fn expert_parallel_serving_gives_the_tokens_of_one_npu() {
             for (x, y) in la.iter().zip(lb) {
                 assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0), "logit {x} vs {y}");
             }
+        }
+    }
+}
+
+/// The tokens of each result (empty for a failed request).
+fn tokens_of(report: &burn_ascend_suite::moe::workload::ServingReport) -> Vec<Vec<u32>> {
+    report
+        .results
+        .iter()
+        .map(|r| r.as_ref().map_or_else(|_| Vec::new(), |g| g.tokens.clone()))
+        .collect()
+}
+
+#[test]
+#[serial]
+fn expert_parallel_serving_recovers_from_a_fault_on_either_npu() {
+    let test = "expert_parallel_serving_recovers_from_a_fault_on_either_npu";
+    let Some(devices) = pair(test) else {
+        return;
+    };
+    if common::skipped_on_npu(test) {
+        return;
+    }
+    // A fault on one NPU leaves the other waiting in the step's collective until
+    // HCCL_EXEC_TIMEOUT (as on an NPU, hccl-abi.md), and the recovery's reset of that NPU waits
+    // for it: the communicators this test builds wait 20 s, not HCCL's default half hour.
+    let _timeout = ExecTimeout::set("20");
+    // The communicator of these NPUs, if an earlier test built it, has the default timeout: the
+    // resets destroy it, so sharding builds one with the short timeout.
+    for d in &devices {
+        burn_ascend::reset_device(d).expect("a healthy device resets");
+    }
+    let cfg = small();
+    let bytes = weights(&cfg);
+    let requests: Vec<Request> = ["The keeper", "tide turned.", "S"]
+        .into_iter()
+        .map(|p| Request::greedy(prompt(p), 6))
+        .collect();
+    let want = tokens_of(
+        &Server::new(
+            load::<Ascend>(&cfg, &bytes, &devices[0]),
+            serve_config(),
+            &devices[0],
+        )
+        .expect("a valid server")
+        .generate(&requests),
+    );
+    let sharded = ExpertParallel::shard(load::<Ascend>(&cfg, &bytes, &devices[0]), &devices)
+        .expect("4 experts split over 2 NPUs");
+    let mut server = Server::new(sharded, serve_config(), &devices[0]).expect("a valid server");
+    // A fault on the first NPU (the server's): its step's requests fail, with the fault.
+    server.inject_fault();
+    let faulted = server.generate(&requests);
+    assert!(faulted.failed > 0, "the injected fault fails its step");
+    for result in faulted.results.iter().filter_map(|r| r.as_ref().err()) {
+        assert!(result.to_string().contains("decode_attention"), "{result}");
+    }
+    // The communicator and the experts' shards were rebuilt: the next requests are served.
+    let after = server.generate(&requests);
+    assert_eq!(tokens_of(&after), want, "after a fault on {}", devices[0]);
+    // A fault on the second NPU (where half the experts run) fails the next step; the server
+    // resets that NPU too, and serves the requests after it.
+    drop(common::provoke_fault(&devices[1]));
+    // Reached before the step, so the step sees the fault when it checks its ranks.
+    let second = burn_ascend::runtime::DeviceContext::get(&devices[1]).expect("a context");
+    assert!(second.synchronize().is_err(), "{} faulted", devices[1]);
+    let faulted = server.generate(&requests);
+    assert!(
+        faulted.failed > 0,
+        "the fault on {} fails a step",
+        devices[1]
+    );
+    let after = server.generate(&requests);
+    assert_eq!(tokens_of(&after), want, "after a fault on {}", devices[1]);
+    assert_eq!(server.pool().free_pages(), serve_config().pages);
+    // The communicator with the short timeout goes with the server and the resets.
+    drop(server);
+    for d in &devices {
+        burn_ascend::reset_device(d).expect("a healthy device resets");
+    }
+}
+
+/// Sets `HCCL_EXEC_TIMEOUT` for the communicators created until it is dropped.
+struct ExecTimeout(Option<String>);
+
+impl ExecTimeout {
+    const VAR: &str = "HCCL_EXEC_TIMEOUT";
+
+    fn set(seconds: &str) -> Self {
+        let old = std::env::var(Self::VAR).ok();
+        std::env::set_var(Self::VAR, seconds);
+        Self(old)
+    }
+}
+
+impl Drop for ExecTimeout {
+    fn drop(&mut self) {
+        match &self.0 {
+            Some(v) => std::env::set_var(Self::VAR, v),
+            None => std::env::remove_var(Self::VAR),
         }
     }
 }

@@ -192,6 +192,7 @@ macro_rules! acl_function_list {
                 aclnnIndexSelect / aclnnIndexSelectGetWorkspaceSize(self_: *const aclTensor, dim: i64, index: *const aclTensor, out: *mut aclTensor);
                 aclnnIndexAdd / aclnnIndexAddGetWorkspaceSize(self_: *const aclTensor, dim: i64, index: *const aclTensor, source: *const aclTensor, alpha: *const aclScalar, out: *mut aclTensor);
                 aclnnScatter / aclnnScatterGetWorkspaceSize(self_: *const aclTensor, dim: i64, index: *const aclTensor, src: *const aclTensor, reduce: i64, out: *mut aclTensor);
+                aclnnInplaceIndexCopy / aclnnInplaceIndexCopyGetWorkspaceSize(self_ref: *mut aclTensor, dim: i64, index: *const aclTensor, source: *const aclTensor);
                 aclnnRepeat / aclnnRepeatGetWorkspaceSize(self_: *const aclTensor, repeats: *const aclIntArray, out: *mut aclTensor);
                 aclnnNonzero / aclnnNonzeroGetWorkspaceSize(self_: *const aclTensor, out: *mut aclTensor);
                 aclnnLinalgCross / aclnnLinalgCrossGetWorkspaceSize(self_: *const aclTensor, other: *const aclTensor, dim: i64, out: *mut aclTensor);

@@ -50,6 +50,22 @@ pub(crate) fn note(t: &TensorDesc) {
     });
 }
 
+/// Counts the argument `whole` of the operator being built as `part` of it: an in-place
+/// operator that writes only `part` of a tensor moves only that part.
+pub(crate) fn note_part(whole: &TensorDesc, part: &TensorDesc) {
+    ARGS.with(|a| {
+        if let Some(args) = a.borrow_mut().as_mut() {
+            args.retain(|u| {
+                !(u.addr == whole.addr
+                    && u.offset == whole.offset
+                    && u.shape == whole.shape
+                    && u.strides == whole.strides)
+            });
+        }
+    });
+    note(part);
+}
+
 /// Counts a launched operator that moves `bytes`.
 pub(crate) fn launched(bytes: u64) {
     ACLNN_LAUNCHES.fetch_add(1, Ordering::Relaxed);

@@ -29,6 +29,8 @@ const REPEAT: &[DataType] = &[
 const NONZERO: &[DataType] = &[F32, F16, F64, I32, I64, I16, I8, U8, Bool, BF16];
 const CROSS: &[DataType] = &[I8, I16, I32, I64, U8, F16, BF16, F32, F64];
 const INDEX: &[DataType] = &[I32, I64];
+/// aclnnInplaceIndexCopy on A2 (aclnn-ops.tsv; its complex dtypes are not emulated).
+const INDEX_COPY: &[DataType] = &[F32, BF16, F16, I32, I64, I16, I8, U8, F64, Bool];
 
 /// Row-major multi-index of position `p` in `shape`.
 pub(crate) fn unravel(mut p: usize, shape: &[usize], out: &mut [usize]) {
@@ -310,6 +312,63 @@ pub unsafe extern "C" fn aclnnScatterGetWorkspaceSize(
         Ok((
             0,
             Arc::new(move || scatter_run(OP, &x, d, &idx, &src, &out, reduce)) as Kernel,
+        ))
+    })
+}
+
+/// `selfRef.index_copy_(dim, index, source)`: the slices of `source` written into `selfRef`'s
+/// own buffer at `index` along `dim` (aclnn-ops.tsv, aclnnInplaceIndexCopy). Only the written
+/// slices count as moved. Repeated indices: CANN does not say which write wins; the emulation
+/// keeps the last (callers that need one answer pass distinct indices).
+pub unsafe extern "C" fn aclnnInplaceIndexCopyGetWorkspaceSize(
+    self_ref: *mut aclTensor,
+    dim: i64,
+    index: *const aclTensor,
+    source: *const aclTensor,
+    ws: Ws,
+    ex: Ex,
+) -> aclnnStatus {
+    const OP: &str = "aclnnInplaceIndexCopy";
+    phase1(OP, ws, ex, || {
+        let (x, idx, src) = (
+            tensor_arg(OP, "selfRef", self_ref)?,
+            tensor_arg(OP, "index", index)?,
+            tensor_arg(OP, "source", source)?,
+        );
+        check_dtype(OP, "selfRef", &x, INDEX_COPY)?;
+        check_dtype(OP, "index", &idx, INDEX)?;
+        let d = normalize_dim(OP, dim, x.shape.len())?;
+        let mut expect = x.shape.clone();
+        if idx.shape.len() > 1 || expect.is_empty() {
+            return Err(invalid(OP, "index must be 1-D and selfRef at least 1-D"));
+        }
+        expect[d] = idx.numel();
+        if src.shape != expect || src.dtype != x.dtype {
+            return Err(invalid(
+                OP,
+                format!(
+                    "source {} should be {expect:?} of selfRef's dtype ({})",
+                    src.describe(),
+                    x.describe()
+                ),
+            ));
+        }
+        let mut written = x.clone();
+        written.shape = src.shape.clone();
+        super::counters::note_part(&x, &written);
+        Ok((
+            0,
+            Arc::new(move || {
+                let mo = map(OP, "selfRef", &x)?;
+                let (mut ms, mut mi) = (map(OP, "source", &src)?, map(OP, "index", &idx)?);
+                ms.detach_from(&mo, false);
+                mi.detach_from(&mo, false);
+                let along = index_offsets(OP, &mi, x.shape[d], x.strides[d])?;
+                for (t, f) in selected(&x, &src.shape, d, &along).zip(Walk::of(&src)) {
+                    mo.copy_from(t, &ms, f);
+                }
+                Ok(())
+            }) as Kernel,
         ))
     })
 }
@@ -668,6 +727,7 @@ phase2_entry_points!(
     aclnnScatterAdd,
     aclnnIndexSelect,
     aclnnIndexAdd,
+    aclnnInplaceIndexCopy,
     aclnnRepeat,
     aclnnNonzero,
     aclnnLinalgCross

@@ -183,6 +183,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
         max_seq: model.max_seq,
         max_kv_splits: 4,
         step_tokens: args.step_tokens,
+        max_waiting: 1024,
         record_logits: false,
     };
     serve.validate().map_err(|e| e.to_string())?;

@@ -38,17 +38,20 @@ pub struct ExpertParallelError(pub String);
 
 type AllGatherInt<B> = fn(&Communicator, Vec<Tensor<B, 1, Int>>) -> Vec<Tensor<B, 1, Int>>;
 type AllToAllV<B> = fn(&Communicator, Vec<Tensor<B, 2>>, &RowCounts) -> Vec<Tensor<B, 2>>;
+type Shard<B> = fn(MoeDecoder<B>, &[AscendDevice]) -> Result<MoeDecoder<B>, ExpertParallelError>;
 
 /// One MoE layer split across NPUs: for every rank, a layer holding the router and that rank's
 /// experts, on the rank's device.
 pub struct ExpertParallel<B: FusedOps> {
     comm: Arc<Communicator>,
+    devices: Vec<AscendDevice>,
     layers: Vec<Moe<B>>,
     experts: Vec<Range<usize>>,
-    // The collectives of `B`, bound where `B: CollectiveOps` is known (the layer's forward only
-    // knows `B: FusedOps`).
+    // The collectives of `B` and `shard` itself, bound where `B: CollectiveOps` is known (the
+    // layer's forward and the server only know `B: FusedOps`).
     all_gather_int: AllGatherInt<B>,
     all_to_all_v: AllToAllV<B>,
+    shard: Shard<B>,
 }
 
 impl<B: FusedOps + CollectiveOps> ExpertParallel<B> {
@@ -101,10 +104,12 @@ impl<B: FusedOps + CollectiveOps> ExpertParallel<B> {
                 .collect();
             block.moe.parallel = Parallel::new(ExpertParallel {
                 comm: comm.clone(),
+                devices: devices.to_vec(),
                 layers,
                 experts: ranges.clone(),
                 all_gather_int: |c, t| collective::all_gather_int(c, t),
                 all_to_all_v: |c, t, r| collective::all_to_all_v(c, t, r),
+                shard: Self::shard,
             });
         }
         Ok(model)
@@ -112,6 +117,26 @@ impl<B: FusedOps + CollectiveOps> ExpertParallel<B> {
 }
 
 impl<B: FusedOps> ExpertParallel<B> {
+    /// The expert-parallel state of `model`, if its experts are split across NPUs.
+    pub fn of(model: &MoeDecoder<B>) -> Option<&Self> {
+        model
+            .blocks
+            .iter()
+            .find_map(|b| b.moe.parallel.get::<Self>())
+    }
+
+    /// The NPUs the experts are split across, in rank order (the first runs the model).
+    pub fn devices(&self) -> &[AscendDevice] {
+        &self.devices
+    }
+
+    /// How to split a model again as this one was: after a reset of the NPUs (which destroys
+    /// the communicator and the experts' shards), `rebuild(model, devices)` splits the
+    /// reloaded `model` over a new communicator.
+    pub fn rebuilder(&self) -> (Vec<AscendDevice>, Shard<B>) {
+        (self.devices.clone(), self.shard)
+    }
+
     /// The layer over `x [T, H]` on the first NPU: its output and load-balancing loss there.
     pub(crate) fn forward(&self, x: Tensor<B, 2>, dims: &Dims) -> (Tensor<B, 2>, Tensor<B, 1>) {
         let mut xs: Vec<Option<Tensor<B, 2>>> = vec![None; self.layers.len()];

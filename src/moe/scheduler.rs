@@ -216,6 +216,18 @@ impl Scheduler {
         plan
     }
 
+    /// Removes request `id`, waiting or running, its pages back in the pool at once.
+    pub fn cancel(&mut self, id: RequestId) -> Option<Entry> {
+        let entry = match self.waiting.iter().position(|e| e.id == id) {
+            Some(i) => self.waiting.remove(i),
+            None => {
+                let i = self.running.iter().position(|e| e.id == id)?;
+                Some(self.running.remove(i))
+            }
+        }?;
+        self.release(vec![entry]).pop()
+    }
+
     /// Frees the newest running request's pages and queues it first, to be recomputed.
     fn preempt_last(&mut self) {
         let mut entry = self.running.pop().expect("a running request");
@@ -387,6 +399,32 @@ mod tests {
         );
         assert_eq!(s.running()[0].generated(), &[7]);
         assert_eq!(s.preemptions(), 1);
+    }
+
+    #[test]
+    fn preempted_requests_keep_their_place_by_arrival() {
+        // 6 pages of 2 slots for five requests of 3 + 4 tokens: they preempt one another.
+        let mut s = Scheduler::new(PagePool::new(6, 2), 4);
+        for id in 0..5 {
+            s.push(request(id, 3, 4));
+        }
+        let mut preempted = 0;
+        while !s.is_idle() {
+            let plan = s.schedule();
+            preempted += plan.preempted.len();
+            // Running then waiting is arrival order: a preempted request goes back ahead of
+            // every newer one, is readmitted before them, and only the newest runs give way.
+            let order: Vec<RequestId> = s
+                .running()
+                .iter()
+                .chain(s.waiting.iter())
+                .map(|e| e.id)
+                .collect();
+            assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+            let sampled = plan.work.iter().filter(|w| w.samples).map(|_| (7, None));
+            s.complete(&plan, sampled.collect());
+        }
+        assert!(preempted > 0, "the cache was oversubscribed");
     }
 
     impl Scheduler {

@@ -1,14 +1,17 @@
 //! Serving: a continuous-batching server over the paged KV cache.
 //!
 //! Requests are checked when they are submitted (a bad one, or one that could never fit the
-//! cache, gets its error alone), then the [`Scheduler`] chooses each step's work: one token for
+//! cache, gets its error alone; so does one beyond the bounded waiting queue, which may come
+//! back later), may be cancelled at any time (their pages return at once), then the
+//! [`Scheduler`] chooses each step's work: one token for
 //! each decoding request and chunks of the prompts being prefilled, in one batch. A step runs
 //! through one function, [`Server::forward`], whose inputs are device tensors
 //! ([`StepInputs`]): slots come from `fused::alloc_extend`, every token (decoded or prefilled)
 //! attends to its cached positions through `fused::decode_attention`, and only the rows whose
 //! next token is sampled reach the LM head. A step that fails on the device fails its own
-//! requests; the server then resets the device (its faults are sticky), restores its weights
-//! and cache and goes on with the others.
+//! requests; the server then resets the device (its faults are sticky; every NPU of an
+//! expert-parallel model, whose experts it then splits again), restores its weights and cache
+//! and goes on with the others. The KV cache is written in place on `Ascend`.
 //! [`reference_logits`] is the dense path the paged one must agree with.
 //!
 //! With [`Server::enable_captured_decode`] (the `Ascend` backend), decode-only steps replay an
@@ -28,6 +31,7 @@ use burn_ascend::{graph, try_run, Ascend, AscendDevice, AscendError, FusedOps};
 
 use super::cache::{ints, slot, LayerCache, PagePool};
 use super::decode_graph::{Bucket, CapturedDecode, Packing};
+use super::expert_parallel::ExpertParallel;
 use super::model::MoeDecoder;
 use super::scheduler::{Entry, Plan, RequestId, Sampled, Scheduler};
 use super::workload::{percentiles, Arrival, ServingReport};
@@ -143,6 +147,17 @@ pub enum ServeError {
         /// Pages in the cache.
         pages: usize,
     },
+    /// The waiting queue is full: the server is overloaded, submit again later.
+    #[error(
+        "the server is overloaded: {waiting} requests already wait (the limit, max_waiting, is \
+         {limit}); submit again later"
+    )]
+    Overloaded {
+        /// Requests waiting.
+        waiting: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The step computing this request failed on the device (for example
     /// [`AscendError::DeviceFault`] or [`AscendError::OutOfMemory`]).
     #[error("the device failed during the request's step: {0}")]
@@ -183,6 +198,9 @@ pub struct ServeConfig {
     pub max_kv_splits: usize,
     /// Tokens a step computes at most: decoded tokens and prefill chunks together.
     pub step_tokens: usize,
+    /// Requests that may wait to be admitted; [`Server::submit`] refuses more
+    /// ([`ServeError::Overloaded`]).
+    pub max_waiting: usize,
     /// Keep every step's logits in the output (tests compare them).
     pub record_logits: bool,
 }
@@ -201,18 +219,37 @@ impl ServeConfig {
             ("max_seq", self.max_seq),
             ("max_kv_splits", self.max_kv_splits),
             ("step_tokens", self.step_tokens),
+            ("max_waiting", self.max_waiting),
         ];
         if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
             return Err(ServeConfigError(format!("{name} must be at least 1")));
         }
         // Slots are int32 on the device.
         match self.pages.checked_mul(self.page_size) {
-            Some(slots) if slots <= i32::MAX as usize => Ok(()),
+            Some(slots) if slots <= i32::MAX as usize => {}
+            _ => {
+                return Err(ServeConfigError(format!(
+                    "{} pages of {} slots exceed the 2^31-1 slots a cache can index",
+                    self.pages, self.page_size
+                )))
+            }
+        }
+        // Each token at position p attends to p + 1 cached slots, all listed in the step's
+        // kv_indices, whose offsets (kv_indptr) are int32.
+        match self.step_keys() {
+            Some(keys) if keys <= i32::MAX as usize => Ok(()),
             _ => Err(ServeConfigError(format!(
-                "{} pages of {} slots exceed the 2^31-1 slots a cache can index",
-                self.pages, self.page_size
+                "step_tokens {} x max_seq {} exceeds the 2^31-1 cached keys one step can list \
+                 (kv_indptr is int32): lower step_tokens or max_seq",
+                self.step_tokens, self.max_seq
             ))),
         }
+    }
+
+    /// The most cached keys one step attends to: every token of the step at the longest
+    /// sequence (`None` on overflow).
+    pub fn step_keys(&self) -> Option<usize> {
+        self.step_tokens.checked_mul(self.max_seq)
     }
 
     /// Checks `request` against these settings and a vocabulary of `vocab` tokens: the
@@ -226,7 +263,11 @@ impl ServeConfig {
             return Err(ServeError::NoNewTokens);
         }
         request.sampling.validate()?;
-        if prompt + new > self.max_seq {
+        // Checked: a sum that wrapped would admit a request that never fits.
+        if prompt
+            .checked_add(new)
+            .is_none_or(|total| total > self.max_seq)
+        {
             return Err(ServeError::TooLong {
                 prompt,
                 new,
@@ -335,6 +376,7 @@ impl<B: FusedOps> Server<B> {
         device: &B::Device,
     ) -> Result<Self, ServeConfigError> {
         cfg.validate()?;
+        check_memory(&cfg, &model, device)?;
         let weights = WeightRecorder::default()
             .record(model.clone().into_record(), ())
             .map_err(|e| ServeConfigError(format!("cannot copy the weights to the host: {e}")))?;
@@ -495,9 +537,17 @@ impl<B: FusedOps> Server<B> {
         })
     }
 
-    /// Queues `request`, or returns why it can never be served.
+    /// Queues `request`, or returns why it can never be served, or that the waiting queue is
+    /// full ([`ServeError::Overloaded`]: it may be submitted again later).
     pub fn submit(&mut self, request: Request) -> Result<RequestId, ServeError> {
         self.cfg.check(&request, self.model.dims().vocab)?;
+        let waiting = self.scheduler.waiting();
+        if waiting >= self.cfg.max_waiting {
+            return Err(ServeError::Overloaded {
+                waiting,
+                limit: self.cfg.max_waiting,
+            });
+        }
         let id = RequestId(self.next_id);
         self.next_id += 1;
         self.scheduler.push(Entry::new(
@@ -507,6 +557,13 @@ impl<B: FusedOps> Server<B> {
             request.sampling,
         ));
         Ok(id)
+    }
+
+    /// Cancels request `id`, waiting or running: it leaves the server now and its cache pages
+    /// return to the pool at once. Returns what it had generated, or `None` if no such request
+    /// is pending (it finished, failed, or was never submitted).
+    pub fn cancel(&mut self, id: RequestId) -> Option<Generation> {
+        self.scheduler.cancel(id).map(Generation::from)
     }
 
     /// For tests of the recovery: the next step's decode attention is given a key slot past the
@@ -655,15 +712,33 @@ impl<B: FusedOps> Server<B> {
         if let Some(decode) = self.decode.as_mut() {
             decode.buckets.clear();
         }
+        // An expert-parallel model's experts live on every NPU of its communicator: the fault
+        // may be on any of them, and a reset of one destroys the communicator (and the
+        // experts' shards with their contexts), so every NPU is reset and the model split again.
+        let experts = ExpertParallel::of(&self.model).map(ExpertParallel::rebuilder);
         // Only Ascend devices have sticky faults; `B::Device` is `'static` as `B` is.
         if let Some(device) = (&self.device as &dyn Any).downcast_ref::<AscendDevice>() {
-            burn_ascend::reset_device(device)
-                .unwrap_or_else(|e| panic!("resetting {device} after a failed step: {e}"));
+            let mut devices = vec![*device];
+            for d in experts.iter().flat_map(|(devices, _)| devices) {
+                if !devices.contains(d) {
+                    devices.push(*d);
+                }
+            }
+            for device in &devices {
+                burn_ascend::reset_device(device)
+                    .unwrap_or_else(|e| panic!("resetting {device} after a failed step: {e}"));
+            }
         }
         let record = WeightRecorder::default()
             .load(self.weights.clone(), &self.device)
             .expect("the server's own weights load");
-        self.model = self.model.clone().load_record(record);
+        let model = self.model.clone().load_record(record);
+        self.model = match experts {
+            Some((devices, shard)) => shard(model, &devices).unwrap_or_else(|e| {
+                panic!("splitting the experts across {devices:?} again after a failed step: {e}")
+            }),
+            None => model,
+        };
         self.caches = self.empty_caches();
         self.capture_decode();
         self.restore = false;
@@ -756,18 +831,13 @@ impl<B: FusedOps> Server<B> {
         };
         let mut h = self.model.embed(x.tokens.clone().reshape([1, t]));
         let hidden = h.dims()[2];
-        let in_place = self.decode.is_some();
         for (block, cache) in self.model.blocks.iter().zip(self.caches.iter_mut()) {
             let (q, k, v) = block.attn.project(
                 block.attn_input(h.clone(), &dims),
                 x.positions.clone(),
                 &dims,
             );
-            if in_place {
-                write_in_place(cache, slots.clone(), rows(k), rows(v));
-            } else {
-                cache.write(slots.clone(), rows(k), rows(v));
-            }
+            write_cache(cache, slots.clone(), rows(k), rows(v));
             let attended = fused::decode_attention(
                 q.reshape([t, dims.q_heads, dims.head_dim]),
                 cache.keys.clone(),
@@ -946,6 +1016,47 @@ impl<B: FusedOps> Server<B> {
     }
 }
 
+/// Checks, before anything is allocated, that the KV cache and the buffers of the largest step
+/// fit `device`'s memory (on Ascend devices, which report it): a clear error at configuration
+/// instead of an allocation failure later. The step's count is the cube decode path's: its
+/// scores (f32) and probabilities (16-bit) workspaces of `HQ x keys`, and kv_indices (int32),
+/// with `keys = step_tokens x max_seq`.
+fn check_memory<B: FusedOps>(
+    cfg: &ServeConfig,
+    model: &MoeDecoder<B>,
+    device: &B::Device,
+) -> Result<(), ServeConfigError> {
+    let Some(device) = (device as &dyn Any).downcast_ref::<AscendDevice>() else {
+        return Ok(());
+    };
+    let d = model.dims();
+    let element = <B::FloatElem as burn::tensor::Element>::dtype().size() as u128;
+    let slots = (cfg.pages * cfg.page_size) as u128;
+    let cache =
+        model.blocks.len() as u128 * 2 * slots * (d.kv_heads * d.head_dim) as u128 * element;
+    let keys = cfg.step_keys().expect("validated") as u128;
+    let step = keys * (4 + 6 * d.q_heads as u128);
+    let (_, total) = burn_ascend::runtime::device::memory_info(device)
+        .map_err(|e| ServeConfigError(format!("cannot read {device}'s memory size: {e}")))?;
+    if cache + step > total as u128 {
+        return Err(ServeConfigError(format!(
+            "the KV cache ({cache} bytes: {} layers x keys and values x {} pages of {} slots x \
+             {} heads x {} x {element} bytes) and the buffers of the largest step ({step} bytes: \
+             step_tokens {} x max_seq {} keys x (4 + {} query heads x 6) bytes) exceed the \
+             {total} bytes of {device}'s memory: lower pages, step_tokens or max_seq",
+            model.blocks.len(),
+            cfg.pages,
+            cfg.page_size,
+            d.kv_heads,
+            d.head_dim,
+            cfg.step_tokens,
+            cfg.max_seq,
+            d.q_heads,
+        )));
+    }
+    Ok(())
+}
+
 /// A step's inputs on the host, request after request (see [`StepInputs`]).
 struct HostInputs {
     tokens: Vec<i32>,
@@ -977,28 +1088,27 @@ fn packed_inputs<B: FusedOps>(packed: &Tensor<B, 1, Int>, p: Packing) -> StepInp
     }
 }
 
-/// Writes the step's keys and values into the cache's own buffers (a captured step reads and
-/// writes the cache at the addresses it had at capture).
-fn write_in_place<B: FusedOps>(
-    cache: &LayerCache<B>,
+/// Writes the step's keys and values at `slots` of the cache. On `Ascend` into the cache's own
+/// buffers (aclnnInplaceIndexCopy): only the rows written move, and a captured step reads and
+/// writes the cache at the addresses it had at capture. Other backends scatter into a copy.
+fn write_cache<B: FusedOps>(
+    cache: &mut LayerCache<B>,
     slots: Tensor<B, 1, Int>,
     keys: Tensor<B, 3>,
     values: Tensor<B, 3>,
 ) {
-    let mut written = cache.clone();
-    written.write(slots, keys, values);
+    let Some(rows) = (&slots as &dyn Any).downcast_ref::<Tensor<Ascend, 1, Int>>() else {
+        cache.write(slots, keys, values);
+        return;
+    };
     let ascend = |t: &Tensor<B, 3>| {
         (t as &dyn Any)
             .downcast_ref::<Tensor<Ascend, 3>>()
-            .expect("captured decode runs on Ascend")
+            .expect("the cache is on the backend of its slots")
             .clone()
     };
-    for (dst, src) in [
-        (&cache.keys, &written.keys),
-        (&cache.values, &written.values),
-    ] {
-        graph::assign(&ascend(dst), &ascend(src))
-            .unwrap_or_else(|e| panic!("writing the KV cache in place: {e}"));
+    for (dst, src) in [(&cache.keys, &keys), (&cache.values, &values)] {
+        graph::write_rows(&ascend(dst), rows, &ascend(src));
     }
 }
 

@@ -88,3 +88,19 @@ pub fn assign(dst: &impl StaticTensor, src: &impl StaticTensor) -> AclResult<()>
     }
     crate::ops::copy::copy_into(&dst, &src)
 }
+
+/// Writes the rows of `src` into `dst`'s own buffer at the rows `rows` (1-D int32 or int64,
+/// distinct) of its first dimension, in stream order (aclnnInplaceIndexCopy): updates state such
+/// as a KV cache in place, moving only the rows written. Fails as the backend's tensor ops do
+/// (a panic that [`crate::try_run`] returns as the error), so it can sit among them in a step.
+pub fn write_rows<const D: usize>(
+    dst: &Tensor<Ascend, D>,
+    rows: &Tensor<Ascend, 1, Int>,
+    src: &Tensor<Ascend, D>,
+) {
+    let written = (|| {
+        let (dst, src) = (dst.device_tensor()?, src.device_tensor()?);
+        crate::ops::index::index_copy_in_place(&dst, 0, &rows.device_tensor()?, &src)
+    })();
+    super::run("write_rows", written);
+}

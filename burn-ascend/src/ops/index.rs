@@ -134,6 +134,31 @@ pub fn select_add(
     Ok(out)
 }
 
+/// Writes the slices of `source` into `dst`'s own buffer at `idx` (1-D, distinct) along `dim`
+/// (aclnnInplaceIndexCopy): only the slices written move, not the whole of `dst`.
+pub fn index_copy_in_place(
+    dst: &AscendTensor,
+    dim: usize,
+    idx: &AscendTensor,
+    source: &AscendTensor,
+) -> AclResult<()> {
+    if idx.layout.numel() == 0 {
+        return Ok(());
+    }
+    let source = cast(source, dst.dtype)?;
+    let what = format!(
+        "{} at {} along {dim} into {}",
+        source.describe(),
+        idx.describe(),
+        dst.describe()
+    );
+    run_op!(
+        dst.ctx(),
+        aclnnInplaceIndexCopy(dst.desc()?, dim as i64, idx.desc()?, source.desc()?),
+        what
+    )
+}
+
 /// `x` tiled `times` times along `dim`.
 pub fn repeat_dim(x: &AscendTensor, dim: usize, times: usize) -> AclResult<AscendTensor> {
     let mut shape = x.shape().to_vec();

@@ -168,3 +168,19 @@ pub fn device_count(device: &AscendDevice) -> AclResult<usize> {
         }
     }
 }
+
+/// `(free, total)` bytes of `device`'s memory, as `aclrtGetMemInfo` reports them: what a
+/// caller sizing long-lived buffers (a KV cache) checks before allocating.
+pub fn memory_info(device: &AscendDevice) -> AclResult<(usize, usize)> {
+    let ctx = super::context::DeviceContext::get(device)?;
+    let api = ctx.bind();
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: valid out-pointers; the device is bound.
+    api.check(
+        unsafe {
+            (api.core.aclrtGetMemInfo)(crate::acl::types::ACL_HBM_MEM, &mut free, &mut total)
+        },
+        "aclrtGetMemInfo",
+    )?;
+    Ok((free, total))
+}
