@@ -488,54 +488,62 @@ fn hccl_all_reduce_through_the_loaded_library() {
     // SAFETY: both arrays hold two entries.
     let code = unsafe { init(2, devices.as_mut_ptr(), comms.as_mut_ptr()) };
     hccl.check(code, "HcclCommInitAll").unwrap();
-    let mut ranks = Vec::new();
-    for (i, &comm) in comms.iter().enumerate() {
-        set_device(api, i as i32);
-        let stream = create_stream(api);
-        let buf = malloc(api, 16);
-        let values = [i as f32 + 1.0; 4];
-        // SAFETY: `buf` holds 16 bytes.
-        let code = unsafe {
-            (api.core.aclrtMemcpy)(buf, 16, values.as_ptr() as _, 16, ACL_MEMCPY_HOST_TO_DEVICE)
-        };
-        check(api, code, "aclrtMemcpy");
-        // SAFETY: a live buffer of 4 floats on the rank's device and its stream.
-        let code = unsafe {
-            (hccl.fns.HcclAllReduce)(
-                buf,
-                buf,
-                4,
-                HCCL_DATA_TYPE_FP32,
-                HCCL_REDUCE_SUM,
-                comm,
-                stream,
-            )
-        };
-        hccl.check(code, "HcclAllReduce").unwrap();
-        ranks.push((stream, buf));
-    }
-    for (i, (stream, buf)) in ranks.into_iter().enumerate() {
-        set_device(api, i as i32);
-        // SAFETY: the stream is live.
-        check(
-            api,
-            unsafe { (api.core.aclrtSynchronizeStream)(stream) },
-            "sync",
-        );
-        let mut out = [0f32; 4];
-        // SAFETY: `out` holds 16 bytes.
-        let code = unsafe {
-            (api.core.aclrtMemcpy)(
-                out.as_mut_ptr() as _,
-                16,
-                buf,
-                16,
-                ACL_MEMCPY_DEVICE_TO_HOST,
-            )
-        };
-        check(api, code, "aclrtMemcpy");
-        assert_eq!(out, [3.0; 4], "rank {i}");
-    }
+    // HCCL requires one issuing thread per device for an HcclCommInitAll communicator: each
+    // rank's first transfer waits for the others' (hccl-abi.md §6 rule 5).
+    let comms = comms.map(|c| c as usize);
+    std::thread::scope(|scope| {
+        for (i, &comm) in comms.iter().enumerate() {
+            scope.spawn(move || {
+                set_device(api, i as i32);
+                let stream = create_stream(api);
+                let buf = malloc(api, 16);
+                let values = [i as f32 + 1.0; 4];
+                // SAFETY: `buf` holds 16 bytes.
+                let code = unsafe {
+                    (api.core.aclrtMemcpy)(
+                        buf,
+                        16,
+                        values.as_ptr() as _,
+                        16,
+                        ACL_MEMCPY_HOST_TO_DEVICE,
+                    )
+                };
+                check(api, code, "aclrtMemcpy");
+                // SAFETY: a live buffer of 4 floats on the rank's device and its stream.
+                let code = unsafe {
+                    (hccl.fns.HcclAllReduce)(
+                        buf,
+                        buf,
+                        4,
+                        HCCL_DATA_TYPE_FP32,
+                        HCCL_REDUCE_SUM,
+                        comm as _,
+                        stream,
+                    )
+                };
+                hccl.check(code, "HcclAllReduce").unwrap();
+                // SAFETY: the stream is live.
+                check(
+                    api,
+                    unsafe { (api.core.aclrtSynchronizeStream)(stream) },
+                    "sync",
+                );
+                let mut out = [0f32; 4];
+                // SAFETY: `out` holds 16 bytes.
+                let code = unsafe {
+                    (api.core.aclrtMemcpy)(
+                        out.as_mut_ptr() as _,
+                        16,
+                        buf,
+                        16,
+                        ACL_MEMCPY_DEVICE_TO_HOST,
+                    )
+                };
+                check(api, code, "aclrtMemcpy");
+                assert_eq!(out, [3.0; 4], "rank {i}");
+            });
+        }
+    });
 }
 
 /// A CANN without HCCL: the ACL table loads from the same directory and runs single-device
