@@ -299,7 +299,7 @@ fn a_graph_that_cannot_be_destroyed_keeps_its_memory() {
 }
 
 #[test]
-#[serial]
+#[serial(graph)]
 fn write_rows_writes_the_rows_in_place_and_refuses_rows_of_another_shape() {
     let device = device();
     let host: Vec<f32> = (0..12).map(|i| i as f32).collect();

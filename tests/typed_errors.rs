@@ -119,10 +119,7 @@ fn fault_used_from_threads_then_reset() {
         .collect();
     for w in workers {
         let err = w.join().unwrap().expect_err("the device has faulted");
-        assert!(
-            matches!(err, AscendError::DeviceFault { .. }),
-            "{err:?}"
-        );
+        assert!(matches!(err, AscendError::DeviceFault { .. }), "{err:?}");
     }
     reset_fault_device();
     let x = Tensor::<Ascend, 1>::from_floats([1.0, 2.0], &fault_device());

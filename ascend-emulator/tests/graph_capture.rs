@@ -661,9 +661,8 @@ fn on_device_1(api: &'static AclApi, f: impl FnOnce(aclrtStream)) {
     api.check(unsafe { (api.core.aclrtSetDevice)(1) }, "aclrtSetDevice")
         .unwrap();
     f(stream(api));
-    // SAFETY: device 1 is ours; reset clears the fault.
-    api.check(unsafe { (api.core.aclrtResetDevice)(1) }, "reset")
-        .unwrap();
+    // SAFETY: device 1 is ours; the forced reset clears the fault whoever bound the device.
+    api.check(unsafe { force_reset(api)(1) }, "reset").unwrap();
     bind(api);
 }
 
