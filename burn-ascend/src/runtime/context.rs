@@ -8,7 +8,7 @@
 //!
 //! On burn-fusion's runner threads a fault found while issuing work does not fail the op: it is
 //! recorded on the context and reported by the next synchronisation or read (see
-//! [`defer_device_faults`]).
+//! `defer_device_faults`).
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -111,7 +111,7 @@ thread_local! {
     /// bound again).
     static BOUND: Cell<Option<u64>> = const { Cell::new(None) };
 
-    /// Whether this thread defers device faults (see [`defer_device_faults`]).
+    /// Whether this thread defers device faults (see `defer_device_faults`).
     static DEFERS: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -321,7 +321,7 @@ impl DeviceContext {
     }
 
     /// `result` of issuing work; on a deferring thread a device fault or lost context is
-    /// recorded instead of returned (see [`defer_device_faults`]). Other errors (arguments,
+    /// recorded instead of returned (see `defer_device_faults`). Other errors (arguments,
     /// memory) are the op's own and fail it.
     fn defer(&self, result: AclResult<()>) -> AclResult<()> {
         match result {
@@ -359,7 +359,7 @@ impl DeviceContext {
     }
 
     /// Allocates a tensor buffer of at least `bytes` bytes (on a deferring thread, after a
-    /// fault: a buffer that owns no memory, see [`defer_device_faults`]).
+    /// fault: a buffer that owns no memory, see `defer_device_faults`).
     pub fn alloc(self: &Arc<Self>, bytes: usize) -> AclResult<DeviceStorage> {
         let pool = self.capturing();
         let block = self.check_fault().and_then(|()| match &pool {
@@ -780,7 +780,7 @@ impl OpLauncher for DeviceContext {
         self.capturing().is_some()
     }
 
-    /// A deferring thread drops work once the context has faulted (see [`defer_device_faults`]):
+    /// A deferring thread drops work once the context has faulted (see `defer_device_faults`):
     /// the outputs own no memory, so phase one must not see them.
     fn issues_work(&self) -> AclResult<bool> {
         match self.check_alive().and_then(|()| self.check_fault()) {
