@@ -681,15 +681,12 @@ fn asynchronous_host_copies_need_page_locked_memory_and_run_in_stream_order() {
     }
 }
 
-#[test]
-#[serial_test::serial(device_1)]
-fn freeing_a_page_locked_buffer_before_its_copy_ran_faults_and_the_fault_is_sticky() {
-    let api = api_on_device_1();
-    let s = stream(api);
-    let other = stream(api);
+/// Queues, on `s`, work that keeps the stream busy and behind it a 4096-byte copy from new
+/// page-locked memory into new device memory; returns both (the copy has not run yet).
+fn copy_behind_busy_work(api: &AclApi, s: aclrtStream) -> (*mut c_void, *mut u8) {
     let (dev, busy) = (malloc(api, 4096), malloc(api, BUSY_BYTES));
     let pinned = malloc_host(api, 4096);
-    // SAFETY: every buffer holds what the calls say; the early free is the point of the test.
+    // SAFETY: every buffer holds what the calls say.
     unsafe {
         api.check(
             (api.core.aclrtMemsetAsync)(busy, BUSY_BYTES, 0, BUSY_BYTES, s),
@@ -701,6 +698,19 @@ fn freeing_a_page_locked_buffer_before_its_copy_ran_faults_and_the_fault_is_stic
             "h2d",
         )
         .unwrap();
+    }
+    (dev, pinned)
+}
+
+#[test]
+#[serial_test::serial(device_1)]
+fn freeing_a_page_locked_buffer_before_its_copy_ran_faults_and_the_fault_is_sticky() {
+    let api = api_on_device_1();
+    let s = stream(api);
+    let other = stream(api);
+    let (dev, pinned) = copy_behind_busy_work(api, s);
+    // SAFETY: every buffer holds what the calls say; the early free is the point of the test.
+    unsafe {
         api.check((api.core.aclrtFreeHost)(pinned as _), "free host")
             .unwrap();
         let status = (api.core.aclrtSynchronizeStream)(s);
@@ -776,20 +786,9 @@ fn freeing_a_page_locked_buffer_before_its_copy_ran_faults_and_the_fault_is_stic
 fn rewriting_a_page_locked_source_before_its_copy_ran_faults_naming_the_copy() {
     let api = api_on_device_1();
     let s = stream(api);
-    let (dev, busy) = (malloc(api, 4096), malloc(api, BUSY_BYTES));
-    let pinned = malloc_host(api, 4096);
-    // SAFETY: every buffer holds what the calls say; the early rewrite is the point of the test.
+    let (_, pinned) = copy_behind_busy_work(api, s);
+    // SAFETY: the page-locked buffer holds 4096 bytes; the early rewrite is the point of the test.
     unsafe {
-        api.check(
-            (api.core.aclrtMemsetAsync)(busy, BUSY_BYTES, 0, BUSY_BYTES, s),
-            "memset",
-        )
-        .unwrap();
-        api.check(
-            (api.core.aclrtMemcpyAsync)(dev, 4096, pinned as _, 4096, ACL_MEMCPY_HOST_TO_DEVICE, s),
-            "h2d",
-        )
-        .unwrap();
         *pinned.add(100) = 7;
         assert_eq!(
             (api.core.aclrtSynchronizeStream)(s),
