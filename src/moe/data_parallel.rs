@@ -103,13 +103,15 @@ impl<B: AutodiffBackend<Device = AscendDevice>> ModuleVisitor<B> for Bucket<'_, 
     }
 }
 
-/// Averages the gradients of `replicas` (one per device of `comm`, same module) in place.
+/// Averages the gradients of `replicas` (one per device of `comm`, same module) in place; a
+/// failed all-reduce (a device fault, a retired communicator) is an error, not a panic.
 fn average_gradients<B>(
     comm: &Communicator,
     devices: &[AscendDevice],
     replica: &MoeDecoder<B>,
     grads: &mut [GradientsParams],
-) where
+) -> Result<(), String>
+where
     B: AutodiffBackend<Device = AscendDevice> + FusedOps,
     B::InnerBackend: CollectiveOps,
 {
@@ -125,8 +127,10 @@ fn average_gradients<B>(
         .into_iter()
         .map(|parts| Tensor::cat(parts, 0))
         .collect();
-    bucket.reduced = collective::all_reduce(comm, flat, Reduce::Mean);
+    bucket.reduced = burn_ascend::try_run(|| collective::all_reduce(comm, flat, Reduce::Mean))
+        .map_err(|e| format!("averaging the gradients: {e}"))?;
     replica.visit(&mut bucket);
+    Ok(())
 }
 
 /// Trains `model` with `cfg` on `devices` (the batch is split evenly across them), reporting
@@ -218,7 +222,7 @@ where
             aux += a / n as f32;
         }
         finite(step - 1, ce, aux)?;
-        average_gradients(&comm, devices, &replicas[0], &mut grads);
+        average_gradients(&comm, devices, &replicas[0], &mut grads)?;
 
         // The optimizer steps run concurrently too, as they would on the NPUs.
         replicas = std::thread::scope(|s| {
