@@ -29,6 +29,7 @@ mod machine;
 mod memory;
 mod meta;
 mod nn;
+mod norm;
 mod numerics;
 mod objects;
 pub(crate) mod ops;
@@ -59,6 +60,7 @@ pub mod exports {
     pub use super::grouped::*;
     pub use super::index::*;
     pub use super::nn::*;
+    pub use super::norm::*;
     pub use super::ops::*;
     pub use super::random::*;
     pub use super::reduce::*;
