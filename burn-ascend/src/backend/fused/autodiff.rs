@@ -9,6 +9,9 @@
 //!   permutation when `perm` is one);
 //! - `layer_norm` differentiates through [`FusedOps::layer_norm_backward`]; its mean and rstd
 //!   are statistics, returned without gradient (as PyTorch's native layer norm does);
+//! - `rms_norm` differentiates through [`FusedOps::rms_norm_backward`]; its rstd is a statistic,
+//!   returned without gradient; `add_rms_norm` keeps its composed default, a tracked add then
+//!   this `rms_norm`, so both its outputs (the norm and the sum) carry gradients;
 //! - `grouped_matmul` takes its input gradient from `grouped_matmul` with the weights' last two
 //!   dims swapped and its weight gradient from [`FusedOps::grouped_matmul_weight_grad`].
 //!
@@ -243,6 +246,44 @@ fn layer_norm<B: FusedOps, C: CheckpointStrategy, const N: usize>(
 }
 
 #[derive(Debug)]
+struct RmsNorm;
+
+/// What the backward pass of `rms_norm` needs.
+#[derive(Debug, Clone)]
+struct RmsNormState<B: Backend> {
+    x: NodeId,
+    gamma: NodeId,
+    rstd: FloatTensor<B>,
+    /// gamma's type, for its gradient.
+    gamma_dtype: DType,
+}
+
+/// Parents: x and gamma.
+impl<B: FusedOps> Backward<B, 2> for RmsNorm {
+    type State = RmsNormState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, cp: &mut Checkpointer) {
+        let s = ops.state;
+        let dy = grads.consume::<B>(&ops.node);
+        let x = cp.retrieve_node_output(s.x);
+        let gamma = cp.retrieve_node_output(s.gamma);
+        let g = B::rms_norm_backward(dy, x, s.rstd, gamma);
+        let [x_parent, gamma_parent] = ops.parents;
+        if let Some(node) = x_parent {
+            grads.register::<B>(node.id, g.dx);
+        }
+        if let Some(node) = gamma_parent {
+            let dgamma = if g.dgamma.dtype() == s.gamma_dtype {
+                g.dgamma
+            } else {
+                prim(float::<B, 1>(g.dgamma).cast(s.gamma_dtype))
+            };
+            grads.register::<B>(node.id, dgamma);
+        }
+    }
+}
+
+#[derive(Debug)]
 struct GroupedMatmul;
 
 impl<B: FusedOps> Backward<B, 2> for GroupedMatmul {
@@ -279,6 +320,32 @@ impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
             (Some(g), None) => layer_norm::<B, C, 2>([&x, g], true, eps),
             (None, Some(b)) => layer_norm::<B, C, 2>([&x, b], false, eps),
             (Some(g), Some(b)) => layer_norm::<B, C, 3>([&x, g, b], true, eps),
+        }
+    }
+
+    fn rms_norm(x: FloatTensor<Self>, gamma: FloatTensor<Self>, eps: f64) -> RmsNormOutput<Self> {
+        let out = <B as FusedOps>::rms_norm(x.primitive.clone(), gamma.primitive.clone(), eps);
+        let rstd = out.rstd.clone();
+        let y = match RmsNorm
+            .prepare::<C>([x.node.clone(), gamma.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let state = RmsNormState {
+                    x: prep.checkpoint(&x),
+                    gamma: prep.checkpoint(&gamma),
+                    rstd: out.rstd,
+                    gamma_dtype: gamma.primitive.dtype(),
+                };
+                prep.finish(state, out.y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(out.y),
+        };
+        // rstd is an untracked output, built as layer_norm builds its statistics.
+        RmsNormOutput {
+            y,
+            rstd: <FloatTensor<Self>>::new(rstd),
         }
     }
 

@@ -88,6 +88,88 @@ pub fn layer_norm_backward<B: Backend>(
     }
 }
 
+/// `(rows, cols)` of a norm's input: the last dim and the product of the others.
+fn rows_cols(shape: &Shape) -> (usize, usize) {
+    let dims = shape.as_slice();
+    let (cols, leading) = dims.split_last().unwrap_or((&0, &[]));
+    (leading.iter().product(), *cols)
+}
+
+/// The composed default of [`FusedOps::rms_norm`].
+pub fn rms_norm<B: Backend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    eps: f64,
+) -> RmsNormOutput<B> {
+    let shape = x.shape();
+    let (m, n) = rows_cols(&shape);
+    let dtype = x.dtype();
+    if n == 0 {
+        // The mean of no values: NaN (some backends refuse a mean over an empty dim).
+        let device = B::float_device(&x);
+        let nan = Tensor::<B, 1>::full([m], f32::NAN, (&device, DType::F32));
+        return RmsNormOutput {
+            y: x,
+            rstd: prim(nan),
+        };
+    }
+    let x: Float2<B> = float::<B, 2>(B::float_reshape(x, [m, n].into())).cast(DType::F32);
+    let rstd = (x.clone().powi_scalar(2).mean_dim(1) + eps).sqrt().recip();
+    let y = x * rstd.clone() * float::<B, 1>(gamma).cast(DType::F32).unsqueeze();
+    RmsNormOutput {
+        y: B::float_reshape(prim(y.cast(dtype)), shape),
+        rstd: prim(rstd.flatten::<1>(0, 1)),
+    }
+}
+
+/// The composed default of [`FusedOps::add_rms_norm`]: the add in x1's dtype, then
+/// [`FusedOps::rms_norm`] of the sum (so `Autodiff` differentiates through both).
+pub fn add_rms_norm<B: FusedOps>(
+    x1: FloatTensor<B>,
+    x2: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    eps: f64,
+) -> AddRmsNormOutput<B> {
+    let x = B::float_add(x1, x2);
+    let out = B::rms_norm(x.clone(), gamma, eps);
+    AddRmsNormOutput {
+        y: out.y,
+        rstd: out.rstd,
+        x,
+    }
+}
+
+/// The composed default of [`FusedOps::rms_norm_backward`].
+pub fn rms_norm_backward<B: Backend>(
+    dy: FloatTensor<B>,
+    x: FloatTensor<B>,
+    rstd: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+) -> RmsNormGrads<B> {
+    let shape = x.shape();
+    let (m, n) = rows_cols(&shape);
+    let dtype = x.dtype();
+    let device = B::float_device(&x);
+    if m * n == 0 {
+        // No element contributes to dgamma (and dx has none).
+        return RmsNormGrads {
+            dx: B::float_zeros(shape, &device, dtype.into()),
+            dgamma: prim(Tensor::<B, 1>::zeros([n], (&device, DType::F32))),
+        };
+    }
+    let as2 =
+        |t: FloatTensor<B>| float::<B, 2>(B::float_reshape(t, [m, n].into())).cast(DType::F32);
+    let (dy, x) = (as2(dy), as2(x));
+    let rstd: Float2<B> = float::<B, 1>(rstd).cast(DType::F32).unsqueeze_dim(1);
+    let xhat = x * rstd.clone();
+    let g = dy.clone() * float::<B, 1>(gamma).cast(DType::F32).unsqueeze();
+    let dx = (g.clone() - xhat.clone() * (g * xhat.clone()).mean_dim(1)) * rstd;
+    RmsNormGrads {
+        dx: B::float_reshape(prim(dx.cast(dtype)), shape),
+        dgamma: prim((dy * xhat).sum_dim(0).flatten::<1>(0, 1)),
+    }
+}
+
 /// The composed default of [`FusedOps::moe_gather`].
 pub fn moe_gather<B: Backend>(
     x: FloatTensor<B>,

@@ -225,6 +225,84 @@ impl FusedOps for Fusion<Ascend> {
         }
     }
 
+    fn rms_norm(x: FloatTensor<Self>, gamma: FloatTensor<Self>, eps: f64) -> RmsNormOutput<Self> {
+        run("rms_norm", fused_ops::check_rms_norm(&x, &gamma, eps));
+        let shape = dims(&x);
+        let rows = shape[..shape.len().saturating_sub(1)].iter().product();
+        let meta = [(shape, x.dtype), (vec![rows], DType::F32)];
+        let mut out = record("rms_norm", vec![x, gamma], &meta, eps, |h, d, &eps| {
+            let r = <Ascend as FusedOps>::rms_norm(arg(h, d, 0), arg(h, d, 1), eps);
+            put(h, d, 0, r.y);
+            put(h, d, 1, r.rstd);
+        })
+        .into_iter();
+        let mut next = || out.next().expect("two outputs");
+        RmsNormOutput {
+            y: next(),
+            rstd: next(),
+        }
+    }
+
+    fn add_rms_norm(
+        x1: FloatTensor<Self>,
+        x2: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f64,
+    ) -> AddRmsNormOutput<Self> {
+        run(
+            "add_rms_norm",
+            fused_ops::check_add_rms_norm(&x1, &x2, &gamma, eps),
+        );
+        let shape = dims(&x1);
+        let rows = shape[..shape.len().saturating_sub(1)].iter().product();
+        let meta = [
+            (shape.clone(), x1.dtype),
+            (vec![rows], DType::F32),
+            (shape, x1.dtype),
+        ];
+        let inputs = vec![x1, x2, gamma];
+        let mut out = record("add_rms_norm", inputs, &meta, eps, |h, d, &eps| {
+            let r = Ascend::add_rms_norm(arg(h, d, 0), arg(h, d, 1), arg(h, d, 2), eps);
+            put(h, d, 0, r.y);
+            put(h, d, 1, r.rstd);
+            put(h, d, 2, r.x);
+        })
+        .into_iter();
+        let mut next = || out.next().expect("three outputs");
+        AddRmsNormOutput {
+            y: next(),
+            rstd: next(),
+            x: next(),
+        }
+    }
+
+    fn rms_norm_backward(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+    ) -> RmsNormGrads<Self> {
+        run(
+            "rms_norm_backward",
+            fused_ops::check_rms_norm_backward(&dy, &x, &rstd, &gamma),
+        );
+        let cols = dim(&x, x.shape.num_dims().saturating_sub(1));
+        let meta = [(dims(&x), x.dtype), (vec![cols], DType::F32)];
+        let inputs = vec![dy, x, rstd, gamma];
+        let mut out = record("rms_norm_backward", inputs, &meta, (), |h, d, _| {
+            let r =
+                Ascend::rms_norm_backward(arg(h, d, 0), arg(h, d, 1), arg(h, d, 2), arg(h, d, 3));
+            put(h, d, 0, r.dx);
+            put(h, d, 1, r.dgamma);
+        })
+        .into_iter();
+        let mut next = || out.next().expect("two outputs");
+        RmsNormGrads {
+            dx: next(),
+            dgamma: next(),
+        }
+    }
+
     fn moe_gather(
         x: FloatTensor<Self>,
         indices: IntTensor<Self>,

@@ -2,7 +2,7 @@
 //! operation (contracts: the project's fused-ops specification), each with a default composed
 //! from standard Burn ops, so model code using it runs on any backend; the defaults are also the
 //! reference the kernels are tested against. `Ascend` overrides them with the Ascend C kernels
-//! (and aclnn's grouped matmul). `Autodiff<B>` runs the inner backend's fused ops forward and
+//! (and aclnn's grouped matmul and RMS norm). `Autodiff<B>` runs the inner backend's fused ops forward and
 //! records their adjoints, built from the inner backend's fused ops, for the backward pass
 //! (see `autodiff.rs`). `Fusion<Ascend>` records each fused op as one custom op of its stream,
 //! run by Ascend's kernel (see `fusion.rs`).
@@ -57,6 +57,32 @@ pub struct LayerNormGrads<B: Backend> {
     pub dbeta: FloatTensor<B>,
 }
 
+/// RMS-norm results: normalised rows and the f32 row statistic.
+pub struct RmsNormOutput<B: Backend> {
+    /// `x * rstd * gamma`, x's shape and dtype.
+    pub y: FloatTensor<B>,
+    /// Row reciprocal root mean squares `[M]`, f32.
+    pub rstd: FloatTensor<B>,
+}
+
+/// Residual add + RMS-norm results.
+pub struct AddRmsNormOutput<B: Backend> {
+    /// `x * rstd * gamma`, x1's shape and dtype.
+    pub y: FloatTensor<B>,
+    /// Row reciprocal root mean squares `[M]`, f32.
+    pub rstd: FloatTensor<B>,
+    /// The sum `x1 + x2` that was normalised (the new residual), x1's shape and dtype.
+    pub x: FloatTensor<B>,
+}
+
+/// RMS-norm gradients.
+pub struct RmsNormGrads<B: Backend> {
+    /// Gradient of x, x's shape and dtype.
+    pub dx: FloatTensor<B>,
+    /// Gradient of gamma `[N]`, f32.
+    pub dgamma: FloatTensor<B>,
+}
+
 /// Fused operations.
 pub trait FusedOps: Backend {
     /// `x + y` over 1-D float tensors of equal length.
@@ -90,6 +116,43 @@ pub trait FusedOps: Backend {
         gamma: Option<FloatTensor<Self>>,
     ) -> LayerNormGrads<Self> {
         composed::layer_norm_backward::<Self>(dy, x, mean, rstd, gamma)
+    }
+
+    /// RMS norm over the last dim of `x` (leading dims flattened into rows `[M]`): `y = x *
+    /// rstd * gamma` with `rstd = 1 / sqrt(mean_N(x^2) + eps)` per row, computed in f32. gamma
+    /// is `[N]` in x's dtype, or f32 for an f16/bf16 x; eps is finite and `>= 0`. Rows without
+    /// columns get a NaN rstd (the mean of no values).
+    ///
+    /// Invalid input: on `Ascend` and `Fusion<Ascend>` a gamma of another shape or dtype, a
+    /// non-float x or a negative eps fails at the call with an error naming `rms_norm`, the
+    /// shapes and the dtypes. The composed default leaves them to the backend's ops.
+    fn rms_norm(x: FloatTensor<Self>, gamma: FloatTensor<Self>, eps: f64) -> RmsNormOutput<Self> {
+        composed::rms_norm::<Self>(x, gamma, eps)
+    }
+
+    /// Residual add then RMS norm: `x = x1 + x2` (x1's dtype; x2 has x1's shape and dtype),
+    /// then [`FusedOps::rms_norm`] of `x`, returning `x` too. gamma is `[N]` in x1's dtype.
+    ///
+    /// Invalid input: as [`FusedOps::rms_norm`], the error naming `add_rms_norm`.
+    fn add_rms_norm(
+        x1: FloatTensor<Self>,
+        x2: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f64,
+    ) -> AddRmsNormOutput<Self> {
+        composed::add_rms_norm::<Self>(x1, x2, gamma, eps)
+    }
+
+    /// Gradients of [`FusedOps::rms_norm`]: `dx = rstd * (g - xhat * mean_N(g * xhat))` with
+    /// `g = dy * gamma` and `xhat = x * rstd`; `dgamma = sum_M dy * xhat` (f32). `dy` has x's
+    /// shape and dtype, `rstd` is the forward's `[M]` f32.
+    fn rms_norm_backward(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+    ) -> RmsNormGrads<Self> {
+        composed::rms_norm_backward::<Self>(dy, x, rstd, gamma)
     }
 
     /// `out[i] = x[indices[i] / top_k]` for `x [T, H]` and a permutation `indices [T*K]`.
@@ -284,6 +347,34 @@ impl FusedOps for Ascend {
             fused::layer_norm_backward(&dy, &x, &mean, &rstd, gamma.as_ref()),
         );
         LayerNormGrads { dx, dgamma, dbeta }
+    }
+
+    fn rms_norm(x: FloatTensor<Self>, gamma: FloatTensor<Self>, eps: f64) -> RmsNormOutput<Self> {
+        let (y, rstd) = run("rms_norm", fused::rms_norm(&x, &gamma, eps));
+        RmsNormOutput { y, rstd }
+    }
+
+    fn add_rms_norm(
+        x1: FloatTensor<Self>,
+        x2: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f64,
+    ) -> AddRmsNormOutput<Self> {
+        let (y, rstd, x) = run("add_rms_norm", fused::add_rms_norm(&x1, &x2, &gamma, eps));
+        AddRmsNormOutput { y, rstd, x }
+    }
+
+    fn rms_norm_backward(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+    ) -> RmsNormGrads<Self> {
+        let (dx, dgamma) = run(
+            "rms_norm_backward",
+            fused::rms_norm_backward(&dy, &x, &rstd, &gamma),
+        );
+        RmsNormGrads { dx, dgamma }
     }
 
     fn moe_gather(
@@ -501,6 +592,40 @@ pub fn layer_norm_backward<B: FusedOps, const D: usize>(
 ) -> (Tensor<B, D>, Tensor<B, 1>, Tensor<B, 1>) {
     let g = B::layer_norm_backward(prim(dy), prim(x), prim(mean), prim(rstd), gamma.map(prim));
     (float(g.dx), float(g.dgamma), float(g.dbeta))
+}
+
+/// RMS norm over the last dim: `(y, rstd)` with `rstd` per row (f32); gamma `[N]` in x's dtype
+/// (or f32 for an f16/bf16 x). See [`FusedOps::rms_norm`].
+pub fn rms_norm<B: FusedOps, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    eps: f64,
+) -> (Tensor<B, D>, Tensor<B, 1>) {
+    let out = B::rms_norm(prim(x), prim(gamma), eps);
+    (float(out.y), float(out.rstd))
+}
+
+/// Residual add and RMS norm over the last dim: `(y, rstd, x)` where `x = x1 + x2` is the
+/// normalised sum (the new residual stream). See [`FusedOps::add_rms_norm`].
+pub fn add_rms_norm<B: FusedOps, const D: usize>(
+    x1: Tensor<B, D>,
+    x2: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    eps: f64,
+) -> (Tensor<B, D>, Tensor<B, 1>, Tensor<B, D>) {
+    let out = B::add_rms_norm(prim(x1), prim(x2), prim(gamma), eps);
+    (float(out.y), float(out.rstd), float(out.x))
+}
+
+/// The gradients `(dx, dgamma)` of [`rms_norm`]; dgamma is f32.
+pub fn rms_norm_backward<B: FusedOps, const D: usize>(
+    dy: Tensor<B, D>,
+    x: Tensor<B, D>,
+    rstd: Tensor<B, 1>,
+    gamma: Tensor<B, 1>,
+) -> (Tensor<B, D>, Tensor<B, 1>) {
+    let g = B::rms_norm_backward(prim(dy), prim(x), prim(rstd), prim(gamma));
+    (float(g.dx), float(g.dgamma))
 }
 
 /// Expert-major permutation of tokens: `out[i] = x[indices[i] / top_k]`.

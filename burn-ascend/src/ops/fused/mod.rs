@@ -1,7 +1,7 @@
 //! The fused operations on the device, through the Ascend C kernels of
 //! `burn-ascend-kernels`: shape and dtype checks before launch, tiling from the device's
-//! properties, then the launch on the context's stream. Grouped matmul and CANN's own MoE
-//! routing ops (the baselines of our kernels) go through aclnn operators instead. One module per
+//! properties, then the launch on the context's stream. Grouped matmul, RMS norm and CANN's own
+//! MoE routing ops (the baselines of our kernels) go through aclnn operators instead. One module per
 //! op family; this one holds what they share.
 
 mod elementwise;
@@ -10,6 +10,7 @@ mod moe;
 mod norm;
 mod paged;
 mod program;
+mod rms_norm;
 mod routing;
 
 use std::ffi::c_void;
@@ -31,6 +32,8 @@ pub use paged::{
 };
 pub(crate) use paged::{check_alloc_extend, check_decode_attention};
 pub use program::run_program;
+pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_backward};
+pub(crate) use rms_norm::{check_add_rms_norm, check_rms_norm, check_rms_norm_backward};
 pub use routing::{cann_moe_init_routing, cann_moe_token_unpermute, CannRouting};
 
 use super::broadcast::invalid_input;
