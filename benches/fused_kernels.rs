@@ -383,6 +383,38 @@ fn grouped_matmul<B: FusedOps>(d: &B::Device, path: Path) -> Run {
     Box::new(move || call!(path, grouped_matmul(x.clone(), w.clone(), sizes.clone())))
 }
 
+/// RMS norm over rows of a Llama/Mixtral-sized hidden dim (CANN's operators on Ascend).
+fn rms_norm<B: FusedOps>(m: usize, n: usize, d: &B::Device, path: Path) -> Run {
+    let x = prim(float::<B, 2>([m, n], 1, DType::F32, d));
+    let gamma = prim(float::<B, 1>([n], 2, DType::F32, d));
+    Box::new(move || call!(path, rms_norm(x.clone(), gamma.clone(), 1e-6)))
+}
+
+fn add_rms_norm<B: FusedOps>(m: usize, n: usize, d: &B::Device, path: Path) -> Run {
+    let x1 = prim(float::<B, 2>([m, n], 1, DType::F32, d));
+    let x2 = prim(float::<B, 2>([m, n], 3, DType::F32, d));
+    let gamma = prim(float::<B, 1>([n], 2, DType::F32, d));
+    Box::new(move || {
+        call!(
+            path,
+            add_rms_norm(x1.clone(), x2.clone(), gamma.clone(), 1e-6)
+        )
+    })
+}
+
+fn rms_norm_backward<B: FusedOps>(m: usize, n: usize, d: &B::Device, path: Path) -> Run {
+    let dy = prim(float::<B, 2>([m, n], 1, DType::F32, d));
+    let x = prim(float::<B, 2>([m, n], 2, DType::F32, d));
+    let rstd = prim(float::<B, 1>([m], 4, DType::F32, d).abs() + 0.5);
+    let gamma = prim(float::<B, 1>([n], 5, DType::F32, d));
+    Box::new(move || {
+        call!(
+            path,
+            rms_norm_backward(dy.clone(), x.clone(), rstd.clone(), gamma.clone())
+        )
+    })
+}
+
 fn cases() -> Vec<Case> {
     let a = ascend();
     let case = |name, size: &str, fused: Run, composed: Run, cann, min_bytes| Case {
@@ -502,6 +534,32 @@ fn cases() -> Vec<Case> {
             GQA.min_bytes(),
         ),
         vec![("decode_attention_stage1", GQA.checks())],
+    ));
+    // aclnn operators: wall time only, the A2 model reads kernel launches.
+    let (m, n) = (256, 4096);
+    v.push(case(
+        "rms_norm",
+        "256x4096 f32",
+        rms_norm::<Ascend>(m, n, &a, Path::Kernel),
+        rms_norm::<Ascend>(m, n, &a, Path::Composed),
+        None,
+        (2 * m * n + n + m) * 4,
+    ));
+    v.push(case(
+        "add_rms_norm",
+        "256x4096 f32",
+        add_rms_norm::<Ascend>(m, n, &a, Path::Kernel),
+        add_rms_norm::<Ascend>(m, n, &a, Path::Composed),
+        None,
+        (4 * m * n + n + m) * 4,
+    ));
+    v.push(case(
+        "rms_norm_backward",
+        "256x4096 f32",
+        rms_norm_backward::<Ascend>(m, n, &a, Path::Kernel),
+        rms_norm_backward::<Ascend>(m, n, &a, Path::Composed),
+        None,
+        (3 * m * n + m + 2 * n) * 4,
     ));
     v.push(case(
         "grouped_matmul",
