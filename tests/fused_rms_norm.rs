@@ -463,6 +463,52 @@ fn rms_grad(
 }
 
 #[test]
+fn emulated_rms_norm_reads_views_and_writes_in_place() {
+    if common::skipped_on_npu("emulated_rms_norm_reads_views_and_writes_in_place") {
+        return;
+    }
+    let (m, n) = (6usize, 40usize);
+    let norm = |x: &AscendTensor, y: &AscendTensor| {
+        let g = tensor(&[n], DataType::F32);
+        let r = tensor(&[m, 1], DataType::F32);
+        aclnn!(
+            &**x.ctx(),
+            aclnnRmsNorm(
+                x.desc().unwrap(),
+                g.desc().unwrap(),
+                EPS,
+                y.desc().unwrap(),
+                r.desc().unwrap()
+            )
+        )
+        .unwrap();
+        Tensor::<Ascend, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(y.clone()))
+            .into_data()
+    };
+    let x = tensor(&[m, n], DataType::F32);
+    let want = norm(&x, &tensor(&[m, n], DataType::F32));
+    // y over x itself: each row is read before it is written.
+    let inplace = burn_ascend::ops::copy::contiguous(&x).unwrap();
+    let inplace = burn_ascend::ops::copy::reshape(&inplace, vec![m, n]).unwrap();
+    assert_close("in place", norm(&inplace, &inplace), want.clone(), 0.0);
+    // x as a transposed view of its transpose.
+    let xt = tensor(&[n, m], DataType::F32);
+    let t = Tensor::<Ascend, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(xt));
+    let view = t.clone().transpose().into_primitive().tensor();
+    let dense = t.transpose().into_data();
+    let y = norm(&view, &tensor(&[m, n], DataType::F32));
+    let dense = Tensor::<Ascend, 2>::from_data(dense, (&ascend(), DType::F32))
+        .into_primitive()
+        .tensor();
+    assert_close(
+        "strided x",
+        y,
+        norm(&dense, &tensor(&[m, n], DataType::F32)),
+        0.0,
+    );
+}
+
+#[test]
 fn emulated_rms_norm_ops_check_what_the_operators_check() {
     if common::skipped_on_npu("emulated_rms_norm_ops_check_what_the_operators_check") {
         return;

@@ -7,7 +7,8 @@
 //! positions is one row, normalised by `rstd = 1 / sqrt(mean(x^2) + epsilon)`, and `rstd` has
 //! x's shape with the normalised dims set to 1 (the op docs' example `(2, 3, 4, 8)` with gamma
 //! `(4, 8)` gives `(2, 3, 1, 1)`). The kernels compute in f32 and round each output once
-//! (`numerics`); a row's sum of squares accumulates in the ReduceSum order.
+//! (`numerics`); a row's sum of squares accumulates in the ReduceSum order. They stream a row at
+//! a time, so the host holds a few rows and gamma.
 //!
 //! Stricter readings taken where the docs leave room (UNCERTAIN):
 //! - aclnnRmsNormGrad's doc gives `rstd_shape = x_shape[0:n]` while its sample passes `[2]` for
@@ -34,7 +35,7 @@ use super::fault::Fault;
 use super::meta::{tensor_arg, Kernel, TensorDesc};
 use super::numerics::{round_to, Arith, Blocked};
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::view::{map, put_f32, take_f32, Walk};
+use super::view::{map, put_f32, take_f32, Mapped, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::*;
 
@@ -130,25 +131,47 @@ struct Row {
     rstd: Vec<usize>,
 }
 
-/// All of `t` as f32 in row-major order of its shape (exact for F32/F16/BF16).
-fn read(op: &str, name: &str, t: &TensorDesc) -> Result<Vec<f32>, Fault> {
-    if t.numel() == 0 {
-        return Ok(Vec::new());
-    }
-    let m = map(op, name, t)?;
-    let mut v = Vec::with_capacity(t.numel());
-    take_f32(&mut v, &m, &mut Walk::of(t), t.numel());
-    Ok(v)
+/// The inputs of a kernel mapped, each made independent of every output it overlaps other
+/// than at the very elements the kernel writes after reading them (`detach_from`), so the kernel
+/// may stream row by row.
+fn map_inputs(
+    op: &str,
+    inputs: &[(&str, &TensorDesc)],
+    outputs: &[&Mapped],
+) -> Result<Vec<Mapped>, Fault> {
+    inputs
+        .iter()
+        .map(|&(name, t)| {
+            let mut m = map(op, name, t)?;
+            outputs.iter().for_each(|o| m.detach_from(o, true));
+            Ok(m)
+        })
+        .collect()
 }
 
-/// Writes row-major f32 values to `t`, rounded once to its dtype.
-fn write(op: &str, name: &str, t: &TensorDesc, v: &[f32]) -> Result<(), Fault> {
-    if t.numel() == 0 {
-        return Ok(());
+/// A mapped view and its row-major walk, read or written a row at a time.
+struct Rows<'a> {
+    m: &'a Mapped,
+    walk: Walk,
+}
+
+impl<'a> Rows<'a> {
+    fn new(m: &'a Mapped) -> Self {
+        Rows {
+            m,
+            walk: Walk::of(&m.desc),
+        }
     }
-    let m = map(op, name, t)?;
-    put_f32(&m, &mut Walk::of(t), v);
-    Ok(())
+
+    /// The next `len` elements as f32 (exact for F32/F16/BF16).
+    fn take(&mut self, buf: &mut Vec<f32>, len: usize) {
+        take_f32(buf, self.m, &mut self.walk, len);
+    }
+
+    /// Writes the next `v.len()` elements, rounded once to the view's dtype.
+    fn put(&mut self, v: &[f32]) {
+        put_f32(self.m, &mut self.walk, v);
+    }
 }
 
 /// `1 / sqrt(mean(row^2) + epsilon)` in f32; NaN for a row of no elements (0 / 0).
@@ -158,48 +181,67 @@ fn rstd_of(row: &[f32], epsilon: f32, sum: &mut Blocked<f32, Arith>) -> f32 {
     1.0 / (mean + epsilon).sqrt()
 }
 
-/// The forward kernel: `y = x * rstd * gamma` per row; also writes `x` to `x_out` (AddRmsNorm).
-fn forward(
+/// The forward operands: x (or x1 and x2), gamma and the outputs (xOut for AddRmsNorm).
+struct Forward {
     op: &'static str,
-    inputs: Vec<TensorDesc>,
+    x: TensorDesc,
+    x2: Option<TensorDesc>,
     gamma: TensorDesc,
     epsilon: f64,
     y: TensorDesc,
     rstd: TensorDesc,
     x_out: Option<TensorDesc>,
     cols: usize,
-) -> Kernel {
-    Arc::new(move || {
-        let mut x = read(op, "x", &inputs[0])?;
-        if let Some(x2) = inputs.get(1) {
-            // The sum as xOut stores it (x1's dtype), which the norm then reads.
-            let dtype = inputs[0].dtype;
-            for (a, b) in x.iter_mut().zip(read(op, "x2", x2)?) {
-                *a = round_to(dtype, (*a + b) as f64) as f32;
-            }
-        }
-        let g = read(op, "gamma", &gamma)?;
-        let eps = epsilon as f32;
+}
+
+impl Forward {
+    /// Row by row: `x = x1 + x2` (AddRmsNorm, rounded to x1's dtype as xOut stores it, and
+    /// the norm reads it so), then `y = x * rstd * gamma`. The host holds one row at a time.
+    fn run(&self) -> Result<(), Fault> {
+        let op = self.op;
+        let (my, mr) = (map(op, "yOut", &self.y)?, map(op, "rstdOut", &self.rstd)?);
+        let mxo = self
+            .x_out
+            .as_ref()
+            .map(|t| map(op, "xOut", t))
+            .transpose()?;
+        let mut outs = vec![&my, &mr];
+        outs.extend(mxo.as_ref());
+        let first = if self.x2.is_some() { "x1" } else { "x" };
+        let mut named = vec![(first, &self.x), ("gamma", &self.gamma)];
+        named.extend(self.x2.as_ref().map(|t| ("x2", t)));
+        let ins = map_inputs(op, &named, &outs)?;
+        let (cols, rows) = (self.cols, self.rstd.numel());
+        let eps = self.epsilon as f32;
+        let mut g = Vec::new();
+        Rows::new(&ins[1]).take(&mut g, cols);
+        let (mut x, mut x2, mut y) = (
+            Rows::new(&ins[0]),
+            ins.get(2).map(Rows::new),
+            Rows::new(&my),
+        );
+        let (mut rstd, mut x_out) = (Rows::new(&mr), mxo.as_ref().map(Rows::new));
+        let (mut row, mut other, mut out) = (Vec::new(), Vec::new(), vec![0f32; cols]);
         let mut sum = Blocked::new(Arith::Add);
-        let mut stats = Vec::with_capacity(rstd.numel());
-        let mut out = vec![0f32; x.len()];
-        if cols == 0 {
-            stats.resize(rstd.numel(), rstd_of(&[], eps, &mut sum));
-        }
-        // With no columns x is empty and there are no rows to walk.
-        for (row, o) in x.chunks(cols.max(1)).zip(out.chunks_mut(cols.max(1))) {
-            let r = rstd_of(row, eps, &mut sum);
-            for ((o, &v), &g) in o.iter_mut().zip(row).zip(&g) {
+        for _ in 0..rows {
+            x.take(&mut row, cols);
+            if let (Some(x2), Some(x_out)) = (&mut x2, &mut x_out) {
+                x2.take(&mut other, cols);
+                let dtype = self.x.dtype;
+                for (a, &b) in row.iter_mut().zip(&other) {
+                    *a = round_to(dtype, (*a + b) as f64) as f32;
+                }
+                x_out.put(&row);
+            }
+            let r = rstd_of(&row, eps, &mut sum);
+            for ((o, &v), &g) in out.iter_mut().zip(&row).zip(&g) {
                 *o = v * r * g;
             }
-            stats.push(r);
+            y.put(&out);
+            rstd.put(&[r]);
         }
-        if let Some(x_out) = &x_out {
-            write(op, "xOut", x_out, &x)?;
-        }
-        write(op, "rstdOut", &rstd, &stats)?;
-        write(op, "yOut", &y, &out)
-    })
+        Ok(())
+    }
 }
 
 pub unsafe extern "C" fn aclnnRmsNormGetWorkspaceSize(
@@ -232,10 +274,18 @@ pub unsafe extern "C" fn aclnnRmsNormGetWorkspaceSize(
                 format!("yOut {} must have x's dtype {}", y.describe(), x.dtype),
             ));
         }
-        Ok((
-            SCRATCH_WORKSPACE,
-            forward(OP, vec![x], gamma, epsilon, y, rstd, None, row.cols),
-        ))
+        let f = Forward {
+            op: OP,
+            x,
+            x2: None,
+            gamma,
+            epsilon,
+            y,
+            rstd,
+            x_out: None,
+            cols: row.cols,
+        };
+        Ok((SCRATCH_WORKSPACE, Arc::new(move || f.run()) as Kernel))
     })
 }
 
@@ -280,10 +330,18 @@ pub unsafe extern "C" fn aclnnAddRmsNormGetWorkspaceSize(
             check_shape(OP, name, t, &x1.shape)?;
         }
         check_shape(OP, "rstdOut", &rstd, &row.rstd)?;
-        Ok((
-            SCRATCH_WORKSPACE,
-            forward(OP, vec![x1, x2], gamma, epsilon, y, rstd, Some(x), row.cols),
-        ))
+        let f = Forward {
+            op: OP,
+            x: x1,
+            x2: Some(x2),
+            gamma,
+            epsilon,
+            y,
+            rstd,
+            x_out: Some(x),
+            cols: row.cols,
+        };
+        Ok((SCRATCH_WORKSPACE, Arc::new(move || f.run()) as Kernel))
     })
 }
 
@@ -328,31 +386,38 @@ pub unsafe extern "C" fn aclnnRmsNormGradGetWorkspaceSize(
         check_shape(OP, "dgammaOut", &dgamma, &gamma.shape)?;
         let cols = row.cols;
         let kernel: Kernel = Arc::new(move || {
-            let (dyv, xv) = (read(OP, "dy", &dy)?, read(OP, "x", &x)?);
-            let (r, g) = (read(OP, "rstd", &rstd)?, read(OP, "gamma", &gamma)?);
-            let mut dxv = vec![0f32; xv.len()];
-            let mut dg = vec![0f32; cols];
+            let (mdx, mdg) = (map(OP, "dxOut", &dx)?, map(OP, "dgammaOut", &dgamma)?);
+            let named = [("dy", &dy), ("x", &x), ("rstd", &rstd), ("gamma", &gamma)];
+            let ins = map_inputs(OP, &named, &[&mdx, &mdg])?;
+            let mut g = Vec::new();
+            Rows::new(&ins[3]).take(&mut g, cols);
+            let (mut dyr, mut xr, mut rr) =
+                (Rows::new(&ins[0]), Rows::new(&ins[1]), Rows::new(&ins[2]));
+            let mut dxr = Rows::new(&mdx);
+            let (mut d, mut xv, mut r) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut out, mut dg) = (vec![0f32; cols], vec![0f32; cols]);
             let mut sum = Blocked::new(Arith::Add);
-            if cols > 0 {
-                let rows = xv
-                    .chunks(cols)
-                    .zip(dyv.chunks(cols))
-                    .zip(dxv.chunks_mut(cols));
-                for (((xr, dyr), dxr), &r) in rows.zip(&r) {
-                    // mean(dy * gamma * x * rstd) over the row.
-                    for ((&x, &d), &g) in xr.iter().zip(dyr).zip(&g) {
-                        sum.push(d * g * x * r);
-                    }
-                    let mean = sum.finish() / cols as f32;
-                    for (i, ((&x, &d), o)) in xr.iter().zip(dyr).zip(dxr.iter_mut()).enumerate() {
-                        *o = (d * g[i] - r * x * mean) * r;
-                        // dgamma accumulates row after row (the deterministic order).
-                        dg[i] += r * x * d;
-                    }
+            // With no columns there is nothing to differentiate: dx is empty, dgamma too.
+            let rows = if cols == 0 { 0 } else { rstd.numel() };
+            for _ in 0..rows {
+                dyr.take(&mut d, cols);
+                xr.take(&mut xv, cols);
+                rr.take(&mut r, 1);
+                let r = r[0];
+                // mean(dy * gamma * x * rstd) over the row.
+                for ((&x, &d), &g) in xv.iter().zip(&d).zip(&g) {
+                    sum.push(d * g * x * r);
                 }
+                let mean = sum.finish() / cols as f32;
+                for (i, ((&x, &d), o)) in xv.iter().zip(&d).zip(out.iter_mut()).enumerate() {
+                    *o = (d * g[i] - r * x * mean) * r;
+                    // dgamma accumulates row after row (a deterministic order).
+                    dg[i] += r * x * d;
+                }
+                dxr.put(&out);
             }
-            write(OP, "dgammaOut", &dgamma, &dg)?;
-            write(OP, "dxOut", &dx, &dxv)
+            Rows::new(&mdg).put(&dg);
+            Ok(())
         });
         Ok((SCRATCH_WORKSPACE, kernel))
     })
