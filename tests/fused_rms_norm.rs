@@ -1,8 +1,8 @@
 //! RMS norm through CANN's operators (aclnnRmsNorm, aclnnAddRmsNorm, aclnnRmsNormGrad on the
 //! emulated NPU): `fused::rms_norm`, `fused::add_rms_norm` and `fused::rms_norm_backward` on
 //! `Ascend` and `Fusion<Ascend>` against their composed defaults on burn-flex, for f32, f16 and
-//! bf16 and shapes with empty and size-1 dims; the gradients `Autodiff<Ascend>` takes through
-//! them against `Autodiff<Flex>` on the norm written with standard ops; bad calls; and the checks
+//! bf16 and shapes with empty and size-1 dims; the gradients `Autodiff<Ascend>` (and over
+//! `Fusion<Ascend>`) takes through them against `Autodiff<Flex>` on the norm written with standard ops; bad calls; and the checks
 //! the emulated operators make, called directly.
 
 mod common;
@@ -21,6 +21,7 @@ use common::host_values::host_values;
 type AdAscend = Autodiff<Ascend>;
 type AdFlex = Autodiff<Flex>;
 type Fused = Fusion<Ascend>;
+type AdFused = Autodiff<Fused>;
 
 const EPS: f64 = 1e-6;
 
@@ -272,13 +273,19 @@ fn gradients_match_autodiff_on_flex() {
             for add in [false, true] {
                 let what = format!("add {add} {shape:?} {dtype:?}");
                 let got = grads::<AdAscend>(&ascend(), shape, dtype, add, true);
+                let fusion = grads::<AdFused>(&ascend(), shape, dtype, add, true);
                 let reference = grads::<AdFlex>(&flex(), shape, dtype, add, false);
                 let default = grads::<AdFlex>(&flex(), shape, dtype, add, true);
                 for (i, name) in ["y", "dx1", "dx2", "dgamma"].iter().enumerate() {
                     // Sums over the rows (dgamma) and f16/bf16 gradients rounded at each op of
                     // the reference carry more rounding than y.
                     let tol = tolerance(dtype) * if i == 0 { 1.0 } else { 10.0 };
-                    for (backend, got) in [("Ascend", &got), ("default on flex", &default)] {
+                    let backends = [
+                        ("Ascend", &got),
+                        ("Fusion<Ascend>", &fusion),
+                        ("default on flex", &default),
+                    ];
+                    for (backend, got) in backends {
                         assert_close(
                             &format!("{what}: {name} on {backend}"),
                             got[i].clone(),
