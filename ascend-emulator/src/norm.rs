@@ -1,5 +1,5 @@
 //! Emulated RMS normalisation: `aclnnRmsNorm`, `aclnnAddRmsNorm` and `aclnnRmsNormGrad`
-//! (prototypes: `aclnn-quant-attention-norm.md`; semantics, dtypes and shapes: the ops-nn
+//! (prototypes: `aclnn-quant-attention-norm.md`; semantics, dtypes and shapes: the hicann/ops-nn
 //! operator docs `norm/rms_norm/docs/aclnnRmsNorm.md`, `norm/add_rms_norm/docs/aclnnAddRmsNorm.md`,
 //! `norm/rms_norm_grad/docs/aclnnRmsNormGrad.md`, Atlas A2 rows).
 //!
@@ -20,8 +20,8 @@
 //!   three.
 //! - aclnnAddRmsNorm normalises `x1 + x2` as stored in `xOut` (rounded to x1's dtype), so `y`
 //!   is aclnnRmsNorm of `xOut`.
-//! - The docs' "an Inf input gives Inf" is not modelled: an infinite element gives a NaN row,
-//!   as the formula does.
+//! - The docs' "an Inf input gives Inf" is not modelled: an infinite element makes the row's
+//!   rstd 0, so it becomes NaN and the row's other outputs 0, as the formula gives.
 #![allow(
     missing_docs,
     non_snake_case,
