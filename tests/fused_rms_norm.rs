@@ -1,9 +1,9 @@
 //! RMS norm through CANN's operators (aclnnRmsNorm, aclnnAddRmsNorm, aclnnRmsNormGrad on the
 //! emulated NPU): `fused::rms_norm`, `fused::add_rms_norm` and `fused::rms_norm_backward` on
 //! `Ascend` and `Fusion<Ascend>` against their composed defaults on burn-flex, for f32, f16 and
-//! bf16 and shapes with empty and size-1 dims; the gradients `Autodiff<Ascend>` (and over
-//! `Fusion<Ascend>`) takes through them against `Autodiff<Flex>` on the norm written with standard ops; bad calls; and the checks
-//! the emulated operators make, called directly.
+//! bf16 and shapes with empty and size-1 dims; the gradients `Autodiff<Ascend>` (and
+//! `Autodiff<Fusion<Ascend>>`) takes through them against `Autodiff<Flex>` on the norm written
+//! with standard ops; bad calls; and the checks the emulated operators make, called directly.
 
 mod common;
 
