@@ -2,10 +2,10 @@
 //! operation (contracts: the project's fused-ops specification), each with a default composed
 //! from standard Burn ops, so model code using it runs on any backend; the defaults are also the
 //! reference the kernels are tested against. `Ascend` overrides them with the Ascend C kernels
-//! (and aclnn's grouped matmul and RMS norm). `Autodiff<B>` runs the inner backend's fused ops forward and
-//! records their adjoints, built from the inner backend's fused ops, for the backward pass
-//! (see `autodiff.rs`). `Fusion<Ascend>` records each fused op as one custom op of its stream,
-//! run by Ascend's kernel (see `fusion.rs`).
+//! (and aclnn's grouped matmul and RMS norm). `Autodiff<B>` runs the inner backend's fused ops
+//! forward and records their adjoints, built from the inner backend's fused ops, for the
+//! backward pass (see `autodiff.rs`). `Fusion<Ascend>` records each fused op as one custom op of
+//! its stream, run by Ascend's kernel (see `fusion.rs`).
 
 mod autodiff;
 pub mod composed;

@@ -1,8 +1,8 @@
 //! The fused operations on the device, through the Ascend C kernels of
 //! `burn-ascend-kernels`: shape and dtype checks before launch, tiling from the device's
 //! properties, then the launch on the context's stream. Grouped matmul, RMS norm and CANN's own
-//! MoE routing ops (the baselines of our kernels) go through aclnn operators instead. One module per
-//! op family; this one holds what they share.
+//! MoE routing ops (the baselines of our kernels) go through aclnn operators instead. One module
+//! per op family; this one holds what they share.
 
 mod elementwise;
 mod grouped;
