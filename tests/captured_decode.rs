@@ -264,6 +264,27 @@ fn captured_decode_of_an_expert_parallel_model_is_refused_and_it_decodes_eagerly
     assert_same_generations(&one_out, &sharded_out);
 }
 
+/// A decode step has at most `step_tokens` requests: buckets past the first that holds them
+/// would never run, so they are not captured and hold no memory.
+#[test]
+#[serial(graph)]
+fn buckets_a_step_can_never_fill_are_not_captured() {
+    let cfg = small();
+    let m = model(&cfg);
+    let config = ServeConfig {
+        step_tokens: 6,
+        ..serve_config()
+    };
+    let mut server = Server::new(m, config, &device()).unwrap();
+    server.enable_captured_decode(&DECODE_BUCKETS).unwrap();
+    assert_eq!(server.captured_buckets(), [1, 2, 4, 8]);
+    assert!(server.eager_buckets().is_empty());
+    // It serves, every decode step in a captured bucket.
+    let (_, steps) = drive(&mut server, &arrivals(10));
+    assert!(steps.iter().flatten().all(|&b| b <= 8), "{steps:?}");
+    assert!(steps.iter().flatten().count() > 0, "{steps:?}");
+}
+
 /// Device bytes a server with `pages` cache pages holds once its decode buckets are captured:
 /// its cache and what the graphs keep.
 fn captured_server_bytes(model: &MoeDecoder<Ascend>, pages: usize) -> usize {

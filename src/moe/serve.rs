@@ -440,8 +440,10 @@ impl<B: FusedOps> Server<B> {
     /// Decode-only steps of up to the largest of `buckets` requests replay a captured graph of
     /// the step (batches padded to the next bucket) instead of issuing each op. Captures every
     /// bucket now; a bucket that cannot be captured runs eagerly and says why, once (as does a
-    /// batch above the largest bucket). Fails, saying why, on a backend other than `Ascend`, a
-    /// device without ACL graphs, or a busy server. See [`Server::captured_buckets`].
+    /// batch above the largest bucket). A decode step has at most `step_tokens` requests, so
+    /// buckets past the first that holds that many would never run: they are not captured (and
+    /// hold no memory), said once. Fails, saying why, on a backend other than `Ascend`, a device
+    /// without ACL graphs, or a busy server. See [`Server::captured_buckets`].
     pub fn enable_captured_decode(&mut self, buckets: &[usize]) -> Result<(), String> {
         let why = if TypeId::of::<B>() != TypeId::of::<Ascend>() {
             Some(format!(
@@ -467,7 +469,21 @@ impl<B: FusedOps> Server<B> {
             eprintln!("burn-ascend-suite: {why}");
             return Err(why);
         }
-        self.decode = Some(CapturedDecode::new(buckets.to_vec()));
+        let reach = buckets
+            .iter()
+            .copied()
+            .filter(|&b| b >= self.cfg.step_tokens)
+            .min();
+        let (used, unused): (Vec<usize>, Vec<usize>) =
+            buckets.iter().partition(|&&b| reach.is_none_or(|r| b <= r));
+        if let (Some(reach), false) = (reach, unused.is_empty()) {
+            eprintln!(
+                "burn-ascend-suite: decode buckets {unused:?} are not captured: a decode step of at \
+                 most {} requests fits bucket {reach}",
+                self.cfg.step_tokens
+            );
+        }
+        self.decode = Some(CapturedDecode::new(used));
         // The cache grows by the scratch pages and keeps its address from now on.
         self.caches = self.empty_caches();
         self.capture_decode();
