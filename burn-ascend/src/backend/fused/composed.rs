@@ -16,19 +16,13 @@ pub fn layer_norm<B: Backend>(
     eps: f64,
 ) -> LayerNormOutput<B> {
     let shape = x.shape();
-    let n = shape[shape.num_dims() - 1];
+    let (m, n) = rows_cols(&shape);
     let dtype = x.dtype();
-    // The rows are the leading dims' product, also when there are no columns.
-    let m = shape.as_slice()[..shape.num_dims() - 1].iter().product();
     if n == 0 {
-        // The mean and variance of no values: NaN (some backends refuse a mean over an empty
-        // dim).
-        let device = B::float_device(&x);
-        let nan = || prim(Tensor::<B, 1>::full([m], f32::NAN, (&device, DType::F32)));
         return LayerNormOutput {
+            mean: nan_rows::<B>(&x, m),
+            rstd: nan_rows::<B>(&x, m),
             y: x,
-            mean: nan(),
-            rstd: nan(),
         };
     }
     let x: Float2<B> = float::<B, 2>(B::float_reshape(x, [m, n].into())).cast(DType::F32);
@@ -59,8 +53,7 @@ pub fn layer_norm_backward<B: Backend>(
     gamma: Option<FloatTensor<B>>,
 ) -> LayerNormGrads<B> {
     let shape = x.shape();
-    let n = shape[shape.num_dims() - 1];
-    let m = shape.as_slice()[..shape.num_dims() - 1].iter().product();
+    let (m, n) = rows_cols(&shape);
     let dtype = x.dtype();
     let as2 =
         |t: FloatTensor<B>| float::<B, 2>(B::float_reshape(t, [m, n].into())).cast(DType::F32);
@@ -88,11 +81,19 @@ pub fn layer_norm_backward<B: Backend>(
     }
 }
 
-/// `(rows, cols)` of a norm's input: the last dim and the product of the others.
+/// `(rows, cols)` of a norm's input: the last dim and the product of the others (also when
+/// there are no columns).
 fn rows_cols(shape: &Shape) -> (usize, usize) {
     let dims = shape.as_slice();
     let (cols, leading) = dims.split_last().unwrap_or((&0, &[]));
     (leading.iter().product(), *cols)
+}
+
+/// The f32 statistic `[m]` of rows without columns: NaN, the mean of no values (some backends
+/// refuse a mean over an empty dim).
+fn nan_rows<B: Backend>(x: &FloatTensor<B>, m: usize) -> FloatTensor<B> {
+    let device = B::float_device(x);
+    prim(Tensor::<B, 1>::full([m], f32::NAN, (&device, DType::F32)))
 }
 
 /// The composed default of [`FusedOps::rms_norm`].
@@ -105,12 +106,9 @@ pub fn rms_norm<B: Backend>(
     let (m, n) = rows_cols(&shape);
     let dtype = x.dtype();
     if n == 0 {
-        // The mean of no values: NaN (some backends refuse a mean over an empty dim).
-        let device = B::float_device(&x);
-        let nan = Tensor::<B, 1>::full([m], f32::NAN, (&device, DType::F32));
         return RmsNormOutput {
+            rstd: nan_rows::<B>(&x, m),
             y: x,
-            rstd: prim(nan),
         };
     }
     let x: Float2<B> = float::<B, 2>(B::float_reshape(x, [m, n].into())).cast(DType::F32);

@@ -107,6 +107,11 @@ fn dims(t: &Lazy) -> Vec<usize> {
     t.shape.as_slice().to_vec()
 }
 
+/// The rows of a norm's input of dims `shape`: the product of all dims but the last.
+fn leading_rows(shape: &[usize]) -> usize {
+    shape[..shape.len().saturating_sub(1)].iter().product()
+}
+
 fn one(mut v: Vec<Lazy>) -> Lazy {
     v.pop().expect("one output")
 }
@@ -155,7 +160,7 @@ impl FusedOps for Fusion<Ascend> {
             fused_ops::check_layer_norm(&x, gamma.as_ref(), beta.as_ref()),
         );
         let shape = dims(&x);
-        let rows = shape[..shape.len().saturating_sub(1)].iter().product();
+        let rows = leading_rows(&shape);
         let meta = [
             (shape, x.dtype),
             (vec![rows], DType::F32),
@@ -228,7 +233,7 @@ impl FusedOps for Fusion<Ascend> {
     fn rms_norm(x: FloatTensor<Self>, gamma: FloatTensor<Self>, eps: f64) -> RmsNormOutput<Self> {
         run("rms_norm", fused_ops::check_rms_norm(&x, &gamma, eps));
         let shape = dims(&x);
-        let rows = shape[..shape.len().saturating_sub(1)].iter().product();
+        let rows = leading_rows(&shape);
         let meta = [(shape, x.dtype), (vec![rows], DType::F32)];
         let mut out = record("rms_norm", vec![x, gamma], &meta, eps, |h, d, &eps| {
             let r = <Ascend as FusedOps>::rms_norm(arg(h, d, 0), arg(h, d, 1), eps);
@@ -254,7 +259,7 @@ impl FusedOps for Fusion<Ascend> {
             fused_ops::check_add_rms_norm(&x1, &x2, &gamma, eps),
         );
         let shape = dims(&x1);
-        let rows = shape[..shape.len().saturating_sub(1)].iter().product();
+        let rows = leading_rows(&shape);
         let meta = [
             (shape.clone(), x1.dtype),
             (vec![rows], DType::F32),

@@ -139,6 +139,17 @@ pub(crate) fn norm_type(op: &str, t: &impl Operand) -> AclResult<NormType> {
     }
 }
 
+/// `(rows, cols)` of a norm's input `name`: a float tensor of at least one dim; the rows are the
+/// product of the leading dims, also when there are no columns.
+pub(crate) fn norm_rows(op: &str, name: &str, x: &impl Operand) -> AclResult<(usize, usize)> {
+    norm_type(op, x)?;
+    let (cols, leading) = x
+        .dims()
+        .split_last()
+        .ok_or_else(|| invalid_input(op, format!("{name} must have at least one dim")))?;
+    Ok((leading.iter().product(), *cols))
+}
+
 /// Whether `op`'s kernels run their costly device-side checks (`BURN_ASCEND_VALIDATE`); a value
 /// the switch does not understand is an error of the op, naming the variable.
 pub(crate) fn validation(op: &str) -> AclResult<bool> {

@@ -3,7 +3,7 @@
 use burn_ascend_kernels::launch;
 use burn_ascend_kernels::tiling;
 
-use super::{data_ptr, device_props, norm_type, Operand};
+use super::{data_ptr, device_props, norm_rows, norm_type, Operand};
 use crate::acl::handles::HostScalar;
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
@@ -27,24 +27,13 @@ fn check_vector(op: &str, name: &str, t: Option<&impl Operand>, len: usize) -> A
     }
 }
 
-/// `(rows, cols)` of a layer norm's input: a float tensor of at least one dim. The rows are
-/// the product of the leading dims, also when there are no columns.
-fn norm_rows(op: &str, x: &impl Operand) -> AclResult<(usize, usize)> {
-    norm_type(op, x)?;
-    let (cols, leading) = x
-        .dims()
-        .split_last()
-        .ok_or_else(|| invalid_input(op, "x must have at least one dim".into()))?;
-    Ok((leading.iter().product(), *cols))
-}
-
 /// The contract of [`layer_norm`]: float `x`, gamma and beta `[cols]`.
 pub(crate) fn check_layer_norm<T: Operand>(
     x: &T,
     gamma: Option<&T>,
     beta: Option<&T>,
 ) -> AclResult<()> {
-    let (_, cols) = norm_rows("layer_norm", x)?;
+    let (_, cols) = norm_rows("layer_norm", "x", x)?;
     check_vector("layer_norm", "gamma", gamma, cols)?;
     check_vector("layer_norm", "beta", beta, cols)
 }
@@ -59,7 +48,7 @@ pub(crate) fn check_layer_norm_backward<T: Operand>(
     gamma: Option<&T>,
 ) -> AclResult<()> {
     const OP: &str = "layer_norm_backward";
-    let (rows, cols) = norm_rows(OP, x)?;
+    let (rows, cols) = norm_rows(OP, "x", x)?;
     check_vector(OP, "mean", Some(mean), rows)?;
     check_vector(OP, "rstd", Some(rstd), rows)?;
     if dy.dims() != x.dims() {
@@ -81,7 +70,7 @@ pub fn layer_norm(
     super::same_device("layer_norm", &[Some(x), gamma, beta])?;
     check_layer_norm(x, gamma, beta)?;
     let kind = norm_type("layer_norm", x)?;
-    let (rows, cols) = norm_rows("layer_norm", x)?;
+    let (rows, cols) = norm_rows("layer_norm", "x", x)?;
     let gamma = column_param(gamma, x.dtype)?;
     let beta = column_param(beta, x.dtype)?;
     let x = contiguous(x)?;
@@ -138,7 +127,7 @@ pub fn layer_norm_backward(
     super::same_device(OP, &[Some(dy), Some(x), Some(mean), Some(rstd), gamma])?;
     check_layer_norm_backward(dy, x, mean, rstd, gamma)?;
     let kind = norm_type(OP, x)?;
-    let (rows, cols) = norm_rows(OP, x)?;
+    let (rows, cols) = norm_rows(OP, "x", x)?;
     let stat = |t: &AscendTensor| contiguous(&cast(t, DataType::F32)?);
     let (mean, rstd) = (stat(mean)?, stat(rstd)?);
     let gamma = column_param(gamma, x.dtype)?;

@@ -11,7 +11,7 @@
 //! empty, or, for rows without columns, rstd is NaN (the mean of no values, as the composed
 //! default gives).
 
-use super::{norm_type, same_device, Operand};
+use super::{norm_rows, same_device, Operand};
 use crate::acl::aclnn;
 use crate::acl::handles::HostScalar;
 use crate::acl::{AclResult, DataType};
@@ -19,17 +19,6 @@ use crate::ops::broadcast::invalid_input;
 use crate::ops::copy::{contiguous, reshape};
 use crate::ops::creation::{full, zeros};
 use crate::ops::tensor::AscendTensor;
-
-/// `(rows, cols)` of a norm's input: a float tensor of at least one dim; the rows are the
-/// product of the leading dims, also when there are no columns.
-fn rows_cols(op: &str, name: &str, x: &impl Operand) -> AclResult<(usize, usize)> {
-    norm_type(op, x)?;
-    let (cols, leading) = x
-        .dims()
-        .split_last()
-        .ok_or_else(|| invalid_input(op, format!("{name} must have at least one dim")))?;
-    Ok((leading.iter().product(), *cols))
-}
 
 /// gamma must be `[cols]`, in x's dtype or (when `f32_ok`) f32.
 fn check_gamma(
@@ -88,7 +77,7 @@ fn check_like(op: &str, name: &str, t: &impl Operand, x: &impl Operand) -> AclRe
 /// The contract of [`rms_norm`]: float `x`, gamma `[cols]` in x's dtype or f32, eps >= 0.
 pub(crate) fn check_rms_norm<T: Operand>(x: &T, gamma: &T, eps: f64) -> AclResult<()> {
     const OP: &str = "rms_norm";
-    let (_, cols) = rows_cols(OP, "x", x)?;
+    let (_, cols) = norm_rows(OP, "x", x)?;
     check_gamma(OP, x, gamma, cols, true)?;
     check_eps(OP, eps)
 }
@@ -97,7 +86,7 @@ pub(crate) fn check_rms_norm<T: Operand>(x: &T, gamma: &T, eps: f64) -> AclResul
 /// in x1's dtype, eps >= 0.
 pub(crate) fn check_add_rms_norm<T: Operand>(x1: &T, x2: &T, gamma: &T, eps: f64) -> AclResult<()> {
     const OP: &str = "add_rms_norm";
-    let (_, cols) = rows_cols(OP, "x1", x1)?;
+    let (_, cols) = norm_rows(OP, "x1", x1)?;
     check_like(OP, "x2", x2, x1)?;
     check_gamma(OP, x1, gamma, cols, false)?;
     check_eps(OP, eps)
@@ -112,7 +101,7 @@ pub(crate) fn check_rms_norm_backward<T: Operand>(
     gamma: &T,
 ) -> AclResult<()> {
     const OP: &str = "rms_norm_backward";
-    let (rows, cols) = rows_cols(OP, "x", x)?;
+    let (rows, cols) = norm_rows(OP, "x", x)?;
     check_like(OP, "dy", dy, x)?;
     if rstd.dims() != [rows] || rstd.data_type() != DataType::F32 {
         return Err(invalid_input(
@@ -153,7 +142,7 @@ pub fn rms_norm(
     const OP: &str = "rms_norm";
     same_device(OP, &[Some(x), Some(gamma)])?;
     check_rms_norm(x, gamma, eps)?;
-    let (rows, cols) = rows_cols(OP, "x", x)?;
+    let (rows, cols) = norm_rows(OP, "x", x)?;
     let ctx = x.ctx();
     let y = AscendTensor::empty(ctx, x.shape().to_vec(), x.dtype)?;
     if rows * cols == 0 {
@@ -192,7 +181,7 @@ pub fn add_rms_norm(
     const OP: &str = "add_rms_norm";
     same_device(OP, &[Some(x1), Some(x2), Some(gamma)])?;
     check_add_rms_norm(x1, x2, gamma, eps)?;
-    let (rows, cols) = rows_cols(OP, "x1", x1)?;
+    let (rows, cols) = norm_rows(OP, "x1", x1)?;
     let ctx = x1.ctx();
     let shape = x1.shape().to_vec();
     let y = AscendTensor::empty(ctx, shape.clone(), x1.dtype)?;
@@ -245,7 +234,7 @@ pub fn rms_norm_backward(
     const OP: &str = "rms_norm_backward";
     same_device(OP, &[Some(dy), Some(x), Some(rstd), Some(gamma)])?;
     check_rms_norm_backward(dy, x, rstd, gamma)?;
-    let (rows, cols) = rows_cols(OP, "x", x)?;
+    let (rows, cols) = norm_rows(OP, "x", x)?;
     let ctx = x.ctx();
     let dx = AscendTensor::empty(ctx, x.shape().to_vec(), x.dtype)?;
     if rows * cols == 0 {
