@@ -30,7 +30,7 @@ pub fn props() -> DeviceProps {
         let ctx = DeviceContext::get(&AscendDevice::default())
             .unwrap_or_else(|e| panic!("the device model reads the default device's SoC: {e}"));
         let soc = ctx.soc_name().unwrap_or_default();
-        DeviceProps::for_soc(&soc)
+        DeviceProps::for_soc(soc)
             .unwrap_or_else(|| panic!("the device model has no figures for the SoC {soc:?}"))
     })
 }

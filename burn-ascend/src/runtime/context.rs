@@ -65,6 +65,8 @@ pub struct DeviceContext {
     rng: Mutex<(u64, u64)>,
     /// The device's fused-kernel library, or why it has none (opened on first use).
     kernels: OnceLock<Result<&'static KernelApi, String>>,
+    /// The device's SoC name (read on first use: every fused op's tiling asks for it).
+    soc: OnceLock<Option<String>>,
     /// Kernels whose absence was already reported.
     kernels_noticed: Mutex<HashSet<&'static str>>,
     /// Page-locked staging for uploads (allocated on the first upload).
@@ -222,6 +224,7 @@ impl DeviceContext {
             blocking: launch_blocking()?,
             rng: Mutex::new((entropy_seed(), 0)),
             kernels: OnceLock::new(),
+            soc: OnceLock::new(),
             kernels_noticed: Mutex::default(),
             staging: Mutex::default(),
             retired: OnceLock::new(),
@@ -305,14 +308,19 @@ impl DeviceContext {
     }
 
     /// The device's SoC as `aclrtGetSocName` names it (`Ascend910B2`, ...), `None` when the
-    /// runtime gives none.
-    pub fn soc_name(&self) -> Option<String> {
-        let api = self.bind();
-        // SAFETY: returns NULL or a static NUL-terminated string.
-        unsafe {
-            let p = (api.core.aclrtGetSocName)();
-            (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
-        }
+    /// runtime gives none. Read once per context.
+    pub fn soc_name(&self) -> Option<&str> {
+        self.soc
+            .get_or_init(|| {
+                let api = self.bind();
+                // SAFETY: returns NULL or a static NUL-terminated string.
+                unsafe {
+                    let p = (api.core.aclrtGetSocName)();
+                    (!p.is_null())
+                        .then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+                }
+            })
+            .as_deref()
     }
 
     /// Fails with the fault a deferring thread recorded, if one did.
@@ -335,7 +343,7 @@ impl DeviceContext {
 
     /// A description of the device for `Backend::name`.
     pub fn describe(&self) -> String {
-        let soc = self.soc_name().unwrap_or_else(|| "unknown SoC".to_string());
+        let soc = self.soc_name().unwrap_or("unknown SoC");
         format!("ascend({}, {soc}, {})", self.device, self.bind().describe())
     }
 

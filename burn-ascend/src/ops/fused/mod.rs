@@ -75,20 +75,17 @@ const UB_BYTES: u32 = 192 << 10;
 /// cores the device reports.
 pub(crate) fn device_props(ctx: &Arc<DeviceContext>) -> AclResult<DeviceProps> {
     let soc = ctx.soc_name();
-    let props = soc
-        .as_deref()
-        .and_then(DeviceProps::for_soc)
-        .ok_or_else(|| {
-            AclError::Library(format!(
-                "the fused kernels are tiled for the Atlas A2/A3 SoCs ({}), but {} is {}",
-                SOCS.iter().map(|s| s.name).collect::<Vec<_>>().join(", "),
-                ctx.device(),
-                soc.as_deref().map_or(
-                    "of unknown SoC (aclrtGetSocName gave NULL)".to_string(),
-                    |s| format!("an {s}")
-                )
-            ))
-        })?;
+    let props = soc.and_then(DeviceProps::for_soc).ok_or_else(|| {
+        AclError::Library(format!(
+            "the fused kernels are tiled for the Atlas A2/A3 SoCs ({}), but {} is {}",
+            SOCS.iter().map(|s| s.name).collect::<Vec<_>>().join(", "),
+            ctx.device(),
+            soc.map_or(
+                "of unknown SoC (aclrtGetSocName gave NULL)".to_string(),
+                |s| format!("an {s}")
+            )
+        ))
+    })?;
     Ok(DeviceProps {
         vector_cores: ctx.vector_cores()?,
         ub_bytes: UB_BYTES,
