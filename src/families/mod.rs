@@ -1,0 +1,3 @@
+//! Hugging Face model families on burn-ascend's fused ops.
+
+pub mod blocks;
