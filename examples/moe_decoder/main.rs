@@ -201,6 +201,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
             prompt: p.bytes().map(u32::from).collect(),
             new_tokens: args.new_tokens,
             sampling,
+            stop: Vec::new(),
         })
         .collect();
     for (prompt, request) in PROMPTS.iter().zip(&requests) {
