@@ -85,8 +85,8 @@ COMMON = dict(
     pad_token_id=None,
 )
 
-# Special tokens per tokenizer style: (tokens trained first, i.e. ids 0.., tokens appended after
-# training, bos, eos, unk, pad, whether BOS is added to every encoding).
+# Special tokens per tokenizer style: `first` are trained first (ids 0..), `last` are appended after
+# the learned vocabulary (as Qwen's are); `add_bos` says whether every encoding starts with BOS.
 STYLES = {
     "llama": dict(first=["<unk>", "<s>", "</s>"], last=[], bos="<s>", eos="</s>", unk="<unk>", pad=None, add_bos=True),
     "qwen": dict(
@@ -111,7 +111,9 @@ STYLES = {
 
 
 def fixture_specs():
-    """name -> (model class, config factory(tok ids), tokenizer style, stored dtype, shard size, extras)."""
+    """name -> model class, tokenizer style (and eos token where the style leaves it open), dtype stored
+    on disk, shard size (None: one file), config from the special token ids, generation_config's eos,
+    and whether the router has an e_score_correction_bias to randomise."""
     return {
         "mixtral": dict(
             cls=MixtralForCausalLM,
