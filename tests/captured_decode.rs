@@ -79,6 +79,7 @@ fn request(i: usize) -> Request {
         prompt,
         new_tokens: 2 + i * 7 % 11,
         sampling,
+        stop: Vec::new(),
     }
 }
 

@@ -17,7 +17,7 @@ use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::model::MoeDecoder;
 use burn_ascend_suite::moe::serve::{reference_logits, Request, ServeConfig, ServeError, Server};
-use burn_ascend_suite::moe::serve::{Generation, Sampling};
+use burn_ascend_suite::moe::serve::{FinishReason, Generation, Sampling};
 use burn_ascend_suite::moe::train::{train, TrainConfig};
 use burn_autodiff::Autodiff;
 use common::*;
@@ -149,6 +149,43 @@ fn finished_requests_free_their_pages_for_the_next_batch() {
             "reused pages give the same continuation"
         );
     }
+}
+
+#[test]
+#[parallel]
+fn a_stop_token_ends_its_request_there_and_the_others_run_to_their_length() {
+    let cfg = small();
+    let (_, model) = models(&cfg);
+    let mut server = new_server(model, &device());
+    let plain = greedy(&[prompt("She counted the gulls"), prompt("Ten seconds")], 8);
+    let full = server.generate(&plain);
+    let first = tokens(&full.results[0]).to_vec();
+    assert_eq!(first.len(), 8);
+    assert_eq!(
+        full.results[0].as_ref().unwrap().finish,
+        FinishReason::Length
+    );
+    // The third token stops the first request (at its first occurrence, kept as its last token);
+    // a stop token the second never generates leaves it alone.
+    let unused = (0..cfg.vocab as u32)
+        .find(|t| !tokens(&full.results[1]).contains(t))
+        .expect("a token the second request never generates");
+    let stopped = server.generate(&[
+        plain[0].clone().with_stop(vec![first[2]]),
+        plain[1].clone().with_stop(vec![unused]),
+    ]);
+    let at = first.iter().position(|&t| t == first[2]).unwrap();
+    let cut = stopped.results[0].as_ref().unwrap();
+    assert_eq!(cut.tokens, first[..=at]);
+    assert_eq!(cut.finish, FinishReason::Stop);
+    let other = stopped.results[1].as_ref().unwrap();
+    assert_eq!(other.tokens, tokens(&full.results[1]));
+    assert_eq!(other.finish, FinishReason::Length);
+    assert_eq!(
+        server.pool().free_pages(),
+        serve_config().pages,
+        "every page came back"
+    );
 }
 
 #[test]
@@ -321,6 +358,7 @@ fn workload() -> Vec<Request> {
                     seed: i as u64,
                 }
             },
+            stop: Vec::new(),
         })
         .collect()
 }
@@ -379,6 +417,7 @@ fn bad_requests_and_sampling_parameters_fail_alone() {
             top_k,
             seed: 1,
         },
+        stop: Vec::new(),
     };
     let cache = ServeConfig {
         pages: 10,

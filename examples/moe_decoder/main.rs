@@ -30,13 +30,29 @@ use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
 use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{Request, Sampling, ServeConfig, Server};
+use burn_ascend_suite::moe::serve::{
+    FinishReason, Generation, Request, Sampling, ServeConfig, ServeError, Server,
+};
 use burn_ascend_suite::moe::train::{StepReport, TrainConfig};
 use burn_ascend_suite::moe::workload::Arrival;
 use burn_autodiff::Autodiff;
 use burn_fusion::Fusion;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+
+/// Whether `--json` sends the run's messages to stderr (stdout then holds only the JSON lines).
+static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Prints a line of the run's progress: on stdout, or on stderr with `--json`.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!($($arg)*)
+        } else {
+            println!($($arg)*)
+        }
+    };
+}
 
 mod parallel;
 
@@ -126,9 +142,16 @@ pub struct Args {
     /// graph.
     #[arg(long)]
     eager_decode: bool,
+    /// Serving: a prompt (repeat the option for several; default: the example's four).
+    #[arg(long = "prompt")]
+    prompts: Vec<String>,
+    /// Print one JSON object per request on stdout (prompt, prompt token ids, generated token
+    /// ids, text, finish reason); everything else goes to stderr.
+    #[arg(long)]
+    json: bool,
 }
 
-/// The prompts the example serves.
+/// The prompts the example serves unless `--prompt` names others.
 const PROMPTS: [&str; 4] = [
     "The lighthouse keeper",
     "She counted",
@@ -141,12 +164,14 @@ pub struct Plan {
     model: MoeConfig,
     train: Option<TrainConfig>,
     serve: ServeConfig,
+    prompts: Vec<String>,
     requests: Vec<Request>,
     captured_decode: bool,
 }
 
 fn main() {
     let args = Args::parse();
+    JSON.store(args.json, std::sync::atomic::Ordering::Relaxed);
     if let Err(e) = run(args) {
         eprintln!("moe_decoder: {e}");
         std::process::exit(1);
@@ -195,15 +220,21 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
         },
         None => Sampling::Greedy,
     };
-    let requests: Vec<Request> = PROMPTS
+    let prompts: Vec<String> = if args.prompts.is_empty() {
+        PROMPTS.iter().map(|p| p.to_string()).collect()
+    } else {
+        args.prompts.clone()
+    };
+    let requests: Vec<Request> = prompts
         .iter()
         .map(|p| Request {
             prompt: p.bytes().map(u32::from).collect(),
             new_tokens: args.new_tokens,
             sampling,
+            stop: Vec::new(),
         })
         .collect();
-    for (prompt, request) in PROMPTS.iter().zip(&requests) {
+    for (prompt, request) in prompts.iter().zip(&requests) {
         serve
             .check(request, model.vocab)
             .map_err(|e| format!("serving {prompt:?}: {e}"))?;
@@ -218,6 +249,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
         model,
         train,
         serve,
+        prompts,
         requests,
         captured_decode: !args.eager_decode,
     })
@@ -293,10 +325,10 @@ pub fn run(args: Args) -> Result<(), String> {
         DeviceContext::get(d).map_err(|e| format!("cannot open {d:?}: {e}"))?;
     }
     if args.fusion {
-        println!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
+        say!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
         train_and_serve::<Autodiff<Fusion<Ascend>>>(&args, &plan, &devices)
     } else {
-        println!("device: {}", Ascend::name(&device));
+        say!("device: {}", Ascend::name(&device));
         train_and_serve::<Autodiff<Ascend>>(&args, &plan, &devices)
     }
 }
@@ -331,7 +363,7 @@ where
                 params
             ));
         }
-        println!("loaded weights from {}", file.display());
+        say!("loaded weights from {}", file.display());
     }
     if let Some(train_cfg) = &plan.train {
         model = train_model(model, train_cfg, devices)?;
@@ -340,7 +372,7 @@ where
             .clone()
             .save_file(file.clone(), &recorder)
             .map_err(|e| format!("saving {}: {e}", file.display()))?;
-        println!("saved weights to {}", file.display());
+        say!("saved weights to {}", file.display());
     }
     serve(model.valid(), plan, devices)
 }
@@ -355,7 +387,7 @@ where
     B::InnerBackend: CollectiveOps,
 {
     let tokens = corpus::tokens();
-    println!(
+    say!(
         "training {} steps of {}x{} tokens on {} bytes of text",
         cfg.steps,
         cfg.batch,
@@ -382,7 +414,7 @@ where
                 bar.set_message(line);
             }
             None if r.step == 1 || r.step.is_multiple_of(10) || r.step == cfg.steps => {
-                println!("step {}/{} {line}", r.step, cfg.steps)
+                say!("step {}/{} {line}", r.step, cfg.steps)
             }
             None => {}
         }
@@ -391,7 +423,7 @@ where
         bar.finish();
     }
     let trained = trained.map_err(|e| format!("{e}; nothing was saved"))?;
-    println!("trained in {:.1} s", start.elapsed().as_secs_f64());
+    say!("trained in {:.1} s", start.elapsed().as_secs_f64());
     Ok(trained)
 }
 
@@ -407,7 +439,7 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     if plan.captured_decode && devices.len() > 1 {
         // Expert-parallel decode exchanges rows between NPUs (HCCL), which the captured step
         // of one device does not record.
-        println!(
+        say!(
             "decode steps run eagerly: expert-parallel decode spans {} NPUs",
             devices.len()
         );
@@ -419,7 +451,7 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
                 .iter()
                 .map(|(b, why)| format!("{b} ({why})"))
                 .collect();
-            println!(
+            say!(
                 "decode steps replay captured graphs for batch buckets {:?}{}",
                 server.captured_buckets(),
                 if eager.is_empty() {
@@ -430,9 +462,9 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
             );
         }
     } else {
-        println!("decode steps run eagerly (--eager-decode)");
+        say!("decode steps run eagerly (--eager-decode)");
     }
-    println!(
+    say!(
         "serving {} prompts, {} new tokens each (paged KV cache of {} pages of {} slots, steps \
          of at most {} tokens)",
         plan.requests.len(),
@@ -452,15 +484,51 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     // The modelled device time exists on the emulated NPU only (it reads its counters).
     let mut clock = matches!(device, AscendDevice::Emulated(_)).then(ModelledClock::start);
     let report = server.serve(&arrivals, || clock.as_mut().map(ModelledClock::lap));
-    for (prompt, result) in PROMPTS.iter().zip(&report.results) {
-        match result {
-            Ok(g) => {
-                let text: Vec<u8> = g.tokens.iter().map(|&t| t as u8).collect();
-                println!("  {prompt:?} -> {:?}", String::from_utf8_lossy(&text));
-            }
-            Err(e) => println!("  {prompt:?} -> error: {e}"),
-        }
+    for ((prompt, request), result) in plan.prompts.iter().zip(&plan.requests).zip(&report.results)
+    {
+        let text = result.as_ref().map(|g| {
+            let bytes: Vec<u8> = g.tokens.iter().map(|&t| t as u8).collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        });
+        print_result(prompt, &request.prompt, result, text);
     }
-    println!("{report}");
+    say!("{report}");
     parallel::check_one_device(model, cfg, devices, &plan.requests, &report)
+}
+
+/// Prints one request's outcome: a line of text, or with `--json` one JSON object (prompt,
+/// prompt token ids, generated token ids, text, finish reason; or the error).
+fn print_result(
+    prompt: &str,
+    prompt_ids: &[u32],
+    result: &Result<Generation, ServeError>,
+    text: Result<String, &ServeError>,
+) {
+    let json = JSON.load(std::sync::atomic::Ordering::Relaxed);
+    match (result, text) {
+        (Ok(g), Ok(text)) if json => {
+            let finish = match g.finish {
+                FinishReason::Stop => "stop",
+                FinishReason::Length => "length",
+            };
+            let line = serde_json::json!({
+                "prompt": prompt,
+                "prompt_token_ids": prompt_ids,
+                "token_ids": g.tokens,
+                "text": text,
+                "finish_reason": finish,
+            });
+            println!("{line}");
+        }
+        (Ok(_), Ok(text)) => println!("  {prompt:?} -> {text:?}"),
+        (Err(e), _) | (_, Err(e)) if json => {
+            let line = serde_json::json!({
+                "prompt": prompt,
+                "prompt_token_ids": prompt_ids,
+                "error": e.to_string(),
+            });
+            println!("{line}");
+        }
+        (Err(e), _) | (_, Err(e)) => println!("  {prompt:?} -> error: {e}"),
+    }
 }

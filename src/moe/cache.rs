@@ -1,4 +1,4 @@
-//! The paged KV cache: per layer, key and value tensors of `[slots, HKV, D]` where slot
+//! The paged KV cache: per layer, key (and value) tensors of `[slots, HKV, D]` where slot
 //! `page * page_size + i` is position `i` of a page, and the page pool on the host.
 //!
 //! Slots are allocated on the device by `fused::alloc_extend` (which reads the lengths on the
@@ -11,28 +11,23 @@ use std::collections::VecDeque;
 use burn::tensor::backend::Backend;
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 
-/// The cache of one layer.
+/// The cache of one layer (see [`super::step::CacheLayout`]).
 #[derive(Debug, Clone)]
 pub struct LayerCache<B: Backend> {
-    /// Keys `[slots, HKV, D]`.
+    /// Keys `[slots, HKV, Dk]`.
     pub keys: Tensor<B, 3>,
-    /// Values `[slots, HKV, D]`.
-    pub values: Tensor<B, 3>,
+    /// Values `[slots, HKV, Dv]`, or `None` when they are the leading dims of the keys.
+    pub values: Option<Tensor<B, 3>>,
 }
 
 impl<B: Backend> LayerCache<B> {
-    /// Writes `keys`/`values` `[n, HKV, D]` at `slots [n]`.
-    pub fn write(&mut self, slots: Tensor<B, 1, Int>, keys: Tensor<B, 3>, values: Tensor<B, 3>) {
+    /// Writes `rows [n, ..]` at `slots [n]` of `cache` (into a copy: the backends without an
+    /// in-place row write).
+    pub fn write_rows(cache: &mut Tensor<B, 3>, slots: Tensor<B, 1, Int>, rows: Tensor<B, 3>) {
         let n = slots.dims()[0];
-        let at = slots.reshape([n, 1]);
-        self.keys = self
-            .keys
+        *cache = cache
             .clone()
-            .scatter_nd(at.clone(), keys, IndexingUpdateOp::Assign);
-        self.values = self
-            .values
-            .clone()
-            .scatter_nd(at, values, IndexingUpdateOp::Assign);
+            .scatter_nd(slots.reshape([n, 1]), rows, IndexingUpdateOp::Assign);
     }
 }
 

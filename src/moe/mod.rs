@@ -7,6 +7,7 @@
 //! - [`cache`]: the paged KV cache and its page pool (slots allocated by `alloc_extend`).
 //! - [`scheduler`]: which requests run, how many tokens each computes in a step (chunked
 //!   prefill beside decode), admission and preemption.
+//! - [`step`]: the one interface between the engine and a model ([`step::StepModel`]).
 //! - [`serve`]: the server: request checks, the step (every token through `decode_attention`
 //!   over the paged cache), sampling, recovery from device failures, and the dense reference.
 //! - [`workload`]: seeded Poisson traces of requests and the serving figures.
@@ -28,5 +29,6 @@ pub mod model;
 pub mod parallel;
 pub mod scheduler;
 pub mod serve;
+pub mod step;
 pub mod train;
 pub mod workload;

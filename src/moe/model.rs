@@ -10,12 +10,14 @@ use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
-use burn_ascend::{fused, FusedOps};
+use burn_ascend::{fused, AscendDevice, FusedOps};
 
 use super::config::{ConfigError, MoeConfig};
 use super::data_parallel::DataParallel;
 use super::expert_parallel::ExpertParallel;
 use super::parallel::Parallel;
+use super::serve::StepInputs;
+use super::step::{CacheLayout, PagedAttention, StepModel};
 
 /// The sizes a forward pass needs (kept with the module, not stored in records).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -447,5 +449,75 @@ impl<B: FusedOps> MoeDecoder<B> {
         }
         let v = self.dims.vocab;
         (self.logits(x.reshape([b * s, h])).reshape([b, s, v]), aux)
+    }
+}
+
+impl<B: FusedOps> StepModel<B> for MoeDecoder<B> {
+    fn vocab(&self) -> usize {
+        self.dims.vocab
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        CacheLayout {
+            layers: self.blocks.len(),
+            query_heads: self.dims.q_heads,
+            kv_heads: self.dims.kv_heads,
+            key_dim: self.dims.head_dim,
+            value_dim: Some(self.dims.head_dim),
+            dtype: self.head.weight.val().dtype(),
+        }
+    }
+
+    fn step(&self, x: &StepInputs<B>, attention: &mut PagedAttention<'_, B>) -> Tensor<B, 2> {
+        let t = x.tokens.dims()[0];
+        let dims = self.dims;
+        let rows = |v: Tensor<B, 4>| v.reshape([t, dims.kv_heads, dims.head_dim]);
+        let sm_scale = (dims.head_dim as f32).powf(-0.5);
+        let mut h = self.embed(x.tokens.clone().reshape([1, t]));
+        let hidden = h.dims()[2];
+        for (layer, block) in self.blocks.iter().enumerate() {
+            let (q, k, v) = block.attn.project(
+                block.attn_input(h.clone(), &dims),
+                x.positions.clone(),
+                &dims,
+            );
+            let attended = attention.attend(
+                layer,
+                q.reshape([t, dims.q_heads, dims.head_dim]),
+                rows(k),
+                Some(rows(v)),
+                sm_scale,
+                dims.head_dim,
+            );
+            let attended = block
+                .attn
+                .output(attended.reshape([t, dims.q_heads * dims.head_dim]));
+            h = block
+                .feed_forward(h.reshape([t, hidden]) + attended, &dims)
+                .0
+                .reshape([1, t, hidden]);
+        }
+        self.logits(h.reshape([t, hidden]).select(0, x.sample_rows.clone()))
+    }
+
+    fn forward_logits(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.forward(tokens).0
+    }
+
+    fn capture_refusal(&self) -> Option<String> {
+        super::decode_graph::refuse_parallel(self)
+    }
+
+    fn other_devices(&self) -> Vec<AscendDevice> {
+        ExpertParallel::of(self).map_or_else(Vec::new, |e| e.devices().to_vec())
+    }
+
+    fn after_reset(self) -> Self {
+        match ExpertParallel::of(&self).map(ExpertParallel::rebuilder) {
+            Some((devices, shard)) => shard(self, &devices).unwrap_or_else(|e| {
+                panic!("splitting the experts across {devices:?} again after a failed step: {e}")
+            }),
+            None => self,
+        }
     }
 }

@@ -29,10 +29,12 @@ pub struct Entry {
     pub tokens: Vec<u32>,
     /// Tokens of the prompt.
     pub prompt: usize,
-    /// Tokens to generate.
+    /// Tokens to generate at most.
     pub new_tokens: usize,
     /// How its tokens are chosen.
     pub sampling: Sampling,
+    /// Tokens that end it when generated.
+    pub stop: Vec<u32>,
     /// Leading tokens whose keys and values are in the cache.
     pub computed: usize,
     /// Cache pages it holds, in position order.
@@ -52,6 +54,7 @@ impl Entry {
             tokens: prompt,
             new_tokens,
             sampling,
+            stop: Vec::new(),
             computed: 0,
             pages: Vec::new(),
             logits: Vec::new(),
@@ -64,8 +67,15 @@ impl Entry {
         &self.tokens[self.prompt..]
     }
 
+    /// Its last generated token is a stop token.
+    pub fn stopped(&self) -> bool {
+        self.generated()
+            .last()
+            .is_some_and(|t| self.stop.contains(t))
+    }
+
     fn finished(&self) -> bool {
-        self.generated().len() == self.new_tokens
+        self.generated().len() == self.new_tokens || self.stopped()
     }
 }
 

@@ -23,17 +23,16 @@ use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use burn::module::Module;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::{DType, Int, Tensor, TensorData};
-use burn_ascend::fused::{self, DecodeAttentionOptions};
+use burn_ascend::fused;
 use burn_ascend::{graph, try_run, Ascend, AscendDevice, AscendError, FusedOps};
 
 use super::cache::{ints, slot, LayerCache, PagePool};
 use super::decode_graph::{Bucket, CapturedDecode, Packing};
-use super::expert_parallel::ExpertParallel;
 use super::model::MoeDecoder;
 use super::scheduler::{Entry, Plan, RequestId, Sampled, Scheduler};
+use super::step::{PagedAttention, StepModel};
 use super::workload::{percentiles, Arrival, ServingReport};
 
 /// How the next token is chosen from the logits.
@@ -74,21 +73,40 @@ impl Sampling {
 pub struct Request {
     /// Token ids of the prompt.
     pub prompt: Vec<u32>,
-    /// Tokens to generate (at least 1).
+    /// Tokens to generate at most (at least 1).
     pub new_tokens: usize,
     /// How they are chosen.
     pub sampling: Sampling,
+    /// Tokens that end the generation when generated (a checkpoint's end-of-sequence ids): the
+    /// stop token is the last one returned, as transformers' `generate` returns it.
+    pub stop: Vec<u32>,
 }
 
 impl Request {
-    /// A request decoded greedily.
+    /// A request decoded greedily, with no stop token.
     pub fn greedy(prompt: Vec<u32>, new_tokens: usize) -> Self {
         Self {
             prompt,
             new_tokens,
             sampling: Sampling::Greedy,
+            stop: Vec::new(),
         }
     }
+
+    /// The request ending at any of `stop` too.
+    pub fn with_stop(mut self, stop: Vec<u32>) -> Self {
+        self.stop = stop;
+        self
+    }
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// It generated a stop token.
+    Stop,
+    /// It generated `new_tokens`.
+    Length,
 }
 
 /// Why one request cannot be served (the others still are).
@@ -173,11 +191,18 @@ pub struct Generation {
     pub logits: Vec<Vec<f32>>,
     /// Times the request was preempted (its cache freed and recomputed later).
     pub preemptions: usize,
+    /// Why it ended.
+    pub finish: FinishReason,
 }
 
 impl From<Entry> for Generation {
     fn from(e: Entry) -> Self {
         Self {
+            finish: if e.stopped() {
+                FinishReason::Stop
+            } else {
+                FinishReason::Length
+            },
             tokens: e.generated().to_vec(),
             logits: e.logits,
             preemptions: e.preemptions,
@@ -349,9 +374,10 @@ pub struct StepInputs<B: FusedOps> {
     pub sample_rows: Tensor<B, 1, Int>,
 }
 
-/// A model with its paged KV cache and the scheduler of its requests.
-pub struct Server<B: FusedOps> {
-    model: MoeDecoder<B>,
+/// A model with its paged KV cache and the scheduler of its requests: any [`StepModel`], the
+/// built-in decoder by default.
+pub struct Server<B: FusedOps, M: StepModel<B> = MoeDecoder<B>> {
+    model: M,
     /// The weights on the host, to restore them after a device failure.
     weights: Vec<u8>,
     caches: Vec<LayerCache<B>>,
@@ -367,14 +393,10 @@ pub struct Server<B: FusedOps> {
 
 type WeightRecorder = BinBytesRecorder<FullPrecisionSettings>;
 
-impl<B: FusedOps> Server<B> {
+impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     /// A server with an empty cache. It keeps a copy of the weights on the host, to restore
     /// them after a device failure.
-    pub fn new(
-        model: MoeDecoder<B>,
-        cfg: ServeConfig,
-        device: &B::Device,
-    ) -> Result<Self, ServeConfigError> {
+    pub fn new(model: M, cfg: ServeConfig, device: &B::Device) -> Result<Self, ServeConfigError> {
         cfg.validate()?;
         check_memory(&cfg, &model, device)?;
         let weights = WeightRecorder::default()
@@ -404,15 +426,15 @@ impl<B: FusedOps> Server<B> {
     }
 
     fn empty_caches(&self) -> Vec<LayerCache<B>> {
-        let d = self.model.dims();
+        let layout = self.model.cache_layout();
         let slots = self.cache_pages() * self.cfg.page_size;
-        let empty = || Tensor::<B, 3>::zeros([slots, d.kv_heads, d.head_dim], &self.device);
-        self.model
-            .blocks
-            .iter()
+        let empty = |dim| {
+            Tensor::<B, 3>::zeros([slots, layout.kv_heads, dim], (&self.device, layout.dtype))
+        };
+        (0..layout.layers)
             .map(|_| LayerCache {
-                keys: empty(),
-                values: empty(),
+                keys: empty(layout.key_dim),
+                values: layout.value_dim.map(empty),
             })
             .collect()
     }
@@ -454,7 +476,7 @@ impl<B: FusedOps> Server<B> {
             Some(format!(
                 "captured decode is not available, the server decodes eagerly: {e}"
             ))
-        } else if let Some(why) = super::decode_graph::refuse_parallel(&self.model) {
+        } else if let Some(why) = self.model.capture_refusal() {
             Some(why)
         } else if !self.is_idle() {
             Some("captured decode is enabled before any request is submitted".into())
@@ -556,7 +578,7 @@ impl<B: FusedOps> Server<B> {
     /// Queues `request`, or returns why it can never be served, or that the waiting queue is
     /// full ([`ServeError::Overloaded`]: it may be submitted again later).
     pub fn submit(&mut self, request: Request) -> Result<RequestId, ServeError> {
-        self.cfg.check(&request, self.model.dims().vocab)?;
+        self.cfg.check(&request, self.model.vocab())?;
         let waiting = self.scheduler.waiting();
         if waiting >= self.cfg.max_waiting {
             return Err(ServeError::Overloaded {
@@ -566,12 +588,9 @@ impl<B: FusedOps> Server<B> {
         }
         let id = RequestId(self.next_id);
         self.next_id += 1;
-        self.scheduler.push(Entry::new(
-            id,
-            request.prompt,
-            request.new_tokens,
-            request.sampling,
-        ));
+        let mut entry = Entry::new(id, request.prompt, request.new_tokens, request.sampling);
+        entry.stop = request.stop;
+        self.scheduler.push(entry);
         Ok(id)
     }
 
@@ -728,16 +747,15 @@ impl<B: FusedOps> Server<B> {
         if let Some(decode) = self.decode.as_mut() {
             decode.buckets.clear();
         }
-        // An expert-parallel model's experts live on every NPU of its communicator: the fault
-        // may be on any of them, and a reset of one destroys the communicator (and the
-        // experts' shards with their contexts), so every NPU is reset and the model split again.
-        let experts = ExpertParallel::of(&self.model).map(ExpertParallel::rebuilder);
+        // A model split across NPUs (an expert-parallel one) may have faulted on any of them,
+        // and a reset of one destroys their communicator (and the parts on the others with
+        // their contexts), so every NPU it uses is reset and the model rebuilt on them.
         // Only Ascend devices have sticky faults; `B::Device` is `'static` as `B` is.
         if let Some(device) = (&self.device as &dyn Any).downcast_ref::<AscendDevice>() {
             let mut devices = vec![*device];
-            for d in experts.iter().flat_map(|(devices, _)| devices) {
-                if !devices.contains(d) {
-                    devices.push(*d);
+            for d in self.model.other_devices() {
+                if !devices.contains(&d) {
+                    devices.push(d);
                 }
             }
             for device in &devices {
@@ -748,13 +766,7 @@ impl<B: FusedOps> Server<B> {
         let record = WeightRecorder::default()
             .load(self.weights.clone(), &self.device)
             .expect("the server's own weights load");
-        let model = self.model.clone().load_record(record);
-        self.model = match experts {
-            Some((devices, shard)) => shard(model, &devices).unwrap_or_else(|e| {
-                panic!("splitting the experts across {devices:?} again after a failed step: {e}")
-            }),
-            None => model,
-        };
+        self.model = self.model.clone().load_record(record).after_reset();
         self.caches = self.empty_caches();
         self.capture_decode();
         self.restore = false;
@@ -822,9 +834,10 @@ impl<B: FusedOps> Server<B> {
         }
     }
 
-    /// One step of the model over the paged cache: writes the keys and values of the step's
-    /// tokens to the slots `alloc_extend` gives them, attends each token to its cached
-    /// positions, and returns the logits `[S, V]` of the sampled rows.
+    /// One step of the model over the paged cache: allocates the slots of the step's tokens
+    /// (`fused::alloc_extend`), runs the model's step (each attention layer writes its rows
+    /// there and attends every token to its cached positions) and returns the logits `[S, V]`
+    /// of the sampled rows.
     pub fn forward(&mut self, x: &StepInputs<B>) -> Tensor<B, 2> {
         let t = x.tokens.dims()[0];
         let slots = fused::alloc_extend(
@@ -836,44 +849,8 @@ impl<B: FusedOps> Server<B> {
             t,
         )
         .slots;
-        let dims = *self.model.dims();
-        let rows = |v: Tensor<B, 4>| v.reshape([t, dims.kv_heads, dims.head_dim]);
-        let options = DecodeAttentionOptions {
-            max_kv_splits: self.cfg.max_kv_splits,
-            sm_scale: (dims.head_dim as f32).powf(-0.5),
-            logit_cap: None,
-            value_dim: dims.head_dim,
-            path: None,
-        };
-        let mut h = self.model.embed(x.tokens.clone().reshape([1, t]));
-        let hidden = h.dims()[2];
-        for (block, cache) in self.model.blocks.iter().zip(self.caches.iter_mut()) {
-            let (q, k, v) = block.attn.project(
-                block.attn_input(h.clone(), &dims),
-                x.positions.clone(),
-                &dims,
-            );
-            write_cache(cache, slots.clone(), rows(k), rows(v));
-            let attended = fused::decode_attention(
-                q.reshape([t, dims.q_heads, dims.head_dim]),
-                cache.keys.clone(),
-                Some(cache.values.clone()),
-                x.kv_indptr.clone(),
-                x.kv_indices.clone(),
-                x.kv_splits.clone(),
-                options,
-            )
-            .0;
-            let attended = block
-                .attn
-                .output(attended.reshape([t, dims.q_heads * dims.head_dim]));
-            h = block
-                .feed_forward(h.reshape([t, hidden]) + attended, &dims)
-                .0
-                .reshape([1, t, hidden]);
-        }
-        self.model
-            .logits(h.reshape([t, hidden]).select(0, x.sample_rows.clone()))
+        let mut attention = PagedAttention::new(&mut self.caches, slots, x, self.cfg.max_kv_splits);
+        self.model.step(x, &mut attention)
     }
 
     /// The next token of each sampling share of `plan` from its row of `logits [S, V]`, and
@@ -1037,37 +1014,38 @@ impl<B: FusedOps> Server<B> {
 /// instead of an allocation failure later. The step's count is the cube decode path's: its
 /// scores (f32) and probabilities (16-bit) workspaces of `HQ x keys`, and kv_indices (int32),
 /// with `keys = step_tokens x max_seq`.
-fn check_memory<B: FusedOps>(
+fn check_memory<B: FusedOps, M: StepModel<B>>(
     cfg: &ServeConfig,
-    model: &MoeDecoder<B>,
+    model: &M,
     device: &B::Device,
 ) -> Result<(), ServeConfigError> {
     let Some(device) = (device as &dyn Any).downcast_ref::<AscendDevice>() else {
         return Ok(());
     };
-    let d = model.dims();
-    let element = <B::FloatElem as burn::tensor::Element>::dtype().size() as u128;
+    let l = model.cache_layout();
+    let element = l.dtype.size() as u128;
     let slots = (cfg.pages * cfg.page_size) as u128;
-    let cache =
-        model.blocks.len() as u128 * 2 * slots * (d.kv_heads * d.head_dim) as u128 * element;
+    let row = l.kv_heads as u128 * (l.key_dim + l.value_dim.unwrap_or(0)) as u128;
+    let cache = l.layers as u128 * slots * row * element;
     let keys = cfg.step_keys().expect("validated") as u128;
-    let step = keys * (4 + 6 * d.q_heads as u128);
+    let step = keys * (4 + 6 * l.query_heads as u128);
     let (_, total) = burn_ascend::runtime::device::memory_info(device)
         .map_err(|e| ServeConfigError(format!("cannot read {device}'s memory size: {e}")))?;
     if cache + step > total as u128 {
         return Err(ServeConfigError(format!(
-            "the KV cache ({cache} bytes: {} layers x keys and values x {} pages of {} slots x \
-             {} heads x {} x {element} bytes) and the buffers of the largest step ({step} bytes: \
-             step_tokens {} x max_seq {} keys x (4 + {} query heads x 6) bytes) exceed the \
+            "the KV cache ({cache} bytes: {} layers x {} pages of {} slots x {} heads x (key dim \
+             {} + value dim {}) x {element} bytes) and the buffers of the largest step ({step} \
+             bytes: step_tokens {} x max_seq {} keys x (4 + {} query heads x 6) bytes) exceed the \
              {total} bytes of {device}'s memory: lower pages, step_tokens or max_seq",
-            model.blocks.len(),
+            l.layers,
             cfg.pages,
             cfg.page_size,
-            d.kv_heads,
-            d.head_dim,
+            l.kv_heads,
+            l.key_dim,
+            l.value_dim.unwrap_or(0),
             cfg.step_tokens,
             cfg.max_seq,
-            d.q_heads,
+            l.query_heads,
         )));
     }
     Ok(())
@@ -1101,30 +1079,6 @@ fn packed_inputs<B: FusedOps>(packed: &Tensor<B, 1, Int>, p: Packing) -> StepInp
         kv_indices: field(p.indices(), p.kv),
         kv_splits: row(Packing::SPLITS),
         sample_rows: row(Packing::SAMPLE),
-    }
-}
-
-/// Writes the step's keys and values at `slots` of the cache. On `Ascend` into the cache's own
-/// buffers (aclnnInplaceIndexCopy): only the rows written move, and a captured step reads and
-/// writes the cache at the addresses it had at capture. Other backends scatter into a copy.
-fn write_cache<B: FusedOps>(
-    cache: &mut LayerCache<B>,
-    slots: Tensor<B, 1, Int>,
-    keys: Tensor<B, 3>,
-    values: Tensor<B, 3>,
-) {
-    let Some(rows) = (&slots as &dyn Any).downcast_ref::<Tensor<Ascend, 1, Int>>() else {
-        cache.write(slots, keys, values);
-        return;
-    };
-    let ascend = |t: &Tensor<B, 3>| {
-        (t as &dyn Any)
-            .downcast_ref::<Tensor<Ascend, 3>>()
-            .expect("the cache is on the backend of its slots")
-            .clone()
-    };
-    for (dst, src) in [(&cache.keys, &keys), (&cache.values, &values)] {
-        graph::write_rows(&ascend(dst), rows, &ascend(src));
     }
 }
 
@@ -1171,14 +1125,14 @@ pub(crate) fn unit_draw(seed: u64, n: u64) -> f64 {
 
 /// Logits of the last position of `tokens` by the dense causal path over the whole sequence (no
 /// cache): the reference the paged path must agree with.
-pub fn reference_logits<B: FusedOps>(
-    model: &MoeDecoder<B>,
+pub fn reference_logits<B: FusedOps, M: StepModel<B>>(
+    model: &M,
     tokens: &[u32],
     device: &B::Device,
 ) -> Vec<f32> {
     let n = tokens.len();
     let tokens = ints::<B>(tokens.iter().map(|&t| t as i32).collect(), device);
-    let (logits, _) = model.forward(tokens.reshape([1, n]));
+    let logits = model.forward_logits(tokens.reshape([1, n]));
     let v = logits.dims()[2];
     host_floats(logits.narrow(1, n - 1, 1).reshape([v]))
 }

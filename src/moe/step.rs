@@ -1,0 +1,149 @@
+//! The one interface between the serving engine and a model.
+//!
+//! The engine ([`super::serve::Server`], its scheduler, paged cache and captured decode) knows
+//! no model: it asks a [`StepModel`] for the shape of its cache rows ([`CacheLayout`]) and runs
+//! a step by calling [`StepModel::step`] with the step's device inputs and a
+//! [`PagedAttention`] handle. The model computes its layers; each attention layer hands the
+//! handle its queries and the step's new key (and value) rows, and the handle writes those
+//! rows to the slots `fused::alloc_extend` gave the step's tokens and attends every token to
+//! its cached positions through `fused::decode_attention`. The built-in decoder
+//! ([`super::model::MoeDecoder`]) and every Hugging Face family implement it.
+
+use std::any::Any;
+
+use burn::module::Module;
+use burn::tensor::{DType, Int, Tensor};
+use burn_ascend::fused::{self, DecodeAttentionOptions};
+use burn_ascend::{graph, Ascend, AscendDevice, FusedOps};
+
+use super::cache::LayerCache;
+use super::serve::StepInputs;
+
+/// The rows one layer keeps per cached token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheLayout {
+    /// Layers with a cache (attention layers).
+    pub layers: usize,
+    /// Query heads of attention (the step's workspace grows with them).
+    pub query_heads: usize,
+    /// Key heads and key dim: each token's key row is `[kv_heads, key_dim]`.
+    pub kv_heads: usize,
+    /// The key dim.
+    pub key_dim: usize,
+    /// The value dim of a separate value row `[kv_heads, value_dim]`, or `None` when the
+    /// values are the leading dims of the key row (multi-head latent attention).
+    pub value_dim: Option<usize>,
+    /// The rows' dtype: the dtype of the queries and rows the model's attention gives.
+    pub dtype: DType,
+}
+
+/// A model the engine serves: one step over the paged cache, and the dense reference.
+pub trait StepModel<B: FusedOps>: Module<B> {
+    /// The vocabulary (the width of the logits).
+    fn vocab(&self) -> usize;
+
+    /// The cache rows of its attention layers.
+    fn cache_layout(&self) -> CacheLayout;
+
+    /// One step: the step's tokens through every layer, each attention layer through
+    /// `attention` (layer `i` of [`CacheLayout::layers`] calls [`PagedAttention::attend`] with
+    /// `i`), and the logits `[S, V]` of the rows `x.sample_rows` names.
+    fn step(&self, x: &StepInputs<B>, attention: &mut PagedAttention<'_, B>) -> Tensor<B, 2>;
+
+    /// Logits `[B, S, V]` of whole sequences by causal attention without a cache: the
+    /// reference the paged path must agree with.
+    fn forward_logits(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3>;
+
+    /// Why a step of this model cannot be captured into an ACL graph, if it cannot.
+    fn capture_refusal(&self) -> Option<String> {
+        None
+    }
+
+    /// NPUs besides the server's that hold parts of the model: a failed step resets them too.
+    fn other_devices(&self) -> Vec<AscendDevice> {
+        Vec::new()
+    }
+
+    /// The model after its weights were reloaded on reset devices (an expert-parallel model
+    /// splits its experts across [`StepModel::other_devices`] again).
+    fn after_reset(self) -> Self {
+        self
+    }
+}
+
+/// A step's access to the paged cache: see [`StepModel::step`].
+pub struct PagedAttention<'a, B: FusedOps> {
+    caches: &'a mut [LayerCache<B>],
+    slots: Tensor<B, 1, Int>,
+    inputs: &'a StepInputs<B>,
+    max_kv_splits: usize,
+}
+
+impl<'a, B: FusedOps> PagedAttention<'a, B> {
+    /// The handle of a step whose tokens take `slots`.
+    pub(crate) fn new(
+        caches: &'a mut [LayerCache<B>],
+        slots: Tensor<B, 1, Int>,
+        inputs: &'a StepInputs<B>,
+        max_kv_splits: usize,
+    ) -> Self {
+        Self {
+            caches,
+            slots,
+            inputs,
+            max_kv_splits,
+        }
+    }
+
+    /// Writes the step's key rows `keys [T, HKV, Dk]` (and value rows `values [T, HKV, Dv]`,
+    /// when the layout has them) to `layer`'s cache, then attends each of the step's queries
+    /// `q [T, HQ, Dk]` to its token's cached positions: `[T, HQ, Dv]`, with `Dv` the layout's
+    /// value dim, or `value_dim` leading dims of the key rows when the layout has no values.
+    pub fn attend(
+        &mut self,
+        layer: usize,
+        q: Tensor<B, 3>,
+        keys: Tensor<B, 3>,
+        values: Option<Tensor<B, 3>>,
+        sm_scale: f32,
+        value_dim: usize,
+    ) -> Tensor<B, 3> {
+        let cache = &mut self.caches[layer];
+        write_rows(&mut cache.keys, self.slots.clone(), keys);
+        if let (Some(cached), Some(values)) = (cache.values.as_mut(), values) {
+            write_rows(cached, self.slots.clone(), values);
+        }
+        let options = DecodeAttentionOptions {
+            max_kv_splits: self.max_kv_splits,
+            sm_scale,
+            logit_cap: None,
+            value_dim,
+            path: None,
+        };
+        fused::decode_attention(
+            q,
+            cache.keys.clone(),
+            cache.values.clone(),
+            self.inputs.kv_indptr.clone(),
+            self.inputs.kv_indices.clone(),
+            self.inputs.kv_splits.clone(),
+            options,
+        )
+        .0
+    }
+}
+
+/// Writes `rows [n, ..]` at `slots [n]` of `cache`. On `Ascend` into the cache's own buffer
+/// (aclnnInplaceIndexCopy): only the rows written move, and a captured step reads and writes
+/// the cache at the address it had at capture. Other backends scatter into a copy.
+fn write_rows<B: FusedOps>(cache: &mut Tensor<B, 3>, slots: Tensor<B, 1, Int>, rows: Tensor<B, 3>) {
+    let ascend = |t: &dyn Any| t.downcast_ref::<Tensor<Ascend, 3>>().cloned();
+    match (
+        (&slots as &dyn Any).downcast_ref::<Tensor<Ascend, 1, Int>>(),
+        ascend(cache),
+        ascend(&rows),
+    ) {
+        (Some(slots), Some(cache), Some(rows)) => graph::write_rows(&cache, slots, &rows),
+        _ => LayerCache::write_rows(cache, slots, rows),
+    }
+}
