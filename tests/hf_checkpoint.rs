@@ -829,3 +829,293 @@ fn tokenizer_files_missing_or_broken_are_named() {
     assert!(matches!(err, CheckpointError::Unreadable { .. }), "{err}");
     assert!(err.to_string().contains("tokenizer.json"), "{err}");
 }
+
+/// The pre-tokenizer regexes of published checkpoints run on the pure-Rust engine (fancy-regex,
+/// the `tokenizers` build this crate uses) split as the Oniguruma build under transformers does:
+/// the expected splits were recorded with Python `tokenizers` 0.22.2 (Oniguruma). Qwen2/Qwen3
+/// (look-ahead, case-insensitive group), DeepSeek-V3 (`\p{N}{1,3}`, CJK ranges, `\p{M}`/`\p{P}`/
+/// `\p{S}`), GPT-2's built-in ByteLevel regex; on Unicode spaces, combining marks and line breaks.
+#[test]
+fn published_pre_tokenizer_regexes_split_as_oniguruma_does() {
+    use tokenizers::PreTokenizerWrapper;
+    use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+
+    let text =
+        "Hello  WORLD'S 12345 caf\u{e9}\u{301} na\u{ef}ve\u{a0}x\u{3000}y\ttab\r\n\n  end!!? \
+                東京タワーです 123abc .NET's\u{2009}\u{2028}z   ";
+    let qwen = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    let deepseek_v3 = [
+        r"\p{N}{1,3}",
+        "[一-龥぀-ゟ゠-ヿ]+",
+        "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+    ];
+    let split = |regex: &str| json!({ "type": "Split", "pattern": { "Regex": regex }, "behavior": "Isolated", "invert": false });
+    let byte_level = json!({ "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false });
+    let mut deepseek: Vec<_> = deepseek_v3.iter().map(|r| split(r)).collect();
+    deepseek.push(byte_level.clone());
+    let cases = [
+        (
+            "qwen2",
+            json!({ "type": "Sequence", "pretokenizers": [split(qwen), byte_level] }),
+            vec![
+                "Hello",
+                "Ġ",
+                "ĠWORLD",
+                "'S",
+                "Ġ",
+                "1",
+                "2",
+                "3",
+                "4",
+                "5",
+                "ĠcafÃ©",
+                "Ìģ",
+                "ĠnaÃ¯ve",
+                "Âłx",
+                "ãĢĢy",
+                "ĉtab",
+                "čĊĊ",
+                "Ġ",
+                "Ġend",
+                "!!?",
+                "ĠæĿ±äº¬ãĤ¿ãĥ¯ãĥ¼ãģ§ãģĻ",
+                "Ġ",
+                "1",
+                "2",
+                "3",
+                "abc",
+                "Ġ.",
+                "NET",
+                "'s",
+                "âĢī",
+                "âĢ¨z",
+                "ĠĠĠ",
+            ],
+        ),
+        (
+            "deepseek_v3",
+            json!({ "type": "Sequence", "pretokenizers": deepseek }),
+            vec![
+                "Hello",
+                "Ġ",
+                "ĠWORLD",
+                "'S",
+                "Ġ",
+                "123",
+                "45",
+                "ĠcafÃ©Ìģ",
+                "ĠnaÃ¯ve",
+                "Âłx",
+                "ãĢĢy",
+                "ĉtab",
+                "čĊĊ",
+                "Ġ",
+                "Ġend",
+                "!!?",
+                "Ġ",
+                "æĿ±äº¬ãĤ¿ãĥ¯ãĥ¼ãģ§ãģĻ",
+                "Ġ",
+                "123",
+                "abc",
+                "Ġ.",
+                "NET",
+                "'s",
+                "âĢī",
+                "âĢ¨z",
+                "ĠĠĠ",
+            ],
+        ),
+        (
+            "gpt2",
+            json!({ "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true }),
+            vec![
+                "Hello",
+                "Ġ",
+                "ĠWORLD",
+                "'",
+                "S",
+                "Ġ12345",
+                "ĠcafÃ©",
+                "Ìģ",
+                "ĠnaÃ¯ve",
+                "Âł",
+                "x",
+                "ãĢĢ",
+                "y",
+                "ĉ",
+                "tab",
+                "čĊĊĠ",
+                "Ġend",
+                "!!?",
+                "ĠæĿ±äº¬ãĤ¿ãĥ¯ãĥ¼ãģ§ãģĻ",
+                "Ġ123",
+                "abc",
+                "Ġ.",
+                "NET",
+                "'s",
+                "âĢī",
+                "âĢ¨",
+                "z",
+                "ĠĠĠ",
+            ],
+        ),
+    ];
+    for (name, config, expected) in cases {
+        let pre_tokenizer: PreTokenizerWrapper = serde_json::from_value(config).unwrap();
+        let mut splits = PreTokenizedString::from(text);
+        pre_tokenizer.pre_tokenize(&mut splits).unwrap();
+        let splits: Vec<&str> = splits
+            .get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(s, _, _)| s)
+            .collect();
+        assert_eq!(splits, expected, "{name}");
+    }
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf")
+        .join(name)
+}
+
+const FIXTURES: [(&str, DType); 5] = [
+    ("mixtral", DType::F32),
+    ("qwen2_moe", DType::BF16),
+    ("qwen3_moe", DType::F16),
+    ("deepseek_v2", DType::F32),
+    ("deepseek_v3", DType::F32),
+];
+
+/// The checkpoints transformers wrote (scripts/hf_fixtures) open, with their dtype, and every
+/// tensor reads; the tokenizer gives transformers' `tokenizer(text)` ids for each recorded
+/// prompt, decodes them back to the text, and stops on generation_config.json's EOS ids.
+#[test]
+fn fixture_checkpoints_and_tokenizers_match_transformers() {
+    let eos: [&[u32]; 5] = [&[2], &[300], &[302, 300], &[1], &[1]];
+    for ((name, dtype), eos) in FIXTURES.into_iter().zip(eos) {
+        let dir = fixture(name);
+        let checkpoint = Checkpoint::open(&dir).unwrap();
+        assert!(checkpoint.config()["architectures"].is_array(), "{name}");
+        assert!(checkpoint.names().count() > 10, "{name}");
+        for tensor in checkpoint.names() {
+            let info = checkpoint.info(tensor).unwrap();
+            assert_eq!(info.dtype, dtype, "{name}: {tensor}");
+            let data = checkpoint.read(tensor, DType::F32).unwrap();
+            assert_eq!(data.shape.to_vec(), info.shape, "{name}: {tensor}");
+            assert!(
+                data.to_vec::<f32>().unwrap().iter().all(|v| v.is_finite()),
+                "{name}: {tensor}"
+            );
+        }
+
+        let tokenizer = TextTokenizer::from_dir(&dir).unwrap();
+        assert_eq!(tokenizer.eos_ids(), eos, "{name}");
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer.json")).unwrap())
+                .unwrap();
+        let mut ids: Vec<u64> = json["model"]["vocab"]
+            .as_object()
+            .unwrap()
+            .values()
+            .chain(
+                json["added_tokens"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| &t["id"]),
+            )
+            .map(|id| id.as_u64().unwrap())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(tokenizer.vocab_size(), ids.len(), "{name}");
+
+        let reference: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+                .unwrap();
+        for prompt in reference["prompts"].as_array().unwrap() {
+            let text = prompt["text"].as_str().unwrap();
+            let expected: Vec<u32> = prompt["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|id| id.as_u64().unwrap() as u32)
+                .collect();
+            let ids = tokenizer.encode(text).unwrap();
+            assert_eq!(ids, expected, "{name}: {text:?}");
+            assert_eq!(tokenizer.decode(&ids).unwrap(), text, "{name}");
+        }
+    }
+}
+
+/// bf16 weights widen to the f32 whose top half they are, bit for bit.
+#[test]
+fn fixture_bf16_weights_widen_exactly() {
+    let checkpoint = Checkpoint::open(fixture("qwen2_moe")).unwrap();
+    let name = checkpoint.names().next().unwrap().to_string();
+    let stored = checkpoint.read(&name, DType::BF16).unwrap();
+    let widened = checkpoint.read(&name, DType::F32).unwrap();
+    let expected: Vec<u32> = stored
+        .to_vec::<bf16>()
+        .unwrap()
+        .iter()
+        .map(|v| u32::from(v.to_bits()) << 16)
+        .collect();
+    let widened: Vec<u32> = widened
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    assert_eq!(widened, expected);
+}
+
+/// A fixture read and saved again (sharded differently) reopens with the same tensors, bit for
+/// bit in their dtype, and the same tokenizer files.
+#[test]
+fn fixture_saved_again_reopens_identical() {
+    for (name, _) in FIXTURES {
+        let source = Checkpoint::open(fixture(name)).unwrap();
+        let tensors: Vec<(String, TensorData)> = source
+            .names()
+            .map(|n| {
+                (
+                    n.to_string(),
+                    source.read(n, source.info(n).unwrap().dtype).unwrap(),
+                )
+            })
+            .collect();
+        let out = tempfile::tempdir().unwrap();
+        save(
+            out.path(),
+            source.config(),
+            tensors.clone(),
+            Some(&source),
+            Some(150_000),
+        )
+        .unwrap();
+        let saved = Checkpoint::open(out.path()).unwrap();
+        assert!(saved.files().len() > 1, "{name}: sharded");
+        assert_eq!(saved.config(), source.config(), "{name}");
+        assert_eq!(
+            saved.names().collect::<Vec<_>>(),
+            source.names().collect::<Vec<_>>(),
+            "{name}"
+        );
+        assert_bit_exact(&saved, &tensors);
+        for file in [
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "generation_config.json",
+            "special_tokens_map.json",
+        ] {
+            assert_eq!(
+                std::fs::read(out.path().join(file)).unwrap(),
+                std::fs::read(fixture(name).join(file)).unwrap(),
+                "{name}: {file}"
+            );
+        }
+        assert!(!out.path().join("reference.json").exists());
+    }
+}
