@@ -5,4 +5,5 @@
 #![warn(missing_docs)]
 
 pub mod a2;
+pub mod families;
 pub mod moe;
