@@ -6,4 +6,5 @@
 
 pub mod a2;
 pub mod families;
+pub mod hf;
 pub mod moe;
