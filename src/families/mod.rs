@@ -7,12 +7,14 @@
 //!
 //! - [`mixtral`]: Mixtral (`model_type` `mixtral`).
 //! - [`qwen_moe`]: Qwen2-MoE and Qwen3-MoE (`qwen2_moe`, `qwen3_moe`).
+//! - [`deepseek`]: DeepSeek-V2 and DeepSeek-V3 (`deepseek_v2`, `deepseek_v3`).
 //!
 //! The decoder is a [`StepModel`]: the engine ([`crate::moe::serve::Server`]) serves it
 //! through the paged cache, with chunked prefill and captured decode.
 
 pub mod blocks;
 pub mod config;
+pub mod deepseek;
 pub mod mixtral;
 pub mod qwen_moe;
 pub mod weights;
@@ -64,7 +66,13 @@ pub enum LoadError {
 }
 
 /// The `model_type`s [`load`] knows.
-pub const SUPPORTED: &[&str] = &["mixtral", "qwen2_moe", "qwen3_moe"];
+pub const SUPPORTED: &[&str] = &[
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+];
 
 /// One decoder layer (config side).
 #[derive(Debug, Clone, PartialEq)]
@@ -190,7 +198,10 @@ impl<B: FusedOps> Decoder<B> {
         out.tensor("model.embed_tokens.weight".into(), &self.embed.weight);
         for (i, layer) in self.layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
-            out.tensor(format!("{p}.input_layernorm.weight"), &layer.input_norm.weight);
+            out.tensor(
+                format!("{p}.input_layernorm.weight"),
+                &layer.input_norm.weight,
+            );
             layer.attention.save(&p, &mut out);
             out.tensor(
                 format!("{p}.post_attention_layernorm.weight"),
@@ -240,7 +251,10 @@ impl<B: FusedOps> Decoder<B> {
         }
         let v = self.spec.vocab;
         let logits = self.head.forward(self.norm.forward(x.reshape([b * s, h])));
-        (logits.reshape([b, s, v]), load_balancing_loss(stats, &device))
+        (
+            logits.reshape([b, s, v]),
+            load_balancing_loss(stats, &device),
+        )
     }
 }
 
@@ -313,6 +327,8 @@ pub fn spec_of(config: &serde_json::Value) -> Result<DecoderSpec, LoadError> {
         "mixtral" => mixtral::spec(config),
         "qwen2_moe" => qwen_moe::spec(config, false),
         "qwen3_moe" => qwen_moe::spec(config, true),
+        "deepseek_v2" => deepseek::spec(config, false),
+        "deepseek_v3" => deepseek::spec(config, true),
         other => Err(LoadError::UnknownModelType(other.into())),
     }
 }

@@ -9,6 +9,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 use burn_ascend::FusedOps;
 
+use super::mla::{Mla, MlaConfig};
 use super::norm::RmsNorm;
 use super::rope::Rope;
 use crate::families::weights::{Expected, Sink, Source};
@@ -42,6 +43,8 @@ pub struct GqaSpec {
 pub enum AttentionSpec {
     /// [`Gqa`].
     Gqa(GqaSpec),
+    /// [`Mla`].
+    Mla(MlaConfig),
 }
 
 /// The rows an attention block keeps per cached token: see
@@ -74,11 +77,16 @@ impl AttentionSpec {
                     out.tensor(p("k_norm.weight"), vec![s.head_dim]);
                 }
             }
+            AttentionSpec::Mla(m) => m.expected(layer, out),
         }
     }
 
     /// Loads the block under `layer`.
-    pub fn load<B: FusedOps>(&self, layer: &str, src: &Source<B>) -> Result<Attention<B>, LoadError> {
+    pub fn load<B: FusedOps>(
+        &self,
+        layer: &str,
+        src: &Source<B>,
+    ) -> Result<Attention<B>, LoadError> {
         Ok(match self {
             AttentionSpec::Gqa(s) => {
                 let p = |n: &str| format!("{layer}.self_attn.{n}");
@@ -98,6 +106,7 @@ impl AttentionSpec {
                     spec: s.clone(),
                 })
             }
+            AttentionSpec::Mla(m) => Attention::Mla(m.load(layer, src)?),
         })
     }
 }
@@ -145,10 +154,14 @@ impl<B: FusedOps> Gqa<B> {
 }
 
 /// A layer's attention block.
+// One per layer, never moved in a loop; Burn's Module derive cannot box a variant.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Attention<B: Backend> {
     /// [`Gqa`].
     Gqa(Gqa<B>),
+    /// [`Mla`].
+    Mla(Mla<B>),
 }
 
 impl<B: FusedOps> Attention<B> {
@@ -161,6 +174,7 @@ impl<B: FusedOps> Attention<B> {
                 key_dim: a.spec.head_dim,
                 value_dim: Some(a.spec.head_dim),
             },
+            Attention::Mla(a) => a.cache_rows(),
         }
     }
 
@@ -173,6 +187,7 @@ impl<B: FusedOps> Attention<B> {
                 let out = causal_attention(q, k, v, a.sm_scale());
                 a.o.forward(out.reshape([b, s, a.spec.q_heads * a.spec.head_dim]))
             }
+            Attention::Mla(a) => a.dense(x, positions),
         }
     }
 
@@ -201,6 +216,7 @@ impl<B: FusedOps> Attention<B> {
                 );
                 a.o.forward(out.reshape([t, s.q_heads * s.head_dim]))
             }
+            Attention::Mla(a) => a.paged(x, positions, layer, cache),
         }
     }
 
@@ -218,6 +234,7 @@ impl<B: FusedOps> Attention<B> {
                     out.tensor(p("k_norm.weight"), &kn.weight);
                 }
             }
+            Attention::Mla(a) => a.save(layer, out),
         }
     }
 }

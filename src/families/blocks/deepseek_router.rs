@@ -8,6 +8,8 @@ use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, Int, Tensor};
 
+use crate::families::weights::{Expected, Sink, Source};
+use crate::families::LoadError;
 use crate::moe::model::Routing;
 
 /// How a DeepSeek router chooses a token's experts (`topk_method`).
@@ -82,6 +84,42 @@ impl RouterConfig {
             ));
         }
         Ok(())
+    }
+
+    fn noaux(&self) -> bool {
+        matches!(self.method, TopkMethod::NoauxTc { .. })
+    }
+
+    /// The gate's tensors under `prefix` (the MoE block's `gate`): `weight [E, hidden]` and,
+    /// for `noaux_tc`, `e_score_correction_bias [E]`.
+    pub fn expected(&self, prefix: &str, hidden: usize, out: &mut Expected) {
+        out.tensor(format!("{prefix}.weight"), vec![self.experts, hidden]);
+        if self.noaux() {
+            out.tensor(
+                format!("{prefix}.e_score_correction_bias"),
+                vec![self.experts],
+            );
+        }
+    }
+
+    /// Loads the gate under `prefix`.
+    pub fn load<B: Backend>(
+        &self,
+        prefix: &str,
+        src: &Source<B>,
+    ) -> Result<DeepseekRouter<B>, LoadError> {
+        let bias = match self.noaux() {
+            true => Some(
+                src.tensor(&format!("{prefix}.e_score_correction_bias"))?
+                    .set_require_grad(false),
+            ),
+            false => None,
+        };
+        Ok(DeepseekRouter {
+            weight: src.tensor(&format!("{prefix}.weight"))?,
+            e_score_correction_bias: bias,
+            cfg: *self,
+        })
     }
 
     /// The scores of router logits `[T, E]`: softmax for DeepSeek-V2's methods, sigmoid for
@@ -186,7 +224,7 @@ impl<B: Backend> DeepseekRouter<B> {
             std: 0.02,
         }
         .init([cfg.experts, hidden], device);
-        let e_score_correction_bias = matches!(cfg.method, TopkMethod::NoauxTc { .. }).then(|| {
+        let e_score_correction_bias = cfg.noaux().then(|| {
             Param::from_tensor(Tensor::zeros([cfg.experts], device)).set_require_grad(false)
         });
         Self {
@@ -209,5 +247,13 @@ impl<B: Backend> DeepseekRouter<B> {
             self.e_score_correction_bias.as_ref().map(Param::val),
         );
         Routing::from_choices(scores, ids, weights.cast(dtype))
+    }
+
+    /// Writes the gate's tensors under `prefix`.
+    pub fn save(&self, prefix: &str, out: &mut Sink) {
+        out.tensor(format!("{prefix}.weight"), &self.weight);
+        if let Some(bias) = &self.e_score_correction_bias {
+            out.tensor(format!("{prefix}.e_score_correction_bias"), bias);
+        }
     }
 }

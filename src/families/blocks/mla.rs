@@ -23,33 +23,14 @@ use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::Tensor;
-use burn_ascend::{fused, FusedOps};
+use burn_ascend::FusedOps;
 
+use super::attention::CacheRows;
+use super::norm::RmsNorm;
 use super::yarn::Rotary;
-
-/// RMS norm with a learned scale, through `fused::rms_norm`.
-#[derive(Module, Debug)]
-pub struct RmsNorm<B: Backend> {
-    /// `[N]` the scale.
-    pub weight: Param<Tensor<B, 1>>,
-    #[module(skip)]
-    eps: f64,
-}
-
-impl<B: FusedOps> RmsNorm<B> {
-    /// A norm of `size` dims with unit scale.
-    pub fn new(size: usize, eps: f64, device: &B::Device) -> Self {
-        Self {
-            weight: Param::from_tensor(Tensor::ones([size], device)),
-            eps,
-        }
-    }
-
-    /// Normalises the last dim.
-    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        fused::rms_norm(x, self.weight.val(), self.eps).0
-    }
-}
+use crate::families::weights::{Expected, Sink, Source};
+use crate::families::LoadError;
+use crate::moe::step::PagedAttention;
 
 /// The sizes and constants of an MLA layer.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,6 +70,55 @@ impl MlaConfig {
     pub fn cache_dim(&self) -> usize {
         self.kv_lora_rank + self.qk_rope_head_dim
     }
+
+    /// The layer's tensors under `layer` (`model.layers.N`), as transformers names them.
+    pub fn expected(&self, layer: &str, out: &mut Expected) {
+        let p = |n: &str| format!("{layer}.self_attn.{n}");
+        let (h, bias) = (self.hidden, self.attention_bias);
+        let q_out = self.heads * self.qk_head_dim();
+        match self.q_lora_rank {
+            None => out.linear(&p("q_proj"), h, q_out, false),
+            Some(rank) => {
+                out.linear(&p("q_a_proj"), h, rank, bias);
+                out.tensor(p("q_a_layernorm.weight"), vec![rank]);
+                out.linear(&p("q_b_proj"), rank, q_out, false);
+            }
+        }
+        out.linear(&p("kv_a_proj_with_mqa"), h, self.cache_dim(), bias);
+        out.tensor(p("kv_a_layernorm.weight"), vec![self.kv_lora_rank]);
+        let kv_out = self.heads * (self.qk_nope_head_dim + self.v_head_dim);
+        out.linear(&p("kv_b_proj"), self.kv_lora_rank, kv_out, false);
+        out.linear(&p("o_proj"), self.heads * self.v_head_dim, h, bias);
+    }
+
+    /// Loads the layer under `layer`.
+    pub fn load<B: FusedOps>(&self, layer: &str, src: &Source<B>) -> Result<Mla<B>, LoadError> {
+        let p = |n: &str| format!("{layer}.self_attn.{n}");
+        let bias = self.attention_bias;
+        let norm = |n: &str| -> Result<RmsNorm<B>, LoadError> {
+            Ok(RmsNorm::new(src.tensor(&p(n))?, self.latent_norm_eps))
+        };
+        let (q_proj, q_lora) = match self.q_lora_rank {
+            None => (Some(src.linear(&p("q_proj"), false)?), None),
+            Some(_) => (
+                None,
+                Some(QLora {
+                    q_a_proj: src.linear(&p("q_a_proj"), bias)?,
+                    q_a_layernorm: norm("q_a_layernorm.weight")?,
+                    q_b_proj: src.linear(&p("q_b_proj"), false)?,
+                }),
+            ),
+        };
+        Ok(Mla {
+            q_proj,
+            q_lora,
+            kv_a_proj_with_mqa: src.linear(&p("kv_a_proj_with_mqa"), bias)?,
+            kv_a_layernorm: norm("kv_a_layernorm.weight")?,
+            kv_b_proj: src.linear(&p("kv_b_proj"), false)?,
+            o_proj: src.linear(&p("o_proj"), bias)?,
+            cfg: self.clone(),
+        })
+    }
 }
 
 /// The low-rank query projection: `q_a_proj -> q_a_layernorm -> q_b_proj`.
@@ -126,6 +156,12 @@ impl<B: FusedOps> Mla<B> {
     /// A layer with Burn's default initialisation (norms at unit scale).
     pub fn new(cfg: MlaConfig, device: &B::Device) -> Self {
         let linear = |i, o, bias| LinearConfig::new(i, o).with_bias(bias).init(device);
+        let norm = |n| {
+            RmsNorm::new(
+                Param::from_tensor(Tensor::ones([n], device)),
+                cfg.latent_norm_eps,
+            )
+        };
         let (h, heads, bias) = (cfg.hidden, cfg.heads, cfg.attention_bias);
         let q_out = heads * cfg.qk_head_dim();
         let (q_proj, q_lora) = match cfg.q_lora_rank {
@@ -134,7 +170,7 @@ impl<B: FusedOps> Mla<B> {
                 None,
                 Some(QLora {
                     q_a_proj: linear(h, rank, bias),
-                    q_a_layernorm: RmsNorm::new(rank, cfg.latent_norm_eps, device),
+                    q_a_layernorm: norm(rank),
                     q_b_proj: linear(rank, q_out, false),
                 }),
             ),
@@ -143,7 +179,7 @@ impl<B: FusedOps> Mla<B> {
             q_proj,
             q_lora,
             kv_a_proj_with_mqa: linear(h, cfg.cache_dim(), bias),
-            kv_a_layernorm: RmsNorm::new(cfg.kv_lora_rank, cfg.latent_norm_eps, device),
+            kv_a_layernorm: norm(cfg.kv_lora_rank),
             kv_b_proj: linear(
                 cfg.kv_lora_rank,
                 heads * (cfg.qk_nope_head_dim + cfg.v_head_dim),
@@ -279,5 +315,46 @@ impl<B: FusedOps> Mla<B> {
         let attended = attend(q, rows, c.sm_scale as f32, r);
         let values = attended.swap_dims(0, 1).matmul(w_uv).swap_dims(0, 1);
         self.o_proj.forward(values.reshape([t, heads * vd]))
+    }
+    /// The rows it caches per token: one key head of [`MlaConfig::cache_dim`] dims whose first
+    /// `kv_lora_rank` are the values.
+    pub fn cache_rows(&self) -> CacheRows {
+        CacheRows {
+            query_heads: self.cfg.heads,
+            kv_heads: 1,
+            key_dim: self.cfg.cache_dim(),
+            value_dim: None,
+        }
+    }
+
+    /// [`Mla::decode`] of the step's tokens `x [T, hidden]` at `positions [T]` through the
+    /// paged cache of `layer`.
+    pub fn paged(
+        &self,
+        x: Tensor<B, 2>,
+        positions: Tensor<B, 1>,
+        layer: usize,
+        cache: &mut PagedAttention<'_, B>,
+    ) -> Tensor<B, 2> {
+        self.decode(x, positions, |q, rows, sm_scale, value_dim| {
+            cache.attend(layer, q, rows, None, sm_scale, value_dim)
+        })
+    }
+
+    /// Writes the layer's tensors under `layer`, as transformers names them.
+    pub fn save(&self, layer: &str, out: &mut Sink) {
+        let p = |n: &str| format!("{layer}.self_attn.{n}");
+        if let Some(q) = &self.q_proj {
+            out.linear(&p("q_proj"), q);
+        }
+        if let Some(lora) = &self.q_lora {
+            out.linear(&p("q_a_proj"), &lora.q_a_proj);
+            out.tensor(p("q_a_layernorm.weight"), &lora.q_a_layernorm.weight);
+            out.linear(&p("q_b_proj"), &lora.q_b_proj);
+        }
+        out.linear(&p("kv_a_proj_with_mqa"), &self.kv_a_proj_with_mqa);
+        out.tensor(p("kv_a_layernorm.weight"), &self.kv_a_layernorm.weight);
+        out.linear(&p("kv_b_proj"), &self.kv_b_proj);
+        out.linear(&p("o_proj"), &self.o_proj);
     }
 }

@@ -7,8 +7,9 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Int, Tensor};
+use burn::tensor::Tensor;
 
+use super::deepseek_router::{DeepseekRouter, RouterConfig};
 use crate::families::weights::{Expected, Sink, Source};
 use crate::families::LoadError;
 pub use crate::moe::model::Routing;
@@ -30,6 +31,8 @@ pub struct SoftmaxSpec {
 pub enum RouterSpec {
     /// [`SoftmaxRouter`].
     Softmax(SoftmaxSpec),
+    /// [`DeepseekRouter`].
+    Deepseek(RouterConfig),
 }
 
 impl RouterSpec {
@@ -37,6 +40,7 @@ impl RouterSpec {
     pub fn experts(&self) -> usize {
         match self {
             RouterSpec::Softmax(s) => s.experts,
+            RouterSpec::Deepseek(d) => d.experts,
         }
     }
 
@@ -44,6 +48,7 @@ impl RouterSpec {
     pub fn top_k(&self) -> usize {
         match self {
             RouterSpec::Softmax(s) => s.top_k,
+            RouterSpec::Deepseek(d) => d.top_k,
         }
     }
 
@@ -51,6 +56,7 @@ impl RouterSpec {
     pub fn expected(&self, prefix: &str, hidden: usize, out: &mut Expected) {
         match self {
             RouterSpec::Softmax(s) => out.linear(prefix, hidden, s.experts, false),
+            RouterSpec::Deepseek(d) => d.expected(prefix, hidden, out),
         }
     }
 
@@ -61,6 +67,7 @@ impl RouterSpec {
                 gate: src.linear(prefix, false)?,
                 spec: s.clone(),
             }),
+            RouterSpec::Deepseek(d) => Router::Deepseek(d.load(prefix, src)?),
         })
     }
 }
@@ -78,6 +85,8 @@ pub struct SoftmaxRouter<B: Backend> {
 pub enum Router<B: Backend> {
     /// [`SoftmaxRouter`].
     Softmax(SoftmaxRouter<B>),
+    /// [`DeepseekRouter`].
+    Deepseek(DeepseekRouter<B>),
 }
 
 impl<B: Backend> Router<B> {
@@ -92,8 +101,9 @@ impl<B: Backend> Router<B> {
                 } else {
                     top
                 };
-                routing(probs, ids, weights)
+                Routing::from_choices(probs, ids, weights)
             }
+            Router::Deepseek(r) => r.route(x),
         }
     }
 
@@ -101,38 +111,7 @@ impl<B: Backend> Router<B> {
     pub fn save(&self, prefix: &str, out: &mut Sink) {
         match self {
             Router::Softmax(r) => out.linear(prefix, &r.gate),
+            Router::Deepseek(r) => r.save(prefix, out),
         }
-    }
-}
-
-/// The [`Routing`] of router probabilities `probs [T, E]` (the ones the load-balancing loss
-/// averages), each token's chosen experts `ids [T, k]` and their weights `[T, k]`.
-pub fn routing<B: Backend>(
-    probs: Tensor<B, 2>,
-    ids: Tensor<B, 2, Int>,
-    weights: Tensor<B, 2>,
-) -> Routing<B> {
-    let [t, k] = ids.dims();
-    let e = probs.dims()[1];
-    let ids = ids.reshape([t * k]);
-    // Rows routed to the same expert become contiguous, in token order within an expert.
-    let order = ids.clone().argsort(0).cast(DType::I32);
-    // One-hot by comparison (Burn's `one_hot` reads the largest id back: a host read a
-    // captured decode step cannot have).
-    let experts = Tensor::<B, 1, Int>::arange(0..e as i64, &ids.device());
-    let routed = ids
-        .clone()
-        .reshape([t * k, 1])
-        .equal(experts.reshape([1, e]))
-        .float();
-    let counts = routed.sum_dim(0).reshape([e]);
-    let group_sizes = counts.clone().int().cast(DType::I32);
-    Routing {
-        probs,
-        ids,
-        weights: weights.reshape([t * k]),
-        order,
-        group_sizes,
-        fraction: (counts / (t * k) as f64).detach(),
     }
 }
