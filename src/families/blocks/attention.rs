@@ -78,7 +78,11 @@ impl AttentionSpec {
     }
 
     /// Loads the block under `layer`.
-    pub fn load<B: FusedOps>(&self, layer: &str, src: &Source<B>) -> Result<Attention<B>, LoadError> {
+    pub fn load<B: FusedOps>(
+        &self,
+        layer: &str,
+        src: &Source<B>,
+    ) -> Result<Attention<B>, LoadError> {
         Ok(match self {
             AttentionSpec::Gqa(s) => {
                 let p = |n: &str| format!("{layer}.self_attn.{n}");
