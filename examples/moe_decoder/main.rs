@@ -30,13 +30,29 @@ use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
 use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{Request, Sampling, ServeConfig, Server};
+use burn_ascend_suite::moe::serve::{
+    FinishReason, Generation, Request, Sampling, ServeConfig, ServeError, Server,
+};
 use burn_ascend_suite::moe::train::{StepReport, TrainConfig};
 use burn_ascend_suite::moe::workload::Arrival;
 use burn_autodiff::Autodiff;
 use burn_fusion::Fusion;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+
+/// Whether `--json` sends the run's messages to stderr (stdout then holds only the JSON lines).
+static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Prints a line of the run's progress: on stdout, or on stderr with `--json`.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!($($arg)*)
+        } else {
+            println!($($arg)*)
+        }
+    };
+}
 
 mod parallel;
 
@@ -126,9 +142,16 @@ pub struct Args {
     /// graph.
     #[arg(long)]
     eager_decode: bool,
+    /// Serving: a prompt (repeat the option for several; default: the example's four).
+    #[arg(long = "prompt")]
+    prompts: Vec<String>,
+    /// Print one JSON object per request on stdout (prompt, prompt token ids, generated token
+    /// ids, text, finish reason); everything else goes to stderr.
+    #[arg(long)]
+    json: bool,
 }
 
-/// The prompts the example serves.
+/// The prompts the example serves unless `--prompt` names others.
 const PROMPTS: [&str; 4] = [
     "The lighthouse keeper",
     "She counted",
@@ -141,12 +164,14 @@ pub struct Plan {
     model: MoeConfig,
     train: Option<TrainConfig>,
     serve: ServeConfig,
+    prompts: Vec<String>,
     requests: Vec<Request>,
     captured_decode: bool,
 }
 
 fn main() {
     let args = Args::parse();
+    JSON.store(args.json, std::sync::atomic::Ordering::Relaxed);
     if let Err(e) = run(args) {
         eprintln!("moe_decoder: {e}");
         std::process::exit(1);
@@ -195,7 +220,12 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
         },
         None => Sampling::Greedy,
     };
-    let requests: Vec<Request> = PROMPTS
+    let prompts: Vec<String> = if args.prompts.is_empty() {
+        PROMPTS.iter().map(|p| p.to_string()).collect()
+    } else {
+        args.prompts.clone()
+    };
+    let requests: Vec<Request> = prompts
         .iter()
         .map(|p| Request {
             prompt: p.bytes().map(u32::from).collect(),
@@ -204,7 +234,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
             stop: Vec::new(),
         })
         .collect();
-    for (prompt, request) in PROMPTS.iter().zip(&requests) {
+    for (prompt, request) in prompts.iter().zip(&requests) {
         serve
             .check(request, model.vocab)
             .map_err(|e| format!("serving {prompt:?}: {e}"))?;
@@ -219,6 +249,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
         model,
         train,
         serve,
+        prompts,
         requests,
         captured_decode: !args.eager_decode,
     })
@@ -283,7 +314,7 @@ fn forced_device(args: &Args) -> Result<Option<AscendDevice>, String> {
 }
 
 /// Checks the options, then trains and serves.
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args) -> Result<Vec<Outcome>, String> {
     let forced = forced_device(&args)?;
     let plan = plan(&args)?;
     let device = forced.unwrap_or_default();
@@ -294,16 +325,20 @@ pub fn run(args: Args) -> Result<(), String> {
         DeviceContext::get(d).map_err(|e| format!("cannot open {d:?}: {e}"))?;
     }
     if args.fusion {
-        println!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
+        say!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
         train_and_serve::<Autodiff<Fusion<Ascend>>>(&args, &plan, &devices)
     } else {
-        println!("device: {}", Ascend::name(&device));
+        say!("device: {}", Ascend::name(&device));
         train_and_serve::<Autodiff<Ascend>>(&args, &plan, &devices)
     }
 }
 
 /// Trains on `B` (an autodiff backend over an Ascend backend), then serves on its inner backend.
-fn train_and_serve<B>(args: &Args, plan: &Plan, devices: &[AscendDevice]) -> Result<(), String>
+fn train_and_serve<B>(
+    args: &Args,
+    plan: &Plan,
+    devices: &[AscendDevice],
+) -> Result<Vec<Outcome>, String>
 where
     B: AutodiffBackend<Device = AscendDevice> + FusedOps,
     B::InnerBackend: FusedOps + CollectiveOps,
@@ -332,7 +367,7 @@ where
                 params
             ));
         }
-        println!("loaded weights from {}", file.display());
+        say!("loaded weights from {}", file.display());
     }
     if let Some(train_cfg) = &plan.train {
         model = train_model(model, train_cfg, devices)?;
@@ -341,7 +376,7 @@ where
             .clone()
             .save_file(file.clone(), &recorder)
             .map_err(|e| format!("saving {}: {e}", file.display()))?;
-        println!("saved weights to {}", file.display());
+        say!("saved weights to {}", file.display());
     }
     serve(model.valid(), plan, devices)
 }
@@ -356,7 +391,7 @@ where
     B::InnerBackend: CollectiveOps,
 {
     let tokens = corpus::tokens();
-    println!(
+    say!(
         "training {} steps of {}x{} tokens on {} bytes of text",
         cfg.steps,
         cfg.batch,
@@ -383,7 +418,7 @@ where
                 bar.set_message(line);
             }
             None if r.step == 1 || r.step.is_multiple_of(10) || r.step == cfg.steps => {
-                println!("step {}/{} {line}", r.step, cfg.steps)
+                say!("step {}/{} {line}", r.step, cfg.steps)
             }
             None => {}
         }
@@ -392,7 +427,7 @@ where
         bar.finish();
     }
     let trained = trained.map_err(|e| format!("{e}; nothing was saved"))?;
-    println!("trained in {:.1} s", start.elapsed().as_secs_f64());
+    say!("trained in {:.1} s", start.elapsed().as_secs_f64());
     Ok(trained)
 }
 
@@ -400,7 +435,7 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     model: MoeDecoder<B>,
     plan: &Plan,
     devices: &[AscendDevice],
-) -> Result<(), String> {
+) -> Result<Vec<Outcome>, String> {
     let device = &devices[0];
     let cfg = plan.serve;
     let served = parallel::serving(model.clone(), devices)?;
@@ -408,7 +443,7 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     if plan.captured_decode && devices.len() > 1 {
         // Expert-parallel decode exchanges rows between NPUs (HCCL), which the captured step
         // of one device does not record.
-        println!(
+        say!(
             "decode steps run eagerly: expert-parallel decode spans {} NPUs",
             devices.len()
         );
@@ -420,7 +455,7 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
                 .iter()
                 .map(|(b, why)| format!("{b} ({why})"))
                 .collect();
-            println!(
+            say!(
                 "decode steps replay captured graphs for batch buckets {:?}{}",
                 server.captured_buckets(),
                 if eager.is_empty() {
@@ -431,9 +466,9 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
             );
         }
     } else {
-        println!("decode steps run eagerly (--eager-decode)");
+        say!("decode steps run eagerly (--eager-decode)");
     }
-    println!(
+    say!(
         "serving {} prompts, {} new tokens each (paged KV cache of {} pages of {} slots, steps \
          of at most {} tokens)",
         plan.requests.len(),
@@ -453,15 +488,63 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     // The modelled device time exists on the emulated NPU only (it reads its counters).
     let mut clock = matches!(device, AscendDevice::Emulated(_)).then(ModelledClock::start);
     let report = server.serve(&arrivals, || clock.as_mut().map(ModelledClock::lap));
-    for (prompt, result) in PROMPTS.iter().zip(&report.results) {
-        match result {
-            Ok(g) => {
-                let text: Vec<u8> = g.tokens.iter().map(|&t| t as u8).collect();
-                println!("  {prompt:?} -> {:?}", String::from_utf8_lossy(&text));
-            }
-            Err(e) => println!("  {prompt:?} -> error: {e}"),
-        }
+    let mut outcomes = Vec::new();
+    for ((prompt, request), result) in plan.prompts.iter().zip(&plan.requests).zip(&report.results)
+    {
+        let text = result.as_ref().map(|g| {
+            let bytes: Vec<u8> = g.tokens.iter().map(|&t| t as u8).collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        });
+        outcomes.push(outcome(prompt, &request.prompt, result, text));
     }
-    println!("{report}");
-    parallel::check_one_device(model, cfg, devices, &plan.requests, &report)
+    say!("{report}");
+    parallel::check_one_device(model, cfg, devices, &plan.requests, &report)?;
+    Ok(outcomes)
+}
+
+/// One request's outcome: prompt, prompt token ids, and the generated token ids, text and
+/// finish reason, or the error.
+pub type Outcome = serde_json::Value;
+
+/// Prints one request's outcome (a line of text, or with `--json` its JSON object) and
+/// returns it.
+fn outcome(
+    prompt: &str,
+    prompt_ids: &[u32],
+    result: &Result<Generation, ServeError>,
+    text: Result<String, &ServeError>,
+) -> Outcome {
+    let json = JSON.load(std::sync::atomic::Ordering::Relaxed);
+    let (line, value) = match (result, text) {
+        (Ok(g), Ok(text)) => {
+            let finish = match g.finish {
+                FinishReason::Stop => "stop",
+                FinishReason::Length => "length",
+            };
+            let line = format!("  {prompt:?} -> {text:?}");
+            let value = serde_json::json!({
+                "prompt": prompt,
+                "prompt_token_ids": prompt_ids,
+                "token_ids": g.tokens,
+                "text": text,
+                "finish_reason": finish,
+            });
+            (line, value)
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            let line = format!("  {prompt:?} -> error: {e}");
+            let value = serde_json::json!({
+                "prompt": prompt,
+                "prompt_token_ids": prompt_ids,
+                "error": e.to_string(),
+            });
+            (line, value)
+        }
+    };
+    if json {
+        println!("{value}");
+    } else {
+        println!("{line}");
+    }
+    value
 }

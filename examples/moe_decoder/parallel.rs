@@ -11,6 +11,8 @@ use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
 use burn_ascend_suite::moe::train::{train as train_one, StepReport, TrainConfig};
 use burn_ascend_suite::moe::workload::ServingReport;
 
+use super::JSON;
+
 /// `count` devices of `first`'s kind, from `first`'s index on.
 pub fn devices(first: AscendDevice, count: usize) -> Result<Vec<AscendDevice>, String> {
     if count == 0 {
@@ -46,7 +48,7 @@ where
     if devices.len() == 1 {
         return train_one(model, tokens, cfg, &devices[0], report).map_err(|e| e.to_string());
     }
-    println!("data-parallel training on {}", names(devices));
+    say!("data-parallel training on {}", names(devices));
     train_data_parallel(model, tokens, cfg, devices, report)
 }
 
@@ -58,7 +60,7 @@ pub fn serving<B: FusedOps + CollectiveOps>(
     if devices.len() == 1 {
         return Ok(model);
     }
-    println!(
+    say!(
         "expert-parallel serving: experts split across {}",
         names(devices)
     );
@@ -102,7 +104,7 @@ pub fn check_one_device<B: FusedOps<Device = AscendDevice>>(
             devices[0]
         ));
     }
-    println!(
+    say!(
         "the same weights on {} alone give the same tokens",
         devices[0]
     );

@@ -10,6 +10,7 @@ use super::CheckpointError;
 
 /// A checkpoint's tokenizer (`tokenizer.json` through the `tokenizers` crate, as transformers'
 /// fast tokenizers run it) with the end-of-sequence ids generation stops on.
+#[derive(Clone)]
 pub struct TextTokenizer {
     tokenizer: Tokenizer,
     eos_ids: Vec<u32>,
