@@ -48,7 +48,10 @@ pub struct Common {
 }
 
 /// config.json as `T`, its errors naming the family.
-pub fn parse<T: DeserializeOwned>(model_type: &str, config: &serde_json::Value) -> Result<T, LoadError> {
+pub fn parse<T: DeserializeOwned>(
+    model_type: &str,
+    config: &serde_json::Value,
+) -> Result<T, LoadError> {
     T::deserialize(config).map_err(|e| LoadError::Config {
         model_type: model_type.into(),
         why: e.to_string(),
@@ -99,14 +102,16 @@ impl Common {
                 format!("{kind}: only the unscaled rotary embedding (null) is implemented"),
             ));
         }
-        if let (Some(window), true) = (self.sliding_window, self.use_sliding_window.unwrap_or(true)) {
+        if let (Some(window), true) = (self.sliding_window, self.use_sliding_window.unwrap_or(true))
+        {
             return Err(self.unsupported(
                 "sliding_window",
                 format!("{window}: attention over a sliding window is not implemented"),
             ));
         }
         let kv = self.kv_heads();
-        if self.num_attention_heads == 0 || kv == 0 || !self.num_attention_heads.is_multiple_of(kv) {
+        if self.num_attention_heads == 0 || kv == 0 || !self.num_attention_heads.is_multiple_of(kv)
+        {
             return Err(self.invalid(format!(
                 "num_attention_heads {} is not a positive multiple of num_key_value_heads {kv}",
                 self.num_attention_heads

@@ -19,14 +19,18 @@ pub mod mixtral;
 pub mod qwen_moe;
 pub mod weights;
 
+use std::path::Path;
+
 use burn::module::Module;
 use burn::nn::{Embedding, Linear};
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::FusedOps;
 
+use crate::hf::{Checkpoint, CheckpointError};
 use crate::moe::serve::StepInputs;
 use crate::moe::step::{CacheLayout, PagedAttention, StepModel};
+use crate::moe::train::TrainModel;
 use blocks::attention::{Attention, AttentionSpec};
 use blocks::ffn::{Ffn, FfnSpec, RouterStats};
 use blocks::norm::RmsNorm;
@@ -60,6 +64,9 @@ pub enum LoadError {
         /// What is wrong.
         why: String,
     },
+    /// The checkpoint's files: unreadable, a tensor missing, unexpected or of another shape.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
     /// A model dtype other than F32, F16 and BF16.
     #[error("model dtype {0:?} is not supported (F32, F16 and BF16 are)")]
     Dtype(DType),
@@ -331,4 +338,89 @@ pub fn spec_of(config: &serde_json::Value) -> Result<DecoderSpec, LoadError> {
         "deepseek_v3" => deepseek::spec(config, true),
         other => Err(LoadError::UnknownModelType(other.into())),
     }
+}
+
+impl<B: AutodiffBackend + FusedOps> TrainModel<B> for Decoder<B> {
+    fn forward_train(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>) {
+        self.forward(tokens)
+    }
+}
+
+/// A checkpoint loaded: the decoder, and the checkpoint it came from (its config.json, its
+/// tokenizer files, what [`save`] writes beside the weights).
+pub struct LoadedModel<B: Backend> {
+    /// The decoder.
+    pub model: Decoder<B>,
+    /// The checkpoint.
+    pub checkpoint: Checkpoint,
+}
+
+/// Loads the checkpoint directory `dir` (config.json, safetensors weights) as the family its
+/// `model_type` names, the weights uploaded once to `device` in `dtype` (F32, F16 or BF16,
+/// converted from the file's). Everything is checked before anything is allocated on the
+/// device: the config's options, and every tensor's name and shape (none missing, none
+/// extra).
+pub fn load<B: FusedOps>(
+    dir: impl AsRef<Path>,
+    dtype: DType,
+    device: &B::Device,
+) -> Result<LoadedModel<B>, LoadError> {
+    let checkpoint = Checkpoint::open(dir)?;
+    Ok(LoadedModel {
+        model: load_from(&checkpoint, dtype, device)?,
+        checkpoint,
+    })
+}
+
+/// [`load`] from an opened checkpoint.
+pub fn load_from<B: FusedOps>(
+    checkpoint: &Checkpoint,
+    dtype: DType,
+    device: &B::Device,
+) -> Result<Decoder<B>, LoadError> {
+    let spec = spec_of(checkpoint.config())?;
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(LoadError::Dtype(dtype));
+    }
+    // Older checkpoints carry rope's inverse frequencies, which the model computes.
+    checkpoint.check(&spec.expected().0, |name| {
+        name.ends_with(".self_attn.rotary_emb.inv_freq")
+    })?;
+    let read = |name: &str, dtype: DType| checkpoint.read(name, dtype).map_err(LoadError::from);
+    Decoder::load(&spec, &read, dtype, device)
+}
+
+/// Saves `model` into `dir` in the Hugging Face layout of `from` (the checkpoint it was loaded
+/// from): the same tensor names and shapes, in the model's dtype (config.json's `dtype` says
+/// which), sharded when the weights exceed `max_shard_bytes`, with `from`'s tokenizer and
+/// generation files.
+pub fn save<B: FusedOps>(
+    model: &Decoder<B>,
+    dir: impl AsRef<Path>,
+    from: &Checkpoint,
+    max_shard_bytes: Option<usize>,
+) -> Result<(), LoadError> {
+    let mut config = from.config().clone();
+    let dtype = match model.dtype() {
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        other => return Err(LoadError::Dtype(other)),
+    };
+    if let Some(fields) = config.as_object_mut() {
+        // transformers 4.56 renamed torch_dtype to dtype; keep whichever the file has.
+        for key in ["dtype", "torch_dtype"] {
+            if fields.contains_key(key) {
+                fields.insert(key.into(), dtype.into());
+            }
+        }
+    }
+    crate::hf::save(
+        dir.as_ref(),
+        &config,
+        model.tensors(),
+        Some(from),
+        max_shard_bytes,
+    )?;
+    Ok(())
 }

@@ -56,13 +56,18 @@ pub fn spec(config: &serde_json::Value, qwen3: bool) -> Result<DecoderSpec, Load
         common.gqa(c.qkv_bias.unwrap_or(true), false, false)
     });
     let shared = match (qwen3, c.shared_expert_intermediate_size) {
-        (false, Some(hidden)) if hidden > 0 => Some(SharedSpec { hidden, gated: true }),
+        (false, Some(hidden)) if hidden > 0 => Some(SharedSpec {
+            hidden,
+            gated: true,
+        }),
         _ => None,
     };
     // transformers' rule: sparse unless listed in mlp_only_layers, every decoder_sparse_step-th
     // layer (counting from 1), when there are experts.
     let sparse = |i: usize| {
-        !c.mlp_only_layers.contains(&i) && c.num_experts > 0 && (i + 1) % c.decoder_sparse_step == 0
+        !c.mlp_only_layers.contains(&i)
+            && c.num_experts > 0
+            && (i + 1).is_multiple_of(c.decoder_sparse_step)
     };
     let layers = (0..common.num_hidden_layers)
         .map(|i| {

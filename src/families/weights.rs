@@ -32,7 +32,13 @@ impl Expected {
     }
 
     /// One linear layer per expert, `name(e)` naming expert `e`'s weight `[out, in]`.
-    pub fn experts(&mut self, name: impl Fn(usize) -> String, experts: usize, d_in: usize, d_out: usize) {
+    pub fn experts(
+        &mut self,
+        name: impl Fn(usize) -> String,
+        experts: usize,
+        d_in: usize,
+        d_out: usize,
+    ) {
         for e in 0..experts {
             self.tensor(name(e), vec![d_out, d_in]);
         }

@@ -111,6 +111,8 @@ pub struct RouterStats<B: Backend> {
 }
 
 /// A layer's feed-forward block.
+// A few dozen per model, each built once: the size of the smaller variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Ffn<B: Backend> {
     /// A dense MLP.
