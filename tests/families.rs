@@ -1,5 +1,5 @@
-//! The Hugging Face families (Mixtral, Qwen2-MoE, Qwen3-MoE) loaded from the fixture
-//! checkpoints `tests/fixtures/hf/<name>/` (tiny random models transformers wrote, with the
+//! The Hugging Face families (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2, DeepSeek-V3) loaded
+//! from the fixture checkpoints `tests/fixtures/hf/<name>/` (tiny random models transformers wrote, with the
 //! logits and greedy continuations it computed: `reference.json`): prefill logits within 1e-4
 //! of transformers', its 32 greedy tokens through the paged server (chunked prefill, several
 //! requests at once, captured decode), every bad input refused with a message naming it, and a
@@ -28,7 +28,13 @@ use serial_test::{parallel, serial};
 
 type Lazy = burn_fusion::Fusion<Ascend>;
 
-const FAMILIES: [&str; 3] = ["mixtral", "qwen2_moe", "qwen3_moe"];
+const FAMILIES: [&str; 5] = [
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+];
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -439,4 +445,16 @@ fn fine_tuned_mixtral_saves_and_loads_with_its_logits() {
 #[parallel]
 fn fine_tuned_qwen2_moe_saves_and_loads_with_its_logits() {
     fine_tune_save_reload("qwen2_moe");
+}
+
+#[test]
+#[parallel]
+fn fine_tuned_deepseek_v2_saves_and_loads_with_its_logits() {
+    fine_tune_save_reload("deepseek_v2");
+}
+
+#[test]
+#[parallel]
+fn fine_tuned_deepseek_v3_saves_and_loads_with_its_logits() {
+    fine_tune_save_reload("deepseek_v3");
 }

@@ -3,11 +3,9 @@
 //! embedding in closed form, multi-head latent attention's dense path against a plain host
 //! implementation of transformers' formulas and its absorbed paged decode (the MLA mode of
 //! `fused::decode_attention`) against the dense path, the three routers on hand-made scores,
-//! and the tiny DeepSeek-V2 / V3 checkpoints of `tests/fixtures/hf` against transformers'
-//! recorded logits and greedy tokens (the dense prefill, and the paged server with chunked
-//! prefill and captured decode), saved and loaded back, and their config errors.
-//!
-//! A capture forbids work from other threads on its device: the two server tests run alone.
+//! DeepSeek's config errors and its multi-token-prediction layer. The fixture checkpoints
+//! against transformers' logits and greedy tokens are in `tests/families.rs`, with the other
+//! families.
 
 mod common;
 
@@ -21,13 +19,11 @@ use burn_ascend_suite::families::blocks::deepseek_router::{
 };
 use burn_ascend_suite::families::blocks::mla::{Mla, MlaConfig};
 use burn_ascend_suite::families::blocks::yarn::{Rotary, Yarn};
-use burn_ascend_suite::families::{deepseek, spec_of, Decoder, LoadError};
-use burn_ascend_suite::hf::{self, Checkpoint};
-use burn_ascend_suite::moe::serve::{FinishReason, Request, ServeConfig, Server};
+use burn_ascend_suite::families::{self, spec_of};
+use burn_ascend_suite::hf;
 use burn_ascend_suite::moe::step::StepModel;
 use common::host_values::host_values;
 use common::*;
-use serial_test::{parallel, serial};
 
 type B = Ascend;
 
@@ -74,7 +70,6 @@ fn yarn(factor: f64, original: f64) -> Yarn {
 /// transformers 4.57.1 gives for the same `rope_scaling` (`ROPE_INIT_FUNCTIONS["yarn"]` and
 /// `DeepseekV3Attention.scaling`, qk_rope_head_dim 16, rope_theta 10000, qk_head_dim 24).
 #[test]
-#[parallel(graph)]
 fn yarn_frequencies_and_factors_match_transformers() {
     let base_scale = 24f64.powf(-0.5);
     let cases = [
@@ -203,7 +198,6 @@ fn rotate(x: &[f32], positions: &[f32], heads: usize, rotary: &Rotary) -> Vec<f6
 }
 
 #[test]
-#[parallel(graph)]
 fn rotary_turns_each_pair_by_its_angle() {
     let positions: Vec<f32> = vec![0.0, 1.0, 5.0, 17.0, 300.0];
     let (s, heads, d) = (positions.len(), 3, 16);
@@ -448,7 +442,6 @@ fn mla_cases() -> Vec<MlaConfig> {
 }
 
 #[test]
-#[parallel(graph)]
 fn mla_dense_matches_transformers_formulas() {
     let s = 7;
     for (i, cfg) in mla_cases().into_iter().enumerate() {
@@ -523,7 +516,6 @@ fn paged_decode(mla: &Mla<B>, x: Tensor<B, 2>, chunks: &[usize]) -> Tensor<B, 2>
 }
 
 #[test]
-#[parallel(graph)]
 fn mla_absorbed_paged_decode_matches_dense() {
     let s = 9;
     for (i, cfg) in mla_cases().into_iter().enumerate() {
@@ -576,7 +568,6 @@ fn choose(cfg: &RouterConfig, scores: Vec<f32>, bias: Option<Vec<f32>>) -> (Vec<
 }
 
 #[test]
-#[parallel(graph)]
 fn greedy_takes_the_top_scores_times_the_factor() {
     // transformers 4.57.1's DeepSeek-V2 router never renormalises (norm_topk_prob is ignored).
     let cfg = router(4, 2, TopkMethod::Greedy, 2.0, true);
@@ -586,7 +577,6 @@ fn greedy_takes_the_top_scores_times_the_factor() {
 }
 
 #[test]
-#[parallel(graph)]
 fn group_limited_greedy_keeps_the_groups_with_the_best_expert() {
     let method = TopkMethod::GroupLimitedGreedy {
         n_group: 4,
@@ -610,7 +600,6 @@ fn group_limited_greedy_keeps_the_groups_with_the_best_expert() {
 }
 
 #[test]
-#[parallel(graph)]
 fn noaux_tc_chooses_with_the_bias_and_weighs_without_it() {
     let method = TopkMethod::NoauxTc {
         n_group: 4,
@@ -640,7 +629,6 @@ fn noaux_tc_chooses_with_the_bias_and_weighs_without_it() {
 /// The whole router: gate logits from `x`, sigmoid scores, the choice, and the routing layout
 /// the MoE kernels take (rows in expert order, rows per expert).
 #[test]
-#[parallel(graph)]
 fn deepseek_router_routes_rows_in_expert_order() {
     let e = 4;
     let method = TopkMethod::NoauxTc {
@@ -694,184 +682,46 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A prompt of `reference.json`: transformers' token ids, logits at every position and greedy
-/// continuation.
-struct Prompt {
-    ids: Vec<u32>,
-    logits: Vec<Vec<f64>>,
-    greedy: Vec<u32>,
-}
-
-fn reference(dir: &Path) -> Vec<Prompt> {
-    let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference.json");
-    let json: serde_json::Value = serde_json::from_str(&text).expect("reference.json is JSON");
-    let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect()
-    };
-    json["prompts"]
-        .as_array()
-        .expect("prompts")
-        .iter()
-        .map(|p| Prompt {
-            ids: ids(&p["ids"]),
-            logits: p["logits"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|row| {
-                    row.as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|x| x.as_f64().unwrap())
-                        .collect()
-                })
-                .collect(),
-            greedy: ids(&p["greedy"]),
-        })
-        .collect()
-}
-
-/// The checkpoint in `dir`, checked (every tensor the spec names, nothing else but V3's
-/// multi-token-prediction layers) and loaded in f32.
-fn load_decoder(dir: &Path) -> Decoder<B> {
-    let checkpoint = Checkpoint::open(dir).expect("the checkpoint opens");
-    let spec = spec_of(checkpoint.config()).expect("a supported config");
-    checkpoint
-        .check(&spec.expected().0, deepseek::ignored(checkpoint.config()))
-        .expect("the checkpoint has the spec's tensors");
-    let read = |name: &str, dtype: DType| -> Result<TensorData, LoadError> {
-        Ok(checkpoint
-            .read(name, dtype)
-            .expect("a checked tensor reads"))
-    };
-    Decoder::load(&spec, &read, DType::F32, &device()).expect("the decoder loads")
-}
-
-fn prefill_matches(model: &Decoder<B>, prompts: &[Prompt], what: &str) {
-    for (i, p) in prompts.iter().enumerate() {
-        let n = p.ids.len();
-        let ids: Vec<i64> = p.ids.iter().map(|&t| t as i64).collect();
-        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, n]), &device());
-        let logits = model.forward_logits(tokens);
-        let want: Vec<f64> = p.logits.concat();
-        assert_eq!(logits.dims(), [1, n, want.len() / n]);
-        let got = floats(logits);
-        let worst = got
-            .iter()
-            .zip(&want)
-            .map(|(g, w)| (*g as f64 - w).abs())
-            .fold(0.0, f64::max);
-        assert!(
-            worst <= 1e-4,
-            "{what} prompt {i}: prefill logits differ from transformers' by up to {worst}"
-        );
-    }
-}
-
-/// Serves every prompt at once for 32 greedy tokens through the paged cache: prompts
-/// prefilled in chunks of at most 8 tokens beside the others' decode, pages of 4 slots, decode
-/// steps replayed from captured graphs.
-fn serve_greedy(model: Decoder<B>, prompts: &[Prompt], what: &str) {
-    let cfg = ServeConfig {
-        pages: 64,
-        page_size: 4,
-        max_seq: 64,
-        max_kv_splits: 3,
-        step_tokens: 8,
-        max_waiting: 16,
-        record_logits: true,
-    };
-    let mut server = Server::new(model, cfg, &device()).expect("a valid server");
-    server
-        .enable_captured_decode(&[1, 2, 4])
-        .expect("captured decode on the emulated NPU");
-    let requests: Vec<Request> = prompts
-        .iter()
-        .map(|p| Request::greedy(p.ids.clone(), p.greedy.len()))
-        .collect();
-    let report = server.generate(&requests);
-    for (i, (result, p)) in report.results.iter().zip(prompts).enumerate() {
-        let generation = result.as_ref().expect("the request is served");
-        assert_eq!(generation.finish, FinishReason::Length);
-        assert_eq!(
-            generation.tokens, p.greedy,
-            "{what} prompt {i}: greedy tokens through the paged server"
-        );
-        // The first token is chosen from the prompt's last position's logits.
-        let want = p.logits.last().unwrap();
-        assert_near(
-            &format!("{what} prompt {i}: paged prefill logits"),
-            &generation.logits[0],
-            want,
-            1e-4,
-        );
-    }
-    assert!(
-        server.captured_buckets().len() == 3,
-        "{what}: every bucket captured, eager ones: {:?}",
-        server.eager_buckets()
-    );
-}
-
+/// A DeepSeek-V3 checkpoint with a multi-token-prediction layer (`model.layers.N.*` past
+/// `num_hidden_layers`, as the published V3 has) loads without it, with the same logits; in a
+/// DeepSeek-V2 checkpoint the same tensor is an error naming it.
 #[test]
-#[serial(graph)]
-fn deepseek_v2_matches_transformers() {
-    let dir = fixture("deepseek_v2");
-    let prompts = reference(&dir);
-    let model = load_decoder(&dir);
-    prefill_matches(&model, &prompts, "deepseek_v2");
-    serve_greedy(model, &prompts, "deepseek_v2");
-}
-
-#[test]
-#[serial(graph)]
-fn deepseek_v3_matches_transformers() {
-    let dir = fixture("deepseek_v3");
-    let prompts = reference(&dir);
-    let model = load_decoder(&dir);
-    prefill_matches(&model, &prompts, "deepseek_v3");
-    serve_greedy(model, &prompts, "deepseek_v3");
-}
-
-/// Saved in the Hugging Face layout (sharded), a loaded checkpoint reads back with the same
-/// tensors, bit for bit, and the same logits.
-#[test]
-#[parallel(graph)]
-fn deepseek_checkpoint_saves_and_loads_back() {
-    for name in ["deepseek_v2", "deepseek_v3"] {
-        let dir = fixture(name);
-        let original = Checkpoint::open(&dir).expect("the checkpoint opens");
-        let model = load_decoder(&dir);
-        let out =
-            std::env::temp_dir().join(format!("burn-ascend-{name}-resaved-{}", std::process::id()));
+fn deepseek_v3_multi_token_prediction_layer_is_skipped() {
+    let device = device();
+    let tokens =
+        || Tensor::<B, 2, Int>::from_data(TensorData::new(vec![0i64, 5, 9, 2], [1, 4]), &device);
+    for (name, loads) in [("deepseek_v3", true), ("deepseek_v2", false)] {
+        let loaded =
+            families::load::<B>(fixture(name), DType::F32, &device).expect("the fixture loads");
+        let mut tensors = loaded.model.tensors();
+        let extra = "model.layers.2.eh_proj.weight";
+        tensors.push((extra.into(), host_values(vec![64, 128], 3)));
+        let out = tempfile::tempdir().unwrap();
         hf::save(
-            &out,
-            original.config(),
-            model.tensors(),
-            Some(&original),
-            Some(200_000),
+            out.path(),
+            loaded.checkpoint.config(),
+            tensors,
+            Some(&loaded.checkpoint),
+            None,
         )
         .expect("the checkpoint saves");
-        let saved = Checkpoint::open(&out).expect("the saved checkpoint opens");
-        assert!(saved.files().len() > 1, "{name}: saved in shards");
-        let mut names: Vec<&str> = original.names().collect();
-        names.sort();
-        let mut again: Vec<&str> = saved.names().collect();
-        again.sort();
-        assert_eq!(names, again, "{name}: the same tensor names");
-        for n in names {
-            let (a, b) = (
-                original.read(n, DType::F32).unwrap(),
-                saved.read(n, DType::F32).unwrap(),
-            );
-            assert_eq!(a.as_bytes(), b.as_bytes(), "{name}: tensor {n} bit for bit");
+        match families::load::<B>(out.path(), DType::F32, &device) {
+            Ok(again) => {
+                assert!(loads, "{name}: {extra} should be refused");
+                let (a, b) = (
+                    floats(loaded.model.forward_logits(tokens())),
+                    floats(again.model.forward_logits(tokens())),
+                );
+                assert_eq!(a, b, "{name}: the same logits without the MTP layer");
+            }
+            Err(e) => {
+                assert!(!loads, "{name}: {e}");
+                assert!(
+                    e.to_string().contains(extra),
+                    "{name}: the error {e} names {extra}"
+                );
+            }
         }
-        prefill_matches(&load_decoder(&out), &reference(&dir), name);
-        std::fs::remove_dir_all(&out).unwrap();
     }
 }
 
@@ -885,7 +735,6 @@ fn config_error(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> String
 }
 
 #[test]
-#[parallel(graph)]
 fn deepseek_configs_with_unsupported_options_fail_by_name() {
     type Edit = Box<dyn FnOnce(&mut serde_json::Value)>;
     let cases: Vec<(&str, Edit, &str)> = vec![
@@ -942,16 +791,4 @@ fn deepseek_configs_with_unsupported_options_fail_by_name() {
             "{name}: the error {error:?} should say {message:?}"
         );
     }
-}
-
-#[test]
-#[parallel(graph)]
-fn deepseek_v3_multi_token_prediction_layers_are_ignored() {
-    let config: serde_json::Value = serde_json::json!({ "num_hidden_layers": 61 });
-    let ignored = deepseek::ignored(&config);
-    assert!(ignored("model.layers.61.eh_proj.weight"));
-    assert!(ignored("model.layers.61.self_attn.kv_b_proj.weight"));
-    assert!(!ignored("model.layers.60.self_attn.kv_b_proj.weight"));
-    assert!(!ignored("model.layers.6.mlp.gate.weight"));
-    assert!(!ignored("lm_head.weight"));
 }

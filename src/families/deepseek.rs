@@ -295,13 +295,15 @@ pub fn spec(config: &serde_json::Value, v3: bool) -> Result<DecoderSpec, LoadErr
     })
 }
 
-/// Tensors of a DeepSeek checkpoint that are not the decoder's: DeepSeek-V3's multi-token
-/// prediction layers, stored as `model.layers.N.*` past `num_hidden_layers` (transformers
-/// skips them too).
+/// Tensors of a checkpoint that are not its decoder's: DeepSeek-V3's multi-token prediction
+/// layers, stored as `model.layers.N.*` past `num_hidden_layers` (transformers skips them too).
+/// Nothing for other families, where such a tensor is an error.
 pub fn ignored(config: &serde_json::Value) -> impl Fn(&str) -> bool {
+    let v3 = config.get("model_type").and_then(serde_json::Value::as_str) == Some("deepseek_v3");
     let layers = config
         .get("num_hidden_layers")
         .and_then(serde_json::Value::as_u64)
+        .filter(|_| v3)
         .unwrap_or(u64::MAX);
     move |name: &str| {
         name.strip_prefix("model.layers.")

@@ -383,8 +383,9 @@ pub fn load_from<B: FusedOps>(
         return Err(LoadError::Dtype(dtype));
     }
     // Older checkpoints carry rope's inverse frequencies, which the model computes.
+    let not_the_decoder = deepseek::ignored(checkpoint.config());
     checkpoint.check(&spec.expected().0, |name| {
-        name.ends_with(".self_attn.rotary_emb.inv_freq")
+        name.ends_with(".self_attn.rotary_emb.inv_freq") || not_the_decoder(name)
     })?;
     let read = |name: &str, dtype: DType| checkpoint.read(name, dtype).map_err(LoadError::from);
     Decoder::load(&spec, &read, dtype, device)
