@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{DType, IndexingUpdateOp, Int, Tensor, TensorData};
-use burn_ascend::fused::{self, DecodeAttentionOptions};
+use burn_ascend::fused::{self, DecodeAttentionOptions, DecodePath};
 use burn_ascend_suite::families::blocks::deepseek_router::{
     DeepseekRouter, RouterConfig, TopkMethod,
 };
@@ -253,9 +253,9 @@ fn mla_config(q_lora_rank: Option<usize>, interleaved: bool, attention_bias: boo
     }
 }
 
-/// Replaces every float parameter with seeded host values: matrices small (so the scores
-/// stay moderate), vectors (norm scales and biases) around 1.
-struct Seeded(u64);
+/// Replaces every float parameter with seeded host values of a dtype: matrices small (so the
+/// scores stay moderate), vectors (norm scales and biases) around 1.
+struct Seeded(u64, DType);
 
 impl ModuleMapper<B> for Seeded {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
@@ -266,13 +266,17 @@ impl ModuleMapper<B> for Seeded {
             let scale = if D == 1 { 0.05 } else { 0.06 };
             let values = host_values(shape, seed);
             let offset = if D == 1 { 1.0 } else { 0.0 };
-            Tensor::<B, D>::from_data(values, &t.device()) * scale + offset
+            (Tensor::<B, D>::from_data(values, &t.device()) * scale + offset).cast(self.1)
         })
     }
 }
 
 fn seeded_mla(cfg: MlaConfig, seed: u64) -> Mla<B> {
-    Mla::<B>::new(cfg, &device()).map(&mut Seeded(seed))
+    seeded_mla_in(cfg, seed, DType::F32)
+}
+
+fn seeded_mla_in(cfg: MlaConfig, seed: u64, dtype: DType) -> Mla<B> {
+    Mla::<B>::new(cfg, &device()).map(&mut Seeded(seed, dtype))
 }
 
 /// A matrix in Burn's `[in, out]` layout, on the host.
@@ -460,12 +464,17 @@ fn mla_dense_matches_transformers_formulas() {
 /// `chunks` of consecutive tokens (a prefill chunk, then single decoded tokens), each token
 /// attending to its positions' slots (scattered over the cache) through
 /// `fused::decode_attention` with no value cache.
-fn paged_decode(mla: &Mla<B>, x: Tensor<B, 2>, chunks: &[usize]) -> Tensor<B, 2> {
+fn paged_decode(
+    mla: &Mla<B>,
+    x: Tensor<B, 2>,
+    chunks: &[usize],
+    path: Option<DecodePath>,
+) -> Tensor<B, 2> {
     let device = device();
     let slots = 61;
     // Position p lives at slot (7p + 3) mod 61: never in order, never shared.
     let slot = |p: usize| ((7 * p + 3) % slots) as i64;
-    let mut cache = Tensor::<B, 3>::zeros([slots, 1, mla.cfg.cache_dim()], &device);
+    let mut cache = Tensor::<B, 3>::zeros([slots, 1, mla.cfg.cache_dim()], (&device, x.dtype()));
     let (mut start, mut outs) = (0, Vec::new());
     for &len in chunks {
         let (mut indptr, mut indices, mut splits) = (vec![0i64], Vec::new(), Vec::new());
@@ -503,7 +512,7 @@ fn paged_decode(mla: &Mla<B>, x: Tensor<B, 2>, chunks: &[usize]) -> Tensor<B, 2>
                         sm_scale,
                         logit_cap: None,
                         value_dim,
-                        path: None,
+                        path,
                     },
                 )
                 .0
@@ -524,7 +533,7 @@ fn mla_absorbed_paged_decode_matches_dense() {
         let x = sequence(s, hidden, 21 + i as u64);
         let dense = mla.dense(x.clone().reshape([1, s, hidden]), positions(0..s));
         let want: Vec<f64> = floats(dense).into_iter().map(f64::from).collect();
-        let got = paged_decode(&mla, x, &[5, 1, 1, 2]);
+        let got = paged_decode(&mla, x, &[5, 1, 1, 2], None);
         assert_eq!(got.dims(), [s, hidden]);
         assert_near(
             &format!("case {i}: absorbed decode"),
@@ -532,6 +541,27 @@ fn mla_absorbed_paged_decode_matches_dense() {
             &want,
             1e-4,
         );
+    }
+}
+
+/// In f16 and bf16 the absorbed decode, on the vector path and on the cube path (which takes
+/// MLA's one key head for all query heads), stays within the dtype's rounding of the f32 layer.
+#[test]
+fn mla_absorbed_decode_in_half_precision_on_both_paths() {
+    let s = 9;
+    let cfg = mla_config(Some(24), true, false);
+    let hidden = cfg.hidden;
+    let x = sequence(s, hidden, 5);
+    let exact = seeded_mla(cfg.clone(), 900);
+    let dense = exact.dense(x.clone().reshape([1, s, hidden]), positions(0..s));
+    let want: Vec<f64> = floats(dense).into_iter().map(f64::from).collect();
+    for (dtype, tol) in [(DType::F16, 1e-2), (DType::BF16, 5e-2)] {
+        let mla = seeded_mla_in(cfg.clone(), 900, dtype);
+        for path in [DecodePath::Vector, DecodePath::Cube] {
+            let got = paged_decode(&mla, x.clone().cast(dtype), &[5, 1, 1, 2], Some(path));
+            assert_eq!(got.dtype(), dtype);
+            assert_near(&format!("{dtype:?} {path:?}"), &floats(got), &want, tol);
+        }
     }
 }
 
