@@ -794,6 +794,13 @@ fn deepseek_configs_with_unsupported_options_fail_by_name() {
             "option moe_layer_freq is not supported",
         ),
         (
+            "deepseek_v3",
+            Box::new(|c| {
+                c["rope_parameters"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0})
+            }),
+            "option rope_parameters is not supported",
+        ),
+        (
             "deepseek_v2",
             Box::new(|c| c["mlp_bias"] = true.into()),
             "option mlp_bias is not supported",

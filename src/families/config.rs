@@ -26,11 +26,19 @@ pub struct Common {
     pub head_dim: Option<usize>,
     /// `rms_norm_eps`.
     pub rms_norm_eps: f64,
-    /// `rope_theta`.
-    pub rope_theta: f64,
-    /// `rope_scaling`: only null is supported by these families.
+    /// `rope_theta` (transformers 4.x).
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    /// `rope_scaling` (transformers 4.x): only null is supported by these families.
     #[serde(default)]
     pub rope_scaling: Option<serde_json::Value>,
+    /// `rope_parameters` (transformers 5.x: `rope_theta` and the scaling in one object): only
+    /// `rope_type` `default`.
+    #[serde(default)]
+    pub rope_parameters: Option<serde_json::Value>,
+    /// `layer_types` (transformers 5.x): only `full_attention`.
+    #[serde(default)]
+    pub layer_types: Option<Vec<String>>,
     /// `hidden_act`: only `silu`.
     pub hidden_act: String,
     /// `tie_word_embeddings`: only false.
@@ -93,13 +101,33 @@ impl Common {
             ));
         }
         if let Some(scaling) = self.rope_scaling.as_ref().filter(|s| !s.is_null()) {
-            let kind = scaling
-                .get("rope_type")
-                .or_else(|| scaling.get("type"))
-                .map_or_else(|| scaling.to_string(), |t| t.to_string());
             return Err(self.unsupported(
                 "rope_scaling",
-                format!("{kind}: only the unscaled rotary embedding (null) is implemented"),
+                format!(
+                    "{}: only the unscaled rotary embedding (null) is implemented",
+                    rope_kind(scaling)
+                ),
+            ));
+        }
+        if let Some(params) = &self.rope_parameters {
+            let kind = rope_kind(params);
+            if kind != "\"default\"" {
+                return Err(self.unsupported(
+                    "rope_parameters",
+                    format!("rope_type {kind}: only \"default\" is implemented"),
+                ));
+            }
+        }
+        self.rope_theta()?;
+        if let Some(other) = self
+            .layer_types
+            .iter()
+            .flatten()
+            .find(|t| *t != "full_attention")
+        {
+            return Err(self.unsupported(
+                "layer_types",
+                format!("{other:?}: only \"full_attention\" is implemented"),
             ));
         }
         if let (Some(window), true) = (self.sliding_window, self.use_sliding_window.unwrap_or(true))
@@ -126,6 +154,20 @@ impl Common {
         Ok(())
     }
 
+    /// `rope_theta`, or `rope_parameters.rope_theta` (transformers 5.x).
+    fn rope_theta(&self) -> Result<f64, LoadError> {
+        self.rope_theta
+            .or_else(|| {
+                self.rope_parameters
+                    .as_ref()
+                    .and_then(|p| p.get("rope_theta"))
+                    .and_then(|t| t.as_f64())
+            })
+            .ok_or_else(|| {
+                self.invalid("neither rope_theta nor rope_parameters.rope_theta is given".into())
+            })
+    }
+
     fn kv_heads(&self) -> usize {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }
@@ -136,8 +178,8 @@ impl Common {
     }
 
     /// The grouped-query attention these fields describe.
-    pub fn gqa(&self, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> GqaSpec {
-        GqaSpec {
+    pub fn gqa(&self, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> Result<GqaSpec, LoadError> {
+        Ok(GqaSpec {
             q_heads: self.num_attention_heads,
             kv_heads: self.kv_heads(),
             head_dim: self.head_dim(),
@@ -146,9 +188,9 @@ impl Common {
             qk_norm,
             eps: self.rms_norm_eps,
             rope: Rope::Default {
-                theta: self.rope_theta,
+                theta: self.rope_theta()?,
             },
-        }
+        })
     }
 
     /// Checks `top_k` of `experts`.
@@ -160,4 +202,12 @@ impl Common {
         }
         Ok(())
     }
+}
+
+/// The `rope_type` (or older `type`) of a rope scaling object, quoted.
+fn rope_kind(scaling: &serde_json::Value) -> String {
+    scaling
+        .get("rope_type")
+        .or_else(|| scaling.get("type"))
+        .map_or_else(|| scaling.to_string(), |t| t.to_string())
 }

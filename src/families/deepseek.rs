@@ -181,6 +181,19 @@ pub fn spec(config: &serde_json::Value, v3: bool) -> Result<DecoderSpec, LoadErr
     let model_type = if v3 { "deepseek_v3" } else { "deepseek_v2" };
     let c: Config = parse(model_type, config)?;
     let common = &c.common;
+    // transformers 5.x moved rope_theta and the scaling into rope_parameters; only the 4.x
+    // layout of DeepSeek's YaRN is checked against transformers here.
+    if common.rope_parameters.is_some() {
+        return Err(common.unsupported(
+            "rope_parameters",
+            "the transformers 5.x config layout is not implemented for DeepSeek (rope_theta and \
+             rope_scaling are)"
+                .into(),
+        ));
+    }
+    let theta = common
+        .rope_theta
+        .ok_or_else(|| common.invalid("rope_theta is missing".into()))?;
     // The shared checks, but rope_scaling, which DeepSeek reads itself (YaRN).
     Common {
         rope_scaling: None,
@@ -236,8 +249,8 @@ pub fn spec(config: &serde_json::Value, v3: bool) -> Result<DecoderSpec, LoadErr
     // V3 interleaves by default; V2's complex-number rope always pairs adjacent dims.
     let interleaved = !v3 || c.rope_interleave.unwrap_or(true);
     let rotary = match &yarn {
-        Some(y) => Rotary::yarn(c.qk_rope_head_dim, common.rope_theta, y, interleaved),
-        None => Rotary::default_rope(c.qk_rope_head_dim, common.rope_theta, interleaved),
+        Some(y) => Rotary::yarn(c.qk_rope_head_dim, theta, y, interleaved),
+        None => Rotary::default_rope(c.qk_rope_head_dim, theta, interleaved),
     };
     let mut sm_scale = ((c.qk_nope_head_dim + c.qk_rope_head_dim) as f64).powf(-0.5);
     if v3 {
@@ -271,6 +284,8 @@ pub fn spec(config: &serde_json::Value, v3: bool) -> Result<DecoderSpec, LoadErr
                 block: "mlp".into(),
                 expert: ["gate_proj".into(), "up_proj".into(), "down_proj".into()],
                 shared: "shared_experts".into(),
+                // transformers 4.x stores each expert apart.
+                fused: false,
             },
         })
     } else {

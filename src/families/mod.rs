@@ -109,6 +109,18 @@ pub struct DecoderSpec {
 }
 
 impl DecoderSpec {
+    /// The spec with its experts in the fused layout transformers 5.x can write (see
+    /// [`blocks::ffn::MoeNames::fused`]).
+    pub fn with_fused_experts(mut self) -> Self {
+        for layer in &mut self.layers {
+            if let FfnSpec::Sparse(moe) = &mut layer.ffn {
+                moe.names.block = "mlp".into();
+                moe.names.fused = true;
+            }
+        }
+        self
+    }
+
     /// The tensors of the model, `(name, shape)` as the checkpoint stores them, in order.
     pub fn expected(&self) -> Expected {
         let mut out = Expected::default();
@@ -378,7 +390,13 @@ pub fn load_from<B: FusedOps>(
     dtype: DType,
     device: &B::Device,
 ) -> Result<Decoder<B>, LoadError> {
-    let spec = spec_of(checkpoint.config())?;
+    let mut spec = spec_of(checkpoint.config())?;
+    if checkpoint
+        .names()
+        .any(|n| n.ends_with(".experts.gate_up_proj"))
+    {
+        spec = spec.with_fused_experts();
+    }
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         return Err(LoadError::Dtype(dtype));
     }
@@ -392,7 +410,7 @@ pub fn load_from<B: FusedOps>(
 }
 
 /// Saves `model` into `dir` in the Hugging Face layout of `from` (the checkpoint it was loaded
-/// from): the same tensor names and shapes, in the model's dtype (config.json's `dtype` says
+/// from): the same tensor names and shapes (the experts fused when they were), in the model's dtype (config.json's `dtype` says
 /// which), sharded when the weights exceed `max_shard_bytes`, with `from`'s tokenizer and
 /// generation files.
 pub fn save<B: FusedOps>(
