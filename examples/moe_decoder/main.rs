@@ -31,8 +31,10 @@ use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
 use burn_ascend_suite::moe::model::MoeDecoder;
 use burn_ascend_suite::moe::serve::{
-    FinishReason, Generation, Request, Sampling, ServeConfig, ServeError, Server,
+    FinishReason, Generation, Request, Sampling, ServeConfig, Server,
 };
+use burn_ascend_suite::moe::step::StepModel;
+use burn_ascend_suite::moe::workload::ServingReport;
 use burn_ascend_suite::moe::train::{StepReport, TrainConfig};
 use burn_ascend_suite::moe::workload::Arrival;
 use burn_autodiff::Autodiff;
@@ -163,6 +165,11 @@ const PROMPTS: [&str; 4] = [
 pub struct Plan {
     model: MoeConfig,
     train: Option<TrainConfig>,
+    serving: Serving,
+}
+
+/// What to serve and how, from checked options.
+pub struct Serving {
     serve: ServeConfig,
     prompts: Vec<String>,
     requests: Vec<Request>,
@@ -248,10 +255,12 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
     Ok(Plan {
         model,
         train,
-        serve,
-        prompts,
-        requests,
-        captured_decode: !args.eager_decode,
+        serving: Serving {
+            serve,
+            prompts,
+            requests,
+            captured_decode: !args.eager_decode,
+        },
     })
 }
 
@@ -436,48 +445,70 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     plan: &Plan,
     devices: &[AscendDevice],
 ) -> Result<Vec<Outcome>, String> {
-    let device = &devices[0];
-    let cfg = plan.serve;
+    let serving = &plan.serving;
     let served = parallel::serving(model.clone(), devices)?;
-    let mut server = Server::new(served, cfg, device).map_err(|e| e.to_string())?;
-    if plan.captured_decode && devices.len() > 1 {
-        // Expert-parallel decode exchanges rows between NPUs (HCCL), which the captured step
-        // of one device does not record.
-        say!(
-            "decode steps run eagerly: expert-parallel decode spans {} NPUs",
+    // Expert-parallel decode exchanges rows between NPUs (HCCL), which the captured step of
+    // one device does not record.
+    let eager = (devices.len() > 1).then(|| {
+        format!(
+            "expert-parallel decode spans {} NPUs",
             devices.len()
-        );
-    } else if plan.captured_decode {
+        )
+    });
+    let bytes = |tokens: &[u32]| {
+        let bytes: Vec<u8> = tokens.iter().map(|&t| t as u8).collect();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    let (outcomes, report) = serve_model(served, serving, &devices[0], eager, bytes)?;
+    parallel::check_one_device(model, serving.serve, devices, &serving.requests, &report)?;
+    Ok(outcomes)
+}
+
+/// Serves `serving`'s requests with `model` on `device` (captured decode unless asked not to or
+/// `eager` says why not), prints each outcome, its text decoded by `text`, and the serving
+/// figures.
+pub(crate) fn serve_model<B: FusedOps<Device = AscendDevice>, M: StepModel<B>>(
+    model: M,
+    serving: &Serving,
+    device: &AscendDevice,
+    eager: Option<String>,
+    text: impl Fn(&[u32]) -> Result<String, String>,
+) -> Result<(Vec<Outcome>, ServingReport), String> {
+    let cfg = serving.serve;
+    let mut server = Server::new(model, cfg, device).map_err(|e| e.to_string())?;
+    match eager {
+        Some(why) if serving.captured_decode => say!("decode steps run eagerly: {why}"),
         // On failure the server has said why, and decodes eagerly.
-        if server.enable_captured_decode(&DECODE_BUCKETS).is_ok() {
-            let eager: Vec<String> = server
-                .eager_buckets()
-                .iter()
-                .map(|(b, why)| format!("{b} ({why})"))
-                .collect();
-            say!(
-                "decode steps replay captured graphs for batch buckets {:?}{}",
-                server.captured_buckets(),
-                if eager.is_empty() {
-                    String::new()
-                } else {
-                    format!("; eager: {}", eager.join(", "))
-                }
-            );
+        None if serving.captured_decode => {
+            if server.enable_captured_decode(&DECODE_BUCKETS).is_ok() {
+                let eager: Vec<String> = server
+                    .eager_buckets()
+                    .iter()
+                    .map(|(b, why)| format!("{b} ({why})"))
+                    .collect();
+                say!(
+                    "decode steps replay captured graphs for batch buckets {:?}{}",
+                    server.captured_buckets(),
+                    if eager.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; eager: {}", eager.join(", "))
+                    }
+                );
+            }
         }
-    } else {
-        say!("decode steps run eagerly (--eager-decode)");
+        _ => say!("decode steps run eagerly (--eager-decode)"),
     }
     say!(
-        "serving {} prompts, {} new tokens each (paged KV cache of {} pages of {} slots, steps \
-         of at most {} tokens)",
-        plan.requests.len(),
-        plan.requests[0].new_tokens,
+        "serving {} prompts, {} new tokens each at most (paged KV cache of {} pages of {} \
+         slots, steps of at most {} tokens)",
+        serving.requests.len(),
+        serving.requests[0].new_tokens,
         cfg.pages,
         cfg.page_size,
         cfg.step_tokens
     );
-    let arrivals: Vec<Arrival> = plan
+    let arrivals: Vec<Arrival> = serving
         .requests
         .iter()
         .map(|r| Arrival {
@@ -489,17 +520,20 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     let mut clock = matches!(device, AscendDevice::Emulated(_)).then(ModelledClock::start);
     let report = server.serve(&arrivals, || clock.as_mut().map(ModelledClock::lap));
     let mut outcomes = Vec::new();
-    for ((prompt, request), result) in plan.prompts.iter().zip(&plan.requests).zip(&report.results)
+    for ((prompt, request), result) in serving
+        .prompts
+        .iter()
+        .zip(&serving.requests)
+        .zip(&report.results)
     {
-        let text = result.as_ref().map(|g| {
-            let bytes: Vec<u8> = g.tokens.iter().map(|&t| t as u8).collect();
-            String::from_utf8_lossy(&bytes).into_owned()
-        });
-        outcomes.push(outcome(prompt, &request.prompt, result, text));
+        let decoded = match result {
+            Ok(g) => text(&g.tokens).map(|t| (g, t)),
+            Err(e) => Err(e.to_string()),
+        };
+        outcomes.push(outcome(prompt, &request.prompt, decoded));
     }
     say!("{report}");
-    parallel::check_one_device(model, cfg, devices, &plan.requests, &report)?;
-    Ok(outcomes)
+    Ok((outcomes, report))
 }
 
 /// One request's outcome: prompt, prompt token ids, and the generated token ids, text and
@@ -511,12 +545,11 @@ pub type Outcome = serde_json::Value;
 fn outcome(
     prompt: &str,
     prompt_ids: &[u32],
-    result: &Result<Generation, ServeError>,
-    text: Result<String, &ServeError>,
+    result: Result<(&Generation, String), String>,
 ) -> Outcome {
     let json = JSON.load(std::sync::atomic::Ordering::Relaxed);
-    let (line, value) = match (result, text) {
-        (Ok(g), Ok(text)) => {
+    let (line, value) = match result {
+        Ok((g, text)) => {
             let finish = match g.finish {
                 FinishReason::Stop => "stop",
                 FinishReason::Length => "length",
@@ -531,12 +564,12 @@ fn outcome(
             });
             (line, value)
         }
-        (Err(e), _) | (_, Err(e)) => {
+        Err(e) => {
             let line = format!("  {prompt:?} -> error: {e}");
             let value = serde_json::json!({
                 "prompt": prompt,
                 "prompt_token_ids": prompt_ids,
-                "error": e.to_string(),
+                "error": e,
             });
             (line, value)
         }
