@@ -8,9 +8,11 @@
 //!
 //! transformers' readings that differ from DeepSeek's own code, followed here (the checkpoints'
 //! reference outputs are transformers'): V2 never renormalises the routing weights
-//! (`norm_topk_prob` is ignored) and scales its scores by `qk_head_dim^-0.5` alone (V3 also by
-//! YaRN's `mscale(factor, mscale_all_dim)^2`); `moe_layer_freq` is not read (only 1 is
-//! accepted here); the router's auxiliary loss is not computed (`aux_loss_alpha` is not read).
+//! (`norm_topk_prob` is ignored); `moe_layer_freq` is not read (only 1 is accepted here); the
+//! router's auxiliary loss is not computed (`aux_loss_alpha` is not read). The softmax scale
+//! has YaRN's `mscale(factor, mscale_all_dim)^2` in both, as DeepSeek's code and transformers
+//! >= 5 have it (4.57.1's V2 leaves it out: `tests/fixtures/hf/deepseek_v2`'s reference is
+//! 5.24.0's).
 //!
 //! [`blocks::mla`]: super::blocks::mla
 //! [`blocks::yarn`]: super::blocks::yarn
@@ -252,10 +254,10 @@ pub fn spec(config: &serde_json::Value, v3: bool) -> Result<DecoderSpec, LoadErr
         Some(y) => Rotary::yarn(c.qk_rope_head_dim, theta, y, interleaved),
         None => Rotary::default_rope(c.qk_rope_head_dim, theta, interleaved),
     };
-    let mut sm_scale = ((c.qk_nope_head_dim + c.qk_rope_head_dim) as f64).powf(-0.5);
-    if v3 {
-        sm_scale *= yarn.as_ref().map_or(1.0, Yarn::softmax_scale_multiplier);
-    }
+    // qk_head_dim^-0.5 times YaRN's mscale(factor, mscale_all_dim)^2, as DeepSeek's own code,
+    // transformers' V3 and transformers >= 5's V2 scale (4.57.1's V2 omitted the mscale^2).
+    let sm_scale = ((c.qk_nope_head_dim + c.qk_rope_head_dim) as f64).powf(-0.5)
+        * yarn.as_ref().map_or(1.0, Yarn::softmax_scale_multiplier);
     let attention = AttentionSpec::Mla(MlaConfig {
         hidden: common.hidden_size,
         heads,
