@@ -11,7 +11,7 @@
 //! (`norm_topk_prob` is ignored); `moe_layer_freq` is not read (only 1 is accepted here); the
 //! router's auxiliary loss is not computed (`aux_loss_alpha` is not read). The softmax scale
 //! has YaRN's `mscale(factor, mscale_all_dim)^2` in both, as DeepSeek's code and transformers
-//! >= 5 have it (4.57.1's V2 leaves it out: `tests/fixtures/hf/deepseek_v2`'s reference is
+//! 5 have it (4.57.1's V2 leaves it out: `tests/fixtures/hf/deepseek_v2`'s reference is
 //! 5.24.0's).
 //!
 //! [`blocks::mla`]: super::blocks::mla
