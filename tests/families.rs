@@ -372,6 +372,79 @@ fn unreadable_files_are_named() {
     assert_names(&load_err(dir.path()), &["config.json"]);
 }
 
+/// transformers' `load_balancing_loss_func` on the host, from the router probabilities of each
+/// MoE layer `[N, E]`: the rows of all layers together, each row's top-k experts one-hot
+/// `[rows, k, E]` averaged over the rows, times the mean probabilities, summed, times E.
+fn host_load_balancing_loss(layers: &[Vec<Vec<f32>>], top_k: usize) -> f32 {
+    let rows: Vec<&Vec<f32>> = layers.iter().flatten().collect();
+    let e = rows[0].len();
+    let n = rows.len() as f32;
+    let mut tokens_per_expert = vec![vec![0f32; e]; top_k];
+    let mut prob_per_expert = vec![0f32; e];
+    for row in &rows {
+        let mut order: Vec<usize> = (0..e).collect();
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+        for (choice, &expert) in order[..top_k].iter().enumerate() {
+            tokens_per_expert[choice][expert] += 1.0 / n;
+        }
+        for (p, x) in prob_per_expert.iter_mut().zip(row.iter()) {
+            *p += x / n;
+        }
+    }
+    let dot: f32 = tokens_per_expert
+        .iter()
+        .map(|t| {
+            t.iter()
+                .zip(&prob_per_expert)
+                .map(|(a, b)| a * b)
+                .sum::<f32>()
+        })
+        .sum();
+    dot * e as f32
+}
+
+#[test]
+#[parallel]
+fn load_balancing_loss_is_transformers_over_every_moe_layer() {
+    let device = device();
+    // Mixtral: both layers sparse; qwen2_moe: layers 0 and 2 (layer 1 is dense).
+    for (name, layers) in [("mixtral", 2), ("qwen2_moe", 2)] {
+        let model = load::<Ascend>(&fixture(name), &device);
+        let refs = references(name);
+        // Two sequences of the same length: the batch's tokens count together.
+        let s = refs[0].ids.len();
+        let ids: Vec<i32> = refs[1].ids[..s]
+            .iter()
+            .chain(&refs[2].ids[..s])
+            .map(|&t| t as i32)
+            .collect();
+        let tokens =
+            || Tensor::<Ascend, 2, Int>::from_data(TensorData::new(ids.clone(), [2, s]), &device);
+        let probs: Vec<Vec<Vec<f32>>> = model
+            .router_probs(tokens())
+            .into_iter()
+            .map(|p| {
+                let e = p.dims()[1];
+                let flat = p.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+                flat.chunks(e).map(<[f32]>::to_vec).collect()
+            })
+            .collect();
+        assert_eq!(probs.len(), layers, "{name}: MoE layers");
+        let want = host_load_balancing_loss(&probs, 2);
+        let got = model
+            .forward(tokens())
+            .1
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .unwrap()[0];
+        assert!(
+            (got - want).abs() <= 1e-5 * want,
+            "{name}: load-balancing loss {got}, transformers' formula {want}"
+        );
+    }
+}
+
 /// The mean cross-entropy of next tokens over `seqs`.
 fn loss<B: FusedOps>(model: &Decoder<B>, seqs: &[Vec<u32>], device: &B::Device) -> f32 {
     let mut total = 0.0;

@@ -249,6 +249,18 @@ impl<B: FusedOps> Decoder<B> {
     /// load-balancing loss of transformers' `load_balancing_loss_func` (without its
     /// coefficient), over the tokens of every MoE layer together.
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>) {
+        let device = tokens.device();
+        let (logits, stats) = self.run(tokens);
+        (logits, load_balancing_loss(stats, &device))
+    }
+
+    /// The router probabilities `[B * S, E]` of the tokens `[B, S]` in each MoE layer, in
+    /// order: what the load-balancing loss averages.
+    pub fn router_probs(&self, tokens: Tensor<B, 2, Int>) -> Vec<Tensor<B, 2>> {
+        self.run(tokens).1.into_iter().map(|s| s.probs).collect()
+    }
+
+    fn run(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Vec<RouterStats<B>>) {
         let [b, s] = tokens.dims();
         let device = tokens.device();
         // f32 whatever the model's dtype: see `crate::moe::model::rope`.
@@ -258,7 +270,7 @@ impl<B: FusedOps> Decoder<B> {
         );
         let mut x = self.embed.forward(tokens);
         let h = self.spec.hidden;
-        let mut stats: Vec<RouterStats<B>> = Vec::new();
+        let mut stats = Vec::new();
         for layer in &self.layers {
             let attended = layer
                 .attention
@@ -270,10 +282,7 @@ impl<B: FusedOps> Decoder<B> {
         }
         let v = self.spec.vocab;
         let logits = self.head.forward(self.norm.forward(x.reshape([b * s, h])));
-        (
-            logits.reshape([b, s, v]),
-            load_balancing_loss(stats, &device),
-        )
+        (logits.reshape([b, s, v]), stats)
     }
 }
 
@@ -281,15 +290,15 @@ impl<B: FusedOps> Decoder<B> {
 /// fraction of (token, choice) pairs routed to each and its mean router probability, both
 /// over the tokens of all MoE layers together.
 fn load_balancing_loss<B: Backend>(stats: Vec<RouterStats<B>>, device: &B::Device) -> Tensor<B, 1> {
-    let tokens: usize = stats.iter().map(|s| s.tokens).sum();
-    let mut it = stats.into_iter();
-    let Some(first) = it.next() else {
+    let tokens: usize = stats.iter().map(|s| s.probs.dims()[0]).sum();
+    let Some(experts) = stats.first().map(|s| s.counts.dims()[0]) else {
         return Tensor::zeros([1], device);
     };
-    let experts = first.counts.dims()[0];
-    let (counts, probs) = it.fold((first.counts, first.probs), |(c, p), s| {
-        (c + s.counts, p + s.probs)
-    });
+    let (counts, probs) = stats
+        .into_iter()
+        .map(|s| (s.counts, s.probs.sum_dim(0).reshape([experts])))
+        .reduce(|(c, p), (c2, p2)| (c + c2, p + p2))
+        .expect("one MoE layer at least");
     let n = tokens as f64;
     let counts = counts.cast(probs.dtype());
     ((counts / n) * (probs / n)).sum() * experts as f64

@@ -108,10 +108,8 @@ pub struct SparseMoe<B: Backend> {
 pub struct RouterStats<B: Backend> {
     /// `[E]` (token, choice) pairs routed to each expert (no gradient).
     pub counts: Tensor<B, 1>,
-    /// `[E]` the router probabilities summed over the tokens.
-    pub probs: Tensor<B, 1>,
-    /// Tokens routed.
-    pub tokens: usize,
+    /// `[T, E]` the router probabilities of each token.
+    pub probs: Tensor<B, 2>,
 }
 
 /// A layer's feed-forward block.
@@ -264,7 +262,7 @@ impl<B: FusedOps> Ffn<B> {
 
 impl<B: FusedOps> SparseMoe<B> {
     fn forward(&self, x: Tensor<B, 2>) -> (Tensor<B, 2>, RouterStats<B>) {
-        let [t, _] = x.dims();
+        let t = x.dims()[0];
         let k = self.spec.router.top_k();
         let routing = self.router.route(x.clone());
         let rows = fused::moe_gather(x.clone(), routing.order.clone(), k);
@@ -286,8 +284,7 @@ impl<B: FusedOps> SparseMoe<B> {
         }
         let stats = RouterStats {
             counts: routing.fraction * (t * k) as f64,
-            probs: routing.probs.sum_dim(0).reshape([-1]),
-            tokens: t,
+            probs: routing.probs,
         };
         (out, stats)
     }
