@@ -283,7 +283,24 @@ fn assert_names(message: &str, words: &[&str]) {
 #[parallel]
 fn unsupported_config_options_are_named() {
     type Edit = fn(&mut serde_json::Map<String, serde_json::Value>);
-    let cases: [(&str, Edit, &[&str]); 8] = [
+    let cases: [(&str, Edit, &[&str]); 10] = [
+        (
+            "mixtral",
+            |c| {
+                c.remove("model_type");
+            },
+            &["model_type"],
+        ),
+        (
+            "qwen3_moe_fused",
+            |c| {
+                c.insert(
+                    "rope_parameters".into(),
+                    serde_json::json!({"rope_theta": 1e6, "rope_type": "linear", "factor": 2.0}),
+                );
+            },
+            &["qwen3_moe", "rope_parameters", "linear"],
+        ),
         (
             "mixtral",
             |c| {
