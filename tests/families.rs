@@ -19,7 +19,7 @@ use burn_ascend::FusedOps;
 use burn_ascend_suite::families::{self, Decoder, LoadError};
 use burn_ascend_suite::hf::{self, Checkpoint, TextTokenizer};
 use burn_ascend_suite::moe::corpus;
-use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
+use burn_ascend_suite::moe::serve::{FinishReason, Request, ServeConfig, Server};
 use burn_ascend_suite::moe::step::StepModel;
 use burn_ascend_suite::moe::train::{train, TrainConfig};
 use burn_autodiff::Autodiff;
@@ -210,6 +210,36 @@ fn paged_server_gives_transformers_greedy_tokens_on_fusion() {
     greedy_matches::<Lazy>(&device(), false);
 }
 
+/// transformers' greedy continuation of mixtral's third prompt has its EOS `</s>` at index 20:
+/// with the tokenizer's EOS ids as stop tokens the request ends there, EOS included.
+#[test]
+#[parallel]
+fn generation_stops_at_the_checkpoints_eos() {
+    let device = device();
+    let r = &references("mixtral")[2];
+    let eos = TextTokenizer::from_dir(fixture("mixtral"))
+        .unwrap()
+        .eos_ids()
+        .to_vec();
+    assert_eq!(eos, [2]);
+    let at = r
+        .greedy
+        .iter()
+        .position(|t| eos.contains(t))
+        .expect("an EOS in the reference");
+    let mut server = Server::new(
+        load::<Ascend>(&fixture("mixtral"), &device),
+        serve_config(),
+        &device,
+    )
+    .unwrap();
+    let request = Request::greedy(r.ids.clone(), r.greedy.len()).with_stop(eos);
+    let report = server.generate(&[request]);
+    let got = report.results[0].as_ref().unwrap();
+    assert_eq!(got.tokens, r.greedy[..=at]);
+    assert_eq!(got.finish, FinishReason::Stop);
+}
+
 /// A copy of fixture `name` in a temporary directory.
 fn copy_fixture(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -260,7 +290,24 @@ fn assert_names(message: &str, words: &[&str]) {
 #[parallel]
 fn unsupported_config_options_are_named() {
     type Edit = fn(&mut serde_json::Map<String, serde_json::Value>);
-    let cases: [(&str, Edit, &[&str]); 8] = [
+    let cases: [(&str, Edit, &[&str]); 10] = [
+        (
+            "mixtral",
+            |c| {
+                c.remove("model_type");
+            },
+            &["model_type"],
+        ),
+        (
+            "qwen3_moe_fused",
+            |c| {
+                c.insert(
+                    "rope_parameters".into(),
+                    serde_json::json!({"rope_theta": 1e6, "rope_type": "linear", "factor": 2.0}),
+                );
+            },
+            &["qwen3_moe", "rope_parameters", "linear"],
+        ),
         (
             "mixtral",
             |c| {

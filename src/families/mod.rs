@@ -350,7 +350,10 @@ pub fn spec_of(config: &serde_json::Value) -> Result<DecoderSpec, LoadError> {
     let model_type = config
         .get("model_type")
         .and_then(|t| t.as_str())
-        .ok_or_else(|| LoadError::UnknownModelType(String::from("(none)")))?;
+        .ok_or_else(|| LoadError::Config {
+            model_type: "(unknown)".into(),
+            why: "config.json has no model_type string".into(),
+        })?;
     match model_type {
         "mixtral" => mixtral::spec(config),
         "qwen2_moe" => qwen_moe::spec(config, false),
@@ -405,9 +408,6 @@ pub fn load_from<B: FusedOps>(
         .any(|n| n.ends_with(".experts.gate_up_proj"))
     {
         spec = spec.with_fused_experts();
-    }
-    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
-        return Err(LoadError::Dtype(dtype));
     }
     // Older checkpoints carry rope's inverse frequencies, which the model computes.
     let not_the_decoder = deepseek::ignored(checkpoint.config());
