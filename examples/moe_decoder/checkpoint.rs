@@ -150,19 +150,10 @@ where
             .tokenizer
             .encode(corpus::TEXT)
             .map_err(|e| format!("encoding the training text: {e}"))?;
-        say!(
-            "fine-tuning {} steps of {}x{} tokens on {} tokens of text",
-            cfg.steps,
-            cfg.batch,
-            cfg.seq_len,
-            tokens.len()
-        );
-        let start = Instant::now();
-        let progress = Progress::new(cfg.steps);
-        let trained = train(model, &tokens, cfg, device, |r| progress.report(r));
-        progress.finish();
-        model = trained.map_err(|e| format!("{e}; nothing was saved"))?;
-        say!("fine-tuned in {:.1} s", start.elapsed().as_secs_f64());
+        let text = format!("{} tokens of text", tokens.len());
+        model = Progress::run("fine-tuned", cfg, &text, |report| {
+            train(model, &tokens, cfg, device, report)
+        })?;
         families::save(&model, &plan.save, &plan.checkpoint, None)
             .map_err(|e| format!("saving {}: {e}", plan.save.display()))?;
         say!(

@@ -461,20 +461,10 @@ where
     B::InnerBackend: CollectiveOps,
 {
     let tokens = corpus::tokens();
-    say!(
-        "training {} steps of {}x{} tokens on {} bytes of text",
-        cfg.steps,
-        cfg.batch,
-        cfg.seq_len,
-        tokens.len()
-    );
-    let start = Instant::now();
-    let progress = Progress::new(cfg.steps);
-    let trained = parallel::train(model, &tokens, cfg, devices, |r| progress.report(r));
-    progress.finish();
-    let trained = trained.map_err(|e| format!("{e}; nothing was saved"))?;
-    say!("trained in {:.1} s", start.elapsed().as_secs_f64());
-    Ok(trained)
+    let text = format!("{} bytes of text", tokens.len());
+    Progress::run("trained", cfg, &text, |report| {
+        parallel::train(model, &tokens, cfg, devices, report)
+    })
 }
 
 /// Training progress: a bar on a terminal, else a line every ten steps.
@@ -484,7 +474,30 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
-    pub(crate) fn new(steps: usize) -> Self {
+    /// Runs `train` (`cfg`'s steps on `text`), reporting its progress, then how long it took
+    /// (`done`: "trained", "fine-tuned").
+    pub(crate) fn run<T, E: std::fmt::Display>(
+        done: &str,
+        cfg: &TrainConfig,
+        text: &str,
+        train: impl FnOnce(&mut dyn FnMut(StepReport)) -> Result<T, E>,
+    ) -> Result<T, String> {
+        say!(
+            "training {} steps of {}x{} tokens on {text}",
+            cfg.steps,
+            cfg.batch,
+            cfg.seq_len
+        );
+        let start = Instant::now();
+        let progress = Self::new(cfg.steps);
+        let trained = train(&mut |r| progress.report(r));
+        progress.finish();
+        let trained = trained.map_err(|e| format!("{e}; nothing was saved"))?;
+        say!("{done} in {:.1} s", start.elapsed().as_secs_f64());
+        Ok(trained)
+    }
+
+    fn new(steps: usize) -> Self {
         let bar = std::io::stdout().is_terminal().then(|| {
             let bar = ProgressBar::new(steps as u64);
             bar.set_style(
@@ -496,7 +509,7 @@ impl Progress {
         Self { bar, steps }
     }
 
-    pub(crate) fn report(&self, r: StepReport) {
+    fn report(&self, r: StepReport) {
         let line = format!(
             "loss {:.3} aux {:.3} {:.0} tokens/s",
             r.loss, r.aux, r.tokens_per_second
@@ -513,7 +526,7 @@ impl Progress {
         }
     }
 
-    pub(crate) fn finish(self) {
+    fn finish(self) {
         if let Some(bar) = self.bar {
             bar.finish();
         }

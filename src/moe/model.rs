@@ -71,34 +71,57 @@ pub struct Attention<B: Backend> {
 }
 
 /// Rotary position embedding of `x [.., S, heads, D]` at `positions [S]` (f32 positions are
-/// exact up to 2^24).
-///
-/// The angles are computed in f32 whatever x's dtype, and only cos and sin take it: f16 holds
-/// whole numbers exactly only up to 2048 and bf16 up to 256, so positions (or frequencies) in
-/// the model's dtype would turn later tokens by a neighbour's angle.
+/// exact up to 2^24), with the frequencies `theta^(-2i/D)`.
 pub fn rope<B: Backend, const D: usize>(
     x: Tensor<B, D>,
     positions: Tensor<B, 1>,
     theta: f64,
 ) -> Tensor<B, D> {
-    let dims = x.dims();
-    let d = dims[D - 1];
-    let half = d / 2;
-    let device = x.device();
-    let inv_freq: Vec<f32> = (0..half)
+    let d = x.dims()[D - 1];
+    let inv_freq: Vec<f32> = (0..d / 2)
         .map(|i| theta.powf(-(2.0 * i as f64) / d as f64) as f32)
         .collect();
-    let inv_freq =
-        Tensor::<B, 1>::from_data(TensorData::new(inv_freq, [half]), (&device, DType::F32));
+    rotate(x, positions, &inv_freq, 1.0)
+}
+
+/// Rotates the halves of `x [.., S, heads, D]` (`D = 2 * inv_freq.len()`) by the angles
+/// `positions [S] x inv_freq`, cos and sin scaled by `factor` (YaRN's attention factor; 1 for
+/// plain rope).
+///
+/// The angles are computed in f32 whatever x's dtype, and only cos and sin take it: f16 holds
+/// whole numbers exactly only up to 2048 and bf16 up to 256, so positions (or frequencies) in
+/// the model's dtype would turn later tokens by a neighbour's angle.
+pub fn rotate<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    positions: Tensor<B, 1>,
+    inv_freq: &[f32],
+    factor: f32,
+) -> Tensor<B, D> {
+    let d = x.dims()[D - 1];
+    let half = inv_freq.len();
+    assert_eq!(
+        d,
+        2 * half,
+        "rotary embedding of {d} dims with {half} frequencies"
+    );
+    let device = x.device();
+    let inv_freq = Tensor::<B, 1>::from_data(
+        TensorData::new(inv_freq.to_vec(), [half]),
+        (&device, DType::F32),
+    );
     let s = positions.dims()[0];
     let angles = positions.cast(DType::F32).reshape([s, 1]) * inv_freq.reshape([1, half]);
     let shape_of = |t: Tensor<B, 2>| {
         let mut target = [1usize; D];
         target[D - 3] = s;
         target[D - 1] = d;
-        Tensor::cat(vec![t.clone(), t], 1)
-            .cast(x.dtype())
-            .reshape(target)
+        let t = Tensor::cat(vec![t.clone(), t], 1);
+        let t = if factor == 1.0 {
+            t
+        } else {
+            t.mul_scalar(factor)
+        };
+        t.cast(x.dtype()).reshape(target)
     };
     let (cos, sin) = (shape_of(angles.clone().cos()), shape_of(angles.sin()));
     let x1 = x.clone().narrow(D - 1, 0, half);
@@ -267,6 +290,19 @@ impl<B: Backend> Routing<B> {
     }
 }
 
+/// `x [T, H]` through the experts `routing` chose (`k` per token): its rows gathered by expert,
+/// the experts' SwiGLU, the results scattered back to their tokens, weighted.
+pub fn routed_experts<B: FusedOps>(
+    x: Tensor<B, 2>,
+    routing: &Routing<B>,
+    k: usize,
+    [gate, up, down]: [Tensor<B, 3>; 3],
+) -> Tensor<B, 2> {
+    let rows = fused::moe_gather(x, routing.order.clone(), k);
+    let y = swiglu_experts(rows, gate, up, down, routing.group_sizes.clone());
+    fused::moe_scatter(y, routing.order.clone(), Some(routing.weights.clone()), k)
+}
+
 /// The experts' SwiGLU over `rows [R, H]` grouped by expert (`group_sizes [E]`): one grouped
 /// matmul per projection.
 pub fn swiglu_experts<B: FusedOps>(
@@ -327,15 +363,8 @@ impl<B: FusedOps> Moe<B> {
         if let Some(replicas) = self.parallel.get::<DataParallel<B>>() {
             routing.fraction = replicas.global_fraction(routing.fraction);
         }
-        let rows = fused::moe_gather(x, routing.order.clone(), k);
-        let y = swiglu_experts(
-            rows,
-            self.gate.val(),
-            self.up.val(),
-            self.down.val(),
-            routing.group_sizes.clone(),
-        );
-        let out = fused::moe_scatter(y, routing.order.clone(), Some(routing.weights.clone()), k);
+        let experts = [self.gate.val(), self.up.val(), self.down.val()];
+        let out = routed_experts(x, &routing, k, experts);
         (out, Self::aux_loss(&routing, dims))
     }
 }

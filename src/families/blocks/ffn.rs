@@ -5,12 +5,12 @@ use burn::nn::Linear;
 use burn::tensor::activation::{sigmoid, silu};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
-use burn_ascend::{fused, FusedOps};
+use burn_ascend::FusedOps;
 
 use super::router::{Router, RouterSpec};
 use crate::families::weights::{Expected, Sink, Source};
 use crate::families::LoadError;
-use crate::moe::model::swiglu_experts;
+use crate::moe::model::routed_experts;
 
 /// The tensor names of a MoE block under its layer (`{layer}.{block}.…`).
 #[derive(Debug, Clone, PartialEq)]
@@ -265,15 +265,8 @@ impl<B: FusedOps> SparseMoe<B> {
         let t = x.dims()[0];
         let k = self.spec.router.top_k();
         let routing = self.router.route(x.clone());
-        let rows = fused::moe_gather(x.clone(), routing.order.clone(), k);
-        let y = swiglu_experts(
-            rows,
-            self.gate.val(),
-            self.up.val(),
-            self.down.val(),
-            routing.group_sizes.clone(),
-        );
-        let mut out = fused::moe_scatter(y, routing.order, Some(routing.weights), k);
+        let experts = [self.gate.val(), self.up.val(), self.down.val()];
+        let mut out = routed_experts(x.clone(), &routing, k, experts);
         if let Some(shared) = &self.shared {
             let s = shared.forward(x.clone());
             out = out

@@ -7,7 +7,9 @@
 //! transformers' to the bit where the f32 operations do.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::Tensor;
+
+use crate::moe::model::rotate;
 
 /// A `rope_scaling` of type `yarn` (the keys transformers 4.57.1 reads).
 #[derive(Debug, Clone, PartialEq)]
@@ -149,40 +151,12 @@ impl Rotary {
     ) -> Tensor<B, D> {
         let dims = x.dims();
         let d = dims[D - 1];
-        assert_eq!(
-            d,
-            self.dim(),
-            "rotary embedding of {d} dims with {} frequencies",
-            self.inv_freq.len()
-        );
-        let half = d / 2;
-        let device = x.device();
         let x = if self.interleaved {
             let rows = x.shape().num_elements() / d;
-            x.reshape([rows, half, 2]).swap_dims(1, 2).reshape(dims)
+            x.reshape([rows, d / 2, 2]).swap_dims(1, 2).reshape(dims)
         } else {
             x
         };
-        let inv_freq = Tensor::<B, 1>::from_data(
-            TensorData::new(self.inv_freq.clone(), [half]),
-            (&device, DType::F32),
-        );
-        let s = positions.dims()[0];
-        let angles = positions.cast(DType::F32).reshape([s, 1]) * inv_freq.reshape([1, half]);
-        let factor = self.attention_factor;
-        let shape_of = |t: Tensor<B, 2>| {
-            let mut target = [1usize; D];
-            target[D - 3] = s;
-            target[D - 1] = d;
-            Tensor::cat(vec![t.clone(), t], 1)
-                .mul_scalar(factor)
-                .cast(x.dtype())
-                .reshape(target)
-        };
-        let (cos, sin) = (shape_of(angles.clone().cos()), shape_of(angles.sin()));
-        let x1 = x.clone().narrow(D - 1, 0, half);
-        let x2 = x.clone().narrow(D - 1, half, half);
-        let rotated = Tensor::cat(vec![x2.neg(), x1], D - 1);
-        x * cos + rotated * sin
+        rotate(x, positions, &self.inv_freq, self.attention_factor)
     }
 }
