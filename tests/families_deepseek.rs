@@ -3,7 +3,8 @@
 //! embedding in closed form, multi-head latent attention's dense path against a plain host
 //! implementation of transformers' formulas and its absorbed paged decode (the MLA mode of
 //! `fused::decode_attention`) against the dense path, the three routers on hand-made scores,
-//! DeepSeek's config errors and its multi-token-prediction layer. The fixture checkpoints
+//! DeepSeek's config errors, its config.json as transformers 5.x writes it and its
+//! multi-token-prediction layer. The fixture checkpoints
 //! against transformers' logits and greedy tokens are in `tests/families.rs`, with the other
 //! families.
 
@@ -755,6 +756,74 @@ fn deepseek_v3_multi_token_prediction_layer_is_skipped() {
     }
 }
 
+fn json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// One prompt of a fixture's reference.json: token ids and prefill logits `[S][V]`.
+#[derive(serde::Deserialize)]
+struct Prompt {
+    ids: Vec<i64>,
+    logits: Vec<Vec<f64>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Reference {
+    prompts: Vec<Prompt>,
+}
+
+/// The fixtures' checkpoints under the config.json transformers 5.24.0 writes for them
+/// (`config.v5.json`: `rope_parameters` holding rope_theta and YaRN instead of `rope_theta` and
+/// `rope_scaling`, V3's `num_nextn_predict_layers: 1` with no tensors for that layer) give the
+/// fixtures' reference logits (transformers 5.24.0 computes these for V2 and within 2e-6 of
+/// them for V3), and saving keeps that config.
+#[test]
+fn transformers_5_configs_load_like_the_4_x_ones() {
+    let device = device();
+    for name in ["deepseek_v2", "deepseek_v3"] {
+        let v5 = json(&fixture(name).join("config.v5.json"));
+        assert!(v5.get("rope_theta").is_none() && v5["rope_parameters"]["rope_type"] == "yarn");
+        let dir = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(fixture(name)).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+        std::fs::copy(
+            fixture(name).join("config.v5.json"),
+            dir.path().join("config.json"),
+        )
+        .unwrap();
+        let loaded = families::load::<B>(dir.path(), DType::F32, &device)
+            .unwrap_or_else(|e| panic!("{name} with its 5.x config: {e}"));
+        if name == "deepseek_v3" {
+            // The MTP layer the config announces has no tensors.
+            assert_eq!(v5["num_nextn_predict_layers"], 1);
+            assert!(!loaded
+                .checkpoint
+                .names()
+                .any(|n| n.starts_with("model.layers.2.")));
+        }
+        let reference: Reference =
+            serde_json::from_value(json(&fixture(name).join("reference.json"))).unwrap();
+        for (i, prompt) in reference.prompts.into_iter().enumerate() {
+            let s = prompt.ids.len();
+            let tokens =
+                Tensor::<B, 2, Int>::from_data(TensorData::new(prompt.ids, [1, s]), &device);
+            let got = floats(loaded.model.forward_logits(tokens));
+            let want: Vec<f64> = prompt.logits.into_iter().flatten().collect();
+            assert_near(&format!("{name} prompt {i}"), &got, &want, 1e-4);
+        }
+        let out = tempfile::tempdir().unwrap();
+        families::save(&loaded.model, out.path(), &loaded.checkpoint, None).unwrap();
+        assert_eq!(
+            json(&out.path().join("config.json")),
+            v5,
+            "{name}: the saved config.json is the 5.x one"
+        );
+    }
+}
+
 fn config_error(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> String {
     let text = std::fs::read_to_string(fixture(name).join("config.json")).unwrap();
     let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -795,10 +864,17 @@ fn deepseek_configs_with_unsupported_options_fail_by_name() {
         ),
         (
             "deepseek_v3",
+            // transformers 5.x's layout.
             Box::new(|c| {
-                c["rope_parameters"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0})
+                let fields = c.as_object_mut().unwrap();
+                fields.remove("rope_theta");
+                fields.remove("rope_scaling");
+                fields.insert(
+                    "rope_parameters".into(),
+                    serde_json::json!({"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4}),
+                );
             }),
-            "option rope_parameters is not supported",
+            "option rope_parameters is not supported: \"linear\"",
         ),
         (
             "deepseek_v2",

@@ -2,8 +2,8 @@
 """The fixture files transformers 5.x makes (scripts/hf_fixtures/requirements-v5.txt). Run it AFTER
 make_fixtures.py (transformers 4.57.1), whose checkpoints it reads:
 
-    python scripts/hf_fixtures/make_v5_fixtures.py                   # both
-    python scripts/hf_fixtures/make_v5_fixtures.py deepseek_v2       # or one
+    python scripts/hf_fixtures/make_v5_fixtures.py                   # all three steps
+    python scripts/hf_fixtures/make_v5_fixtures.py deepseek_v2       # or some
 
 - `qwen3_moe_fused`: the qwen3_moe fixture's weights as transformers 5.x writes them when asked not to
   convert back to the published layout (`save_pretrained(save_original_format=False)`). 5.x holds MoE
@@ -17,6 +17,11 @@ make_fixtures.py (transformers 4.57.1), whose checkpoints it reads:
   softmax scale; DeepSeek's own modeling code (which the V2 checkpoints were published with) and
   transformers 5.x apply it, so the reference is 5.x's. The script checks that with the 4.57.1 scale
   forced back, 5.x reproduces make_fixtures.py's 4.57.1 reference: the scale is the only difference.
+- `deepseek_configs`: `deepseek_v2/config.v5.json` and `deepseek_v3/config.v5.json`, each fixture's
+  config.json as 5.x writes it (`rope_parameters` instead of `rope_theta`/`rope_scaling`, V3's
+  `num_nextn_predict_layers: 1` with no weights for that layer, ...). Only the config: the other files
+  stay 4.57.1's. The script checks that 5.x loads each fixture's weights under it with nothing missing or
+  unexpected and reproduces the fixture's reference.json.
 
 Each reference.json is computed exactly as make_fixtures.py does (f32, eager, the directory loaded back).
 """
@@ -31,7 +36,13 @@ from pathlib import Path
 import torch
 import transformers
 from tokenizers import Tokenizer
-from transformers import AutoTokenizer, DeepseekV2ForCausalLM, Qwen3MoeForCausalLM
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    DeepseekV2ForCausalLM,
+    DeepseekV3ForCausalLM,
+    Qwen3MoeForCausalLM,
+)
 
 import make_fixtures as mf
 
@@ -186,7 +197,44 @@ def make_deepseek_v2_reference() -> None:
     )
 
 
-STEPS = {"qwen3_moe_fused": make_fused, "deepseek_v2": make_deepseek_v2_reference}
+def make_deepseek_configs() -> None:
+    for name, cls in [("deepseek_v2", DeepseekV2ForCausalLM), ("deepseek_v3", DeepseekV3ForCausalLM)]:
+        src = mf.OUT / name
+        with tempfile.TemporaryDirectory() as tmp:
+            AutoConfig.from_pretrained(src).save_pretrained(tmp)
+            config = json.loads((Path(tmp) / "config.json").read_text())
+            # The 5.x layout the Rust side must read, stated so that a transformers that writes
+            # otherwise stops here.
+            assert "rope_theta" not in config and "rope_scaling" not in config, config
+            assert config["rope_parameters"]["rope_type"] == "yarn", config["rope_parameters"]
+            assert name == "deepseek_v2" or config["num_nextn_predict_layers"] == 1, config
+
+            # The fixture's weights under this config: 5.x builds no MTP layer for V3 (none stored).
+            out = Path(tmp) / name
+            shutil.copytree(src, out)
+            shutil.copy(Path(tmp) / "config.json", out / "config.json")
+            model = mf.load_reference_model(cls, out)
+            # Saving the model writes the same config as saving the config alone.
+            model.save_pretrained(Path(tmp) / "resaved")
+            assert json.loads((Path(tmp) / "resaved" / "config.json").read_text()) == config, name
+            prompts = reference_prompts(model, out)
+            reference = json.loads((src / "reference.json").read_text())
+            same_greedy, worst = compare(prompts, reference["prompts"])
+            assert same_greedy and worst <= CROSS_VERSION_TOL, (
+                f"{name} under its 5.x config differs from its reference: {same_greedy=}, {worst=}"
+            )
+            shutil.copy(Path(tmp) / "config.json", src / "config.v5.json")
+        print(
+            f"{name}/config.v5.json: reproduces the {reference['transformers']} reference "
+            f"(same greedy tokens, logits within {worst:.2e})"
+        )
+
+
+STEPS = {
+    "qwen3_moe_fused": make_fused,
+    "deepseek_v2": make_deepseek_v2_reference,
+    "deepseek_configs": make_deepseek_configs,
+}
 
 
 def main(names: list) -> None:

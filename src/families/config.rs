@@ -29,11 +29,12 @@ pub struct Common {
     /// `rope_theta` (transformers 4.x).
     #[serde(default)]
     pub rope_theta: Option<f64>,
-    /// `rope_scaling` (transformers 4.x): only null is supported by these families.
+    /// `rope_scaling` (transformers 4.x): only null is supported by these families (DeepSeek
+    /// reads YaRN from it, see [`Common::rope_scaling_settings`]).
     #[serde(default)]
     pub rope_scaling: Option<serde_json::Value>,
     /// `rope_parameters` (transformers 5.x: `rope_theta` and the scaling in one object): only
-    /// `rope_type` `default`.
+    /// `rope_type` `default`, but for DeepSeek's YaRN.
     #[serde(default)]
     pub rope_parameters: Option<serde_json::Value>,
     /// `layer_types` (transformers 5.x): only `full_attention`.
@@ -100,23 +101,14 @@ impl Common {
                 "true: the LM head must be its own tensor lm_head.weight".into(),
             ));
         }
-        if let Some(scaling) = self.rope_scaling.as_ref().filter(|s| !s.is_null()) {
+        if let Some((key, scaling)) = self.rope_scaling_settings() {
             return Err(self.unsupported(
-                "rope_scaling",
+                key,
                 format!(
-                    "{}: only the unscaled rotary embedding (null) is implemented",
+                    "rope_type {}: only the unscaled rotary embedding (\"default\") is implemented",
                     rope_kind(scaling)
                 ),
             ));
-        }
-        if let Some(params) = &self.rope_parameters {
-            let kind = rope_kind(params);
-            if kind != "\"default\"" {
-                return Err(self.unsupported(
-                    "rope_parameters",
-                    format!("rope_type {kind}: only \"default\" is implemented"),
-                ));
-            }
         }
         self.rope_theta()?;
         if let Some(other) = self
@@ -155,7 +147,7 @@ impl Common {
     }
 
     /// `rope_theta`, or `rope_parameters.rope_theta` (transformers 5.x).
-    fn rope_theta(&self) -> Result<f64, LoadError> {
+    pub fn rope_theta(&self) -> Result<f64, LoadError> {
         self.rope_theta
             .or_else(|| {
                 self.rope_parameters
@@ -166,6 +158,24 @@ impl Common {
             .ok_or_else(|| {
                 self.invalid("neither rope_theta nor rope_parameters.rope_theta is given".into())
             })
+    }
+
+    /// The rotary scaling settings and the key they are under, `None` for the unscaled rotary
+    /// embedding: `rope_scaling` (transformers 4.x) when set, else `rope_parameters`
+    /// (transformers 5.x, rope_theta and the scaling in one object) unless its type is
+    /// `"default"` or absent. transformers 5.x reads them in that order too.
+    pub fn rope_scaling_settings(&self) -> Option<(&'static str, &serde_json::Value)> {
+        if let Some(scaling) = self.rope_scaling.as_ref().filter(|s| !s.is_null()) {
+            return Some(("rope_scaling", scaling));
+        }
+        self.rope_parameters
+            .as_ref()
+            .filter(|p| {
+                p.get("rope_type")
+                    .or_else(|| p.get("type"))
+                    .is_some_and(|t| t != "default")
+            })
+            .map(|p| ("rope_parameters", p))
     }
 
     fn kv_heads(&self) -> usize {

@@ -14,6 +14,11 @@
 //! 5 have it (4.57.1's V2 leaves it out: `tests/fixtures/hf/deepseek_v2`'s reference is
 //! 5.24.0's).
 //!
+//! config.json as transformers 5.x writes it reads the same: rope_theta and YaRN from
+//! `rope_parameters` ([`Common::rope_scaling_settings`]); `qk_head_dim` (5.x recomputes it too),
+//! `pretraining_tp` and `num_nextn_predict_layers` are not read: V3's multi-token-prediction
+//! layers are never built, their tensors skipped when stored ([`ignored`]), none expected.
+//!
 //! [`blocks::mla`]: super::blocks::mla
 //! [`blocks::yarn`]: super::blocks::yarn
 //! [`blocks::deepseek_router`]: super::blocks::deepseek_router
@@ -70,36 +75,40 @@ struct Config {
     mlp_bias: bool,
 }
 
-/// The YaRN settings of a `rope_scaling` object, or `None` for null; other kinds are refused.
+/// The YaRN settings of `rope_scaling` (transformers 4.x) or `rope_parameters` (5.x, the same
+/// keys plus rope_theta), or `None` for the unscaled rotary embedding; other kinds are refused.
 fn yarn(common: &Common, max_position_embeddings: usize) -> Result<Option<Yarn>, LoadError> {
-    let Some(scaling) = common.rope_scaling.as_ref().filter(|s| !s.is_null()) else {
+    let Some((field, scaling)) = common.rope_scaling_settings() else {
         return Ok(None);
     };
     let kind = scaling.get("rope_type").or_else(|| scaling.get("type"));
     if kind.and_then(|k| k.as_str()) != Some("yarn") {
         let kind = kind.map_or_else(|| scaling.to_string(), |k| k.to_string());
         return Err(common.unsupported(
-            "rope_scaling",
-            format!("{kind}: only null and \"yarn\" are implemented for DeepSeek"),
+            field,
+            format!(
+                "{kind}: only unscaled and \"yarn\" rotary embeddings are implemented for DeepSeek"
+            ),
         ));
     }
     let number = |key: &str| -> Result<Option<f64>, LoadError> {
         match scaling.get(key).filter(|v| !v.is_null()) {
             None => Ok(None),
-            Some(v) => v.as_f64().map(Some).ok_or_else(|| {
-                common.invalid(format!("rope_scaling.{key} must be a number, got {v}"))
-            }),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| common.invalid(format!("{field}.{key} must be a number, got {v}"))),
         }
     };
     // transformers tests these keys for truth: 0 counts as absent.
     let given =
         |key: &str| -> Result<Option<f64>, LoadError> { Ok(number(key)?.filter(|v| *v != 0.0)) };
     let factor = number("factor")?
-        .ok_or_else(|| common.invalid("rope_scaling of type yarn needs a factor".into()))?;
+        .ok_or_else(|| common.invalid(format!("{field} of type yarn needs a factor")))?;
     let truncate = match scaling.get("truncate").filter(|v| !v.is_null()) {
         None => true,
         Some(v) => v.as_bool().ok_or_else(|| {
-            common.invalid(format!("rope_scaling.truncate must be a boolean, got {v}"))
+            common.invalid(format!("{field}.truncate must be a boolean, got {v}"))
         })?,
     };
     Ok(Some(Yarn {
@@ -183,22 +192,12 @@ pub fn spec(config: &serde_json::Value, v3: bool) -> Result<DecoderSpec, LoadErr
     let model_type = if v3 { "deepseek_v3" } else { "deepseek_v2" };
     let c: Config = parse(model_type, config)?;
     let common = &c.common;
-    // transformers 5.x moved rope_theta and the scaling into rope_parameters; only the 4.x
-    // layout of DeepSeek's YaRN is checked against transformers here.
-    if common.rope_parameters.is_some() {
-        return Err(common.unsupported(
-            "rope_parameters",
-            "the transformers 5.x config layout is not implemented for DeepSeek (rope_theta and \
-             rope_scaling are)"
-                .into(),
-        ));
-    }
-    let theta = common
-        .rope_theta
-        .ok_or_else(|| common.invalid("rope_theta is missing".into()))?;
-    // The shared checks, but rope_scaling, which DeepSeek reads itself (YaRN).
+    let theta = common.rope_theta()?;
+    // The shared checks, but the rope scaling, which DeepSeek reads itself (YaRN).
     Common {
+        rope_theta: Some(theta),
         rope_scaling: None,
+        rope_parameters: None,
         head_dim: Some(c.qk_rope_head_dim),
         ..common.clone()
     }
