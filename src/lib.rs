@@ -5,5 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod a2;
+pub mod families;
+pub mod hf;
 pub mod moe;
 pub mod roofline;

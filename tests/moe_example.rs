@@ -18,14 +18,14 @@ use clap::Parser;
 use serial_test::{parallel, serial};
 
 /// The example's `run` on these options (after the program name).
-fn run(options: &[&str]) -> Result<(), String> {
+fn run(options: &[&str]) -> Result<Vec<example::Outcome>, String> {
     let args = std::iter::once("moe_decoder").chain(options.iter().copied());
     example::run(example::Args::try_parse_from(args).expect("options that parse"))
 }
 
 /// Runs the example on a model small enough to train in a moment, on the suite's device, with
 /// `extra` options (pairs of option and value) added or replacing its own.
-fn run_tiny(extra: &[&str]) -> Result<(), String> {
+fn run_tiny(extra: &[&str]) -> Result<Vec<example::Outcome>, String> {
     let device = common::device().to_string();
     let tiny = [
         "--device",
@@ -51,11 +51,12 @@ fn run_tiny(extra: &[&str]) -> Result<(), String> {
         "--new-tokens",
         "2",
     ];
-    let mut options: Vec<&[&str]> = tiny.chunks(2).collect();
-    for pair in extra.chunks(2) {
-        options.retain(|o| o[0] != pair[0]);
-        options.push(pair);
-    }
+    // Options given in `extra` replace the tiny run's own (and may repeat, as --prompt does).
+    let mut options: Vec<&[&str]> = tiny
+        .chunks(2)
+        .filter(|o| !extra.chunks(2).any(|pair| pair[0] == o[0]))
+        .collect();
+    options.extend(extra.chunks(2));
     run(&options.concat())
 }
 
@@ -277,4 +278,38 @@ fn two_npus_train_data_parallel_and_serve_the_tokens_of_one() {
         "{err}"
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+#[serial]
+fn prompts_given_on_the_command_line_are_served_and_reported_as_json() {
+    let out = run_tiny(&[
+        "--steps",
+        "1",
+        "--save",
+        scratch("json").join("w").to_str().unwrap(),
+        "--prompt",
+        "ab",
+        "--prompt",
+        "Xyz",
+        "--new-tokens",
+        "3",
+        "--json",
+    ])
+    .expect("a tiny run");
+    assert_eq!(out.len(), 2, "one object per --prompt: {out:?}");
+    for (o, prompt) in out.iter().zip(["ab", "Xyz"]) {
+        assert_eq!(o["prompt"], prompt);
+        let ids: Vec<u64> = prompt.bytes().map(u64::from).collect();
+        assert_eq!(o["prompt_token_ids"], serde_json::json!(ids));
+        let generated: Vec<u8> = o["token_ids"]
+            .as_array()
+            .expect("token ids")
+            .iter()
+            .map(|t| t.as_u64().expect("an id") as u8)
+            .collect();
+        assert_eq!(generated.len(), 3);
+        assert_eq!(o["text"], String::from_utf8_lossy(&generated).as_ref());
+        assert_eq!(o["finish_reason"], "length");
+    }
 }

@@ -314,7 +314,7 @@ fn forced_device(args: &Args) -> Result<Option<AscendDevice>, String> {
 }
 
 /// Checks the options, then trains and serves.
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args) -> Result<Vec<Outcome>, String> {
     let forced = forced_device(&args)?;
     let plan = plan(&args)?;
     let device = forced.unwrap_or_default();
@@ -334,7 +334,11 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 /// Trains on `B` (an autodiff backend over an Ascend backend), then serves on its inner backend.
-fn train_and_serve<B>(args: &Args, plan: &Plan, devices: &[AscendDevice]) -> Result<(), String>
+fn train_and_serve<B>(
+    args: &Args,
+    plan: &Plan,
+    devices: &[AscendDevice],
+) -> Result<Vec<Outcome>, String>
 where
     B: AutodiffBackend<Device = AscendDevice> + FusedOps,
     B::InnerBackend: FusedOps + CollectiveOps,
@@ -431,7 +435,7 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     model: MoeDecoder<B>,
     plan: &Plan,
     devices: &[AscendDevice],
-) -> Result<(), String> {
+) -> Result<Vec<Outcome>, String> {
     let device = &devices[0];
     let cfg = plan.serve;
     let served = parallel::serving(model.clone(), devices)?;
@@ -484,51 +488,63 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     // The modelled device time exists on the emulated NPU only (it reads its counters).
     let mut clock = matches!(device, AscendDevice::Emulated(_)).then(ModelledClock::start);
     let report = server.serve(&arrivals, || clock.as_mut().map(ModelledClock::lap));
+    let mut outcomes = Vec::new();
     for ((prompt, request), result) in plan.prompts.iter().zip(&plan.requests).zip(&report.results)
     {
         let text = result.as_ref().map(|g| {
             let bytes: Vec<u8> = g.tokens.iter().map(|&t| t as u8).collect();
             String::from_utf8_lossy(&bytes).into_owned()
         });
-        print_result(prompt, &request.prompt, result, text);
+        outcomes.push(outcome(prompt, &request.prompt, result, text));
     }
     say!("{report}");
-    parallel::check_one_device(model, cfg, devices, &plan.requests, &report)
+    parallel::check_one_device(model, cfg, devices, &plan.requests, &report)?;
+    Ok(outcomes)
 }
 
-/// Prints one request's outcome: a line of text, or with `--json` one JSON object (prompt,
-/// prompt token ids, generated token ids, text, finish reason; or the error).
-fn print_result(
+/// One request's outcome: prompt, prompt token ids, and the generated token ids, text and
+/// finish reason, or the error.
+pub type Outcome = serde_json::Value;
+
+/// Prints one request's outcome (a line of text, or with `--json` its JSON object) and
+/// returns it.
+fn outcome(
     prompt: &str,
     prompt_ids: &[u32],
     result: &Result<Generation, ServeError>,
     text: Result<String, &ServeError>,
-) {
+) -> Outcome {
     let json = JSON.load(std::sync::atomic::Ordering::Relaxed);
-    match (result, text) {
-        (Ok(g), Ok(text)) if json => {
+    let (line, value) = match (result, text) {
+        (Ok(g), Ok(text)) => {
             let finish = match g.finish {
                 FinishReason::Stop => "stop",
                 FinishReason::Length => "length",
             };
-            let line = serde_json::json!({
+            let line = format!("  {prompt:?} -> {text:?}");
+            let value = serde_json::json!({
                 "prompt": prompt,
                 "prompt_token_ids": prompt_ids,
                 "token_ids": g.tokens,
                 "text": text,
                 "finish_reason": finish,
             });
-            println!("{line}");
+            (line, value)
         }
-        (Ok(_), Ok(text)) => println!("  {prompt:?} -> {text:?}"),
-        (Err(e), _) | (_, Err(e)) if json => {
-            let line = serde_json::json!({
+        (Err(e), _) | (_, Err(e)) => {
+            let line = format!("  {prompt:?} -> error: {e}");
+            let value = serde_json::json!({
                 "prompt": prompt,
                 "prompt_token_ids": prompt_ids,
                 "error": e.to_string(),
             });
-            println!("{line}");
+            (line, value)
         }
-        (Err(e), _) | (_, Err(e)) => println!("  {prompt:?} -> error: {e}"),
+    };
+    if json {
+        println!("{value}");
+    } else {
+        println!("{line}");
     }
+    value
 }

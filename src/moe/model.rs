@@ -227,6 +227,46 @@ pub struct Routing<B: Backend> {
     pub fraction: Tensor<B, 1>,
 }
 
+impl<B: Backend> Routing<B> {
+    /// The routing of tokens to the experts `ids [T, k]` with `weights [T, k]`, by a router
+    /// whose probabilities over the experts are `probs [T, E]`: the flattened choices, the
+    /// expert-sorted row order and the rows per expert, all on the device.
+    pub fn from_choices(
+        probs: Tensor<B, 2>,
+        ids: Tensor<B, 2, Int>,
+        weights: Tensor<B, 2>,
+    ) -> Self {
+        let ([t, k], [_, e]) = (ids.dims(), probs.dims());
+        let ids = ids.reshape([t * k]);
+        // Rows routed to the same expert become contiguous, in token order within an expert.
+        let order = ids.clone().argsort(0).cast(DType::I32);
+        // One-hot by comparison with the expert ids: Burn's `one_hot` first reads the largest
+        // id back to check it, a host synchronisation inside the step that a captured decode
+        // step cannot have (the ids come from top-k, so they are in range).
+        let experts = Tensor::<B, 1, Int>::arange(0..e as i64, &ids.device());
+        let routed = ids
+            .clone()
+            .reshape([t * k, 1])
+            .equal(experts.reshape([1, e]))
+            .float();
+        let group_sizes = routed
+            .clone()
+            .sum_dim(0)
+            .reshape([e])
+            .int()
+            .cast(DType::I32);
+        let fraction = (routed.sum_dim(0).reshape([e]) / (t * k) as f64).detach();
+        Routing {
+            probs,
+            ids,
+            weights: weights.reshape([t * k]),
+            order,
+            group_sizes,
+            fraction,
+        }
+    }
+}
+
 /// The experts' SwiGLU over `rows [R, H]` grouped by expert (`group_sizes [E]`): one grouped
 /// matmul per projection.
 pub fn swiglu_experts<B: FusedOps>(
@@ -263,38 +303,10 @@ impl<B: FusedOps> Moe<B> {
     /// Routes `x [T, H]`: router probabilities, each token's top-k experts and weights, and
     /// the expert-sorted row order.
     pub fn route(&self, x: Tensor<B, 2>, dims: &Dims) -> Routing<B> {
-        let [t, _] = x.dims();
-        let (e, k) = (dims.experts, dims.top_k);
         let probs = softmax(self.router.forward(x), 1);
-        let (top, ids) = probs.clone().topk_with_indices(k, 1);
+        let (top, ids) = probs.clone().topk_with_indices(dims.top_k, 1);
         let weights = top.clone() / top.sum_dim(1);
-        let ids = ids.reshape([t * k]);
-        // Rows routed to the same expert become contiguous, in token order within an expert.
-        let order = ids.clone().argsort(0).cast(DType::I32);
-        // One-hot by comparison with the expert ids: Burn's `one_hot` first reads the largest
-        // id back to check it, a host synchronisation inside the step that a captured decode
-        // step cannot have (the ids come from top-k, so they are in range).
-        let experts = Tensor::<B, 1, Int>::arange(0..e as i64, &ids.device());
-        let routed = ids
-            .clone()
-            .reshape([t * k, 1])
-            .equal(experts.reshape([1, e]))
-            .float();
-        let group_sizes = routed
-            .clone()
-            .sum_dim(0)
-            .reshape([e])
-            .int()
-            .cast(DType::I32);
-        let fraction = (routed.sum_dim(0).reshape([e]) / (t * k) as f64).detach();
-        Routing {
-            probs,
-            ids,
-            weights: weights.reshape([t * k]),
-            order,
-            group_sizes,
-            fraction,
-        }
+        Routing::from_choices(probs, ids, weights)
     }
 
     /// The load-balancing loss of a routing (Switch style: experts times the dot product of

@@ -1,7 +1,9 @@
-//! Next-byte training of the MoE decoder with Adam, plus the load-balancing loss.
+//! Next-token training with Adam, plus the load-balancing loss: of the built-in MoE decoder,
+//! or of any model that is a [`TrainModel`] (the Hugging Face families' decoder).
 
 use std::time::Instant;
 
+use burn::module::AutodiffModule;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
@@ -9,6 +11,19 @@ use burn::tensor::{Int, Tensor, TensorData};
 use burn_ascend::FusedOps;
 
 use super::model::MoeDecoder;
+
+/// A model [`train`] fine-tunes.
+pub trait TrainModel<B: AutodiffBackend>: AutodiffModule<B> {
+    /// Logits `[B, S, V]` of whole sequences `tokens [B, S]` and the model's load-balancing
+    /// loss (unweighted).
+    fn forward_train(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>);
+}
+
+impl<B: AutodiffBackend + FusedOps> TrainModel<B> for MoeDecoder<B> {
+    fn forward_train(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>) {
+        self.forward(tokens)
+    }
+}
 
 /// Training settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -116,20 +131,20 @@ pub enum TrainError {
 /// Trains `model` for `cfg.steps` steps on `tokens`, reporting each step. Checks `cfg` first,
 /// and stops at the first loss that is not finite, that of the final weights (on one more
 /// batch) included, so a model it returns never computes NaN on the training data.
-pub fn train<B: AutodiffBackend + FusedOps>(
-    mut model: MoeDecoder<B>,
+pub fn train<B: AutodiffBackend + FusedOps, M: TrainModel<B>>(
+    mut model: M,
     tokens: &[u32],
     cfg: &TrainConfig,
     device: &B::Device,
     mut report: impl FnMut(StepReport),
-) -> Result<MoeDecoder<B>, TrainError> {
+) -> Result<M, TrainError> {
     cfg.validate()?;
     let mut optim = AdamConfig::new().init();
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     // The cross-entropy and load-balancing loss of `model` on the batch of `step`.
-    let losses = |model: &MoeDecoder<B>, step: usize| {
+    let losses = |model: &M, step: usize| {
         let (inputs, targets) = batch::<B>(tokens, cfg, step, device);
-        let (logits, aux) = model.forward(inputs);
+        let (logits, aux) = model.forward_train(inputs);
         let [b, s, v] = logits.dims();
         let ce = loss_fn.forward(logits.reshape([b * s, v]), targets.reshape([b * s]));
         (ce, aux)

@@ -1,0 +1,270 @@
+//! Attention blocks: each projects its layer's input to queries, keys and values, attends
+//! causally over the whole sequence (training, the dense reference) or through the paged
+//! cache ([`PagedAttention`]), and projects the result back.
+
+use burn::module::Module;
+use burn::nn::Linear;
+use burn::tensor::activation::softmax;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor};
+use burn_ascend::FusedOps;
+
+use super::mla::{Mla, MlaConfig};
+use super::norm::RmsNorm;
+use super::rope::Rope;
+use crate::families::weights::{Expected, Sink, Source};
+use crate::families::LoadError;
+use crate::moe::step::PagedAttention;
+
+/// Grouped-query attention (config side).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GqaSpec {
+    /// Query heads.
+    pub q_heads: usize,
+    /// Key/value heads (a divisor of `q_heads`).
+    pub kv_heads: usize,
+    /// Each head's dim (`head_dim`, or hidden / heads).
+    pub head_dim: usize,
+    /// Whether q, k and v projections have a bias (Qwen2's `qkv_bias`, Qwen3's
+    /// `attention_bias`).
+    pub qkv_bias: bool,
+    /// Whether the output projection has a bias (Qwen3's `attention_bias`).
+    pub o_bias: bool,
+    /// Whether each head's q and k go through an RMS norm of `[head_dim]` before rope (Qwen3).
+    pub qk_norm: bool,
+    /// The q/k norms' epsilon.
+    pub eps: f64,
+    /// The rotary embedding.
+    pub rope: Rope,
+}
+
+/// An attention block (config side).
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttentionSpec {
+    /// [`Gqa`].
+    Gqa(GqaSpec),
+    /// [`Mla`].
+    Mla(MlaConfig),
+}
+
+/// The rows an attention block keeps per cached token: see
+/// [`crate::moe::step::CacheLayout`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheRows {
+    /// Query heads.
+    pub query_heads: usize,
+    /// Key heads.
+    pub kv_heads: usize,
+    /// Key dim.
+    pub key_dim: usize,
+    /// Value dim of separate value rows, or none.
+    pub value_dim: Option<usize>,
+}
+
+impl AttentionSpec {
+    /// The block's tensors under `layer` (`model.layers.N`).
+    pub fn expected(&self, layer: &str, hidden: usize, out: &mut Expected) {
+        match self {
+            AttentionSpec::Gqa(s) => {
+                let p = |n: &str| format!("{layer}.self_attn.{n}");
+                let (q, kv) = (s.q_heads * s.head_dim, s.kv_heads * s.head_dim);
+                out.linear(&p("q_proj"), hidden, q, s.qkv_bias);
+                out.linear(&p("k_proj"), hidden, kv, s.qkv_bias);
+                out.linear(&p("v_proj"), hidden, kv, s.qkv_bias);
+                out.linear(&p("o_proj"), q, hidden, s.o_bias);
+                if s.qk_norm {
+                    out.tensor(p("q_norm.weight"), vec![s.head_dim]);
+                    out.tensor(p("k_norm.weight"), vec![s.head_dim]);
+                }
+            }
+            AttentionSpec::Mla(m) => m.expected(layer, out),
+        }
+    }
+
+    /// Loads the block under `layer`.
+    pub fn load<B: FusedOps>(
+        &self,
+        layer: &str,
+        src: &Source<B>,
+    ) -> Result<Attention<B>, LoadError> {
+        Ok(match self {
+            AttentionSpec::Gqa(s) => {
+                let p = |n: &str| format!("{layer}.self_attn.{n}");
+                let norm = |n: &str| -> Result<Option<RmsNorm<B>>, LoadError> {
+                    Ok(match s.qk_norm {
+                        true => Some(RmsNorm::new(src.tensor(&p(n))?, s.eps)),
+                        false => None,
+                    })
+                };
+                Attention::Gqa(Gqa {
+                    q: src.linear(&p("q_proj"), s.qkv_bias)?,
+                    k: src.linear(&p("k_proj"), s.qkv_bias)?,
+                    v: src.linear(&p("v_proj"), s.qkv_bias)?,
+                    o: src.linear(&p("o_proj"), s.o_bias)?,
+                    q_norm: norm("q_norm.weight")?,
+                    k_norm: norm("k_norm.weight")?,
+                    spec: s.clone(),
+                })
+            }
+            AttentionSpec::Mla(m) => Attention::Mla(m.load(layer, src)?),
+        })
+    }
+}
+
+/// Grouped-query attention with rope, optional q/k/v bias and per-head q/k RMS norms.
+#[derive(Module, Debug)]
+pub struct Gqa<B: Backend> {
+    q: Linear<B>,
+    k: Linear<B>,
+    v: Linear<B>,
+    o: Linear<B>,
+    q_norm: Option<RmsNorm<B>>,
+    k_norm: Option<RmsNorm<B>>,
+    #[module(skip)]
+    spec: GqaSpec,
+}
+
+impl<B: FusedOps> Gqa<B> {
+    /// Projects `x [B, S, H]` to rotated queries `[B, S, HQ, D]`, rotated keys and values
+    /// `[B, S, HKV, D]` of the tokens at `positions [S]`.
+    fn project(
+        &self,
+        x: Tensor<B, 3>,
+        positions: Tensor<B, 1>,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
+        let s = &self.spec;
+        let [b, t, _] = x.dims();
+        let heads = |l: &Linear<B>, n: usize| l.forward(x.clone()).reshape([b, t, n, s.head_dim]);
+        let (mut q, mut k) = (heads(&self.q, s.q_heads), heads(&self.k, s.kv_heads));
+        let v = heads(&self.v, s.kv_heads);
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = qn.forward(q);
+            k = kn.forward(k);
+        }
+        (
+            s.rope.apply(q, positions.clone()),
+            s.rope.apply(k, positions),
+            v,
+        )
+    }
+
+    fn sm_scale(&self) -> f64 {
+        (self.spec.head_dim as f64).powf(-0.5) * self.spec.rope.attention_factor()
+    }
+}
+
+/// A layer's attention block.
+// One per layer, never moved in a loop; Burn's Module derive cannot box a variant.
+#[allow(clippy::large_enum_variant)]
+#[derive(Module, Debug)]
+pub enum Attention<B: Backend> {
+    /// [`Gqa`].
+    Gqa(Gqa<B>),
+    /// [`Mla`].
+    Mla(Mla<B>),
+}
+
+impl<B: FusedOps> Attention<B> {
+    /// The rows the block caches per token.
+    pub fn cache_rows(&self) -> CacheRows {
+        match self {
+            Attention::Gqa(a) => CacheRows {
+                query_heads: a.spec.q_heads,
+                kv_heads: a.spec.kv_heads,
+                key_dim: a.spec.head_dim,
+                value_dim: Some(a.spec.head_dim),
+            },
+            Attention::Mla(a) => a.cache_rows(),
+        }
+    }
+
+    /// Causal attention of `x [B, S, H]` (positions `0..S`, f32) over itself: `[B, S, H]`.
+    pub fn dense(&self, x: Tensor<B, 3>, positions: Tensor<B, 1>) -> Tensor<B, 3> {
+        match self {
+            Attention::Gqa(a) => {
+                let [b, s, _] = x.dims();
+                let (q, k, v) = a.project(x, positions);
+                let out = causal_attention(q, k, v, a.sm_scale());
+                a.o.forward(out.reshape([b, s, a.spec.q_heads * a.spec.head_dim]))
+            }
+            Attention::Mla(a) => a.dense(x, positions),
+        }
+    }
+
+    /// The step's tokens `x [T, H]` at `positions [T]` through the paged cache of `layer`:
+    /// `[T, H]`.
+    pub fn paged(
+        &self,
+        x: Tensor<B, 2>,
+        positions: Tensor<B, 1>,
+        layer: usize,
+        cache: &mut PagedAttention<'_, B>,
+    ) -> Tensor<B, 2> {
+        match self {
+            Attention::Gqa(a) => {
+                let s = &a.spec;
+                let t = x.dims()[0];
+                let (q, k, v) = a.project(x.unsqueeze_dim(0), positions);
+                let rows = |r: Tensor<B, 4>, n| r.reshape([t, n, s.head_dim]);
+                let out = cache.attend(
+                    layer,
+                    rows(q, s.q_heads),
+                    rows(k, s.kv_heads),
+                    Some(rows(v, s.kv_heads)),
+                    a.sm_scale() as f32,
+                    s.head_dim,
+                );
+                a.o.forward(out.reshape([t, s.q_heads * s.head_dim]))
+            }
+            Attention::Mla(a) => a.paged(x, positions, layer, cache),
+        }
+    }
+
+    /// Writes the block's tensors under `layer`.
+    pub fn save(&self, layer: &str, out: &mut Sink) {
+        match self {
+            Attention::Gqa(a) => {
+                let p = |n: &str| format!("{layer}.self_attn.{n}");
+                out.linear(&p("q_proj"), &a.q);
+                out.linear(&p("k_proj"), &a.k);
+                out.linear(&p("v_proj"), &a.v);
+                out.linear(&p("o_proj"), &a.o);
+                if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
+                    out.tensor(p("q_norm.weight"), &qn.weight);
+                    out.tensor(p("k_norm.weight"), &kn.weight);
+                }
+            }
+            Attention::Mla(a) => a.save(layer, out),
+        }
+    }
+}
+
+/// Causal attention of queries `q [B, S, HQ, Dk]` over keys `k [B, S, HKV, Dk]` and values
+/// `v [B, S, HKV, Dv]` (each key/value head serving `HQ / HKV` query heads): `[B, S, HQ, Dv]`.
+pub fn causal_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    scale: f64,
+) -> Tensor<B, 4> {
+    let [b, s, hq, _] = q.dims();
+    let hkv = k.dims()[2];
+    let widen = |t: Tensor<B, 4>| {
+        let d = t.dims()[3];
+        t.swap_dims(1, 2)
+            .unsqueeze_dim::<5>(2)
+            .expand([b, hkv, hq / hkv, s, d])
+            .reshape([b, hq, s, d])
+    };
+    let (k, v) = (widen(k), widen(v));
+    let scores = q.swap_dims(1, 2).matmul(k.swap_dims(2, 3)) * scale;
+    let device = scores.device();
+    let rows = Tensor::<B, 1, Int>::arange(0..s as i64, &device).reshape([s, 1]);
+    let cols = Tensor::<B, 1, Int>::arange(0..s as i64, &device).reshape([1, s]);
+    let future: Tensor<B, 2, Bool> = cols.greater(rows);
+    let scores = scores.mask_fill(
+        future.unsqueeze::<4>().expand([b, hq, s, s]),
+        f32::NEG_INFINITY,
+    );
+    softmax(scores, 3).matmul(v).swap_dims(1, 2)
+}

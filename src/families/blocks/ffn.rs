@@ -1,0 +1,259 @@
+//! Feed-forward blocks: a dense SwiGLU MLP, or a sparse mixture of SwiGLU experts.
+
+use burn::module::{Module, Param};
+use burn::nn::Linear;
+use burn::tensor::activation::{sigmoid, silu};
+use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+use burn_ascend::{fused, FusedOps};
+
+use super::router::{Router, RouterSpec};
+use crate::families::weights::{Expected, Sink, Source};
+use crate::families::LoadError;
+use crate::moe::model::swiglu_experts;
+
+/// The tensor names of a MoE block under its layer (`{layer}.{block}.…`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeNames {
+    /// The block (`block_sparse_moe`, `mlp`).
+    pub block: String,
+    /// Each expert's gate, up and down projections (`w1`, `w3`, `w2`; `gate_proj`, …).
+    pub expert: [String; 3],
+    /// The shared expert (`shared_expert`, `shared_experts`).
+    pub shared: String,
+}
+
+/// A shared expert every token goes through.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedSpec {
+    /// Its intermediate size.
+    pub hidden: usize,
+    /// Whether a sigmoid gate `{block}.shared_expert_gate [1, H]` scales it (Qwen2-MoE).
+    pub gated: bool,
+}
+
+/// A sparse MoE block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeSpec {
+    /// How tokens are routed (and the experts count and top-k).
+    pub router: RouterSpec,
+    /// Each routed expert's intermediate size.
+    pub expert_hidden: usize,
+    /// The shared expert, if there is one.
+    pub shared: Option<SharedSpec>,
+    /// Tensor names.
+    pub names: MoeNames,
+}
+
+/// A feed-forward block (config side).
+#[derive(Debug, Clone, PartialEq)]
+pub enum FfnSpec {
+    /// A SwiGLU MLP of this intermediate size (`{layer}.mlp.{gate,up,down}_proj`).
+    Dense(usize),
+    /// Routed experts.
+    Sparse(MoeSpec),
+}
+
+/// A SwiGLU MLP: `down(silu(gate(x)) * up(x))`.
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    gate: Linear<B>,
+    up: Linear<B>,
+    down: Linear<B>,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.down
+            .forward(silu(self.gate.forward(x.clone())) * self.up.forward(x))
+    }
+
+    fn load(prefix: &str, src: &Source<B>) -> Result<Self, LoadError> {
+        Ok(Self {
+            gate: src.linear(&format!("{prefix}.gate_proj"), false)?,
+            up: src.linear(&format!("{prefix}.up_proj"), false)?,
+            down: src.linear(&format!("{prefix}.down_proj"), false)?,
+        })
+    }
+
+    fn save(&self, prefix: &str, out: &mut Sink) {
+        out.linear(&format!("{prefix}.gate_proj"), &self.gate);
+        out.linear(&format!("{prefix}.up_proj"), &self.up);
+        out.linear(&format!("{prefix}.down_proj"), &self.down);
+    }
+}
+
+/// Routed SwiGLU experts (stacked for the grouped matmul) and an optional shared expert.
+#[derive(Module, Debug)]
+pub struct SparseMoe<B: Backend> {
+    router: Router<B>,
+    /// `[E, H, F]`
+    gate: Param<Tensor<B, 3>>,
+    /// `[E, H, F]`
+    up: Param<Tensor<B, 3>>,
+    /// `[E, F, H]`
+    down: Param<Tensor<B, 3>>,
+    shared: Option<Mlp<B>>,
+    shared_gate: Option<Linear<B>>,
+    #[module(skip)]
+    spec: MoeSpec,
+}
+
+/// What a MoE block's routing contributes to the load-balancing loss (transformers'
+/// `load_balancing_loss_func`, which averages over the tokens of every MoE layer together).
+pub struct RouterStats<B: Backend> {
+    /// `[E]` (token, choice) pairs routed to each expert (no gradient).
+    pub counts: Tensor<B, 1>,
+    /// `[E]` the router probabilities summed over the tokens.
+    pub probs: Tensor<B, 1>,
+    /// Tokens routed.
+    pub tokens: usize,
+}
+
+/// A layer's feed-forward block.
+// A few dozen per model, each built once: the size of the smaller variant does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Module, Debug)]
+pub enum Ffn<B: Backend> {
+    /// A dense MLP.
+    Dense(Mlp<B>),
+    /// A sparse MoE block.
+    Sparse(SparseMoe<B>),
+}
+
+impl FfnSpec {
+    /// The block's tensors under `layer` (`model.layers.N`).
+    pub fn expected(&self, layer: &str, hidden: usize, out: &mut Expected) {
+        match self {
+            FfnSpec::Dense(inner) => expected_mlp(&format!("{layer}.mlp"), hidden, *inner, out),
+            FfnSpec::Sparse(m) => {
+                let block = format!("{layer}.{}", m.names.block);
+                let e = m.router.experts();
+                m.router.expected(&format!("{block}.gate"), hidden, out);
+                let f = m.expert_hidden;
+                let [g, u, d] = &m.names.expert;
+                let name = |w: &str| expert_names(&block, w);
+                out.experts(name(g), e, hidden, f);
+                out.experts(name(u), e, hidden, f);
+                out.experts(name(d), e, f, hidden);
+                if let Some(s) = &m.shared {
+                    let prefix = format!("{block}.{}", m.names.shared);
+                    expected_mlp(&prefix, hidden, s.hidden, out);
+                    if s.gated {
+                        out.linear(&format!("{block}.shared_expert_gate"), hidden, 1, false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Loads the block under `layer`.
+    pub fn load<B: Backend>(&self, layer: &str, src: &Source<B>) -> Result<Ffn<B>, LoadError> {
+        Ok(match self {
+            FfnSpec::Dense(_) => Ffn::Dense(Mlp::load(&format!("{layer}.mlp"), src)?),
+            FfnSpec::Sparse(m) => {
+                let block = format!("{layer}.{}", m.names.block);
+                let e = m.router.experts();
+                let [g, u, d] = &m.names.expert;
+                let name = |w: &str| expert_names(&block, w);
+                let shared = m.shared.as_ref();
+                Ffn::Sparse(SparseMoe {
+                    router: m.router.load(&format!("{block}.gate"), src)?,
+                    gate: src.experts(name(g), e)?,
+                    up: src.experts(name(u), e)?,
+                    down: src.experts(name(d), e)?,
+                    shared: match shared {
+                        Some(_) => Some(Mlp::load(&format!("{block}.{}", m.names.shared), src)?),
+                        None => None,
+                    },
+                    shared_gate: match shared {
+                        Some(s) if s.gated => {
+                            Some(src.linear(&format!("{block}.shared_expert_gate"), false)?)
+                        }
+                        _ => None,
+                    },
+                    spec: m.clone(),
+                })
+            }
+        })
+    }
+}
+
+/// The names `{block}.experts.{e}.{w}.weight` of the experts' weights `w`.
+fn expert_names(block: &str, w: &str) -> impl Fn(usize) -> String {
+    let (block, w) = (block.to_owned(), w.to_owned());
+    move |e| format!("{block}.experts.{e}.{w}.weight")
+}
+
+fn expected_mlp(prefix: &str, hidden: usize, inner: usize, out: &mut Expected) {
+    out.linear(&format!("{prefix}.gate_proj"), hidden, inner, false);
+    out.linear(&format!("{prefix}.up_proj"), hidden, inner, false);
+    out.linear(&format!("{prefix}.down_proj"), inner, hidden, false);
+}
+
+impl<B: FusedOps> Ffn<B> {
+    /// `x [T, H]` through the block; a sparse block also gives its routing's statistics.
+    pub fn forward(&self, x: Tensor<B, 2>) -> (Tensor<B, 2>, Option<RouterStats<B>>) {
+        match self {
+            Ffn::Dense(mlp) => (mlp.forward(x), None),
+            Ffn::Sparse(moe) => {
+                let (y, stats) = moe.forward(x);
+                (y, Some(stats))
+            }
+        }
+    }
+
+    /// Writes the block's tensors under `layer`.
+    pub fn save(&self, layer: &str, out: &mut Sink) {
+        match self {
+            Ffn::Dense(mlp) => mlp.save(&format!("{layer}.mlp"), out),
+            Ffn::Sparse(moe) => {
+                let names = &moe.spec.names;
+                let block = format!("{layer}.{}", names.block);
+                moe.router.save(&format!("{block}.gate"), out);
+                let [g, u, d] = &names.expert;
+                let name = |w: &str| expert_names(&block, w);
+                out.experts(name(g), &moe.gate);
+                out.experts(name(u), &moe.up);
+                out.experts(name(d), &moe.down);
+                if let Some(shared) = &moe.shared {
+                    shared.save(&format!("{block}.{}", names.shared), out);
+                }
+                if let Some(gate) = &moe.shared_gate {
+                    out.linear(&format!("{block}.shared_expert_gate"), gate);
+                }
+            }
+        }
+    }
+}
+
+impl<B: FusedOps> SparseMoe<B> {
+    fn forward(&self, x: Tensor<B, 2>) -> (Tensor<B, 2>, RouterStats<B>) {
+        let [t, _] = x.dims();
+        let k = self.spec.router.top_k();
+        let routing = self.router.route(x.clone());
+        let rows = fused::moe_gather(x.clone(), routing.order.clone(), k);
+        let y = swiglu_experts(
+            rows,
+            self.gate.val(),
+            self.up.val(),
+            self.down.val(),
+            routing.group_sizes.clone(),
+        );
+        let mut out = fused::moe_scatter(y, routing.order, Some(routing.weights), k);
+        if let Some(shared) = &self.shared {
+            let s = shared.forward(x.clone());
+            out = out
+                + match &self.shared_gate {
+                    Some(gate) => sigmoid(gate.forward(x)) * s,
+                    None => s,
+                };
+        }
+        let stats = RouterStats {
+            counts: routing.fraction * (t * k) as f64,
+            probs: routing.probs.sum_dim(0).reshape([-1]),
+            tokens: t,
+        };
+        (out, stats)
+    }
+}

@@ -1,0 +1,163 @@
+//! The config.json fields the families share, and their checks.
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use super::blocks::attention::GqaSpec;
+use super::blocks::rope::Rope;
+use super::LoadError;
+
+/// Fields every family's config.json has (transformers' names).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Common {
+    /// `model_type`.
+    pub model_type: String,
+    /// `vocab_size`.
+    pub vocab_size: usize,
+    /// `hidden_size`.
+    pub hidden_size: usize,
+    /// `num_hidden_layers`.
+    pub num_hidden_layers: usize,
+    /// `num_attention_heads`.
+    pub num_attention_heads: usize,
+    /// `num_key_value_heads` (the query heads when absent).
+    pub num_key_value_heads: Option<usize>,
+    /// `head_dim` (hidden / heads when absent or null).
+    pub head_dim: Option<usize>,
+    /// `rms_norm_eps`.
+    pub rms_norm_eps: f64,
+    /// `rope_theta`.
+    pub rope_theta: f64,
+    /// `rope_scaling`: only null is supported by these families.
+    #[serde(default)]
+    pub rope_scaling: Option<serde_json::Value>,
+    /// `hidden_act`: only `silu`.
+    pub hidden_act: String,
+    /// `tie_word_embeddings`: only false.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// `sliding_window`.
+    #[serde(default)]
+    pub sliding_window: Option<usize>,
+    /// `use_sliding_window` (Qwen: the window applies only when it is true).
+    #[serde(default)]
+    pub use_sliding_window: Option<bool>,
+    /// `router_aux_loss_coef`.
+    #[serde(default)]
+    pub router_aux_loss_coef: Option<f64>,
+}
+
+/// config.json as `T`, its errors naming the family.
+pub fn parse<T: DeserializeOwned>(
+    model_type: &str,
+    config: &serde_json::Value,
+) -> Result<T, LoadError> {
+    T::deserialize(config).map_err(|e| LoadError::Config {
+        model_type: model_type.into(),
+        why: e.to_string(),
+    })
+}
+
+impl Common {
+    /// An error for `option`.
+    pub fn unsupported(&self, option: &str, why: String) -> LoadError {
+        LoadError::Unsupported {
+            model_type: self.model_type.clone(),
+            option: option.into(),
+            why,
+        }
+    }
+
+    /// An error for sizes that do not fit.
+    pub fn invalid(&self, why: String) -> LoadError {
+        LoadError::Config {
+            model_type: self.model_type.clone(),
+            why,
+        }
+    }
+
+    /// Refuses the options no family here implements: an activation other than SiLU, tied
+    /// embeddings, rope scaling, a sliding attention window (`sliding_window` applies when set
+    /// unless `use_sliding_window` says it does not).
+    pub fn check(&self) -> Result<(), LoadError> {
+        if self.hidden_act != "silu" {
+            return Err(self.unsupported(
+                "hidden_act",
+                format!("{:?}: only \"silu\" is implemented", self.hidden_act),
+            ));
+        }
+        if self.tie_word_embeddings {
+            return Err(self.unsupported(
+                "tie_word_embeddings",
+                "true: the LM head must be its own tensor lm_head.weight".into(),
+            ));
+        }
+        if let Some(scaling) = self.rope_scaling.as_ref().filter(|s| !s.is_null()) {
+            let kind = scaling
+                .get("rope_type")
+                .or_else(|| scaling.get("type"))
+                .map_or_else(|| scaling.to_string(), |t| t.to_string());
+            return Err(self.unsupported(
+                "rope_scaling",
+                format!("{kind}: only the unscaled rotary embedding (null) is implemented"),
+            ));
+        }
+        if let (Some(window), true) = (self.sliding_window, self.use_sliding_window.unwrap_or(true))
+        {
+            return Err(self.unsupported(
+                "sliding_window",
+                format!("{window}: attention over a sliding window is not implemented"),
+            ));
+        }
+        let kv = self.kv_heads();
+        if self.num_attention_heads == 0 || kv == 0 || !self.num_attention_heads.is_multiple_of(kv)
+        {
+            return Err(self.invalid(format!(
+                "num_attention_heads {} is not a positive multiple of num_key_value_heads {kv}",
+                self.num_attention_heads
+            )));
+        }
+        if !self.head_dim().is_multiple_of(2) || self.head_dim() == 0 {
+            return Err(self.invalid(format!(
+                "the head dim {} must be even and positive for rotary embeddings",
+                self.head_dim()
+            )));
+        }
+        Ok(())
+    }
+
+    fn kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    fn head_dim(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// The grouped-query attention these fields describe.
+    pub fn gqa(&self, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> GqaSpec {
+        GqaSpec {
+            q_heads: self.num_attention_heads,
+            kv_heads: self.kv_heads(),
+            head_dim: self.head_dim(),
+            qkv_bias,
+            o_bias,
+            qk_norm,
+            eps: self.rms_norm_eps,
+            rope: Rope::Default {
+                theta: self.rope_theta,
+            },
+        }
+    }
+
+    /// Checks `top_k` of `experts`.
+    pub fn check_experts(&self, experts: usize, top_k: usize) -> Result<(), LoadError> {
+        if experts == 0 || top_k == 0 || top_k > experts {
+            return Err(self.invalid(format!(
+                "experts per token {top_k} must be in 1..={experts} (the experts)"
+            )));
+        }
+        Ok(())
+    }
+}

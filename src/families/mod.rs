@@ -1,0 +1,426 @@
+//! Hugging Face model families on one decoder skeleton.
+//!
+//! Every family is the same [`Decoder`] (token embedding, pre-norm layers of an attention
+//! block and a feed-forward block, final RMS norm, LM head) built from the blocks of
+//! [`blocks`]; a family module only reads its `config.json` into a [`DecoderSpec`] (refusing,
+//! by name, every option it does not support) and names its tensors:
+//!
+//! - [`mixtral`]: Mixtral (`model_type` `mixtral`).
+//! - [`qwen_moe`]: Qwen2-MoE and Qwen3-MoE (`qwen2_moe`, `qwen3_moe`).
+//! - [`deepseek`]: DeepSeek-V2 and DeepSeek-V3 (`deepseek_v2`, `deepseek_v3`).
+//!
+//! The decoder is a [`StepModel`]: the engine ([`crate::moe::serve::Server`]) serves it
+//! through the paged cache, with chunked prefill and captured decode.
+
+pub mod blocks;
+pub mod config;
+pub mod deepseek;
+pub mod mixtral;
+pub mod qwen_moe;
+pub mod weights;
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::nn::{Embedding, Linear};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn_ascend::FusedOps;
+
+use crate::hf::{Checkpoint, CheckpointError};
+use crate::moe::serve::StepInputs;
+use crate::moe::step::{CacheLayout, PagedAttention, StepModel};
+use crate::moe::train::TrainModel;
+use blocks::attention::{Attention, AttentionSpec};
+use blocks::ffn::{Ffn, FfnSpec, RouterStats};
+use blocks::norm::RmsNorm;
+use weights::{Expected, Reader, Sink, Source};
+
+/// A checkpoint that cannot be loaded (or saved), and why.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// `config.json`'s `model_type` is none of the supported families.
+    #[error(
+        "config.json: model_type {0:?} is not supported (supported: {list})",
+        list = SUPPORTED.join(", ")
+    )]
+    UnknownModelType(String),
+    /// A config option (or value of one) the family's decoder does not implement.
+    #[error("{model_type}: config.json option {option} is not supported: {why}")]
+    Unsupported {
+        /// The family.
+        model_type: String,
+        /// The option, as config.json names it.
+        option: String,
+        /// What is not supported about its value.
+        why: String,
+    },
+    /// A config.json that does not describe a model (a field missing or of the wrong type,
+    /// sizes that do not fit together).
+    #[error("{model_type}: config.json is not valid: {why}")]
+    Config {
+        /// The family.
+        model_type: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// The checkpoint's files: unreadable, a tensor missing, unexpected or of another shape.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// A model dtype other than F32, F16 and BF16.
+    #[error("model dtype {0:?} is not supported (F32, F16 and BF16 are)")]
+    Dtype(DType),
+}
+
+/// The `model_type`s [`load`] knows.
+pub const SUPPORTED: &[&str] = &[
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+];
+
+/// One decoder layer (config side).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerSpec {
+    /// Its attention block.
+    pub attention: AttentionSpec,
+    /// Its feed-forward block.
+    pub ffn: FfnSpec,
+}
+
+/// A whole decoder, as a family's config.json describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecoderSpec {
+    /// config.json's `model_type`.
+    pub model_type: String,
+    /// Vocabulary.
+    pub vocab: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Every RMS norm's epsilon (`rms_norm_eps`).
+    pub eps: f64,
+    /// The layers, in order.
+    pub layers: Vec<LayerSpec>,
+    /// The weight of the load-balancing loss in fine-tuning (`router_aux_loss_coef`; 0 when
+    /// the family has none).
+    pub aux_loss_coef: f64,
+}
+
+impl DecoderSpec {
+    /// The tensors of the model, `(name, shape)` as the checkpoint stores them, in order.
+    pub fn expected(&self) -> Expected {
+        let mut out = Expected::default();
+        let h = self.hidden;
+        out.tensor("model.embed_tokens.weight".into(), vec![self.vocab, h]);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            out.tensor(format!("{p}.input_layernorm.weight"), vec![h]);
+            layer.attention.expected(&p, h, &mut out);
+            out.tensor(format!("{p}.post_attention_layernorm.weight"), vec![h]);
+            layer.ffn.expected(&p, h, &mut out);
+        }
+        out.tensor("model.norm.weight".into(), vec![h]);
+        out.linear("lm_head", h, self.vocab, false);
+        out
+    }
+}
+
+/// A pre-norm decoder layer: `x += attention(norm(x))`, then `x += ffn(norm(x))`.
+#[derive(Module, Debug)]
+pub struct Layer<B: Backend> {
+    input_norm: RmsNorm<B>,
+    /// The attention block.
+    pub attention: Attention<B>,
+    post_norm: RmsNorm<B>,
+    /// The feed-forward block.
+    pub ffn: Ffn<B>,
+}
+
+/// The decoder every family is.
+#[derive(Module, Debug)]
+pub struct Decoder<B: Backend> {
+    embed: Embedding<B>,
+    /// The layers, in order.
+    pub layers: Vec<Layer<B>>,
+    norm: RmsNorm<B>,
+    head: Linear<B>,
+    #[module(skip)]
+    spec: DecoderSpec,
+}
+
+impl<B: FusedOps> Decoder<B> {
+    /// The decoder `spec` describes, its weights read by `read` (named as
+    /// [`DecoderSpec::expected`] names them) and uploaded to `device` in `dtype`.
+    pub fn load(
+        spec: &DecoderSpec,
+        read: &Reader<'_>,
+        dtype: DType,
+        device: &B::Device,
+    ) -> Result<Self, LoadError> {
+        if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(LoadError::Dtype(dtype));
+        }
+        let src = Source::<B>::new(read, dtype, device);
+        let norm = |name: &str| -> Result<RmsNorm<B>, LoadError> {
+            Ok(RmsNorm::new(src.tensor(name)?, spec.eps))
+        };
+        let layers = spec
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, layer)| {
+                let p = format!("model.layers.{i}");
+                Ok(Layer {
+                    input_norm: norm(&format!("{p}.input_layernorm.weight"))?,
+                    attention: layer.attention.load(&p, &src)?,
+                    post_norm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
+                    ffn: layer.ffn.load(&p, &src)?,
+                })
+            })
+            .collect::<Result<_, LoadError>>()?;
+        Ok(Self {
+            embed: src.embedding("model.embed_tokens.weight")?,
+            layers,
+            norm: norm("model.norm.weight")?,
+            head: src.linear("lm_head", false)?,
+            spec: spec.clone(),
+        })
+    }
+
+    /// What the decoder is.
+    pub fn spec(&self) -> &DecoderSpec {
+        &self.spec
+    }
+
+    /// The dtype of its weights (and of its cache rows).
+    pub fn dtype(&self) -> DType {
+        self.head.weight.val().dtype()
+    }
+
+    /// Its weights, named and laid out as the checkpoint stores them, in the model's dtype.
+    pub fn tensors(&self) -> Vec<(String, TensorData)> {
+        let mut out = Sink::default();
+        out.tensor("model.embed_tokens.weight".into(), &self.embed.weight);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            out.tensor(
+                format!("{p}.input_layernorm.weight"),
+                &layer.input_norm.weight,
+            );
+            layer.attention.save(&p, &mut out);
+            out.tensor(
+                format!("{p}.post_attention_layernorm.weight"),
+                &layer.post_norm.weight,
+            );
+            layer.ffn.save(&p, &mut out);
+        }
+        out.tensor("model.norm.weight".into(), &self.norm.weight);
+        out.linear("lm_head", &self.head);
+        out.0
+    }
+
+    /// The residual stream `x [T, H]` after a layer's feed-forward block, given its attention
+    /// output `attended [T, H]`.
+    fn feed_forward(
+        layer: &Layer<B>,
+        x: Tensor<B, 2>,
+        attended: Tensor<B, 2>,
+    ) -> (Tensor<B, 2>, Option<RouterStats<B>>) {
+        let (normed, x) = layer.post_norm.add_forward(x, attended);
+        let (y, stats) = layer.ffn.forward(normed);
+        (x + y, stats)
+    }
+
+    /// Causal forward pass over whole sequences `tokens [B, S]`: logits `[B, S, V]` and the
+    /// load-balancing loss of transformers' `load_balancing_loss_func` (without its
+    /// coefficient), over the tokens of every MoE layer together.
+    pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>) {
+        let [b, s] = tokens.dims();
+        let device = tokens.device();
+        // f32 whatever the model's dtype: see `crate::moe::model::rope`.
+        let positions = Tensor::<B, 1>::from_data(
+            TensorData::new((0..s).map(|p| p as f32).collect::<Vec<_>>(), [s]),
+            (&device, DType::F32),
+        );
+        let mut x = self.embed.forward(tokens);
+        let h = self.spec.hidden;
+        let mut stats: Vec<RouterStats<B>> = Vec::new();
+        for layer in &self.layers {
+            let attended = layer
+                .attention
+                .dense(layer.input_norm.forward(x.clone()), positions.clone());
+            let (y, st) =
+                Self::feed_forward(layer, x.reshape([b * s, h]), attended.reshape([b * s, h]));
+            x = y.reshape([b, s, h]);
+            stats.extend(st);
+        }
+        let v = self.spec.vocab;
+        let logits = self.head.forward(self.norm.forward(x.reshape([b * s, h])));
+        (
+            logits.reshape([b, s, v]),
+            load_balancing_loss(stats, &device),
+        )
+    }
+}
+
+/// transformers' `load_balancing_loss_func`: experts times the sum over experts of the
+/// fraction of (token, choice) pairs routed to each and its mean router probability, both
+/// over the tokens of all MoE layers together.
+fn load_balancing_loss<B: Backend>(stats: Vec<RouterStats<B>>, device: &B::Device) -> Tensor<B, 1> {
+    let tokens: usize = stats.iter().map(|s| s.tokens).sum();
+    let mut it = stats.into_iter();
+    let Some(first) = it.next() else {
+        return Tensor::zeros([1], device);
+    };
+    let experts = first.counts.dims()[0];
+    let (counts, probs) = it.fold((first.counts, first.probs), |(c, p), s| {
+        (c + s.counts, p + s.probs)
+    });
+    let n = tokens as f64;
+    let counts = counts.cast(probs.dtype());
+    ((counts / n) * (probs / n)).sum() * experts as f64
+}
+
+impl<B: FusedOps> StepModel<B> for Decoder<B> {
+    fn vocab(&self) -> usize {
+        self.spec.vocab
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        let rows = self.layers[0].attention.cache_rows();
+        CacheLayout {
+            layers: self.layers.len(),
+            query_heads: rows.query_heads,
+            kv_heads: rows.kv_heads,
+            key_dim: rows.key_dim,
+            value_dim: rows.value_dim,
+            dtype: self.dtype(),
+        }
+    }
+
+    fn step(&self, x: &StepInputs<B>, attention: &mut PagedAttention<'_, B>) -> Tensor<B, 2> {
+        let t = x.tokens.dims()[0];
+        let mut h = self
+            .embed
+            .forward(x.tokens.clone().reshape([1, t]))
+            .reshape([t, self.spec.hidden]);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let attended = layer.attention.paged(
+                layer.input_norm.forward(h.clone()),
+                x.positions.clone(),
+                i,
+                attention,
+            );
+            h = Self::feed_forward(layer, h, attended).0;
+        }
+        self.head
+            .forward(self.norm.forward(h.select(0, x.sample_rows.clone())))
+    }
+
+    fn forward_logits(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.forward(tokens).0
+    }
+}
+
+/// The decoder a config.json describes, by its `model_type`.
+pub fn spec_of(config: &serde_json::Value) -> Result<DecoderSpec, LoadError> {
+    let model_type = config
+        .get("model_type")
+        .and_then(|t| t.as_str())
+        .ok_or_else(|| LoadError::UnknownModelType(String::from("(none)")))?;
+    match model_type {
+        "mixtral" => mixtral::spec(config),
+        "qwen2_moe" => qwen_moe::spec(config, false),
+        "qwen3_moe" => qwen_moe::spec(config, true),
+        "deepseek_v2" => deepseek::spec(config, false),
+        "deepseek_v3" => deepseek::spec(config, true),
+        other => Err(LoadError::UnknownModelType(other.into())),
+    }
+}
+
+impl<B: AutodiffBackend + FusedOps> TrainModel<B> for Decoder<B> {
+    fn forward_train(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>) {
+        self.forward(tokens)
+    }
+}
+
+/// A checkpoint loaded: the decoder, and the checkpoint it came from (its config.json, its
+/// tokenizer files, what [`save`] writes beside the weights).
+pub struct LoadedModel<B: Backend> {
+    /// The decoder.
+    pub model: Decoder<B>,
+    /// The checkpoint.
+    pub checkpoint: Checkpoint,
+}
+
+/// Loads the checkpoint directory `dir` (config.json, safetensors weights) as the family its
+/// `model_type` names, the weights uploaded once to `device` in `dtype` (F32, F16 or BF16,
+/// converted from the file's). Everything is checked before anything is allocated on the
+/// device: the config's options, and every tensor's name and shape (none missing, none
+/// extra).
+pub fn load<B: FusedOps>(
+    dir: impl AsRef<Path>,
+    dtype: DType,
+    device: &B::Device,
+) -> Result<LoadedModel<B>, LoadError> {
+    let checkpoint = Checkpoint::open(dir)?;
+    Ok(LoadedModel {
+        model: load_from(&checkpoint, dtype, device)?,
+        checkpoint,
+    })
+}
+
+/// [`load`] from an opened checkpoint.
+pub fn load_from<B: FusedOps>(
+    checkpoint: &Checkpoint,
+    dtype: DType,
+    device: &B::Device,
+) -> Result<Decoder<B>, LoadError> {
+    let spec = spec_of(checkpoint.config())?;
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(LoadError::Dtype(dtype));
+    }
+    // Older checkpoints carry rope's inverse frequencies, which the model computes.
+    checkpoint.check(&spec.expected().0, |name| {
+        name.ends_with(".self_attn.rotary_emb.inv_freq")
+    })?;
+    let read = |name: &str, dtype: DType| checkpoint.read(name, dtype).map_err(LoadError::from);
+    Decoder::load(&spec, &read, dtype, device)
+}
+
+/// Saves `model` into `dir` in the Hugging Face layout of `from` (the checkpoint it was loaded
+/// from): the same tensor names and shapes, in the model's dtype (config.json's `dtype` says
+/// which), sharded when the weights exceed `max_shard_bytes`, with `from`'s tokenizer and
+/// generation files.
+pub fn save<B: FusedOps>(
+    model: &Decoder<B>,
+    dir: impl AsRef<Path>,
+    from: &Checkpoint,
+    max_shard_bytes: Option<usize>,
+) -> Result<(), LoadError> {
+    let mut config = from.config().clone();
+    let dtype = match model.dtype() {
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        other => return Err(LoadError::Dtype(other)),
+    };
+    if let Some(fields) = config.as_object_mut() {
+        // transformers 4.56 renamed torch_dtype to dtype; keep whichever the file has.
+        for key in ["dtype", "torch_dtype"] {
+            if fields.contains_key(key) {
+                fields.insert(key.into(), dtype.into());
+            }
+        }
+    }
+    crate::hf::save(
+        dir.as_ref(),
+        &config,
+        model.tensors(),
+        Some(from),
+        max_shard_bytes,
+    )?;
+    Ok(())
+}

@@ -1,0 +1,14 @@
+//! Hugging Face checkpoints: reading a model directory as transformers writes it (`config.json`,
+//! `model.safetensors` or shards with `model.safetensors.index.json`), its tokenizer
+//! (`tokenizer.json`, `tokenizer_config.json`, `generation_config.json`), and saving weights back
+//! in the same layout. File formats only: the model families map tensor names to parameters.
+
+mod checkpoint;
+mod error;
+mod save;
+mod tokenizer;
+
+pub use checkpoint::{Checkpoint, TensorInfo};
+pub use error::CheckpointError;
+pub use save::save;
+pub use tokenizer::TextTokenizer;

@@ -1,0 +1,442 @@
+//! The Hugging Face families (Mixtral, Qwen2-MoE, Qwen3-MoE) loaded from the fixture
+//! checkpoints `tests/fixtures/hf/<name>/` (tiny random models transformers wrote, with the
+//! logits and greedy continuations it computed: `reference.json`): prefill logits within 1e-4
+//! of transformers', its 32 greedy tokens through the paged server (chunked prefill, several
+//! requests at once, captured decode), every bad input refused with a message naming it, and a
+//! fine-tuned checkpoint saved and loaded again with the trained model's logits.
+//!
+//! The captured-decode test runs alone (`serial`): a device capturing a graph refuses other
+//! threads' work.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use burn::module::AutodiffModule;
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn_ascend::FusedOps;
+use burn_ascend_suite::families::{self, Decoder, LoadError};
+use burn_ascend_suite::hf::{self, Checkpoint, TextTokenizer};
+use burn_ascend_suite::moe::corpus;
+use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
+use burn_ascend_suite::moe::step::StepModel;
+use burn_ascend_suite::moe::train::{train, TrainConfig};
+use burn_autodiff::Autodiff;
+use common::*;
+use serial_test::{parallel, serial};
+
+type Lazy = burn_fusion::Fusion<Ascend>;
+
+const FAMILIES: [&str; 3] = ["mixtral", "qwen2_moe", "qwen3_moe"];
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf")
+        .join(name)
+}
+
+/// One prompt of `reference.json`.
+struct Reference {
+    ids: Vec<u32>,
+    logits: Vec<Vec<f32>>,
+    greedy: Vec<u32>,
+}
+
+fn references(name: &str) -> Vec<Reference> {
+    let text = std::fs::read_to_string(fixture(name).join("reference.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ints = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    json["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| Reference {
+            ids: ints(&p["ids"]),
+            logits: p["logits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|row| {
+                    row.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_f64().unwrap() as f32)
+                        .collect()
+                })
+                .collect(),
+            greedy: ints(&p["greedy"]),
+        })
+        .collect()
+}
+
+fn load<B: FusedOps>(dir: &Path, device: &B::Device) -> Decoder<B> {
+    families::load::<B>(dir, DType::F32, device)
+        .unwrap_or_else(|e| panic!("loading {}: {e}", dir.display()))
+        .model
+}
+
+/// Logits `[S, V]` of one sequence, on the host.
+fn logits<B: FusedOps>(model: &Decoder<B>, ids: &[u32], device: &B::Device) -> Vec<Vec<f32>> {
+    let s = ids.len();
+    let tokens = Tensor::<B, 2, Int>::from_data(
+        TensorData::new(ids.iter().map(|&t| t as i32).collect::<Vec<_>>(), [1, s]),
+        device,
+    );
+    let v = model.vocab();
+    let flat = model
+        .forward_logits(tokens)
+        .into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .unwrap();
+    flat.chunks(v).map(<[f32]>::to_vec).collect()
+}
+
+fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    assert_eq!(a.len(), b.len(), "positions");
+    a.iter()
+        .zip(b)
+        .flat_map(|(x, y)| {
+            assert_eq!(x.len(), y.len(), "vocab");
+            x.iter().zip(y).map(|(p, q)| (p - q).abs())
+        })
+        .fold(0.0, f32::max)
+}
+
+fn prefill_matches<B: FusedOps>(device: &B::Device) {
+    for name in FAMILIES {
+        let model = load::<B>(&fixture(name), device);
+        for (i, r) in references(name).iter().enumerate() {
+            let got = logits(&model, &r.ids, device);
+            let diff = max_diff(&got, &r.logits);
+            assert!(
+                diff <= 1e-4,
+                "{name} prompt {i}: logits differ from transformers' by {diff}"
+            );
+        }
+    }
+}
+
+#[test]
+#[parallel]
+fn prefill_logits_match_transformers_on_ascend() {
+    prefill_matches::<Ascend>(&device());
+}
+
+#[test]
+#[parallel]
+fn prefill_logits_match_transformers_on_fusion() {
+    prefill_matches::<Lazy>(&device());
+}
+
+fn serve_config() -> ServeConfig {
+    // Pages of 4 slots and steps of 8 tokens: every prompt crosses pages and the longer ones are
+    // prefilled in chunks beside the others' decode.
+    ServeConfig {
+        pages: 64,
+        page_size: 4,
+        max_seq: 64,
+        max_kv_splits: 3,
+        step_tokens: 8,
+        max_waiting: 64,
+        record_logits: false,
+    }
+}
+
+fn greedy_matches<B: FusedOps>(device: &B::Device, captured: bool) {
+    for name in FAMILIES {
+        let refs = references(name);
+        let mut server =
+            Server::new(load::<B>(&fixture(name), device), serve_config(), device).unwrap();
+        if captured {
+            server.enable_captured_decode(&[1, 2, 4]).unwrap();
+            assert_eq!(server.eager_buckets(), [], "{name}");
+        }
+        let mut ids = HashMap::new();
+        for (i, r) in refs.iter().enumerate() {
+            let request = Request::greedy(r.ids.clone(), r.greedy.len());
+            ids.insert(server.submit(request).unwrap(), i);
+        }
+        let (mut done, mut replays, mut steps) = (HashMap::new(), 0, 0);
+        while done.len() < refs.len() {
+            let report = server.step();
+            replays += usize::from(report.captured.is_some());
+            for (id, result) in report.finished {
+                let i = ids[&id];
+                let got = result.unwrap_or_else(|e| panic!("{name} prompt {i}: {e}"));
+                done.insert(i, got.tokens);
+            }
+            steps += 1;
+            assert!(steps < 200, "{name}: the server stalls");
+        }
+        for (i, r) in refs.iter().enumerate() {
+            assert_eq!(done[&i], r.greedy, "{name} prompt {i}: greedy tokens");
+        }
+        // The prompts (6 to 18 tokens) are prefilled in chunks of 8 tokens; then most steps
+        // decode all three requests from a captured graph.
+        assert_eq!(
+            replays > 20,
+            captured,
+            "{name}: {replays} captured steps of {steps}"
+        );
+    }
+}
+
+#[test]
+#[serial]
+fn paged_server_gives_transformers_greedy_tokens_with_captured_decode() {
+    greedy_matches::<Ascend>(&device(), true);
+}
+
+#[test]
+#[parallel]
+fn paged_server_gives_transformers_greedy_tokens_on_fusion() {
+    greedy_matches::<Lazy>(&device(), false);
+}
+
+/// A copy of fixture `name` in a temporary directory.
+fn copy_fixture(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(fixture(name)).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    dir
+}
+
+fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
+    let path = dir.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(config.as_object_mut().unwrap());
+    std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+}
+
+/// Rewrites the weights of the checkpoint in `dir` after `edit` changed the list.
+fn edit_tensors(dir: &Path, edit: impl FnOnce(&mut Vec<(String, TensorData)>)) {
+    let checkpoint = Checkpoint::open(dir).unwrap();
+    let mut tensors: Vec<(String, TensorData)> = checkpoint
+        .names()
+        .map(|n| {
+            let dtype = checkpoint.info(n).unwrap().dtype;
+            (n.to_string(), checkpoint.read(n, dtype).unwrap())
+        })
+        .collect();
+    edit(&mut tensors);
+    let config = checkpoint.config().clone();
+    hf::save(dir, &config, tensors, Some(&checkpoint), None).unwrap();
+}
+
+fn load_err(dir: &Path) -> String {
+    match families::load::<Ascend>(dir, DType::F32, &device()) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn assert_names(message: &str, words: &[&str]) {
+    for w in words {
+        assert!(message.contains(w), "{message:?} does not name {w:?}");
+    }
+}
+
+#[test]
+#[parallel]
+fn unsupported_config_options_are_named() {
+    type Edit = fn(&mut serde_json::Map<String, serde_json::Value>);
+    let cases: [(&str, Edit, &[&str]); 8] = [
+        (
+            "mixtral",
+            |c| {
+                c.insert("model_type".into(), "llama".into());
+            },
+            &["model_type", "llama", "mixtral"],
+        ),
+        (
+            "mixtral",
+            |c| {
+                c.insert("hidden_act".into(), "gelu".into());
+            },
+            &["mixtral", "hidden_act", "gelu"],
+        ),
+        (
+            "mixtral",
+            |c| {
+                c.insert("sliding_window".into(), 4096.into());
+            },
+            &["mixtral", "sliding_window", "4096"],
+        ),
+        (
+            "mixtral",
+            |c| {
+                c.insert("router_jitter_noise".into(), 0.1.into());
+            },
+            &["router_jitter_noise"],
+        ),
+        (
+            "qwen2_moe",
+            |c| {
+                c.insert("use_sliding_window".into(), true.into());
+                c.insert("sliding_window".into(), 64.into());
+            },
+            &["qwen2_moe", "sliding_window"],
+        ),
+        (
+            "qwen2_moe",
+            |c| {
+                c.insert("tie_word_embeddings".into(), true.into());
+            },
+            &["qwen2_moe", "tie_word_embeddings"],
+        ),
+        (
+            "qwen3_moe",
+            |c| {
+                c.insert(
+                    "rope_scaling".into(),
+                    serde_json::json!({"rope_type": "yarn", "factor": 4.0}),
+                );
+            },
+            &["qwen3_moe", "rope_scaling", "yarn"],
+        ),
+        (
+            "qwen3_moe",
+            |c| {
+                c.remove("num_experts");
+            },
+            &["qwen3_moe", "num_experts"],
+        ),
+    ];
+    for (name, edit, words) in cases {
+        let dir = copy_fixture(name);
+        edit_config(dir.path(), edit);
+        assert_names(&load_err(dir.path()), words);
+    }
+    let err = families::load::<Ascend>(fixture("mixtral"), DType::F64, &device()).err();
+    assert!(matches!(err, Some(LoadError::Dtype(DType::F64))), "{err:?}");
+}
+
+#[test]
+#[parallel]
+fn missing_extra_and_misshapen_tensors_are_named() {
+    let missing = "model.layers.0.mlp.shared_expert_gate.weight";
+    let dir = copy_fixture("qwen2_moe");
+    edit_tensors(dir.path(), |t| t.retain(|(n, _)| n != missing));
+    assert_names(&load_err(dir.path()), &[missing, "missing"]);
+
+    // Layer 1 of the fixture is dense (mlp_only_layers): it has no experts.
+    let extra = "model.layers.1.mlp.experts.0.gate_proj.weight";
+    let dir = copy_fixture("qwen2_moe");
+    edit_tensors(dir.path(), |t| {
+        t.push((extra.into(), TensorData::new(vec![0f32; 32 * 64], [32, 64])))
+    });
+    assert_names(&load_err(dir.path()), &[extra, "model.safetensors"]);
+
+    let misshapen = "model.layers.0.block_sparse_moe.experts.3.w2.weight";
+    let dir = copy_fixture("mixtral");
+    edit_tensors(dir.path(), |t| {
+        let slot = t.iter_mut().find(|(n, _)| n == misshapen).unwrap();
+        slot.1 = TensorData::new(vec![0f32; 64 * 31], [64, 31]);
+    });
+    assert_names(&load_err(dir.path()), &[misshapen, "[64, 32]", "[64, 31]"]);
+}
+
+#[test]
+#[parallel]
+fn unreadable_files_are_named() {
+    let dir = copy_fixture("qwen3_moe");
+    std::fs::write(
+        dir.path().join("model.safetensors"),
+        b"not a safetensors file",
+    )
+    .unwrap();
+    assert_names(&load_err(dir.path()), &["model.safetensors"]);
+
+    let dir = copy_fixture("mixtral");
+    std::fs::write(dir.path().join("config.json"), b"{ \"model_type\": ").unwrap();
+    assert_names(&load_err(dir.path()), &["config.json"]);
+}
+
+/// The mean cross-entropy of next tokens over `seqs`.
+fn loss<B: FusedOps>(model: &Decoder<B>, seqs: &[Vec<u32>], device: &B::Device) -> f32 {
+    let mut total = 0.0;
+    let mut count = 0;
+    for s in seqs {
+        let rows = logits(model, &s[..s.len() - 1], device);
+        for (row, &next) in rows.iter().zip(&s[1..]) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f32>().ln();
+            total += lse - row[next as usize];
+            count += 1;
+        }
+    }
+    total / count as f32
+}
+
+fn fine_tune_save_reload(name: &str) {
+    type Train = Autodiff<Ascend>;
+    let device = device();
+    let loaded = families::load::<Train>(fixture(name), DType::F32, &device).unwrap();
+    let tokenizer = TextTokenizer::from_dir(fixture(name)).unwrap();
+    let tokens = tokenizer.encode(corpus::TEXT).unwrap();
+    let held: Vec<Vec<u32>> = tokens.chunks(24).take(4).map(<[u32]>::to_vec).collect();
+    let before = loss(&loaded.model.valid(), &held, &device);
+    let cfg = TrainConfig {
+        steps: 6,
+        batch: 4,
+        seq_len: 24,
+        learning_rate: 3e-3,
+        aux_weight: loaded.model.spec().aux_loss_coef,
+    };
+    let mut auxes = Vec::new();
+    let trained = train(loaded.model, &tokens, &cfg, &device, |r| auxes.push(r.aux)).unwrap();
+    let trained = trained.valid();
+    let after = loss(&trained, &held, &device);
+    assert!(
+        after < before,
+        "{name}: loss {before} before fine-tuning, {after} after"
+    );
+    // transformers' load-balancing loss is experts * sum_e f_e * P_e with sum_e f_e = top_k:
+    // top_k for a router that balances perfectly, more otherwise, at most experts * top_k.
+    for aux in auxes {
+        assert!(
+            (1.0..=16.0).contains(&aux),
+            "{name}: load-balancing loss {aux}"
+        );
+    }
+    let out = tempfile::tempdir().unwrap();
+    // Shards of 64 KB: the saved checkpoint is sharded whatever the fixture was.
+    families::save(&trained, out.path(), &loaded.checkpoint, Some(64 << 10)).unwrap();
+    let again = load::<Ascend>(out.path(), &device);
+    for s in &held {
+        let diff = max_diff(&logits(&again, s, &device), &logits(&trained, s, &device));
+        assert!(diff == 0.0, "{name}: reloaded logits differ by {diff}");
+    }
+    // The same tensors, names and shapes as the fixture.
+    let (a, b) = (
+        Checkpoint::open(out.path()).unwrap(),
+        Checkpoint::open(fixture(name)).unwrap(),
+    );
+    assert_eq!(a.names().collect::<Vec<_>>(), b.names().collect::<Vec<_>>());
+    for n in b.names() {
+        assert_eq!(a.info(n).unwrap().shape, b.info(n).unwrap().shape, "{n}");
+    }
+}
+
+#[test]
+#[parallel]
+fn fine_tuned_mixtral_saves_and_loads_with_its_logits() {
+    fine_tune_save_reload("mixtral");
+}
+
+#[test]
+#[parallel]
+fn fine_tuned_qwen2_moe_saves_and_loads_with_its_logits() {
+    fine_tune_save_reload("qwen2_moe");
+}

@@ -1,0 +1,957 @@
+//! DeepSeek-V2 / V3 building blocks on `Ascend` (the emulated NPU) against independent
+//! references: YaRN frequencies and factors as transformers 4.57.1 computes them, the rotary
+//! embedding in closed form, multi-head latent attention's dense path against a plain host
+//! implementation of transformers' formulas and its absorbed paged decode (the MLA mode of
+//! `fused::decode_attention`) against the dense path, the three routers on hand-made scores,
+//! and the tiny DeepSeek-V2 / V3 checkpoints of `tests/fixtures/hf` against transformers'
+//! recorded logits and greedy tokens (the dense prefill, and the paged server with chunked
+//! prefill and captured decode), saved and loaded back, and their config errors.
+//!
+//! A capture forbids work from other threads on its device: the two server tests run alone.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use burn::module::{Module, ModuleMapper, Param};
+use burn::tensor::{DType, IndexingUpdateOp, Int, Tensor, TensorData};
+use burn_ascend::fused::{self, DecodeAttentionOptions};
+use burn_ascend_suite::families::blocks::deepseek_router::{
+    DeepseekRouter, RouterConfig, TopkMethod,
+};
+use burn_ascend_suite::families::blocks::mla::{Mla, MlaConfig};
+use burn_ascend_suite::families::blocks::yarn::{Rotary, Yarn};
+use burn_ascend_suite::families::{deepseek, spec_of, Decoder, LoadError};
+use burn_ascend_suite::hf::{self, Checkpoint};
+use burn_ascend_suite::moe::serve::{FinishReason, Request, ServeConfig, Server};
+use burn_ascend_suite::moe::step::StepModel;
+use common::host_values::host_values;
+use common::*;
+use serial_test::{parallel, serial};
+
+type B = Ascend;
+
+fn floats<const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().to_vec().unwrap()
+}
+
+fn ints<const D: usize>(t: Tensor<B, D, Int>) -> Vec<i64> {
+    t.into_data().convert::<i64>().to_vec().unwrap()
+}
+
+fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<B, D> {
+    Tensor::from_data(TensorData::new(values, shape), &device())
+}
+
+fn assert_near(what: &str, got: &[f32], want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (*g as f64 - w).abs() <= tol * w.abs().max(1.0),
+            "{what}: element {i} is {g}, the reference gives {w}\n got  {got:?}\n want {want:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// YaRN and the rotary embedding
+// ---------------------------------------------------------------------------------------------
+
+fn yarn(factor: f64, original: f64) -> Yarn {
+    Yarn {
+        factor,
+        original_max_position_embeddings: original,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        mscale: None,
+        mscale_all_dim: None,
+        attention_factor: None,
+        truncate: true,
+    }
+}
+
+/// Frequencies, cos/sin factors and DeepSeek-V3's softmax scale against the values
+/// transformers 4.57.1 gives for the same `rope_scaling` (`ROPE_INIT_FUNCTIONS["yarn"]` and
+/// `DeepseekV3Attention.scaling`, qk_rope_head_dim 16, rope_theta 10000, qk_head_dim 24).
+#[test]
+#[parallel(graph)]
+fn yarn_frequencies_and_factors_match_transformers() {
+    let base_scale = 24f64.powf(-0.5);
+    let cases = [
+        (
+            // DeepSeek-V2's published form: mscale = mscale_all_dim.
+            Yarn {
+                mscale: Some(0.707),
+                mscale_all_dim: Some(0.707),
+                ..yarn(40.0, 4096.0)
+            },
+            [
+                1.0,
+                3.162277639e-01,
+                1.000000015e-01,
+                2.391472459e-02,
+                5.124999676e-03,
+                8.498621755e-04,
+                2.499999937e-05,
+                7.905694474e-06,
+            ],
+            1.0,
+            0.3244810821936116,
+        ),
+        (
+            // mscale without mscale_all_dim: the factor is inferred from `factor` alone.
+            Yarn {
+                mscale: Some(1.0),
+                ..yarn(8.0, 64.0)
+            },
+            [
+                1.0,
+                2.239946574e-01,
+                4.166666418e-02,
+                3.952847328e-03,
+                1.249999972e-03,
+                3.952847328e-04,
+                1.250000059e-04,
+                3.952847328e-05,
+            ],
+            1.2079441541679836,
+            base_scale,
+        ),
+        (
+            Yarn {
+                beta_fast: 8.0,
+                beta_slow: 2.0,
+                mscale: Some(1.0),
+                mscale_all_dim: Some(0.5),
+                truncate: false,
+                ..yarn(4.0, 256.0)
+            },
+            [
+                1.0,
+                3.162277639e-01,
+                6.349658966e-02,
+                7.905694656e-03,
+                2.499999944e-03,
+                7.905694656e-04,
+                2.500000119e-04,
+                7.905694656e-05,
+            ],
+            1.0648216253695715,
+            0.23340248099017752,
+        ),
+    ];
+    for (i, (y, inv_freq, factor, scale)) in cases.into_iter().enumerate() {
+        let rotary = Rotary::yarn(16, 10_000.0, &y, false);
+        let want: Vec<f64> = inv_freq.to_vec();
+        assert_near(
+            &format!("case {i}: inv_freq"),
+            &rotary.inv_freq,
+            &want,
+            1e-6,
+        );
+        assert!(
+            (rotary.attention_factor as f64 - factor).abs() < 1e-6,
+            "case {i}: attention factor {} against {factor}",
+            rotary.attention_factor
+        );
+        let got = base_scale * y.softmax_scale_multiplier();
+        assert!(
+            (got - scale).abs() < 1e-12,
+            "case {i}: softmax scale {got} against {scale}"
+        );
+    }
+    let plain = Rotary::default_rope(16, 10_000.0, true);
+    let want = [
+        1.0,
+        3.162277639e-01,
+        1.000000015e-01,
+        3.162277862e-02,
+        9.999999776e-03,
+        3.162277862e-03,
+        1.000000047e-03,
+        3.162277862e-04,
+    ];
+    assert_near("default inv_freq", &plain.inv_freq, &want, 1e-6);
+    assert_eq!(plain.attention_factor, 1.0);
+}
+
+/// The rotation of `x [S, H, D]` in closed form (f64): the pairs `(j, j + D/2)`, or with
+/// `interleaved` the pairs `(2j, 2j + 1)` written out as halves (evens then odds, as
+/// DeepSeek-V3's interleaved rope leaves them), each turned by `p * inv_freq[j]` and scaled.
+fn rotate(x: &[f32], positions: &[f32], heads: usize, rotary: &Rotary) -> Vec<f64> {
+    let d = rotary.dim();
+    let half = d / 2;
+    let af = rotary.attention_factor as f64;
+    let mut out = vec![0.0; x.len()];
+    for (s, &p) in positions.iter().enumerate() {
+        for h in 0..heads {
+            let row = (s * heads + h) * d;
+            for j in 0..half {
+                let angle = p as f64 * rotary.inv_freq[j] as f64;
+                let (a, b) = if rotary.interleaved {
+                    (x[row + 2 * j], x[row + 2 * j + 1])
+                } else {
+                    (x[row + j], x[row + half + j])
+                };
+                let (a, b) = (a as f64, b as f64);
+                out[row + j] = af * (a * angle.cos() - b * angle.sin());
+                out[row + half + j] = af * (b * angle.cos() + a * angle.sin());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+#[parallel(graph)]
+fn rotary_turns_each_pair_by_its_angle() {
+    let positions: Vec<f32> = vec![0.0, 1.0, 5.0, 17.0, 300.0];
+    let (s, heads, d) = (positions.len(), 3, 16);
+    let y = Yarn {
+        mscale: Some(1.0),
+        ..yarn(8.0, 64.0)
+    };
+    for rotary in [
+        Rotary::yarn(d, 10_000.0, &y, true),
+        Rotary::yarn(d, 10_000.0, &y, false),
+        Rotary::default_rope(d, 500.0, true),
+    ] {
+        let x = host_values(vec![1, s, heads, d], 7);
+        let host: Vec<f32> = x.to_vec().unwrap();
+        let got = rotary.apply(
+            Tensor::<B, 4>::from_data(x, &device()),
+            tensor(positions.clone(), [s]),
+        );
+        assert_eq!(got.dims(), [1, s, heads, d]);
+        let want = rotate(&host, &positions, heads, &rotary);
+        assert_near(
+            &format!("rope (interleaved {})", rotary.interleaved),
+            &floats(got),
+            &want,
+            1e-5,
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multi-head latent attention
+// ---------------------------------------------------------------------------------------------
+
+fn mla_config(q_lora_rank: Option<usize>, interleaved: bool, attention_bias: bool) -> MlaConfig {
+    let (nope, rope) = (16, 8);
+    let y = Yarn {
+        mscale: Some(0.707),
+        mscale_all_dim: Some(1.0),
+        ..yarn(4.0, 16.0)
+    };
+    MlaConfig {
+        hidden: 64,
+        heads: 4,
+        q_lora_rank,
+        kv_lora_rank: 32,
+        qk_nope_head_dim: nope,
+        qk_rope_head_dim: rope,
+        v_head_dim: 12,
+        attention_bias,
+        latent_norm_eps: 1e-6,
+        sm_scale: ((nope + rope) as f64).powf(-0.5) * y.softmax_scale_multiplier(),
+        rotary: Rotary::yarn(rope, 10_000.0, &y, interleaved),
+    }
+}
+
+/// Replaces every float parameter with seeded host values: matrices small (so the scores
+/// stay moderate), vectors (norm scales and biases) around 1.
+struct Seeded(u64);
+
+impl ModuleMapper<B> for Seeded {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        self.0 += 1;
+        let seed = self.0;
+        param.map(|t| {
+            let shape = t.dims().to_vec();
+            let scale = if D == 1 { 0.05 } else { 0.06 };
+            let values = host_values(shape, seed);
+            let offset = if D == 1 { 1.0 } else { 0.0 };
+            Tensor::<B, D>::from_data(values, &t.device()) * scale + offset
+        })
+    }
+}
+
+fn seeded_mla(cfg: MlaConfig, seed: u64) -> Mla<B> {
+    Mla::<B>::new(cfg, &device()).map(&mut Seeded(seed))
+}
+
+/// A matrix in Burn's `[in, out]` layout, on the host.
+struct Matrix {
+    rows: usize,
+    cols: usize,
+    w: Vec<f64>,
+}
+
+impl Matrix {
+    fn of(t: Tensor<B, 2>) -> Self {
+        let [rows, cols] = t.dims();
+        let w = floats(t).into_iter().map(f64::from).collect();
+        Self { rows, cols, w }
+    }
+
+    /// `x @ W (+ bias)`.
+    fn apply(&self, x: &[f64], bias: Option<&[f64]>) -> Vec<f64> {
+        assert_eq!(x.len(), self.rows);
+        (0..self.cols)
+            .map(|o| {
+                let dot: f64 = (0..self.rows)
+                    .map(|i| x[i] * self.w[i * self.cols + o])
+                    .sum();
+                dot + bias.map_or(0.0, |b| b[o])
+            })
+            .collect()
+    }
+}
+
+fn host_linear(l: &burn::nn::Linear<B>) -> (Matrix, Option<Vec<f64>>) {
+    let bias = l
+        .bias
+        .as_ref()
+        .map(|b| floats(b.val()).into_iter().map(f64::from).collect());
+    (Matrix::of(l.weight.val()), bias)
+}
+
+fn host_rms_norm(x: &[f64], gamma: &[f64], eps: f64) -> Vec<f64> {
+    let mean = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+    let r = 1.0 / (mean + eps).sqrt();
+    x.iter().zip(gamma).map(|(v, g)| v * r * g).collect()
+}
+
+/// transformers' rotary embedding of one head's `[D]` at position `p`: DeepSeek-V2's complex
+/// form (adjacent pairs times `e^{i p f}`, written back interleaved) or `rotate_half`.
+fn host_rope(x: &[f64], p: f64, rotary: &Rotary) -> Vec<f64> {
+    let half = x.len() / 2;
+    let af = rotary.attention_factor as f64;
+    let mut out = vec![0.0; x.len()];
+    for j in 0..half {
+        let angle = p * rotary.inv_freq[j] as f64;
+        let (c, s) = (af * angle.cos(), af * angle.sin());
+        if rotary.interleaved {
+            let (re, im) = (x[2 * j], x[2 * j + 1]);
+            out[2 * j] = re * c - im * s;
+            out[2 * j + 1] = re * s + im * c;
+        } else {
+            out[j] = x[j] * c - x[j + half] * s;
+            out[j + half] = x[j + half] * c + x[j] * s;
+        }
+    }
+    out
+}
+
+/// transformers' DeepSeek attention of one sequence `x [S, hidden]` (positions 0..S), written
+/// out per head and position with the layer's weights read back to the host.
+fn host_mla(mla: &Mla<B>, x: &[f64]) -> Vec<f64> {
+    let c = &mla.cfg;
+    let (hidden, heads) = (c.hidden, c.heads);
+    let (nope, rope, vd, r) = (
+        c.qk_nope_head_dim,
+        c.qk_rope_head_dim,
+        c.v_head_dim,
+        c.kv_lora_rank,
+    );
+    let qk = nope + rope;
+    let s = x.len() / hidden;
+    let vec1 = |p: &Param<Tensor<B, 1>>| -> Vec<f64> {
+        floats(p.val()).into_iter().map(f64::from).collect()
+    };
+    let (kva, kva_b) = host_linear(&mla.kv_a_proj_with_mqa);
+    let kv_norm = vec1(&mla.kv_a_layernorm.weight);
+    let (kvb, _) = host_linear(&mla.kv_b_proj);
+    let (o, o_b) = host_linear(&mla.o_proj);
+    let query = |row: &[f64]| -> Vec<f64> {
+        match (&mla.q_proj, &mla.q_lora) {
+            (Some(q), _) => host_linear(q).0.apply(row, None),
+            (None, Some(lora)) => {
+                let (a, a_b) = host_linear(&lora.q_a_proj);
+                let normed = host_rms_norm(
+                    &a.apply(row, a_b.as_deref()),
+                    &vec1(&lora.q_a_layernorm.weight),
+                    c.latent_norm_eps,
+                );
+                host_linear(&lora.q_b_proj).0.apply(&normed, None)
+            }
+            (None, None) => unreachable!(),
+        }
+    };
+    // Per position: each head's full query and key [qk] and value [vd].
+    let mut qs = Vec::new();
+    let mut ks = Vec::new();
+    let mut vs = Vec::new();
+    for t in 0..s {
+        let row = &x[t * hidden..(t + 1) * hidden];
+        let q = query(row);
+        let compressed = kva.apply(row, kva_b.as_deref());
+        let latent = host_rms_norm(&compressed[..r], &kv_norm, c.latent_norm_eps);
+        let k_pe = host_rope(&compressed[r..], t as f64, &c.rotary);
+        let kv = kvb.apply(&latent, None);
+        let (mut qh, mut kh, mut vh) = (Vec::new(), Vec::new(), Vec::new());
+        for h in 0..heads {
+            let head_q = &q[h * qk..(h + 1) * qk];
+            let mut full_q = head_q[..nope].to_vec();
+            full_q.extend(host_rope(&head_q[nope..], t as f64, &c.rotary));
+            let head_kv = &kv[h * (nope + vd)..(h + 1) * (nope + vd)];
+            let mut full_k = head_kv[..nope].to_vec();
+            full_k.extend(&k_pe);
+            qh.push(full_q);
+            kh.push(full_k);
+            vh.push(head_kv[nope..].to_vec());
+        }
+        qs.push(qh);
+        ks.push(kh);
+        vs.push(vh);
+    }
+    let mut out = Vec::new();
+    for (t, q) in qs.iter().enumerate() {
+        let mut attended = Vec::new();
+        for (h, q) in q.iter().enumerate() {
+            let scores: Vec<f64> = ks[..=t]
+                .iter()
+                .map(|k| q.iter().zip(&k[h]).map(|(a, b)| a * b).sum::<f64>() * c.sm_scale)
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = scores.iter().map(|v| (v - max).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            attended.extend((0..vd).map(|j| {
+                e.iter()
+                    .zip(&vs[..=t])
+                    .map(|(p, v)| p / sum * v[h][j])
+                    .sum::<f64>()
+            }));
+        }
+        out.extend(o.apply(&attended, o_b.as_deref()));
+    }
+    out
+}
+
+fn sequence(s: usize, hidden: usize, seed: u64) -> Tensor<B, 2> {
+    Tensor::<B, 2>::from_data(host_values(vec![s, hidden], seed), &device()) * 0.25
+}
+
+fn positions(range: std::ops::Range<usize>) -> Tensor<B, 1> {
+    let v: Vec<f32> = range.map(|p| p as f32).collect();
+    let n = v.len();
+    tensor(v, [n])
+}
+
+fn mla_cases() -> Vec<MlaConfig> {
+    vec![
+        mla_config(None, true, false),
+        mla_config(Some(24), false, true),
+        mla_config(Some(24), true, false),
+    ]
+}
+
+#[test]
+#[parallel(graph)]
+fn mla_dense_matches_transformers_formulas() {
+    let s = 7;
+    for (i, cfg) in mla_cases().into_iter().enumerate() {
+        let hidden = cfg.hidden;
+        let mla = seeded_mla(cfg, 100 * i as u64);
+        let x = sequence(s, hidden, 11 + i as u64);
+        let host: Vec<f64> = floats(x.clone()).into_iter().map(f64::from).collect();
+        let got = mla.dense(x.reshape([1, s, hidden]), positions(0..s));
+        assert_eq!(got.dims(), [1, s, hidden]);
+        let want = host_mla(&mla, &host);
+        assert_near(&format!("case {i}: dense MLA"), &floats(got), &want, 1e-4);
+    }
+}
+
+/// The absorbed decode of `x [S, hidden]` over a cache of one latent row per token, in
+/// `chunks` of consecutive tokens (a prefill chunk, then single decoded tokens), each token
+/// attending to its positions' slots (scattered over the cache) through
+/// `fused::decode_attention` with no value cache.
+fn paged_decode(mla: &Mla<B>, x: Tensor<B, 2>, chunks: &[usize]) -> Tensor<B, 2> {
+    let device = device();
+    let slots = 61;
+    // Position p lives at slot (7p + 3) mod 61: never in order, never shared.
+    let slot = |p: usize| ((7 * p + 3) % slots) as i64;
+    let mut cache = Tensor::<B, 3>::zeros([slots, 1, mla.cfg.cache_dim()], &device);
+    let (mut start, mut outs) = (0, Vec::new());
+    for &len in chunks {
+        let (mut indptr, mut indices, mut splits) = (vec![0i64], Vec::new(), Vec::new());
+        for p in start..start + len {
+            indices.extend((0..=p).map(slot));
+            indptr.push(indices.len() as i64);
+            splits.push((p as i64 + 1).min(3));
+        }
+        let int = |v: Vec<i64>| {
+            let n = v.len();
+            Tensor::<B, 1, Int>::from_data(TensorData::new(v, [n]), &device).cast(DType::I32)
+        };
+        let new_slots = int((start..start + len).map(slot).collect());
+        let (indptr, indices, splits) = (int(indptr), int(indices), int(splits));
+        let chunk = x.clone().narrow(0, start, len);
+        let out = mla.decode(
+            chunk,
+            positions(start..start + len),
+            |q, rows, sm_scale, value_dim| {
+                assert_eq!(rows.dims(), [len, 1, mla.cfg.cache_dim()]);
+                cache = cache.clone().scatter_nd(
+                    new_slots.reshape([len, 1]),
+                    rows,
+                    IndexingUpdateOp::Assign,
+                );
+                fused::decode_attention(
+                    q,
+                    cache.clone(),
+                    None,
+                    indptr,
+                    indices,
+                    splits,
+                    DecodeAttentionOptions {
+                        max_kv_splits: 3,
+                        sm_scale,
+                        logit_cap: None,
+                        value_dim,
+                        path: None,
+                    },
+                )
+                .0
+            },
+        );
+        outs.push(out);
+        start += len;
+    }
+    Tensor::cat(outs, 0)
+}
+
+#[test]
+#[parallel(graph)]
+fn mla_absorbed_paged_decode_matches_dense() {
+    let s = 9;
+    for (i, cfg) in mla_cases().into_iter().enumerate() {
+        let hidden = cfg.hidden;
+        let mla = seeded_mla(cfg, 200 + 100 * i as u64);
+        let x = sequence(s, hidden, 21 + i as u64);
+        let dense = mla.dense(x.clone().reshape([1, s, hidden]), positions(0..s));
+        let want: Vec<f64> = floats(dense).into_iter().map(f64::from).collect();
+        let got = paged_decode(&mla, x, &[5, 1, 1, 2]);
+        assert_eq!(got.dims(), [s, hidden]);
+        assert_near(
+            &format!("case {i}: absorbed decode"),
+            &floats(got),
+            &want,
+            1e-4,
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routers
+// ---------------------------------------------------------------------------------------------
+
+fn router(
+    experts: usize,
+    top_k: usize,
+    method: TopkMethod,
+    factor: f64,
+    norm: bool,
+) -> RouterConfig {
+    let cfg = RouterConfig {
+        experts,
+        top_k,
+        method,
+        routed_scaling_factor: factor,
+        norm_topk_prob: norm,
+    };
+    cfg.validate().expect("a valid router");
+    cfg
+}
+
+/// `choose` on hand-made scores `[T, E]`: the experts and weights of each token.
+fn choose(cfg: &RouterConfig, scores: Vec<f32>, bias: Option<Vec<f32>>) -> (Vec<i64>, Vec<f32>) {
+    let e = cfg.experts;
+    let t = scores.len() / e;
+    let bias = bias.map(|b| tensor(b, [e]));
+    let (ids, weights) = cfg.choose(tensor(scores, [t, e]), bias);
+    assert_eq!(ids.dims(), [t, cfg.top_k]);
+    (ints(ids), floats(weights))
+}
+
+#[test]
+#[parallel(graph)]
+fn greedy_takes_the_top_scores_times_the_factor() {
+    // transformers 4.57.1's DeepSeek-V2 router never renormalises (norm_topk_prob is ignored).
+    let cfg = router(4, 2, TopkMethod::Greedy, 2.0, true);
+    let (ids, w) = choose(&cfg, vec![0.1, 0.4, 0.2, 0.3, 0.7, 0.1, 0.05, 0.15], None);
+    assert_eq!(ids, [1, 3, 0, 3]);
+    assert_near("greedy weights", &w, &[0.8, 0.6, 1.4, 0.3], 1e-6);
+}
+
+#[test]
+#[parallel(graph)]
+fn group_limited_greedy_keeps_the_groups_with_the_best_expert() {
+    let method = TopkMethod::GroupLimitedGreedy {
+        n_group: 4,
+        topk_group: 2,
+    };
+    let cfg = router(8, 3, method, 1.5, false);
+    // Groups (0,1) (2,3) (4,5) (6,7) score 0.30, 0.20, 0.25, 0.10: groups 0 and 2 compete, so
+    // expert 0 (0.05) is chosen third before expert 2 (0.20), which greedy would take.
+    let row = vec![0.05, 0.30, 0.20, 0.02, 0.25, 0.01, 0.10, 0.07];
+    // Second token: group 1 (best 0.19) is kept before group 3 (0.18 + 0.18): a group scores
+    // its best expert, not its sum; greedy would take expert 6 or 7 third.
+    let second = vec![0.01, 0.02, 0.19, 0.01, 0.40, 0.015, 0.18, 0.18];
+    let (ids, w) = choose(&cfg, [row, second].concat(), None);
+    assert_eq!(ids, [1, 4, 0, 4, 2, 5]);
+    assert_near(
+        "group-limited weights",
+        &w,
+        &[0.45, 0.375, 0.075, 0.6, 0.285, 0.0225],
+        1e-6,
+    );
+}
+
+#[test]
+#[parallel(graph)]
+fn noaux_tc_chooses_with_the_bias_and_weighs_without_it() {
+    let method = TopkMethod::NoauxTc {
+        n_group: 4,
+        topk_group: 2,
+    };
+    let scores = vec![0.9, 0.1, 0.6, 0.55, 0.5, 0.5, 0.22, 0.3];
+    let bias = vec![-0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.4, 0.4];
+    // Biased: 0.4 0.1 | 0.6 0.55 | 0.5 0.5 | 0.62 0.7. Group scores (sum of the top two):
+    // 0.5, 1.15, 1.0, 1.32: groups 3 and 1 compete; experts 7 (0.7) and 6 (0.62) win, though
+    // expert 0 has the best unbiased score. Their weights are the unbiased 0.3 and 0.22.
+    for (norm, want) in [
+        (true, [0.3 / 0.52 * 2.5, 0.22 / 0.52 * 2.5]),
+        (false, [0.3 * 2.5, 0.22 * 2.5]),
+    ] {
+        let cfg = router(8, 2, method, 2.5, norm);
+        let (ids, w) = choose(&cfg, scores.clone(), Some(bias.clone()));
+        assert_eq!(ids, [7, 6], "norm_topk_prob {norm}");
+        assert_near(&format!("noaux_tc weights (norm {norm})"), &w, &want, 1e-6);
+    }
+    // Without the bias: groups 0 (1.0) and 1 (1.15); experts 0 and 2.
+    let cfg = router(8, 2, method, 1.0, true);
+    let (ids, w) = choose(&cfg, scores, None);
+    assert_eq!(ids, [0, 2]);
+    assert_near("noaux_tc unbiased", &w, &[0.6, 0.4], 1e-6);
+}
+
+/// The whole router: gate logits from `x`, sigmoid scores, the choice, and the routing layout
+/// the MoE kernels take (rows in expert order, rows per expert).
+#[test]
+#[parallel(graph)]
+fn deepseek_router_routes_rows_in_expert_order() {
+    let e = 4;
+    let method = TopkMethod::NoauxTc {
+        n_group: 2,
+        topk_group: 1,
+    };
+    let cfg = router(e, 2, method, 1.0, false);
+    let mut gate = DeepseekRouter::<B>::new(cfg, e, &device());
+    // An identity gate: the logits are x itself.
+    let identity: Vec<f32> = (0..e * e)
+        .map(|i| (i % (e + 1) == 0) as u8 as f32)
+        .collect();
+    gate.weight = Param::from_tensor(tensor(identity, [e, e]));
+    gate.e_score_correction_bias = Some(Param::from_tensor(tensor(vec![0.0, 0.0, 0.5, 0.0], [e])));
+    let sigmoid_inverse = |p: f64| (p / (1.0 - p)).ln() as f32;
+    let scores = [
+        [0.8, 0.7, 0.2, 0.1],
+        [0.3, 0.2, 0.6, 0.4],
+        [0.6, 0.1, 0.5, 0.2],
+    ];
+    let x: Vec<f32> = scores
+        .iter()
+        .flatten()
+        .map(|&p| sigmoid_inverse(p))
+        .collect();
+    let routing = gate.route(tensor(x, [3, e]));
+    // Token 0: groups (0,1) 1.5 and (2,3) 0.8 (biased 0.7, 0.1): experts 0, 1. Token 1: group
+    // (2,3) 1.1+0.4 against 0.5: experts 2, 3. Token 2: group (2,3) 1.0+0.2 against 0.7:
+    // experts 2 (biased 1.0), 3.
+    assert_eq!(ints(routing.ids.clone()), [0, 1, 2, 3, 2, 3]);
+    assert_near(
+        "weights",
+        &floats(routing.weights),
+        &[0.8, 0.7, 0.6, 0.4, 0.5, 0.2],
+        1e-5,
+    );
+    assert_eq!(ints(routing.group_sizes), [1, 1, 2, 2]);
+    // Rows (token, choice) flattened, stably sorted by expert.
+    assert_eq!(ints(routing.order), [0, 1, 2, 4, 3, 5]);
+    let probs: Vec<f64> = scores.iter().flatten().copied().collect();
+    assert_near("scores", &floats(routing.probs), &probs, 1e-5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The DeepSeek-V2 / V3 fixture checkpoints
+// ---------------------------------------------------------------------------------------------
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf")
+        .join(name)
+}
+
+/// A prompt of `reference.json`: transformers' token ids, logits at every position and greedy
+/// continuation.
+struct Prompt {
+    ids: Vec<u32>,
+    logits: Vec<Vec<f64>>,
+    greedy: Vec<u32>,
+}
+
+fn reference(dir: &Path) -> Vec<Prompt> {
+    let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference.json");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("reference.json is JSON");
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect()
+    };
+    json["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .map(|p| Prompt {
+            ids: ids(&p["ids"]),
+            logits: p["logits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|row| {
+                    row.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_f64().unwrap())
+                        .collect()
+                })
+                .collect(),
+            greedy: ids(&p["greedy"]),
+        })
+        .collect()
+}
+
+/// The checkpoint in `dir`, checked (every tensor the spec names, nothing else but V3's
+/// multi-token-prediction layers) and loaded in f32.
+fn load_decoder(dir: &Path) -> Decoder<B> {
+    let checkpoint = Checkpoint::open(dir).expect("the checkpoint opens");
+    let spec = spec_of(checkpoint.config()).expect("a supported config");
+    checkpoint
+        .check(&spec.expected().0, deepseek::ignored(checkpoint.config()))
+        .expect("the checkpoint has the spec's tensors");
+    let read = |name: &str, dtype: DType| -> Result<TensorData, LoadError> {
+        Ok(checkpoint
+            .read(name, dtype)
+            .expect("a checked tensor reads"))
+    };
+    Decoder::load(&spec, &read, DType::F32, &device()).expect("the decoder loads")
+}
+
+fn prefill_matches(model: &Decoder<B>, prompts: &[Prompt], what: &str) {
+    for (i, p) in prompts.iter().enumerate() {
+        let n = p.ids.len();
+        let ids: Vec<i64> = p.ids.iter().map(|&t| t as i64).collect();
+        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, n]), &device());
+        let logits = model.forward_logits(tokens);
+        let want: Vec<f64> = p.logits.concat();
+        assert_eq!(logits.dims(), [1, n, want.len() / n]);
+        let got = floats(logits);
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (*g as f64 - w).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            worst <= 1e-4,
+            "{what} prompt {i}: prefill logits differ from transformers' by up to {worst}"
+        );
+    }
+}
+
+/// Serves every prompt at once for 32 greedy tokens through the paged cache: prompts
+/// prefilled in chunks of at most 8 tokens beside the others' decode, pages of 4 slots, decode
+/// steps replayed from captured graphs.
+fn serve_greedy(model: Decoder<B>, prompts: &[Prompt], what: &str) {
+    let cfg = ServeConfig {
+        pages: 64,
+        page_size: 4,
+        max_seq: 64,
+        max_kv_splits: 3,
+        step_tokens: 8,
+        max_waiting: 16,
+        record_logits: true,
+    };
+    let mut server = Server::new(model, cfg, &device()).expect("a valid server");
+    server
+        .enable_captured_decode(&[1, 2, 4])
+        .expect("captured decode on the emulated NPU");
+    let requests: Vec<Request> = prompts
+        .iter()
+        .map(|p| Request::greedy(p.ids.clone(), p.greedy.len()))
+        .collect();
+    let report = server.generate(&requests);
+    for (i, (result, p)) in report.results.iter().zip(prompts).enumerate() {
+        let generation = result.as_ref().expect("the request is served");
+        assert_eq!(generation.finish, FinishReason::Length);
+        assert_eq!(
+            generation.tokens, p.greedy,
+            "{what} prompt {i}: greedy tokens through the paged server"
+        );
+        // The first token is chosen from the prompt's last position's logits.
+        let want = p.logits.last().unwrap();
+        assert_near(
+            &format!("{what} prompt {i}: paged prefill logits"),
+            &generation.logits[0],
+            want,
+            1e-4,
+        );
+    }
+    assert!(
+        server.captured_buckets().len() == 3,
+        "{what}: every bucket captured, eager ones: {:?}",
+        server.eager_buckets()
+    );
+}
+
+#[test]
+#[serial(graph)]
+fn deepseek_v2_matches_transformers() {
+    let dir = fixture("deepseek_v2");
+    let prompts = reference(&dir);
+    let model = load_decoder(&dir);
+    prefill_matches(&model, &prompts, "deepseek_v2");
+    serve_greedy(model, &prompts, "deepseek_v2");
+}
+
+#[test]
+#[serial(graph)]
+fn deepseek_v3_matches_transformers() {
+    let dir = fixture("deepseek_v3");
+    let prompts = reference(&dir);
+    let model = load_decoder(&dir);
+    prefill_matches(&model, &prompts, "deepseek_v3");
+    serve_greedy(model, &prompts, "deepseek_v3");
+}
+
+/// Saved in the Hugging Face layout (sharded), a loaded checkpoint reads back with the same
+/// tensors, bit for bit, and the same logits.
+#[test]
+#[parallel(graph)]
+fn deepseek_checkpoint_saves_and_loads_back() {
+    for name in ["deepseek_v2", "deepseek_v3"] {
+        let dir = fixture(name);
+        let original = Checkpoint::open(&dir).expect("the checkpoint opens");
+        let model = load_decoder(&dir);
+        let out =
+            std::env::temp_dir().join(format!("burn-ascend-{name}-resaved-{}", std::process::id()));
+        hf::save(
+            &out,
+            original.config(),
+            model.tensors(),
+            Some(&original),
+            Some(200_000),
+        )
+        .expect("the checkpoint saves");
+        let saved = Checkpoint::open(&out).expect("the saved checkpoint opens");
+        assert!(saved.files().len() > 1, "{name}: saved in shards");
+        let mut names: Vec<&str> = original.names().collect();
+        names.sort();
+        let mut again: Vec<&str> = saved.names().collect();
+        again.sort();
+        assert_eq!(names, again, "{name}: the same tensor names");
+        for n in names {
+            let (a, b) = (
+                original.read(n, DType::F32).unwrap(),
+                saved.read(n, DType::F32).unwrap(),
+            );
+            assert_eq!(a.as_bytes(), b.as_bytes(), "{name}: tensor {n} bit for bit");
+        }
+        prefill_matches(&load_decoder(&out), &reference(&dir), name);
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+}
+
+fn config_error(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> String {
+    let text = std::fs::read_to_string(fixture(name).join("config.json")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    edit(&mut config);
+    spec_of(&config)
+        .expect_err("an unsupported config")
+        .to_string()
+}
+
+#[test]
+#[parallel(graph)]
+fn deepseek_configs_with_unsupported_options_fail_by_name() {
+    type Edit = Box<dyn FnOnce(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        (
+            "deepseek_v2",
+            Box::new(|c| c["topk_method"] = "noaux_tc".into()),
+            "option topk_method is not supported: \"noaux_tc\"",
+        ),
+        (
+            "deepseek_v3",
+            Box::new(|c| c["topk_method"] = "greedy".into()),
+            "option topk_method is not supported: \"greedy\"",
+        ),
+        (
+            "deepseek_v2",
+            Box::new(|c| c["scoring_func"] = "sigmoid".into()),
+            "option scoring_func is not supported: \"sigmoid\"",
+        ),
+        (
+            "deepseek_v3",
+            Box::new(|c| c["rope_scaling"]["rope_type"] = "dynamic".into()),
+            "option rope_scaling is not supported: \"dynamic\"",
+        ),
+        (
+            "deepseek_v3",
+            Box::new(|c| c["moe_layer_freq"] = 2.into()),
+            "option moe_layer_freq is not supported",
+        ),
+        (
+            "deepseek_v2",
+            Box::new(|c| c["mlp_bias"] = true.into()),
+            "option mlp_bias is not supported",
+        ),
+        (
+            "deepseek_v2",
+            Box::new(|c| c["num_key_value_heads"] = 2.into()),
+            "option num_key_value_heads is not supported",
+        ),
+        (
+            "deepseek_v3",
+            Box::new(|c| c["n_group"] = 3.into()),
+            "n_group 3 must divide n_routed_experts 8",
+        ),
+        (
+            "deepseek_v2",
+            Box::new(|c| c["hidden_act"] = "gelu".into()),
+            "option hidden_act is not supported",
+        ),
+    ];
+    for (name, edit, message) in cases {
+        let error = config_error(name, edit);
+        assert!(
+            error.starts_with(name) && error.contains(message),
+            "{name}: the error {error:?} should say {message:?}"
+        );
+    }
+}
+
+#[test]
+#[parallel(graph)]
+fn deepseek_v3_multi_token_prediction_layers_are_ignored() {
+    let config: serde_json::Value = serde_json::json!({ "num_hidden_layers": 61 });
+    let ignored = deepseek::ignored(&config);
+    assert!(ignored("model.layers.61.eh_proj.weight"));
+    assert!(ignored("model.layers.61.self_attn.kv_b_proj.weight"));
+    assert!(!ignored("model.layers.60.self_attn.kv_b_proj.weight"));
+    assert!(!ignored("model.layers.6.mlp.gate.weight"));
+    assert!(!ignored("lm_head.weight"));
+}
