@@ -5,20 +5,29 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use burn::module::Param;
 use burn::tensor::activation::{sigmoid, silu, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, Int, Tensor, TensorData};
 use burn_ascend::emulator::work_counters;
 use burn_ascend::fused::{self, DecodeAttentionOptions};
+// The engine's cache write on `Ascend` (`moe::step::PagedAttention`): the rows, in place.
+use burn_ascend::graph::write_rows;
 use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_suite::a2::{self, ModelledClock};
+use burn_ascend_suite::families::blocks::norm::RmsNorm;
+use burn_ascend_suite::families::{self, Decoder, LoadError};
 use burn_ascend_suite::moe::cache::LayerCache;
 use burn_ascend_suite::moe::model::rope;
+use burn_ascend_suite::moe::serve::StepInputs;
+use burn_ascend_suite::moe::step::PagedAttention;
 use burn_ascend_suite::roofline::{Attention, LayerShape};
 use common::{mean, publish, record, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
+use serde_json::json;
 
 type B = Ascend;
 
@@ -40,6 +49,44 @@ struct Model {
     /// Router weights renormalised over the chosen experts.
     norm_topk_prob: bool,
     rope_theta: f64,
+    /// The checkpoint's config.json with one (MoE) layer and a small vocabulary, for the
+    /// families' decoder.
+    config: fn() -> serde_json::Value,
+}
+
+/// DeepSeek-V2-Lite's config.json, one MoE layer (`first_k_dense_replace` 0), vocabulary 256.
+fn deepseek_v2_lite() -> serde_json::Value {
+    json!({
+        "model_type": "deepseek_v2", "vocab_size": 256, "hidden_size": 2048,
+        "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 1,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "n_shared_experts": 2,
+        "n_routed_experts": 64, "num_experts_per_tok": 6, "routed_scaling_factor": 1.0,
+        "kv_lora_rank": 512, "q_lora_rank": null, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "qk_nope_head_dim": 128, "topk_method": "greedy", "n_group": 1, "topk_group": 1,
+        "norm_topk_prob": false, "scoring_func": "softmax", "aux_loss_alpha": 0.001,
+        "seq_aux": true, "first_k_dense_replace": 0, "moe_layer_freq": 1,
+        "hidden_act": "silu", "max_position_embeddings": 163840, "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0, "attention_bias": false, "tie_word_embeddings": false,
+        "rope_scaling": {
+            "type": "yarn", "rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+            "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707
+        }
+    })
+}
+
+/// Qwen1.5-MoE-A2.7B's config.json, one layer, vocabulary 256.
+fn qwen15_moe_a27b() -> serde_json::Value {
+    json!({
+        "model_type": "qwen2_moe", "vocab_size": 256, "hidden_size": 2048,
+        "intermediate_size": 5632, "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632, "num_hidden_layers": 1,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "num_experts": 60,
+        "num_experts_per_tok": 4, "norm_topk_prob": false, "decoder_sparse_step": 1,
+        "mlp_only_layers": [], "qkv_bias": true, "hidden_act": "silu",
+        "max_position_embeddings": 8192, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+        "rope_scaling": null, "router_aux_loss_coef": 0.001, "use_sliding_window": false,
+        "sliding_window": null, "tie_word_embeddings": false
+    })
 }
 
 const MODELS: [Model; 2] = [
@@ -65,6 +112,7 @@ const MODELS: [Model; 2] = [
         },
         norm_topk_prob: false,
         rope_theta: 10000.0,
+        config: deepseek_v2_lite,
     },
     Model {
         name: "Qwen1.5-MoE-A2.7B",
@@ -85,6 +133,7 @@ const MODELS: [Model; 2] = [
         },
         norm_topk_prob: false,
         rope_theta: 1_000_000.0,
+        config: qwen15_moe_a27b,
     },
 ];
 
@@ -331,7 +380,7 @@ fn attention(
     p: &mut Probe,
     m: &Model,
     w: &AttentionWeights,
-    st: &mut StepState,
+    st: &StepState,
     h: Tensor<B, 2>,
 ) -> Tensor<B, 2> {
     let [t, _] = h.dims();
@@ -365,13 +414,9 @@ fn attention(
                 )
             });
             p.op("cache write", || {
-                LayerCache::write_rows(
-                    &mut st.cache.keys,
-                    st.slots.clone(),
-                    k.reshape([t, kv_heads, d]),
-                );
-                let values = st.cache.values.as_mut().expect("a GQA cache has values");
-                LayerCache::write_rows(values, st.slots.clone(), v.reshape([t, kv_heads, d]));
+                let values = st.cache.values.as_ref().expect("a GQA cache has values");
+                write_rows(&st.cache.keys, &st.slots, &k.reshape([t, kv_heads, d]));
+                write_rows(values, &st.slots, &v.reshape([t, kv_heads, d]));
             });
             let out = p.op("decode_attention", || {
                 fused::decode_attention(
@@ -427,7 +472,7 @@ fn attention(
                     vec![latent.reshape([t, 1, lora]), k_pe.reshape([t, 1, rd])],
                     2,
                 );
-                LayerCache::write_rows(&mut st.cache.keys, st.slots.clone(), row);
+                write_rows(&st.cache.keys, &st.slots, &row);
             });
             // The query's no-rope part in the latent space, beside its rope part.
             let q = p.op("q absorb (kv_b_proj W_UK)", || {
@@ -497,7 +542,7 @@ fn step(
     p: &mut Probe,
     m: &Model,
     w: &Weights,
-    st: &mut StepState,
+    st: &StepState,
 ) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
     let k = m.shape.top_k;
     let x = st.x.clone();
@@ -543,40 +588,141 @@ fn step(
     (out, sizes)
 }
 
-/// What one probed step of a model at a batch found.
-struct Measured {
-    batch: usize,
+/// The layer as the model families build it (`families::Decoder`, one layer, a small
+/// vocabulary): config.json through the family's spec, random weights through the loader.
+fn families_layer(m: &Model) -> Decoder<B> {
+    let spec = families::spec_of(&(m.config)()).expect("a supported config");
+    let shapes: HashMap<String, Vec<usize>> = spec.expected().0.into_iter().collect();
+    let read = |name: &str, dtype: DType| -> Result<TensorData, LoadError> {
+        let shape = shapes[name].clone();
+        let n = shape.iter().product::<usize>();
+        let t: Tensor<B, 1> = if name.ends_with("norm.weight") {
+            Tensor::ones([n], (&device(), dtype))
+        } else {
+            Tensor::random([n], Distribution::Normal(0.0, INIT_STD), (&device(), dtype))
+        };
+        Ok(TensorData::from_bytes_vec(
+            t.into_data().as_bytes().to_vec(),
+            shape,
+            dtype,
+        ))
+    };
+    Decoder::load(&spec, &read, BF16, &device()).expect("the layer loads")
+}
+
+/// The step's device inputs as the server gives them to a model (only the attention's are
+/// read by a layer).
+fn step_inputs(st: &StepState, batch: usize) -> StepInputs<B> {
+    let keys = CONTEXT + 1;
+    StepInputs {
+        tokens: ints(vec![0; batch]),
+        positions: st.positions.clone(),
+        prefix_lens: ints(vec![CONTEXT as i32; batch]),
+        seq_lens: ints(vec![keys as i32; batch]),
+        last_loc: ints(
+            (0..batch)
+                .map(|b| (b * keys + CONTEXT - 1) as i32)
+                .collect(),
+        ),
+        free_pages: ints(vec![0]),
+        kv_indptr: st.kv_indptr.clone(),
+        kv_indices: st.kv_indices.clone(),
+        kv_splits: st.kv_splits.clone(),
+        sample_rows: ints((0..batch as i32).collect()),
+    }
+}
+
+/// One decode step of the families' layer, block by block, as `Decoder::step` runs a layer;
+/// returns its output and the (token, choice) pairs per expert.
+fn families_step(
+    p: &mut Probe,
+    layer: &Decoder<B>,
+    norms: &(RmsNorm<B>, RmsNorm<B>),
+    st: &StepState,
+    inputs: &StepInputs<B>,
+) -> (Tensor<B, 2>, Tensor<B, 1>) {
+    let layer = &layer.layers[0];
+    let x = st.x.clone();
+    let h = p.op("input_layernorm", || norms.0.forward(x.clone()));
+    let mut caches = vec![st.cache.clone()];
+    let mut paged = PagedAttention::new(&mut caches, st.slots.clone(), inputs, MAX_KV_SPLITS);
+    let a = p.op("attention block (paged)", || {
+        layer
+            .attention
+            .paged(h, st.positions.clone(), 0, &mut paged)
+    });
+    let (h, residual) = p.op("post_attention add_rms_norm", || norms.1.add_forward(x, a));
+    let (y, stats) = p.op("feed-forward block (router, experts, shared)", || {
+        layer.ffn.forward(h)
+    });
+    let out = p.op("residual add", || residual + y);
+    (out, stats.expect("a MoE layer").counts)
+}
+
+/// What one probed step found.
+struct Probed {
     experts_touched: usize,
     ops: Vec<OpTime>,
 }
 
+/// What the probed steps of a model at a batch found: the families' layer block by block and
+/// the bench's op sequence op by op.
+struct Measured {
+    batch: usize,
+    blocks: Probed,
+    ops: Probed,
+}
+
 fn measure(c: &mut Criterion, m: &Model) -> Vec<Measured> {
     let weights = Weights::random(&m.shape);
+    let layer = families_layer(m);
+    let norm = || RmsNorm::new(Param::from_tensor(ones(m.shape.hidden)), EPS);
+    let norms = (norm(), norm());
     let mut g = c.benchmark_group(format!("real_sizes/{}", m.name));
     g.sampling_mode(SamplingMode::Flat);
     let mut found = Vec::new();
     for batch in BATCHES {
-        let mut st = StepState::new(&m.shape, batch);
-        // A warm-up step (executor caches, allocator), then the probed one.
-        step(&mut Probe::off(), m, &weights, &mut st);
+        let st = StepState::new(&m.shape, batch);
+        let inputs = step_inputs(&st, batch);
+        // A warm-up step each (executor caches, allocator), then the probed ones.
+        step(&mut Probe::off(), m, &weights, &st);
+        families_step(&mut Probe::off(), &layer, &norms, &st, &inputs);
         let mut probe = Probe::on();
-        let (out, sizes) = step(&mut probe, m, &weights, &mut st);
+        let (out, sizes) = step(&mut probe, m, &weights, &st);
         let ops = probe.ops();
-        assert_eq!(out.dims(), [batch, m.shape.hidden]);
-        assert_eq!(out.dtype(), BF16);
+        let mut probe = Probe::on();
+        let (block_out, counts) = families_step(&mut probe, &layer, &norms, &st, &inputs);
+        let blocks = probe.ops();
+        for out in [out, block_out] {
+            assert_eq!(out.dims(), [batch, m.shape.hidden]);
+            assert_eq!(out.dtype(), BF16);
+        }
         let sizes = sizes.into_data().to_vec::<i32>().expect("group sizes");
-        assert_eq!(sizes.iter().sum::<i32>() as usize, batch * m.shape.top_k);
+        let counts = counts
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .expect("counts");
+        for routed in [sizes.iter().sum::<i32>() as f32, counts.iter().sum()] {
+            assert_eq!(routed as usize, batch * m.shape.top_k);
+        }
         found.push(Measured {
             batch,
-            experts_touched: sizes.iter().filter(|&&n| n > 0).count(),
-            ops,
+            blocks: Probed {
+                experts_touched: counts.iter().filter(|&&n| n > 0.0).count(),
+                ops: blocks,
+            },
+            ops: Probed {
+                experts_touched: sizes.iter().filter(|&&n| n > 0).count(),
+                ops,
+            },
         });
         let key = format!("{}/{batch}", m.name);
         g.bench_function(format!("batch_{batch}"), |b| {
             b.iter_custom(|iters| {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    step(&mut Probe::off(), m, &weights, &mut st);
+                    families_step(&mut Probe::off(), &layer, &norms, &st, &inputs);
                 }
                 sync();
                 let took: Duration = start.elapsed();
@@ -593,6 +739,32 @@ fn us(secs: f64) -> String {
     format!("{:.1}", secs * 1e6)
 }
 
+/// Per-op rows: each op's modelled time at each batch.
+fn per_op(title: &str, found: &[Measured], probed: impl Fn(&Measured) -> &Probed) -> Table {
+    let mut t = Table::new(
+        title,
+        &[
+            "op",
+            "batch 1",
+            "batch 8",
+            "batch 32",
+            "launches (aclnn + kernels)",
+        ],
+    );
+    for (i, op) in probed(&found[0]).ops.iter().enumerate() {
+        let mut row = vec![op.name.to_string()];
+        row.extend(BATCHES.iter().map(|&b| {
+            found
+                .iter()
+                .find(|f| f.batch == b)
+                .map_or("-".into(), |f| us(probed(f).ops[i].secs))
+        }));
+        row.push(format!("{} + {}", op.aclnn, op.kernels));
+        t.row(row);
+    }
+    t
+}
+
 fn real_sizes(c: &mut Criterion) {
     let (hbm, cube) = (a2::HBM_BYTES_PER_S, a2::cube_flops_per_s());
     let mut steps = Table::new(
@@ -603,75 +775,79 @@ fn real_sizes(c: &mut Criterion) {
         &[
             "model",
             "batch",
+            "path",
             "experts touched",
             "modelled step (µs)",
             "roofline (µs): bytes / FLOPs",
             "modelled / roofline",
-            "aclnn launches (+3 µs each)",
-            "top 3 ops (µs)",
-            "emulated wall (ms)",
+            "aclnn launches (ratio with 3 µs each)",
+            "top 3 (µs)",
         ],
     );
     let mut tables = Vec::new();
     for m in &MODELS {
         let found = measure(c, m);
-        let mut per_op = Table::new(
-            &format!("{}: modelled A2 time per op (µs)", m.name),
-            &[
-                "op",
-                "batch 1",
-                "batch 8",
-                "batch 32",
-                "launches (aclnn + kernels)",
-            ],
-        );
-        for (i, op) in found[0].ops.iter().enumerate() {
-            let mut row = vec![op.name.to_string()];
-            row.extend(BATCHES.iter().map(|&b| {
-                found
-                    .iter()
-                    .find(|f| f.batch == b)
-                    .map_or("-".into(), |f| us(f.ops[i].secs))
-            }));
-            row.push(format!("{} + {}", op.aclnn, op.kernels));
-            per_op.row(row);
-        }
+        tables.push(per_op(
+            &format!(
+                "{}: the families' layer, modelled A2 time per block (µs)",
+                m.name
+            ),
+            &found,
+            |f| &f.blocks,
+        ));
+        tables.push(per_op(
+            &format!("{}: the same step op by op, modelled A2 time (µs)", m.name),
+            &found,
+            |f| &f.ops,
+        ));
         for f in &found {
-            let cost = m.shape.decode_step(f.batch, CONTEXT + 1, f.experts_touched);
-            let total: f64 = f.ops.iter().map(|o| o.secs).sum();
-            let roofline = cost.roofline_secs(hbm, cube);
-            let aclnn: u64 = f.ops.iter().map(|o| o.aclnn).sum();
-            let mut top: Vec<&OpTime> = f.ops.iter().collect();
-            top.sort_by(|a, b| b.secs.total_cmp(&a.secs));
-            let top = top
-                .iter()
-                .take(3)
-                .map(|o| format!("{} {}", o.name, us(o.secs)))
-                .collect::<Vec<_>>()
-                .join("; ");
-            let wall = mean(&format!("{}/{}", m.name, f.batch));
-            steps.row(vec![
-                m.name.into(),
-                f.batch.to_string(),
-                format!("{} of {}", f.experts_touched, m.shape.experts),
-                us(total),
-                format!(
-                    "{} ({} / {})",
-                    us(roofline),
-                    us(cost.memory_secs(hbm)),
-                    us(cost.compute_secs(cube))
-                ),
-                format!("{:.2}x", total / roofline),
-                format!(
-                    "{aclnn} ({:.2}x)",
-                    (total + aclnn as f64 * a2::LAUNCH_LATENCY_S) / roofline
-                ),
-                top,
-                wall.map_or("-".into(), |s| format!("{:.0}", s * 1e3)),
-            ]);
+            for (path, p) in [("families blocks", &f.blocks), ("op by op", &f.ops)] {
+                let cost = m.shape.decode_step(f.batch, CONTEXT + 1, p.experts_touched);
+                let total: f64 = p.ops.iter().map(|o| o.secs).sum();
+                let roofline = cost.roofline_secs(hbm, cube);
+                let aclnn: u64 = p.ops.iter().map(|o| o.aclnn).sum();
+                let mut top: Vec<&OpTime> = p.ops.iter().collect();
+                top.sort_by(|a, b| b.secs.total_cmp(&a.secs));
+                let top = top
+                    .iter()
+                    .take(3)
+                    .map(|o| format!("{} {}", o.name, us(o.secs)))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                steps.row(vec![
+                    m.name.into(),
+                    f.batch.to_string(),
+                    path.into(),
+                    format!("{} of {}", p.experts_touched, m.shape.experts),
+                    us(total),
+                    format!(
+                        "{} ({} / {})",
+                        us(roofline),
+                        us(cost.memory_secs(hbm)),
+                        us(cost.compute_secs(cube))
+                    ),
+                    format!("{:.2}x", total / roofline),
+                    format!(
+                        "{aclnn} ({:.2}x)",
+                        (total + aclnn as f64 * a2::LAUNCH_LATENCY_S) / roofline
+                    ),
+                    top,
+                ]);
+            }
         }
-        tables.push(per_op);
     }
+    let mut wall = Table::new(
+        "Emulated wall time of the families' layer step (ms, this machine: not NPU speed)",
+        &["model", "batch 1", "batch 8", "batch 32"],
+    );
+    for m in &MODELS {
+        let mut row = vec![m.name.to_string()];
+        row.extend(BATCHES.iter().map(|b| {
+            mean(&format!("{}/{b}", m.name)).map_or("-".into(), |s| format!("{:.0}", s * 1e3))
+        }));
+        wall.row(row);
+    }
+    tables.push(wall);
     tables.insert(0, steps);
     publish(
         "real_sizes",
@@ -681,24 +857,29 @@ fn real_sizes(c: &mut Criterion) {
                 "One decoder layer with random bf16 weights (std {INIT_STD}, norms 1) and a bf16 \
                  cache of {CONTEXT} tokens per request (each step attends over {} keys, split \
                  as the example's server splits them, at most {MAX_KV_SPLITS} ways), on the \
-                 emulated NPU. DeepSeek-V2-Lite decodes MLA absorbed (the query's no-rope part \
-                 through kv_b_proj's W_UK into the 512-dim latent, decode_attention over the \
-                 576-dim latent + rope rows, W_UV back per head); both use softmax top-k routing \
-                 without renormalisation, `moe_gather`, three grouped matmuls and `moe_scatter`.",
+                 emulated NPU, two ways: the families' layer (`families::Decoder` from the \
+                 checkpoint's config.json with one MoE layer, its weights drawn through the \
+                 loader; the attention through `moe::step::PagedAttention` as the server runs \
+                 it), timed block by block; and the bench's own sequence of the same ops, timed \
+                 op by op to say where the time goes. DeepSeek-V2-Lite decodes MLA absorbed \
+                 (q_nope through kv_b_proj's W_UK into the 512-dim latent, decode_attention over \
+                 the 576-dim latent + rope rows, W_UV back per head); both route by softmax \
+                 top-k without renormalisation through `moe_gather`, three grouped matmuls and \
+                 `moe_scatter`. The two draw different weights, so their routers may touch \
+                 different experts; each is held against its own roofline.",
                 CONTEXT + 1
             ),
-            "Modelled step: the sum of its ops' modelled A2 times (`a2::ModelledClock`, one lap \
-             per op after a warm-up step): each Ascend C kernel launch by the roofline of its \
-             counters plus 3 µs of launch latency, each aclnn operator at its tensor arguments' \
-             bytes over 1.6 TB/s (no latency, no compute). The launches column adds 3 µs per \
+            "Modelled step: the sum of its laps' modelled A2 times (`a2::ModelledClock`, a lap \
+             per block or op after a warm-up step): each Ascend C kernel launch by the roofline \
+             of its counters plus 3 µs of launch latency, each aclnn operator at its tensor \
+             arguments' bytes over 1.6 TB/s (a grouped matmul's weights only for the experts \
+             that got rows), without latency or compute. The launches column adds 3 µs per \
              aclnn launch too, as a real NPU would pay them.",
-            "Roofline: max(bytes / 1.6 TB/s, matmul FLOPs / bf16 cube peak) for the weights the \
-             step touches (attention, norms, router, shared expert and the distinct routed \
-             experts its tokens chose, counted from the router's output) plus the cache rows \
-             attended over (`roofline::LayerShape::decode_step`). Goal: modelled / roofline \
-             within 1.3x.",
-            "Emulated wall: criterion's mean per step on this machine (kernels and operators \
-             computed on the host), not NPU speed.",
+            "Roofline: max(bytes / 1.6 TB/s, matmul FLOPs / bf16 cube peak of 353.9 TFLOPS) for \
+             the weights the step touches (attention, norms, router, shared experts and the \
+             distinct routed experts its tokens chose, counted from the router's output) plus \
+             the cache rows attended over (`roofline::LayerShape::decode_step`). Goal: \
+             modelled / roofline within 1.3x.",
         ],
     );
 }
