@@ -12,6 +12,7 @@ use burn::module::Param;
 use burn::tensor::activation::{sigmoid, silu, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, Int, Tensor, TensorData};
+use burn_ascend::emulator::kernel_runner::launch_log;
 use burn_ascend::emulator::work_counters;
 use burn_ascend::fused::{self, DecodeAttentionOptions};
 // The engine's cache write on `Ascend` (`moe::step::PagedAttention`): the rows, in place.
@@ -327,6 +328,10 @@ struct OpTime {
     secs: f64,
     aclnn: u64,
     kernels: u64,
+    /// Global-memory bytes the op's Ascend C kernels moved.
+    kernel_bytes: u64,
+    /// What bounds the op's longest kernel launch in the model.
+    kernel_bound: Option<a2::Bound>,
 }
 
 impl Probe {
@@ -350,6 +355,12 @@ impl Probe {
         clock.lap();
         let out = f();
         sync();
+        let launches = launch_log();
+        let kernel_bound = launches
+            .iter()
+            .map(a2::model)
+            .max_by(|a, b| a.modelled.total_cmp(&b.modelled))
+            .map(|m| m.bound);
         let secs = clock.lap();
         let w = work_counters().since(&before);
         ops.push(OpTime {
@@ -357,6 +368,8 @@ impl Probe {
             secs,
             aclnn: w.aclnn_launches,
             kernels: w.kernel_launches,
+            kernel_bytes: w.kernel_bytes,
+            kernel_bound,
         });
         out
     }
@@ -749,6 +762,7 @@ fn per_op(title: &str, found: &[Measured], probed: impl Fn(&Measured) -> &Probed
             "batch 8",
             "batch 32",
             "launches (aclnn + kernels)",
+            "kernels at batch 32: GM MB, bound",
         ],
     );
     for (i, op) in probed(&found[0]).ops.iter().enumerate() {
@@ -760,6 +774,11 @@ fn per_op(title: &str, found: &[Measured], probed: impl Fn(&Measured) -> &Probed
                 .map_or("-".into(), |f| us(probed(f).ops[i].secs))
         }));
         row.push(format!("{} + {}", op.aclnn, op.kernels));
+        let last = found.last().map(|f| &probed(f).ops[i]);
+        row.push(match last.and_then(|o| o.kernel_bound.map(|b| (o, b))) {
+            Some((o, bound)) => format!("{:.2}, {}", o.kernel_bytes as f64 / 1e6, bound.name()),
+            None => "-".into(),
+        });
         t.row(row);
     }
     t
