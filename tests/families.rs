@@ -1,5 +1,5 @@
-//! The Hugging Face families (Mixtral, Qwen2-MoE, Qwen3-MoE) loaded from the fixture
-//! checkpoints `tests/fixtures/hf/<name>/` (tiny random models transformers wrote, with the
+//! The Hugging Face families (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2, DeepSeek-V3) loaded
+//! from the fixture checkpoints `tests/fixtures/hf/<name>/` (tiny random models transformers wrote, with the
 //! logits and greedy continuations it computed: `reference.json`): prefill logits within 1e-4
 //! of transformers', its 32 greedy tokens through the paged server (chunked prefill, several
 //! requests at once, captured decode), every bad input refused with a message naming it, and a
@@ -19,7 +19,7 @@ use burn_ascend::FusedOps;
 use burn_ascend_suite::families::{self, Decoder, LoadError};
 use burn_ascend_suite::hf::{self, Checkpoint, TextTokenizer};
 use burn_ascend_suite::moe::corpus;
-use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
+use burn_ascend_suite::moe::serve::{FinishReason, Request, ServeConfig, Server};
 use burn_ascend_suite::moe::step::StepModel;
 use burn_ascend_suite::moe::train::{train, TrainConfig};
 use burn_autodiff::Autodiff;
@@ -28,7 +28,16 @@ use serial_test::{parallel, serial};
 
 type Lazy = burn_fusion::Fusion<Ascend>;
 
-const FAMILIES: [&str; 3] = ["mixtral", "qwen2_moe", "qwen3_moe"];
+/// `qwen3_moe_fused`: the qwen3_moe weights in the fused expert layout and config.json of
+/// transformers 5.x, its reference from transformers 5.24.0.
+const FAMILIES: [&str; 6] = [
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "qwen3_moe_fused",
+    "deepseek_v2",
+    "deepseek_v3",
+];
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -201,6 +210,36 @@ fn paged_server_gives_transformers_greedy_tokens_on_fusion() {
     greedy_matches::<Lazy>(&device(), false);
 }
 
+/// transformers' greedy continuation of mixtral's third prompt has its EOS `</s>` at index 20:
+/// with the tokenizer's EOS ids as stop tokens the request ends there, EOS included.
+#[test]
+#[parallel]
+fn generation_stops_at_the_checkpoints_eos() {
+    let device = device();
+    let r = &references("mixtral")[2];
+    let eos = TextTokenizer::from_dir(fixture("mixtral"))
+        .unwrap()
+        .eos_ids()
+        .to_vec();
+    assert_eq!(eos, [2]);
+    let at = r
+        .greedy
+        .iter()
+        .position(|t| eos.contains(t))
+        .expect("an EOS in the reference");
+    let mut server = Server::new(
+        load::<Ascend>(&fixture("mixtral"), &device),
+        serve_config(),
+        &device,
+    )
+    .unwrap();
+    let request = Request::greedy(r.ids.clone(), r.greedy.len()).with_stop(eos);
+    let report = server.generate(&[request]);
+    let got = report.results[0].as_ref().unwrap();
+    assert_eq!(got.tokens, r.greedy[..=at]);
+    assert_eq!(got.finish, FinishReason::Stop);
+}
+
 /// A copy of fixture `name` in a temporary directory.
 fn copy_fixture(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -251,7 +290,24 @@ fn assert_names(message: &str, words: &[&str]) {
 #[parallel]
 fn unsupported_config_options_are_named() {
     type Edit = fn(&mut serde_json::Map<String, serde_json::Value>);
-    let cases: [(&str, Edit, &[&str]); 8] = [
+    let cases: [(&str, Edit, &[&str]); 10] = [
+        (
+            "mixtral",
+            |c| {
+                c.remove("model_type");
+            },
+            &["model_type"],
+        ),
+        (
+            "qwen3_moe_fused",
+            |c| {
+                c.insert(
+                    "rope_parameters".into(),
+                    serde_json::json!({"rope_theta": 1e6, "rope_type": "linear", "factor": 2.0}),
+                );
+            },
+            &["qwen3_moe", "rope_parameters", "linear"],
+        ),
         (
             "mixtral",
             |c| {
@@ -363,6 +419,79 @@ fn unreadable_files_are_named() {
     assert_names(&load_err(dir.path()), &["config.json"]);
 }
 
+/// transformers' `load_balancing_loss_func` on the host, from the router probabilities of each
+/// MoE layer `[N, E]`: the rows of all layers together, each row's top-k experts one-hot
+/// `[rows, k, E]` averaged over the rows, times the mean probabilities, summed, times E.
+fn host_load_balancing_loss(layers: &[Vec<Vec<f32>>], top_k: usize) -> f32 {
+    let rows: Vec<&Vec<f32>> = layers.iter().flatten().collect();
+    let e = rows[0].len();
+    let n = rows.len() as f32;
+    let mut tokens_per_expert = vec![vec![0f32; e]; top_k];
+    let mut prob_per_expert = vec![0f32; e];
+    for row in &rows {
+        let mut order: Vec<usize> = (0..e).collect();
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+        for (choice, &expert) in order[..top_k].iter().enumerate() {
+            tokens_per_expert[choice][expert] += 1.0 / n;
+        }
+        for (p, x) in prob_per_expert.iter_mut().zip(row.iter()) {
+            *p += x / n;
+        }
+    }
+    let dot: f32 = tokens_per_expert
+        .iter()
+        .map(|t| {
+            t.iter()
+                .zip(&prob_per_expert)
+                .map(|(a, b)| a * b)
+                .sum::<f32>()
+        })
+        .sum();
+    dot * e as f32
+}
+
+#[test]
+#[parallel]
+fn load_balancing_loss_is_transformers_over_every_moe_layer() {
+    let device = device();
+    // Mixtral: both layers sparse; qwen2_moe: layers 0 and 2 (layer 1 is dense).
+    for (name, layers) in [("mixtral", 2), ("qwen2_moe", 2)] {
+        let model = load::<Ascend>(&fixture(name), &device);
+        let refs = references(name);
+        // Two sequences of the same length: the batch's tokens count together.
+        let s = refs[0].ids.len();
+        let ids: Vec<i32> = refs[1].ids[..s]
+            .iter()
+            .chain(&refs[2].ids[..s])
+            .map(|&t| t as i32)
+            .collect();
+        let tokens =
+            || Tensor::<Ascend, 2, Int>::from_data(TensorData::new(ids.clone(), [2, s]), &device);
+        let probs: Vec<Vec<Vec<f32>>> = model
+            .router_probs(tokens())
+            .into_iter()
+            .map(|p| {
+                let e = p.dims()[1];
+                let flat = p.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+                flat.chunks(e).map(<[f32]>::to_vec).collect()
+            })
+            .collect();
+        assert_eq!(probs.len(), layers, "{name}: MoE layers");
+        let want = host_load_balancing_loss(&probs, 2);
+        let got = model
+            .forward(tokens())
+            .1
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .unwrap()[0];
+        assert!(
+            (got - want).abs() <= 1e-5 * want,
+            "{name}: load-balancing loss {got}, transformers' formula {want}"
+        );
+    }
+}
+
 /// The mean cross-entropy of next tokens over `seqs`.
 fn loss<B: FusedOps>(model: &Decoder<B>, seqs: &[Vec<u32>], device: &B::Device) -> f32 {
     let mut total = 0.0;
@@ -439,4 +568,62 @@ fn fine_tuned_mixtral_saves_and_loads_with_its_logits() {
 #[parallel]
 fn fine_tuned_qwen2_moe_saves_and_loads_with_its_logits() {
     fine_tune_save_reload("qwen2_moe");
+}
+
+#[test]
+#[parallel]
+fn fine_tuned_fused_qwen3_moe_saves_its_experts_fused() {
+    fine_tune_save_reload("qwen3_moe_fused");
+}
+
+/// The model dtype is the one asked for, whatever the file's (qwen2_moe is stored in bf16,
+/// qwen3_moe in f16, mixtral and deepseek in f32): every weight and the cache rows are in it.
+#[test]
+#[parallel]
+fn half_precision_models_hold_their_weights_and_cache_in_their_dtype() {
+    let device = device();
+    for (name, dtype) in [
+        ("qwen2_moe", DType::BF16),
+        ("qwen3_moe", DType::F16),
+        ("mixtral", DType::BF16),
+        ("deepseek_v2", DType::BF16),
+        ("deepseek_v3", DType::F16),
+    ] {
+        let model = families::load::<Ascend>(fixture(name), dtype, &device)
+            .unwrap()
+            .model;
+        assert_eq!(model.cache_layout().dtype, dtype, "{name}");
+        for (n, data) in model.tensors() {
+            assert_eq!(data.dtype, dtype, "{name}: {n}");
+        }
+        for (i, r) in references(name).iter().enumerate() {
+            let got = logits(&model, &r.ids, &device);
+            let diffs: Vec<f32> = got
+                .iter()
+                .flatten()
+                .zip(r.logits.iter().flatten())
+                .map(|(a, b)| (a - b).abs())
+                .collect();
+            // Half-precision rounding (and the odd token routed to another expert where the
+            // router's top probabilities are close) moves logits by a few hundredths on
+            // average here (0.001 to 0.023); weights read or laid out wrong move them by ~1.
+            let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
+            assert!(
+                mean <= 0.03,
+                "{name} in {dtype:?}, prompt {i}: mean logit error {mean}"
+            );
+        }
+    }
+}
+
+#[test]
+#[parallel]
+fn fine_tuned_deepseek_v2_saves_and_loads_with_its_logits() {
+    fine_tune_save_reload("deepseek_v2");
+}
+
+#[test]
+#[parallel]
+fn fine_tuned_deepseek_v3_saves_and_loads_with_its_logits() {
+    fine_tune_save_reload("deepseek_v3");
 }

@@ -313,3 +313,127 @@ fn prompts_given_on_the_command_line_are_served_and_reported_as_json() {
         assert_eq!(o["finish_reason"], "length");
     }
 }
+
+/// A fixture checkpoint's directory and its transformers reference.
+fn fixture(name: &str) -> (String, serde_json::Value) {
+    let dir = format!("{}/tests/fixtures/hf/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(format!("{dir}/reference.json")).expect("reference.json");
+    (dir, serde_json::from_str(&text).expect("JSON"))
+}
+
+#[test]
+#[serial]
+fn a_checkpoint_given_with_model_generates_what_transformers_generates_and_stops_at_eos() {
+    let (dir, reference) = fixture("mixtral");
+    let prompts = reference["prompts"].as_array().expect("prompts");
+    let device = common::device().to_string();
+    let mut options = vec!["--device", &device, "--model", &dir, "--new-tokens", "32"];
+    for p in prompts {
+        options.extend(["--prompt", p["text"].as_str().expect("text")]);
+    }
+    options.push("--json");
+    let out = run(&options).expect("the checkpoint serves");
+    assert_eq!(out.len(), prompts.len());
+    let mut stopped = 0;
+    for (o, p) in out.iter().zip(prompts) {
+        assert_eq!(
+            o["prompt_token_ids"], p["ids"],
+            "the checkpoint's tokenizer"
+        );
+        let greedy: Vec<u64> = p["greedy"]
+            .as_array()
+            .expect("greedy")
+            .iter()
+            .map(|t| t.as_u64().expect("an id"))
+            .collect();
+        let got: Vec<u64> = o["token_ids"]
+            .as_array()
+            .expect("token ids")
+            .iter()
+            .map(|t| t.as_u64().expect("an id"))
+            .collect();
+        // Mixtral's EOS is </s> (id 2): transformers' greedy tokens run on past it, the
+        // example stops there, keeping it.
+        match greedy.iter().position(|&t| t == 2) {
+            Some(at) => {
+                assert_eq!(got, greedy[..=at], "{}", p["text"]);
+                assert_eq!(o["finish_reason"], "stop");
+                stopped += 1;
+            }
+            None => {
+                assert_eq!(got, greedy, "{}", p["text"]);
+                assert_eq!(o["finish_reason"], "length");
+            }
+        }
+    }
+    assert_eq!(stopped, 1, "the fixture's third prompt generates EOS");
+}
+
+#[test]
+#[parallel]
+fn bad_checkpoint_options_are_named_before_the_device_is_used() {
+    let (dir, _) = fixture("qwen3_moe");
+    fails_saying(
+        &["--train-steps", "2"],
+        "--train-steps fine-tunes a --model",
+    );
+    fails_saying(&["--model", "/nonexistent/model"], "/nonexistent/model");
+    fails_saying(&["--model", &dir, "--dtype", "f64"], "--dtype \"f64\"");
+    fails_saying(&["--model", &dir, "--devices", "2"], "runs on one NPU");
+    fails_saying(
+        &["--model", &dir, "--max-seq", "100000"],
+        "exceeds the 512 positions",
+    );
+    let scratch = scratch("unknown_family");
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        std::fs::copy(format!("{dir}/{f}"), scratch.join(f)).expect("a copy");
+    }
+    let config = std::fs::read_to_string(scratch.join("config.json")).unwrap();
+    std::fs::write(
+        scratch.join("config.json"),
+        config.replace("\"qwen3_moe\"", "\"llama4\""),
+    )
+    .unwrap();
+    fails_saying(
+        &["--model", scratch.to_str().unwrap()],
+        "model_type \"llama4\"",
+    );
+}
+
+#[test]
+#[serial]
+fn a_fine_tuned_checkpoint_is_saved_and_serves_again_as_it_served_after_training() {
+    let (dir, _) = fixture("qwen3_moe");
+    let saved = scratch("fine_tuned").join("qwen3");
+    let device = common::device().to_string();
+    let serve = |model: &str, extra: &[&str]| {
+        let mut options = vec!["--device", &device, "--model", model, "--new-tokens", "6"];
+        options.extend(extra);
+        options.extend(["--prompt", "The sea", "--prompt", "café", "--json"]);
+        run(&options).expect("the checkpoint serves")
+    };
+    let before = serve(&dir, &[]);
+    let tuned = serve(
+        &dir,
+        &[
+            "--train-steps",
+            "3",
+            "--batch",
+            "2",
+            "--seq-len",
+            "16",
+            "--lr",
+            "0.01",
+            "--save-model",
+            saved.to_str().unwrap(),
+        ],
+    );
+    assert_ne!(before, tuned, "fine-tuning changed the generations");
+    let again = serve(saved.to_str().unwrap(), &[]);
+    assert_eq!(tuned, again, "the saved checkpoint is the fine-tuned model");
+}

@@ -31,10 +31,12 @@ use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
 use burn_ascend_suite::moe::model::MoeDecoder;
 use burn_ascend_suite::moe::serve::{
-    FinishReason, Generation, Request, Sampling, ServeConfig, ServeError, Server,
+    FinishReason, Generation, Request, Sampling, ServeConfig, Server,
 };
+use burn_ascend_suite::moe::step::StepModel;
 use burn_ascend_suite::moe::train::{StepReport, TrainConfig};
 use burn_ascend_suite::moe::workload::Arrival;
+use burn_ascend_suite::moe::workload::ServingReport;
 use burn_autodiff::Autodiff;
 use burn_fusion::Fusion;
 use clap::Parser;
@@ -54,6 +56,7 @@ macro_rules! say {
     };
 }
 
+mod checkpoint;
 mod parallel;
 
 /// Train and serve the MoE decoder on Ascend.
@@ -149,6 +152,26 @@ pub struct Args {
     /// ids, text, finish reason); everything else goes to stderr.
     #[arg(long)]
     json: bool,
+    /// Serve this Hugging Face checkpoint directory (config.json, safetensors weights,
+    /// tokenizer.json) instead of the built-in model: Mixtral, Qwen2-MoE, Qwen3-MoE,
+    /// DeepSeek-V2/V3. The built-in model's sizes and --steps do not apply to it.
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// With --model: fine-tune this many steps on the shipped text first (none by default),
+    /// then save the checkpoint (--save-model).
+    #[arg(long, default_value_t = 0)]
+    train_steps: usize,
+    /// With --model: the dtype the weights are loaded (and served) in: f32, f16 or bf16.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// With --model and --train-steps: the directory the fine-tuned checkpoint is saved to, in
+    /// the same Hugging Face layout (default: target/<model dir name>-finetuned).
+    #[arg(long, value_name = "DIR")]
+    save_model: Option<PathBuf>,
+    /// Serving: the longest sequence (prompt and generation) a request may reach (default: 512
+    /// for the built-in model; the checkpoint's max_position_embeddings, at most 1024).
+    #[arg(long)]
+    max_seq: Option<usize>,
 }
 
 /// The prompts the example serves unless `--prompt` names others.
@@ -163,6 +186,11 @@ const PROMPTS: [&str; 4] = [
 pub struct Plan {
     model: MoeConfig,
     train: Option<TrainConfig>,
+    serving: Serving,
+}
+
+/// What to serve and how, from checked options.
+pub struct Serving {
     serve: ServeConfig,
     prompts: Vec<String>,
     requests: Vec<Request>,
@@ -178,9 +206,36 @@ fn main() {
     }
 }
 
+/// The prompts to serve: `--prompt`'s, else the example's own.
+fn prompts(args: &Args) -> Vec<String> {
+    if args.prompts.is_empty() {
+        PROMPTS.iter().map(|p| p.to_string()).collect()
+    } else {
+        args.prompts.clone()
+    }
+}
+
+/// How tokens are chosen: `--temperature` samples, else greedy.
+fn sampling(args: &Args) -> Sampling {
+    match args.temperature {
+        Some(temperature) => Sampling::Random {
+            temperature,
+            top_k: args.top_k_sampling,
+            seed: args.seed,
+        },
+        None => Sampling::Greedy,
+    }
+}
+
 /// Checks every option (nothing touches a device or a file yet, except the probe of the save
 /// path) and says what to run.
 pub fn plan(args: &Args) -> Result<Plan, String> {
+    if args.train_steps > 0 {
+        return Err(
+            "--train-steps fine-tunes a --model checkpoint; the built-in model trains --steps"
+                .into(),
+        );
+    }
     let model = MoeConfig::new()
         .with_hidden(args.hidden)
         .with_layers(args.layers)
@@ -205,26 +260,15 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
     let serve = ServeConfig {
         pages: args.pages,
         page_size: args.page_size,
-        max_seq: model.max_seq,
+        max_seq: args.max_seq.unwrap_or(model.max_seq),
         max_kv_splits: 4,
         step_tokens: args.step_tokens,
         max_waiting: 1024,
         record_logits: false,
     };
     serve.validate().map_err(|e| e.to_string())?;
-    let sampling = match args.temperature {
-        Some(temperature) => Sampling::Random {
-            temperature,
-            top_k: args.top_k_sampling,
-            seed: args.seed,
-        },
-        None => Sampling::Greedy,
-    };
-    let prompts: Vec<String> = if args.prompts.is_empty() {
-        PROMPTS.iter().map(|p| p.to_string()).collect()
-    } else {
-        args.prompts.clone()
-    };
+    let prompts = prompts(args);
+    let sampling = sampling(args);
     let requests: Vec<Request> = prompts
         .iter()
         .map(|p| Request {
@@ -248,10 +292,12 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
     Ok(Plan {
         model,
         train,
-        serve,
-        prompts,
-        requests,
-        captured_decode: !args.eager_decode,
+        serving: Serving {
+            serve,
+            prompts,
+            requests,
+            captured_decode: !args.eager_decode,
+        },
     })
 }
 
@@ -282,7 +328,7 @@ fn check_record(path: &Path) -> Result<(), String> {
 
 /// `file` can be written: creates its directory and opens it for appending (an existing file
 /// is left as it is; one created here is removed again).
-fn check_writable(file: &Path) -> Result<(), String> {
+pub(crate) fn check_writable(file: &Path) -> Result<(), String> {
     let fail = |e: std::io::Error| format!("--save: cannot write {}: {e}", file.display());
     if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(fail)?;
@@ -316,6 +362,9 @@ fn forced_device(args: &Args) -> Result<Option<AscendDevice>, String> {
 /// Checks the options, then trains and serves.
 pub fn run(args: Args) -> Result<Vec<Outcome>, String> {
     let forced = forced_device(&args)?;
+    if let Some(dir) = &args.model {
+        return run_checkpoint(&args, dir, forced);
+    }
     let plan = plan(&args)?;
     let device = forced.unwrap_or_default();
     let devices = parallel::devices(device, args.devices)?;
@@ -330,6 +379,27 @@ pub fn run(args: Args) -> Result<Vec<Outcome>, String> {
     } else {
         say!("device: {}", Ascend::name(&device));
         train_and_serve::<Autodiff<Ascend>>(&args, &plan, &devices)
+    }
+}
+
+/// `--model DIR`: checks the options and the checkpoint, then fine-tunes (if asked) and serves it.
+fn run_checkpoint(
+    args: &Args,
+    dir: &Path,
+    forced: Option<AscendDevice>,
+) -> Result<Vec<Outcome>, String> {
+    if args.devices > 1 {
+        return Err("--devices: a --model checkpoint runs on one NPU".into());
+    }
+    let plan = checkpoint::plan(args, dir)?;
+    let device = forced.unwrap_or_default();
+    DeviceContext::get(&device).map_err(|e| format!("cannot open {device:?}: {e}"))?;
+    if args.fusion {
+        say!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
+        checkpoint::run::<Autodiff<Fusion<Ascend>>>(&plan, &device)
+    } else {
+        say!("device: {}", Ascend::name(&device));
+        checkpoint::run::<Autodiff<Ascend>>(&plan, &device)
     }
 }
 
@@ -398,37 +468,56 @@ where
         cfg.seq_len,
         tokens.len()
     );
-    let bar = std::io::stdout().is_terminal().then(|| {
-        let bar = ProgressBar::new(cfg.steps as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30} step {pos}/{len} {msg}")
-                .expect("a valid template"),
-        );
-        bar
-    });
     let start = Instant::now();
-    let trained = parallel::train(model, &tokens, cfg, devices, |r: StepReport| {
+    let progress = Progress::new(cfg.steps);
+    let trained = parallel::train(model, &tokens, cfg, devices, |r| progress.report(r));
+    progress.finish();
+    let trained = trained.map_err(|e| format!("{e}; nothing was saved"))?;
+    say!("trained in {:.1} s", start.elapsed().as_secs_f64());
+    Ok(trained)
+}
+
+/// Training progress: a bar on a terminal, else a line every ten steps.
+pub(crate) struct Progress {
+    bar: Option<ProgressBar>,
+    steps: usize,
+}
+
+impl Progress {
+    pub(crate) fn new(steps: usize) -> Self {
+        let bar = std::io::stdout().is_terminal().then(|| {
+            let bar = ProgressBar::new(steps as u64);
+            bar.set_style(
+                ProgressStyle::with_template("{bar:30} step {pos}/{len} {msg}")
+                    .expect("a valid template"),
+            );
+            bar
+        });
+        Self { bar, steps }
+    }
+
+    pub(crate) fn report(&self, r: StepReport) {
         let line = format!(
             "loss {:.3} aux {:.3} {:.0} tokens/s",
             r.loss, r.aux, r.tokens_per_second
         );
-        match &bar {
+        match &self.bar {
             Some(bar) => {
                 bar.set_position(r.step as u64);
                 bar.set_message(line);
             }
-            None if r.step == 1 || r.step.is_multiple_of(10) || r.step == cfg.steps => {
-                say!("step {}/{} {line}", r.step, cfg.steps)
+            None if r.step == 1 || r.step.is_multiple_of(10) || r.step == self.steps => {
+                say!("step {}/{} {line}", r.step, self.steps)
             }
             None => {}
         }
-    });
-    if let Some(bar) = bar {
-        bar.finish();
     }
-    let trained = trained.map_err(|e| format!("{e}; nothing was saved"))?;
-    say!("trained in {:.1} s", start.elapsed().as_secs_f64());
-    Ok(trained)
+
+    pub(crate) fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish();
+        }
+    }
 }
 
 fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
@@ -436,48 +525,66 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     plan: &Plan,
     devices: &[AscendDevice],
 ) -> Result<Vec<Outcome>, String> {
-    let device = &devices[0];
-    let cfg = plan.serve;
+    let serving = &plan.serving;
     let served = parallel::serving(model.clone(), devices)?;
-    let mut server = Server::new(served, cfg, device).map_err(|e| e.to_string())?;
-    if plan.captured_decode && devices.len() > 1 {
-        // Expert-parallel decode exchanges rows between NPUs (HCCL), which the captured step
-        // of one device does not record.
-        say!(
-            "decode steps run eagerly: expert-parallel decode spans {} NPUs",
-            devices.len()
-        );
-    } else if plan.captured_decode {
+    // Expert-parallel decode exchanges rows between NPUs (HCCL), which the captured step of
+    // one device does not record.
+    let eager =
+        (devices.len() > 1).then(|| format!("expert-parallel decode spans {} NPUs", devices.len()));
+    let bytes = |tokens: &[u32]| {
+        let bytes: Vec<u8> = tokens.iter().map(|&t| t as u8).collect();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    let (outcomes, report) = serve_model(served, serving, &devices[0], eager, bytes)?;
+    parallel::check_one_device(model, serving.serve, devices, &serving.requests, &report)?;
+    Ok(outcomes)
+}
+
+/// Serves `serving`'s requests with `model` on `device` (captured decode unless asked not to or
+/// `eager` says why not), prints each outcome, its text decoded by `text`, and the serving
+/// figures.
+pub(crate) fn serve_model<B: FusedOps<Device = AscendDevice>, M: StepModel<B>>(
+    model: M,
+    serving: &Serving,
+    device: &AscendDevice,
+    eager: Option<String>,
+    text: impl Fn(&[u32]) -> Result<String, String>,
+) -> Result<(Vec<Outcome>, ServingReport), String> {
+    let cfg = serving.serve;
+    let mut server = Server::new(model, cfg, device).map_err(|e| e.to_string())?;
+    match eager {
+        Some(why) if serving.captured_decode => say!("decode steps run eagerly: {why}"),
         // On failure the server has said why, and decodes eagerly.
-        if server.enable_captured_decode(&DECODE_BUCKETS).is_ok() {
-            let eager: Vec<String> = server
-                .eager_buckets()
-                .iter()
-                .map(|(b, why)| format!("{b} ({why})"))
-                .collect();
-            say!(
-                "decode steps replay captured graphs for batch buckets {:?}{}",
-                server.captured_buckets(),
-                if eager.is_empty() {
-                    String::new()
-                } else {
-                    format!("; eager: {}", eager.join(", "))
-                }
-            );
+        None if serving.captured_decode => {
+            if server.enable_captured_decode(&DECODE_BUCKETS).is_ok() {
+                let eager: Vec<String> = server
+                    .eager_buckets()
+                    .iter()
+                    .map(|(b, why)| format!("{b} ({why})"))
+                    .collect();
+                say!(
+                    "decode steps replay captured graphs for batch buckets {:?}{}",
+                    server.captured_buckets(),
+                    if eager.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; eager: {}", eager.join(", "))
+                    }
+                );
+            }
         }
-    } else {
-        say!("decode steps run eagerly (--eager-decode)");
+        _ => say!("decode steps run eagerly (--eager-decode)"),
     }
     say!(
-        "serving {} prompts, {} new tokens each (paged KV cache of {} pages of {} slots, steps \
-         of at most {} tokens)",
-        plan.requests.len(),
-        plan.requests[0].new_tokens,
+        "serving {} prompts, {} new tokens each at most (paged KV cache of {} pages of {} \
+         slots, steps of at most {} tokens)",
+        serving.requests.len(),
+        serving.requests[0].new_tokens,
         cfg.pages,
         cfg.page_size,
         cfg.step_tokens
     );
-    let arrivals: Vec<Arrival> = plan
+    let arrivals: Vec<Arrival> = serving
         .requests
         .iter()
         .map(|r| Arrival {
@@ -489,17 +596,20 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
     let mut clock = matches!(device, AscendDevice::Emulated(_)).then(ModelledClock::start);
     let report = server.serve(&arrivals, || clock.as_mut().map(ModelledClock::lap));
     let mut outcomes = Vec::new();
-    for ((prompt, request), result) in plan.prompts.iter().zip(&plan.requests).zip(&report.results)
+    for ((prompt, request), result) in serving
+        .prompts
+        .iter()
+        .zip(&serving.requests)
+        .zip(&report.results)
     {
-        let text = result.as_ref().map(|g| {
-            let bytes: Vec<u8> = g.tokens.iter().map(|&t| t as u8).collect();
-            String::from_utf8_lossy(&bytes).into_owned()
-        });
-        outcomes.push(outcome(prompt, &request.prompt, result, text));
+        let decoded = match result {
+            Ok(g) => text(&g.tokens).map(|t| (g, t)),
+            Err(e) => Err(e.to_string()),
+        };
+        outcomes.push(outcome(prompt, &request.prompt, decoded));
     }
     say!("{report}");
-    parallel::check_one_device(model, cfg, devices, &plan.requests, &report)?;
-    Ok(outcomes)
+    Ok((outcomes, report))
 }
 
 /// One request's outcome: prompt, prompt token ids, and the generated token ids, text and
@@ -511,12 +621,11 @@ pub type Outcome = serde_json::Value;
 fn outcome(
     prompt: &str,
     prompt_ids: &[u32],
-    result: &Result<Generation, ServeError>,
-    text: Result<String, &ServeError>,
+    result: Result<(&Generation, String), String>,
 ) -> Outcome {
     let json = JSON.load(std::sync::atomic::Ordering::Relaxed);
-    let (line, value) = match (result, text) {
-        (Ok(g), Ok(text)) => {
+    let (line, value) = match result {
+        Ok((g, text)) => {
             let finish = match g.finish {
                 FinishReason::Stop => "stop",
                 FinishReason::Length => "length",
@@ -531,12 +640,12 @@ fn outcome(
             });
             (line, value)
         }
-        (Err(e), _) | (_, Err(e)) => {
+        Err(e) => {
             let line = format!("  {prompt:?} -> error: {e}");
             let value = serde_json::json!({
                 "prompt": prompt,
                 "prompt_token_ids": prompt_ids,
-                "error": e.to_string(),
+                "error": e,
             });
             (line, value)
         }

@@ -11,6 +11,9 @@ byte-level BPE tokenizer trained on src/moe/corpus.txt with the family's special
 `reference.json`: the logits of every prompt position and a 32-token greedy continuation, computed by
 loading the SAVED directory back in f32 (weights upcast from their stored dtype), eval mode, eager
 attention. Everything is seeded, so a re-run reproduces the same files.
+
+deepseek_v2's reference.json written here is 4.57.1's, whose DeepSeek-V2 attention lacks the YaRN mscale^2
+of DeepSeek's own code: make_v5_fixtures.py (transformers 5.x) then replaces it (see README.md).
 """
 
 import json

@@ -26,11 +26,20 @@ pub struct Common {
     pub head_dim: Option<usize>,
     /// `rms_norm_eps`.
     pub rms_norm_eps: f64,
-    /// `rope_theta`.
-    pub rope_theta: f64,
-    /// `rope_scaling`: only null is supported by these families.
+    /// `rope_theta` (transformers 4.x).
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    /// `rope_scaling` (transformers 4.x): only null is supported by these families (DeepSeek
+    /// reads YaRN from it, see [`Common::rope_scaling_settings`]).
     #[serde(default)]
     pub rope_scaling: Option<serde_json::Value>,
+    /// `rope_parameters` (transformers 5.x: `rope_theta` and the scaling in one object): only
+    /// `rope_type` `default`, but for DeepSeek's YaRN.
+    #[serde(default)]
+    pub rope_parameters: Option<serde_json::Value>,
+    /// `layer_types` (transformers 5.x): only `full_attention`.
+    #[serde(default)]
+    pub layer_types: Option<Vec<String>>,
     /// `hidden_act`: only `silu`.
     pub hidden_act: String,
     /// `tie_word_embeddings`: only false.
@@ -92,14 +101,25 @@ impl Common {
                 "true: the LM head must be its own tensor lm_head.weight".into(),
             ));
         }
-        if let Some(scaling) = self.rope_scaling.as_ref().filter(|s| !s.is_null()) {
-            let kind = scaling
-                .get("rope_type")
-                .or_else(|| scaling.get("type"))
-                .map_or_else(|| scaling.to_string(), |t| t.to_string());
+        if let Some((key, scaling)) = self.rope_scaling_settings() {
             return Err(self.unsupported(
-                "rope_scaling",
-                format!("{kind}: only the unscaled rotary embedding (null) is implemented"),
+                key,
+                format!(
+                    "rope_type {}: only the unscaled rotary embedding (\"default\") is implemented",
+                    rope_kind(scaling)
+                ),
+            ));
+        }
+        self.rope_theta()?;
+        if let Some(other) = self
+            .layer_types
+            .iter()
+            .flatten()
+            .find(|t| *t != "full_attention")
+        {
+            return Err(self.unsupported(
+                "layer_types",
+                format!("{other:?}: only \"full_attention\" is implemented"),
             ));
         }
         if let (Some(window), true) = (self.sliding_window, self.use_sliding_window.unwrap_or(true))
@@ -126,6 +146,38 @@ impl Common {
         Ok(())
     }
 
+    /// `rope_theta`, or `rope_parameters.rope_theta` (transformers 5.x).
+    pub fn rope_theta(&self) -> Result<f64, LoadError> {
+        self.rope_theta
+            .or_else(|| {
+                self.rope_parameters
+                    .as_ref()
+                    .and_then(|p| p.get("rope_theta"))
+                    .and_then(|t| t.as_f64())
+            })
+            .ok_or_else(|| {
+                self.invalid("neither rope_theta nor rope_parameters.rope_theta is given".into())
+            })
+    }
+
+    /// The rotary scaling settings and the key they are under, `None` for the unscaled rotary
+    /// embedding: `rope_scaling` (transformers 4.x) when set, else `rope_parameters`
+    /// (transformers 5.x, rope_theta and the scaling in one object) unless its type is
+    /// `"default"` or absent. transformers 5.x reads them in that order too.
+    pub fn rope_scaling_settings(&self) -> Option<(&'static str, &serde_json::Value)> {
+        if let Some(scaling) = self.rope_scaling.as_ref().filter(|s| !s.is_null()) {
+            return Some(("rope_scaling", scaling));
+        }
+        self.rope_parameters
+            .as_ref()
+            .filter(|p| {
+                p.get("rope_type")
+                    .or_else(|| p.get("type"))
+                    .is_some_and(|t| t != "default")
+            })
+            .map(|p| ("rope_parameters", p))
+    }
+
     fn kv_heads(&self) -> usize {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }
@@ -136,8 +188,8 @@ impl Common {
     }
 
     /// The grouped-query attention these fields describe.
-    pub fn gqa(&self, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> GqaSpec {
-        GqaSpec {
+    pub fn gqa(&self, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> Result<GqaSpec, LoadError> {
+        Ok(GqaSpec {
             q_heads: self.num_attention_heads,
             kv_heads: self.kv_heads(),
             head_dim: self.head_dim(),
@@ -146,9 +198,9 @@ impl Common {
             qk_norm,
             eps: self.rms_norm_eps,
             rope: Rope::Default {
-                theta: self.rope_theta,
+                theta: self.rope_theta()?,
             },
-        }
+        })
     }
 
     /// Checks `top_k` of `experts`.
@@ -160,4 +212,12 @@ impl Common {
         }
         Ok(())
     }
+}
+
+/// The `rope_type` (or older `type`) of a rope scaling object, quoted.
+fn rope_kind(scaling: &serde_json::Value) -> String {
+    scaling
+        .get("rope_type")
+        .or_else(|| scaling.get("type"))
+        .map_or_else(|| scaling.to_string(), |t| t.to_string())
 }

@@ -8,9 +8,16 @@
 //!
 //! transformers' readings that differ from DeepSeek's own code, followed here (the checkpoints'
 //! reference outputs are transformers'): V2 never renormalises the routing weights
-//! (`norm_topk_prob` is ignored) and scales its scores by `qk_head_dim^-0.5` alone (V3 also by
-//! YaRN's `mscale(factor, mscale_all_dim)^2`); `moe_layer_freq` is not read (only 1 is
-//! accepted here); the router's auxiliary loss is not computed (`aux_loss_alpha` is not read).
+//! (`norm_topk_prob` is ignored); `moe_layer_freq` is not read (only 1 is accepted here); the
+//! router's auxiliary loss is not computed (`aux_loss_alpha` is not read). The softmax scale
+//! has YaRN's `mscale(factor, mscale_all_dim)^2` in both, as DeepSeek's code and transformers
+//! 5 have it (4.57.1's V2 leaves it out: `tests/fixtures/hf/deepseek_v2`'s reference is
+//! 5.24.0's).
+//!
+//! config.json as transformers 5.x writes it reads the same: rope_theta and YaRN from
+//! `rope_parameters` ([`Common::rope_scaling_settings`]); `qk_head_dim` (5.x recomputes it too),
+//! `pretraining_tp` and `num_nextn_predict_layers` are not read: V3's multi-token-prediction
+//! layers are never built, their tensors skipped when stored ([`ignored`]), none expected.
 //!
 //! [`blocks::mla`]: super::blocks::mla
 //! [`blocks::yarn`]: super::blocks::yarn
@@ -68,36 +75,40 @@ struct Config {
     mlp_bias: bool,
 }
 
-/// The YaRN settings of a `rope_scaling` object, or `None` for null; other kinds are refused.
+/// The YaRN settings of `rope_scaling` (transformers 4.x) or `rope_parameters` (5.x, the same
+/// keys plus rope_theta), or `None` for the unscaled rotary embedding; other kinds are refused.
 fn yarn(common: &Common, max_position_embeddings: usize) -> Result<Option<Yarn>, LoadError> {
-    let Some(scaling) = common.rope_scaling.as_ref().filter(|s| !s.is_null()) else {
+    let Some((field, scaling)) = common.rope_scaling_settings() else {
         return Ok(None);
     };
     let kind = scaling.get("rope_type").or_else(|| scaling.get("type"));
     if kind.and_then(|k| k.as_str()) != Some("yarn") {
         let kind = kind.map_or_else(|| scaling.to_string(), |k| k.to_string());
         return Err(common.unsupported(
-            "rope_scaling",
-            format!("{kind}: only null and \"yarn\" are implemented for DeepSeek"),
+            field,
+            format!(
+                "{kind}: only unscaled and \"yarn\" rotary embeddings are implemented for DeepSeek"
+            ),
         ));
     }
     let number = |key: &str| -> Result<Option<f64>, LoadError> {
         match scaling.get(key).filter(|v| !v.is_null()) {
             None => Ok(None),
-            Some(v) => v.as_f64().map(Some).ok_or_else(|| {
-                common.invalid(format!("rope_scaling.{key} must be a number, got {v}"))
-            }),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| common.invalid(format!("{field}.{key} must be a number, got {v}"))),
         }
     };
     // transformers tests these keys for truth: 0 counts as absent.
     let given =
         |key: &str| -> Result<Option<f64>, LoadError> { Ok(number(key)?.filter(|v| *v != 0.0)) };
     let factor = number("factor")?
-        .ok_or_else(|| common.invalid("rope_scaling of type yarn needs a factor".into()))?;
+        .ok_or_else(|| common.invalid(format!("{field} of type yarn needs a factor")))?;
     let truncate = match scaling.get("truncate").filter(|v| !v.is_null()) {
         None => true,
         Some(v) => v.as_bool().ok_or_else(|| {
-            common.invalid(format!("rope_scaling.truncate must be a boolean, got {v}"))
+            common.invalid(format!("{field}.truncate must be a boolean, got {v}"))
         })?,
     };
     Ok(Some(Yarn {
@@ -181,9 +192,12 @@ pub fn spec(config: &serde_json::Value, v3: bool) -> Result<DecoderSpec, LoadErr
     let model_type = if v3 { "deepseek_v3" } else { "deepseek_v2" };
     let c: Config = parse(model_type, config)?;
     let common = &c.common;
-    // The shared checks, but rope_scaling, which DeepSeek reads itself (YaRN).
+    let theta = common.rope_theta()?;
+    // The shared checks, but the rope scaling, which DeepSeek reads itself (YaRN).
     Common {
+        rope_theta: Some(theta),
         rope_scaling: None,
+        rope_parameters: None,
         head_dim: Some(c.qk_rope_head_dim),
         ..common.clone()
     }
@@ -236,13 +250,13 @@ pub fn spec(config: &serde_json::Value, v3: bool) -> Result<DecoderSpec, LoadErr
     // V3 interleaves by default; V2's complex-number rope always pairs adjacent dims.
     let interleaved = !v3 || c.rope_interleave.unwrap_or(true);
     let rotary = match &yarn {
-        Some(y) => Rotary::yarn(c.qk_rope_head_dim, common.rope_theta, y, interleaved),
-        None => Rotary::default_rope(c.qk_rope_head_dim, common.rope_theta, interleaved),
+        Some(y) => Rotary::yarn(c.qk_rope_head_dim, theta, y, interleaved),
+        None => Rotary::default_rope(c.qk_rope_head_dim, theta, interleaved),
     };
-    let mut sm_scale = ((c.qk_nope_head_dim + c.qk_rope_head_dim) as f64).powf(-0.5);
-    if v3 {
-        sm_scale *= yarn.as_ref().map_or(1.0, Yarn::softmax_scale_multiplier);
-    }
+    // qk_head_dim^-0.5 times YaRN's mscale(factor, mscale_all_dim)^2, as DeepSeek's own code,
+    // transformers' V3 and transformers >= 5's V2 scale (4.57.1's V2 omitted the mscale^2).
+    let sm_scale = ((c.qk_nope_head_dim + c.qk_rope_head_dim) as f64).powf(-0.5)
+        * yarn.as_ref().map_or(1.0, Yarn::softmax_scale_multiplier);
     let attention = AttentionSpec::Mla(MlaConfig {
         hidden: common.hidden_size,
         heads,
@@ -271,6 +285,8 @@ pub fn spec(config: &serde_json::Value, v3: bool) -> Result<DecoderSpec, LoadErr
                 block: "mlp".into(),
                 expert: ["gate_proj".into(), "up_proj".into(), "down_proj".into()],
                 shared: "shared_experts".into(),
+                // transformers 4.x stores each expert apart.
+                fused: false,
             },
         })
     } else {
@@ -295,13 +311,15 @@ pub fn spec(config: &serde_json::Value, v3: bool) -> Result<DecoderSpec, LoadErr
     })
 }
 
-/// Tensors of a DeepSeek checkpoint that are not the decoder's: DeepSeek-V3's multi-token
-/// prediction layers, stored as `model.layers.N.*` past `num_hidden_layers` (transformers
-/// skips them too).
+/// Tensors of a checkpoint that are not its decoder's: DeepSeek-V3's multi-token prediction
+/// layers, stored as `model.layers.N.*` past `num_hidden_layers` (transformers skips them too).
+/// Nothing for other families, where such a tensor is an error.
 pub fn ignored(config: &serde_json::Value) -> impl Fn(&str) -> bool {
+    let v3 = config.get("model_type").and_then(serde_json::Value::as_str) == Some("deepseek_v3");
     let layers = config
         .get("num_hidden_layers")
         .and_then(serde_json::Value::as_u64)
+        .filter(|_| v3)
         .unwrap_or(u64::MAX);
     move |name: &str| {
         name.strip_prefix("model.layers.")

@@ -45,10 +45,11 @@ pub fn spec(config: &serde_json::Value) -> Result<DecoderSpec, LoadError> {
             block: "block_sparse_moe".into(),
             expert: ["w1".into(), "w3".into(), "w2".into()],
             shared: String::new(),
+            fused: false,
         },
     };
     let layer = LayerSpec {
-        attention: AttentionSpec::Gqa(common.gqa(false, false, false)),
+        attention: AttentionSpec::Gqa(common.gqa(false, false, false)?),
         ffn: FfnSpec::Sparse(moe),
     };
     Ok(DecoderSpec {

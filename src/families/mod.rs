@@ -109,6 +109,18 @@ pub struct DecoderSpec {
 }
 
 impl DecoderSpec {
+    /// The spec with its experts in the fused layout transformers 5.x can write (see
+    /// [`blocks::ffn::MoeNames::fused`]).
+    pub fn with_fused_experts(mut self) -> Self {
+        for layer in &mut self.layers {
+            if let FfnSpec::Sparse(moe) = &mut layer.ffn {
+                moe.names.block = "mlp".into();
+                moe.names.fused = true;
+            }
+        }
+        self
+    }
+
     /// The tensors of the model, `(name, shape)` as the checkpoint stores them, in order.
     pub fn expected(&self) -> Expected {
         let mut out = Expected::default();
@@ -237,6 +249,18 @@ impl<B: FusedOps> Decoder<B> {
     /// load-balancing loss of transformers' `load_balancing_loss_func` (without its
     /// coefficient), over the tokens of every MoE layer together.
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>) {
+        let device = tokens.device();
+        let (logits, stats) = self.run(tokens);
+        (logits, load_balancing_loss(stats, &device))
+    }
+
+    /// The router probabilities `[B * S, E]` of the tokens `[B, S]` in each MoE layer, in
+    /// order: what the load-balancing loss averages.
+    pub fn router_probs(&self, tokens: Tensor<B, 2, Int>) -> Vec<Tensor<B, 2>> {
+        self.run(tokens).1.into_iter().map(|s| s.probs).collect()
+    }
+
+    fn run(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Vec<RouterStats<B>>) {
         let [b, s] = tokens.dims();
         let device = tokens.device();
         // f32 whatever the model's dtype: see `crate::moe::model::rope`.
@@ -246,7 +270,7 @@ impl<B: FusedOps> Decoder<B> {
         );
         let mut x = self.embed.forward(tokens);
         let h = self.spec.hidden;
-        let mut stats: Vec<RouterStats<B>> = Vec::new();
+        let mut stats = Vec::new();
         for layer in &self.layers {
             let attended = layer
                 .attention
@@ -258,10 +282,7 @@ impl<B: FusedOps> Decoder<B> {
         }
         let v = self.spec.vocab;
         let logits = self.head.forward(self.norm.forward(x.reshape([b * s, h])));
-        (
-            logits.reshape([b, s, v]),
-            load_balancing_loss(stats, &device),
-        )
+        (logits.reshape([b, s, v]), stats)
     }
 }
 
@@ -269,15 +290,15 @@ impl<B: FusedOps> Decoder<B> {
 /// fraction of (token, choice) pairs routed to each and its mean router probability, both
 /// over the tokens of all MoE layers together.
 fn load_balancing_loss<B: Backend>(stats: Vec<RouterStats<B>>, device: &B::Device) -> Tensor<B, 1> {
-    let tokens: usize = stats.iter().map(|s| s.tokens).sum();
-    let mut it = stats.into_iter();
-    let Some(first) = it.next() else {
+    let tokens: usize = stats.iter().map(|s| s.probs.dims()[0]).sum();
+    let Some(experts) = stats.first().map(|s| s.counts.dims()[0]) else {
         return Tensor::zeros([1], device);
     };
-    let experts = first.counts.dims()[0];
-    let (counts, probs) = it.fold((first.counts, first.probs), |(c, p), s| {
-        (c + s.counts, p + s.probs)
-    });
+    let (counts, probs) = stats
+        .into_iter()
+        .map(|s| (s.counts, s.probs.sum_dim(0).reshape([experts])))
+        .reduce(|(c, p), (c2, p2)| (c + c2, p + p2))
+        .expect("one MoE layer at least");
     let n = tokens as f64;
     let counts = counts.cast(probs.dtype());
     ((counts / n) * (probs / n)).sum() * experts as f64
@@ -329,7 +350,10 @@ pub fn spec_of(config: &serde_json::Value) -> Result<DecoderSpec, LoadError> {
     let model_type = config
         .get("model_type")
         .and_then(|t| t.as_str())
-        .ok_or_else(|| LoadError::UnknownModelType(String::from("(none)")))?;
+        .ok_or_else(|| LoadError::Config {
+            model_type: "(unknown)".into(),
+            why: "config.json has no model_type string".into(),
+        })?;
     match model_type {
         "mixtral" => mixtral::spec(config),
         "qwen2_moe" => qwen_moe::spec(config, false),
@@ -378,20 +402,24 @@ pub fn load_from<B: FusedOps>(
     dtype: DType,
     device: &B::Device,
 ) -> Result<Decoder<B>, LoadError> {
-    let spec = spec_of(checkpoint.config())?;
-    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
-        return Err(LoadError::Dtype(dtype));
+    let mut spec = spec_of(checkpoint.config())?;
+    if checkpoint
+        .names()
+        .any(|n| n.ends_with(".experts.gate_up_proj"))
+    {
+        spec = spec.with_fused_experts();
     }
     // Older checkpoints carry rope's inverse frequencies, which the model computes.
+    let not_the_decoder = deepseek::ignored(checkpoint.config());
     checkpoint.check(&spec.expected().0, |name| {
-        name.ends_with(".self_attn.rotary_emb.inv_freq")
+        name.ends_with(".self_attn.rotary_emb.inv_freq") || not_the_decoder(name)
     })?;
     let read = |name: &str, dtype: DType| checkpoint.read(name, dtype).map_err(LoadError::from);
     Decoder::load(&spec, &read, dtype, device)
 }
 
 /// Saves `model` into `dir` in the Hugging Face layout of `from` (the checkpoint it was loaded
-/// from): the same tensor names and shapes, in the model's dtype (config.json's `dtype` says
+/// from): the same tensor names and shapes (the experts fused when they were), in the model's dtype (config.json's `dtype` says
 /// which), sharded when the weights exceed `max_shard_bytes`, with `from`'s tokenizer and
 /// generation files.
 pub fn save<B: FusedOps>(

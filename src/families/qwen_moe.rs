@@ -16,6 +16,8 @@ use super::{DecoderSpec, LayerSpec, LoadError};
 struct Config {
     #[serde(flatten)]
     common: Common,
+    /// transformers 5.x writes Qwen3-MoE's as `num_local_experts`.
+    #[serde(alias = "num_local_experts")]
     num_experts: usize,
     num_experts_per_tok: usize,
     moe_intermediate_size: usize,
@@ -51,9 +53,9 @@ pub fn spec(config: &serde_json::Value, qwen3: bool) -> Result<DecoderSpec, Load
         return Err(common.invalid("decoder_sparse_step must be at least 1".into()));
     }
     let attention = AttentionSpec::Gqa(if qwen3 {
-        common.gqa(c.attention_bias, c.attention_bias, true)
+        common.gqa(c.attention_bias, c.attention_bias, true)?
     } else {
-        common.gqa(c.qkv_bias.unwrap_or(true), false, false)
+        common.gqa(c.qkv_bias.unwrap_or(true), false, false)?
     });
     let shared = match (qwen3, c.shared_expert_intermediate_size) {
         (false, Some(hidden)) if hidden > 0 => Some(SharedSpec {
@@ -85,6 +87,7 @@ pub fn spec(config: &serde_json::Value, qwen3: bool) -> Result<DecoderSpec, Load
                         block: "mlp".into(),
                         expert: ["gate_proj".into(), "up_proj".into(), "down_proj".into()],
                         shared: "shared_expert".into(),
+                        fused: false,
                     },
                 })
             } else {

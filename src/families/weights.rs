@@ -32,6 +32,7 @@ impl Expected {
     }
 
     /// One linear layer per expert, `name(e)` naming expert `e`'s weight `[out, in]`.
+    /// (The fused layout is one tensor: see [`Source::fused_experts`].)
     pub fn experts(
         &mut self,
         name: impl Fn(usize) -> String,
@@ -110,6 +111,50 @@ impl<'a, B: Backend> Source<'a, B> {
         let shape = [experts, shape[0], shape[1]];
         Ok(self.upload(TensorData::from_bytes_vec(bytes, shape, self.dtype)))
     }
+
+    /// The experts' weights of the fused layout transformers 5.x can write: one tensor `name`
+    /// `[E, parts * out, in]` whose rows are `parts` weights `[out, in]` of each expert one after
+    /// the other (`gate_up_proj`: the gate's rows, then the up projection's). Each part stacked
+    /// `[E, in, out]`.
+    pub fn fused_experts(
+        &self,
+        name: &str,
+        parts: usize,
+    ) -> Result<Vec<Param<Tensor<B, 3>>>, LoadError> {
+        let data = (self.read)(name, self.dtype)?;
+        let (e, out) = (data.shape[0], data.shape[1] / parts);
+        Ok((0..parts)
+            .map(|part| {
+                let mut bytes = Vec::with_capacity(data.as_bytes().len() / parts);
+                for i in 0..e {
+                    let rows = expert(&data, i).split_rows(parts, part);
+                    bytes.extend_from_slice(transpose(rows).as_bytes());
+                }
+                let shape = [e, data.shape[2], out];
+                self.upload(TensorData::from_bytes_vec(bytes, shape, self.dtype))
+            })
+            .collect())
+    }
+}
+
+/// Expert `i` `[R, C]` of stacked experts `[E, R, C]`.
+fn expert(data: &TensorData, i: usize) -> TensorData {
+    let size = data.as_bytes().len() / data.shape[0];
+    let bytes = data.as_bytes()[i * size..(i + 1) * size].to_vec();
+    TensorData::from_bytes_vec(bytes, [data.shape[1], data.shape[2]], data.dtype)
+}
+
+/// Rows of a matrix, split in equal parts.
+trait SplitRows {
+    fn split_rows(&self, parts: usize, part: usize) -> TensorData;
+}
+
+impl SplitRows for TensorData {
+    fn split_rows(&self, parts: usize, part: usize) -> TensorData {
+        let size = self.as_bytes().len() / parts;
+        let bytes = self.as_bytes()[part * size..(part + 1) * size].to_vec();
+        TensorData::from_bytes_vec(bytes, [self.shape[0] / parts, self.shape[1]], self.dtype)
+    }
 }
 
 /// The tensors of a model being saved, named and laid out as the checkpoint stores them.
@@ -136,12 +181,27 @@ impl Sink {
     /// Stacked experts `[E, in, out]` as one `name(e) [out, in]` per expert.
     pub fn experts<B: Backend>(&mut self, name: impl Fn(usize) -> String, p: &Param<Tensor<B, 3>>) {
         let data = p.val().into_data();
-        let [e, d_in, d_out] = [data.shape[0], data.shape[1], data.shape[2]];
-        let size = data.as_bytes().len() / e;
-        for (i, expert) in data.as_bytes().chunks_exact(size).enumerate() {
-            let one = TensorData::from_bytes_vec(expert.to_vec(), [d_in, d_out], data.dtype);
-            self.0.push((name(i), transpose(one)));
+        for i in 0..data.shape[0] {
+            self.0.push((name(i), transpose(expert(&data, i))));
         }
+    }
+
+    /// Stacked experts `[E, in, out]` (`parts` of them) as one tensor `name`
+    /// `[E, parts * out, in]` of the fused layout (see [`Source::fused_experts`]).
+    pub fn fused_experts<B: Backend>(&mut self, name: String, parts: &[&Param<Tensor<B, 3>>]) {
+        let parts: Vec<TensorData> = parts.iter().map(|p| p.val().into_data()).collect();
+        let [e, d_in, d_out] = [parts[0].shape[0], parts[0].shape[1], parts[0].shape[2]];
+        let mut bytes = Vec::new();
+        for i in 0..e {
+            for part in &parts {
+                bytes.extend_from_slice(transpose(expert(part, i)).as_bytes());
+            }
+        }
+        let shape = [e, parts.len() * d_out, d_in];
+        self.0.push((
+            name,
+            TensorData::from_bytes_vec(bytes, shape, parts[0].dtype),
+        ));
     }
 }
 

@@ -11,7 +11,8 @@
 //! - [`serve`]: the server: request checks, the step (every token through `decode_attention`
 //!   over the paged cache), sampling, recovery from device failures, and the dense reference.
 //! - [`workload`]: seeded Poisson traces of requests and the serving figures.
-//! - [`train`]: next-byte training with the auxiliary load-balancing loss.
+//! - [`train`]: next-token training with the auxiliary load-balancing loss (of this decoder
+//!   and of the Hugging Face families, [`crate::families`]).
 //! - [`corpus`]: the small text the example trains on.
 //! - [`data_parallel`]: training on several NPUs, one replica each, gradients all-reduced.
 //! - [`expert_parallel`]: serving with each layer's experts split across NPUs (all-to-all).

@@ -21,6 +21,10 @@ pub struct MoeNames {
     pub expert: [String; 3],
     /// The shared expert (`shared_expert`, `shared_experts`).
     pub shared: String,
+    /// Whether the experts are stored fused, as transformers 5.x can write them:
+    /// `{block}.experts.gate_up_proj [E, 2F, H]` (each expert's gate rows, then its up rows)
+    /// and `{block}.experts.down_proj [E, H, F]`, with `block` `mlp` in every family.
+    pub fused: bool,
 }
 
 /// A shared expert every token goes through.
@@ -104,10 +108,8 @@ pub struct SparseMoe<B: Backend> {
 pub struct RouterStats<B: Backend> {
     /// `[E]` (token, choice) pairs routed to each expert (no gradient).
     pub counts: Tensor<B, 1>,
-    /// `[E]` the router probabilities summed over the tokens.
-    pub probs: Tensor<B, 1>,
-    /// Tokens routed.
-    pub tokens: usize,
+    /// `[T, E]` the router probabilities of each token.
+    pub probs: Tensor<B, 2>,
 }
 
 /// A layer's feed-forward block.
@@ -131,11 +133,19 @@ impl FfnSpec {
                 let e = m.router.experts();
                 m.router.expected(&format!("{block}.gate"), hidden, out);
                 let f = m.expert_hidden;
-                let [g, u, d] = &m.names.expert;
-                let name = |w: &str| expert_names(&block, w);
-                out.experts(name(g), e, hidden, f);
-                out.experts(name(u), e, hidden, f);
-                out.experts(name(d), e, f, hidden);
+                if m.names.fused {
+                    out.tensor(
+                        format!("{block}.experts.gate_up_proj"),
+                        vec![e, 2 * f, hidden],
+                    );
+                    out.tensor(format!("{block}.experts.down_proj"), vec![e, hidden, f]);
+                } else {
+                    let [g, u, d] = &m.names.expert;
+                    let name = |w: &str| expert_names(&block, w);
+                    out.experts(name(g), e, hidden, f);
+                    out.experts(name(u), e, hidden, f);
+                    out.experts(name(d), e, f, hidden);
+                }
                 if let Some(s) = &m.shared {
                     let prefix = format!("{block}.{}", m.names.shared);
                     expected_mlp(&prefix, hidden, s.hidden, out);
@@ -154,14 +164,31 @@ impl FfnSpec {
             FfnSpec::Sparse(m) => {
                 let block = format!("{layer}.{}", m.names.block);
                 let e = m.router.experts();
-                let [g, u, d] = &m.names.expert;
-                let name = |w: &str| expert_names(&block, w);
+                let [gate, up, down] = if m.names.fused {
+                    let mut gate_up =
+                        src.fused_experts(&format!("{block}.experts.gate_up_proj"), 2)?;
+                    let mut down = src.fused_experts(&format!("{block}.experts.down_proj"), 1)?;
+                    let up = gate_up.pop().expect("two parts");
+                    [
+                        gate_up.pop().expect("two parts"),
+                        up,
+                        down.pop().expect("one part"),
+                    ]
+                } else {
+                    let [g, u, d] = &m.names.expert;
+                    let name = |w: &str| expert_names(&block, w);
+                    [
+                        src.experts(name(g), e)?,
+                        src.experts(name(u), e)?,
+                        src.experts(name(d), e)?,
+                    ]
+                };
                 let shared = m.shared.as_ref();
                 Ffn::Sparse(SparseMoe {
                     router: m.router.load(&format!("{block}.gate"), src)?,
-                    gate: src.experts(name(g), e)?,
-                    up: src.experts(name(u), e)?,
-                    down: src.experts(name(d), e)?,
+                    gate,
+                    up,
+                    down,
                     shared: match shared {
                         Some(_) => Some(Mlp::load(&format!("{block}.{}", m.names.shared), src)?),
                         None => None,
@@ -211,11 +238,17 @@ impl<B: FusedOps> Ffn<B> {
                 let names = &moe.spec.names;
                 let block = format!("{layer}.{}", names.block);
                 moe.router.save(&format!("{block}.gate"), out);
-                let [g, u, d] = &names.expert;
-                let name = |w: &str| expert_names(&block, w);
-                out.experts(name(g), &moe.gate);
-                out.experts(name(u), &moe.up);
-                out.experts(name(d), &moe.down);
+                if names.fused {
+                    let gate_up = format!("{block}.experts.gate_up_proj");
+                    out.fused_experts(gate_up, &[&moe.gate, &moe.up]);
+                    out.fused_experts(format!("{block}.experts.down_proj"), &[&moe.down]);
+                } else {
+                    let [g, u, d] = &names.expert;
+                    let name = |w: &str| expert_names(&block, w);
+                    out.experts(name(g), &moe.gate);
+                    out.experts(name(u), &moe.up);
+                    out.experts(name(d), &moe.down);
+                }
                 if let Some(shared) = &moe.shared {
                     shared.save(&format!("{block}.{}", names.shared), out);
                 }
@@ -229,7 +262,7 @@ impl<B: FusedOps> Ffn<B> {
 
 impl<B: FusedOps> SparseMoe<B> {
     fn forward(&self, x: Tensor<B, 2>) -> (Tensor<B, 2>, RouterStats<B>) {
-        let [t, _] = x.dims();
+        let t = x.dims()[0];
         let k = self.spec.router.top_k();
         let routing = self.router.route(x.clone());
         let rows = fused::moe_gather(x.clone(), routing.order.clone(), k);
@@ -251,8 +284,7 @@ impl<B: FusedOps> SparseMoe<B> {
         }
         let stats = RouterStats {
             counts: routing.fraction * (t * k) as f64,
-            probs: routing.probs.sum_dim(0).reshape([-1]),
-            tokens: t,
+            probs: routing.probs,
         };
         (out, stats)
     }

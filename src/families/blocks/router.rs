@@ -7,7 +7,7 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor};
 
 use super::deepseek_router::{DeepseekRouter, RouterConfig};
 use crate::families::weights::{Expected, Sink, Source};
@@ -94,14 +94,18 @@ impl<B: Backend> Router<B> {
     pub fn route(&self, x: Tensor<B, 2>) -> Routing<B> {
         match self {
             Router::Softmax(r) => {
-                let probs = softmax(r.gate.forward(x), 1);
+                // As transformers: the softmax, the choice and the renormalisation in f32, the
+                // weights in the model's dtype (a half-precision softmax would tie or swap
+                // close experts).
+                let dtype = x.dtype();
+                let probs = softmax(r.gate.forward(x).cast(DType::F32), 1);
                 let (top, ids) = probs.clone().topk_with_indices(r.spec.top_k, 1);
                 let weights = if r.spec.renormalize {
                     top.clone() / top.sum_dim(1)
                 } else {
                     top
                 };
-                Routing::from_choices(probs, ids, weights)
+                Routing::from_choices(probs, ids, weights.cast(dtype))
             }
             Router::Deepseek(r) => r.route(x),
         }

@@ -1,6 +1,6 @@
 //! Rotary position embedding as the DeepSeek checkpoints use it in transformers 4.57.1: the
 //! default frequencies or YaRN's blend of interpolated and extrapolated ones, YaRN's factor on
-//! cos and sin, DeepSeek-V3's softmax-scale multiplier, and the interleaved pair layout.
+//! cos and sin, DeepSeek's softmax-scale multiplier, and the interleaved pair layout.
 //!
 //! The frequencies are computed on the host from the config (no tensor data), in f32 and in
 //! the order `modeling_rope_utils._compute_yarn_parameters` computes them, so the angles match
@@ -52,8 +52,9 @@ impl Yarn {
         }
     }
 
-    /// DeepSeek-V3's multiplier of the softmax scale: `mscale(factor, mscale_all_dim)^2` when
-    /// `mscale_all_dim` is given, else 1. (DeepSeek-V2 in transformers 4.57.1 applies none.)
+    /// DeepSeek's multiplier of the softmax scale: `mscale(factor, mscale_all_dim)^2` when
+    /// `mscale_all_dim` is given, else 1 (transformers 4.57.1's DeepSeek-V2 leaves it out, 5.x's
+    /// and DeepSeek's own code have it).
     pub fn softmax_scale_multiplier(&self) -> f64 {
         self.mscale_all_dim.map_or(1.0, |all| {
             let m = yarn_get_mscale(self.factor, all);

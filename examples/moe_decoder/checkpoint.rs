@@ -1,0 +1,176 @@
+//! `--model DIR`: a Hugging Face checkpoint (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3)
+//! served instead of the built-in model, fine-tuned first on the shipped text with
+//! `--train-steps N` and then saved in the same Hugging Face layout (`--save-model`).
+//!
+//! Everything that can be checked without a device is checked in [`plan`]: the options, the
+//! checkpoint's config (an unsupported family or option is named), its tokenizer, the prompts'
+//! tokens; [`burn_ascend_suite::families::load_from`] then checks every tensor's name and
+//! shape before it allocates anything on the device.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::module::AutodiffModule;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::DType;
+use burn_ascend::{AscendDevice, FusedOps};
+use burn_ascend_suite::families::{self, Decoder};
+use burn_ascend_suite::hf::{Checkpoint, TextTokenizer};
+use burn_ascend_suite::moe::corpus;
+use burn_ascend_suite::moe::serve::{Request, ServeConfig};
+use burn_ascend_suite::moe::train::{train, TrainConfig};
+
+use super::{check_writable, serve_model, Args, Outcome, Progress, Serving, JSON};
+
+/// What `--model` runs, from checked options.
+pub struct CheckpointPlan {
+    checkpoint: Checkpoint,
+    tokenizer: TextTokenizer,
+    dtype: DType,
+    train: Option<TrainConfig>,
+    save: PathBuf,
+    serving: Serving,
+}
+
+/// The longest sequence served when the checkpoint allows more: the server's captured decode
+/// buffers and its step's key list grow with it.
+const DEFAULT_MAX_SEQ: usize = 1024;
+
+/// Checks the options for serving the checkpoint in `dir` (nothing touches a device).
+pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
+    let fail = |e: &dyn std::fmt::Display| format!("--model {}: {e}", dir.display());
+    let checkpoint = Checkpoint::open(dir).map_err(|e| fail(&e))?;
+    let spec = families::spec_of(checkpoint.config()).map_err(|e| fail(&e))?;
+    let tokenizer = TextTokenizer::from_dir(dir).map_err(|e| fail(&e))?;
+    let dtype = match args.dtype.as_str() {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        other => return Err(format!("--dtype {other:?} is not f32, f16 or bf16")),
+    };
+    let train = (args.train_steps > 0)
+        .then(|| {
+            let cfg = TrainConfig {
+                steps: args.train_steps,
+                batch: args.batch,
+                seq_len: args.seq_len,
+                learning_rate: args.lr,
+                aux_weight: spec.aux_loss_coef,
+            };
+            cfg.validate().map_err(|e| e.to_string()).map(|_| cfg)
+        })
+        .transpose()?;
+    let save = args.save_model.clone().unwrap_or_else(|| {
+        let name = dir
+            .file_name()
+            .map_or("model".into(), |n| n.to_string_lossy());
+        PathBuf::from("target").join(format!("{name}-finetuned"))
+    });
+    if train.is_some() {
+        check_writable(&save.join("config.json"))?;
+    }
+    // Positions past the ones the model was trained for are refused, not extrapolated.
+    let trained = checkpoint
+        .config()
+        .get("max_position_embeddings")
+        .and_then(|m| m.as_u64())
+        .map(|m| m as usize);
+    let max_seq = match (args.max_seq, trained) {
+        (Some(m), Some(t)) if m > t => {
+            return Err(format!(
+                "--max-seq {m} exceeds the {t} positions of {} (max_position_embeddings)",
+                dir.display()
+            ))
+        }
+        (Some(m), _) => m,
+        (None, t) => t.map_or(DEFAULT_MAX_SEQ, |t| t.min(DEFAULT_MAX_SEQ)),
+    };
+    let serve = ServeConfig {
+        pages: args.pages,
+        page_size: args.page_size,
+        max_seq,
+        max_kv_splits: 4,
+        step_tokens: args.step_tokens,
+        max_waiting: 1024,
+        record_logits: false,
+    };
+    serve.validate().map_err(|e| e.to_string())?;
+    let prompts = super::prompts(args);
+    let mut requests = Vec::new();
+    for prompt in &prompts {
+        let ids = tokenizer
+            .encode(prompt)
+            .map_err(|e| format!("encoding {prompt:?}: {e}"))?;
+        let request = Request {
+            prompt: ids,
+            new_tokens: args.new_tokens,
+            sampling: super::sampling(args),
+            stop: tokenizer.eos_ids().to_vec(),
+        };
+        serve
+            .check(&request, spec.vocab)
+            .map_err(|e| format!("serving {prompt:?}: {e}"))?;
+        requests.push(request);
+    }
+    Ok(CheckpointPlan {
+        checkpoint,
+        tokenizer,
+        dtype,
+        train,
+        save,
+        serving: Serving {
+            serve,
+            prompts,
+            requests,
+            captured_decode: !args.eager_decode,
+        },
+    })
+}
+
+/// Loads the checkpoint on `B` (an autodiff backend over an Ascend backend), fine-tunes and
+/// saves it if asked, then serves the prompts on the inner backend.
+pub fn run<B>(plan: &CheckpointPlan, device: &AscendDevice) -> Result<Vec<Outcome>, String>
+where
+    B: AutodiffBackend<Device = AscendDevice> + FusedOps,
+    B::InnerBackend: FusedOps,
+{
+    let dir = plan.checkpoint.dir().display();
+    let start = Instant::now();
+    let mut model: Decoder<B> = families::load_from(&plan.checkpoint, plan.dtype, device)
+        .map_err(|e| format!("--model {dir}: {e}"))?;
+    say!(
+        "loaded {dir} ({}, {} layers, {:?}) in {:.1} s",
+        model.spec().model_type,
+        model.spec().layers.len(),
+        plan.dtype,
+        start.elapsed().as_secs_f64()
+    );
+    if let Some(cfg) = &plan.train {
+        let tokens = plan
+            .tokenizer
+            .encode(corpus::TEXT)
+            .map_err(|e| format!("encoding the training text: {e}"))?;
+        say!(
+            "fine-tuning {} steps of {}x{} tokens on {} tokens of text",
+            cfg.steps,
+            cfg.batch,
+            cfg.seq_len,
+            tokens.len()
+        );
+        let start = Instant::now();
+        let progress = Progress::new(cfg.steps);
+        let trained = train(model, &tokens, cfg, device, |r| progress.report(r));
+        progress.finish();
+        model = trained.map_err(|e| format!("{e}; nothing was saved"))?;
+        say!("fine-tuned in {:.1} s", start.elapsed().as_secs_f64());
+        families::save(&model, &plan.save, &plan.checkpoint, None)
+            .map_err(|e| format!("saving {}: {e}", plan.save.display()))?;
+        say!(
+            "saved the fine-tuned checkpoint to {} (Hugging Face layout)",
+            plan.save.display()
+        );
+    }
+    let tokenizer = &plan.tokenizer;
+    let text = |ids: &[u32]| tokenizer.decode(ids).map_err(|e| e.to_string());
+    serve_model(model.valid(), &plan.serving, device, None, text).map(|(outcomes, _)| outcomes)
+}
