@@ -50,6 +50,12 @@ pub fn clock_hz() -> f64 {
     props().clock_hz as f64
 }
 
+/// The cube unit's peak in half/bf16, FLOPs/s: one 16x16x16 product (8192 FLOPs) per cube
+/// core per cycle (hardware-atlas-a2.md §4.1; bf16 at the f16 rate is UNCERTAIN there).
+pub fn cube_flops_per_s() -> f64 {
+    cube_cores() as f64 * 8192.0 * clock_hz()
+}
+
 /// One AIV's GM rate: the platform ini's `ddr_rate = 32` bytes/cycle at the SoC's clock.
 pub fn core_bytes_per_s() -> f64 {
     props().core_gm_bytes_per_s()

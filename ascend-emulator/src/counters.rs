@@ -4,7 +4,9 @@
 //!
 //! Kernels are measured (the Ascend C emulation counts every byte its copies move). aclnn
 //! operators are modelled: each distinct tensor argument is counted once at its view's size,
-//! the least any implementation must move (reading every input and writing every output once).
+//! the least any implementation must move (reading every input and writing every output once);
+//! a grouped matmul's weights count only for the groups its group list gives rows, when its
+//! kernel runs (an expert no token routes to is not read).
 //! The model flatters the aclnn side, so savings measured against it are not overstated.
 
 use std::cell::RefCell;
@@ -50,20 +52,38 @@ pub(crate) fn note(t: &TensorDesc) {
     });
 }
 
-/// Counts the argument `whole` of the operator being built as `part` of it: an in-place
-/// operator that writes only `part` of a tensor moves only that part.
-pub(crate) fn note_part(whole: &TensorDesc, part: &TensorDesc) {
+/// Stops counting the argument `t` of the operator being built.
+fn forget(t: &TensorDesc) {
     ARGS.with(|a| {
         if let Some(args) = a.borrow_mut().as_mut() {
             args.retain(|u| {
-                !(u.addr == whole.addr
-                    && u.offset == whole.offset
-                    && u.shape == whole.shape
-                    && u.strides == whole.strides)
+                !(u.addr == t.addr
+                    && u.offset == t.offset
+                    && u.shape == t.shape
+                    && u.strides == t.strides)
             });
         }
     });
+}
+
+/// Counts the argument `whole` of the operator being built as `part` of it: an in-place
+/// operator that writes only `part` of a tensor moves only that part.
+pub(crate) fn note_part(whole: &TensorDesc, part: &TensorDesc) {
+    forget(whole);
     note(part);
+}
+
+/// Leaves the argument `t` of the operator being built to its kernel, which counts the part it
+/// reads when it runs ([`ran`]): a part that depends on device data (the weights of the
+/// experts a grouped matmul's group list routes rows to), unknown at phase one.
+pub(crate) fn note_at_run(t: &TensorDesc) {
+    forget(t);
+}
+
+/// Counts `bytes` of an operator argument left to its kernel by [`note_at_run`], as the kernel
+/// runs (in stream order: read the counters after synchronising).
+pub(crate) fn ran(bytes: u64) {
+    ACLNN_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
 
 /// Counts a launched operator that moves `bytes`.

@@ -46,7 +46,7 @@ const COUNTS: i64 = 1;
 phase2_entry_points!(aclnnGroupedMatmulV4);
 
 /// Along which axis the groups run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Split {
     M,
     K,
@@ -175,6 +175,12 @@ impl Plan {
             Split::K => self.k,
         };
         let sizes = group_sizes(op, &list, self.cumsum, extent)?;
+        if self.split == Split::M {
+            // Only the experts that own rows have their weights read (the work counters' model).
+            let used = sizes.iter().filter(|&&s| s > 0).count();
+            let per_group = (self.k * self.n * self.weight.dtype.size()) as u64;
+            super::counters::ran(used as u64 * per_group);
+        }
         let (mx, mw, mo) = (
             map(op, "x", &self.x)?,
             map(op, "weight", &self.weight)?,
@@ -414,6 +420,10 @@ pub unsafe extern "C" fn aclnnGroupedMatmulV4GetWorkspaceSize(
         };
         check_inner(OP, "x", &x, x_t)?;
         check_inner(OP, "weight", &w, w_t)?;
+        if split == Split::M {
+            // Which experts' weights the kernel reads depends on the group list (see `Plan::run`).
+            super::counters::note_at_run(&w);
+        }
         let plan = Plan {
             x,
             weight: w,

@@ -9,7 +9,7 @@
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use ascend_acl::handles::{HostScalar, ScalarDesc, TensorDesc};
+use ascend_acl::handles::{HostScalar, ScalarDesc, TensorDesc, TensorListDesc};
 use ascend_acl::table::{GraphFns, SymbolSource};
 use ascend_acl::types::capture::*;
 use ascend_acl::types::memcpy_kind::*;
@@ -248,6 +248,153 @@ fn captured_work_is_recorded_not_run_and_each_replay_reruns_it_at_the_captured_a
     api.check(destroy(api, ri), "aclmdlRIDestroy").unwrap();
     assert_eq!(replay(api, ri, s), ACL_ERROR_RT_PARAM_INVALID, "destroyed");
     assert_eq!(destroy(api, ri), ACL_ERROR_RT_PARAM_INVALID);
+}
+
+fn write_i64(api: &AclApi, dst: *mut c_void, values: &[i64]) {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    // SAFETY: `dst` holds `bytes.len()` bytes.
+    let status = unsafe {
+        (api.core.aclrtMemcpy)(
+            dst,
+            bytes.len(),
+            bytes.as_ptr() as _,
+            bytes.len(),
+            ACL_MEMCPY_HOST_TO_DEVICE,
+        )
+    };
+    api.check(status, "h2d").unwrap();
+}
+
+/// aclnnGroupedMatmulV4 grouping the rows of `x [m, k]` along M over `weight [experts, k, n]`
+/// with the group sizes at `sizes` (`[experts]` i64), into `out [m, n]`, all f32.
+fn grouped_matmul(
+    api: &'static AclApi,
+    s: aclrtStream,
+    (x, weight, sizes, out): (*mut c_void, *mut c_void, *mut c_void, *mut c_void),
+    (m, k, n, experts): (usize, usize, usize, usize),
+) -> i32 {
+    let t = |shape: &[usize], dtype, p| {
+        let strides: Vec<usize> = (0..shape.len())
+            .map(|i| shape[i + 1..].iter().product())
+            .collect();
+        let elems = shape.iter().product();
+        // SAFETY: each buffer holds its shape's elements, dense.
+        unsafe { TensorDesc::new(api, shape, &strides, 0, dtype, elems, p) }.unwrap()
+    };
+    let list = |d| TensorListDesc::new(api, vec![d]).unwrap();
+    let xs = list(t(&[m, k], DataType::F32, x));
+    let ws = list(t(&[experts, k, n], DataType::F32, weight));
+    let outs = list(t(&[m, n], DataType::F32, out));
+    let group_list = t(&[experts], DataType::I64, sizes);
+    // SAFETY: the table types each operator with its declared signature.
+    let (phase1, phase2) = unsafe {
+        api.ops.aclnnGroupedMatmulV4.resolve(
+            api.source(),
+            "aclnnGroupedMatmulV4",
+            "aclnnGroupedMatmulV4GetWorkspaceSize",
+        )
+    }
+    .unwrap();
+    let none = std::ptr::null();
+    let (mut ws_size, mut exec) = (0u64, std::ptr::null_mut());
+    // SAFETY: live descriptors and out-pointers; the absent optionals are NULL.
+    unsafe {
+        let status = phase1(
+            xs.as_ptr(),
+            ws.as_ptr(),
+            none,
+            none,
+            none,
+            none,
+            none,
+            none,
+            group_list.as_ptr(),
+            none,
+            none,
+            none,
+            3, // splitItem: single tensors
+            0, // groupType: along M
+            1, // groupListType: group sizes
+            0, // actType: none
+            outs.as_ptr().cast_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut ws_size,
+            &mut exec,
+        );
+        api.check(status, "aclnnGroupedMatmulV4GetWorkspaceSize")
+            .unwrap();
+        let workspace = if ws_size > 0 {
+            malloc(api, ws_size as usize)
+        } else {
+            std::ptr::null_mut()
+        };
+        phase2(workspace, ws_size, exec, s)
+    }
+}
+
+#[test]
+fn a_grouped_matmul_counts_the_weights_of_the_experts_its_rows_route_to_launched_and_replayed() {
+    let (api, _serial) = api();
+    let s = stream(api);
+    let (m, k, n, experts) = (3, 32, 16, 4);
+    let bufs = (
+        malloc(api, m * k * 4),
+        malloc(api, experts * k * n * 4),
+        malloc(api, experts * 8),
+        malloc(api, m * n * 4),
+    );
+    let (x, weight, sizes, out) = bufs;
+    write_f32(api, x, &vec![1.0; m * k]);
+    // Expert e's weights are all e + 1: a row of ones through it gives k * (e + 1).
+    let w: Vec<f32> = (0..experts * k * n)
+        .map(|i| (i / (k * n) + 1) as f32)
+        .collect();
+    write_f32(api, weight, &w);
+    // x, out and the group list, always; the weights of each expert that owns rows.
+    let fixed = (m * k * 4 + m * n * 4 + experts * 8) as u64;
+    let expert_bytes = (k * n * 4) as u64;
+
+    // Every row to expert 1: one expert's weights are read, not four.
+    write_i64(api, sizes, &[0, 3, 0, 0]);
+    let before = work_counters();
+    api.check(
+        grouped_matmul(api, s, bufs, (m, k, n, experts)),
+        "aclnnGroupedMatmulV4",
+    )
+    .unwrap();
+    sync(api, s);
+    assert_eq!(read_f32(api, out, m * n), vec![64.0; m * n]);
+    assert_eq!(
+        work_counters().since(&before).aclnn_bytes,
+        fixed + expert_bytes
+    );
+
+    // Recorded, then replayed with the rows spread over experts 0 to 2: the replay counts
+    // the experts of the group list it reads.
+    begin(api, s, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL);
+    api.check(
+        grouped_matmul(api, s, bufs, (m, k, n, experts)),
+        "aclnnGroupedMatmulV4",
+    )
+    .unwrap();
+    let ri = end(api, s).unwrap();
+    write_i64(api, sizes, &[1, 1, 1, 0]);
+    let before = work_counters();
+    api.check(replay(api, ri, s), "aclmdlRIExecuteAsync")
+        .unwrap();
+    sync(api, s);
+    let row = |v: f32| vec![v; n];
+    assert_eq!(
+        read_f32(api, out, m * n),
+        [row(32.0), row(64.0), row(96.0)].concat()
+    );
+    let work = work_counters().since(&before);
+    assert_eq!(
+        (work.aclnn_launches, work.aclnn_bytes),
+        (1, fixed + 3 * expert_bytes)
+    );
+    api.check(destroy(api, ri), "aclmdlRIDestroy").unwrap();
 }
 
 #[test]

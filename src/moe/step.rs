@@ -80,8 +80,9 @@ pub struct PagedAttention<'a, B: FusedOps> {
 }
 
 impl<'a, B: FusedOps> PagedAttention<'a, B> {
-    /// The handle of a step whose tokens take `slots`.
-    pub(crate) fn new(
+    /// The handle of a step whose tokens take `slots` (the server makes one per step; the
+    /// `real_sizes` bench drives a single layer with one).
+    pub fn new(
         caches: &'a mut [LayerCache<B>],
         slots: Tensor<B, 1, Int>,
         inputs: &'a StepInputs<B>,
