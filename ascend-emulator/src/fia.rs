@@ -420,21 +420,22 @@ pub unsafe extern "C" fn aclnnFusedInferAttentionScoreV3GetWorkspaceSize(
         } else {
             num_key_value_heads
         };
-        if num_heads <= 0 || num_heads as usize != n || hkv <= 0 || n % hkv as usize != 0 {
+        if num_heads <= 0 || num_heads as usize != n || hkv <= 0 || !n.is_multiple_of(hkv as usize)
+        {
             return Err(invalid(
                 OP,
                 format!("numHeads {num_heads} and numKeyValueHeads {num_key_value_heads}: numHeads must be query's N ({n}) and a multiple of the key/value heads"),
             ));
         }
         let hkv = hkv as usize;
-        if d == 0 || d % HEAD_ALIGN != 0 || d > MAX_HEAD {
+        if d == 0 || !d.is_multiple_of(HEAD_ALIGN) || d > MAX_HEAD {
             return Err(invalid(
                 OP,
                 format!("head dim {d}: the paged form takes D a multiple of {HEAD_ALIGN}, at most {MAX_HEAD}"),
             ));
         }
         let bs = block_size.max(0) as usize;
-        if bs == 0 || bs % BLOCK_ALIGN != 0 || bs > MAX_BLOCK {
+        if bs == 0 || !bs.is_multiple_of(BLOCK_ALIGN) || bs > MAX_BLOCK {
             return Err(invalid(
                 OP,
                 format!("blockSize {block_size}: the paged form takes a multiple of {BLOCK_ALIGN}, at most {MAX_BLOCK}"),

@@ -6,8 +6,10 @@
 //! [`Scheduler`] chooses each step's work: one token for
 //! each decoding request and chunks of the prompts being prefilled, in one batch. A step runs
 //! through one function, [`Server::forward`], whose inputs are device tensors
-//! ([`StepInputs`]): slots come from `fused::alloc_extend`, every token (decoded or prefilled)
-//! attends to its cached positions through `fused::decode_attention`, and only the rows whose
+//! ([`StepInputs`]): slots come from `fused::alloc_extend`; a prefill step's chunks attend to
+//! their requests' pages through the block tables (`fused::paged_prefill_attention`) when the
+//! cache fits that operator, decode steps (and the prefill of other caches) attend each token to
+//! its listed cached positions through `fused::decode_attention`; only the rows whose
 //! next token is sampled reach the LM head. A step that fails on the device fails its own
 //! requests; the server then resets the device (its faults are sticky; every NPU of an
 //! expert-parallel model, whose experts it then splits again), restores its weights and cache
@@ -634,7 +636,8 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     }
 
     /// For tests of the recovery: the next step's decode attention is given a key slot past the
-    /// end of the cache, so its kernel faults (an out-of-bounds global-memory read).
+    /// end of the cache (a paged prefill step: a block-table page past it), so its kernel faults
+    /// (an out-of-bounds global-memory read).
     pub fn inject_fault(&mut self) {
         self.fault_next_step = true;
     }

@@ -45,12 +45,12 @@ pub fn paged_prefill_refusal(
             "aclnnFusedInferAttentionScoreV3 takes f16 or bf16 on Atlas A2, not {dtype}"
         ));
     }
-    if page_size % PAGE_ALIGN != 0 || page_size > MAX_PAGE {
+    if !page_size.is_multiple_of(PAGE_ALIGN) || page_size > MAX_PAGE {
         return Some(format!(
             "page size {page_size}: the paged form takes a multiple of {PAGE_ALIGN}, at most {MAX_PAGE}"
         ));
     }
-    if key_dim % HEAD_ALIGN != 0 || key_dim == 0 || key_dim > MAX_HEAD {
+    if !key_dim.is_multiple_of(HEAD_ALIGN) || key_dim == 0 || key_dim > MAX_HEAD {
         return Some(format!(
             "head dim {key_dim}: the paged form takes a multiple of {HEAD_ALIGN}, at most {MAX_HEAD}"
         ));
@@ -94,11 +94,11 @@ fn check_paged_prefill_attention<T: Operand>(
         && vd.len() == 3
         && td.len() == 2
         && kd[1] > 0
-        && qd[1] % kd[1] == 0
+        && qd[1].is_multiple_of(kd[1])
         && kd[2] == qd[2]
         && vd[..2] == kd[..2]
         && page_size > 0
-        && kd[0] % page_size == 0;
+        && kd[0].is_multiple_of(page_size);
     if !shapes_fit {
         return Err(invalid_input(
             OP,
