@@ -369,11 +369,14 @@ pub struct StepInputs<B: FusedOps> {
     pub last_loc: Tensor<B, 1, Int>,
     /// `[P]` the free pages, in the order `alloc_extend` takes them.
     pub free_pages: Tensor<B, 1, Int>,
-    /// `[T + 1]` where each token's cached positions start in `kv_indices`.
+    /// `[T + 1]` where each token's cached positions start in `kv_indices` (`[1]` when the
+    /// step takes the paged prefill, [`StepInputs::prefill`]).
     pub kv_indptr: Tensor<B, 1, Int>,
-    /// The slots of positions `0..=p` of each token at position `p`.
+    /// The slots of positions `0..=p` of each token at position `p` (empty when the step takes
+    /// the paged prefill).
     pub kv_indices: Tensor<B, 1, Int>,
-    /// `[T]` decode attention's splits of each token's keys.
+    /// `[T]` decode attention's splits of each token's keys (empty when the step takes the
+    /// paged prefill).
     pub kv_splits: Tensor<B, 1, Int>,
     /// `[S]` the rows of the step whose logits are sampled.
     pub sample_rows: Tensor<B, 1, Int>,
