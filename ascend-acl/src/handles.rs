@@ -521,6 +521,16 @@ macro_rules! value_args {
 }
 value_args!(bool, i8, i32, i64, u64, f32, f64);
 
+/// A NUL-terminated string argument (an attention operator's `inputLayout`): CANN declares it
+/// `char *` but only reads it, so a shared string is passed.
+impl AclArg<*mut std::ffi::c_char> for &std::ffi::CStr {
+    fn acl_arg(&self) -> *mut std::ffi::c_char {
+        self.as_ptr().cast_mut()
+    }
+}
+
+impl ArgOwner for &std::ffi::CStr {}
+
 impl<P, T: AclArg<P>> AclArg<P> for &T {
     fn acl_arg(&self) -> P {
         (**self).acl_arg()

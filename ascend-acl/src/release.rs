@@ -93,6 +93,12 @@ pub const NEWER_FUNCTIONS: &[(&str, CannRelease)] = &[
         "aclnnGroupedMatmulV4GetWorkspaceSize",
         CannRelease::V8_1_RC1,
     ),
+    // aclnn-ops.tsv (aclnnFusedInferAttentionScoreV3): "hdr + torch_npu/op-plugin uses since
+    // CANN 8.1.RC1". ASSUMPTION: first declared by 8.1.RC1.
+    (
+        "aclnnFusedInferAttentionScoreV3GetWorkspaceSize",
+        CannRelease::V8_1_RC1,
+    ),
     // Absent from the CANN 8.1.RC1 operator headers (checked for issue 21); aclnn-ops.tsv:
     // used by op-plugin from 8.5 on. ASSUMPTION: first declared by 8.5.0.
     ("aclnnRightShiftGetWorkspaceSize", CannRelease::V8_5_0),

@@ -6,8 +6,10 @@
 //! [`Scheduler`] chooses each step's work: one token for
 //! each decoding request and chunks of the prompts being prefilled, in one batch. A step runs
 //! through one function, [`Server::forward`], whose inputs are device tensors
-//! ([`StepInputs`]): slots come from `fused::alloc_extend`, every token (decoded or prefilled)
-//! attends to its cached positions through `fused::decode_attention`, and only the rows whose
+//! ([`StepInputs`]): slots come from `fused::alloc_extend`; a prefill step's chunks attend to
+//! their requests' pages through the block tables (`fused::paged_prefill_attention`) when the
+//! cache fits that operator, decode steps (and the prefill of other caches) attend each token to
+//! its listed cached positions through `fused::decode_attention`; only the rows whose
 //! next token is sampled reach the LM head. A step that fails on the device fails its own
 //! requests; the server then resets the device (its faults are sticky; every NPU of an
 //! expert-parallel model, whose experts it then splits again), restores its weights and cache
@@ -341,6 +343,9 @@ pub struct StepReport {
     pub preempted: usize,
     /// The step replayed a captured decode graph (of this bucket).
     pub captured: Option<usize>,
+    /// Cached-key slots the step listed token by token for decode_attention (`kv_indices`); a
+    /// prefill step through the block tables (paged prefill) lists none.
+    pub listed_keys: usize,
     /// Host seconds to queue the step's device work (its inputs, then its ops or its replay),
     /// before anything is read back: the host time the device waits for when it is faster.
     pub issue_secs: f64,
@@ -364,14 +369,33 @@ pub struct StepInputs<B: FusedOps> {
     pub last_loc: Tensor<B, 1, Int>,
     /// `[P]` the free pages, in the order `alloc_extend` takes them.
     pub free_pages: Tensor<B, 1, Int>,
-    /// `[T + 1]` where each token's cached positions start in `kv_indices`.
+    /// `[T + 1]` where each token's cached positions start in `kv_indices` (`[1]` when the
+    /// step takes the paged prefill, [`StepInputs::prefill`]).
     pub kv_indptr: Tensor<B, 1, Int>,
-    /// The slots of positions `0..=p` of each token at position `p`.
+    /// The slots of positions `0..=p` of each token at position `p` (empty when the step takes
+    /// the paged prefill).
     pub kv_indices: Tensor<B, 1, Int>,
-    /// `[T]` decode attention's splits of each token's keys.
+    /// `[T]` decode attention's splits of each token's keys (empty when the step takes the
+    /// paged prefill).
     pub kv_splits: Tensor<B, 1, Int>,
     /// `[S]` the rows of the step whose logits are sampled.
     pub sample_rows: Tensor<B, 1, Int>,
+    /// A prefill step's requests through the paged prefill (`fused::paged_prefill_attention`),
+    /// when the model's cache fits the operator; its `kv_indices` are then empty.
+    pub prefill: Option<PrefillInputs<B>>,
+}
+
+/// The block tables and lengths of a prefill step's requests (see [`StepInputs::prefill`]).
+#[derive(Debug, Clone)]
+pub struct PrefillInputs<B: FusedOps> {
+    /// `[R, W]` each request's pages, in position order (padded with page 0).
+    pub block_table: Tensor<B, 2, Int>,
+    /// `[R]` each request's tokens in the step.
+    pub q_lens: Vec<usize>,
+    /// `[R]` each request's cached tokens after the step.
+    pub kv_lens: Vec<usize>,
+    /// Slots per page.
+    pub page_size: usize,
 }
 
 /// A model with its paged KV cache and the scheduler of its requests: any [`StepModel`], the
@@ -389,6 +413,10 @@ pub struct Server<B: FusedOps, M: StepModel<B> = MoeDecoder<B>> {
     fault_next_step: bool,
     /// Captured decode, when enabled.
     decode: Option<CapturedDecode<B>>,
+    /// Why prefill chunks cannot take the paged prefill (they attend through decode_attention
+    /// then), said once; `None` when they take it.
+    prefill_refusal: Option<String>,
+    prefill_notice: std::sync::Once,
 }
 
 type WeightRecorder = BinBytesRecorder<FullPrecisionSettings>;
@@ -403,6 +431,13 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             .record(model.clone().into_record(), ())
             .map_err(|e| ServeConfigError(format!("cannot copy the weights to the host: {e}")))?;
         let pool = PagePool::new(cfg.pages, cfg.page_size);
+        let layout = model.cache_layout();
+        let prefill_refusal = fused::paged_prefill_refusal(
+            layout.dtype,
+            cfg.page_size,
+            layout.key_dim,
+            layout.value_dim,
+        );
         let mut server = Self {
             caches: Vec::new(),
             model,
@@ -414,6 +449,8 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             restore: false,
             fault_next_step: false,
             decode: None,
+            prefill_refusal,
+            prefill_notice: std::sync::Once::new(),
         };
         server.caches = server.empty_caches();
         Ok(server)
@@ -602,7 +639,8 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     }
 
     /// For tests of the recovery: the next step's decode attention is given a key slot past the
-    /// end of the cache, so its kernel faults (an out-of-bounds global-memory read).
+    /// end of the cache (a paged prefill step: a block-table page past it), so its kernel faults
+    /// (an out-of-bounds global-memory read).
     pub fn inject_fault(&mut self) {
         self.fault_next_step = true;
     }
@@ -624,8 +662,9 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             ..StepReport::default()
         };
         match self.run(&plan, report.decode_only) {
-            Ok((sampled, captured, issue_secs)) => {
+            Ok((sampled, captured, issue_secs, listed_keys)) => {
                 report.captured = captured;
+                report.listed_keys = listed_keys;
                 report.issue_secs = issue_secs;
                 report.sampled = plan
                     .work
@@ -657,14 +696,15 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         &mut self,
         plan: &Plan,
         decode_only: bool,
-    ) -> Result<(Vec<Sampled>, Option<usize>, f64), ServeError> {
+    ) -> Result<(Vec<Sampled>, Option<usize>, f64, usize), ServeError> {
         let fault = std::mem::take(&mut self.fault_next_step);
         try_run(|| {
             if self.restore {
                 self.restore_device_state();
             }
             let start = Instant::now();
-            let host = self.host_inputs(plan, fault);
+            let host = self.host_inputs(plan, fault, !decode_only);
+            let listed_keys = host.indices.len();
             let replayed = if decode_only {
                 self.replay_decode(&host, plan)
             } else {
@@ -678,7 +718,7 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
                 }
             };
             let issue_secs = start.elapsed().as_secs_f64();
-            (self.sample(logits, plan), bucket, issue_secs)
+            (self.sample(logits, plan), bucket, issue_secs, listed_keys)
         })
         .map_err(ServeError::Device)
     }
@@ -773,9 +813,25 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     }
 
     /// The step's inputs on the host (see [`StepInputs`]).
-    fn host_inputs(&self, plan: &Plan, fault: bool) -> HostInputs {
+    fn host_inputs(&self, plan: &Plan, fault: bool, prefill: bool) -> HostInputs {
         let ps = self.cfg.page_size;
         let running = self.scheduler.running();
+        // A prefill step attends through the block tables when the cache fits the paged
+        // prefill: no per-token key lists then. Decode steps keep decode_attention (and their
+        // captured graphs).
+        let paged = prefill
+            && match &self.prefill_refusal {
+                None => true,
+                Some(why) => {
+                    self.prefill_notice.call_once(|| {
+                        eprintln!(
+                            "burn-ascend-suite: prefill chunks attend through decode_attention: {why}"
+                        )
+                    });
+                    false
+                }
+            };
+        let mut table = HostPrefill::default();
         let (mut tokens, mut positions) = (Vec::new(), Vec::new());
         let (mut prefix_lens, mut seq_lens, mut last_loc) = (Vec::new(), Vec::new(), Vec::new());
         let (mut indptr, mut indices, mut splits) = (vec![0i32], Vec::new(), Vec::new());
@@ -792,9 +848,16 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             for p in w.from..w.to {
                 tokens.push(e.tokens[p] as i32);
                 positions.push(p as i32);
-                indices.extend((0..=p).map(|i| slot(&e.pages, ps, i)));
-                indptr.push(indices.len() as i32);
-                splits.push((p + 1).div_ceil(32).clamp(1, self.cfg.max_kv_splits) as i32);
+                if !paged {
+                    indices.extend((0..=p).map(|i| slot(&e.pages, ps, i)));
+                    indptr.push(indices.len() as i32);
+                    splits.push((p + 1).div_ceil(32).clamp(1, self.cfg.max_kv_splits) as i32);
+                }
+            }
+            if paged {
+                table.rows.push(e.pages[..w.to.div_ceil(ps)].to_vec());
+                table.q_lens.push(w.to - w.from);
+                table.kv_lens.push(w.to);
             }
             if w.samples {
                 sample_rows.push(tokens.len() as i32 - 1);
@@ -802,7 +865,10 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         }
         if fault {
             // Past the cache's last slot (scratch pages included).
-            indices[0] = (self.cache_pages() * ps) as i32;
+            match table.rows.first_mut() {
+                Some(row) => row[0] = self.cache_pages() as _,
+                None => indices[0] = (self.cache_pages() * ps) as i32,
+            }
         }
         HostInputs {
             tokens,
@@ -814,6 +880,7 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             indices,
             splits,
             sample_rows,
+            prefill: paged.then_some(table),
         }
     }
 
@@ -831,6 +898,7 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             kv_indices: ints(host.indices, d),
             kv_splits: ints(host.splits, d),
             sample_rows: ints(host.sample_rows, d),
+            prefill: host.prefill.map(|t| t.upload(self.cfg.page_size, d)),
         }
     }
 
@@ -1062,6 +1130,34 @@ struct HostInputs {
     indices: Vec<i32>,
     splits: Vec<i32>,
     sample_rows: Vec<i32>,
+    prefill: Option<HostPrefill>,
+}
+
+/// A prefill step's block tables and lengths on the host (see [`PrefillInputs`]).
+#[derive(Default)]
+struct HostPrefill {
+    rows: Vec<Vec<u32>>,
+    q_lens: Vec<usize>,
+    kv_lens: Vec<usize>,
+}
+
+impl HostPrefill {
+    fn upload<B: FusedOps>(self, page_size: usize, d: &B::Device) -> PrefillInputs<B> {
+        let width = self.rows.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let mut table = vec![0i32; self.rows.len() * width];
+        for (r, pages) in self.rows.iter().enumerate() {
+            for (i, &page) in pages.iter().enumerate() {
+                table[r * width + i] = page as i32;
+            }
+        }
+        let rows = self.rows.len();
+        PrefillInputs {
+            block_table: ints::<B>(table, d).reshape([rows, width]),
+            q_lens: self.q_lens,
+            kv_lens: self.kv_lens,
+            page_size,
+        }
+    }
 }
 
 /// The step inputs of a captured bucket: views of its packed buffer.
@@ -1079,6 +1175,7 @@ fn packed_inputs<B: FusedOps>(packed: &Tensor<B, 1, Int>, p: Packing) -> StepInp
         kv_indices: field(p.indices(), p.kv),
         kv_splits: row(Packing::SPLITS),
         sample_rows: row(Packing::SAMPLE),
+        prefill: None,
     }
 }
 

@@ -13,8 +13,8 @@ mod fusion;
 mod paged;
 
 pub use paged::{
-    alloc_extend, decode_attention, AllocExtendOutput, AllocatedSlots, DecodeAttentionOptions,
-    DecodeAttentionOutput, DecodePath,
+    alloc_extend, decode_attention, paged_prefill_attention, AllocExtendOutput, AllocatedSlots,
+    DecodeAttentionOptions, DecodeAttentionOutput, DecodePath, PrefillLens,
 };
 
 use burn_tensor::{Int, Tensor, TensorPrimitive};
@@ -265,6 +265,41 @@ pub trait FusedOps: Backend {
             kv_indices,
             num_kv_splits,
             options,
+        )
+    }
+
+    /// Paged prefill (extend) attention: request `r`'s chunk of `lens.q_lens[r]` new tokens
+    /// (the rows of `q [T, HQ, D]`, requests one after another) attends causally to its
+    /// `lens.kv_lens[r]` cached tokens, the chunk's own included as its last `q_lens[r]`: row `i`
+    /// sees positions `0..=kv_lens[r] - q_lens[r] + i`. Position `j` of request `r` is slot
+    /// `block_table[r, j / page_size] * page_size + j % page_size` of `k_cache [N, HKV, D]` and
+    /// `v_cache [N, HKV, Dv]` (kv head `h / (HQ / HKV)`). `block_table [B, W]` (int32 on `Ascend`)
+    /// stays on the device; the lengths are the scheduler's host values. Out `[T, HQ, Dv]`.
+    ///
+    /// `Ascend` runs `aclnnFusedInferAttentionScoreV3`'s paged form, which takes f16/bf16,
+    /// page sizes a multiple of 128 (at most 512), head dims a multiple of 16 (at most 512) and
+    /// Dv = D ([`paged_prefill_refusal`] says why a call does not fit): other calls are refused
+    /// with an error naming the rule. A block-table entry outside the caches is an AI Core error
+    /// reported at the next synchronisation or read. The composed default computes any sizes.
+    ///
+    /// Inference-only: no gradient is defined (`Autodiff` keeps this composed default).
+    fn paged_prefill_attention(
+        q: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        block_table: IntTensor<Self>,
+        lens: PrefillLens<'_>,
+        sm_scale: f32,
+    ) -> FloatTensor<Self> {
+        composed::paged_prefill_attention::<Self>(
+            q,
+            k_cache,
+            v_cache,
+            block_table,
+            lens.q_lens,
+            lens.kv_lens,
+            lens.page_size,
+            sm_scale,
         )
     }
 
@@ -525,6 +560,31 @@ impl FusedOps for Ascend {
         }
     }
 
+    fn paged_prefill_attention(
+        q: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        block_table: IntTensor<Self>,
+        lens: PrefillLens<'_>,
+        sm_scale: f32,
+    ) -> FloatTensor<Self> {
+        let mask = causal_mask(&q);
+        run(
+            "paged_prefill_attention",
+            fused::paged_prefill_attention(
+                &q,
+                &k_cache,
+                &v_cache,
+                &block_table,
+                &mask,
+                lens.q_lens,
+                lens.kv_lens,
+                lens.page_size,
+                sm_scale,
+            ),
+        )
+    }
+
     fn grouped_matmul(
         x: FloatTensor<Self>,
         weights: FloatTensor<Self>,
@@ -546,6 +606,31 @@ impl FusedOps for Ascend {
             fused::grouped_matmul_weight_grad(&x, &dy, &group_sizes),
         )
     }
+}
+
+/// Why `Ascend`'s paged prefill (aclnnFusedInferAttentionScoreV3) cannot run over a cache of
+/// `dtype` rows with these page size and key/value dims (`value_dim` `None`: no value rows),
+/// or `None` when it can: the rules [`FusedOps::paged_prefill_attention`] names.
+pub fn paged_prefill_refusal(
+    dtype: DType,
+    page_size: usize,
+    key_dim: usize,
+    value_dim: Option<usize>,
+) -> Option<String> {
+    fused::paged_prefill_refusal(data_type(dtype), page_size, key_dim, value_dim)
+}
+
+/// The compressed causal mask of `aclnnFusedInferAttentionScoreV3`'s sparseMode 3, built on
+/// `t`'s device: `[2048, 2048]` bool, true above the diagonal.
+fn causal_mask(t: &crate::ops::AscendTensor) -> BoolTensor<Ascend> {
+    let side = fused::CAUSAL_MASK_SIDE;
+    let device = Ascend::float_device(t);
+    let i = Tensor::<Ascend, 1, Int>::arange(0..side as i64, &device);
+    i.clone()
+        .unsqueeze_dim::<2>(0)
+        .expand([side, side])
+        .greater(i.unsqueeze_dim::<2>(1).expand([side, side]))
+        .into_primitive()
 }
 
 /// Whether `t`'s device can run every kernel of a fused op; when it cannot, the op checks its

@@ -1,15 +1,20 @@
-//! The paged KV-cache ops of [`FusedOps`]: `alloc_extend` and split-KV `decode_attention`, their
-//! results, their composed defaults and their tensor-level functions.
+//! The paged KV-cache ops of [`FusedOps`]: `alloc_extend`, split-KV `decode_attention` and
+//! `paged_prefill_attention`, their results, their composed defaults and their tensor-level
+//! functions.
 //!
 //! The composed defaults never read device values on the host: which request (and split) an
 //! output position or a key belongs to comes from device comparisons against running sums of
 //! the lengths, and gathers are `select`s. They build `[positions, requests]` and `[requests,
 //! heads, splits, keys]` intermediates, O(B * N) memory, which suits a reference, not a server.
 //!
-//! Both ops are inference-only: no gradient is defined for them. `Autodiff<B>` keeps the composed
+//! The composed `paged_prefill_attention` takes its request boundaries from host lengths (the
+//! scheduler's, not tensor data) and gathers each request's keys: O(chunk x keys) scores per
+//! request, a reference.
+//!
+//! The ops are inference-only: no gradient is defined for them. `Autodiff<B>` keeps the composed
 //! defaults, so what autodiff would derive through them is not part of the contract.
 
-use burn_tensor::{Int, Tensor};
+use burn_tensor::{activation::softmax, Bool, Int, Tensor};
 
 use super::{float, int, prim, Backend, DType, FloatTensor, FusedOps, IntTensor, Ints};
 pub use crate::ops::fused::{DecodeAttentionOptions, DecodePath};
@@ -299,4 +304,112 @@ pub fn decode_attention<B: FusedOps>(
         options,
     );
     (float(out.out), float(out.lse))
+}
+
+/// The composed `paged_prefill_attention` (the reference): per request, the keys and values of
+/// its cached positions gathered through its block-table row, dense causal scores of its chunk
+/// against them (row `i` of a chunk of `q` rows sees keys `0..=kv - q + i`), softmax in f32.
+#[allow(clippy::too_many_arguments)]
+pub fn composed_paged_prefill_attention<B: Backend>(
+    q: FloatTensor<B>,
+    k_cache: FloatTensor<B>,
+    v_cache: FloatTensor<B>,
+    block_table: IntTensor<B>,
+    q_lens: &[usize],
+    kv_lens: &[usize],
+    page_size: usize,
+    sm_scale: f32,
+) -> FloatTensor<B> {
+    let q: Tensor<B, 3> = float(q);
+    let (dtype, device) = (q.dtype(), q.device());
+    let [tokens, q_heads, dim_k] = q.dims();
+    let keys = float::<B, 3>(k_cache).cast(DType::F32);
+    let values = float::<B, 3>(v_cache).cast(DType::F32);
+    let (kv_heads, dim_v) = (keys.dims()[1].max(1), values.dims()[2]);
+    let group = q_heads / kv_heads;
+    let table: Tensor<B, 2, Int> = int(block_table);
+    let [rows, width] = table.dims();
+    let table = table.reshape([rows * width]);
+    let idt = table.dtype();
+    let ps = page_size.max(1) as i64;
+    let mut outs = Vec::new();
+    let mut start = 0;
+    for (r, (&ql, &kvl)) in q_lens.iter().zip(kv_lens).enumerate() {
+        if ql == 0 {
+            continue;
+        }
+        let position = Ints::<B>::arange(0..kvl as i64, (&device, idt));
+        let slots = table
+            .clone()
+            .select(0, position.clone().div_scalar(ps) + (r * width) as i64)
+            * ps
+            + position.clone().remainder_scalar(ps);
+        let k = keys.clone().select(0, slots.clone());
+        let v = values.clone().select(0, slots);
+        let qh = q
+            .clone()
+            .narrow(0, start, ql)
+            .cast(DType::F32)
+            .reshape([ql, kv_heads, group, dim_k])
+            .permute([1, 2, 0, 3])
+            .reshape([kv_heads, group * ql, dim_k]);
+        let scores =
+            (qh.matmul(k.permute([1, 2, 0])) * sm_scale).reshape([kv_heads, group, ql, kvl]);
+        let diagonal = Ints::<B>::arange((kvl - ql) as i64..kvl as i64, (&device, idt));
+        let future: Tensor<B, 2, Bool> = position
+            .unsqueeze_dim::<2>(0)
+            .expand([ql, kvl])
+            .greater(diagonal.unsqueeze_dim::<2>(1).expand([ql, kvl]));
+        let scores = scores.mask_fill(
+            future.unsqueeze::<4>().expand([kv_heads, group, ql, kvl]),
+            f32::NEG_INFINITY,
+        );
+        let out = softmax(scores, 3)
+            .reshape([kv_heads, group * ql, kvl])
+            .matmul(v.swap_dims(0, 1))
+            .reshape([kv_heads, group, ql, dim_v])
+            .permute([2, 0, 1, 3])
+            .reshape([ql, q_heads, dim_v]);
+        outs.push(out);
+        start += ql;
+    }
+    if outs.is_empty() {
+        return prim(Tensor::<B, 3>::zeros(
+            [tokens, q_heads, dim_v],
+            (&device, dtype),
+        ));
+    }
+    prim(Tensor::cat(outs, 0).cast(dtype))
+}
+
+/// The sizes of a [`paged_prefill_attention`] call, from the scheduler: per request (one row
+/// of the block table each), its chunk's tokens and its cached tokens after the chunk.
+#[derive(Debug, Clone, Copy)]
+pub struct PrefillLens<'a> {
+    /// Each request's chunk: its tokens, one after another in q.
+    pub q_lens: &'a [usize],
+    /// Each request's cached tokens, its chunk included.
+    pub kv_lens: &'a [usize],
+    /// Slots per page (block-table entries are pages).
+    pub page_size: usize,
+}
+
+/// Paged prefill attention (see [`FusedOps::paged_prefill_attention`]): `[T, HQ, D]` in q's
+/// dtype. Inference-only.
+pub fn paged_prefill_attention<B: FusedOps>(
+    q: Tensor<B, 3>,
+    k_cache: Tensor<B, 3>,
+    v_cache: Tensor<B, 3>,
+    block_table: Tensor<B, 2, Int>,
+    lens: PrefillLens<'_>,
+    sm_scale: f32,
+) -> Tensor<B, 3> {
+    float(B::paged_prefill_attention(
+        prim(q),
+        prim(k_cache),
+        prim(v_cache),
+        block_table.into_primitive(),
+        lens,
+        sm_scale,
+    ))
 }

@@ -9,6 +9,7 @@ mod grouped;
 mod moe;
 mod norm;
 mod paged;
+mod prefill;
 mod program;
 mod rms_norm;
 mod routing;
@@ -31,6 +32,7 @@ pub use paged::{
     DecodeAttentionTensors, DecodePath,
 };
 pub(crate) use paged::{check_alloc_extend, check_decode_attention};
+pub use prefill::{paged_prefill_attention, paged_prefill_refusal, CAUSAL_MASK_SIDE};
 pub use program::run_program;
 pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_backward};
 pub(crate) use rms_norm::{check_add_rms_norm, check_rms_norm, check_rms_norm_backward};
