@@ -642,6 +642,8 @@ fn step_inputs(st: &StepState, batch: usize) -> StepInputs<B> {
         kv_indices: st.kv_indices.clone(),
         kv_splits: st.kv_splits.clone(),
         sample_rows: ints((0..batch as i32).collect()),
+        // A decode step: every token through decode_attention.
+        prefill: None,
     }
 }
 
