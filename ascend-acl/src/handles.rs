@@ -447,6 +447,7 @@ ownerless!(
     IntArrayDesc<'_>,
     BoolArrayDesc<'_>,
     Absent,
+    std::ffi::CString,
     bool,
     i8,
     i32,
@@ -520,6 +521,14 @@ macro_rules! value_args {
     )*};
 }
 value_args!(bool, i8, i32, i64, u64, f32, f64);
+
+/// A string attribute (`char *inputLayout`): the operator reads it during phase one only, and
+/// the owner lives until phase two has returned.
+impl AclArg<*mut std::ffi::c_char> for std::ffi::CString {
+    fn acl_arg(&self) -> *mut std::ffi::c_char {
+        self.as_ptr().cast_mut()
+    }
+}
 
 impl<P, T: AclArg<P>> AclArg<P> for &T {
     fn acl_arg(&self) -> P {

@@ -19,6 +19,7 @@ mod cann_exports;
 mod counters;
 mod elementwise;
 mod fault;
+mod flash;
 mod graph;
 mod grouped;
 pub mod hccl;
@@ -56,6 +57,7 @@ use ascend_acl::table::SymbolSource;
 /// shared library built from the same list.
 pub mod exports {
     pub use super::elementwise::*;
+    pub use super::flash::*;
     pub use super::graph::*;
     pub use super::grouped::*;
     pub use super::index::*;

@@ -9,6 +9,7 @@
 
 use crate::ops::attention::{self, AttentionOptions};
 use crate::ops::conv::{self, ConvGrads, ConvParams};
+use crate::ops::flash_attention;
 use crate::ops::pool::{self, Pool2d};
 use crate::ops::resample::{self, Resample};
 use crate::ops::{deform, fft};
@@ -510,6 +511,17 @@ impl ModuleOps<Ascend> for Ascend {
                     format!("softcap must be positive, got {cap}"),
                 ));
             }
+        }
+        if flash_attention::fits(&query, &key, &value, attn_bias.is_some(), options.softcap) {
+            let out = flash_attention::flash_attention(
+                &query,
+                &key,
+                &value,
+                mask.as_ref(),
+                options.scale,
+                options.is_causal,
+            );
+            return run("attention", out.map(|(out, _)| out));
         }
         let options = AttentionOptions {
             scale: options.scale,
