@@ -3,9 +3,11 @@
 //! never exists in device memory, only the f32 softmax statistics (`[B, H, Sq, 8]`).
 //!
 //! The operators fit Burn's contract when there is no softcap (no aclnn attention has one) and
-//! no additive bias (the operator adds its pse before scaling, Burn after), and every dim is
-//! non-empty (the operator takes sequences of 1 to 1M). Those calls keep the composed path
-//! ([`super::attention`]). Masks map as:
+//! no additive bias (the operator adds its pse before scaling, Burn after; dividing the bias by
+//! the scale first would not be exact): those calls keep the composed path
+//! ([`super::attention`]). The operator takes sequences of 1 to 1M: a call without output
+//! elements or without keys is answered without it (zeros, Burn's output for rows without an
+//! unmasked key, and zero gradients). Masks map as:
 //! - a boolean mask (true = masked, the operator's polarity) is the operator's attenMask with
 //!   sparseMode 0, passed as the broadcast view it is where that is one of the documented
 //!   shapes (`[Sq,Sk]`, `[1,1,Sq,Sk]`, `[B,1,Sq,Sk]`), else as `[B,H,Sq,Sk]`;
@@ -26,6 +28,7 @@ use std::ffi::CString;
 
 use super::compare::{logical, mask_fill, Logical};
 use super::constant;
+use super::creation::zeros;
 use super::reduce::{reduce, Reduce};
 use super::tensor::AscendTensor;
 use crate::acl::aclnn;
@@ -80,17 +83,22 @@ pub fn fits(
     let [kb, hk, sk, kd] = [ks[0], ks[1], ks[2], ks[3]];
     let same_type = k.dtype == q.dtype && v.dtype == q.dtype && FLOATS.contains(&q.dtype);
     same_type
-        && b > 0
         && kb == b
         && vs[..3] == ks[..3]
-        && (1..=MAX_SEQ).contains(&sq)
-        && (1..=MAX_SEQ).contains(&sk)
+        && sq <= MAX_SEQ
+        && sk <= MAX_SEQ
         && (1..=MAX_HEADS).contains(&h)
         && hk > 0
         && h % hk == 0
         && kd == d
         && (1..=MAX_HEAD_DIM).contains(&d)
-        && (1..=d).contains(&vs[3])
+        && vs[3] <= d
+}
+
+/// A call the operator is not given (it takes sequences of 1 to 1M): no output element, or
+/// no key, where every row is without an unmasked key and Burn's output is 0.
+fn empty(q: &AscendTensor, k: &AscendTensor, v: &AscendTensor) -> bool {
+    q.shape()[0] * q.shape()[2] * k.shape()[2] * v.shape()[3] == 0
 }
 
 /// The mask as the operator takes it: a documented broadcast shape when the view is one.
@@ -208,7 +216,7 @@ fn check(op: &str, q: &AscendTensor, k: &AscendTensor, v: &AscendTensor) -> AclR
         op,
         format!(
             "query {}, key {}, value {} do not fit aclnnFlashAttentionScore (BNSD, one float \
-             dtype, B and S >= 1, heads a multiple of the key heads, qD == kD >= vD, D <= 768)",
+             dtype, S <= 1M, heads a multiple of the key heads, qD == kD >= vD, D 1 to 768)",
             q.describe(),
             k.describe(),
             v.describe()
@@ -232,6 +240,16 @@ pub fn flash_attention(
     let ctx = q.ctx();
     let [b, h, sq, _] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
     let dv = v.shape()[3];
+    if empty(q, k, v) {
+        let raw_out = zeros(ctx, vec![b, h, sq, dv], q.dtype)?;
+        let stat = zeros(ctx, vec![b, h, sq, 8], DataType::F32)?;
+        let saved = FlashSaved {
+            raw_out: raw_out.clone(),
+            softmax_max: stat.clone(),
+            softmax_sum: stat,
+        };
+        return Ok((raw_out, saved));
+    }
     let masking = masking(q, k, mask, is_causal)?;
     let raw_out = AscendTensor::empty(ctx, vec![b, h, sq, dv], q.dtype)?;
     let softmax_max = AscendTensor::empty(ctx, vec![b, h, sq, 8], DataType::F32)?;
@@ -309,6 +327,11 @@ pub fn flash_attention_backward(
     }
     let ctx = q.ctx();
     let h = q.shape()[1];
+    if empty(q, k, v) {
+        // No output element depends on any input.
+        let zeros_like = |t: &AscendTensor| zeros(ctx, t.shape().to_vec(), t.dtype);
+        return Ok((zeros_like(q)?, zeros_like(k)?, zeros_like(v)?));
+    }
     let masking = masking(q, k, mask, is_causal)?;
     // Rows Burn zeroed pass no gradient.
     let dy = zero_rows(dy.clone(), masking.dead_rows.as_ref())?;
