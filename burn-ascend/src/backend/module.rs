@@ -512,22 +512,16 @@ impl ModuleOps<Ascend> for Ascend {
                 ));
             }
         }
-        if flash_attention::fits(&query, &key, &value, attn_bias.is_some(), options.softcap) {
-            let out = flash_attention::flash_attention(
-                &query,
-                &key,
-                &value,
-                mask.as_ref(),
-                options.scale,
-                options.is_causal,
-            );
-            return run("attention", out.map(|(out, _)| out));
-        }
         let options = AttentionOptions {
             scale: options.scale,
             softcap: options.softcap,
             is_causal: options.is_causal,
         };
+        if flash_attention::fits(&query, &key, &value, attn_bias.is_some(), options.softcap) {
+            let out =
+                flash_attention::flash_attention(&query, &key, &value, mask.as_ref(), options);
+            return run("attention", out.map(|(out, _)| out));
+        }
         run(
             "attention",
             attention::attention(

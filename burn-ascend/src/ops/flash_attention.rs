@@ -26,6 +26,7 @@
 
 use std::ffi::CString;
 
+use super::attention::AttentionOptions;
 use super::compare::{logical, mask_fill, Logical};
 use super::constant;
 use super::creation::zeros;
@@ -208,18 +209,27 @@ fn scale_of(q: &AscendTensor, scale: Option<f64>) -> f64 {
     scale.unwrap_or_else(|| 1.0 / (q.shape()[3] as f64).sqrt())
 }
 
-fn check(op: &str, q: &AscendTensor, k: &AscendTensor, v: &AscendTensor) -> AclResult<()> {
-    if fits(q, k, v, false, None) {
+/// `options.softcap` must be `None`: no aclnn attention has one.
+fn check(
+    op: &str,
+    q: &AscendTensor,
+    k: &AscendTensor,
+    v: &AscendTensor,
+    options: &AttentionOptions,
+) -> AclResult<()> {
+    if fits(q, k, v, false, options.softcap) {
         return Ok(());
     }
     Err(invalid_input(
         op,
         format!(
-            "query {}, key {}, value {} do not fit aclnnFlashAttentionScore (BNSD, one float \
-             dtype, S <= 1M, heads a multiple of the key heads, qD == kD >= vD, D 1 to 768)",
+            "query {}, key {}, value {} with softcap {:?} do not fit aclnnFlashAttentionScore \
+             (BNSD, one float dtype, S <= 1M, heads a multiple of the key heads, \
+             qD == kD >= vD, D 1 to 768, no softcap)",
             q.describe(),
             k.describe(),
-            v.describe()
+            v.describe(),
+            options.softcap
         ),
     ))
 }
@@ -232,11 +242,13 @@ pub fn flash_attention(
     k: &AscendTensor,
     v: &AscendTensor,
     mask: Option<&AscendTensor>,
-    scale: Option<f64>,
-    is_causal: bool,
+    options: AttentionOptions,
 ) -> AclResult<(AscendTensor, FlashSaved)> {
     const OP: &str = "attention";
-    check(OP, q, k, v)?;
+    check(OP, q, k, v, &options)?;
+    let AttentionOptions {
+        scale, is_causal, ..
+    } = options;
     let ctx = q.ctx();
     let [b, h, sq, _] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
     let dv = v.shape()[3];
@@ -308,13 +320,15 @@ pub fn flash_attention_backward(
     k: &AscendTensor,
     v: &AscendTensor,
     mask: Option<&AscendTensor>,
-    scale: Option<f64>,
-    is_causal: bool,
+    options: AttentionOptions,
     saved: &FlashSaved,
     dy: &AscendTensor,
 ) -> AclResult<(AscendTensor, AscendTensor, AscendTensor)> {
     const OP: &str = "attention_backward";
-    check(OP, q, k, v)?;
+    check(OP, q, k, v, &options)?;
+    let AttentionOptions {
+        scale, is_causal, ..
+    } = options;
     if dy.shape() != saved.raw_out.shape() || dy.dtype != q.dtype {
         return Err(invalid_input(
             OP,

@@ -376,6 +376,14 @@ pub trait FusedOps: Backend {
     }
 }
 
+fn attention_options(o: AttentionModuleOptions) -> crate::ops::attention::AttentionOptions {
+    crate::ops::attention::AttentionOptions {
+        scale: o.scale,
+        softcap: o.softcap,
+        is_causal: o.is_causal,
+    }
+}
+
 impl FusedOps for Ascend {
     fn vector_add(x: FloatTensor<Self>, y: FloatTensor<Self>) -> FloatTensor<Self> {
         if !has_kernels(&x, &["vector_add"]) {
@@ -446,7 +454,7 @@ impl FusedOps for Ascend {
         }
         let (out, saved) = run(
             "attention",
-            flash::flash_attention(&q, &k, &v, mask.as_ref(), options.scale, options.is_causal),
+            flash::flash_attention(&q, &k, &v, mask.as_ref(), attention_options(options)),
         );
         Some(FlashAttentionOutput {
             out,
@@ -479,8 +487,7 @@ impl FusedOps for Ascend {
                 &k,
                 &v,
                 mask.as_ref(),
-                options.scale,
-                options.is_causal,
+                attention_options(options),
                 &saved,
                 &dy,
             ),
