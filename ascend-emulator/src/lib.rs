@@ -20,6 +20,7 @@ mod counters;
 mod elementwise;
 mod fault;
 mod fia;
+mod flash;
 mod graph;
 mod grouped;
 pub mod hccl;
@@ -58,6 +59,7 @@ use ascend_acl::table::SymbolSource;
 pub mod exports {
     pub use super::elementwise::*;
     pub use super::fia::*;
+    pub use super::flash::*;
     pub use super::graph::*;
     pub use super::grouped::*;
     pub use super::index::*;

@@ -9,6 +9,7 @@
 
 use crate::ops::attention::{self, AttentionOptions};
 use crate::ops::conv::{self, ConvGrads, ConvParams};
+use crate::ops::flash_attention;
 use crate::ops::pool::{self, Pool2d};
 use crate::ops::resample::{self, Resample};
 use crate::ops::{deform, fft};
@@ -516,6 +517,11 @@ impl ModuleOps<Ascend> for Ascend {
             softcap: options.softcap,
             is_causal: options.is_causal,
         };
+        if flash_attention::fits(&query, &key, &value, attn_bias.is_some(), options.softcap) {
+            let out =
+                flash_attention::flash_attention(&query, &key, &value, mask.as_ref(), options);
+            return run("attention", out.map(|(out, _)| out));
+        }
         run(
             "attention",
             attention::attention(

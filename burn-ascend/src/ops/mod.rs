@@ -23,6 +23,7 @@ pub mod copy;
 pub mod creation;
 pub mod deform;
 pub mod fft;
+pub mod flash_attention;
 pub mod fused;
 pub mod grid_sample;
 pub mod index;

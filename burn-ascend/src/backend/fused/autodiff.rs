@@ -15,6 +15,10 @@
 //! - `grouped_matmul` takes its input gradient from `grouped_matmul` with the weights' last two
 //!   dims swapped and its weight gradient from [`FusedOps::grouped_matmul_weight_grad`].
 //!
+//! - `flash_attention` differentiates through [`FusedOps::flash_attention_backward`] from the
+//!   forward's saved softmax statistics, where the inner backend's forward is fused; otherwise
+//!   it is Autodiff's own (composed) attention.
+//!
 //! `vector_add` keeps its composed default, which is differentiable.
 
 use burn_autodiff::checkpoint::base::Checkpointer;
@@ -284,6 +288,40 @@ impl<B: FusedOps> Backward<B, 2> for RmsNorm {
 }
 
 #[derive(Debug)]
+struct FlashAttention;
+
+/// What the backward pass of `flash_attention` needs.
+#[derive(Debug, Clone)]
+struct FlashAttentionState<B: Backend> {
+    q: NodeId,
+    k: NodeId,
+    v: NodeId,
+    mask: Option<BoolTensor<B>>,
+    options: AttentionModuleOptions,
+    saved: FlashAttentionSaved<B>,
+}
+
+/// Parents: q, k and v.
+impl<B: FusedOps> Backward<B, 3> for FlashAttention {
+    type State = FlashAttentionState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, cp: &mut Checkpointer) {
+        let s = ops.state;
+        let dy = grads.consume::<B>(&ops.node);
+        let q = cp.retrieve_node_output(s.q);
+        let k = cp.retrieve_node_output(s.k);
+        let v = cp.retrieve_node_output(s.v);
+        let g = B::flash_attention_backward(q, k, v, s.mask, s.options, s.saved, dy);
+        let [qp, kp, vp] = ops.parents;
+        for (parent, grad) in [(qp, g.dq), (kp, g.dk), (vp, g.dv)] {
+            if let Some(node) = parent {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
 struct GroupedMatmul;
 
 impl<B: FusedOps> Backward<B, 2> for GroupedMatmul {
@@ -320,6 +358,45 @@ impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
             (Some(g), None) => layer_norm::<B, C, 2>([&x, g], true, eps),
             (None, Some(b)) => layer_norm::<B, C, 2>([&x, b], false, eps),
             (Some(g), Some(b)) => layer_norm::<B, C, 3>([&x, g, b], true, eps),
+        }
+    }
+
+    fn flash_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Option<BoolTensor<Self>>,
+        options: AttentionModuleOptions,
+    ) -> FloatTensor<Self> {
+        let forward = B::flash_attention_forward(
+            q.primitive.clone(),
+            k.primitive.clone(),
+            v.primitive.clone(),
+            mask.clone(),
+            options,
+        );
+        // No fused forward for this call: Autodiff's attention, Burn's differentiable
+        // composition.
+        let Some(forward) = forward else {
+            return Self::attention(q, k, v, mask, None, options);
+        };
+        match FlashAttention
+            .prepare::<C>([q.node.clone(), k.node.clone(), v.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let state = FlashAttentionState {
+                    q: prep.checkpoint(&q),
+                    k: prep.checkpoint(&k),
+                    v: prep.checkpoint(&v),
+                    mask,
+                    options,
+                    saved: forward.saved,
+                };
+                prep.finish(state, forward.out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward.out),
         }
     }
 

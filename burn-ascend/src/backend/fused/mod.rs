@@ -20,6 +20,7 @@ pub use paged::{
 use burn_tensor::{Int, Tensor, TensorPrimitive};
 
 use super::*;
+use crate::ops::flash_attention as flash;
 use crate::ops::fused;
 
 type Float2<B> = Tensor<B, 2>;
@@ -83,6 +84,35 @@ pub struct RmsNormGrads<B: Backend> {
     pub dgamma: FloatTensor<B>,
 }
 
+/// What the fused attention's backward needs from its forward.
+#[derive(Debug, Clone)]
+pub struct FlashAttentionSaved<B: Backend> {
+    /// The operator's output before rows without an unmasked key were zeroed.
+    pub raw_out: FloatTensor<B>,
+    /// Row maxima of the scaled scores, `[B, H, Sq, 8]` f32 (aclnnFlashAttentionScore's layout).
+    pub softmax_max: FloatTensor<B>,
+    /// Row sums of the exponentials, `[B, H, Sq, 8]` f32.
+    pub softmax_sum: FloatTensor<B>,
+}
+
+/// The fused attention's forward results.
+pub struct FlashAttentionOutput<B: Backend> {
+    /// `[B, H, Sq, Dv]`, 0 on rows without an unmasked key (Burn's convention).
+    pub out: FloatTensor<B>,
+    /// For [`FusedOps::flash_attention_backward`].
+    pub saved: FlashAttentionSaved<B>,
+}
+
+/// The fused attention's gradients, each in its operand's shape and dtype.
+pub struct FlashAttentionGrads<B: Backend> {
+    /// Gradient of the queries.
+    pub dq: FloatTensor<B>,
+    /// Gradient of the keys.
+    pub dk: FloatTensor<B>,
+    /// Gradient of the values.
+    pub dv: FloatTensor<B>,
+}
+
 /// Fused operations.
 pub trait FusedOps: Backend {
     /// `x + y` over 1-D float tensors of equal length.
@@ -116,6 +146,61 @@ pub trait FusedOps: Backend {
         gamma: Option<FloatTensor<Self>>,
     ) -> LayerNormGrads<Self> {
         composed::layer_norm_backward::<Self>(dy, x, mean, rstd, gamma)
+    }
+
+    /// Burn's `module::attention` without a bias: `softmax(mask(scale * q k^T)) v` over `[B, H,
+    /// Sq, D]` queries and `[B, Hk, Sk, D]` keys, `[B, Hk, Sk, Dv]` values (`Hk` = `H` for
+    /// Burn's contract; a divisor of `H` where the fused operator takes grouped queries), 0 on
+    /// rows without an unmasked key. On `Ascend` it runs aclnnFlashAttentionScore where the call
+    /// fits it (see `ops::flash_attention`), and under `Autodiff<Ascend>` its gradient is
+    /// aclnnFlashAttentionScoreGrad from the saved softmax statistics: Burn's own
+    /// `module::attention` cannot do that under `Autodiff`, whose `attention` is always Burn's
+    /// composed fallback. Backends without a fused attention (and `Fusion<Ascend>`, whose
+    /// forward reaches Ascend's flash path through its own `attention`) take `Self::attention`,
+    /// and `Autodiff` over them differentiates that composition.
+    fn flash_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Option<BoolTensor<Self>>,
+        options: AttentionModuleOptions,
+    ) -> FloatTensor<Self> {
+        match Self::flash_attention_forward(q.clone(), k.clone(), v.clone(), mask.clone(), options)
+        {
+            Some(f) => f.out,
+            None => Self::attention(q, k, v, mask, None, options),
+        }
+    }
+
+    /// The fused forward of [`FusedOps::flash_attention`] with what its backward needs, or
+    /// `None` where this backend has no fused attention for the call (softcap, a dtype or
+    /// shape the operator does not take).
+    fn flash_attention_forward(
+        _q: FloatTensor<Self>,
+        _k: FloatTensor<Self>,
+        _v: FloatTensor<Self>,
+        _mask: Option<BoolTensor<Self>>,
+        _options: AttentionModuleOptions,
+    ) -> Option<FlashAttentionOutput<Self>> {
+        None
+    }
+
+    /// Gradients of [`FusedOps::flash_attention`] for the output gradient `dy`, from
+    /// [`FusedOps::flash_attention_forward`]'s saved statistics. Only a backend whose forward
+    /// returns them is asked (`Autodiff` composes the others).
+    fn flash_attention_backward(
+        _q: FloatTensor<Self>,
+        _k: FloatTensor<Self>,
+        _v: FloatTensor<Self>,
+        _mask: Option<BoolTensor<Self>>,
+        _options: AttentionModuleOptions,
+        _saved: FlashAttentionSaved<Self>,
+        _dy: FloatTensor<Self>,
+    ) -> FlashAttentionGrads<Self> {
+        panic!(
+            "flash_attention_backward: this backend's flash_attention_forward saves no \
+             statistics, so Autodiff differentiates its composed attention instead"
+        )
     }
 
     /// RMS norm over the last dim of `x` (leading dims flattened into rows `[M]`): `y = x *
@@ -326,6 +411,14 @@ pub trait FusedOps: Backend {
     }
 }
 
+fn attention_options(o: AttentionModuleOptions) -> crate::ops::attention::AttentionOptions {
+    crate::ops::attention::AttentionOptions {
+        scale: o.scale,
+        softcap: o.softcap,
+        is_causal: o.is_causal,
+    }
+}
+
 impl FusedOps for Ascend {
     fn vector_add(x: FloatTensor<Self>, y: FloatTensor<Self>) -> FloatTensor<Self> {
         if !has_kernels(&x, &["vector_add"]) {
@@ -382,6 +475,59 @@ impl FusedOps for Ascend {
             fused::layer_norm_backward(&dy, &x, &mean, &rstd, gamma.as_ref()),
         );
         LayerNormGrads { dx, dgamma, dbeta }
+    }
+
+    fn flash_attention_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Option<BoolTensor<Self>>,
+        options: AttentionModuleOptions,
+    ) -> Option<FlashAttentionOutput<Self>> {
+        if !flash::fits(&q, &k, &v, false, options.softcap) {
+            return None;
+        }
+        let (out, saved) = run(
+            "attention",
+            flash::flash_attention(&q, &k, &v, mask.as_ref(), attention_options(options)),
+        );
+        Some(FlashAttentionOutput {
+            out,
+            saved: FlashAttentionSaved {
+                raw_out: saved.raw_out,
+                softmax_max: saved.softmax_max,
+                softmax_sum: saved.softmax_sum,
+            },
+        })
+    }
+
+    fn flash_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Option<BoolTensor<Self>>,
+        options: AttentionModuleOptions,
+        saved: FlashAttentionSaved<Self>,
+        dy: FloatTensor<Self>,
+    ) -> FlashAttentionGrads<Self> {
+        let saved = flash::FlashSaved {
+            raw_out: saved.raw_out,
+            softmax_max: saved.softmax_max,
+            softmax_sum: saved.softmax_sum,
+        };
+        let (dq, dk, dv) = run(
+            "attention_backward",
+            flash::flash_attention_backward(
+                &q,
+                &k,
+                &v,
+                mask.as_ref(),
+                attention_options(options),
+                &saved,
+                &dy,
+            ),
+        );
+        FlashAttentionGrads { dq, dk, dv }
     }
 
     fn rms_norm(x: FloatTensor<Self>, gamma: FloatTensor<Self>, eps: f64) -> RmsNormOutput<Self> {
@@ -677,6 +823,19 @@ pub fn layer_norm_backward<B: FusedOps, const D: usize>(
 ) -> (Tensor<B, D>, Tensor<B, 1>, Tensor<B, 1>) {
     let g = B::layer_norm_backward(prim(dy), prim(x), prim(mean), prim(rstd), gamma.map(prim));
     (float(g.dx), float(g.dgamma), float(g.dbeta))
+}
+
+/// Attention without a bias, its backward fused under `Autodiff<Ascend>`. See
+/// [`FusedOps::flash_attention`].
+pub fn flash_attention<B: FusedOps>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    mask: Option<Tensor<B, 4, burn_tensor::Bool>>,
+    options: AttentionModuleOptions,
+) -> Tensor<B, 4> {
+    let mask = mask.map(|m| m.into_primitive());
+    float(B::flash_attention(prim(q), prim(k), prim(v), mask, options))
 }
 
 /// RMS norm over the last dim: `(y, rstd)` with `rstd` per row (f32); gamma `[N]` in x's dtype
