@@ -7,4 +7,5 @@
 pub mod a2;
 pub mod families;
 pub mod hf;
+pub mod http;
 pub mod moe;

@@ -1,0 +1,4 @@
+//! Pieces of the OpenAI-compatible HTTP server: the checkpoint's chat template and the
+//! Prometheus metrics.
+
+pub mod chat;
