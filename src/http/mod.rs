@@ -2,3 +2,4 @@
 //! Prometheus metrics.
 
 pub mod chat;
+pub mod metrics;
