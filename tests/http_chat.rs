@@ -283,3 +283,23 @@ fn python_spellings_and_globals() {
         "{msg}"
     );
 }
+
+#[test]
+fn a_template_is_shared_between_threads() {
+    fn shared<T: Send + Sync>(_: &T) {}
+    let fixture = fixture();
+    let t = std::sync::Arc::new(template(&fixture, "qwen2"));
+    shared(&t);
+    let messages = [ChatMessage::new("user", "hi")];
+    let expected = t.render(&messages, true).unwrap();
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let t = std::sync::Arc::clone(&t);
+            let messages = messages.clone();
+            std::thread::spawn(move || t.render(&messages, true).unwrap())
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), expected);
+    }
+}
