@@ -12,6 +12,7 @@
 //! `--drain-secs`), then the server exits with 0.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use burn::tensor::backend::Backend;
@@ -20,6 +21,8 @@ use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_suite::families;
 use burn_ascend_suite::hf::TextTokenizer;
+use burn_ascend_suite::http::chat::ChatTemplate;
+use burn_ascend_suite::http::metrics::Metrics;
 use burn_ascend_suite::http::{serve, App, Engine, ModelSpec, Tokenizer};
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
@@ -119,6 +122,18 @@ fn run(args: Args) -> Result<(), String> {
                 other => return Err(format!("--dtype {other:?} is not f32, f16 or bf16")),
             };
             let tokenizer = TextTokenizer::from_dir(dir).map_err(|e| fail(&e))?;
+            let chat = ChatTemplate::from_dir(dir).map_err(|e| fail(&e))?;
+            if chat.is_none() {
+                eprintln!(
+                    "openai_server: {} has no chat template: /v1/chat/completions answers 400",
+                    dir.display()
+                );
+            }
+            let name = args
+                .served_model_name
+                .clone()
+                .unwrap_or_else(|| dir.display().to_string());
+            let metrics = Arc::new(Metrics::new(name.clone()));
             let checkpoint = burn_ascend_suite::hf::Checkpoint::open(dir).map_err(|e| fail(&e))?;
             let trained = checkpoint
                 .config()
@@ -137,18 +152,18 @@ fn run(args: Args) -> Result<(), String> {
             };
             let cfg = serve_config(max_seq)?;
             let shown = dir.display().to_string();
-            let (engine, _) = Engine::spawn(move || {
-                let model = families::load_from::<Ascend>(&checkpoint, dtype, &device)
-                    .map_err(|e| format!("--model {shown}: {e}"))?;
-                server(model, cfg, &device, captured)
-            })?;
+            let (engine, _) = Engine::spawn(
+                move || {
+                    let model = families::load_from::<Ascend>(&checkpoint, dtype, &device)
+                        .map_err(|e| format!("--model {shown}: {e}"))?;
+                    server(model, cfg, &device, captured)
+                },
+                metrics,
+            )?;
             let spec = ModelSpec {
-                name: args
-                    .served_model_name
-                    .clone()
-                    .unwrap_or_else(|| dir.display().to_string()),
+                name,
                 tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer)),
-                chat: None,
+                chat: chat.map(Arc::new),
             };
             (engine, spec)
         }
@@ -156,17 +171,22 @@ fn run(args: Args) -> Result<(), String> {
             let model_cfg = MoeConfig::new();
             let cfg = serve_config(args.max_seq.unwrap_or(model_cfg.max_seq))?;
             let seed = args.seed;
-            let (engine, _) = Engine::spawn(move || {
-                Ascend::seed(&device, seed);
-                let model =
-                    MoeDecoder::<Ascend>::new(&model_cfg, &device).map_err(|e| e.to_string())?;
-                server(model, cfg, &device, captured)
-            })?;
+            let name = args
+                .served_model_name
+                .clone()
+                .unwrap_or_else(|| "moe-decoder".into());
+            let metrics = Arc::new(Metrics::new(name.clone()));
+            let (engine, _) = Engine::spawn(
+                move || {
+                    Ascend::seed(&device, seed);
+                    let model = MoeDecoder::<Ascend>::new(&model_cfg, &device)
+                        .map_err(|e| e.to_string())?;
+                    server(model, cfg, &device, captured)
+                },
+                metrics,
+            )?;
             let spec = ModelSpec {
-                name: args
-                    .served_model_name
-                    .clone()
-                    .unwrap_or_else(|| "moe-decoder".into()),
+                name,
                 tokenizer: Tokenizer::Bytes,
                 chat: None,
             };

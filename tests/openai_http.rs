@@ -15,8 +15,8 @@ use std::time::Duration;
 use burn::tensor::DType;
 use burn_ascend_suite::families::{self, Decoder};
 use burn_ascend_suite::hf::TextTokenizer;
-use burn_ascend_suite::http::api::ChatMessage;
-use burn_ascend_suite::http::routes::ChatRenderer;
+use burn_ascend_suite::http::chat::{ChatMessage, ChatTemplate};
+use burn_ascend_suite::http::metrics::Metrics;
 use burn_ascend_suite::http::{serve, App, Engine, ModelSpec, Tokenizer};
 use burn_ascend_suite::moe::serve::{FinishReason, Request, Sampling, ServeConfig, Server};
 use common::*;
@@ -54,20 +54,12 @@ fn config() -> ServeConfig {
     }
 }
 
-/// ChatML, as Qwen's templates render a conversation (the template the `chat` test stands in
-/// for until the checkpoint's own is rendered).
-fn chatml() -> ChatRenderer {
-    Arc::new(|messages: &[ChatMessage]| {
-        let mut text = String::new();
-        for m in messages {
-            text.push_str(&format!(
-                "<|im_start|>{}\n{}<|im_end|>\n",
-                m.role, m.content
-            ));
-        }
-        text.push_str("<|im_start|>assistant\n");
-        Ok(text)
-    })
+/// ChatML, as Qwen's templates render a conversation (the fixture's tokenizer has its special
+/// tokens; its tokenizer_config.json has no template).
+fn chatml() -> Arc<ChatTemplate> {
+    let source = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+                  {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    Arc::new(ChatTemplate::from_source(source, [], "chatml").unwrap())
 }
 
 /// A server on 127.0.0.1:0 in this process.
@@ -80,10 +72,12 @@ struct Running {
 }
 
 impl Running {
-    async fn start(cfg: ServeConfig, chat: Option<ChatRenderer>) -> Self {
-        let (engine, _) =
-            Engine::spawn(move || Server::new(load(), cfg, &device()).map_err(|e| e.to_string()))
-                .expect("the engine starts");
+    async fn start(cfg: ServeConfig, chat: Option<Arc<ChatTemplate>>) -> Self {
+        let (engine, _) = Engine::spawn(
+            move || Server::new(load(), cfg, &device()).map_err(|e| e.to_string()),
+            Arc::new(Metrics::new(MODEL)),
+        )
+        .expect("the engine starts");
         let spec = ModelSpec {
             name: MODEL.into(),
             tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer())),
@@ -212,8 +206,10 @@ async fn completions_equal_the_in_process_engine_streamed_and_not() {
             },
         ),
     ];
+    let mut generated = 0;
     for (params, sampling) in cases {
         let (tokens, want_finish) = reference(request(ids.clone(), 10, sampling));
+        generated += 3 * tokens.len();
         let text = tok.decode(&tokens).unwrap();
         let mut body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 10});
         for (k, v) in params.as_object().unwrap() {
@@ -267,6 +263,43 @@ async fn completions_equal_the_in_process_engine_streamed_and_not() {
         assert_eq!(text_chunks[0]["usage"], Value::Null);
     }
     server.assert_cache_returns_to_full().await;
+    // GET /metrics counts the six requests, their tokens and their first tokens.
+    let response = server
+        .client
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let metrics = response.text().await.unwrap();
+    let sample = |series: &str| -> f64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .unwrap_or_else(|| panic!("no {series} in {metrics}"));
+        line[series.len() + 1..].parse().unwrap()
+    };
+    let label = format!("{{model_name=\"{MODEL}\"}}");
+    let reason = |r: &str| {
+        sample(&format!(
+            "vllm:request_success_total{{model_name=\"{MODEL}\",finished_reason=\"{r}\"}}"
+        ))
+    };
+    assert_eq!(reason("stop") + reason("length"), 6.0);
+    assert_eq!(reason("abort"), 0.0);
+    let prompt_tokens = sample(&format!("vllm:prompt_tokens_total{label}"));
+    assert_eq!(prompt_tokens, (6 * ids.len()) as f64);
+    let generation = sample(&format!("vllm:generation_tokens_total{label}"));
+    assert_eq!(generation, generated as f64);
+    assert_eq!(
+        sample(&format!("vllm:time_to_first_token_seconds_count{label}")),
+        6.0
+    );
+    assert_eq!(sample(&format!("vllm:num_requests_running{label}")), 0.0);
+    assert_eq!(sample(&format!("vllm:gpu_cache_usage_perc{label}")), 0.0);
     assert_eq!(server.shutdown().await, 0);
 }
 
@@ -330,19 +363,21 @@ async fn chat_completions_render_the_conversation_streamed_and_not() {
     let server = Running::start(config(), Some(chatml())).await;
     let tok = tokenizer();
     let messages = vec![
-        ChatMessage {
-            role: "system".into(),
-            content: "Be brief.".into(),
-            name: None,
-        },
-        ChatMessage {
-            role: "user".into(),
-            content: "Hi".into(),
-            name: None,
-        },
+        ChatMessage::new("system", "Be brief."),
+        ChatMessage::new("user", "Hi"),
     ];
-    let rendered = chatml()(&messages).unwrap();
-    let ids = tok.encode(&rendered).unwrap();
+    let rendered = chatml().render(&messages, true).unwrap();
+    assert_eq!(
+        rendered,
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
+         <|im_start|>assistant\n"
+    );
+    let ids = tok.encode_plain(&rendered).unwrap();
+    assert_eq!(
+        ids.iter().filter(|&&t| t == 301).count(),
+        3,
+        "<|im_start|> is one token"
+    );
     let sampling = Sampling::Random {
         temperature: 1.0,
         top_k: 320,
@@ -653,6 +688,11 @@ async fn sixty_four_streaming_clients_some_leaving_all_end_and_the_cache_is_whol
     server.assert_cache_returns_to_full().await;
     // Every client that left had its request cancelled, none ran to its end.
     assert_eq!(server.app.engine().stats().cancelled, 22);
+    let metrics = server.app.engine().metrics().render();
+    let aborted = format!(
+        "vllm:request_success_total{{model_name=\"{MODEL}\",finished_reason=\"abort\"}} 22"
+    );
+    assert!(metrics.contains(&aborted), "{metrics}");
     assert_eq!(server.app.in_flight(), 0);
 }
 

@@ -5,6 +5,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::chat::ChatMessage;
 use crate::moe::serve::{FinishReason, ServeError};
 
 /// An error as OpenAI returns it: a status and `{"error": {...}}`.
@@ -222,19 +223,6 @@ pub struct CompletionRequest {
     pub echo: Option<bool>,
     /// Refused.
     pub suffix: Option<String>,
-}
-
-/// One chat message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChatMessage {
-    /// `system`, `user`, `assistant`.
-    pub role: String,
-    /// Its text.
-    pub content: String,
-    /// A participant's name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
 }
 
 /// `POST /v1/chat/completions`.

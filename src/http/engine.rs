@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use burn_ascend::FusedOps;
 use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
+use super::metrics::{self, Metrics};
 use crate::moe::scheduler::RequestId;
 use crate::moe::serve::{FinishReason, Request, ServeConfig, ServeError, Server};
 use crate::moe::step::StepModel;
@@ -29,11 +30,25 @@ pub enum Event {
 enum Command {
     Submit {
         request: Request,
+        arrived: Instant,
         events: tokio_mpsc::UnboundedSender<Event>,
         reply: oneshot::Sender<Result<RequestId, ServeError>>,
     },
-    Cancel(RequestId),
+    /// `stopped`: its text reached a stop string (else its client went away).
+    Cancel {
+        id: RequestId,
+        stopped: bool,
+    },
     InjectFault,
+}
+
+/// A request the engine serves, as the HTTP side and the metrics follow it.
+struct Followed {
+    events: tokio_mpsc::UnboundedSender<Event>,
+    arrived: Instant,
+    last: Option<Instant>,
+    prompt: usize,
+    generated: usize,
 }
 
 /// The engine's state as of its last step, for `/metrics` and `/health`.
@@ -68,14 +83,16 @@ pub struct StatsSnapshot {
 pub struct Engine {
     commands: mpsc::Sender<Command>,
     stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
     config: ServeConfig,
     vocab: usize,
 }
 
 impl Engine {
     /// Starts the engine thread, which builds its server with `make` (the model is loaded on
-    /// the thread that runs it). Returns once the server is built, or `make`'s error.
-    pub fn spawn<B, M, F>(make: F) -> Result<(Self, JoinHandle<()>), String>
+    /// the thread that runs it) and reports to `metrics`. Returns once the server is built, or
+    /// `make`'s error.
+    pub fn spawn<B, M, F>(make: F, metrics: Arc<Metrics>) -> Result<(Self, JoinHandle<()>), String>
     where
         B: FusedOps,
         M: StepModel<B>,
@@ -85,6 +102,7 @@ impl Engine {
         let (ready, built) = mpsc::channel();
         let stats = Arc::new(Stats::default());
         let shared = stats.clone();
+        let reported = metrics.clone();
         let thread = std::thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
@@ -96,7 +114,7 @@ impl Engine {
                     }
                 };
                 let _ = ready.send(Ok((*server.config(), server.vocab())));
-                run(server, &inbox, &shared);
+                run(server, &inbox, &shared, &reported);
             })
             .map_err(|e| format!("cannot start the engine thread: {e}"))?;
         let (config, vocab) = built
@@ -105,6 +123,7 @@ impl Engine {
         let engine = Self {
             commands,
             stats,
+            metrics,
             config,
             vocab,
         };
@@ -125,6 +144,7 @@ impl Engine {
         let (reply, replied) = oneshot::channel();
         self.send(Command::Submit {
             request,
+            arrived: Instant::now(),
             events,
             reply,
         });
@@ -134,7 +154,18 @@ impl Engine {
 
     /// Cancels request `id` before its next step: it leaves the server and its pages return.
     pub fn cancel(&self, id: RequestId) {
-        self.send(Command::Cancel(id));
+        self.send(Command::Cancel { id, stopped: false });
+    }
+
+    /// Ends request `id` because its text reached a stop string (a cancellation counted as a
+    /// stop, not an abort).
+    pub fn stop(&self, id: RequestId) {
+        self.send(Command::Cancel { id, stopped: true });
+    }
+
+    /// The metrics it reports to.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// For tests of the recovery: the next step faults on the device ([`Server::inject_fault`]).
@@ -178,8 +209,9 @@ fn run<B: FusedOps, M: StepModel<B>>(
     mut server: Server<B, M>,
     inbox: &mpsc::Receiver<Command>,
     stats: &Stats,
+    metrics: &Metrics,
 ) {
-    let mut streams: HashMap<RequestId, tokio_mpsc::UnboundedSender<Event>> = HashMap::new();
+    let mut followed: HashMap<RequestId, Followed> = HashMap::new();
     loop {
         let command = if server.is_idle() {
             match inbox.recv_timeout(Duration::from_secs(1)) {
@@ -195,66 +227,102 @@ fn run<B: FusedOps, M: StepModel<B>>(
             match command {
                 Command::Submit {
                     request,
+                    arrived,
                     events,
                     reply,
                 } => {
+                    let prompt = request.prompt.len();
                     let submitted = server.submit(request);
                     if let Ok(id) = submitted {
-                        streams.insert(id, events);
+                        let f = Followed {
+                            events,
+                            arrived,
+                            last: None,
+                            prompt,
+                            generated: 0,
+                        };
+                        followed.insert(id, f);
                     }
                     // A handler gone before the reply cancels what it submitted.
                     if let Err(Ok(id)) = reply.send(submitted) {
-                        cancel(&mut server, &mut streams, id, stats);
+                        cancel(&mut server, &mut followed, id, false, stats, metrics);
                     }
                 }
-                Command::Cancel(id) => cancel(&mut server, &mut streams, id, stats),
+                Command::Cancel { id, stopped } => {
+                    cancel(&mut server, &mut followed, id, stopped, stats, metrics)
+                }
                 Command::InjectFault => server.inject_fault(),
             }
-            publish(&server, stats);
+            publish(&server, stats, metrics);
             continue;
         }
         let report = server.step();
+        let now = Instant::now();
+        metrics.on_preemptions(report.preempted);
         for (id, token) in report.sampled {
-            let gone = streams
-                .get(&id)
-                .is_some_and(|s| s.send(Event::Token(token)).is_err());
+            let Some(f) = followed.get_mut(&id) else {
+                continue;
+            };
+            match f.last {
+                None => metrics.on_first_token(now - f.arrived),
+                Some(last) => metrics.on_token(now - last),
+            }
+            f.last = Some(now);
+            f.generated += 1;
             // Its receiver was dropped (the client went away): it stops here.
-            if gone && !report.finished.iter().any(|(f, _)| *f == id) {
-                cancel(&mut server, &mut streams, id, stats);
+            let gone = f.events.send(Event::Token(token)).is_err();
+            if gone && !report.finished.iter().any(|(done, _)| *done == id) {
+                cancel(&mut server, &mut followed, id, false, stats, metrics);
             }
         }
         for (id, result) in report.finished {
-            if let Some(stream) = streams.remove(&id) {
-                let _ = stream.send(Event::End(result.map(|g| g.finish)));
+            if let Some(f) = followed.remove(&id) {
+                let reason = match &result {
+                    Ok(g) if g.finish == FinishReason::Stop => metrics::FinishReason::Stop,
+                    Ok(_) => metrics::FinishReason::Length,
+                    Err(_) => metrics::FinishReason::Abort,
+                };
+                metrics.on_finish(reason, f.prompt, f.generated);
+                let _ = f.events.send(Event::End(result.map(|g| g.finish)));
             }
         }
-        publish(&server, stats);
+        publish(&server, stats, metrics);
     }
 }
 
 /// Cancels `id` if it is still pending (it may have ended meanwhile).
 fn cancel<B: FusedOps, M: StepModel<B>>(
     server: &mut Server<B, M>,
-    streams: &mut HashMap<RequestId, tokio_mpsc::UnboundedSender<Event>>,
+    followed: &mut HashMap<RequestId, Followed>,
     id: RequestId,
+    stopped: bool,
     stats: &Stats,
+    metrics: &Metrics,
 ) {
-    streams.remove(&id);
+    let f = followed.remove(&id);
     if server.cancel(id).is_some() {
         stats.cancelled.fetch_add(1, Ordering::Relaxed);
+        if let Some(f) = f {
+            let reason = if stopped {
+                metrics::FinishReason::Stop
+            } else {
+                metrics::FinishReason::Abort
+            };
+            metrics.on_finish(reason, f.prompt, f.generated);
+        }
     }
 }
 
-fn publish<B: FusedOps, M: StepModel<B>>(server: &Server<B, M>, stats: &Stats) {
+fn publish<B: FusedOps, M: StepModel<B>>(server: &Server<B, M>, stats: &Stats, metrics: &Metrics) {
     let waiting = server.waiting();
+    let running = server.pending() - waiting;
+    let free = server.pool().free_pages();
+    let pages = server.config().pages;
     stats.waiting.store(waiting, Ordering::Relaxed);
-    stats
-        .running
-        .store(server.pending() - waiting, Ordering::Relaxed);
-    stats
-        .free_pages
-        .store(server.pool().free_pages(), Ordering::Relaxed);
+    stats.running.store(running, Ordering::Relaxed);
+    stats.free_pages.store(free, Ordering::Relaxed);
     stats
         .preemptions
         .store(server.preemptions(), Ordering::Relaxed);
+    metrics.on_step(running, waiting, (pages - free) as f64 / pages as f64);
 }

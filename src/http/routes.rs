@@ -19,15 +19,13 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
-use super::api::{self, ApiError, ChatMessage, ChatRequest, Checked, CompletionRequest, Prompt};
+use super::api::{self, ApiError, ChatRequest, Checked, CompletionRequest, Prompt};
+use super::chat::ChatTemplate;
 use super::engine::{Engine, Event};
+use super::metrics;
 use super::text::{Detokenizer, Tokenizer};
 use crate::moe::scheduler::RequestId;
 use crate::moe::serve::{Request, Sampling};
-
-/// Renders a conversation as the model's prompt (its chat template), with the assistant's turn
-/// opened.
-pub type ChatRenderer = Arc<dyn Fn(&[ChatMessage]) -> Result<String, String> + Send + Sync>;
 
 /// What the server serves: the model's name, its tokenizer and chat template.
 #[derive(Clone)]
@@ -37,7 +35,7 @@ pub struct ModelSpec {
     /// Its tokenizer.
     pub tokenizer: Tokenizer,
     /// Its chat template (without one, `/v1/chat/completions` is a 400).
-    pub chat: Option<ChatRenderer>,
+    pub chat: Option<Arc<ChatTemplate>>,
 }
 
 /// Tokens a completion generates when `max_tokens` is not given (OpenAI's default).
@@ -73,6 +71,7 @@ impl App {
             .route("/v1/completions", post(completions))
             .route("/v1/chat/completions", post(chat_completions))
             .route("/health", get(health))
+            .route("/metrics", get(prometheus))
             .with_state(self.clone())
     }
 
@@ -214,7 +213,7 @@ impl Live {
                     let delta = self.text.push(tokenizer, token);
                     if delta.stopped {
                         // The engine may have more tokens of it queued: it stops now.
-                        self.engine.cancel(self.id);
+                        self.engine.stop(self.id);
                         self.done = true;
                         return Output::Done(delta.text, "stop");
                     }
@@ -262,6 +261,14 @@ async fn models(State(app): State<Arc<App>>) -> Json<Value> {
         max_model_len: app.engine.config().max_seq,
     };
     Json(json!({ "object": "list", "data": [card] }))
+}
+
+async fn prometheus(State(app): State<Arc<App>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        app.engine.metrics().render(),
+    )
+        .into_response()
 }
 
 async fn health(State(app): State<Arc<App>>) -> Response {
@@ -329,7 +336,7 @@ async fn chat_completions(State(app): State<Arc<App>>, body: Bytes) -> Response 
             Some(m) => Some(usize::try_from(m).unwrap_or(usize::MAX)),
             None => checked.max_tokens,
         };
-        let Some(render) = &app.model.chat else {
+        let Some(template) = &app.model.chat else {
             return Err(ApiError::invalid(
                 "messages",
                 format!(
@@ -339,11 +346,14 @@ async fn chat_completions(State(app): State<Arc<App>>, body: Bytes) -> Response 
                 ),
             ));
         };
-        let text = render(&request.messages).map_err(|e| ApiError::invalid("messages", e))?;
+        let text = template
+            .render(&request.messages, true)
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        // The template writes the special tokens (BOS...) itself.
         let prompt = app
             .model
             .tokenizer
-            .encode(&text)
+            .encode_rendered(&text)
             .map_err(|e| ApiError::invalid("messages", e))?;
         let live = app.start(prompt, &checked, None).await?;
         Ok(respond(app.clone(), Kind::Chat, live, checked, flight).await)

@@ -21,6 +21,15 @@ impl Tokenizer {
         }
     }
 
+    /// The ids of text a chat template rendered, which holds its special tokens already (none
+    /// is added, as vLLM encodes it).
+    pub fn encode_rendered(&self, text: &str) -> Result<Vec<u32>, String> {
+        match self {
+            Tokenizer::Bytes => self.encode(text),
+            Tokenizer::Checkpoint(t) => t.encode_plain(text).map_err(|e| e.to_string()),
+        }
+    }
+
     /// The text of `ids`, special tokens skipped (an incomplete UTF-8 sequence at the end shows
     /// as U+FFFD).
     pub fn decode(&self, ids: &[u32]) -> String {
