@@ -605,12 +605,23 @@ async fn a_device_fault_is_a_500_naming_it_and_the_server_keeps_serving() {
     );
     assert_eq!(e["type"], "server_error");
     let again: Value = server
-        .post("/v1/completions", body)
+        .post("/v1/completions", body.clone())
         .await
         .json()
         .await
         .unwrap();
     assert_eq!(again["choices"], want["choices"]);
+    // Streamed: the stream has begun (200), so the fault is an error event, then [DONE].
+    server.app.engine().inject_fault();
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let chunks = events(server.post("/v1/completions", streamed).await).await;
+    let error = &chunks.last().unwrap()["error"];
+    assert_eq!(error["code"], 500, "{chunks:?}");
+    assert!(error["message"]
+        .as_str()
+        .unwrap()
+        .contains("the device failed"));
     server.assert_cache_returns_to_full().await;
 }
 
@@ -746,4 +757,30 @@ async fn shutdown_stops_admitting_and_drains_the_running_requests() {
         .unwrap()
         .unwrap();
     assert_eq!(unfinished, 0, "every request finished");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[parallel]
+async fn a_client_leaving_a_whole_response_cancels_its_request() {
+    use std::io::Write;
+    let server = Running::start(config(), None).await;
+    let body = json!({"model": MODEL, "prompt": "The sea", "max_tokens": 56, "temperature": 0,
+                      "stop_token_ids": []})
+    .to_string();
+    let address = server.base.strip_prefix("http://").unwrap();
+    let mut socket = std::net::TcpStream::connect(address).unwrap();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    socket.write_all(head.as_bytes()).unwrap();
+    socket.write_all(body.as_bytes()).unwrap();
+    // Gone once the engine runs it.
+    while server.app.engine().stats().running == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    drop(socket);
+    server.assert_cache_returns_to_full().await;
+    assert_eq!(server.app.engine().stats().cancelled, 1);
 }
