@@ -5,10 +5,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use burn_ascend::FusedOps;
 use tokio::sync::{mpsc as tokio_mpsc, oneshot};
@@ -214,11 +214,11 @@ fn run<B: FusedOps, M: StepModel<B>>(
     let mut followed: HashMap<RequestId, Followed> = HashMap::new();
     loop {
         let command = if server.is_idle() {
-            match inbox.recv_timeout(Duration::from_secs(1)) {
-                Ok(c) => Some(c),
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => return,
-            }
+            // Every handle gone and nothing left to do: the thread ends.
+            let Ok(command) = inbox.recv() else {
+                return;
+            };
+            Some(command)
         } else {
             // Handles gone with requests left: they run to their end, nobody listens.
             inbox.try_recv().ok()
