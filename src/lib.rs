@@ -7,5 +7,6 @@
 pub mod a2;
 pub mod families;
 pub mod hf;
+pub mod http;
 pub mod moe;
 pub mod roofline;

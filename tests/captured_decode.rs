@@ -70,6 +70,7 @@ fn request(i: usize) -> Request {
         Sampling::Random {
             temperature: 0.8,
             top_k: 5,
+            top_p: 1.0,
             seed: i as u64,
         }
     } else {

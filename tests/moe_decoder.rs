@@ -355,6 +355,7 @@ fn workload() -> Vec<Request> {
                 Sampling::Random {
                     temperature: 0.8,
                     top_k: 5,
+                    top_p: 1.0,
                     seed: i as u64,
                 }
             },
@@ -415,6 +416,7 @@ fn bad_requests_and_sampling_parameters_fail_alone() {
         sampling: Sampling::Random {
             temperature,
             top_k,
+            top_p: 1.0,
             seed: 1,
         },
         stop: Vec::new(),

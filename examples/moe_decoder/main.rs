@@ -221,6 +221,7 @@ fn sampling(args: &Args) -> Sampling {
         Some(temperature) => Sampling::Random {
             temperature,
             top_k: args.top_k_sampling,
+            top_p: 1.0,
             seed: args.seed,
         },
         None => Sampling::Greedy,

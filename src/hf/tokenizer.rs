@@ -111,6 +111,17 @@ impl TextTokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
+    /// The ids of `text` without added special tokens, as transformers'
+    /// `tokenizer(text, add_special_tokens=False)`: for text that holds them already (a rendered
+    /// chat template).
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, CheckpointError> {
+        let encoding = self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| CheckpointError::Tokenizer(format!("encoding {text:?}: {e}")))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
     /// The text of `ids`, special tokens skipped, as transformers'
     /// `decode(ids, skip_special_tokens=True)` gives it (with its clean-up of spaces before
     /// punctuation when `tokenizer_config.json` asks for it).

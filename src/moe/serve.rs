@@ -49,6 +49,9 @@ pub enum Sampling {
         temperature: f64,
         /// Candidates kept: at least 1 (more than the vocabulary keeps them all).
         top_k: usize,
+        /// Nucleus: of those, the most likely whose probabilities first reach this mass are
+        /// kept, in (0, 1] (1 keeps them all).
+        top_p: f64,
         /// Seed of the draws.
         seed: u64,
     },
@@ -65,6 +68,9 @@ impl Sampling {
                 Err(ServeError::Temperature(temperature))
             }
             Sampling::Random { top_k: 0, .. } => Err(ServeError::TopK),
+            Sampling::Random { top_p, .. } if !(top_p > 0.0 && top_p <= 1.0) => {
+                Err(ServeError::TopP(top_p))
+            }
             Sampling::Random { .. } => Ok(()),
         }
     }
@@ -150,6 +156,9 @@ pub enum ServeError {
     /// A sampling `top_k` of 0.
     #[error("sampling top_k is 0: at least one candidate must be kept")]
     TopK,
+    /// A sampling `top_p` outside (0, 1].
+    #[error("sampling top_p {0} is not in (0, 1]")]
+    TopP(f64),
     /// The request needs more pages than the whole cache has, even alone.
     #[error(
         "prompt of {prompt} tokens plus {new} new tokens needs {needed} cache pages of \
@@ -333,8 +342,8 @@ impl ServeConfig {
 pub struct StepReport {
     /// Requests that finished (or failed) in the step.
     pub finished: Vec<(RequestId, Result<Generation, ServeError>)>,
-    /// Requests that received a token.
-    pub sampled: Vec<RequestId>,
+    /// Requests that received a token, and the token (streamed to clients as it comes).
+    pub sampled: Vec<(RequestId, u32)>,
     /// Tokens computed.
     pub tokens: usize,
     /// Every request of the step decoded one token (no prefill chunk).
@@ -484,6 +493,21 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     /// Preemptions since the server started.
     pub fn preemptions(&self) -> usize {
         self.scheduler.preemptions()
+    }
+
+    /// Requests waiting to be admitted (new or preempted).
+    pub fn waiting(&self) -> usize {
+        self.scheduler.waiting()
+    }
+
+    /// The server's settings.
+    pub fn config(&self) -> &ServeConfig {
+        &self.cfg
+    }
+
+    /// The model's vocabulary: the token ids a prompt may hold.
+    pub fn vocab(&self) -> usize {
+        self.model.vocab()
     }
 
     /// Requests submitted and not finished (waiting or running).
@@ -670,7 +694,8 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
                     .work
                     .iter()
                     .filter(|w| w.samples)
-                    .map(|w| self.scheduler.running()[w.index].id)
+                    .zip(&sampled)
+                    .map(|(w, (token, _))| (self.scheduler.running()[w.index].id, *token))
                     .collect();
                 for e in self.scheduler.complete(&plan, sampled) {
                     report.finished.push((e.id, Ok(e.into())));
@@ -965,13 +990,14 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
                     Sampling::Random {
                         temperature,
                         top_k,
+                        top_p,
                         seed,
                     } => {
                         let (values, ids) = top.as_ref().expect("top-k taken");
                         let k_max = k_max.expect("a random request");
                         let row = r * k_max..r * k_max + top_k.min(v);
                         let u = unit_draw(seed, e.generated().len() as u64);
-                        ids[row.start + draw(&values[row], temperature, u)]
+                        ids[row.start + draw(&values[row], temperature, top_p, u)]
                     }
                 };
                 (token as u32, rows.next().expect("a row per entry"))
@@ -1027,7 +1053,7 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
                 decode_tokens += report.sampled.len();
                 decode_secs += report.secs;
             }
-            for id in &report.sampled {
+            for (id, _) in &report.sampled {
                 wall_times[index[id]].push(wall);
                 modelled_times[index[id]].extend(device);
             }
@@ -1194,13 +1220,25 @@ fn host_floats<B: FusedOps, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
 }
 
 /// The index drawn by `u` in `[0, 1)` from the softmax of `values` (sorted, largest first) at
-/// `temperature`.
-fn draw(values: &[f32], temperature: f64, u: f64) -> usize {
+/// `temperature`, restricted to the fewest leading values whose probabilities reach `top_p`.
+fn draw(values: &[f32], temperature: f64, top_p: f64, u: f64) -> usize {
     let top = values[0] as f64;
-    let weights: Vec<f64> = values
+    let mut weights: Vec<f64> = values
         .iter()
         .map(|&x| ((x as f64 - top) / temperature).exp())
         .collect();
+    if top_p < 1.0 {
+        let mass = top_p * weights.iter().sum::<f64>();
+        let mut acc = 0.0;
+        let keep = weights
+            .iter()
+            .position(|w| {
+                acc += w;
+                acc >= mass
+            })
+            .map_or(weights.len(), |i| i + 1);
+        weights.truncate(keep);
+    }
     let target = u * weights.iter().sum::<f64>();
     let mut acc = 0.0;
     weights
@@ -1209,7 +1247,7 @@ fn draw(values: &[f32], temperature: f64, u: f64) -> usize {
             acc += w;
             target < acc
         })
-        .unwrap_or(values.len() - 1)
+        .unwrap_or(weights.len() - 1)
 }
 
 /// A uniform draw in [0, 1) for (seed, n) (splitmix64).
@@ -1232,4 +1270,22 @@ pub fn reference_logits<B: FusedOps, M: StepModel<B>>(
     let logits = model.forward_logits(tokens.reshape([1, n]));
     let v = logits.dims()[2];
     host_floats(logits.narrow(1, n - 1, 1).reshape([v]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::draw;
+
+    #[test]
+    fn top_p_keeps_the_fewest_likeliest_tokens_reaching_the_mass() {
+        // Softmax of [2, 1, 0]: 0.665, 0.245, 0.090.
+        let values = [2.0, 1.0, 0.0];
+        assert_eq!(draw(&values, 1.0, 1.0, 0.99), 2);
+        // 0.665 + 0.245 reach 0.8: the third token is never drawn, the draw rescaled over two.
+        assert_eq!(draw(&values, 1.0, 0.8, 0.99), 1);
+        assert_eq!(draw(&values, 1.0, 0.8, 0.70), 0);
+        assert_eq!(draw(&values, 1.0, 0.8, 0.75), 1);
+        // The first alone reaches 0.5.
+        assert_eq!(draw(&values, 1.0, 0.5, 0.99), 0);
+    }
 }

@@ -1,0 +1,246 @@
+//! An OpenAI-compatible HTTP server (vLLM's interface) for the MoE models: a Hugging Face
+//! checkpoint directory (`--model DIR`) or, without it, the built-in decoder untrained (bytes
+//! as tokens: it loads at once and serves noise, to try the server).
+//!
+//! ```sh
+//! cargo run --release --example openai_server -- --model DIR --port 8000
+//! curl -N localhost:8000/v1/completions -H 'Content-Type: application/json' \
+//!     -d '{"model": "DIR", "prompt": "The capital of France is", "max_tokens": 16, "stream": true}'
+//! ```
+//!
+//! SIGINT or SIGTERM: new requests get 503, the running ones finish (for up to
+//! `--drain-secs`), then the server exits with 0.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::DType;
+use burn_ascend::runtime::DeviceContext;
+use burn_ascend::{Ascend, AscendDevice};
+use burn_ascend_suite::families;
+use burn_ascend_suite::hf::TextTokenizer;
+use burn_ascend_suite::http::chat::ChatTemplate;
+use burn_ascend_suite::http::metrics::Metrics;
+use burn_ascend_suite::http::{serve, App, Engine, ModelSpec, Tokenizer};
+use burn_ascend_suite::moe::config::MoeConfig;
+use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
+use burn_ascend_suite::moe::model::MoeDecoder;
+use burn_ascend_suite::moe::serve::{ServeConfig, Server};
+use burn_ascend_suite::moe::step::StepModel;
+use clap::Parser;
+
+/// Serve a MoE model over OpenAI's HTTP API.
+#[derive(Parser, Debug)]
+struct Args {
+    /// A Hugging Face checkpoint directory (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3);
+    /// without it, the built-in decoder, untrained.
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// The model name clients send (default: --model as given, else "moe-decoder").
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free one, printed).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Device: npu, npu:N, emulated or emulated:N (default: BURN_ASCEND_DEVICE, else an NPU if
+    /// CANN has one).
+    #[arg(long)]
+    device: Option<String>,
+    /// With --model: the dtype the weights are served in (f32, f16, bf16).
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Pages of the paged KV cache.
+    #[arg(long, default_value_t = 256)]
+    pages: usize,
+    /// Slots per cache page.
+    #[arg(long, default_value_t = 16)]
+    page_size: usize,
+    /// Tokens one step computes at most (decoded tokens and prefill chunks).
+    #[arg(long, default_value_t = 256)]
+    step_tokens: usize,
+    /// The longest sequence a request may reach (default: the checkpoint's
+    /// max_position_embeddings, at most 2048; 512 for the built-in model).
+    #[arg(long)]
+    max_seq: Option<usize>,
+    /// Requests that may wait for admission; more get 429 with Retry-After.
+    #[arg(long, default_value_t = 256)]
+    max_waiting: usize,
+    /// Issue every op of decode steps instead of replaying captured graphs.
+    #[arg(long)]
+    eager_decode: bool,
+    /// On SIGINT/SIGTERM, seconds the running requests get to finish.
+    #[arg(long, default_value_t = 30)]
+    drain_secs: u64,
+    /// Seed of the built-in model's weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+/// The longest sequence served when the checkpoint allows more.
+const DEFAULT_MAX_SEQ: usize = 2048;
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(args) {
+        eprintln!("openai_server: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let device = match &args.device {
+        Some(d) => AscendDevice::parse(d)
+            .ok_or_else(|| format!("--device {d:?} is not npu, npu:N, emulated or emulated:N"))?,
+        None => AscendDevice::default(),
+    };
+    DeviceContext::get(&device).map_err(|e| format!("cannot open {device:?}: {e}"))?;
+    let serve_config = |max_seq| {
+        let cfg = ServeConfig {
+            pages: args.pages,
+            page_size: args.page_size,
+            max_seq,
+            max_kv_splits: 4,
+            step_tokens: args.step_tokens,
+            max_waiting: args.max_waiting,
+            record_logits: false,
+        };
+        cfg.validate().map(|_| cfg).map_err(|e| e.to_string())
+    };
+    let captured = !args.eager_decode;
+    let (engine, spec) = match &args.model {
+        Some(dir) => {
+            let fail = |e: &dyn std::fmt::Display| format!("--model {}: {e}", dir.display());
+            let dtype = match args.dtype.as_str() {
+                "f32" => DType::F32,
+                "f16" => DType::F16,
+                "bf16" => DType::BF16,
+                other => return Err(format!("--dtype {other:?} is not f32, f16 or bf16")),
+            };
+            let tokenizer = TextTokenizer::from_dir(dir).map_err(|e| fail(&e))?;
+            let chat = ChatTemplate::from_dir(dir).map_err(|e| fail(&e))?;
+            if chat.is_none() {
+                eprintln!(
+                    "openai_server: {} has no chat template: /v1/chat/completions answers 400",
+                    dir.display()
+                );
+            }
+            let name = args
+                .served_model_name
+                .clone()
+                .unwrap_or_else(|| dir.display().to_string());
+            let metrics = Arc::new(Metrics::new(name.clone()));
+            let checkpoint = burn_ascend_suite::hf::Checkpoint::open(dir).map_err(|e| fail(&e))?;
+            let trained = checkpoint
+                .config()
+                .get("max_position_embeddings")
+                .and_then(|m| m.as_u64())
+                .map(|m| m as usize);
+            let max_seq = match (args.max_seq, trained) {
+                (Some(m), Some(t)) if m > t => {
+                    return Err(format!(
+                        "--max-seq {m} exceeds the {t} positions of {} (max_position_embeddings)",
+                        dir.display()
+                    ))
+                }
+                (Some(m), _) => m,
+                (None, t) => t.map_or(DEFAULT_MAX_SEQ, |t| t.min(DEFAULT_MAX_SEQ)),
+            };
+            let cfg = serve_config(max_seq)?;
+            let shown = dir.display().to_string();
+            let (engine, _) = Engine::spawn(
+                move || {
+                    let model = families::load_from::<Ascend>(&checkpoint, dtype, &device)
+                        .map_err(|e| format!("--model {shown}: {e}"))?;
+                    server(model, cfg, &device, captured)
+                },
+                metrics,
+            )?;
+            let spec = ModelSpec {
+                name,
+                tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer)),
+                chat: chat.map(Arc::new),
+            };
+            (engine, spec)
+        }
+        None => {
+            let model_cfg = MoeConfig::new();
+            let cfg = serve_config(args.max_seq.unwrap_or(model_cfg.max_seq))?;
+            let seed = args.seed;
+            let name = args
+                .served_model_name
+                .clone()
+                .unwrap_or_else(|| "moe-decoder".into());
+            let metrics = Arc::new(Metrics::new(name.clone()));
+            let (engine, _) = Engine::spawn(
+                move || {
+                    Ascend::seed(&device, seed);
+                    let model = MoeDecoder::<Ascend>::new(&model_cfg, &device)
+                        .map_err(|e| e.to_string())?;
+                    server(model, cfg, &device, captured)
+                },
+                metrics,
+            )?;
+            let spec = ModelSpec {
+                name,
+                tokenizer: Tokenizer::Bytes,
+                chat: None,
+            };
+            (engine, spec)
+        }
+    };
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .map_err(|e| format!("cannot listen on {}:{}: {e}", args.host, args.port))?;
+        let address = listener.local_addr().map_err(|e| e.to_string())?;
+        eprintln!("serving `{}` on http://{address}", spec.name);
+        let app = App::new(engine, spec);
+        let unfinished = serve(
+            listener,
+            app,
+            shutdown_signal(),
+            Duration::from_secs(args.drain_secs),
+        )
+        .await
+        .map_err(|e| format!("serving: {e}"))?;
+        if unfinished > 0 {
+            eprintln!(
+                "openai_server: {unfinished} requests had not finished after --drain-secs {}",
+                args.drain_secs
+            );
+        }
+        Ok(())
+    })
+}
+
+/// The server, replaying captured decode steps unless asked not to.
+fn server<M: StepModel<Ascend>>(
+    model: M,
+    cfg: ServeConfig,
+    device: &AscendDevice,
+    captured: bool,
+) -> Result<Server<Ascend, M>, String> {
+    let mut server = Server::new(model, cfg, device).map_err(|e| e.to_string())?;
+    // On failure it has said why, and decodes eagerly.
+    if captured {
+        let _ = server.enable_captured_decode(&DECODE_BUCKETS);
+    }
+    Ok(server)
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    eprintln!("openai_server: shutting down: no new requests; draining the running ones");
+}

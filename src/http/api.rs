@@ -1,0 +1,534 @@
+//! OpenAI's request, response, chunk and error objects, and the checks of a request's fields
+//! (each error names its field, as OpenAI's `param`).
+
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::chat::ChatMessage;
+use crate::moe::serve::{FinishReason, ServeError};
+
+/// An error as OpenAI returns it: a status and `{"error": {...}}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The error object.
+    pub body: ErrorObject,
+    /// Seconds to wait before trying again (429 and 503).
+    pub retry_after: Option<u64>,
+}
+
+/// OpenAI's error object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorObject {
+    /// What went wrong.
+    pub message: String,
+    /// Its kind: `invalid_request_error`, `server_error`...
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The request field at fault.
+    pub param: Option<String>,
+    /// A machine-readable code.
+    pub code: Option<String>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &str, message: String) -> Self {
+        Self {
+            status,
+            body: ErrorObject {
+                message,
+                kind: kind.into(),
+                param: None,
+                code: None,
+            },
+            retry_after: None,
+        }
+    }
+
+    /// 400: field `param` is invalid.
+    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
+        let mut e = Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            message.into(),
+        );
+        e.body.param = Some(param.into());
+        e
+    }
+
+    /// 400: field `param` asks for what this server does not do.
+    pub fn unsupported(param: &str, what: &str) -> Self {
+        Self::invalid(
+            param,
+            format!("{param}: {what} is not supported by this server"),
+        )
+    }
+
+    /// 404: no such model.
+    pub fn unknown_model(model: &str, served: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("The model `{model}` does not exist: this server serves `{served}`."),
+        );
+        e.body.param = Some("model".into());
+        e.body.code = Some("model_not_found".into());
+        e
+    }
+
+    /// 500: the server failed.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            message.into(),
+        )
+    }
+
+    /// 503: the server is shutting down.
+    pub fn shutting_down() -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "the server is shutting down and admits no new request".into(),
+        );
+        e.retry_after = Some(1);
+        e
+    }
+
+    /// A request the engine refused or failed (`prompt` and `max_tokens` as asked, for the
+    /// length limits).
+    pub fn engine(error: ServeError) -> Self {
+        match error {
+            ServeError::EmptyPrompt => Self::invalid("prompt", error.to_string()),
+            ServeError::NoNewTokens => Self::invalid("max_tokens", error.to_string()),
+            ServeError::TooLong { prompt, new, max } => too_long(prompt, new, max),
+            ServeError::NeverFits { .. } => Self::invalid("max_tokens", error.to_string()),
+            ServeError::BadToken { .. } => Self::invalid("prompt", error.to_string()),
+            ServeError::Temperature(_) => Self::invalid("temperature", error.to_string()),
+            ServeError::TopK => Self::invalid("top_k", error.to_string()),
+            ServeError::TopP(_) => Self::invalid("top_p", error.to_string()),
+            ServeError::Overloaded { .. } => {
+                let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "requests", error.to_string());
+                e.body.code = Some("rate_limit_exceeded".into());
+                e.retry_after = Some(1);
+                e
+            }
+            ServeError::Device(_) => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                error.to_string(),
+            ),
+        }
+    }
+}
+
+/// 400: `prompt` tokens and `new` to generate exceed the `max` of the model (OpenAI's words).
+pub fn too_long(prompt: usize, new: usize, max: usize) -> ApiError {
+    let mut e = ApiError::invalid(
+        "max_tokens",
+        format!(
+            "This model's maximum context length is {max} tokens. However, you requested {} \
+             tokens ({prompt} in the prompt, {new} for the completion). Please reduce the \
+             length of the prompt or of the completion (max_tokens).",
+            prompt + new
+        ),
+    );
+    e.body.code = Some("context_length_exceeded".into());
+    e
+}
+
+/// `stop`: one string or several.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    /// One.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+/// `prompt`: text or token ids, or a batch of either (refused: one prompt per request).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    /// Text.
+    Text(String),
+    /// Token ids.
+    Tokens(Vec<u32>),
+    /// Several texts.
+    Texts(Vec<String>),
+    /// Several lists of token ids.
+    Batches(Vec<Vec<u32>>),
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    /// Send a last chunk with the usage.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// The sampling fields both endpoints share.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Common {
+    /// The model's name (`/v1/models`).
+    pub model: String,
+    /// Tokens to generate at most.
+    pub max_tokens: Option<u64>,
+    /// 0 decodes greedily (the default is 1).
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    pub top_p: Option<f64>,
+    /// Candidates kept (vLLM's extension; -1 or 0: all).
+    pub top_k: Option<i64>,
+    /// Seed of the draws.
+    pub seed: Option<u64>,
+    /// Strings that end the text (not included).
+    pub stop: Option<Stop>,
+    /// Token ids that end the generation (vLLM's extension).
+    pub stop_token_ids: Option<Vec<u32>>,
+    /// Stream server-sent events.
+    pub stream: Option<bool>,
+    /// Stream options.
+    pub stream_options: Option<StreamOptions>,
+    /// Choices: only 1.
+    pub n: Option<u64>,
+    /// Refused unless 0.
+    pub presence_penalty: Option<f64>,
+    /// Refused unless 0.
+    pub frequency_penalty: Option<f64>,
+    /// Refused unless empty.
+    pub logit_bias: Option<serde_json::Map<String, Value>>,
+    /// Accepted, unused.
+    pub user: Option<String>,
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionRequest {
+    /// The prompt.
+    pub prompt: Prompt,
+    /// Refused unless 1.
+    pub best_of: Option<u64>,
+    /// Refused.
+    pub logprobs: Option<Value>,
+    /// Refused when true.
+    pub echo: Option<bool>,
+    /// Refused.
+    pub suffix: Option<String>,
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatRequest {
+    /// The conversation.
+    pub messages: Vec<ChatMessage>,
+    /// OpenAI's newer name of `max_tokens`.
+    pub max_completion_tokens: Option<u64>,
+    /// Refused when true.
+    pub logprobs: Option<bool>,
+    /// Refused.
+    pub top_logprobs: Option<u64>,
+    /// Refused.
+    pub tools: Option<Value>,
+    /// Refused.
+    pub tool_choice: Option<Value>,
+    /// Refused.
+    pub functions: Option<Value>,
+    /// Refused.
+    pub function_call: Option<Value>,
+    /// Refused unless `{"type": "text"}`.
+    pub response_format: Option<Value>,
+}
+
+/// The fields of [`Common`].
+const COMMON_FIELDS: [&str; 15] = [
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "stream",
+    "stream_options",
+    "n",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "user",
+];
+
+/// Parses a JSON body into the endpoint's own fields and the shared ones, naming the field at
+/// fault (an unknown field is an error too: nothing is silently ignored).
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<(T, Common), ApiError> {
+    let fields: serde_json::Map<String, Value> = serde_json::from_slice(body).map_err(|e| {
+        let mut error = ApiError::invalid("", format!("the body is not a JSON object: {e}"));
+        error.body.param = None;
+        error
+    })?;
+    let (common, own): (serde_json::Map<_, _>, serde_json::Map<_, _>) = fields
+        .into_iter()
+        .partition(|(k, _)| COMMON_FIELDS.contains(&k.as_str()));
+    Ok((typed(own)?, typed(common)?))
+}
+
+fn typed<T: serde::de::DeserializeOwned>(
+    fields: serde_json::Map<String, Value>,
+) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(Value::Object(fields)).map_err(|e| {
+        let path = e.path().to_string();
+        let message = format!("invalid request body: {}", e.into_inner());
+        let param = match unknown_field(&message) {
+            Some(field) => Some(field),
+            None if path != "." => Some(path),
+            None => None,
+        };
+        let mut error = ApiError::invalid("", message);
+        error.body.param = param;
+        error
+    })
+}
+
+/// The field an "unknown field `x`" or "missing field `x`" message names.
+fn unknown_field(message: &str) -> Option<String> {
+    let rest = message
+        .split("unknown field `")
+        .nth(1)
+        .or_else(|| message.split("missing field `").nth(1))?;
+    Some(rest.split('`').next()?.to_string())
+}
+
+/// The checked sampling fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    /// Tokens to generate at most, if given.
+    pub max_tokens: Option<usize>,
+    /// Temperature (0: greedy).
+    pub temperature: f64,
+    /// Nucleus mass.
+    pub top_p: f64,
+    /// Candidates kept (`None`: all).
+    pub top_k: Option<usize>,
+    /// Seed.
+    pub seed: Option<u64>,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Stop token ids.
+    pub stop_token_ids: Vec<u32>,
+    /// Stream.
+    pub stream: bool,
+    /// A last chunk with the usage.
+    pub include_usage: bool,
+}
+
+/// OpenAI's limit on stop strings.
+const MAX_STOPS: usize = 4;
+
+impl Common {
+    /// Checks the shared fields; `served` is the model's name.
+    pub fn check(&self, served: &str) -> Result<Checked, ApiError> {
+        if self.model != served {
+            return Err(ApiError::unknown_model(&self.model, served));
+        }
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(ApiError::unsupported("n", "more than one choice (n > 1)"));
+        }
+        if self.presence_penalty.is_some_and(|p| p != 0.0) {
+            return Err(ApiError::unsupported(
+                "presence_penalty",
+                "a presence penalty",
+            ));
+        }
+        if self.frequency_penalty.is_some_and(|p| p != 0.0) {
+            return Err(ApiError::unsupported(
+                "frequency_penalty",
+                "a frequency penalty",
+            ));
+        }
+        if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
+            return Err(ApiError::unsupported("logit_bias", "a logit bias"));
+        }
+        let max_tokens = match self.max_tokens {
+            Some(0) => {
+                return Err(ApiError::invalid(
+                    "max_tokens",
+                    "max_tokens is 0: at least one token is generated",
+                ))
+            }
+            m => m.map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
+        };
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(ApiError::invalid(
+                "temperature",
+                format!("temperature {temperature} is not in [0, 2]"),
+            ));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(ApiError::invalid(
+                "top_p",
+                format!("top_p {top_p} is not in (0, 1]"),
+            ));
+        }
+        let top_k = match self.top_k {
+            None | Some(-1) | Some(0) => None,
+            Some(k) if k > 0 => Some(usize::try_from(k).unwrap_or(usize::MAX)),
+            Some(k) => {
+                return Err(ApiError::invalid(
+                    "top_k",
+                    format!("top_k {k} is not -1 or 0 (all tokens) or a positive count"),
+                ))
+            }
+        };
+        let stop = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+        if stop.len() > MAX_STOPS {
+            return Err(ApiError::invalid(
+                "stop",
+                format!(
+                    "{} stop strings, at most {MAX_STOPS} are accepted",
+                    stop.len()
+                ),
+            ));
+        }
+        if stop.iter().any(String::is_empty) {
+            return Err(ApiError::invalid("stop", "a stop string is empty"));
+        }
+        let stream = self.stream.unwrap_or(false);
+        if self.stream_options.is_some() && !stream {
+            return Err(ApiError::invalid(
+                "stream_options",
+                "stream_options is only allowed with stream: true",
+            ));
+        }
+        Ok(Checked {
+            max_tokens,
+            temperature,
+            top_p,
+            top_k,
+            seed: self.seed,
+            stop,
+            stop_token_ids: self.stop_token_ids.clone().unwrap_or_default(),
+            stream,
+            include_usage: self
+                .stream_options
+                .as_ref()
+                .is_some_and(|o| o.include_usage),
+        })
+    }
+}
+
+impl CompletionRequest {
+    /// Refuses the options this server does not implement.
+    pub fn check_unsupported(&self) -> Result<(), ApiError> {
+        if self.best_of.is_some_and(|b| b != 1) {
+            return Err(ApiError::unsupported("best_of", "best_of > 1"));
+        }
+        if self.logprobs.as_ref().is_some_and(|l| !l.is_null()) {
+            return Err(ApiError::unsupported(
+                "logprobs",
+                "returning log-probabilities",
+            ));
+        }
+        if self.echo == Some(true) {
+            return Err(ApiError::unsupported("echo", "echoing the prompt"));
+        }
+        if self.suffix.is_some() {
+            return Err(ApiError::unsupported("suffix", "a suffix (insertion)"));
+        }
+        Ok(())
+    }
+}
+
+impl ChatRequest {
+    /// Refuses the options this server does not implement.
+    pub fn check_unsupported(&self) -> Result<(), ApiError> {
+        if self.logprobs == Some(true) || self.top_logprobs.is_some() {
+            return Err(ApiError::unsupported(
+                "logprobs",
+                "returning log-probabilities",
+            ));
+        }
+        for (name, value) in [
+            ("tools", &self.tools),
+            ("tool_choice", &self.tool_choice),
+            ("functions", &self.functions),
+            ("function_call", &self.function_call),
+        ] {
+            if value.as_ref().is_some_and(|v| !v.is_null()) {
+                return Err(ApiError::unsupported(name, "tool and function calling"));
+            }
+        }
+        if let Some(format) = &self.response_format {
+            if format.get("type").and_then(Value::as_str) != Some("text") {
+                return Err(ApiError::unsupported(
+                    "response_format",
+                    "a response format other than text",
+                ));
+            }
+        }
+        if self.messages.is_empty() {
+            return Err(ApiError::invalid("messages", "messages is empty"));
+        }
+        Ok(())
+    }
+}
+
+/// `usage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens of the prompt.
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+    /// Both.
+    pub total_tokens: usize,
+}
+
+impl Usage {
+    /// The usage of a request.
+    pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Self {
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        }
+    }
+}
+
+/// OpenAI's `finish_reason` of an engine's [`FinishReason`].
+pub fn finish_reason(finish: FinishReason) -> &'static str {
+    match finish {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+    }
+}
+
+/// One entry of `GET /v1/models`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCard {
+    /// Its name.
+    pub id: String,
+    /// `model`.
+    pub object: String,
+    /// When the server started (Unix seconds).
+    pub created: u64,
+    /// Who serves it.
+    pub owned_by: String,
+    /// The longest sequence a request may reach (vLLM's field).
+    pub max_model_len: usize,
+}

@@ -1,0 +1,328 @@
+//! The engine loop on its own thread: it owns the [`Server`], takes submissions and
+//! cancellations over a channel, steps while there is work, and sends each request's tokens
+//! and its end back over the request's own channel. The HTTP side only ever sends it a command
+//! and awaits replies: it never blocks a step, and a step never waits for a client.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use burn_ascend::FusedOps;
+use tokio::sync::{mpsc as tokio_mpsc, oneshot};
+
+use super::metrics::{self, Metrics};
+use crate::moe::scheduler::RequestId;
+use crate::moe::serve::{FinishReason, Request, ServeConfig, ServeError, Server};
+use crate::moe::step::StepModel;
+
+/// What a request receives from the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Its next token.
+    Token(u32),
+    /// It ended (after its last token), or failed.
+    End(Result<FinishReason, ServeError>),
+}
+
+enum Command {
+    Submit {
+        request: Request,
+        arrived: Instant,
+        events: tokio_mpsc::UnboundedSender<Event>,
+        reply: oneshot::Sender<Result<RequestId, ServeError>>,
+    },
+    /// `stopped`: its text reached a stop string (else its client went away).
+    Cancel {
+        id: RequestId,
+        stopped: bool,
+    },
+    InjectFault,
+}
+
+/// A request the engine serves, as the HTTP side and the metrics follow it.
+struct Followed {
+    events: tokio_mpsc::UnboundedSender<Event>,
+    arrived: Instant,
+    last: Option<Instant>,
+    prompt: usize,
+    generated: usize,
+}
+
+/// The engine's state as of its last step, for `/metrics` and `/health`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    running: AtomicUsize,
+    waiting: AtomicUsize,
+    free_pages: AtomicUsize,
+    preemptions: AtomicUsize,
+    cancelled: AtomicUsize,
+}
+
+/// A copy of [`Stats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Requests running (holding cache pages).
+    pub running: usize,
+    /// Requests waiting to be admitted (new or preempted).
+    pub waiting: usize,
+    /// Free cache pages.
+    pub free_pages: usize,
+    /// Preemptions since the start.
+    pub preemptions: usize,
+    /// Requests cancelled before their end (their client went away, or their text reached a
+    /// stop string) since the start.
+    pub cancelled: usize,
+}
+
+/// A handle on the engine thread (cheap to clone). The thread ends when every handle is gone
+/// and its requests have ended.
+#[derive(Clone)]
+pub struct Engine {
+    commands: mpsc::Sender<Command>,
+    stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
+    config: ServeConfig,
+    vocab: usize,
+}
+
+impl Engine {
+    /// Starts the engine thread, which builds its server with `make` (the model is loaded on
+    /// the thread that runs it) and reports to `metrics`. Returns once the server is built, or
+    /// `make`'s error.
+    pub fn spawn<B, M, F>(make: F, metrics: Arc<Metrics>) -> Result<(Self, JoinHandle<()>), String>
+    where
+        B: FusedOps,
+        M: StepModel<B>,
+        F: FnOnce() -> Result<Server<B, M>, String> + Send + 'static,
+    {
+        let (commands, inbox) = mpsc::channel();
+        let (ready, built) = mpsc::channel();
+        let stats = Arc::new(Stats::default());
+        let shared = stats.clone();
+        let reported = metrics.clone();
+        let thread = std::thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || {
+                let server = match make() {
+                    Ok(server) => server,
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready.send(Ok((*server.config(), server.vocab())));
+                run(server, &inbox, &shared, &reported);
+            })
+            .map_err(|e| format!("cannot start the engine thread: {e}"))?;
+        let (config, vocab) = built
+            .recv()
+            .map_err(|_| "the engine thread panicked while building its server".to_string())??;
+        let engine = Self {
+            commands,
+            stats,
+            metrics,
+            config,
+            vocab,
+        };
+        engine
+            .stats
+            .free_pages
+            .store(config.pages, Ordering::Relaxed);
+        Ok((engine, thread))
+    }
+
+    /// Queues `request`: its id and the channel of its tokens and end, or why it is refused
+    /// ([`ServeError::Overloaded`] when the waiting queue is full).
+    pub async fn submit(
+        &self,
+        request: Request,
+    ) -> Result<(RequestId, tokio_mpsc::UnboundedReceiver<Event>), ServeError> {
+        let (events, receiver) = tokio_mpsc::unbounded_channel();
+        let (reply, replied) = oneshot::channel();
+        self.send(Command::Submit {
+            request,
+            arrived: Instant::now(),
+            events,
+            reply,
+        });
+        let id = replied.await.expect("the engine thread runs")?;
+        Ok((id, receiver))
+    }
+
+    /// Cancels request `id` before its next step: it leaves the server and its pages return.
+    pub fn cancel(&self, id: RequestId) {
+        self.send(Command::Cancel { id, stopped: false });
+    }
+
+    /// Ends request `id` because its text reached a stop string (a cancellation counted as a
+    /// stop, not an abort).
+    pub fn stop(&self, id: RequestId) {
+        self.send(Command::Cancel { id, stopped: true });
+    }
+
+    /// The metrics it reports to.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// For tests of the recovery: the next step faults on the device ([`Server::inject_fault`]).
+    pub fn inject_fault(&self) {
+        self.send(Command::InjectFault);
+    }
+
+    fn send(&self, command: Command) {
+        // The thread only stops when every handle is gone; a panic in a step would be a bug,
+        // reported by the thread.
+        self.commands
+            .send(command)
+            .expect("the engine thread has stopped (a step panicked)");
+    }
+
+    /// The engine's state as of its last step.
+    pub fn stats(&self) -> StatsSnapshot {
+        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        StatsSnapshot {
+            running: load(&self.stats.running),
+            waiting: load(&self.stats.waiting),
+            free_pages: load(&self.stats.free_pages),
+            preemptions: load(&self.stats.preemptions),
+            cancelled: load(&self.stats.cancelled),
+        }
+    }
+
+    /// The server's settings.
+    pub fn config(&self) -> &ServeConfig {
+        &self.config
+    }
+
+    /// The model's vocabulary.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+}
+
+/// The loop: waits for a command when idle, else takes those that came and runs a step.
+fn run<B: FusedOps, M: StepModel<B>>(
+    mut server: Server<B, M>,
+    inbox: &mpsc::Receiver<Command>,
+    stats: &Stats,
+    metrics: &Metrics,
+) {
+    let mut followed: HashMap<RequestId, Followed> = HashMap::new();
+    loop {
+        let command = if server.is_idle() {
+            // Every handle gone and nothing left to do: the thread ends.
+            let Ok(command) = inbox.recv() else {
+                return;
+            };
+            Some(command)
+        } else {
+            // Handles gone with requests left: they run to their end, nobody listens.
+            inbox.try_recv().ok()
+        };
+        if let Some(command) = command {
+            match command {
+                Command::Submit {
+                    request,
+                    arrived,
+                    events,
+                    reply,
+                } => {
+                    let prompt = request.prompt.len();
+                    let submitted = server.submit(request);
+                    if let Ok(id) = submitted {
+                        let f = Followed {
+                            events,
+                            arrived,
+                            last: None,
+                            prompt,
+                            generated: 0,
+                        };
+                        followed.insert(id, f);
+                    }
+                    // A handler gone before the reply cancels what it submitted.
+                    if let Err(Ok(id)) = reply.send(submitted) {
+                        cancel(&mut server, &mut followed, id, false, stats, metrics);
+                    }
+                }
+                Command::Cancel { id, stopped } => {
+                    cancel(&mut server, &mut followed, id, stopped, stats, metrics)
+                }
+                Command::InjectFault => server.inject_fault(),
+            }
+            publish(&server, stats, metrics);
+            continue;
+        }
+        let report = server.step();
+        let now = Instant::now();
+        metrics.on_preemptions(report.preempted);
+        for (id, token) in report.sampled {
+            let Some(f) = followed.get_mut(&id) else {
+                continue;
+            };
+            match f.last {
+                None => metrics.on_first_token(now - f.arrived),
+                Some(last) => metrics.on_token(now - last),
+            }
+            f.last = Some(now);
+            f.generated += 1;
+            // Its receiver was dropped (the client went away): it stops here.
+            let gone = f.events.send(Event::Token(token)).is_err();
+            if gone && !report.finished.iter().any(|(done, _)| *done == id) {
+                cancel(&mut server, &mut followed, id, false, stats, metrics);
+            }
+        }
+        for (id, result) in report.finished {
+            if let Some(f) = followed.remove(&id) {
+                let reason = match &result {
+                    Ok(g) if g.finish == FinishReason::Stop => metrics::FinishReason::Stop,
+                    Ok(_) => metrics::FinishReason::Length,
+                    Err(_) => metrics::FinishReason::Abort,
+                };
+                metrics.on_finish(reason, f.prompt, f.generated);
+                let _ = f.events.send(Event::End(result.map(|g| g.finish)));
+            }
+        }
+        publish(&server, stats, metrics);
+    }
+}
+
+/// Cancels `id` if it is still pending (it may have ended meanwhile).
+fn cancel<B: FusedOps, M: StepModel<B>>(
+    server: &mut Server<B, M>,
+    followed: &mut HashMap<RequestId, Followed>,
+    id: RequestId,
+    stopped: bool,
+    stats: &Stats,
+    metrics: &Metrics,
+) {
+    let f = followed.remove(&id);
+    if server.cancel(id).is_some() {
+        stats.cancelled.fetch_add(1, Ordering::Relaxed);
+        if let Some(f) = f {
+            let reason = if stopped {
+                metrics::FinishReason::Stop
+            } else {
+                metrics::FinishReason::Abort
+            };
+            metrics.on_finish(reason, f.prompt, f.generated);
+        }
+    }
+}
+
+fn publish<B: FusedOps, M: StepModel<B>>(server: &Server<B, M>, stats: &Stats, metrics: &Metrics) {
+    let waiting = server.waiting();
+    let running = server.pending() - waiting;
+    let free = server.pool().free_pages();
+    let pages = server.config().pages;
+    stats.waiting.store(waiting, Ordering::Relaxed);
+    stats.running.store(running, Ordering::Relaxed);
+    stats.free_pages.store(free, Ordering::Relaxed);
+    stats
+        .preemptions
+        .store(server.preemptions(), Ordering::Relaxed);
+    metrics.on_step(running, waiting, (pages - free) as f64 / pages as f64);
+}

@@ -1,0 +1,571 @@
+//! The routes (axum), the generation of one request as the HTTP side sees it, server-sent
+//! events in OpenAI's chunk format, and the serving loop with its drain on shutdown.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+
+use super::api::{self, ApiError, ChatRequest, Checked, CompletionRequest, Prompt};
+use super::chat::ChatTemplate;
+use super::engine::{Engine, Event};
+use super::metrics;
+use super::text::{Detokenizer, Tokenizer};
+use crate::moe::scheduler::RequestId;
+use crate::moe::serve::{Request, Sampling};
+
+/// What the server serves: the model's name, its tokenizer and chat template.
+#[derive(Clone)]
+pub struct ModelSpec {
+    /// The name clients give as `model`.
+    pub name: String,
+    /// Its tokenizer.
+    pub tokenizer: Tokenizer,
+    /// Its chat template (without one, `/v1/chat/completions` is a 400).
+    pub chat: Option<Arc<ChatTemplate>>,
+}
+
+/// Tokens a completion generates when `max_tokens` is not given (OpenAI's default).
+const DEFAULT_MAX_TOKENS: usize = 16;
+
+/// The server's state, shared by its handlers.
+pub struct App {
+    engine: Engine,
+    model: ModelSpec,
+    created: u64,
+    draining: AtomicBool,
+    in_flight: AtomicUsize,
+    next_id: AtomicU64,
+}
+
+impl App {
+    /// Serves `model` through `engine`.
+    pub fn new(engine: Engine, model: ModelSpec) -> Arc<Self> {
+        Arc::new(Self {
+            engine,
+            model,
+            created: unix_now(),
+            draining: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            next_id: AtomicU64::new(0),
+        })
+    }
+
+    /// The routes.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/v1/models", get(models))
+            .route("/v1/completions", post(completions))
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/health", get(health))
+            .route("/metrics", get(prometheus))
+            .with_state(self.clone())
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Generation requests not yet answered in full.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// From now on new requests get 503.
+    pub fn stop_admitting(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    fn admit(self: &Arc<Self>) -> Result<InFlight, ApiError> {
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(ApiError::shutting_down());
+        }
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        Ok(InFlight(self.clone()))
+    }
+
+    /// Submits `prompt` with the checked fields; `max_tokens` when not given is `default`
+    /// (`None`: up to the longest sequence).
+    async fn start(
+        &self,
+        prompt: Vec<u32>,
+        checked: &Checked,
+        default: Option<usize>,
+    ) -> Result<Live, ApiError> {
+        let max_seq = self.engine.config().max_seq;
+        if prompt.is_empty() {
+            return Err(ApiError::invalid("prompt", "the prompt is empty"));
+        }
+        let room = max_seq.saturating_sub(prompt.len());
+        let new_tokens = checked.max_tokens.or(default).unwrap_or(room);
+        if new_tokens == 0 || prompt.len().saturating_add(new_tokens) > max_seq {
+            return Err(api::too_long(prompt.len(), new_tokens.max(1), max_seq));
+        }
+        let sampling = if checked.temperature == 0.0 {
+            Sampling::Greedy
+        } else {
+            Sampling::Random {
+                temperature: checked.temperature,
+                top_k: checked.top_k.unwrap_or(self.engine.vocab()),
+                top_p: checked.top_p,
+                seed: checked.seed.unwrap_or_else(|| self.fresh_seed()),
+            }
+        };
+        let mut stop = self.model.tokenizer.eos_ids().to_vec();
+        stop.extend(&checked.stop_token_ids);
+        let prompt_tokens = prompt.len();
+        let request = Request {
+            prompt,
+            new_tokens,
+            sampling,
+            stop,
+        };
+        let (id, events) = self
+            .engine
+            .submit(request)
+            .await
+            .map_err(ApiError::engine)?;
+        Ok(Live {
+            engine: self.engine.clone(),
+            id,
+            events,
+            text: Detokenizer::new(checked.stop.clone()),
+            prompt_tokens,
+            done: false,
+        })
+    }
+
+    fn fresh_seed(&self) -> u64 {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        nanos ^ self.next_id.fetch_add(1, Ordering::Relaxed) << 32
+    }
+
+    fn response_id(&self, prefix: &str) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}-{:x}{n:08x}", self.created)
+    }
+}
+
+/// A generation request being answered: counted until its response (or stream) ends.
+struct InFlight(Arc<App>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(json!({ "error": self.body }))).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, secs.into());
+        }
+        response
+    }
+}
+
+/// What the HTTP side takes from a request's events.
+enum Output {
+    /// Text now final.
+    Text(String),
+    /// The last text and OpenAI's finish reason.
+    Done(String, &'static str),
+    /// It failed.
+    Failed(ApiError),
+}
+
+/// A submitted request: cancelled in the engine if dropped before its end (the client went
+/// away).
+struct Live {
+    engine: Engine,
+    id: RequestId,
+    events: mpsc::UnboundedReceiver<Event>,
+    text: Detokenizer,
+    prompt_tokens: usize,
+    done: bool,
+}
+
+impl Live {
+    async fn next(&mut self, tokenizer: &Tokenizer) -> Output {
+        loop {
+            let event = self.events.recv().await;
+            match event {
+                Some(Event::Token(token)) => {
+                    let delta = self.text.push(tokenizer, token);
+                    if delta.stopped {
+                        // The engine may have more tokens of it queued: it stops now.
+                        self.engine.stop(self.id);
+                        self.done = true;
+                        return Output::Done(delta.text, "stop");
+                    }
+                    if !delta.text.is_empty() {
+                        return Output::Text(delta.text);
+                    }
+                }
+                Some(Event::End(Ok(finish))) => {
+                    self.done = true;
+                    return Output::Done(self.text.finish(tokenizer), api::finish_reason(finish));
+                }
+                Some(Event::End(Err(e))) => {
+                    self.done = true;
+                    return Output::Failed(ApiError::engine(e));
+                }
+                None => {
+                    self.done = true;
+                    return Output::Failed(ApiError::internal(
+                        "the engine ended the request without a result",
+                    ));
+                }
+            }
+        }
+    }
+
+    fn usage(&self) -> api::Usage {
+        api::Usage::new(self.prompt_tokens, self.text.tokens())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if !self.done {
+            self.engine.cancel(self.id);
+        }
+    }
+}
+
+async fn models(State(app): State<Arc<App>>) -> Json<Value> {
+    let card = api::ModelCard {
+        id: app.model.name.clone(),
+        object: "model".into(),
+        created: app.created,
+        owned_by: "burn-ascend".into(),
+        max_model_len: app.engine.config().max_seq,
+    };
+    Json(json!({ "object": "list", "data": [card] }))
+}
+
+async fn prometheus(State(app): State<Arc<App>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        app.engine.metrics().render(),
+    )
+        .into_response()
+}
+
+async fn health(State(app): State<Arc<App>>) -> Response {
+    if app.draining.load(Ordering::SeqCst) {
+        ApiError::shutting_down().into_response()
+    } else {
+        StatusCode::OK.into_response()
+    }
+}
+
+/// Which endpoint a generation answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Completion,
+    Chat,
+}
+
+async fn completions(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    let run = async {
+        let flight = app.admit()?;
+        let (request, common): (CompletionRequest, _) = api::parse(&body)?;
+        let checked = common.check(&app.model.name)?;
+        request.check_unsupported()?;
+        let prompt = match request.prompt {
+            Prompt::Text(text) => app
+                .model
+                .tokenizer
+                .encode(&text)
+                .map_err(|e| ApiError::invalid("prompt", e))?,
+            Prompt::Tokens(ids) => ids,
+            Prompt::Texts(v) if v.len() == 1 => app
+                .model
+                .tokenizer
+                .encode(&v[0])
+                .map_err(|e| ApiError::invalid("prompt", e))?,
+            Prompt::Batches(v) if v.len() == 1 => v.into_iter().next().expect("one"),
+            Prompt::Texts(_) | Prompt::Batches(_) => {
+                return Err(ApiError::unsupported(
+                    "prompt",
+                    "a batch of several prompts in one request",
+                ))
+            }
+        };
+        let live = app
+            .start(prompt, &checked, Some(DEFAULT_MAX_TOKENS))
+            .await?;
+        Ok(respond(app.clone(), Kind::Completion, live, checked, flight).await)
+    };
+    run.await.unwrap_or_else(ApiError::into_response)
+}
+
+async fn chat_completions(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    let run = async {
+        let flight = app.admit()?;
+        let (request, common): (ChatRequest, _) = api::parse(&body)?;
+        let mut checked = common.check(&app.model.name)?;
+        request.check_unsupported()?;
+        checked.max_tokens = match request.max_completion_tokens {
+            Some(0) => {
+                return Err(ApiError::invalid(
+                    "max_completion_tokens",
+                    "max_completion_tokens is 0: at least one token is generated",
+                ))
+            }
+            Some(m) => Some(usize::try_from(m).unwrap_or(usize::MAX)),
+            None => checked.max_tokens,
+        };
+        let Some(template) = &app.model.chat else {
+            return Err(ApiError::invalid(
+                "messages",
+                format!(
+                    "model `{}` has no chat template (tokenizer_config.json has no \
+                     chat_template): use /v1/completions",
+                    app.model.name
+                ),
+            ));
+        };
+        let text = template
+            .render(&request.messages, true)
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        // The template writes the special tokens (BOS...) itself.
+        let prompt = app
+            .model
+            .tokenizer
+            .encode_rendered(&text)
+            .map_err(|e| ApiError::invalid("messages", e))?;
+        let live = app.start(prompt, &checked, None).await?;
+        Ok(respond(app.clone(), Kind::Chat, live, checked, flight).await)
+    };
+    run.await.unwrap_or_else(ApiError::into_response)
+}
+
+/// The whole answer, or its stream.
+async fn respond(
+    app: Arc<App>,
+    kind: Kind,
+    mut live: Live,
+    checked: Checked,
+    flight: InFlight,
+) -> Response {
+    let prefix = match kind {
+        Kind::Completion => "cmpl",
+        Kind::Chat => "chatcmpl",
+    };
+    let head = Head {
+        id: app.response_id(prefix),
+        created: unix_now(),
+        model: app.model.name.clone(),
+        kind,
+    };
+    if checked.stream {
+        return stream(app, head, live, checked.include_usage, flight);
+    }
+    let mut text = String::new();
+    let finish = loop {
+        match live.next(&app.model.tokenizer).await {
+            Output::Text(t) => text.push_str(&t),
+            Output::Done(t, finish) => {
+                text.push_str(&t);
+                break finish;
+            }
+            Output::Failed(e) => return e.into_response(),
+        }
+    };
+    let choice = match kind {
+        Kind::Completion => json!({
+            "index": 0, "text": text, "logprobs": null, "finish_reason": finish,
+        }),
+        Kind::Chat => json!({
+            "index": 0,
+            "message": { "role": "assistant", "content": text },
+            "logprobs": null,
+            "finish_reason": finish,
+        }),
+    };
+    let mut body = head.object(false);
+    body["choices"] = json!([choice]);
+    body["usage"] = json!(live.usage());
+    drop(flight);
+    Json(body).into_response()
+}
+
+/// The fields every response and chunk of a request share.
+struct Head {
+    id: String,
+    created: u64,
+    model: String,
+    kind: Kind,
+}
+
+impl Head {
+    fn object(&self, chunk: bool) -> Value {
+        let object = match (self.kind, chunk) {
+            (Kind::Completion, _) => "text_completion",
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+        };
+        json!({ "id": self.id, "object": object, "created": self.created, "model": self.model })
+    }
+
+    /// A chunk of `text`, with the finish reason on the last.
+    fn chunk(&self, text: Option<&str>, finish: Option<&str>, usage: bool) -> SseEvent {
+        let choice = match self.kind {
+            Kind::Completion => json!({
+                "index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish,
+            }),
+            Kind::Chat => json!({
+                "index": 0,
+                "delta": text.map_or(json!({}), |t| json!({ "content": t })),
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+        };
+        let mut chunk = self.object(true);
+        chunk["choices"] = json!([choice]);
+        if usage {
+            chunk["usage"] = Value::Null;
+        }
+        SseEvent::default().data(chunk.to_string())
+    }
+}
+
+/// The answer as server-sent events: OpenAI's chunks, the usage chunk if asked, then
+/// `[DONE]`. An error after the stream began is sent as an `{"error": ...}` event (vLLM's
+/// way). The client going away drops the stream, which cancels the request.
+fn stream(app: Arc<App>, head: Head, live: Live, usage: bool, flight: InFlight) -> Response {
+    let mut queue = VecDeque::new();
+    if head.kind == Kind::Chat {
+        let mut first = head.object(true);
+        first["choices"] = json!([{
+            "index": 0,
+            "delta": { "role": "assistant", "content": "" },
+            "logprobs": null,
+            "finish_reason": null,
+        }]);
+        if usage {
+            first["usage"] = Value::Null;
+        }
+        queue.push_back(SseEvent::default().data(first.to_string()));
+    }
+    let state = Streaming {
+        app,
+        head,
+        live,
+        usage,
+        queue,
+        ended: false,
+        _flight: flight,
+    };
+    let events = futures_util::stream::unfold(state, |mut s| async move {
+        loop {
+            if let Some(event) = s.queue.pop_front() {
+                return Some((Ok::<_, Infallible>(event), s));
+            }
+            if s.ended {
+                return None;
+            }
+            match s.live.next(&s.app.model.tokenizer).await {
+                Output::Text(t) => {
+                    let chunk = s.head.chunk(Some(&t), None, s.usage);
+                    s.queue.push_back(chunk);
+                }
+                Output::Done(t, finish) => {
+                    let text = (!t.is_empty() || s.head.kind == Kind::Completion).then_some(t);
+                    let chunk = s.head.chunk(text.as_deref(), Some(finish), s.usage);
+                    s.queue.push_back(chunk);
+                    if s.usage {
+                        let mut last = s.head.object(true);
+                        last["choices"] = json!([]);
+                        last["usage"] = json!(s.live.usage());
+                        s.queue
+                            .push_back(SseEvent::default().data(last.to_string()));
+                    }
+                    s.queue.push_back(SseEvent::default().data("[DONE]"));
+                    s.ended = true;
+                }
+                Output::Failed(e) => {
+                    let mut error = json!({ "error": e.body });
+                    error["error"]["code"] = json!(e.status.as_u16());
+                    s.queue
+                        .push_back(SseEvent::default().data(error.to_string()));
+                    s.queue.push_back(SseEvent::default().data("[DONE]"));
+                    s.ended = true;
+                }
+            }
+        }
+    });
+    Sse::new(events).into_response()
+}
+
+struct Streaming {
+    app: Arc<App>,
+    head: Head,
+    live: Live,
+    usage: bool,
+    queue: VecDeque<SseEvent>,
+    ended: bool,
+    _flight: InFlight,
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves; then stops admitting (new requests
+/// get 503), lets the requests in flight finish for up to `drain` and returns how many had
+/// not.
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
+) -> std::io::Result<usize> {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let router = app.router();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    shutdown.await;
+    app.stop_admitting();
+    let deadline = tokio::time::Instant::now() + drain;
+    while app.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let unfinished = app.in_flight();
+    let _ = stop.send(());
+    // Connections still streaming past the deadline would hold the graceful shutdown: cut.
+    let abort = server.abort_handle();
+    match tokio::time::timeout(Duration::from_secs(1), server).await {
+        Ok(Ok(served)) => served?,
+        Ok(Err(_)) | Err(_) => abort.abort(),
+    }
+    Ok(unfinished)
+}
