@@ -25,7 +25,7 @@ use burn_ascend_suite::moe::cache::LayerCache;
 use burn_ascend_suite::moe::model::rope;
 use burn_ascend_suite::moe::serve::StepInputs;
 use burn_ascend_suite::moe::step::PagedAttention;
-use burn_ascend_suite::roofline::{Attention, LayerShape};
+use burn_ascend_suite::roofline::{self, Attention, LayerShape};
 use common::{mean, publish, record, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use serde_json::json;
@@ -93,45 +93,14 @@ fn qwen15_moe_a27b() -> serde_json::Value {
 const MODELS: [Model; 2] = [
     Model {
         name: "DeepSeek-V2-Lite",
-        shape: LayerShape {
-            hidden: 2048,
-            attention: Attention::Mla {
-                heads: 16,
-                q_lora_rank: None,
-                kv_lora_rank: 512,
-                qk_nope_head_dim: 128,
-                qk_rope_head_dim: 64,
-                v_head_dim: 128,
-            },
-            experts: 64,
-            moe_intermediate: 1408,
-            top_k: 6,
-            // Two shared experts of 1408.
-            shared_intermediate: 2 * 1408,
-            shared_gate: false,
-            dtype_bytes: 2,
-        },
+        shape: roofline::DEEPSEEK_V2_LITE,
         norm_topk_prob: false,
         rope_theta: 10000.0,
         config: deepseek_v2_lite,
     },
     Model {
         name: "Qwen1.5-MoE-A2.7B",
-        shape: LayerShape {
-            hidden: 2048,
-            attention: Attention::Gqa {
-                q_heads: 16,
-                kv_heads: 16,
-                head_dim: 128,
-                qkv_bias: true,
-            },
-            experts: 60,
-            moe_intermediate: 1408,
-            top_k: 4,
-            shared_intermediate: 5632,
-            shared_gate: true,
-            dtype_bytes: 2,
-        },
+        shape: roofline::QWEN15_MOE_A27B,
         norm_topk_prob: false,
         rope_theta: 1_000_000.0,
         config: qwen15_moe_a27b,

@@ -135,21 +135,7 @@ fn run(args: Args) -> Result<(), String> {
                 .unwrap_or_else(|| dir.display().to_string());
             let metrics = Arc::new(Metrics::new(name.clone()));
             let checkpoint = burn_ascend_suite::hf::Checkpoint::open(dir).map_err(|e| fail(&e))?;
-            let trained = checkpoint
-                .config()
-                .get("max_position_embeddings")
-                .and_then(|m| m.as_u64())
-                .map(|m| m as usize);
-            let max_seq = match (args.max_seq, trained) {
-                (Some(m), Some(t)) if m > t => {
-                    return Err(format!(
-                        "--max-seq {m} exceeds the {t} positions of {} (max_position_embeddings)",
-                        dir.display()
-                    ))
-                }
-                (Some(m), _) => m,
-                (None, t) => t.map_or(DEFAULT_MAX_SEQ, |t| t.min(DEFAULT_MAX_SEQ)),
-            };
+            let max_seq = families::serving_max_seq(&checkpoint, args.max_seq, DEFAULT_MAX_SEQ)?;
             let cfg = serve_config(max_seq)?;
             let shown = dir.display().to_string();
             let (engine, _) = Engine::spawn(

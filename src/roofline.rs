@@ -184,45 +184,47 @@ impl LayerShape {
     }
 }
 
+/// DeepSeek-V2-Lite's decoder layer (its config.json), bf16: MLA without a query LoRA, 64
+/// routed experts of 1408 (top-6) and 2 shared ones.
+pub const DEEPSEEK_V2_LITE: LayerShape = LayerShape {
+    hidden: 2048,
+    attention: Attention::Mla {
+        heads: 16,
+        q_lora_rank: None,
+        kv_lora_rank: 512,
+        qk_nope_head_dim: 128,
+        qk_rope_head_dim: 64,
+        v_head_dim: 128,
+    },
+    experts: 64,
+    moe_intermediate: 1408,
+    top_k: 6,
+    shared_intermediate: 2 * 1408,
+    shared_gate: false,
+    dtype_bytes: 2,
+};
+
+/// Qwen1.5-MoE-A2.7B's decoder layer (its config.json), bf16: GQA with q/k/v biases, 60
+/// experts of 1408 (top-4), a shared expert of 5632 behind a sigmoid gate.
+pub const QWEN15_MOE_A27B: LayerShape = LayerShape {
+    hidden: 2048,
+    attention: Attention::Gqa {
+        q_heads: 16,
+        kv_heads: 16,
+        head_dim: 128,
+        qkv_bias: true,
+    },
+    experts: 60,
+    moe_intermediate: 1408,
+    top_k: 4,
+    shared_intermediate: 5632,
+    shared_gate: true,
+    dtype_bytes: 2,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// DeepSeek-V2-Lite's shapes (its config.json), bf16.
-    const DEEPSEEK_V2_LITE: LayerShape = LayerShape {
-        hidden: 2048,
-        attention: Attention::Mla {
-            heads: 16,
-            q_lora_rank: None,
-            kv_lora_rank: 512,
-            qk_nope_head_dim: 128,
-            qk_rope_head_dim: 64,
-            v_head_dim: 128,
-        },
-        experts: 64,
-        moe_intermediate: 1408,
-        top_k: 6,
-        shared_intermediate: 2 * 1408,
-        shared_gate: false,
-        dtype_bytes: 2,
-    };
-
-    /// Qwen1.5-MoE-A2.7B's shapes (its config.json), bf16.
-    const QWEN15_MOE: LayerShape = LayerShape {
-        hidden: 2048,
-        attention: Attention::Gqa {
-            q_heads: 16,
-            kv_heads: 16,
-            head_dim: 128,
-            qkv_bias: true,
-        },
-        experts: 60,
-        moe_intermediate: 1408,
-        top_k: 4,
-        shared_intermediate: 5632,
-        shared_gate: true,
-        dtype_bytes: 2,
-    };
 
     // The expected figures are the checkpoints' tensors counted one by one from their
     // safetensors index (shapes as [out, in]), not from the formulas above.
@@ -247,7 +249,7 @@ mod tests {
         // q/k/v_proj [2048, 2048] + biases [2048], o_proj [2048, 2048], two norms [2048]:
         // 16 787 456; gate [60, 2048]: 122 880; shared_expert [5632 x 2048] x 3 and
         // shared_expert_gate [1, 2048]: 34 605 056; 25 experts: 216 268 800.
-        let c = QWEN15_MOE.decode_step(8, 1024, 25);
+        let c = QWEN15_MOE_A27B.decode_step(8, 1024, 25);
         assert_eq!(c.weight_bytes, 2 * 267_784_192);
         // Per token a key and a value row of 16 x 128.
         assert_eq!(c.kv_bytes, 8 * 1024 * 8192);
@@ -274,8 +276,8 @@ mod tests {
 
     #[test]
     fn touched_experts_are_capped_and_the_roofline_is_the_larger_term() {
-        let c = QWEN15_MOE.decode_step(32, 1024, 1000);
-        assert_eq!(c, QWEN15_MOE.decode_step(32, 1024, 60));
+        let c = QWEN15_MOE_A27B.decode_step(32, 1024, 1000);
+        assert_eq!(c, QWEN15_MOE_A27B.decode_step(32, 1024, 60));
         let (mem, flops) = (c.bytes() as f64, c.flops as f64);
         assert_eq!(c.roofline_secs(mem, 1e30), 1.0);
         assert_eq!(c.roofline_secs(1e30, flops), 1.0);

@@ -367,6 +367,26 @@ fn refuse_present(op: &str, name: &str, p: *const aclTensor, why: &str) -> Resul
     }
 }
 
+/// The inputs both operators take and the emulation does not implement: dropout's mask, the
+/// reserved padding mask, and the prefix of sparse modes 5/6.
+fn refuse_unemulated(
+    op: &str,
+    drop_mask: *const aclTensor,
+    padding_mask: *const aclTensor,
+    prefix: *const aclIntArray,
+) -> Result<(), Fault> {
+    refuse_present(op, "dropMaskOptional", drop_mask, "dropout is not emulated")?;
+    refuse_present(op, "paddingMaskOptional", padding_mask, "it is reserved")?;
+    if prefix.is_null() {
+        Ok(())
+    } else {
+        Err(invalid(
+            op,
+            "prefixOptional is not NULL: it serves sparseMode 5/6, which are not emulated",
+        ))
+    }
+}
+
 /// A reserved or unused output: NULL or empty.
 unsafe fn empty_or_null(op: &str, name: &str, p: *const aclTensor) -> Result<(), Fault> {
     if p.is_null() {
@@ -705,24 +725,12 @@ pub unsafe extern "C" fn aclnnFlashAttentionScoreGetWorkspaceSize(
             real_shift_optional,
             "pse is not emulated",
         )?;
-        refuse_present(
+        refuse_unemulated(
             OP,
-            "dropMaskOptional",
             drop_mask_optional,
-            "dropout is not emulated",
-        )?;
-        refuse_present(
-            OP,
-            "paddingMaskOptional",
             padding_mask_optional,
-            "it is reserved",
+            prefix_optional,
         )?;
-        if !prefix_optional.is_null() {
-            return Err(invalid(
-                OP,
-                "prefixOptional is not NULL: it serves sparseMode 5/6, which are not emulated",
-            ));
-        }
         let mask = (!atten_mask_optional.is_null())
             .then(|| tensor_arg(OP, "attenMaskOptional", atten_mask_optional))
             .transpose()?;
@@ -926,24 +934,12 @@ pub unsafe extern "C" fn aclnnFlashAttentionScoreGradGetWorkspaceSize(
             pse_shift_optional,
             "pse is not emulated",
         )?;
-        refuse_present(
+        refuse_unemulated(
             OP,
-            "dropMaskOptional",
             drop_mask_optional,
-            "dropout is not emulated",
-        )?;
-        refuse_present(
-            OP,
-            "paddingMaskOptional",
             padding_mask_optional,
-            "it is reserved",
+            prefix_optional,
         )?;
-        if !prefix_optional.is_null() {
-            return Err(invalid(
-                OP,
-                "prefixOptional is not NULL: it serves sparseMode 5/6, which are not emulated",
-            ));
-        }
         empty_or_null(OP, "softmaxInOptional", softmax_in_optional)?;
         if softmax_max_optional.is_null()
             || softmax_sum_optional.is_null()

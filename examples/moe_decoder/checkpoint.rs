@@ -69,22 +69,7 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
     if train.is_some() {
         check_writable(&save.join("config.json"))?;
     }
-    // Positions past the ones the model was trained for are refused, not extrapolated.
-    let trained = checkpoint
-        .config()
-        .get("max_position_embeddings")
-        .and_then(|m| m.as_u64())
-        .map(|m| m as usize);
-    let max_seq = match (args.max_seq, trained) {
-        (Some(m), Some(t)) if m > t => {
-            return Err(format!(
-                "--max-seq {m} exceeds the {t} positions of {} (max_position_embeddings)",
-                dir.display()
-            ))
-        }
-        (Some(m), _) => m,
-        (None, t) => t.map_or(DEFAULT_MAX_SEQ, |t| t.min(DEFAULT_MAX_SEQ)),
-    };
+    let max_seq = families::serving_max_seq(&checkpoint, args.max_seq, DEFAULT_MAX_SEQ)?;
     let serve = ServeConfig {
         pages: args.pages,
         page_size: args.page_size,

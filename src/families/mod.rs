@@ -345,6 +345,30 @@ impl<B: FusedOps> StepModel<B> for Decoder<B> {
     }
 }
 
+/// The longest sequence to serve `checkpoint` with: `requested`, which may not exceed the
+/// positions it was trained for (`max_position_embeddings`: positions past them are refused,
+/// not extrapolated), else those positions capped at `default` (the server's captured decode
+/// buffers and a step's key list grow with it).
+pub fn serving_max_seq(
+    checkpoint: &Checkpoint,
+    requested: Option<usize>,
+    default: usize,
+) -> Result<usize, String> {
+    let trained = checkpoint
+        .config()
+        .get("max_position_embeddings")
+        .and_then(|m| m.as_u64())
+        .map(|m| m as usize);
+    match (requested, trained) {
+        (Some(m), Some(t)) if m > t => Err(format!(
+            "--max-seq {m} exceeds the {t} positions of {} (max_position_embeddings)",
+            checkpoint.dir().display()
+        )),
+        (Some(m), _) => Ok(m),
+        (None, t) => Ok(t.map_or(default, |t| t.min(default))),
+    }
+}
+
 /// The decoder a config.json describes, by its `model_type`.
 pub fn spec_of(config: &serde_json::Value) -> Result<DecoderSpec, LoadError> {
     let model_type = config
