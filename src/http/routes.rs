@@ -223,7 +223,7 @@ impl Live {
                 }
                 Some(Event::End(Ok(finish))) => {
                     self.done = true;
-                    return Output::Done(self.text.finish(tokenizer), api::finish_reason(finish));
+                    return Output::Done(self.text.finish(), api::finish_reason(finish));
                 }
                 Some(Event::End(Err(e))) => {
                     self.done = true;

@@ -54,14 +54,28 @@ impl Tokenizer {
 
 /// A request's text so far: takes its tokens one by one and gives the text that is final.
 ///
-/// Text is decoded from all the tokens each time (a token's text can depend on its
-/// neighbours'), and held back while it ends in an incomplete UTF-8 sequence or might be the
-/// start of a stop string (as vLLM holds back the longest stop string's length less one).
+/// Each token decodes only a window of the latest tokens, as vLLM's `detokenize_incrementally`
+/// does (decoding all of them at each token is quadratic in the length): the tokens from
+/// `prefix` to `read` are context (a token's text can depend on its neighbours'), those after
+/// `read` are new. Their text is committed once it does not end in an incomplete UTF-8 sequence
+/// (U+FFFD). The text given out is the committed text followed by the pending one, held back
+/// while it ends in an incomplete sequence or might be the start of a stop string (as vLLM holds
+/// back the longest stop string's length less one). For a byte-level decoder this is the text of
+/// all the tokens at each token.
 #[derive(Debug)]
 pub struct Detokenizer {
     ids: Vec<u32>,
     stops: Vec<String>,
-    /// Bytes of the text already given out.
+    /// The text of `ids[..read]`, final.
+    text: String,
+    /// The text of `ids[read..]` decoded after `ids[prefix..read]`: not final (it ends in an
+    /// incomplete sequence), or empty.
+    pending: String,
+    /// Where the window decoded at each token starts (vLLM's prefix offset).
+    prefix: usize,
+    /// The tokens whose text is in `text` (vLLM's read offset).
+    read: usize,
+    /// Bytes of `text` + `pending` already given out.
     sent: usize,
 }
 
@@ -80,6 +94,10 @@ impl Detokenizer {
         Self {
             ids: Vec::new(),
             stops,
+            text: String::new(),
+            pending: String::new(),
+            prefix: 0,
+            read: 0,
             sent: 0,
         }
     }
@@ -92,14 +110,19 @@ impl Detokenizer {
     /// Takes one generated token.
     pub fn push(&mut self, tokenizer: &Tokenizer, token: u32) -> Delta {
         self.ids.push(token);
-        let text = tokenizer.decode(&self.ids);
-        let earliest = self
-            .stops
-            .iter()
-            .filter_map(|s| text.find(s.as_str()))
-            .min();
-        if let Some(end) = earliest {
-            return self.take(&text, end, true);
+        let committed = self.text.len();
+        let context = tokenizer.decode(&self.ids[self.prefix..self.read]);
+        let window = tokenizer.decode(&self.ids[self.prefix..]);
+        // A window no longer than its context (special tokens skipped) adds nothing yet.
+        self.pending = match window.get(context.len()..) {
+            Some(new) if window.len() > context.len() => new.to_string(),
+            _ => String::new(),
+        };
+        if !self.pending.is_empty() && !self.pending.ends_with('\u{FFFD}') {
+            self.text.push_str(&self.pending);
+            self.pending.clear();
+            self.prefix = self.read;
+            self.read = self.ids.len();
         }
         let hold = self
             .stops
@@ -107,26 +130,48 @@ impl Detokenizer {
             .map(|s| s.len().saturating_sub(1))
             .max()
             .unwrap_or(0);
-        let mut end = text.len().saturating_sub(hold);
-        while !text.is_char_boundary(end) {
+        // A stop string ending before `committed` would have ended the request at an earlier
+        // token: only the text from `hold` bytes before it can hold the first one.
+        let (base, tail) = self.tail(committed.saturating_sub(hold));
+        let earliest = self
+            .stops
+            .iter()
+            .filter_map(|s| tail.find(s.as_str()))
+            .min();
+        if let Some(end) = earliest {
+            return self.take(&tail, base, base + end, true);
+        }
+        let mut end = (base + tail.len()).saturating_sub(hold).max(base) - base;
+        while !tail.is_char_boundary(end) {
             end -= 1;
         }
-        if text[..end].ends_with('\u{FFFD}') {
+        if tail[..end].ends_with('\u{FFFD}') {
             end -= '\u{FFFD}'.len_utf8();
         }
-        self.take(&text, end, false)
+        self.take(&tail, base, base + end, false)
     }
 
     /// The rest of the text when the generation ended (held-back text included).
-    pub fn finish(&mut self, tokenizer: &Tokenizer) -> String {
-        let text = tokenizer.decode(&self.ids);
-        self.take(&text, text.len(), false).text
+    pub fn finish(&mut self) -> String {
+        let (base, tail) = self.tail(self.sent);
+        self.take(&tail, base, base + tail.len(), false).text
     }
 
-    fn take(&mut self, text: &str, end: usize, stopped: bool) -> Delta {
+    /// The text from the last character boundary at or before `from` (and before the text not
+    /// given out yet) to the end, with the byte offset it starts at.
+    fn tail(&self, from: usize) -> (usize, String) {
+        let mut base = from.min(self.sent).min(self.text.len());
+        while !self.text.is_char_boundary(base) {
+            base -= 1;
+        }
+        (base, [&self.text[base..], self.pending.as_str()].concat())
+    }
+
+    /// Gives out `tail` (which starts at byte `base` of the text) up to byte `end` of the text.
+    fn take(&mut self, tail: &str, base: usize, end: usize, stopped: bool) -> Delta {
         // A decoder whose text of more tokens does not extend the text already sent (none of
         // the byte-level ones) gets nothing more until it does.
-        let text = match text.get(self.sent..end) {
+        let text = match tail.get(self.sent - base..end.max(base) - base) {
             Some(t) if end >= self.sent => t.to_string(),
             _ => String::new(),
         };
@@ -149,7 +194,7 @@ mod tests {
                 return (deltas, true, String::new());
             }
         }
-        let rest = d.finish(&Tokenizer::Bytes);
+        let rest = d.finish();
         (deltas, false, rest)
     }
 
@@ -175,5 +220,90 @@ mod tests {
         let (deltas, _, rest) = run(&[], "aé");
         assert_eq!(deltas, ["a", "", "é"]);
         assert_eq!(rest, "");
+    }
+
+    /// The fixture's byte-level BPE (300 tokens: most characters beyond ASCII span tokens).
+    fn fixture_tokenizer() -> Tokenizer {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf/qwen3_moe");
+        Tokenizer::Checkpoint(Box::new(TextTokenizer::from_dir(dir).unwrap()))
+    }
+
+    /// Pushes `ids` one by one and checks, at each token, that the text given out is the text
+    /// of all the tokens so far decoded at once, less an incomplete character at its end, and
+    /// that each token decoded at most `max_window` tokens.
+    fn check_against_whole_decoding(tokenizer: &Tokenizer, ids: &[u32], max_window: usize) {
+        let mut d = Detokenizer::new(Vec::new());
+        let mut out = String::new();
+        for (k, &id) in ids.iter().enumerate() {
+            assert!(d.ids.len() - d.prefix < max_window, "window at token {k}");
+            let delta = d.push(tokenizer, id);
+            assert!(!delta.stopped);
+            out.push_str(&delta.text);
+            let whole = tokenizer.decode(&ids[..=k]);
+            let expected = whole.strip_suffix('\u{FFFD}').unwrap_or(&whole);
+            assert_eq!(out, expected, "after token {k}");
+        }
+        out.push_str(&d.finish());
+        assert_eq!(out, tokenizer.decode(ids));
+    }
+
+    fn long_text() -> String {
+        "Grüße aus Köln, 東京と北京 — naïve café 🦀🚀, ½ ∑ ∞; plain ASCII too. ".repeat(12)
+    }
+
+    #[test]
+    fn the_window_gives_the_text_of_all_the_tokens_for_byte_level_bpe() {
+        let tokenizer = fixture_tokenizer();
+        let ids = tokenizer.encode(&long_text()).unwrap();
+        // The check means something: characters are split across tokens.
+        let split = (1..ids.len())
+            .filter(|&k| tokenizer.decode(&ids[..k]).ends_with('\u{FFFD}'))
+            .count();
+        assert!(split > 100, "{split} tokens end inside a character");
+        check_against_whole_decoding(&tokenizer, &ids, 8);
+    }
+
+    #[test]
+    fn the_window_gives_the_text_of_all_the_tokens_for_any_bytes() {
+        // Seeded noise bytes (as the untrained built-in model answers: invalid and incomplete
+        // sequences), and the long text's bytes.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut ids: Vec<u32> = (0..4000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 56) as u32
+            })
+            .collect();
+        ids.extend(long_text().bytes().map(u32::from));
+        // A run of bytes whose text ends in U+FFFD (an invalid or incomplete sequence) widens
+        // the window until a character completes (vLLM's rule): runs of noise are short.
+        check_against_whole_decoding(&Tokenizer::Bytes, &ids, 24);
+    }
+
+    #[test]
+    fn a_stop_string_split_across_tokens_ends_the_text_at_its_first_occurrence() {
+        let tokenizer = fixture_tokenizer();
+        // Only at the end of the long text.
+        let stop = "京🦀";
+        let text = long_text() + "Ende: 北京🦀 und mehr";
+        let ids = tokenizer.encode(&text).unwrap();
+        // The reference: the first token whose whole decoding holds the stop string.
+        let (at, whole) = (1..=ids.len())
+            .map(|k| (k, tokenizer.decode(&ids[..k])))
+            .find(|(_, t)| t.contains(stop))
+            .unwrap();
+        let mut d = Detokenizer::new(vec![stop.to_string(), "never".to_string()]);
+        let mut out = String::new();
+        for (k, &id) in ids.iter().enumerate() {
+            let delta = d.push(&tokenizer, id);
+            out.push_str(&delta.text);
+            assert_eq!(delta.stopped, k + 1 == at, "token {k}");
+            if delta.stopped {
+                break;
+            }
+        }
+        assert_eq!(out, whole[..whole.find(stop).unwrap()]);
     }
 }

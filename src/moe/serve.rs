@@ -1018,6 +1018,8 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         let mut index = HashMap::new();
         // Wall and modelled times at which each request received each token.
         let (mut wall_times, mut modelled_times) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+        // Wall time at which each request was submitted.
+        let mut submitted = vec![0.0; n];
         let preempted_before = self.preemptions();
         let (mut step, mut next, mut steps) = (0usize, 0usize, 0usize);
         let (mut decode_tokens, mut decode_secs) = (0usize, 0f64);
@@ -1029,6 +1031,7 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
                 step = step.max(arrivals[next].step);
             }
             while next < n && arrivals[next].step <= step {
+                submitted[next] = start.elapsed().as_secs_f64();
                 match self.submit(arrivals[next].request.clone()) {
                     Ok(id) => {
                         index.insert(id, next);
@@ -1083,6 +1086,15 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             wall_secs,
             modelled_secs: modelled_total,
             tpot_wall: per_token(&wall_times),
+            ttft_wall: percentiles(
+                wall_times
+                    .iter()
+                    .zip(&submitted)
+                    .zip(&results)
+                    .filter(|((t, _), r)| r.is_ok() && !t.is_empty())
+                    .map(|((t, s), _)| t[0] - s)
+                    .collect(),
+            ),
             tpot_modelled: per_token(&modelled_times),
             decode_tokens,
             decode_secs,

@@ -118,6 +118,9 @@ pub struct ServingReport {
     /// Time per output token over the completed requests of two tokens or more, wall time:
     /// (time of the last token - time of the first) / (tokens - 1) per request.
     pub tpot_wall: Option<Percentiles>,
+    /// Time to first token over the completed requests, wall time: from the request's
+    /// submission to the end of the step that sampled its first token.
+    pub ttft_wall: Option<Percentiles>,
     /// The same on the modelled device clock (the sum of the modelled times of the steps).
     pub tpot_modelled: Option<Percentiles>,
     /// Tokens sampled in the steps where every request decoded one token (no prefill chunk).
