@@ -17,7 +17,7 @@ use burn_ascend::{AscendDevice, FusedOps};
 use burn_ascend_suite::families::{self, Decoder};
 use burn_ascend_suite::hf::{Checkpoint, TextTokenizer};
 use burn_ascend_suite::moe::corpus;
-use burn_ascend_suite::moe::serve::{Request, ServeConfig};
+use burn_ascend_suite::moe::serve::Request;
 use burn_ascend_suite::moe::train::{train, TrainConfig};
 
 use super::{check_writable, serve_model, Args, Outcome, Progress, Serving, JSON};
@@ -70,16 +70,7 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
         check_writable(&save.join("config.json"))?;
     }
     let max_seq = families::serving_max_seq(&checkpoint, args.max_seq, DEFAULT_MAX_SEQ)?;
-    let serve = ServeConfig {
-        pages: args.pages,
-        page_size: args.page_size,
-        max_seq,
-        max_kv_splits: 4,
-        step_tokens: args.step_tokens,
-        max_waiting: 1024,
-        record_logits: false,
-    };
-    serve.validate().map_err(|e| e.to_string())?;
+    let serve = super::serve_config(args, max_seq)?;
     let prompts = super::prompts(args);
     let mut requests = Vec::new();
     for prompt in &prompts {

@@ -215,6 +215,21 @@ fn prompts(args: &Args) -> Vec<String> {
     }
 }
 
+/// The server's settings from the options, for sequences of at most `max_seq` tokens.
+fn serve_config(args: &Args, max_seq: usize) -> Result<ServeConfig, String> {
+    let serve = ServeConfig {
+        pages: args.pages,
+        page_size: args.page_size,
+        max_seq,
+        max_kv_splits: 4,
+        step_tokens: args.step_tokens,
+        max_waiting: 1024,
+        record_logits: false,
+    };
+    serve.validate().map_err(|e| e.to_string())?;
+    Ok(serve)
+}
+
 /// How tokens are chosen: `--temperature` samples, else greedy.
 fn sampling(args: &Args) -> Sampling {
     match args.temperature {
@@ -258,16 +273,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
             cfg.validate().map_err(|e| e.to_string()).map(|_| cfg)
         })
         .transpose()?;
-    let serve = ServeConfig {
-        pages: args.pages,
-        page_size: args.page_size,
-        max_seq: args.max_seq.unwrap_or(model.max_seq),
-        max_kv_splits: 4,
-        step_tokens: args.step_tokens,
-        max_waiting: 1024,
-        record_logits: false,
-    };
-    serve.validate().map_err(|e| e.to_string())?;
+    let serve = serve_config(args, args.max_seq.unwrap_or(model.max_seq))?;
     let prompts = prompts(args);
     let sampling = sampling(args);
     let requests: Vec<Request> = prompts
