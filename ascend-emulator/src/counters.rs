@@ -10,13 +10,18 @@
 //! The model flatters the aclnn side, so savings measured against it are not overstated.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use super::meta::TensorDesc;
 
 static ACLNN_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 static ACLNN_BYTES: AtomicU64 = AtomicU64::new(0);
 static SUBMISSIONS: AtomicU64 = AtomicU64::new(0);
+static CUBE_CYCLES: AtomicU64 = AtomicU64::new(0);
+/// Kernel runs of each aclnn operator, by name.
+static OP_RUNS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 
 thread_local! {
     /// The distinct tensor views of the operator whose phase one runs on this thread.
@@ -86,6 +91,47 @@ pub(crate) fn ran(bytes: u64) {
     ACLNN_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
 
+/// What the cube unit multiplies: its fractal (one product per cycle per cube core) is
+/// 16x16x16 in f16/bf16 and 16x32x16 in int8, twice the MACs; f32 runs at a quarter of the
+/// f16 rate (hardware-atlas-a2.md §4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CubeOperands {
+    Half,
+    Int8,
+    F32,
+}
+
+/// Cube cycles of one `[m, k] @ [k, n]` product on one cube core: each dim padded to the
+/// fractal, as the cube takes whole fractals.
+pub(crate) fn cube_cycles(m: usize, n: usize, k: usize, operands: CubeOperands) -> u64 {
+    let (k_fractal, cycles_per_fractal) = match operands {
+        CubeOperands::Half => (16, 1),
+        CubeOperands::Int8 => (32, 1),
+        CubeOperands::F32 => (16, 4),
+    };
+    (m.div_ceil(16) * n.div_ceil(16) * k.div_ceil(k_fractal)) as u64 * cycles_per_fractal
+}
+
+/// Counts the cube work of a matmul-class operator's kernel as it runs (see
+/// [`WorkCounters::aclnn_cube_cycles`]).
+pub(crate) fn cube(m: usize, n: usize, k: usize, operands: CubeOperands) {
+    CUBE_CYCLES.fetch_add(cube_cycles(m, n, k, operands), Ordering::Relaxed);
+}
+
+/// Counts a run of the kernel of the aclnn operator `op` (on a stream or in a graph replay).
+pub(crate) fn op_ran(op: &'static str) {
+    let mut runs = OP_RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    *runs.entry(op).or_default() += 1;
+}
+
+/// How many times the kernel of the aclnn operator `op` (its name, e.g. `"aclnnMatmul"`) has
+/// run in this process, so a test can tell which operators a computation used. Kernels count
+/// as they run: synchronise the device first.
+pub fn aclnn_runs(op: &str) -> u64 {
+    let runs = OP_RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    runs.get(op).copied().unwrap_or(0)
+}
+
 /// Counts a launched operator that moves `bytes`.
 pub(crate) fn launched(bytes: u64) {
     ACLNN_LAUNCHES.fetch_add(1, Ordering::Relaxed);
@@ -112,6 +158,10 @@ pub struct WorkCounters {
     /// memset queued on a stream, and each graph replay (one, however many tasks it holds).
     /// Work recorded by a capture is not submitted.
     pub submissions: u64,
+    /// Cube cycles of the matmul-class aclnn operators that ran (modelled: whole fractals at
+    /// one product per cycle, summed over all cube cores; divide by the cube cores and the
+    /// clock for the time of a perfectly spread launch).
+    pub aclnn_cube_cycles: u64,
 }
 
 impl WorkCounters {
@@ -133,6 +183,7 @@ impl WorkCounters {
             kernel_launches: self.kernel_launches - earlier.kernel_launches,
             kernel_bytes: self.kernel_bytes - earlier.kernel_bytes,
             submissions: self.submissions - earlier.submissions,
+            aclnn_cube_cycles: self.aclnn_cube_cycles - earlier.aclnn_cube_cycles,
         }
     }
 }
@@ -147,5 +198,6 @@ pub fn work_counters() -> WorkCounters {
         kernel_launches: k.launches,
         kernel_bytes: k.gm_bytes,
         submissions: SUBMISSIONS.load(Ordering::Relaxed),
+        aclnn_cube_cycles: CUBE_CYCLES.load(Ordering::Relaxed),
     }
 }

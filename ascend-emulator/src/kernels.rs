@@ -2,6 +2,7 @@
 //! its views with the numerics of `numerics`. Validation of shapes happens here too, at phase
 //! one, so that bad launches fail with aclnn's status.
 
+use super::counters::CubeOperands;
 use super::fault::{fault, Fault};
 use super::machine::for_ranges;
 use super::meta::Kernel;
@@ -412,7 +413,14 @@ pub(crate) fn matmul_add(
         }
     }
     let nb: usize = batch.iter().product();
+    // f32 operands run at the f32 rate unless cubeMathType rounds them to HF32/f16.
+    let operands = if a.dtype == DataType::F32 && cube == 0 {
+        CubeOperands::F32
+    } else {
+        CubeOperands::Half
+    };
     Ok(Arc::new(move || {
+        super::counters::cube(nb * m, n, k, operands);
         let mut full_a = batch.clone();
         full_a.extend([m, k]);
         let mut full_b = batch.clone();

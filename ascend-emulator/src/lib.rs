@@ -35,6 +35,7 @@ mod norm;
 mod numerics;
 mod objects;
 pub(crate) mod ops;
+mod quant;
 mod random;
 mod reduce;
 mod routing;
@@ -45,7 +46,7 @@ mod view;
 
 use std::ffi::c_void;
 
-pub use counters::{work_counters, WorkCounters};
+pub use counters::{aclnn_runs, work_counters, WorkCounters};
 pub use machine::{
     set_device_memory_limit, set_out_of_memory_status, DEFAULT_CANN, ENV_CANN, ENV_DEVICES,
     ENV_HBM_MIB, ENV_THREADS,
@@ -66,6 +67,7 @@ pub mod exports {
     pub use super::nn::*;
     pub use super::norm::*;
     pub use super::ops::*;
+    pub use super::quant::*;
     pub use super::random::*;
     pub use super::reduce::*;
     pub use super::routing::*;
