@@ -3,12 +3,20 @@
 //! Layout ops of per-tensor quantized tensors are views or copies of the I8 values under the
 //! same scale. Per-block scales are tied to the row-major order of the elements, so for those
 //! (as in Burn's reference) the op runs on the dequantized tensor, which is quantized again
-//! with fresh scales. Arithmetic keeps Burn's dequantize-op-quantize defaults.
+//! with fresh scales. Arithmetic keeps Burn's dequantize-op-quantize defaults, except
+//! `q_matmul`, which runs symmetric int8 products on the cube's int8 paths (see [`int8_path`]).
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 
 use burn_backend::quantization::{
-    QParams, QuantStore, QuantValue, QuantizationParametersPrimitive, QuantizedBytes,
+    QParams, QuantLevel, QuantPropagation, QuantStore, QuantValue, QuantizationParametersPrimitive,
+    QuantizedBytes,
 };
+use burn_backend::{get_device_settings, QTensorPrimitive, TensorPrimitive};
 use burn_std::QuantScheme;
+
+use crate::ops::quant_matmul;
 
 use crate::ops::quant::{self, Granularity};
 
@@ -83,7 +91,177 @@ fn layout_op(
     }
 }
 
+/// The int8 matmul a `q_matmul` operand pair can run on.
+enum Int8Path {
+    /// Float activations times a per-tensor int8 weight: aclnnWeightQuantBatchMatmulV2.
+    WeightOnly,
+    /// Int8 activations (per tensor, or one scale per row) times a per-tensor int8 weight:
+    /// aclnnQuantMatmulV4.
+    Both,
+}
+
+/// Whether a scheme's values are symmetric int8 (Burn's Q8S, or Q8F whose range includes -128:
+/// both are plain int8 to the cube).
+fn int8(scheme: &QuantScheme) -> bool {
+    matches!(scheme.value, QuantValue::Q8S | QuantValue::Q8F)
+}
+
+/// The int8 path for `lhs @ rhs`, if any. The weight (rhs) must be int8 per tensor: Burn's
+/// blocks are runs of consecutive row-major elements, which in a `[K, N]` weight run along N
+/// within one row of K, and neither operator takes scales of that shape (per-channel scales
+/// are one per column, per-group ones one per run of rows). Batch dims of the weight must be
+/// 1 (a Linear's weight broadcast over the activation's batch); the activation's are folded
+/// into its rows. An int8 activation takes one scale for the tensor or one per row (a block of
+/// exactly its last dim).
+fn int8_path(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) -> Option<Int8Path> {
+    let TensorPrimitive::QFloat(w) = rhs else {
+        return None;
+    };
+    let ws = w.values.shape();
+    let weight_ok = int8(&w.scheme)
+        && w.scheme.level == QuantLevel::Tensor
+        && ws.len() >= 2
+        && ws[..ws.len() - 2].iter().all(|&d| d == 1);
+    if !weight_ok {
+        return None;
+    }
+    let k = ws[ws.len() - 2];
+    match lhs {
+        TensorPrimitive::Float(x) => {
+            let shape = x.shape();
+            let fits = shape.len() >= 2 && shape[shape.len() - 1] == k;
+            (fits && x.dtype.is_float()).then_some(Int8Path::WeightOnly)
+        }
+        TensorPrimitive::QFloat(x) => {
+            let shape = x.values.shape();
+            let per_row = match x.scheme.level {
+                QuantLevel::Tensor => true,
+                QuantLevel::Block(b) => b.num_elements() == k,
+            };
+            let fits = shape.len() >= 2 && shape[shape.len() - 1] == k;
+            (fits && int8(&x.scheme) && per_row).then_some(Int8Path::Both)
+        }
+    }
+}
+
+/// Says once per pair of operand kinds that `q_matmul` falls back to dequantize-then-matmul.
+fn note_fallback(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) {
+    static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let kind = |t: &TensorPrimitive<Ascend>| match t {
+        TensorPrimitive::Float(x) => format!("{:?}", x.dtype),
+        TensorPrimitive::QFloat(q) => format!("{:?}", q.scheme),
+    };
+    let key = format!("{} @ {}", kind(lhs), kind(rhs));
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.insert(key.clone()) {
+        eprintln!(
+            "burn-ascend: q_matmul {key} has no int8 path (the weight must be symmetric int8 per \
+             tensor, an int8 activation per tensor or per row); dequantizing, then a float matmul"
+        );
+    }
+}
+
+/// `lhs [.., M, K]` with its batch dims folded into rows: `[rows, K]`, and the output shape
+/// `[.., M, N]`.
+fn folded(shape: &[usize], n: usize) -> (Vec<usize>, Vec<usize>) {
+    let k = shape[shape.len() - 1];
+    let rows = shape[..shape.len() - 1].iter().product();
+    let mut out = shape.to_vec();
+    *out.last_mut().expect("rank >= 2") = n;
+    (vec![rows, k], out)
+}
+
+/// `lhs @ w` on `path`, in the activation's float type, or in the device's default float type
+/// when both operands are quantized (as Burn's default does).
+fn q_matmul_int8(
+    path: Int8Path,
+    lhs: TensorPrimitive<Ascend>,
+    w: AscendQTensor,
+) -> AclResult<AscendTensor> {
+    let ws = w.values.shape().to_vec();
+    let (k, n) = (ws[ws.len() - 2], ws[ws.len() - 1]);
+    let weight = copy::reshape(&w.values, vec![k, n])?;
+    match (path, lhs) {
+        (Int8Path::WeightOnly, TensorPrimitive::Float(x)) => {
+            let (rows, out_shape) = folded(x.shape(), n);
+            // The operator takes f16/bf16 activations; f32 ones go through bf16, whose range
+            // is f32's (f16 could overflow), and the result comes back as f32.
+            let compute = match x.dtype {
+                DataType::F16 => DataType::F16,
+                _ => DataType::BF16,
+            };
+            let x2 = copy::reshape(&copy::cast(&x, compute)?, rows)?;
+            let y = quant_matmul::weight_quant_matmul(&x2, &weight, &w.scales, None, 0)?;
+            copy::cast(&copy::reshape(&y, out_shape)?, x.dtype)
+        }
+        (Int8Path::Both, TensorPrimitive::QFloat(x)) => {
+            let (rows, out_shape) = folded(x.values.shape(), n);
+            let target =
+                float_type(get_device_settings::<Ascend>(&x.values.ctx().device()).float_dtype);
+            let out_dtype = if target == DataType::F16 {
+                DataType::F16
+            } else {
+                DataType::BF16
+            };
+            let x2 = copy::reshape(&x.values, rows.clone())?;
+            // One scale per row of the folded activation, or one for all of them.
+            let x_scale = match x.scheme.level {
+                QuantLevel::Tensor => x.scales.clone(),
+                QuantLevel::Block(_) => copy::reshape(&x.scales, vec![rows[0]])?,
+            };
+            let y = quant_matmul::quant_matmul(&x2, &weight, &w.scales, &x_scale, out_dtype)?;
+            copy::cast(&copy::reshape(&y, out_shape)?, target)
+        }
+        _ => unreachable!("int8_path pairs each path with its activation kind"),
+    }
+}
+
 impl QTensorOps<Ascend> for Ascend {
+    fn q_matmul(
+        lhs: TensorPrimitive<Ascend>,
+        rhs: TensorPrimitive<Ascend>,
+    ) -> TensorPrimitive<Ascend> {
+        // Burn's default: the output is quantized again when an operand asks to propagate.
+        let propagate = [&lhs, &rhs].iter().rev().find_map(|t| match t {
+            TensorPrimitive::QFloat(q) if q.propagation() == QuantPropagation::Propagate => {
+                Some(q.scheme)
+            }
+            _ => None,
+        });
+        let out = match int8_path(&lhs, &rhs) {
+            Some(path) => {
+                let TensorPrimitive::QFloat(w) = rhs else {
+                    unreachable!("int8_path needs a quantized weight")
+                };
+                run("q_matmul", q_matmul_int8(path, lhs, w))
+            }
+            None => {
+                note_fallback(&lhs, &rhs);
+                let target = match (&lhs, &rhs) {
+                    (TensorPrimitive::Float(t), _) | (_, TensorPrimitive::Float(t)) => {
+                        Some(FloatDType::from(TensorMetadata::dtype(t)))
+                    }
+                    _ => None,
+                };
+                let float = |t: TensorPrimitive<Ascend>| match t {
+                    TensorPrimitive::Float(f) => f,
+                    TensorPrimitive::QFloat(q) => {
+                        let dtype = target.unwrap_or_else(|| {
+                            get_device_settings::<Ascend>(&Self::q_device(&q)).float_dtype
+                        });
+                        Self::dequantize(q, dtype)
+                    }
+                };
+                let (lhs, rhs) = (float(lhs), float(rhs));
+                Ascend::float_matmul(lhs, rhs)
+            }
+        };
+        match propagate {
+            Some(scheme) => TensorPrimitive::QFloat(Self::quantize_dynamic(out, &scheme)),
+            None => TensorPrimitive::Float(out),
+        }
+    }
+
     fn q_from_data(data: TensorData, device: &Device<Ascend>) -> QuantizedTensor<Ascend> {
         let DType::QFloat(scheme) = data.dtype else {
             raise(AscendError::invalid(

@@ -32,6 +32,7 @@ pub mod math;
 pub mod matmul;
 pub mod pool;
 pub mod quant;
+pub mod quant_matmul;
 pub mod random;
 pub mod reduce;
 pub mod resample;
