@@ -107,6 +107,7 @@ fn rounded(t: Tensor<Flex, 2>, dtype: DType) -> Tensor<Flex, 2> {
 
 #[test]
 fn dynamic_quant_is_per_token_int8_as_on_flex() {
+    let _serial = serial();
     let (m, k) = (5, 48);
     let mut x = uniform(m * k, 1);
     // A row of zeros (scale 0, values 0) and a row with exact ties at +-0.5 ulp of the grid.
@@ -210,6 +211,7 @@ fn weight_quant_matmul_is_x_times_the_dequantized_weight() {
 
 #[test]
 fn quant_matmul_is_int32_accumulation_dequantized_in_f32() {
+    let _serial = serial();
     let (m, k, n) = (6, 64, 16);
     let (x, w) = (int8s(m * k, 5), int8s(k * n, 6));
     let w_scale: Vec<f32> = uniform(n, 7)
@@ -256,6 +258,7 @@ fn quant_matmul_is_int32_accumulation_dequantized_in_f32() {
 
 #[test]
 fn quantize_weight_per_channel_matches_flex() {
+    let _serial = serial();
     let (k, n) = (40, 12);
     let mut w = uniform(k * n, 9);
     // A zero column takes the smallest normal scale and zero values.
@@ -278,6 +281,7 @@ fn launch_error(result: Result<(), AclError>) -> String {
 
 #[test]
 fn the_emulated_operators_refuse_what_cann_refuses() {
+    let _serial = serial();
     if common::skipped_on_npu("the_emulated_operators_refuse_what_cann_refuses") {
         return;
     }
@@ -510,4 +514,64 @@ fn schemes_without_an_int8_path_keep_dequantize_then_matmul() {
     assert_eq!(aclnn_runs("aclnnMatmul") - mm, 2);
     let err = relative_error(out, float_out);
     assert!(err < 0.03, "relative error {err}");
+}
+
+/// The fused ops on Ascend (the operators) and their composed defaults on flex (Burn ops).
+#[test]
+fn fused_quant_ops_on_ascend_equal_their_compositions_on_flex() {
+    use burn::tensor::FloatDType;
+    use burn_ascend::fused;
+    let _serial = serial();
+    let (m, k, n) = (4, 64, 12);
+    let xv = uniform(m * k, 20);
+    let wv = uniform(k * n, 21);
+    for dtype in [DType::BF16, DType::F16, DType::F32] {
+        let xa =
+            Tensor::<Ascend, 2>::from_data(TensorData::new(xv.clone(), [m, k]), (&device(), dtype));
+        let xf =
+            Tensor::<Flex, 2>::from_data(TensorData::new(xv.clone(), [m, k]), (&flex(), dtype));
+        let (qa, sa) = fused::dynamic_quant::<Ascend, 2, 1>(xa.clone());
+        let (qf, sf) = fused::dynamic_quant::<Flex, 2, 1>(xf.clone());
+        assert_eq!(
+            i64s(qa.clone().into_data()),
+            i64s(qf.clone().into_data()),
+            "{dtype:?} q"
+        );
+        assert_eq!(
+            f32s(sa.clone().into_data()),
+            f32s(sf.clone().into_data()),
+            "{dtype:?} scale"
+        );
+
+        let wa = Tensor::<Ascend, 2>::from_data(TensorData::new(wv.clone(), [k, n]), &device());
+        let wf = Tensor::<Flex, 2>::from_data(TensorData::new(wv.clone(), [k, n]), &flex());
+        let (wqa, wsa) = fused::quantize_weight_per_channel(wa);
+        let (wqf, wsf) = fused::quantize_weight_per_channel(wf);
+        assert_eq!(i64s(wqa.clone().into_data()), i64s(wqf.clone().into_data()));
+        assert_eq!(f32s(wsa.clone().into_data()), f32s(wsf.clone().into_data()));
+
+        let ya = fused::weight_quant_matmul(xa, wqa.clone(), wsa.clone(), 0);
+        let yf = fused::weight_quant_matmul(xf, wqf.clone(), wsf.clone(), 0);
+        let ulp = match dtype {
+            DType::F16 => 1.0 / 1024.0,
+            DType::BF16 => 1.0 / 128.0,
+            _ => 1e-6,
+        };
+        for (a, b) in f32s(ya.into_data()).iter().zip(&f32s(yf.into_data())) {
+            assert!(
+                (a - b).abs() <= ulp * b.abs().max(1e-3) + 1e-6,
+                "{dtype:?}: {a} vs {b}"
+            );
+        }
+
+        for out in [FloatDType::BF16, FloatDType::F16, FloatDType::F32] {
+            let za = fused::quant_matmul(qa.clone(), wqa.clone(), wsa.clone(), sa.clone(), out);
+            let zf = fused::quant_matmul(qf.clone(), wqf.clone(), wsf.clone(), sf.clone(), out);
+            assert_eq!(
+                f32s(za.into_data()),
+                f32s(zf.into_data()),
+                "{dtype:?} -> {out:?}"
+            );
+        }
+    }
 }

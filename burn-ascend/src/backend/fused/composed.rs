@@ -269,3 +269,93 @@ fn group_masks<B: Backend>(group_sizes: IntTensor<B>, rows: usize, dtype: DType)
         .float()
         .cast(dtype)
 }
+
+/// The largest magnitude of symmetric int8.
+const QMAX: f32 = 127.0;
+
+/// `t` (integral float values) as I8.
+fn to_i8<B: Backend>(t: Float2<B>) -> IntTensor<B> {
+    t.int().cast(IntDType::I8).into_primitive()
+}
+
+/// The composed default of [`FusedOps::dynamic_quant`].
+pub fn dynamic_quant<B: Backend>(x: FloatTensor<B>) -> (IntTensor<B>, FloatTensor<B>) {
+    let x: Float2<B> = float::<B, 2>(x).cast(DType::F32);
+    let [m, k] = x.dims();
+    let max = x.clone().abs().max_dim(1);
+    let zero = max.clone().equal_elem(0.0);
+    // 127 / max as one f32 division (a zero row is masked below).
+    let inv = Float2::<B>::full([m, 1], QMAX, (&x.device(), DType::F32))
+        / max.clone().clamp_min(f32::MIN_POSITIVE);
+    let q = (x * inv)
+        .round()
+        .clamp(-QMAX, QMAX)
+        .mask_fill(zero.expand([m, k]), 0.0);
+    (to_i8(q), prim((max / QMAX).reshape([m])))
+}
+
+/// The composed default of [`FusedOps::weight_quant_matmul`].
+pub fn weight_quant_matmul<B: Backend>(
+    x: FloatTensor<B>,
+    weight: IntTensor<B>,
+    scale: FloatTensor<B>,
+    group: usize,
+) -> FloatTensor<B> {
+    let x: Float2<B> = float(x);
+    let dtype = x.dtype();
+    let weight: Tensor<B, 2, Int> = int(weight);
+    let [k, n] = weight.dims();
+    let scale = float::<B, 1>(scale).cast(dtype);
+    let scale: Float2<B> = match (scale.dims()[0], group) {
+        (1, _) => scale.reshape([1, 1]).expand([k, n]),
+        (_, 0) => scale.reshape([1, n]).expand([k, n]),
+        (len, g) => scale
+            .reshape([len / n, 1, n])
+            .expand([len / n, g, n])
+            .reshape([len / n * g, n])
+            .narrow(0, 0, k),
+    };
+    // The weight dequantized in x's type (w * scale rounded once), then a float product.
+    let w = (weight.float().cast(DType::F32) * scale.cast(DType::F32)).cast(dtype);
+    prim(x.matmul(w))
+}
+
+/// The composed default of [`FusedOps::quant_matmul`].
+pub fn quant_matmul<B: Backend>(
+    x: IntTensor<B>,
+    weight: IntTensor<B>,
+    weight_scale: FloatTensor<B>,
+    x_scale: FloatTensor<B>,
+    out_dtype: FloatDType,
+) -> FloatTensor<B> {
+    let (x, weight): (Tensor<B, 2, Int>, Tensor<B, 2, Int>) = (int(x), int(weight));
+    let ([m, _], [_, n]) = (x.dims(), weight.dims());
+    // Exact integer sums (in 64 bits), converted to f32 as the accumulator is.
+    let acc = x
+        .cast(IntDType::I64)
+        .matmul(weight.cast(IntDType::I64))
+        .float()
+        .cast(DType::F32);
+    let row = |t: FloatTensor<B>, len: usize, shape: [usize; 2]| {
+        let t = float::<B, 1>(t).cast(DType::F32);
+        if len == 1 {
+            t.reshape([1, 1]).expand(shape)
+        } else {
+            t.reshape(shape)
+        }
+    };
+    let ws = row(weight_scale.clone(), weight_scale.shape()[0], [1, n]);
+    let xs = row(x_scale.clone(), x_scale.shape()[0], [m, 1]);
+    prim((acc * ws.expand([m, n]) * xs.expand([m, n])).cast(out_dtype))
+}
+
+/// The composed default of [`FusedOps::quantize_weight_per_channel`].
+pub fn quantize_weight_per_channel<B: Backend>(
+    w: FloatTensor<B>,
+) -> (IntTensor<B>, FloatTensor<B>) {
+    let w: Float2<B> = float::<B, 2>(w).cast(DType::F32);
+    let n = w.dims()[1];
+    let scale = (w.clone().abs().max_dim(0) / QMAX).clamp_min(f32::MIN_POSITIVE);
+    let q = (w / scale.clone()).round().clamp(-QMAX, QMAX);
+    (to_i8(q), prim(scale.reshape([n])))
+}

@@ -22,6 +22,7 @@ use burn_tensor::{Int, Tensor, TensorPrimitive};
 use super::*;
 use crate::ops::flash_attention as flash;
 use crate::ops::fused;
+use crate::ops::quant_matmul;
 
 type Float2<B> = Tensor<B, 2>;
 type Ints<B> = Tensor<B, 1, Int>;
@@ -409,6 +410,49 @@ pub trait FusedOps: Backend {
     ) -> FloatTensor<Self> {
         composed::grouped_matmul_weight_grad::<Self>(x, dy, group_sizes)
     }
+
+    /// Per-token symmetric int8 quantization of float `x [M, K]`: `(q [M, K] I8, scale [M]
+    /// F32)` with `scale = max_k |x| / 127` and `q = rint(x * (127 / max_k |x|))` (f32, ties
+    /// to even; a row of zeros gets scale 0 and values 0). `Ascend` runs aclnnDynamicQuant for
+    /// F16/BF16 `x`.
+    fn dynamic_quant(x: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
+        composed::dynamic_quant::<Self>(x)
+    }
+
+    /// W8A16: float `x [M, K]` times the int8 `weight [K, N]` dequantized in x's type
+    /// (`w * scale`, rounded once), out `[M, N]` in x's type. `scale` (float): `[1]` per tensor,
+    /// `[N]` per output channel, or with `group > 0` `[ceil(K / group), N]`, one row of scales
+    /// per `group` rows of the weight (`group` a multiple of 32 below K). `Ascend` runs
+    /// aclnnWeightQuantBatchMatmulV2 for F16/BF16 `x`.
+    fn weight_quant_matmul(
+        x: FloatTensor<Self>,
+        weight: IntTensor<Self>,
+        scale: FloatTensor<Self>,
+        group: usize,
+    ) -> FloatTensor<Self> {
+        composed::weight_quant_matmul::<Self>(x, weight, scale, group)
+    }
+
+    /// W8A8: int8 `x [M, K]` times int8 `weight [K, N]`, summed exactly in int32, converted to
+    /// f32 and scaled by `weight_scale` (F32 `[N]` per output channel, or `[1]`) and `x_scale`
+    /// (F32 `[M]` per token, or `[1]`), out `[M, N]` in `out_dtype`. `Ascend` runs
+    /// aclnnQuantMatmulV4 for F16/BF16 outputs.
+    fn quant_matmul(
+        x: IntTensor<Self>,
+        weight: IntTensor<Self>,
+        weight_scale: FloatTensor<Self>,
+        x_scale: FloatTensor<Self>,
+        out_dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        composed::quant_matmul::<Self>(x, weight, weight_scale, x_scale, out_dtype)
+    }
+
+    /// A float weight `w [K, N]` quantized per output channel on the device: `(q [K, N] I8,
+    /// scale [N] F32)` with `scale = max_k |w| / 127` (a zero column takes the smallest normal
+    /// f32) and `q = clamp(rint(w / scale), -127, 127)`.
+    fn quantize_weight_per_channel(w: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
+        composed::quantize_weight_per_channel::<Self>(w)
+    }
 }
 
 fn attention_options(o: AttentionModuleOptions) -> crate::ops::attention::AttentionOptions {
@@ -752,6 +796,53 @@ impl FusedOps for Ascend {
             fused::grouped_matmul_weight_grad(&x, &dy, &group_sizes),
         )
     }
+
+    fn dynamic_quant(x: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
+        if x.dtype == DataType::F32 {
+            // The operator takes F16/BF16; f32 rows keep their precision on the composition.
+            return composed::dynamic_quant::<Self>(x);
+        }
+        run("dynamic_quant", quant_matmul::dynamic_quant(&x))
+    }
+
+    fn weight_quant_matmul(
+        x: FloatTensor<Self>,
+        weight: IntTensor<Self>,
+        scale: FloatTensor<Self>,
+        group: usize,
+    ) -> FloatTensor<Self> {
+        if x.dtype == DataType::F32 {
+            return composed::weight_quant_matmul::<Self>(x, weight, scale, group);
+        }
+        run(
+            "weight_quant_matmul",
+            quant_matmul::weight_quant_matmul(&x, &weight, &scale, None, group),
+        )
+    }
+
+    fn quant_matmul(
+        x: IntTensor<Self>,
+        weight: IntTensor<Self>,
+        weight_scale: FloatTensor<Self>,
+        x_scale: FloatTensor<Self>,
+        out_dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        let out = float_type(out_dtype);
+        if !matches!(out, DataType::F16 | DataType::BF16) {
+            return composed::quant_matmul::<Self>(x, weight, weight_scale, x_scale, out_dtype);
+        }
+        run(
+            "quant_matmul",
+            quant_matmul::quant_matmul(&x, &weight, &weight_scale, &x_scale, out),
+        )
+    }
+
+    fn quantize_weight_per_channel(w: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
+        run(
+            "quantize_weight_per_channel",
+            quant_matmul::quantize_weight_per_channel(&w),
+        )
+    }
 }
 
 /// Why `Ascend`'s paged prefill (aclnnFusedInferAttentionScoreV3) cannot run over a cache of
@@ -928,4 +1019,71 @@ pub fn grouped_matmul_weight_grad<B: FusedOps>(
         prim(dy),
         group_sizes.into_primitive(),
     ))
+}
+
+/// Per-token symmetric int8 quantization of `x [.., K]` (float): `(q, scale)`, `q` I8 of x's
+/// shape and `scale` F32 of x's shape without its last dim; see [`FusedOps::dynamic_quant`].
+pub fn dynamic_quant<B: FusedOps, const D: usize, const S: usize>(
+    x: Tensor<B, D>,
+) -> (Tensor<B, D, Int>, Tensor<B, S>) {
+    assert_eq!(
+        S + 1,
+        D,
+        "dynamic_quant: the scales have one dim fewer than x"
+    );
+    let dims = x.dims();
+    let k = dims[D - 1];
+    let rows = dims[..D - 1].iter().product::<usize>();
+    let (q, s) = B::dynamic_quant(prim(x.reshape([rows, k])));
+    let mut scale_dims = [0; S];
+    scale_dims.copy_from_slice(&dims[..D - 1]);
+    (
+        int::<B, 2>(q).reshape(dims),
+        float::<B, 1>(s).reshape(scale_dims),
+    )
+}
+
+/// W8A16 product: float `x [M, K]` times the int8 `weight [K, N]` under `scale` (`[1]`, `[N]`,
+/// or `[ceil(K / group), N]` with `group > 0`), `[M, N]` in x's dtype; see
+/// [`FusedOps::weight_quant_matmul`].
+pub fn weight_quant_matmul<B: FusedOps>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2, Int>,
+    scale: Tensor<B, 1>,
+    group: usize,
+) -> Tensor<B, 2> {
+    float(B::weight_quant_matmul(
+        prim(x),
+        weight.into_primitive(),
+        prim(scale),
+        group,
+    ))
+}
+
+/// W8A8 product: int8 `x [M, K]` times int8 `weight [K, N]` with F32 `weight_scale [N]` (or
+/// `[1]`) and `x_scale [M]` (or `[1]`), `[M, N]` in `out_dtype`; see
+/// [`FusedOps::quant_matmul`].
+pub fn quant_matmul<B: FusedOps>(
+    x: Tensor<B, 2, Int>,
+    weight: Tensor<B, 2, Int>,
+    weight_scale: Tensor<B, 1>,
+    x_scale: Tensor<B, 1>,
+    out_dtype: FloatDType,
+) -> Tensor<B, 2> {
+    float(B::quant_matmul(
+        x.into_primitive(),
+        weight.into_primitive(),
+        prim(weight_scale),
+        prim(x_scale),
+        out_dtype,
+    ))
+}
+
+/// A float weight `[K, N]` quantized per output channel on the device: `(q [K, N] I8, scale [N]
+/// F32)`; see [`FusedOps::quantize_weight_per_channel`].
+pub fn quantize_weight_per_channel<B: FusedOps>(
+    w: Tensor<B, 2>,
+) -> (Tensor<B, 2, Int>, Tensor<B, 1>) {
+    let (q, s) = B::quantize_weight_per_channel(prim(w));
+    (int(q), float(s))
 }
