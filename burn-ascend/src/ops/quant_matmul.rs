@@ -14,6 +14,7 @@
 use super::arith::{binary, binary_scalar, BinaryOp};
 use super::broadcast::invalid_input;
 use super::copy::{cast, contiguous, reshape};
+use super::fused::Operand;
 use super::layout::Layout;
 use super::math::{clamp, unary, Unary};
 use super::quant::validated_scales;
@@ -99,7 +100,13 @@ pub fn weight_quant_matmul(
     }
     let (m, n) = (x.shape()[0], weight.shape()[1]);
     let x = contiguous(x)?;
-    let scale = contiguous(&cast(scale, x.dtype)?)?;
+    // Per-group scales may come flattened ([groups * N], row-major [groups, N]).
+    let scale = if group > 0 && scale.shape().len() == 1 {
+        reshape(scale, vec![scale.layout.numel() / n.max(1), n])?
+    } else {
+        scale.clone()
+    };
+    let scale = contiguous(&cast(&scale, x.dtype)?)?;
     let bias_dtype = if x.dtype == DataType::F16 {
         DataType::F16
     } else {
@@ -272,4 +279,108 @@ pub fn quantize_weight_per_channel(w: &AscendTensor) -> AclResult<(AscendTensor,
         Some(HostScalar::Float(QMAX)),
     )?;
     Ok((cast(&limited, DataType::I8)?, scales))
+}
+
+/// The contract of `FusedOps::dynamic_quant`: float `x [M, K]`.
+pub(crate) fn check_dynamic_quant<T: Operand>(x: &T) -> AclResult<()> {
+    if x.dims().len() != 2 || !x.data_type().is_float() {
+        return Err(invalid_input(
+            "dynamic_quant",
+            format!("needs float x [M, K], got {}", x.describe()),
+        ));
+    }
+    Ok(())
+}
+
+/// The contract of `FusedOps::weight_quant_matmul`: float `x [M, K]`, I8 `weight [K, N]`,
+/// float `scale` of `[1]`, `[N]` or (with `group > 0`, a multiple of 32 below K)
+/// `[ceil(K / group) * N]`.
+pub(crate) fn check_weight_quant_matmul<T: Operand>(
+    x: &T,
+    weight: &T,
+    scale: &T,
+    group: usize,
+) -> AclResult<()> {
+    const OP: &str = "weight_quant_matmul";
+    let (xd, wd, sd) = (x.dims(), weight.dims(), scale.dims());
+    let fits = xd.len() == 2
+        && x.data_type().is_float()
+        && wd.len() == 2
+        && weight.data_type() == DataType::I8
+        && xd[1] == wd[0]
+        && scale.data_type().is_float()
+        && sd.len() == 1;
+    if !fits {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "needs float x [M, K], I8 weight [K, N] and a float 1-D scale, got {}, {} and {}",
+                x.describe(),
+                weight.describe(),
+                scale.describe()
+            ),
+        ));
+    }
+    let (k, n) = (wd[0], wd[1]);
+    let want = if group == 0 {
+        vec![1, n]
+    } else {
+        if group % 32 != 0 || group >= k {
+            return Err(invalid_input(
+                OP,
+                format!("group {group} must be a multiple of 32 below K = {k}"),
+            ));
+        }
+        vec![k.div_ceil(group) * n]
+    };
+    if !want.contains(&sd[0]) {
+        return Err(invalid_input(
+            OP,
+            format!("scale {} must have {want:?} elements", scale.describe()),
+        ));
+    }
+    Ok(())
+}
+
+/// The contract of `FusedOps::quant_matmul`: I8 `x [M, K]` and `weight [K, N]`, F32
+/// `weight_scale` `[1]` or `[N]`, F32 `x_scale` `[1]` or `[M]`.
+pub(crate) fn check_quant_matmul<T: Operand>(
+    x: &T,
+    weight: &T,
+    weight_scale: &T,
+    x_scale: &T,
+) -> AclResult<()> {
+    let (xd, wd) = (x.dims(), weight.dims());
+    let matrices = xd.len() == 2
+        && wd.len() == 2
+        && xd[1] == wd[0]
+        && x.data_type() == DataType::I8
+        && weight.data_type() == DataType::I8;
+    let vector = |t: &T, ok: [usize; 2]| {
+        t.data_type() == DataType::F32 && t.dims().len() == 1 && ok.contains(&t.dims()[0])
+    };
+    if !matrices || !vector(weight_scale, [1, wd[1]]) || !vector(x_scale, [1, xd[0]]) {
+        return Err(invalid_input(
+            "quant_matmul",
+            format!(
+                "needs I8 x [M, K], I8 weight [K, N], F32 weight_scale [1] or [N] and F32 x_scale [1] or [M], got {}, {}, {} and {}",
+                x.describe(),
+                weight.describe(),
+                weight_scale.describe(),
+                x_scale.describe()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The contract of `FusedOps::quantize_weight_per_channel`: a float `[K, N]`.
+pub(crate) fn check_quantize_weight_per_channel<T: Operand>(w: &T) -> AclResult<()> {
+    if w.dims().len() != 2 || !w.data_type().is_float() {
+        return Err(invalid_input(
+            "quantize_weight_per_channel",
+            format!("needs a float weight [K, N], got {}", w.describe()),
+        ));
+    }
+    Ok(())
 }

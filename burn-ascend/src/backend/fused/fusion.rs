@@ -15,6 +15,7 @@ use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr, TensorStatus};
 use super::*;
 use crate::backend::fusion::{AscendFusionHandle, AscendFusionRuntime};
 use crate::ops::fused as fused_ops;
+use crate::ops::quant_matmul;
 
 type Handles = HandleContainer<AscendFusionHandle>;
 type Lazy = FusionTensor<AscendFusionRuntime>;
@@ -524,5 +525,92 @@ impl FusedOps for Fusion<Ascend> {
                 put(h, d, 0, r)
             },
         ))
+    }
+
+    fn dynamic_quant(x: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
+        run("dynamic_quant", quant_matmul::check_dynamic_quant(&x));
+        let m = dim(&x, 0);
+        let meta = [(dims(&x), DType::I8), (vec![m], DType::F32)];
+        let mut out = record("dynamic_quant", vec![x], &meta, (), |h, d, _| {
+            let (q, s) = Ascend::dynamic_quant(arg(h, d, 0));
+            put(h, d, 0, q);
+            put(h, d, 1, s);
+        })
+        .into_iter();
+        let mut next = || out.next().expect("two outputs");
+        (next(), next())
+    }
+
+    fn weight_quant_matmul(
+        x: FloatTensor<Self>,
+        weight: IntTensor<Self>,
+        scale: FloatTensor<Self>,
+        group: usize,
+    ) -> FloatTensor<Self> {
+        run(
+            "weight_quant_matmul",
+            quant_matmul::check_weight_quant_matmul(&x, &weight, &scale, group),
+        );
+        let meta = [(vec![dim(&x, 0), dim(&weight, 1)], x.dtype)];
+        let inputs = vec![x, weight, scale];
+        one(record(
+            "weight_quant_matmul",
+            inputs,
+            &meta,
+            group,
+            |h, d, &g| {
+                let r = Ascend::weight_quant_matmul(arg(h, d, 0), arg(h, d, 1), arg(h, d, 2), g);
+                put(h, d, 0, r)
+            },
+        ))
+    }
+
+    fn quant_matmul(
+        x: IntTensor<Self>,
+        weight: IntTensor<Self>,
+        weight_scale: FloatTensor<Self>,
+        x_scale: FloatTensor<Self>,
+        out_dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        run(
+            "quant_matmul",
+            quant_matmul::check_quant_matmul(&x, &weight, &weight_scale, &x_scale),
+        );
+        let meta = [(vec![dim(&x, 0), dim(&weight, 1)], DType::from(out_dtype))];
+        let inputs = vec![x, weight, weight_scale, x_scale];
+        one(record(
+            "quant_matmul",
+            inputs,
+            &meta,
+            out_dtype,
+            |h, d, &o| {
+                let r =
+                    Ascend::quant_matmul(arg(h, d, 0), arg(h, d, 1), arg(h, d, 2), arg(h, d, 3), o);
+                put(h, d, 0, r)
+            },
+        ))
+    }
+
+    fn quantize_weight_per_channel(w: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
+        run(
+            "quantize_weight_per_channel",
+            quant_matmul::check_quantize_weight_per_channel(&w),
+        );
+        let n = dim(&w, 1);
+        let meta = [(dims(&w), DType::I8), (vec![n], DType::F32)];
+        let mut out = record(
+            "quantize_weight_per_channel",
+            vec![w],
+            &meta,
+            (),
+            |h, d, _| {
+                let (q, s) = Ascend::quantize_weight_per_channel(arg(h, d, 0));
+                put(h, d, 0, q);
+                put(h, d, 1, s);
+            },
+        )
+        .into_iter();
+        let mut next = || out.next().expect("two outputs");
+        (next(), next())
     }
 }

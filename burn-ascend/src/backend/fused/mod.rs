@@ -420,10 +420,10 @@ pub trait FusedOps: Backend {
     }
 
     /// W8A16: float `x [M, K]` times the int8 `weight [K, N]` dequantized in x's type
-    /// (`w * scale`, rounded once), out `[M, N]` in x's type. `scale` (float): `[1]` per tensor,
-    /// `[N]` per output channel, or with `group > 0` `[ceil(K / group), N]`, one row of scales
-    /// per `group` rows of the weight (`group` a multiple of 32 below K). `Ascend` runs
-    /// aclnnWeightQuantBatchMatmulV2 for F16/BF16 `x`.
+    /// (`w * scale`, rounded once), out `[M, N]` in x's type. `scale` (float, 1-D): `[1]` per
+    /// tensor, `[N]` per output channel, or with `group > 0` `[ceil(K / group) * N]` (row-major
+    /// `[groups, N]`), one row of scales per `group` rows of the weight (`group` a multiple of
+    /// 32 below K). `Ascend` runs aclnnWeightQuantBatchMatmulV2 for F16/BF16 `x`.
     fn weight_quant_matmul(
         x: FloatTensor<Self>,
         weight: IntTensor<Self>,
@@ -798,6 +798,7 @@ impl FusedOps for Ascend {
     }
 
     fn dynamic_quant(x: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
+        run("dynamic_quant", quant_matmul::check_dynamic_quant(&x));
         if x.dtype == DataType::F32 {
             // The operator takes F16/BF16; f32 rows keep their precision on the composition.
             return composed::dynamic_quant::<Self>(x);
@@ -811,6 +812,10 @@ impl FusedOps for Ascend {
         scale: FloatTensor<Self>,
         group: usize,
     ) -> FloatTensor<Self> {
+        run(
+            "weight_quant_matmul",
+            quant_matmul::check_weight_quant_matmul(&x, &weight, &scale, group),
+        );
         if x.dtype == DataType::F32 {
             return composed::weight_quant_matmul::<Self>(x, weight, scale, group);
         }
@@ -827,6 +832,10 @@ impl FusedOps for Ascend {
         x_scale: FloatTensor<Self>,
         out_dtype: FloatDType,
     ) -> FloatTensor<Self> {
+        run(
+            "quant_matmul",
+            quant_matmul::check_quant_matmul(&x, &weight, &weight_scale, &x_scale),
+        );
         let out = float_type(out_dtype);
         if !matches!(out, DataType::F16 | DataType::BF16) {
             return composed::quant_matmul::<Self>(x, weight, weight_scale, x_scale, out_dtype);
@@ -838,6 +847,10 @@ impl FusedOps for Ascend {
     }
 
     fn quantize_weight_per_channel(w: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
+        run(
+            "quantize_weight_per_channel",
+            quant_matmul::check_quantize_weight_per_channel(&w),
+        );
         run(
             "quantize_weight_per_channel",
             quant_matmul::quantize_weight_per_channel(&w),
@@ -1044,7 +1057,7 @@ pub fn dynamic_quant<B: FusedOps, const D: usize, const S: usize>(
 }
 
 /// W8A16 product: float `x [M, K]` times the int8 `weight [K, N]` under `scale` (`[1]`, `[N]`,
-/// or `[ceil(K / group), N]` with `group > 0`), `[M, N]` in x's dtype; see
+/// or `[ceil(K / group) * N]` with `group > 0`), `[M, N]` in x's dtype; see
 /// [`FusedOps::weight_quant_matmul`].
 pub fn weight_quant_matmul<B: FusedOps>(
     x: Tensor<B, 2>,
