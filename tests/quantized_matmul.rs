@@ -448,10 +448,11 @@ fn relative_error(got: TensorData, want: TensorData) -> f32 {
 #[test]
 fn a_model_quantized_with_burns_quantizer_runs_on_weight_quant_batch_matmul() {
     let _serial = serial();
-    let model = Mlp::<Ascend>::new(&device());
+    // A bf16 model: the int8 paths produce F16/BF16 (an f32 model keeps Burn's f32 path).
+    let model = Mlp::<Ascend>::new(&device()).map(&mut ToDtype(DType::BF16));
     let x = Tensor::<Ascend, 3>::from_data(
         TensorData::new(uniform(2 * 3 * 32, 14), [2, 3, 32]),
-        &device(),
+        (&device(), DType::BF16),
     );
     let float_out = model.forward(x.clone()).into_data();
     let quantized = model.quantize_weights(&mut quantizer(QuantValue::Q8S, QuantLevel::Tensor));
@@ -466,17 +467,47 @@ fn a_model_quantized_with_burns_quantizer_runs_on_weight_quant_batch_matmul() {
         "both Linear layers run on aclnnWeightQuantBatchMatmulV2"
     );
     assert_eq!(aclnn_runs("aclnnMatmul") - mm, 0, "no float matmul");
-    // Per-tensor int8 weights and bf16 activations: within a few percent of the float model.
+    // Per-tensor int8 weights: within a few percent of the bf16 model.
     let err = relative_error(out, float_out);
     assert!(err < 0.03, "relative error {err}");
+
+    // The same f32 model keeps Burn's f32 dequantize-then-matmul.
+    let model = quantized.map(&mut ToDtype(DType::F32));
+    let x =
+        Tensor::<Ascend, 2>::from_data(TensorData::new(uniform(3 * 32, 18), [3, 32]), &device());
+    let runs = aclnn_runs("aclnnWeightQuantBatchMatmulV2");
+    model.forward_matmul(x).into_data();
+    assert_eq!(aclnn_runs("aclnnWeightQuantBatchMatmulV2"), runs);
+}
+
+/// Casts a module's float parameters (quantized ones stay as they are).
+struct ToDtype(DType);
+
+impl<B: burn::tensor::backend::Backend> burn::module::ModuleMapper<B> for ToDtype {
+    fn map_float<const D: usize>(
+        &mut self,
+        param: burn::module::Param<Tensor<B, D>>,
+    ) -> burn::module::Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        let tensor = match tensor.dtype() {
+            DType::QFloat(_) => tensor,
+            _ => tensor.cast(self.0),
+        };
+        burn::module::Param::from_mapped_value(id, tensor, mapper)
+    }
 }
 
 #[test]
 fn int8_activations_times_int8_weights_run_on_quant_matmul() {
     let _serial = serial();
     let (m, k, n) = (3, 32, 16);
-    let x = Tensor::<Ascend, 2>::from_data(TensorData::new(uniform(m * k, 15), [m, k]), &device());
-    let w = Tensor::<Ascend, 2>::from_data(TensorData::new(uniform(k * n, 16), [k, n]), &device());
+    // Two quantized operands give the device's default float type: BF16 on this device (an
+    // F32 default keeps Burn's f32 path, see tests/quantization.rs).
+    let device = second_device();
+    burn::tensor::set_default_dtypes::<Ascend>(&device, DType::BF16, DType::I64)
+        .expect("a fresh device");
+    let x = Tensor::<Ascend, 2>::from_data(TensorData::new(uniform(m * k, 15), [m, k]), &device);
+    let w = Tensor::<Ascend, 2>::from_data(TensorData::new(uniform(k * n, 16), [k, n]), &device);
     let float_out = x.clone().matmul(w.clone()).into_data();
     let scheme = QuantScheme::default()
         .with_value(QuantValue::Q8S)
@@ -487,7 +518,7 @@ fn int8_activations_times_int8_weights_run_on_quant_matmul() {
         let xq = x.clone().quantize_dynamic(&scheme.with_level(level));
         let wq = w.clone().quantize_dynamic(&scheme);
         let out = xq.clone().matmul(wq.clone()).into_data();
-        // The same integer math on flex: int sums times both scales.
+        // Burn's dequantize-then-matmul of the same int8 values and scales.
         let want = xq.dequantize().matmul(wq.dequantize()).into_data();
         assert!(relative_error(out.clone(), want) < 0.01, "{level:?}");
         assert!(relative_error(out, float_out.clone()) < 0.05, "{level:?}");

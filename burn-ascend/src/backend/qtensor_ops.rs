@@ -113,6 +113,11 @@ fn int8(scheme: &QuantScheme) -> bool {
 /// 1 (a Linear's weight broadcast over the activation's batch); the activation's are folded
 /// into its rows. An int8 activation takes one scale for the tensor or one per row (a block of
 /// exactly its last dim).
+///
+/// Both operators produce F16/BF16 only, so the paths run when the result is F16 or BF16 (the
+/// activation's type, or for two quantized operands the device's default float type, as in
+/// Burn's default); an F32 result keeps Burn's f32 dequantize-then-matmul, whose precision
+/// callers of f32 rely on.
 fn int8_path(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) -> Option<Int8Path> {
     let TensorPrimitive::QFloat(w) = rhs else {
         return None;
@@ -130,7 +135,8 @@ fn int8_path(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) -> Op
         TensorPrimitive::Float(x) => {
             let shape = x.shape();
             let fits = shape.len() >= 2 && shape[shape.len() - 1] == k;
-            (fits && x.dtype.is_float()).then_some(Int8Path::WeightOnly)
+            let half = matches!(x.dtype, DataType::F16 | DataType::BF16);
+            (fits && half).then_some(Int8Path::WeightOnly)
         }
         TensorPrimitive::QFloat(x) => {
             let shape = x.values.shape();
@@ -139,7 +145,9 @@ fn int8_path(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) -> Op
                 QuantLevel::Block(b) => b.num_elements() == k,
             };
             let fits = shape.len() >= 2 && shape[shape.len() - 1] == k;
-            (fits && int8(&x.scheme) && per_row).then_some(Int8Path::Both)
+            let target = get_device_settings::<Ascend>(&x.values.ctx().device()).float_dtype;
+            let half = matches!(target, FloatDType::F16 | FloatDType::BF16);
+            (fits && half && int8(&x.scheme) && per_row).then_some(Int8Path::Both)
         }
     }
 }
@@ -156,7 +164,8 @@ fn note_fallback(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) {
     if seen.insert(key.clone()) {
         eprintln!(
             "burn-ascend: q_matmul {key} has no int8 path (the weight must be symmetric int8 per \
-             tensor, an int8 activation per tensor or per row); dequantizing, then a float matmul"
+             tensor, an int8 activation per tensor or per row, the result F16 or BF16); \
+             dequantizing, then a float matmul"
         );
     }
 }
@@ -184,25 +193,14 @@ fn q_matmul_int8(
     match (path, lhs) {
         (Int8Path::WeightOnly, TensorPrimitive::Float(x)) => {
             let (rows, out_shape) = folded(x.shape(), n);
-            // The operator takes f16/bf16 activations; f32 ones go through bf16, whose range
-            // is f32's (f16 could overflow), and the result comes back as f32.
-            let compute = match x.dtype {
-                DataType::F16 => DataType::F16,
-                _ => DataType::BF16,
-            };
-            let x2 = copy::reshape(&copy::cast(&x, compute)?, rows)?;
+            let x2 = copy::reshape(&x, rows)?;
             let y = quant_matmul::weight_quant_matmul(&x2, &weight, &w.scales, None, 0)?;
-            copy::cast(&copy::reshape(&y, out_shape)?, x.dtype)
+            copy::reshape(&y, out_shape)
         }
         (Int8Path::Both, TensorPrimitive::QFloat(x)) => {
             let (rows, out_shape) = folded(x.values.shape(), n);
-            let target =
+            let out_dtype =
                 float_type(get_device_settings::<Ascend>(&x.values.ctx().device()).float_dtype);
-            let out_dtype = if target == DataType::F16 {
-                DataType::F16
-            } else {
-                DataType::BF16
-            };
             let x2 = copy::reshape(&x.values, rows.clone())?;
             // One scale per row of the folded activation, or one for all of them.
             let x_scale = match x.scheme.level {
@@ -210,7 +208,7 @@ fn q_matmul_int8(
                 QuantLevel::Block(_) => copy::reshape(&x.scales, vec![rows[0]])?,
             };
             let y = quant_matmul::quant_matmul(&x2, &weight, &w.scales, &x_scale, out_dtype)?;
-            copy::cast(&copy::reshape(&y, out_shape)?, target)
+            copy::reshape(&y, out_shape)
         }
         _ => unreachable!("int8_path pairs each path with its activation kind"),
     }
