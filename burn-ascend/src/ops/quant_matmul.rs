@@ -325,7 +325,7 @@ pub(crate) fn check_weight_quant_matmul<T: Operand>(
     let want = if group == 0 {
         vec![1, n]
     } else {
-        if group % 32 != 0 || group >= k {
+        if !group.is_multiple_of(32) || group >= k {
             return Err(invalid_input(
                 OP,
                 format!("group {group} must be a multiple of 32 below K = {k}"),
