@@ -618,3 +618,41 @@ fn fused_quant_ops_on_ascend_equal_their_compositions_on_flex() {
         }
     }
 }
+
+/// The device model's cube term: whole fractals, 16x16x16 per cycle in f16/bf16, 16x32x16 in
+/// int8 (twice the MACs), f32 at a quarter of the f16 rate (hardware-atlas-a2.md §4.1).
+#[test]
+fn the_cube_term_counts_int8_at_its_own_fractal() {
+    use burn_ascend::emulator::work_counters;
+    let _serial = serial();
+    let (m, k, n) = (20, 96, 40);
+    // ceil(20/16) * ceil(40/16) = 2 * 3 fractal columns; k takes 6 (half) or 3 (int8) steps.
+    let (half, int8) = (2 * 3 * 6, 2 * 3 * 3);
+    let cycles = |f: &dyn Fn()| {
+        let before = work_counters();
+        f();
+        work_counters().since(&before).aclnn_cube_cycles
+    };
+    let x = float_on(uniform(m * k, 30), [m, k], DType::BF16);
+    let w = i8_on(int8s(k * n, 31), vec![k, n]);
+    let xi = i8_on(int8s(m * k, 32), vec![m, k]);
+    let scale =
+        burn_ascend::ops::copy::reshape(&float_on(vec![0.01; n], [1, n], DType::F32), vec![n])
+            .unwrap();
+    let token =
+        burn_ascend::ops::copy::reshape(&float_on(vec![0.02; m], [1, m], DType::F32), vec![m])
+            .unwrap();
+    let w16 = scale.clone();
+    let wqbmm = cycles(&|| {
+        read(quant_matmul::weight_quant_matmul(&x, &w, &w16, None, 0).unwrap());
+    });
+    let qmm = cycles(&|| {
+        read(quant_matmul::quant_matmul(&xi, &w, &scale, &token, DataType::BF16).unwrap());
+    });
+    let xa = Tensor::<Ascend, 2>::from_data(TensorData::new(uniform(m * k, 33), [m, k]), &device());
+    let wa = Tensor::<Ascend, 2>::from_data(TensorData::new(uniform(k * n, 34), [k, n]), &device());
+    let f32_matmul = cycles(&|| {
+        xa.clone().matmul(wa.clone()).into_data();
+    });
+    assert_eq!((wqbmm, qmm, f32_matmul), (half, int8, 4 * half));
+}
