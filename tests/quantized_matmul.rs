@@ -656,3 +656,195 @@ fn the_cube_term_counts_int8_at_its_own_fractal() {
     });
     assert_eq!((wqbmm, qmm, f32_matmul), (half, int8, 4 * half));
 }
+
+/// More of the operators' rules, each tripped once.
+#[test]
+fn the_emulated_operators_refuse_bad_layouts_and_optional_inputs() {
+    let _serial = serial();
+    if common::skipped_on_npu("the_emulated_operators_refuse_bad_layouts_and_optional_inputs") {
+        return;
+    }
+    let (m, k, n) = (4, 64, 8);
+    let x = float_on(uniform(m * k, 40), [m, k], DType::F16);
+    let w = i8_on(int8s(k * n, 41), vec![k, n]);
+    let y = AscendTensor::empty(x.ctx(), vec![m, n], DataType::F16).unwrap();
+    let scale = float_on(vec![0.01; n], [1, n], DType::F16);
+    let ctx = x.ctx().clone();
+    // WQBMMv2: the int8-output form (quantScaleOptional) is not emulated.
+    let text = launch_error((|| {
+        aclnn!(
+            &*ctx,
+            aclnnWeightQuantBatchMatmulV2(
+                x.desc()?,
+                w.desc()?,
+                scale.desc()?,
+                Absent,
+                scale.desc()?,
+                Absent,
+                Absent,
+                0,
+                y.desc()?
+            )
+        )
+    })());
+    assert!(text.contains("quantScaleOptional"), "{text}");
+    // WQBMMv2: bias is F16 with f16 x.
+    let bias32 = float_on(vec![0.5; n], [1, n], DType::F32);
+    let text = launch_error((|| {
+        aclnn!(
+            &*ctx,
+            aclnnWeightQuantBatchMatmulV2(
+                x.desc()?,
+                w.desc()?,
+                scale.desc()?,
+                Absent,
+                Absent,
+                Absent,
+                bias32.desc()?,
+                0,
+                y.desc()?
+            )
+        )
+    })());
+    assert!(text.contains("biasOptional"), "{text}");
+    // WQBMMv2: the offset matches the scale.
+    let offset = float_on(vec![1.0; 1], [1, 1], DType::F16);
+    let text = launch_error((|| {
+        aclnn!(
+            &*ctx,
+            aclnnWeightQuantBatchMatmulV2(
+                x.desc()?,
+                w.desc()?,
+                scale.desc()?,
+                offset.desc()?,
+                Absent,
+                Absent,
+                Absent,
+                0,
+                y.desc()?
+            )
+        )
+    })());
+    assert!(text.contains("antiquantOffsetOptional"), "{text}");
+    // WQBMMv2: a weight view that is neither dense nor transposed.
+    let w_wide = i8_on(int8s(k * 2 * n, 42), vec![k, 2 * n]);
+    let w_view = burn_ascend::ops::copy::slice(
+        &w_wide,
+        &[
+            burn_ascend::ops::copy::DimSlice {
+                start: 0,
+                end: k,
+                step: 1,
+            },
+            burn_ascend::ops::copy::DimSlice {
+                start: 0,
+                end: n,
+                step: 1,
+            },
+        ],
+    )
+    .unwrap();
+    let text = launch_error((|| {
+        aclnn!(
+            &*ctx,
+            aclnnWeightQuantBatchMatmulV2(
+                x.desc()?,
+                w_view.desc()?,
+                scale.desc()?,
+                Absent,
+                Absent,
+                Absent,
+                Absent,
+                0,
+                y.desc()?
+            )
+        )
+    })());
+    assert!(
+        text.contains("neither dense nor a transposed matrix"),
+        "{text}"
+    );
+
+    // QuantMatmulV4: offset (int8 output) is not emulated; the per-token scale is [m].
+    let xi = i8_on(int8s(m * k, 43), vec![m, k]);
+    let s32 =
+        burn_ascend::ops::copy::reshape(&float_on(vec![0.01; n], [1, n], DType::F32), vec![n])
+            .unwrap();
+    let out = AscendTensor::empty(&ctx, vec![m, n], DataType::BF16).unwrap();
+    let text = launch_error((|| {
+        aclnn!(
+            &*ctx,
+            aclnnQuantMatmulV4(
+                xi.desc()?,
+                w.desc()?,
+                s32.desc()?,
+                s32.desc()?,
+                Absent,
+                Absent,
+                false,
+                false,
+                out.desc()?
+            )
+        )
+    })());
+    assert!(text.contains("offset is given"), "{text}");
+    let text = launch_error((|| {
+        aclnn!(
+            &*ctx,
+            aclnnQuantMatmulV4(
+                xi.desc()?,
+                w.desc()?,
+                s32.desc()?,
+                Absent,
+                s32.desc()?,
+                Absent,
+                false,
+                false,
+                out.desc()?
+            )
+        )
+    })());
+    assert!(
+        text.contains("pertokenScaleOptional") && text.contains("[4]"),
+        "{text}"
+    );
+    // QuantMatmulV4: transposeX2 reads x2 as [n, k]: here k disagrees.
+    let text = launch_error((|| {
+        aclnn!(
+            &*ctx,
+            aclnnQuantMatmulV4(
+                xi.desc()?,
+                w.desc()?,
+                s32.desc()?,
+                Absent,
+                Absent,
+                Absent,
+                false,
+                true,
+                out.desc()?
+            )
+        )
+    })());
+    assert!(text.contains("disagree on k"), "{text}");
+
+    // DynamicQuant: x has at least 2 dims; yOut is INT8.
+    let x1 = burn_ascend::ops::copy::reshape(&x, vec![m * k]).unwrap();
+    let q1 = AscendTensor::empty(&ctx, vec![m * k], DataType::I8).unwrap();
+    let s0 = AscendTensor::empty(&ctx, vec![], DataType::F32).unwrap();
+    let text = launch_error((|| {
+        aclnn!(
+            &*ctx,
+            aclnnDynamicQuant(x1.desc()?, Absent, q1.desc()?, s0.desc()?)
+        )
+    })());
+    assert!(text.contains("2 to 8 dims"), "{text}");
+    let q16 = AscendTensor::empty(&ctx, vec![m, k], DataType::F16).unwrap();
+    let s = AscendTensor::empty(&ctx, vec![m], DataType::F32).unwrap();
+    let text = launch_error((|| {
+        aclnn!(
+            &*ctx,
+            aclnnDynamicQuant(x.desc()?, Absent, q16.desc()?, s.desc()?)
+        )
+    })());
+    assert!(text.contains("yOut dtype"), "{text}");
+}
