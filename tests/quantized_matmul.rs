@@ -589,6 +589,8 @@ fn fused_quant_ops_on_ascend_equal_their_compositions_on_flex() {
         let runs = aclnn_runs("aclnnDynamicQuant");
         let on_ascend = fused_quant_results::<Ascend>(&device(), dtype);
         let on_fusion = fused_quant_results::<burn_fusion::Fusion<Ascend>>(&device(), dtype);
+        // Autodiff<Ascend> takes the composed defaults (differentiable Burn ops).
+        let on_autodiff = fused_quant_results::<burn_autodiff::Autodiff<Ascend>>(&device(), dtype);
         // F32 activations take the composition on Ascend too (the operator is F16/BF16 only).
         let launched = if dtype == DType::F32 { 0 } else { 2 };
         assert_eq!(
@@ -596,7 +598,11 @@ fn fused_quant_ops_on_ascend_equal_their_compositions_on_flex() {
             launched,
             "{dtype:?}"
         );
-        for (backend, got) in [("Ascend", on_ascend), ("Fusion<Ascend>", on_fusion)] {
+        for (backend, got) in [
+            ("Ascend", on_ascend),
+            ("Fusion<Ascend>", on_fusion),
+            ("Autodiff<Ascend>", on_autodiff),
+        ] {
             for (i, (g, w)) in got.into_iter().zip(&want).enumerate() {
                 let what = format!("{backend} {dtype:?} result {i}");
                 if !(4..6).contains(&i) {
