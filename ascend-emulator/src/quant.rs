@@ -177,7 +177,7 @@ pub unsafe extern "C" fn aclnnDynamicQuantGetWorkspaceSize(
                 ));
             }
         }
-        // ASSUMPTION (op doc: outputs "暂不支持非连续"): both outputs must be dense.
+        // Op doc (8.0.0): the outputs do not support non-contiguous views.
         dense_out(OP, "yOut", &y)?;
         dense_out(OP, "scaleOut", &scale)?;
         let kernel = move || {
