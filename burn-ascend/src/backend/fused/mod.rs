@@ -1135,3 +1135,11 @@ pub fn quantize_experts_per_channel<B: Backend>(
     let (q, scale) = composed::quantize_along(w.cast(DType::F32), 1);
     (q, scale.squeeze_dim(1))
 }
+
+/// Rows `x [M, K]` quantised symmetrically to int8 per row on the device (Burn ops):
+/// `scale[m] = max|x[m]| / 127` (f32) and `round_ties_even(x / scale)`, the quantisation
+/// [`moe_gather_quant`] applies, for activations produced between two expert matmuls.
+pub fn quantize_rows<B: Backend>(x: Tensor<B, 2>) -> (Tensor<B, 2, Int>, Tensor<B, 1>) {
+    let (q, scale) = composed::quantize_along(x.cast(DType::F32), 1);
+    (q, scale.squeeze_dim(1))
+}
