@@ -27,8 +27,8 @@ use super::fault::{fault, Fault};
 use super::meta::Kernel;
 use super::meta::{tensor_arg, tensor_list_arg, TensorDesc};
 use super::nn::gemm;
-use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
 use super::numerics::round_to;
+use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
 use super::view::{dense_f32, map, put_f32, take_f32, Mapped, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::status::*;
@@ -284,12 +284,8 @@ impl Plan {
         scale: &TensorDesc,
         per_token: Option<&TensorDesc>,
     ) -> Result<(), Fault> {
-        let ints = |name: &str, t: &TensorDesc| -> Result<Vec<i32>, Fault> {
-            let m = map(op, name, t)?;
-            let get = m.getter::<i128>();
-            Ok(Walk::of(t).map(|o| get(o) as i32).collect())
-        };
-        let (x, w) = (ints("x", &self.x)?, ints("weight", &self.weight)?);
+        // The operands' host copies stay int8 (the host-memory bound of the kernels).
+        let (x, w) = (int8s(op, "x", &self.x)?, int8s(op, "weight", &self.weight)?);
         let scale = floats(op, "scaleOptional", scale)?;
         let per_token = per_token
             .map(|t| floats(op, "perTokenScaleOptional", t))
@@ -304,7 +300,7 @@ impl Plan {
                 for (kk, &xv) in row.iter().enumerate() {
                     let wrow = &w[(e * k + kk) * n..(e * k + kk + 1) * n];
                     for (a, &wv) in acc.iter_mut().zip(wrow) {
-                        *a += xv * wv;
+                        *a += xv as i32 * wv as i32;
                     }
                 }
                 let t = per_token.as_ref().map_or(1.0, |p| p[start + r]);
@@ -333,20 +329,22 @@ impl Plan {
         let dt = self.x.dtype;
         let round = |v: f32| round_to(dt, v as f64) as f32;
         let x = floats(op, "x", &self.x)?;
-        let mut w = floats(op, "weight", &self.weight)?;
+        let w = int8s(op, "weight", &self.weight)?;
         let scale = floats(op, "antiquantScaleOptional", scale)?;
         let offset = offset
             .map(|t| floats(op, "antiquantOffsetOptional", t))
             .transpose()?;
         let (k, n) = (self.k, self.n);
-        for (i, v) in w.iter_mut().enumerate() {
-            let c = (i / (k * n)) * n + i % n;
-            let shifted = offset.as_ref().map_or(*v, |o| round(*v + o[c]));
-            *v = round(shifted * scale[c]);
-        }
         let mut start = 0;
+        let mut dequantised = vec![0f32; k * n];
         for (e, &size) in sizes.iter().enumerate() {
             if size > 0 {
+                // One expert's weight dequantised at a time (the host-memory bound).
+                for (i, d) in dequantised.iter_mut().enumerate() {
+                    let (v, c) = (w[e * k * n + i] as f32, e * n + i % n);
+                    let shifted = offset.as_ref().map_or(v, |o| round(v + o[c]));
+                    *d = round(shifted * scale[c]);
+                }
                 let mut dst = vec![0f32; size * n];
                 gemm(
                     size,
@@ -354,7 +352,7 @@ impl Plan {
                     k,
                     &mut dst,
                     (&x[start * k..], k, 1),
-                    (&w[e * k * n..], n, 1),
+                    (&dequantised, n, 1),
                     false,
                 );
                 self.write_rows(op, start, size, &dst)?;
@@ -376,6 +374,13 @@ impl Plan {
         put_f32(&m, &mut Walk::of(&part), dst);
         Ok(())
     }
+}
+
+/// An int8 operand's values in row-major order of its shape.
+fn int8s(op: &str, name: &str, t: &TensorDesc) -> Result<Vec<i8>, Fault> {
+    let m = map(op, name, t)?;
+    let get = m.getter::<i128>();
+    Ok(Walk::of(t).map(|o| get(o) as i8).collect())
 }
 
 /// A small operand's values as f32 in row-major order of its shape (exact for its types).

@@ -511,7 +511,13 @@ pub unsafe extern "C" fn aclnnMoeInitRoutingQuantV2GetWorkspaceSize(
                 format!("{OP}: dynamicQuantScaleOutOptional is NULL in dynamic quantMode"),
             )
         })?;
-        output(OP, "dynamicQuantScaleOutOptional", &scale_out, &[expanded], F32)?;
+        output(
+            OP,
+            "dynamicQuantScaleOutOptional",
+            &scale_out,
+            &[expanded],
+            F32,
+        )?;
         let counts = if expert_tokens_count_or_cumsum_flag > 0 {
             if experts == 0 {
                 return Err(tiling(
