@@ -5,7 +5,9 @@
 //! list is a device tensor, read when the kernel runs.
 //!
 //! Besides the float path it emulates the two quantised single-tensor forms MoE serving uses on
-//! A2 (op doc, "A8W8场景约束" and "A16W8场景约束"), grouped along M only:
+//! A2, grouped along M only (prototype: `aclnn-quant-attention-norm.md`; semantics: the op doc,
+//! ops-transformer `gmm/grouped_matmul/docs/aclnnGroupedMatmulV4.md`, "A8W8场景约束" and
+//! "A16W8场景约束"):
 //! - A8W8: int8 x and weight, int32 accumulation, `out = acc * scale[e, n] * perTokenScale[m]`
 //!   in f32, rounded once to out (bf16 with a bf16 scale, f16 with an f32 scale);
 //! - A16W8 (antiquant): f16/bf16 x, int8 weight dequantised in x's type, `(w + offset) * scale`

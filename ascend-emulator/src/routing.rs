@@ -5,7 +5,9 @@
 //! the routing probabilities and sums each token's top-k.
 //!
 //! `aclnnMoeInitRoutingQuantV2` routes as InitRoutingV2 does and quantises each expanded row to
-//! int8 in the same pass (dynamic mode: a scale per row, `max|x| / 127`).
+//! int8 in the same pass (dynamic mode: a scale per row, `max|x| / 127`; prototype:
+//! `aclnn-quant-attention-norm.md`; semantics: ops-transformer
+//! `moe/moe_init_routing_quant_v2/docs/aclnnMoeInitRoutingQuantV2.md`, 计算公式 5-6).
 //!
 //! Index semantics, from the ops' kernels: the row index InitRoutingV2 writes, and Unpermute
 //! reads, maps each token-major slot `t*K + k` to its row in the expanded tensor (the inverse
