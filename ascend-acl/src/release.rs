@@ -93,6 +93,12 @@ pub const NEWER_FUNCTIONS: &[(&str, CannRelease)] = &[
         "aclnnGroupedMatmulV4GetWorkspaceSize",
         CannRelease::V8_1_RC1,
     ),
+    // aclnn-quant-attention-norm.md: declared by the 8.1.RC1 headers; not in aclnn-ops.tsv.
+    // ASSUMPTION (the stricter reading): first declared by 8.1.RC1.
+    (
+        "aclnnMoeInitRoutingQuantV2GetWorkspaceSize",
+        CannRelease::V8_1_RC1,
+    ),
     // aclnn-ops.tsv (aclnnFusedInferAttentionScoreV3): "hdr + torch_npu/op-plugin uses since
     // CANN 8.1.RC1". ASSUMPTION: first declared by 8.1.RC1.
     (

@@ -4,8 +4,17 @@
 //! rows of `weight [K, N]` split, out `[E, M, N]`: the weight gradient of the M form). The group
 //! list is a device tensor, read when the kernel runs.
 //!
-//! The emulation implements the float path only: multi-tensor lists, bias, quantisation and
-//! fused activations are refused as not emulated rather than computed.
+//! Besides the float path it emulates the two quantised single-tensor forms MoE serving uses on
+//! A2, grouped along M only (prototype: `aclnn-quant-attention-norm.md`; semantics: the op doc,
+//! ops-transformer `gmm/grouped_matmul/docs/aclnnGroupedMatmulV4.md`, "A8W8场景约束" and
+//! "A16W8场景约束"):
+//! - A8W8: int8 x and weight, int32 accumulation, `out = acc * scale[e, n] * perTokenScale[m]`
+//!   in f32, rounded once to out (bf16 with a bf16 scale, f16 with an f32 scale);
+//! - A16W8 (antiquant): f16/bf16 x, int8 weight dequantised in x's type, `(w + offset) * scale`
+//!   per channel, then the float product.
+//!
+//! Multi-tensor lists, bias, static offsets, int8/int32 outputs, per-group antiquant and fused
+//! activations are refused as not emulated rather than computed.
 #![allow(
     missing_docs,
     non_snake_case,
@@ -20,6 +29,7 @@ use super::fault::{fault, Fault};
 use super::meta::Kernel;
 use super::meta::{tensor_arg, tensor_list_arg, TensorDesc};
 use super::nn::gemm;
+use super::numerics::round_to;
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
 use super::view::{dense_f32, map, put_f32, take_f32, Mapped, Walk};
 use ascend_acl::dtype::DataType::{self, *};
@@ -29,6 +39,9 @@ use std::borrow::Cow;
 
 /// x, weight and out of the non-quantised path on Atlas A2 (all three of one type).
 const GMM: &[DataType] = &[F16, BF16, F32];
+/// x, weight and out of the quantised forms emulated (op doc, A2 scenario table; INT4 and the
+/// int8/int32 outs are not emulated).
+const QUANT: &[DataType] = &[F16, BF16, I8];
 const GROUP_LIST: &[DataType] = &[I64];
 /// Most groups a group-list tensor may describe (op doc).
 const MAX_GROUPS: usize = 1024;
@@ -147,8 +160,25 @@ fn read_f32<'a>(m: &'a Mapped, out: &Mapped) -> Cow<'a, [f32]> {
     Cow::Owned(values)
 }
 
+/// The quantised form of a call, with its checked parameters.
+enum Quant {
+    /// Float x, weight and out.
+    Float,
+    /// int8 x and weight: `scale [E, N]` per output channel, `per_token [M]` f32 if given.
+    A8W8 {
+        scale: TensorDesc,
+        per_token: Option<TensorDesc>,
+    },
+    /// Float x, int8 weight: `scale [E, N]` and `offset [E, N]` (if given) in x's type.
+    A16W8 {
+        scale: TensorDesc,
+        offset: Option<TensorDesc>,
+    },
+}
+
 /// The checked call: operands, grouped axis and matrix sizes (`[m, k] @ [k, n]` overall).
 struct Plan {
+    quant: Quant,
     x: TensorDesc,
     weight: TensorDesc,
     out: TensorDesc,
@@ -180,6 +210,15 @@ impl Plan {
             let used = sizes.iter().filter(|&&s| s > 0).count();
             let per_group = (self.k * self.n * self.weight.dtype.size()) as u64;
             super::counters::ran(used as u64 * per_group);
+        }
+        match &self.quant {
+            Quant::Float => {}
+            Quant::A8W8 { scale, per_token } => {
+                return self.run_a8w8(op, &sizes, scale, per_token.as_ref())
+            }
+            Quant::A16W8 { scale, offset } => {
+                return self.run_a16w8(op, &sizes, scale, offset.as_ref())
+            }
         }
         let (mx, mw, mo) = (
             map(op, "x", &self.x)?,
@@ -235,6 +274,252 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// A8W8: each group's int8 product accumulated exactly in int32 (the cube's int8 path; with
+    /// K < 65536 the sum of products of magnitude at most 2^14 cannot overflow), dequantised in
+    /// f32 as `(acc * scale) * perTokenScale` and rounded once to out's type. ASSUMPTION (op doc
+    /// gives the formula, not the order of the two products): scale first, as written.
+    fn run_a8w8(
+        &self,
+        op: &str,
+        sizes: &[usize],
+        scale: &TensorDesc,
+        per_token: Option<&TensorDesc>,
+    ) -> Result<(), Fault> {
+        // The operands' host copies stay int8 (the host-memory bound of the kernels).
+        let (x, w) = (int8s(op, "x", &self.x)?, int8s(op, "weight", &self.weight)?);
+        let scale = floats(op, "scaleOptional", scale)?;
+        let per_token = per_token
+            .map(|t| floats(op, "perTokenScaleOptional", t))
+            .transpose()?;
+        let (k, n) = (self.k, self.n);
+        let mut start = 0;
+        for (e, &size) in sizes.iter().enumerate() {
+            let mut dst = vec![0f32; size * n];
+            for r in 0..size {
+                let row = &x[(start + r) * k..(start + r + 1) * k];
+                let mut acc = vec![0i32; n];
+                for (kk, &xv) in row.iter().enumerate() {
+                    let wrow = &w[(e * k + kk) * n..(e * k + kk + 1) * n];
+                    for (a, &wv) in acc.iter_mut().zip(wrow) {
+                        *a += xv as i32 * wv as i32;
+                    }
+                }
+                let t = per_token.as_ref().map_or(1.0, |p| p[start + r]);
+                for (j, &a) in acc.iter().enumerate() {
+                    let v = a as f32 * scale[e * n + j];
+                    dst[r * n + j] = if per_token.is_some() { v * t } else { v };
+                }
+            }
+            self.write_rows(op, start, size, &dst)?;
+            start += size;
+        }
+        Ok(())
+    }
+
+    /// A16W8: the weight dequantised per output channel in x's type (`w + offset` rounded, then
+    /// `* scale` rounded, as the vector unit computes in half precision before the cube reads
+    /// it); then the float product with f32 accumulation, rounded once to out. ASSUMPTION
+    /// (op doc gives `x @ ((w + offset) * scale)` only): each step rounds to x's type.
+    fn run_a16w8(
+        &self,
+        op: &str,
+        sizes: &[usize],
+        scale: &TensorDesc,
+        offset: Option<&TensorDesc>,
+    ) -> Result<(), Fault> {
+        let dt = self.x.dtype;
+        let round = |v: f32| round_to(dt, v as f64) as f32;
+        let x = floats(op, "x", &self.x)?;
+        let w = int8s(op, "weight", &self.weight)?;
+        let scale = floats(op, "antiquantScaleOptional", scale)?;
+        let offset = offset
+            .map(|t| floats(op, "antiquantOffsetOptional", t))
+            .transpose()?;
+        let (k, n) = (self.k, self.n);
+        let mut start = 0;
+        let mut dequantised = vec![0f32; k * n];
+        for (e, &size) in sizes.iter().enumerate() {
+            if size > 0 {
+                // One expert's weight dequantised at a time (the host-memory bound).
+                for (i, d) in dequantised.iter_mut().enumerate() {
+                    let (v, c) = (w[e * k * n + i] as f32, e * n + i % n);
+                    let shifted = offset.as_ref().map_or(v, |o| round(v + o[c]));
+                    *d = round(shifted * scale[c]);
+                }
+                let mut dst = vec![0f32; size * n];
+                gemm(
+                    size,
+                    n,
+                    k,
+                    &mut dst,
+                    (&x[start * k..], k, 1),
+                    (&dequantised, n, 1),
+                    false,
+                );
+                self.write_rows(op, start, size, &dst)?;
+            }
+            start += size;
+        }
+        Ok(())
+    }
+
+    /// Writes `rows` rows of out from `start`, rounding once to out's type.
+    fn write_rows(&self, op: &str, start: usize, rows: usize, dst: &[f32]) -> Result<(), Fault> {
+        if rows == 0 {
+            return Ok(());
+        }
+        let mut part = self.out.clone();
+        part.shape = vec![rows, self.n];
+        part.offset += start * self.n;
+        let m = map(op, "out", &part)?;
+        put_f32(&m, &mut Walk::of(&part), dst);
+        Ok(())
+    }
+}
+
+/// An int8 operand's values in row-major order of its shape.
+fn int8s(op: &str, name: &str, t: &TensorDesc) -> Result<Vec<i8>, Fault> {
+    let m = map(op, name, t)?;
+    let get = m.getter::<i128>();
+    Ok(Walk::of(t).map(|o| get(o) as i8).collect())
+}
+
+/// A small operand's values as f32 in row-major order of its shape (exact for its types).
+fn floats(op: &str, name: &str, t: &TensorDesc) -> Result<Vec<f32>, Fault> {
+    let m = map(op, name, t)?;
+    let get = m.getter::<f32>();
+    Ok(Walk::of(t).map(get).collect())
+}
+
+/// One tensor from an optional single-tensor list (`None` when the list pointer is NULL).
+unsafe fn single(
+    op: &str,
+    name: &str,
+    list: *const aclTensorList,
+) -> Result<Option<TensorDesc>, Fault> {
+    if list.is_null() {
+        return Ok(None);
+    }
+    let ts = tensor_list_arg(op, name, list)?;
+    if ts.len() != 1 {
+        return Err(invalid(
+            op,
+            format!(
+                "{name} holds {} tensors: the single-tensor form takes one",
+                ts.len()
+            ),
+        ));
+    }
+    Ok(Some(ts[0].clone()))
+}
+
+/// A per-channel parameter: `[groups, n]` of `dtype`.
+fn per_channel(
+    op: &str,
+    name: &str,
+    t: &TensorDesc,
+    groups: usize,
+    n: usize,
+    dtype: DataType,
+) -> Result<(), Fault> {
+    if t.dtype != dtype || t.shape != [groups, n] {
+        return Err(invalid(
+            op,
+            format!(
+                "{name} {} should be [{groups}, {n}] {dtype} (per output channel of each group)",
+                t.describe()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The quantised form the operands ask for, checked against the A2 dtype tables (op doc,
+/// "A8W8场景约束" and "A16W8场景约束"): x int8 takes the A8W8 form, an int8 weight under float
+/// x the A16W8 form; other parameter combinations are refused.
+fn quant_form(
+    op: &str,
+    x: &TensorDesc,
+    w: &TensorDesc,
+    out: &TensorDesc,
+    params: [Option<TensorDesc>; 4],
+) -> Result<Quant, Fault> {
+    let [scale, per_token, aq_scale, aq_offset] = params;
+    let given = |t: &Option<TensorDesc>| t.is_some();
+    match (x.dtype, w.dtype) {
+        (I8, I8) => {
+            if given(&aq_scale) || given(&aq_offset) {
+                return Err(invalid(
+                    op,
+                    "antiquant parameters are for a float x with an int8 weight, not int8 x",
+                ));
+            }
+            // With an ND weight the A2 table pairs a bf16 out with a bf16 scale and an f16 out
+            // with an f32 scale (an f32 scale for bf16 out needs the FRACTAL_NZ weight, which
+            // the emulation does not take); int8/int32 outs are not emulated.
+            let scale_type = match out.dtype {
+                BF16 => BF16,
+                F16 => F32,
+                other => {
+                    return Err(invalid(
+                        op,
+                        format!("A8W8 out {other}: only BF16 and F16 outs are emulated"),
+                    ))
+                }
+            };
+            let scale = scale.ok_or_else(|| {
+                invalid(op, "A8W8 with a float out needs scaleOptional")
+            })?;
+            let groups = w.shape[0];
+            per_channel(op, "scaleOptional", &scale, groups, w.shape[2], scale_type)?;
+            if let Some(t) = &per_token {
+                if t.dtype != F32 || t.shape != [x.shape[0]] {
+                    return Err(invalid(
+                        op,
+                        format!(
+                            "perTokenScaleOptional {} should be [{}] F32 (one per row of x)",
+                            t.describe(),
+                            x.shape[0]
+                        ),
+                    ));
+                }
+            }
+            Ok(Quant::A8W8 { scale, per_token })
+        }
+        (F16 | BF16, I8) => {
+            if given(&scale) || given(&per_token) {
+                return Err(invalid(
+                    op,
+                    "scaleOptional and perTokenScaleOptional are for int8 x (A8W8); the A16W8 form takes antiquant parameters",
+                ));
+            }
+            if out.dtype != x.dtype {
+                return Err(invalid(
+                    op,
+                    format!("A16W8 out {} must be x's type {}", out.dtype, x.dtype),
+                ));
+            }
+            let scale = aq_scale.ok_or_else(|| {
+                invalid(op, "A16W8 (int8 weight, float x) needs antiquantScaleOptional")
+            })?;
+            let (groups, n) = (w.shape[0], w.shape[2]);
+            per_channel(op, "antiquantScaleOptional", &scale, groups, n, x.dtype)?;
+            if let Some(t) = &aq_offset {
+                per_channel(op, "antiquantOffsetOptional", t, groups, n, x.dtype)?;
+            }
+            Ok(Quant::A16W8 {
+                scale,
+                offset: aq_offset,
+            })
+        }
+        (xt, wt) => Err(invalid(
+            op,
+            format!("x {xt} with weight {wt}: A2 quantised forms are int8 x with int8 weight (A8W8) or F16/BF16 x with int8 weight (A16W8)"),
+        )),
+    }
+}
+
 pub unsafe extern "C" fn aclnnGroupedMatmulV4GetWorkspaceSize(
     x: *const aclTensorList,
     weight: *const aclTensorList,
@@ -260,13 +545,9 @@ pub unsafe extern "C" fn aclnnGroupedMatmulV4GetWorkspaceSize(
 ) -> aclnnStatus {
     const OP: &str = "aclnnGroupedMatmulV4";
     phase1(OP, ws, ex, || {
-        let optional: [(&str, *const c_void); 11] = [
+        let optional: [(&str, *const c_void); 7] = [
             ("biasOptional", bias_optional.cast()),
-            ("scaleOptional", scale_optional.cast()),
             ("offsetOptional", offset_optional.cast()),
-            ("antiquantScaleOptional", antiquant_scale_optional.cast()),
-            ("antiquantOffsetOptional", antiquant_offset_optional.cast()),
-            ("perTokenScaleOptional", per_token_scale_optional.cast()),
             ("activationInputOptional", activation_input_optional.cast()),
             (
                 "activationQuantScaleOptional",
@@ -289,10 +570,16 @@ pub unsafe extern "C" fn aclnnGroupedMatmulV4GetWorkspaceSize(
             if !p.is_null() {
                 return Err(invalid(
                     OP,
-                    format!("{name} is given: bias, quantisation and activation inputs are not emulated (float path only)"),
+                    format!("{name} is given: bias, static offsets and activation inputs are not emulated"),
                 ));
             }
         }
+        let params = [
+            single(OP, "scaleOptional", scale_optional)?,
+            single(OP, "perTokenScaleOptional", per_token_scale_optional)?,
+            single(OP, "antiquantScaleOptional", antiquant_scale_optional)?,
+            single(OP, "antiquantOffsetOptional", antiquant_offset_optional)?,
+        ];
         let (xs, weights, outs) = (
             tensor_list_arg(OP, "x", x)?,
             tensor_list_arg(OP, "weight", weight)?,
@@ -311,10 +598,11 @@ pub unsafe extern "C" fn aclnnGroupedMatmulV4GetWorkspaceSize(
             ));
         }
         let (x, w, out) = (xs[0].clone(), weights[0].clone(), outs[0].clone());
+        let quantised = x.dtype == I8 || w.dtype == I8 || params.iter().any(Option::is_some);
         for (name, t) in [("x", &x), ("weight", &w), ("out", &out)] {
-            check_dtype(OP, name, t, GMM)?;
+            check_dtype(OP, name, t, if quantised { QUANT } else { GMM })?;
         }
-        if x.dtype != w.dtype || x.dtype != out.dtype {
+        if !quantised && (x.dtype != w.dtype || x.dtype != out.dtype) {
             return Err(invalid(
                 OP,
                 format!(
@@ -333,7 +621,7 @@ pub unsafe extern "C" fn aclnnGroupedMatmulV4GetWorkspaceSize(
             return Err(invalid(
                 OP,
                 format!(
-                    "groupListType {group_list_type}: float inputs take 0 (totals) or 1 (sizes)"
+                    "groupListType {group_list_type}: 0 (totals) or 1 (sizes) are emulated (2, the int8 [E, 2] pairs, is not)"
                 ),
             ));
         }
@@ -420,11 +708,23 @@ pub unsafe extern "C" fn aclnnGroupedMatmulV4GetWorkspaceSize(
         };
         check_inner(OP, "x", &x, x_t)?;
         check_inner(OP, "weight", &w, w_t)?;
+        let quant = if quantised {
+            if split != Split::M {
+                return Err(invalid(
+                    OP,
+                    format!("groupType {group_type}: the quantised forms group along M (0) only"),
+                ));
+            }
+            quant_form(OP, &x, &w, &out, params)?
+        } else {
+            Quant::Float
+        };
         if split == Split::M {
             // Which experts' weights the kernel reads depends on the group list (see `Plan::run`).
             super::counters::note_at_run(&w);
         }
         let plan = Plan {
+            quant,
             x,
             weight: w,
             out,

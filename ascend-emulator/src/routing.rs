@@ -4,6 +4,11 @@
 //! mode); `aclnnMoeTokenUnpermute` gathers expert outputs back into token order, weights them by
 //! the routing probabilities and sums each token's top-k.
 //!
+//! `aclnnMoeInitRoutingQuantV2` routes as InitRoutingV2 does and quantises each expanded row to
+//! int8 in the same pass (dynamic mode: a scale per row, `max|x| / 127`; prototype:
+//! `aclnn-quant-attention-norm.md`; semantics: ops-transformer
+//! `moe/moe_init_routing_quant_v2/docs/aclnnMoeInitRoutingQuantV2.md`, 计算公式 5-6).
+//!
 //! Index semantics, from the ops' kernels: the row index InitRoutingV2 writes, and Unpermute
 //! reads, maps each token-major slot `t*K + k` to its row in the expanded tensor (the inverse
 //! of the sorting permutation).
@@ -19,7 +24,7 @@ use super::meta::Kernel;
 use super::meta::{tensor_arg, TensorDesc};
 use super::numerics::Elem;
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::view::{map, Mapped, Walk};
+use super::view::{map, put_f32, Mapped, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::status::*;
 use ascend_acl::types::*;
@@ -30,7 +35,11 @@ const INDEX: &[DataType] = &[I32];
 /// Largest top-k aclnnMoeTokenUnpermute takes on Atlas A2 (op doc).
 const MAX_UNPERMUTE_TOP_K: usize = 512;
 
-phase2_entry_points!(aclnnMoeInitRoutingV2, aclnnMoeTokenUnpermute);
+phase2_entry_points!(
+    aclnnMoeInitRoutingV2,
+    aclnnMoeInitRoutingQuantV2,
+    aclnnMoeTokenUnpermute
+);
 
 /// InitRoutingV2 reports its attribute and shape checks from tiling (op doc).
 fn tiling(op: &str, message: impl std::fmt::Display) -> Fault {
@@ -111,6 +120,22 @@ struct InitRouting {
     top_k: usize,
     experts: usize,
     layout: Layout,
+    /// Dynamic quantisation (InitRoutingQuantV2): the per-row scale output.
+    quant_scale: Option<TensorDesc>,
+}
+
+/// One row quantised dynamically to int8 (aclnnMoeInitRoutingQuantV2 doc, "动态quant"):
+/// `scale = max|x| / 127` and `q = round(x / scale)`, in f32. ASSUMPTION (the doc names
+/// `round` only): to nearest, ties to even, as the vector unit's CAST_RINT; `|x / scale| <= 127`
+/// by construction, and the conversion saturates regardless. An all-zero row has scale 0 and
+/// 0/0 = NaN converts to 0 (aclnnCast's NaN rule, `numerics::Elem::storer`): zeros.
+pub(crate) fn quantise_row(row: &[f32], q: &mut [i8]) -> f32 {
+    let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let scale = amax / 127.0;
+    for (d, &v) in q.iter_mut().zip(row) {
+        *d = (v / scale).round_ties_even() as i8;
+    }
+    scale
 }
 
 impl InitRouting {
@@ -174,7 +199,30 @@ impl InitRouting {
         let dst = map(op, "expandedXOut", &self.expanded_x)?;
         let mut tokens = map(op, "x", &self.x)?;
         tokens.detach_from(&dst, false);
-        pick_rows(&tokens, &dst, &picked);
+        match &self.quant_scale {
+            None => pick_rows(&tokens, &dst, &picked),
+            Some(scale_out) => {
+                // Each token is read once (as f32, exact) and written to each of its rows.
+                let (s, h) = (&tokens.desc, self.x.shape[1]);
+                let get = tokens.getter::<f32>();
+                let put = dst.setter::<i128>();
+                let (mut row, mut q) = (vec![0f32; h], vec![0i8; h]);
+                let mut scales = Vec::with_capacity(picked.len());
+                for (r, from) in picked.iter().enumerate() {
+                    let t = from.expect("the quantised form is dropless: every row has a token");
+                    for (j, v) in row.iter_mut().enumerate() {
+                        *v = get(s.offset + t * s.strides[0] + j * s.strides[1]);
+                    }
+                    scales.push(quantise_row(&row, &mut q));
+                    let base = self.expanded_x.offset + r * h;
+                    for (j, &v) in q.iter().enumerate() {
+                        put(base + j, v as i128);
+                    }
+                }
+                let m = map(op, "dynamicQuantScaleOut", scale_out)?;
+                put_f32(&m, &mut Walk::of(scale_out), &scales);
+            }
+        }
         write_all(op, "expandedRowIdxOut", &self.expanded_row_idx, row_idx)?;
         if let Some((out, cumsum)) = &self.counts {
             let values = if *cumsum {
@@ -358,6 +406,149 @@ pub unsafe extern "C" fn aclnnMoeInitRoutingV2GetWorkspaceSize(
             top_k,
             experts,
             layout,
+            quant_scale: None,
+        };
+        Ok((SCRATCH_WORKSPACE, Arc::new(move || call.run(OP)) as Kernel))
+    })
+}
+
+/// quantMode: dynamic (a scale per row, computed by the kernel).
+const DYNAMIC_QUANT: i64 = 1;
+
+pub unsafe extern "C" fn aclnnMoeInitRoutingQuantV2GetWorkspaceSize(
+    x: *const aclTensor,
+    expert_idx: *const aclTensor,
+    scale_optional: *const aclTensor,
+    offset_optional: *const aclTensor,
+    active_num: i64,
+    expert_capacity: i64,
+    expert_num: i64,
+    drop_pad_mode: i64,
+    expert_tokens_count_or_cumsum_flag: i64,
+    expert_tokens_before_capacity_flag: bool,
+    quant_mode: i64,
+    expanded_x_out: *const aclTensor,
+    expanded_row_idx_out: *const aclTensor,
+    expert_tokens_count_or_cumsum_out_optional: *const aclTensor,
+    expert_tokens_before_capacity_out_optional: *const aclTensor,
+    dynamic_quant_scale_out_optional: *const aclTensor,
+    ws: Ws,
+    ex: Ex,
+) -> aclnnStatus {
+    const OP: &str = "aclnnMoeInitRoutingQuantV2";
+    phase1(OP, ws, ex, || {
+        let (x, idx) = (
+            tensor_arg(OP, "x", x)?,
+            tensor_arg(OP, "expertIdx", expert_idx)?,
+        );
+        let (expanded_x, expanded_row_idx) = (
+            tensor_arg(OP, "expandedXOut", expanded_x_out)?,
+            tensor_arg(OP, "expandedRowIdxOut", expanded_row_idx_out)?,
+        );
+        let count_out = optional_arg(
+            OP,
+            "expertTokensCountOrCumsumOutOptional",
+            expert_tokens_count_or_cumsum_out_optional,
+        )?;
+        let scale_out = optional_arg(
+            OP,
+            "dynamicQuantScaleOutOptional",
+            dynamic_quant_scale_out_optional,
+        )?;
+        check_dtype(OP, "x", &x, TOKENS)?;
+        check_dtype(OP, "expertIdx", &idx, INDEX)?;
+        check_dtype(OP, "expandedXOut", &expanded_x, &[I8])?;
+        if x.shape.len() != 2 || idx.shape.len() != 2 || x.shape[0] != idx.shape[0] {
+            return Err(tiling(
+                OP,
+                format!(
+                    "x {} and expertIdx {} must be [numRows, h] and [numRows, k]",
+                    x.describe(),
+                    idx.describe()
+                ),
+            ));
+        }
+        if active_num < 0 || expert_capacity < 0 || expert_num < 0 {
+            return Err(tiling(
+                OP,
+                format!("activeNum {active_num}, expertCapacity {expert_capacity} and expertNum {expert_num} must be >= 0"),
+            ));
+        }
+        if !(0..=1).contains(&drop_pad_mode)
+            || !(0..=2).contains(&expert_tokens_count_or_cumsum_flag)
+            || !(0..=1).contains(&quant_mode)
+        {
+            return Err(tiling(
+                OP,
+                format!("dropPadMode {drop_pad_mode} (0 or 1), expertTokensCountOrCumsumFlag {expert_tokens_count_or_cumsum_flag} (0, 1 or 2) or quantMode {quant_mode} (0 or 1) is not supported"),
+            ));
+        }
+        // The emulated subset: what the quantised MoE path calls (dynamic, dropless or active,
+        // no smooth scale); the op's other modes are refused rather than computed.
+        if quant_mode != DYNAMIC_QUANT
+            || drop_pad_mode != 0
+            || expert_tokens_before_capacity_flag
+            || !scale_optional.is_null()
+            || !offset_optional.is_null()
+            || !expert_tokens_before_capacity_out_optional.is_null()
+        {
+            return Err(invalid(
+                OP,
+                format!("quantMode {quant_mode}, dropPadMode {drop_pad_mode}: only dynamic quantisation (1) without drop/pad (0), scaleOptional, offsetOptional or before-capacity counts is emulated"),
+            ));
+        }
+        let (rows, h, top_k) = (x.shape[0], x.shape[1], idx.shape[1]);
+        let slots = rows * top_k;
+        let experts = expert_num as usize;
+        let expanded = if active_num == 0 {
+            slots
+        } else {
+            slots.min(active_num as usize)
+        };
+        output(OP, "expandedXOut", &expanded_x, &[expanded, h], I8)?;
+        output(OP, "expandedRowIdxOut", &expanded_row_idx, &[slots], I32)?;
+        let scale_out = scale_out.ok_or_else(|| {
+            fault(
+                ACLNN_ERR_PARAM_NULLPTR,
+                format!("{OP}: dynamicQuantScaleOutOptional is NULL in dynamic quantMode"),
+            )
+        })?;
+        output(
+            OP,
+            "dynamicQuantScaleOutOptional",
+            &scale_out,
+            &[expanded],
+            F32,
+        )?;
+        let counts = if expert_tokens_count_or_cumsum_flag > 0 {
+            if experts == 0 {
+                return Err(tiling(
+                    OP,
+                    "expertNum must be > 0 to count tokens per expert",
+                ));
+            }
+            let out = required(OP, "expertTokensCountOrCumsumOutOptional", count_out)?;
+            output(
+                OP,
+                "expertTokensCountOrCumsumOutOptional",
+                &out,
+                &[experts],
+                I32,
+            )?;
+            Some((out, expert_tokens_count_or_cumsum_flag == 1))
+        } else {
+            None
+        };
+        let call = InitRouting {
+            x,
+            expert_idx: idx,
+            expanded_x,
+            expanded_row_idx,
+            counts,
+            top_k,
+            experts,
+            layout: Layout::Dropless { rows: expanded },
+            quant_scale: Some(scale_out),
         };
         Ok((SCRATCH_WORKSPACE, Arc::new(move || call.run(OP)) as Kernel))
     })

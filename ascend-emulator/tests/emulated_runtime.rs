@@ -886,3 +886,23 @@ fn the_emulated_release_exports_only_what_that_release_declares() {
     };
     assert!(resolved.is_err());
 }
+
+/// The quantised MoE routing operator is an 8.1.RC1 function (ASSUMPTION, the stricter reading
+/// of `aclnn-quant-attention-norm.md`: declared by the 8.1.RC1 headers, absent from
+/// `aclnn-ops.tsv`): an 8.0 table lacks it, phase one and two alike.
+#[test]
+fn moe_init_routing_quant_v2_is_exported_from_8_1_rc1_on() {
+    use ascend_acl::release::CannRelease;
+    use ascend_acl::table::SymbolSource;
+    use ascend_emulator::EmulatedRelease;
+    let old = EmulatedRelease(CannRelease::V8_0_0);
+    assert!(old
+        .lookup("aclnnMoeInitRoutingQuantV2GetWorkspaceSize")
+        .is_none());
+    assert!(old.lookup("aclnnMoeInitRoutingQuantV2").is_none());
+    let current = EmulatedRelease(CannRelease::V8_1_RC1);
+    assert!(current
+        .lookup("aclnnMoeInitRoutingQuantV2GetWorkspaceSize")
+        .is_some());
+    assert!(current.lookup("aclnnMoeInitRoutingQuantV2").is_some());
+}

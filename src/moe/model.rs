@@ -303,6 +303,101 @@ pub fn routed_experts<B: FusedOps>(
     fused::moe_scatter(y, routing.order.clone(), Some(routing.weights.clone()), k)
 }
 
+/// How the experts' weights are quantised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertQuant {
+    /// int8 weights, float activations (aclnnGroupedMatmulV4's A16W8 form).
+    W8A16,
+    /// int8 weights and activations, the rows quantised per row at run time (A8W8).
+    W8A8,
+}
+
+/// One projection's experts quantised per output channel: int8 `[E, K, N]` and f32 `[E, N]`.
+#[derive(Debug, Clone)]
+pub struct QuantizedProjection<B: Backend> {
+    /// The int8 weights.
+    pub weights: Tensor<B, 3, Int>,
+    /// The per-channel scales, f32.
+    pub scales: Tensor<B, 2>,
+}
+
+/// The experts' gate, up and down projections quantised for [`routed_experts_quantized`].
+#[derive(Debug, Clone)]
+pub struct QuantizedExperts<B: Backend> {
+    /// `[E, H, F]`, `[E, H, F]` and `[E, F, H]` quantised.
+    pub projections: [QuantizedProjection<B>; 3],
+    /// Which quantised path the experts run.
+    pub mode: ExpertQuant,
+}
+
+impl<B: Backend> QuantizedExperts<B> {
+    /// Quantises float expert weights `[gate, up, down]` per output channel, on the device.
+    pub fn quantize(weights: [Tensor<B, 3>; 3], mode: ExpertQuant) -> Self {
+        let projections = weights.map(|w| {
+            let (weights, scales) = fused::quantize_experts_per_channel(w);
+            QuantizedProjection { weights, scales }
+        });
+        Self { projections, mode }
+    }
+}
+
+/// The type the quantised experts compute and return in: x's when it is F16 or BF16 (the types
+/// aclnnGroupedMatmulV4's quantised forms produce), else BF16 (its range is f32's).
+fn quant_compute_type(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::BF16 => dtype,
+        _ => DType::BF16,
+    }
+}
+
+/// [`routed_experts`] with quantised experts: W8A8 gathers and quantises the rows in one pass
+/// (`fused::moe_gather_quant`), runs the int8 grouped matmuls and quantises the SwiGLU's
+/// output per row for the down projection; W8A16 gathers float rows and runs the antiquant
+/// grouped matmuls. Both compute in x's dtype when it is F16/BF16, else in BF16, and return
+/// x's dtype.
+pub fn routed_experts_quantized<B: FusedOps>(
+    x: Tensor<B, 2>,
+    routing: &Routing<B>,
+    k: usize,
+    experts: &QuantizedExperts<B>,
+) -> Tensor<B, 2> {
+    let dtype = x.dtype();
+    let compute = quant_compute_type(dtype);
+    let [gate, up, down] = &experts.projections;
+    let y = match experts.mode {
+        ExpertQuant::W8A8 => {
+            let e = gate.weights.dims()[0];
+            let rows = fused::moe_gather_quant(x, routing.ids.clone(), k, e);
+            let sizes = rows.group_sizes;
+            let project = |p: &QuantizedProjection<B>, x, x_scale| {
+                let (w, s) = (p.weights.clone(), p.scales.clone());
+                fused::grouped_matmul_quant(x, w, s, Some(x_scale), sizes.clone(), compute)
+            };
+            let g = project(gate, rows.rows.clone(), rows.scales.clone());
+            let u = project(up, rows.rows, rows.scales);
+            let (h, h_scale) = fused::quantize_rows(silu(g) * u);
+            project(down, h, h_scale)
+        }
+        ExpertQuant::W8A16 => {
+            let rows = fused::moe_gather(x, routing.order.clone(), k).cast(compute);
+            let sizes = routing.group_sizes.clone();
+            let project = |p: &QuantizedProjection<B>, x| {
+                let (w, s) = (p.weights.clone(), p.scales.clone().cast(compute));
+                fused::grouped_matmul_antiquant(x, w, s, None, sizes.clone())
+            };
+            let g = project(gate, rows.clone());
+            let u = project(up, rows);
+            project(down, silu(g) * u)
+        }
+    };
+    fused::moe_scatter(
+        y.cast(dtype),
+        routing.order.clone(),
+        Some(routing.weights.clone()),
+        k,
+    )
+}
+
 /// The experts' SwiGLU over `rows [R, H]` grouped by expert (`group_sizes [E]`): one grouped
 /// matmul per projection.
 pub fn swiglu_experts<B: FusedOps>(

@@ -251,6 +251,105 @@ pub fn grouped_matmul_weight_grad<B: Backend>(
     prim(Tensor::<B, 2>::stack::<3>(per_group, 0))
 }
 
+/// `v` (f32) quantised symmetrically to int8 along `dim`: `scale = max|v| / 127` (kept as a
+/// dim of 1) and `q = round_ties_even(v / scale)`, 0 where that is NaN (an all-zero slice,
+/// 0 / 0), saturated to int8's range.
+pub fn quantize_along<B: Backend, const D: usize>(
+    v: Tensor<B, D>,
+    dim: usize,
+) -> (Tensor<B, D, Int>, Tensor<B, D>) {
+    let scale = v.clone().abs().max_dim(dim) / 127.0;
+    let q = (v / scale.clone()).round();
+    let q = q.clone().mask_fill(q.is_nan(), 0.0).clamp(-128.0, 127.0);
+    (q.int().cast(DType::I8), scale)
+}
+
+/// The composed default of [`FusedOps::moe_gather_quant`].
+pub fn moe_gather_quant<B: Backend>(
+    x: FloatTensor<B>,
+    expert_ids: IntTensor<B>,
+    top_k: usize,
+    num_experts: usize,
+) -> MoeQuantRows<B> {
+    let ids: Ints<B> = int::<B, 1>(expert_ids).cast(DType::I64);
+    let slots = ids.dims()[0];
+    let device = ids.device();
+    let slot = Ints::<B>::arange(0..slots as i64, &device).cast(DType::I64);
+    // A key unique per slot, expert-major and in slot order within an expert: any sort of it
+    // is the stable sort by expert.
+    let order = (ids.clone() * slots as i64 + slot).argsort(0);
+    let rows = float::<B, 2>(x)
+        .select(0, order.clone() / top_k as i64)
+        .cast(DType::F32);
+    let (q, scales) = quantize_along(rows, 1);
+    let experts = Ints::<B>::arange(0..num_experts as i64, &device).cast(DType::I64);
+    let group_sizes = ids
+        .reshape([slots, 1])
+        .equal(experts.reshape([1, num_experts]))
+        .int()
+        .sum_dim(0)
+        .reshape([num_experts])
+        .cast(DType::I32);
+    MoeQuantRows {
+        rows: q.into_primitive(),
+        scales: prim(scales.reshape([slots])),
+        // The inverse of a permutation is its argsort.
+        row_idx: order.argsort(0).cast(DType::I32).into_primitive(),
+        group_sizes: group_sizes.into_primitive(),
+    }
+}
+
+/// The composed default of [`FusedOps::grouped_matmul_quant`]: the int32 products by Burn's
+/// int matmul, each row's scales picked by its group's one-hot mask.
+pub fn grouped_matmul_quant<B: Backend>(
+    x: IntTensor<B>,
+    weights: IntTensor<B>,
+    w_scale: FloatTensor<B>,
+    x_scale: Option<FloatTensor<B>>,
+    group_sizes: IntTensor<B>,
+    out: DType,
+) -> FloatTensor<B> {
+    let x = int::<B, 2>(x).cast(DType::I32);
+    let w = int::<B, 3>(weights).cast(DType::I32);
+    let ([rows, _], [groups, _, n]) = (x.dims(), w.dims());
+    let masks = group_masks::<B>(group_sizes, rows, DType::F32);
+    let int_masks = masks.clone().int().cast(DType::I32);
+    let zeros = Tensor::<B, 2, Int>::zeros([rows, n], (&x.device(), DType::I32));
+    let acc = (0..groups).fold(zeros, |acc, e| {
+        let rows_e = x.clone() * int_masks.clone().narrow(1, e, 1);
+        acc + rows_e.matmul(w.clone().narrow(0, e, 1).squeeze_dim::<2>(0))
+    });
+    let mut scale: Float2<B> = float::<B, 2>(w_scale).cast(DType::F32);
+    if out == DType::BF16 {
+        scale = scale.cast(DType::BF16).cast(DType::F32);
+    }
+    // One-hot rows pick their group's scales exactly (0 past the groups).
+    let mut y = acc.float().cast(DType::F32) * masks.matmul(scale);
+    if let Some(s) = x_scale {
+        y = y * float::<B, 1>(s).cast(DType::F32).unsqueeze_dim(1);
+    }
+    prim(y.cast(out))
+}
+
+/// The composed default of [`FusedOps::grouped_matmul_antiquant`]: the weights dequantised in
+/// x's dtype, then the float grouped matmul.
+pub fn grouped_matmul_antiquant<B: Backend>(
+    x: FloatTensor<B>,
+    weights: IntTensor<B>,
+    w_scale: FloatTensor<B>,
+    w_offset: Option<FloatTensor<B>>,
+    group_sizes: IntTensor<B>,
+) -> FloatTensor<B> {
+    let x: Float2<B> = float(x);
+    let dtype = x.dtype();
+    let mut w: Tensor<B, 3> = int::<B, 3>(weights).float().cast(dtype);
+    if let Some(o) = w_offset {
+        w = w + float::<B, 2>(o).unsqueeze_dim(1);
+    }
+    let w = w * float::<B, 2>(w_scale).unsqueeze_dim(1);
+    grouped_matmul::<B>(prim(x), prim(w), group_sizes)
+}
+
 /// `[R, E]` in `dtype`: 1 where row `r` lies in group `e`, else 0. The groups tile the rows
 /// in order, group `e` holding `group_sizes[e]` rows; the bounds come from a running sum on the
 /// device.

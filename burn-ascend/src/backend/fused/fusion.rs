@@ -565,6 +565,85 @@ impl FusedOps for Fusion<Ascend> {
         ))
     }
 
+    fn moe_gather_quant(
+        x: FloatTensor<Self>,
+        expert_ids: IntTensor<Self>,
+        top_k: usize,
+        num_experts: usize,
+    ) -> MoeQuantRows<Self> {
+        run(
+            "moe_gather_quant",
+            fused_ops::check_moe_init_routing_quant(&x, &expert_ids, top_k, num_experts),
+        );
+        let (slots, h) = (dim(&expert_ids, 0), dim(&x, 1));
+        let meta = [
+            (vec![slots, h], DType::I8),
+            (vec![slots], DType::F32),
+            (vec![slots], DType::I32),
+            (vec![num_experts], DType::I32),
+        ];
+        let args = (top_k, num_experts);
+        let inputs = vec![x, expert_ids];
+        let mut out = record("moe_gather_quant", inputs, &meta, args, |h, d, &(k, e)| {
+            let r = <Ascend as FusedOps>::moe_gather_quant(arg(h, d, 0), arg(h, d, 1), k, e);
+            put(h, d, 0, r.rows);
+            put(h, d, 1, r.scales);
+            put(h, d, 2, r.row_idx);
+            put(h, d, 3, r.group_sizes);
+        })
+        .into_iter();
+        let mut next = || out.next().expect("four outputs");
+        MoeQuantRows {
+            rows: next(),
+            scales: next(),
+            row_idx: next(),
+            group_sizes: next(),
+        }
+    }
+
+    fn grouped_matmul_quant(
+        x: IntTensor<Self>,
+        weights: IntTensor<Self>,
+        w_scale: FloatTensor<Self>,
+        x_scale: Option<FloatTensor<Self>>,
+        group_sizes: IntTensor<Self>,
+        out: DType,
+    ) -> FloatTensor<Self> {
+        run(
+            "grouped_matmul_quant",
+            fused_ops::check_grouped_matmul_quant(
+                &x,
+                &weights,
+                &w_scale,
+                x_scale.as_ref(),
+                &group_sizes,
+                data_type(out),
+            ),
+        );
+        let meta = [(vec![dim(&x, 0), dim(&weights, 2)], out)];
+        let args = (x_scale.is_some(), out);
+        let inputs = with_optional(vec![x, weights, w_scale, group_sizes], [x_scale]);
+        one(record(
+            "grouped_matmul_quant",
+            inputs,
+            &meta,
+            args,
+            |h, d, &(has_scale, out)| {
+                let mut next = 4;
+                let x_scale = optional(h, d, has_scale, &mut next);
+                let r = Ascend::grouped_matmul_quant(
+                    arg(h, d, 0),
+                    arg(h, d, 1),
+                    arg(h, d, 2),
+                    x_scale,
+                    arg(h, d, 3),
+                    out,
+                );
+                put(h, d, 0, r)
+            },
+        ))
+    }
+
     fn quant_matmul(
         x: IntTensor<Self>,
         weight: IntTensor<Self>,
@@ -586,6 +665,46 @@ impl FusedOps for Fusion<Ascend> {
             |h, d, &o| {
                 let r =
                     Ascend::quant_matmul(arg(h, d, 0), arg(h, d, 1), arg(h, d, 2), arg(h, d, 3), o);
+                put(h, d, 0, r)
+            },
+        ))
+    }
+
+    fn grouped_matmul_antiquant(
+        x: FloatTensor<Self>,
+        weights: IntTensor<Self>,
+        w_scale: FloatTensor<Self>,
+        w_offset: Option<FloatTensor<Self>>,
+        group_sizes: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        run(
+            "grouped_matmul_antiquant",
+            fused_ops::check_grouped_matmul_antiquant(
+                &x,
+                &weights,
+                &w_scale,
+                w_offset.as_ref(),
+                &group_sizes,
+            ),
+        );
+        let meta = [(vec![dim(&x, 0), dim(&weights, 2)], x.dtype)];
+        let has_offset = w_offset.is_some();
+        let inputs = with_optional(vec![x, weights, w_scale, group_sizes], [w_offset]);
+        one(record(
+            "grouped_matmul_antiquant",
+            inputs,
+            &meta,
+            has_offset,
+            |h, d, &has_offset| {
+                let mut next = 4;
+                let w_offset = optional(h, d, has_offset, &mut next);
+                let r = Ascend::grouped_matmul_antiquant(
+                    arg(h, d, 0),
+                    arg(h, d, 1),
+                    arg(h, d, 2),
+                    w_offset,
+                    arg(h, d, 3),
+                );
                 put(h, d, 0, r)
             },
         ))

@@ -114,6 +114,19 @@ pub struct FlashAttentionGrads<B: Backend> {
     pub dv: FloatTensor<B>,
 }
 
+/// Rows gathered to their experts and quantised to int8, from [`FusedOps::moe_gather_quant`].
+pub struct MoeQuantRows<B: Backend> {
+    /// `[T*K, H]` int8: row `i` is token `order[i] / K` quantised, where `order` sorts the
+    /// token-major slots stably by expert (the rows [`FusedOps::moe_gather`] gives for it).
+    pub rows: IntTensor<B>,
+    /// `[T*K]` f32: each row's scale, `max|row| / 127` (0 for an all-zero row).
+    pub scales: FloatTensor<B>,
+    /// `[T*K]` int32: for each token-major slot `t*K + k`, its row (the inverse of `order`).
+    pub row_idx: IntTensor<B>,
+    /// `[E]` int32: the rows of each expert.
+    pub group_sizes: IntTensor<B>,
+}
+
 /// Fused operations.
 pub trait FusedOps: Backend {
     /// `x + y` over 1-D float tensors of equal length.
@@ -452,6 +465,57 @@ pub trait FusedOps: Backend {
     /// f32) and `q = clamp(rint(w / scale), -127, 127)`.
     fn quantize_weight_per_channel(w: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
         composed::quantize_weight_per_channel::<Self>(w)
+    }
+
+    /// Gathers `x [T, H]` to its experts and quantises each row to int8 in one pass: the rows
+    /// of [`FusedOps::moe_gather`] for the permutation sorting the token-major expert ids
+    /// `expert_ids [T*K]` (values in `0..num_experts`) stably by expert, each quantised
+    /// dynamically in f32: `scale = max|row| / 127`, `q = round_ties_even(row / scale)` (0 where
+    /// the scale is 0). Inference-only (`Autodiff` keeps the composed default, without
+    /// gradient).
+    ///
+    /// Invalid input: on `Ascend` (aclnnMoeInitRoutingQuantV2) an id outside `0..num_experts` is
+    /// an AI Core error naming it (reported at the next synchronisation or read); the composed
+    /// default counts no row for it and sorts it by value.
+    fn moe_gather_quant(
+        x: FloatTensor<Self>,
+        expert_ids: IntTensor<Self>,
+        top_k: usize,
+        num_experts: usize,
+    ) -> MoeQuantRows<Self> {
+        composed::moe_gather_quant::<Self>(x, expert_ids, top_k, num_experts)
+    }
+
+    /// A8W8 grouped matmul of MoE experts: int8 `x [M, K]` grouped by expert as in
+    /// [`FusedOps::grouped_matmul`], int8 `weights [E, K, N]`, `out[r] = (x[r] . w[e][:, n])
+    /// * w_scale[e, n] * x_scale[r]`: the sum exact in int32, the scaling in f32, rounded once
+    /// to `out` (F16 or BF16). For a BF16 out the weight scale is rounded to bf16 first (the
+    /// A2 operator takes a bf16 scale then). Rows past `sum(group_sizes)` are zero.
+    /// `w_scale [E, N]` and `x_scale [M]` are f32. Inference-only.
+    fn grouped_matmul_quant(
+        x: IntTensor<Self>,
+        weights: IntTensor<Self>,
+        w_scale: FloatTensor<Self>,
+        x_scale: Option<FloatTensor<Self>>,
+        group_sizes: IntTensor<Self>,
+        out: DType,
+    ) -> FloatTensor<Self> {
+        composed::grouped_matmul_quant::<Self>(x, weights, w_scale, x_scale, group_sizes, out)
+    }
+
+    /// A16W8 grouped matmul of MoE experts: F16/BF16 `x [M, K]` grouped as in
+    /// [`FusedOps::grouped_matmul`] times int8 `weights [E, K, N]` dequantised per output
+    /// channel in x's type, `(w + w_offset[e, n]) * w_scale[e, n]` (each step rounded to x's
+    /// type; `w_scale`, `w_offset` `[E, N]` in x's type), accumulated in f32 and rounded once to
+    /// x's type. Rows past `sum(group_sizes)` are zero. Inference-only.
+    fn grouped_matmul_antiquant(
+        x: FloatTensor<Self>,
+        weights: IntTensor<Self>,
+        w_scale: FloatTensor<Self>,
+        w_offset: Option<FloatTensor<Self>>,
+        group_sizes: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        composed::grouped_matmul_antiquant::<Self>(x, weights, w_scale, w_offset, group_sizes)
     }
 }
 
@@ -856,6 +920,64 @@ impl FusedOps for Ascend {
             quant_matmul::quantize_weight_per_channel(&w),
         )
     }
+
+    fn moe_gather_quant(
+        x: FloatTensor<Self>,
+        expert_ids: IntTensor<Self>,
+        top_k: usize,
+        num_experts: usize,
+    ) -> MoeQuantRows<Self> {
+        let r = run(
+            "moe_gather_quant",
+            fused::moe_init_routing_quant(&x, &expert_ids, top_k, num_experts),
+        );
+        MoeQuantRows {
+            rows: r.rows,
+            scales: r.scales,
+            row_idx: r.row_idx,
+            group_sizes: r.group_sizes,
+        }
+    }
+
+    fn grouped_matmul_quant(
+        x: IntTensor<Self>,
+        weights: IntTensor<Self>,
+        w_scale: FloatTensor<Self>,
+        x_scale: Option<FloatTensor<Self>>,
+        group_sizes: IntTensor<Self>,
+        out: DType,
+    ) -> FloatTensor<Self> {
+        run(
+            "grouped_matmul_quant",
+            fused::grouped_matmul_quant(
+                &x,
+                &weights,
+                &w_scale,
+                x_scale.as_ref(),
+                &group_sizes,
+                data_type(out),
+            ),
+        )
+    }
+
+    fn grouped_matmul_antiquant(
+        x: FloatTensor<Self>,
+        weights: IntTensor<Self>,
+        w_scale: FloatTensor<Self>,
+        w_offset: Option<FloatTensor<Self>>,
+        group_sizes: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        run(
+            "grouped_matmul_antiquant",
+            fused::grouped_matmul_antiquant(
+                &x,
+                &weights,
+                &w_scale,
+                w_offset.as_ref(),
+                &group_sizes,
+            ),
+        )
+    }
 }
 
 /// Why `Ascend`'s paged prefill (aclnnFusedInferAttentionScoreV3) cannot run over a cache of
@@ -1099,4 +1221,96 @@ pub fn quantize_weight_per_channel<B: FusedOps>(
 ) -> (Tensor<B, 2, Int>, Tensor<B, 1>) {
     let (q, s) = B::quantize_weight_per_channel(prim(w));
     (int(q), float(s))
+}
+
+/// [`FusedOps::moe_gather_quant`] on tensors: the quantised rows, their scales, each slot's row
+/// and the rows per expert.
+pub struct QuantRows<B: Backend> {
+    /// `[T*K, H]` int8 (dtype `I8`), expert-major.
+    pub rows: Tensor<B, 2, Int>,
+    /// `[T*K]` f32: each row's dequantisation scale.
+    pub scales: Tensor<B, 1>,
+    /// `[T*K]` int32: the row of each token-major slot `t*K + k`.
+    pub row_idx: Tensor<B, 1, Int>,
+    /// `[E]` int32: rows per expert, the group sizes of the grouped matmuls.
+    pub group_sizes: Tensor<B, 1, Int>,
+}
+
+/// Gathers `x [T, H]` to the experts of its token-major ids `expert_ids [T*K]` and quantises
+/// each gathered row to int8 (scale `max|row| / 127`, f32) in one pass: the rows are those of
+/// [`moe_gather`] with the stable expert sort of the ids (`Routing::order` in the model), so
+/// [`moe_scatter`] with that order brings the expert outputs back.
+pub fn moe_gather_quant<B: FusedOps>(
+    x: Tensor<B, 2>,
+    expert_ids: Tensor<B, 1, Int>,
+    top_k: usize,
+    num_experts: usize,
+) -> QuantRows<B> {
+    let r = B::moe_gather_quant(prim(x), expert_ids.into_primitive(), top_k, num_experts);
+    QuantRows {
+        rows: int(r.rows),
+        scales: float(r.scales),
+        row_idx: int(r.row_idx),
+        group_sizes: int(r.group_sizes),
+    }
+}
+
+/// A8W8 grouped matmul of MoE experts (see [`FusedOps::grouped_matmul_quant`]): int8 rows
+/// `x [M, K]` with per-row f32 scales `x_scale [M]`, int8 `weights [E, K, N]` with per-channel
+/// f32 scales `w_scale [E, N]`, `group_sizes [E]` on the device; out `[M, N]` of `out` (F16 or
+/// BF16).
+pub fn grouped_matmul_quant<B: FusedOps>(
+    x: Tensor<B, 2, Int>,
+    weights: Tensor<B, 3, Int>,
+    w_scale: Tensor<B, 2>,
+    x_scale: Option<Tensor<B, 1>>,
+    group_sizes: Tensor<B, 1, Int>,
+    out: DType,
+) -> Tensor<B, 2> {
+    float(B::grouped_matmul_quant(
+        x.into_primitive(),
+        weights.into_primitive(),
+        prim(w_scale),
+        x_scale.map(prim),
+        group_sizes.into_primitive(),
+        out,
+    ))
+}
+
+/// A16W8 grouped matmul of MoE experts (see [`FusedOps::grouped_matmul_antiquant`]): F16/BF16
+/// `x [M, K]`, int8 `weights [E, K, N]` with per-channel `w_scale [E, N]` (and `w_offset`) in
+/// x's dtype; out `[M, N]` in x's dtype.
+pub fn grouped_matmul_antiquant<B: FusedOps>(
+    x: Tensor<B, 2>,
+    weights: Tensor<B, 3, Int>,
+    w_scale: Tensor<B, 2>,
+    w_offset: Option<Tensor<B, 2>>,
+    group_sizes: Tensor<B, 1, Int>,
+) -> Tensor<B, 2> {
+    float(B::grouped_matmul_antiquant(
+        prim(x),
+        weights.into_primitive(),
+        prim(w_scale),
+        w_offset.map(prim),
+        group_sizes.into_primitive(),
+    ))
+}
+
+/// Expert weights `w [E, K, N]` quantised symmetrically per output channel, on the device
+/// (Burn ops; no host compute): `scale[e, n] = max_k |w[e, k, n]| / 127` (f32, computed from w
+/// converted to f32) and `q = round_ties_even(w / scale)` as int8 (0 where the scale is 0),
+/// so `|q| <= 127` and `w ~ q * scale` within half a step, `scale / 2`.
+pub fn quantize_experts_per_channel<B: Backend>(
+    w: Tensor<B, 3>,
+) -> (Tensor<B, 3, Int>, Tensor<B, 2>) {
+    let (q, scale) = composed::quantize_along(w.cast(DType::F32), 1);
+    (q, scale.squeeze_dim(1))
+}
+
+/// Rows `x [M, K]` quantised symmetrically to int8 per row on the device (Burn ops):
+/// `scale[m] = max|x[m]| / 127` (f32) and `round_ties_even(x / scale)`, the quantisation
+/// [`moe_gather_quant`] applies, for activations produced between two expert matmuls.
+pub fn quantize_rows<B: Backend>(x: Tensor<B, 2>) -> (Tensor<B, 2, Int>, Tensor<B, 1>) {
+    let (q, scale) = composed::quantize_along(x.cast(DType::F32), 1);
+    (q, scale.squeeze_dim(1))
 }

@@ -14,22 +14,22 @@ use crate::ops::creation::zeros;
 use crate::ops::tensor::AscendTensor;
 
 /// groupType: groups along M (rows of x) or along K (columns of x, rows of the weight).
-const SPLIT_M: i64 = 0;
+pub(super) const SPLIT_M: i64 = 0;
 const SPLIT_K: i64 = 2;
 /// splitItem: x, weight and out are one tensor each.
 const SINGLE_TENSOR: i64 = 3;
 /// groupListType: the group list holds the size of each group.
-const GROUP_SIZES: i64 = 1;
+pub(super) const GROUP_SIZES: i64 = 1;
 /// actType: no fused activation.
-const NO_ACTIVATION: i64 = 0;
+pub(super) const NO_ACTIVATION: i64 = 0;
 
 /// The group sizes as the operator takes them: `[groups]`, INT64, contiguous.
-fn group_list(sizes: &AscendTensor) -> AclResult<AscendTensor> {
+pub(super) fn group_list(sizes: &AscendTensor) -> AclResult<AscendTensor> {
     contiguous(&cast(sizes, DataType::I64)?)
 }
 
 /// Checks the group sizes: `[groups]` integers.
-fn check_group_sizes(op: &str, sizes: &impl Operand, groups: usize) -> AclResult<()> {
+pub(super) fn check_group_sizes(op: &str, sizes: &impl Operand, groups: usize) -> AclResult<()> {
     let dtype = sizes.data_type();
     if sizes.dims() != [groups] || dtype.is_float() || dtype == DataType::Bool {
         return Err(invalid_input(

@@ -11,6 +11,7 @@ mod norm;
 mod paged;
 mod prefill;
 mod program;
+mod quant;
 mod rms_norm;
 mod routing;
 
@@ -34,6 +35,12 @@ pub use paged::{
 pub(crate) use paged::{check_alloc_extend, check_decode_attention};
 pub use prefill::{paged_prefill_attention, paged_prefill_refusal, CAUSAL_MASK_SIDE};
 pub use program::run_program;
+pub(crate) use quant::{
+    check_grouped_matmul_antiquant, check_grouped_matmul_quant, check_moe_init_routing_quant,
+};
+pub use quant::{
+    grouped_matmul_antiquant, grouped_matmul_quant, moe_init_routing_quant, QuantRouting,
+};
 pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_backward};
 pub(crate) use rms_norm::{check_add_rms_norm, check_rms_norm, check_rms_norm_backward};
 pub use routing::{cann_moe_init_routing, cann_moe_token_unpermute, CannRouting};
