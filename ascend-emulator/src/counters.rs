@@ -10,13 +10,17 @@
 //! The model flatters the aclnn side, so savings measured against it are not overstated.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use super::meta::TensorDesc;
 
 static ACLNN_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 static ACLNN_BYTES: AtomicU64 = AtomicU64::new(0);
 static SUBMISSIONS: AtomicU64 = AtomicU64::new(0);
+/// Launches per aclnn operator name, so a test can tell which operator a path ran.
+static LAUNCHES_BY_OP: Mutex<Option<HashMap<&'static str, u64>>> = Mutex::new(None);
 
 thread_local! {
     /// The distinct tensor views of the operator whose phase one runs on this thread.
@@ -86,8 +90,14 @@ pub(crate) fn ran(bytes: u64) {
     ACLNN_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
 
-/// Counts a launched operator that moves `bytes`.
-pub(crate) fn launched(bytes: u64) {
+/// Counts a launched operator `op` that moves `bytes`.
+pub(crate) fn launched(op: &'static str, bytes: u64) {
+    *LAUNCHES_BY_OP
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .entry(op)
+        .or_default() += 1;
     ACLNN_LAUNCHES.fetch_add(1, Ordering::Relaxed);
     ACLNN_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
@@ -95,6 +105,17 @@ pub(crate) fn launched(bytes: u64) {
 /// Counts one submission of device work by the host (see [`WorkCounters::submissions`]).
 pub(crate) fn submitted() {
     SUBMISSIONS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Launches of the aclnn operator `op` (e.g. `"aclnnFlashAttentionScore"`) queued on the
+/// emulated devices of this process, graph replays included.
+pub fn aclnn_launches_of(op: &str) -> u64 {
+    LAUNCHES_BY_OP
+        .lock()
+        .unwrap()
+        .as_ref()
+        .and_then(|m| m.get(op).copied())
+        .unwrap_or(0)
 }
 
 /// Work queued on the emulated devices of this process.

@@ -178,7 +178,7 @@ pub(crate) unsafe fn phase2(
                 code: f.code,
                 message: format!("{op} kernel: {}", f.message),
             })
-        }), bytes)
+        }), op, bytes)
     })
 }
 
