@@ -388,6 +388,23 @@ pub trait FusedOps: Backend {
         )
     }
 
+    /// Why [`FusedOps::paged_prefill_attention`] should not be called on `device` over a cache
+    /// of `dtype` rows with these page size and key/value dims (`value_dim` `None`: no value
+    /// rows), or `None` when it can: the server then attends prefill chunks through
+    /// `decode_attention`. By default `Ascend`'s rules ([`paged_prefill_refusal`]), so that
+    /// every backend serves the same way; `Ascend` adds that the device's CANN must export the
+    /// operator.
+    fn paged_prefill_refusal_on(
+        device: &Self::Device,
+        dtype: DType,
+        page_size: usize,
+        key_dim: usize,
+        value_dim: Option<usize>,
+    ) -> Option<String> {
+        let _ = device;
+        paged_prefill_refusal(dtype, page_size, key_dim, value_dim)
+    }
+
     /// Grouped matmul of MoE experts: the rows of `x [R, K]` are grouped contiguously by
     /// expert, expert `e` owning the next `group_sizes[e]` rows, and `out[r] = x[r] @
     /// weights[e]` for `weights [E, K, N]`, out `[R, N]`. Rows past `sum(group_sizes)` are zero.
@@ -731,11 +748,32 @@ impl FusedOps for Ascend {
         )
     }
 
+    fn paged_prefill_refusal_on(
+        device: &AscendDevice,
+        dtype: DType,
+        page_size: usize,
+        key_dim: usize,
+        value_dim: Option<usize>,
+    ) -> Option<String> {
+        paged_prefill_refusal(dtype, page_size, key_dim, value_dim).or_else(|| match device.api() {
+            Ok(api) => fused::paged_prefill_missing(api),
+            Err(e) => Some(e.to_string()),
+        })
+    }
+
     fn grouped_matmul(
         x: FloatTensor<Self>,
         weights: FloatTensor<Self>,
         group_sizes: IntTensor<Self>,
     ) -> FloatTensor<Self> {
+        // A CANN older than the operator: the composed default, after the same contract.
+        if !fused::grouped_matmul_available(&x) {
+            run(
+                "grouped_matmul",
+                fused::check_grouped_matmul(&x, &weights, &group_sizes),
+            );
+            return composed::grouped_matmul::<Self>(x, weights, group_sizes);
+        }
         run(
             "grouped_matmul",
             fused::grouped_matmul(&x, &weights, &group_sizes),
@@ -747,6 +785,13 @@ impl FusedOps for Ascend {
         dy: FloatTensor<Self>,
         group_sizes: IntTensor<Self>,
     ) -> FloatTensor<Self> {
+        if !fused::grouped_matmul_available(&x) {
+            run(
+                "grouped_matmul_weight_grad",
+                fused::check_grouped_matmul_weight_grad(&x, &dy, &group_sizes),
+            );
+            return composed::grouped_matmul_weight_grad::<Self>(x, dy, group_sizes);
+        }
         run(
             "grouped_matmul_weight_grad",
             fused::grouped_matmul_weight_grad(&x, &dy, &group_sizes),

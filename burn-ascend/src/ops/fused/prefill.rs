@@ -12,7 +12,7 @@ use std::ffi::CStr;
 use super::{same_device, Operand};
 use crate::acl::aclnn;
 use crate::acl::handles::{Absent, IntArrayDesc, TensorListDesc};
-use crate::acl::{AclResult, DataType};
+use crate::acl::{AclApi, AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
 use crate::ops::copy::{contiguous, reshape};
 use crate::ops::tensor::AscendTensor;
@@ -60,6 +60,23 @@ pub fn paged_prefill_refusal(
         Some(v) => Some(format!("value dim {v} differs from the key dim {key_dim}")),
         None => Some("the cache has no value rows (multi-head latent attention)".into()),
     }
+}
+
+/// Why `api`'s CANN cannot run the paged prefill, or `None` when it exports
+/// aclnnFusedInferAttentionScoreV3: the operator is newer than CANN 8.0 (`ascend_acl::release`),
+/// and a release without it does not export it (a call would fail with `MissingOp`).
+pub fn paged_prefill_missing(api: &AclApi) -> Option<String> {
+    // SAFETY: the table's own entry, resolved under its own names; nothing is called.
+    let found = unsafe {
+        api.ops.aclnnFusedInferAttentionScoreV3.resolve(
+            api.source(),
+            "aclnnFusedInferAttentionScoreV3",
+            "aclnnFusedInferAttentionScoreV3GetWorkspaceSize",
+        )
+    };
+    found
+        .err()
+        .map(|e| format!("{}: {e}", api.source().describe()))
 }
 
 /// The contract of [`paged_prefill_attention`]: `q [T, HQ, D]`, caches `[N, HKV, D]` of q's
