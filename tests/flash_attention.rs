@@ -20,7 +20,7 @@ use burn_ascend::acl::aclnn;
 use burn_ascend::acl::handles::Absent;
 use burn_ascend::acl::types::status::*;
 use burn_ascend::acl::{AclError, DataType};
-use burn_ascend::emulator::{set_device_memory_limit, work_counters};
+use burn_ascend::emulator::{host_to_device_copies, set_device_memory_limit, work_counters};
 use burn_ascend::ops::attention::{attention as composed, AttentionOptions};
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{fused, Ascend, AscendDevice, AscendTensor};
@@ -439,6 +439,47 @@ fn attention_is_one_fused_operator_and_its_backward_one_more() {
         total <= loss_only + 2,
         "forward and backward launched {total} operators, the loss alone {loss_only}"
     );
+}
+
+/// The compressed `[2048, 2048]` causal mask is a device constant: after the device's first
+/// causal call, a call uploads nothing (it once uploaded the 4 MiB mask on every call).
+#[test]
+#[serial]
+fn the_compressed_causal_mask_is_uploaded_once_per_device() {
+    if common::skipped_on_npu("the_compressed_causal_mask_is_uploaded_once_per_device") {
+        return;
+    }
+    let d = ascend();
+    let t = |s, seed| float::<Ascend>(&data(s, seed), DType::F16, &d);
+    let (q, k, v) = (
+        t([1, 2, 64, 16], 1),
+        t([1, 2, 64, 16], 2),
+        t([1, 2, 64, 16], 3),
+    );
+    let call = || {
+        attention(
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            None,
+            None,
+            opts(None, true),
+        )
+    };
+    let first = call();
+    Ascend::sync(&d).unwrap();
+    let before = host_to_device_copies();
+    let (second, third) = (call(), call());
+    Ascend::sync(&d).unwrap();
+    let after = host_to_device_copies();
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (0, 0),
+        "host-to-device copies and bytes of two causal calls"
+    );
+    for later in [second, third] {
+        assert_eq!(later.into_data(), first.clone().into_data());
+    }
 }
 
 #[test]

@@ -19,6 +19,8 @@ use super::meta::TensorDesc;
 static ACLNN_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 static ACLNN_BYTES: AtomicU64 = AtomicU64::new(0);
 static SUBMISSIONS: AtomicU64 = AtomicU64::new(0);
+static UPLOADS: AtomicU64 = AtomicU64::new(0);
+static UPLOADED_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Launches per aclnn operator name, so a test can tell which operator a path ran.
 static LAUNCHES_BY_OP: Mutex<Option<HashMap<&'static str, u64>>> = Mutex::new(None);
 
@@ -105,6 +107,21 @@ pub(crate) fn launched(op: &'static str, bytes: u64) {
 /// Counts one submission of device work by the host (see [`WorkCounters::submissions`]).
 pub(crate) fn submitted() {
     SUBMISSIONS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a host-to-device copy of `bytes` that ran.
+pub(crate) fn uploaded(bytes: u64) {
+    UPLOADS.fetch_add(1, Ordering::Relaxed);
+    UPLOADED_BYTES.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// Host-to-device copies that ran on the emulated devices of this process, and their bytes
+/// (synchronous and stream-ordered copies alike, counted when they run).
+pub fn host_to_device_copies() -> (u64, u64) {
+    (
+        UPLOADS.load(Ordering::Relaxed),
+        UPLOADED_BYTES.load(Ordering::Relaxed),
+    )
 }
 
 /// Launches of the aclnn operator `op` (e.g. `"aclnnFlashAttentionScore"`) queued on the

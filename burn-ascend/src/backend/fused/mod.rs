@@ -731,7 +731,10 @@ impl FusedOps for Ascend {
         lens: PrefillLens<'_>,
         sm_scale: f32,
     ) -> FloatTensor<Self> {
-        let mask = causal_mask(&q);
+        let mask = run(
+            "paged_prefill_attention",
+            flash::compressed_causal_mask(q.ctx()),
+        );
         run(
             "paged_prefill_attention",
             fused::paged_prefill_attention(
@@ -809,19 +812,6 @@ pub fn paged_prefill_refusal(
     value_dim: Option<usize>,
 ) -> Option<String> {
     fused::paged_prefill_refusal(data_type(dtype), page_size, key_dim, value_dim)
-}
-
-/// The compressed causal mask of `aclnnFusedInferAttentionScoreV3`'s sparseMode 3, built on
-/// `t`'s device: `[2048, 2048]` bool, true above the diagonal.
-fn causal_mask(t: &crate::ops::AscendTensor) -> BoolTensor<Ascend> {
-    let side = fused::CAUSAL_MASK_SIDE;
-    let device = Ascend::float_device(t);
-    let i = Tensor::<Ascend, 1, Int>::arange(0..side as i64, &device);
-    i.clone()
-        .unsqueeze_dim::<2>(0)
-        .expand([side, side])
-        .greater(i.unsqueeze_dim::<2>(1).expand([side, side]))
-        .into_primitive()
 }
 
 /// Whether `t`'s device can run every kernel of a fused op; when it cannot, the op checks its
