@@ -270,6 +270,45 @@ fn attention_matches_flex_on_conformance_shapes() {
     }
 }
 
+/// Calls outside the flash contract (softcap, bias) take the composed path; with an empty query
+/// or key dim they give burn-flex's output, its empty shape or zeros (rows without keys).
+#[test]
+#[serial]
+fn composed_attention_with_softcap_or_bias_on_empty_dims_matches_flex() {
+    let softcap = AttentionModuleOptions {
+        scale: None,
+        softcap: Some(20.0),
+        is_causal: false,
+    };
+    for dtype in HALVES {
+        for (q, k) in [([2, 2, 0, 8], [2, 2, 5, 8]), ([2, 2, 3, 8], [2, 2, 0, 8])] {
+            let [b, h, sq, _] = q;
+            let (sk, v) = (k[2], [k[0], k[1], k[2], 4]);
+            for (with_bias, options) in [(false, softcap), (true, opts(None, true))] {
+                let what = format!("q {q:?}, k {k:?}, bias {with_bias}, {options:?} ({dtype:?})");
+                let bias = [b, h, sq, sk];
+                let got = attention(
+                    float::<Ascend>(&data(q, 1), dtype, &ascend()),
+                    float::<Ascend>(&data(k, 2), dtype, &ascend()),
+                    float::<Ascend>(&data(v, 3), dtype, &ascend()),
+                    None,
+                    with_bias.then(|| float::<Ascend>(&data(bias, 4), dtype, &ascend())),
+                    options,
+                );
+                let want = attention(
+                    float::<Flex>(&data(q, 1), dtype, &flex()),
+                    float::<Flex>(&data(k, 2), dtype, &flex()),
+                    float::<Flex>(&data(v, 3), dtype, &flex()),
+                    None,
+                    with_bias.then(|| float::<Flex>(&data(bias, 4), dtype, &flex())),
+                    options,
+                );
+                assert_close(&what, got.into_data(), want.into_data(), tolerance(dtype));
+            }
+        }
+    }
+}
+
 /// Keys and values of `hk` heads repeated for `h` query heads (head i reads kv head i / (h/hk)).
 fn repeat_heads<B: Backend>(t: Tensor<B, 4>, h: usize) -> Tensor<B, 4> {
     let [b, hk, s, d] = t.dims();
