@@ -32,6 +32,7 @@ pub use paged::{
     DecodeAttentionTensors, DecodePath,
 };
 pub(crate) use paged::{check_alloc_extend, check_decode_attention};
+pub(crate) use prefill::check_paged_prefill_attention;
 pub use prefill::{
     paged_prefill_attention, paged_prefill_missing, paged_prefill_refusal, CAUSAL_MASK_SIDE,
 };
