@@ -344,7 +344,7 @@ fn the_moe_example_trains_through_flash_attention_as_through_the_composition() {
         .with_experts(4)
         .with_expert_hidden(64);
     let d = ascend();
-    let ids: Vec<i32> = (0..2 * 150).map(|i| (i * 37 % 256) as i32).collect();
+    let ids: Vec<i32> = (0..2 * 150).map(|i| i * 37 % 256).collect();
     let tokens = Tensor::<AdAscend, 2, Int>::from_data(TensorData::new(ids, [2, 150]), &d);
     let composed_model = MoeDecoder::<AdAscend>::new(&cfg, &d).unwrap();
     // Parameters are initialised lazily, and a clone of an uninitialised one draws its own
