@@ -6,7 +6,11 @@
 //! key/value heads repeated). Then one paged prefill step (`fused::paged_prefill_attention`,
 //! a chunk after cached tokens, pages of 128) against `decode_attention` over per-token key
 //! lists, as the server attended prefill chunks before. Per call: modelled Atlas A2 time
-//! (`a2::ModelledClock`), the roofline, their ratio, and the peak device memory.
+//! (`a2::ModelledClock`), the roofline, their ratio, and the peak device memory. Last, one
+//! training step of the MoE example model (`MoeDecoder`, default config, f32, on
+//! `Autodiff<Ascend>`) over one long sequence, its attention through `fused::flash_attention`
+//! (aclnnFlashAttentionScore and its grad) against its default composition: modelled time and
+//! peak device memory (sizes: `BURN_ASCEND_BENCH_TRAIN_SIZES`, default 2048,4096).
 //!
 //! Sizes: `BURN_ASCEND_BENCH_ATTENTION_SIZES` (comma-separated sequence lengths, default
 //! 512,2048,8192); each 4x in S costs the emulation about 16x (one S = 8192 call takes about a
@@ -18,6 +22,8 @@ mod common;
 
 use std::time::Instant;
 
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
@@ -27,6 +33,10 @@ use burn_ascend::fused::{self, DecodeAttentionOptions, PrefillLens};
 use burn_ascend::ops::attention::{attention as composed, AttentionOptions};
 use burn_ascend::{reset_device, Ascend, AscendDevice, AscendTensor};
 use burn_ascend_suite::a2::{self, ModelledClock};
+use burn_ascend_suite::moe::config::MoeConfig;
+use burn_ascend_suite::moe::model::MoeDecoder;
+use burn_ascend_suite::moe::train::{batch, TrainConfig};
+use burn_autodiff::Autodiff;
 use common::{publish, Table};
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -381,6 +391,118 @@ fn decode_rows(p: &Prefill, d: &AscendDevice) -> Tensor<B, 3> {
     .0
 }
 
+type AdB = Autodiff<Ascend>;
+
+fn train_sizes() -> Vec<usize> {
+    std::env::var("BURN_ASCEND_BENCH_TRAIN_SIZES")
+        .unwrap_or_else(|_| "2048,4096".into())
+        .split(',')
+        .map(|s| s.trim().parse().expect("sequence lengths, comma-separated"))
+        .collect()
+}
+
+/// The example model (its parameters initialised) and one batch of `s` tokens.
+struct TrainStep {
+    model: MoeDecoder<AdB>,
+    inputs: Tensor<AdB, 2, Int>,
+    targets: Tensor<AdB, 2, Int>,
+}
+
+const LEARNING_RATE: f64 = 1e-3;
+const AUX_WEIGHT: f64 = 0.01;
+
+fn train_step_inputs(s: usize, flash: bool, d: &AscendDevice) -> TrainStep {
+    // The same weights on both paths: a fixed seed, the parameters drawn in the same order.
+    B::seed(d, 23);
+    let model = MoeDecoder::<AdB>::new(&MoeConfig::new(), d).expect("the default config");
+    let tokens: Vec<u32> = (0..s as u32 + 1).map(|i| (i * 131 + i / 7) % 256).collect();
+    let cfg = TrainConfig {
+        steps: 1,
+        batch: 1,
+        seq_len: s,
+        learning_rate: LEARNING_RATE,
+        aux_weight: AUX_WEIGHT,
+    };
+    let (inputs, targets) = batch::<AdB>(&tokens, &cfg, 0, d);
+    // The parameters are initialised lazily: at their first use, not in the measured step.
+    let _ = model.forward(inputs.clone().narrow(1, 0, 1));
+    TrainStep {
+        model: model.with_flash_attention(flash),
+        inputs,
+        targets,
+    }
+}
+
+/// Forward, cross-entropy + weighted load-balancing loss, backward, one Adam update (as
+/// `moe::train::train` steps): the loss.
+fn train_step(t: &TrainStep, d: &AscendDevice) -> f32 {
+    let (logits, aux) = t.model.forward(t.inputs.clone());
+    let [b, s, v] = logits.dims();
+    let ce = CrossEntropyLossConfig::new().init(d).forward(
+        logits.reshape([b * s, v]),
+        t.targets.clone().reshape([b * s]),
+    );
+    let loss = ce + aux * AUX_WEIGHT;
+    let value = loss
+        .clone()
+        .into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .unwrap()[0];
+    let grads = GradientsParams::from_grads(loss.backward(), &t.model);
+    let mut optim = AdamConfig::new().init();
+    let _updated = optim.step(LEARNING_RATE, t.model.clone(), grads);
+    value
+}
+
+fn training_table(device: &AscendDevice) -> Table {
+    let mut table = Table::new(
+        "Training step of the MoE example model (default config: hidden 256, 4 layers, 8 query / \
+         2 key-value heads, D = 32, 8 experts top-2; f32, batch 1): attention through \
+         fused::flash_attention against the default composition over the [B, H, S, S] scores",
+        &[
+            "S",
+            "flash modelled (ms)",
+            "composed modelled (ms)",
+            "composed / flash",
+            "flash peak (MiB)",
+            "composed peak (MiB)",
+            "composed / flash peak",
+            "loss flash / composed",
+            "emulated wall flash / composed (s)",
+        ],
+    );
+    for s in train_sizes() {
+        let run = |flash: bool| {
+            let mut loss = 0.0;
+            let m = measure(
+                device,
+                || train_step_inputs(s, flash, device),
+                |t| {
+                    loss = train_step(t, device);
+                    Some(())
+                },
+            )
+            .expect("a training step panics rather than returning out of memory");
+            (m, loss)
+        };
+        let (f, f_loss) = run(true);
+        let (c, c_loss) = run(false);
+        table.row(vec![
+            s.to_string(),
+            ms(f.modelled),
+            ms(c.modelled),
+            format!("{:.2}x", c.modelled / f.modelled),
+            mib(f.peak),
+            mib(c.peak),
+            format!("{:.2}x", c.peak as f64 / f.peak as f64),
+            format!("{f_loss:.4} / {c_loss:.4}"),
+            format!("{:.2} / {:.2}", f.wall, c.wall),
+        ]);
+    }
+    table
+}
+
 fn bench(c: &mut Criterion) {
     let device = AscendDevice::default();
     let mut table = Table::new(
@@ -505,6 +627,8 @@ fn bench(c: &mut Criterion) {
         ]);
     }
 
+    let training = training_table(&device);
+
     // Criterion's wall time of the smallest size only: the tables above are one call each.
     let small = Case {
         s: 512,
@@ -529,7 +653,7 @@ fn bench(c: &mut Criterion) {
 
     publish(
         "attention",
-        &[table, prefill],
+        &[table, prefill, training],
         &[
             "Modelled: `a2::ModelledClock` over one call on a freshly reset device. It models \
              each aclnn operator at its tensor arguments' bytes over 1.6 TB/s and no compute, so \
@@ -545,6 +669,10 @@ fn bench(c: &mut Criterion) {
              separate pool, not counted.",
             "Emulated wall: this machine's time for the call (the emulated operators run on the \
              host), not NPU speed.",
+            "Training step: one forward, loss, backward and Adam update on a freshly reset \
+             device, parameters initialised before; peak includes the weights, the Adam state \
+             is created by the step. The same weights and tokens on both paths (the losses \
+             agree to rounding).",
         ],
     );
 }

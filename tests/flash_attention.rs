@@ -12,6 +12,7 @@ mod common;
 
 use std::ffi::CString;
 
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
@@ -20,10 +21,14 @@ use burn_ascend::acl::aclnn;
 use burn_ascend::acl::handles::Absent;
 use burn_ascend::acl::types::status::*;
 use burn_ascend::acl::{AclError, DataType};
-use burn_ascend::emulator::{set_device_memory_limit, work_counters};
+use burn_ascend::emulator::{
+    aclnn_launches_of, host_to_device_copies, set_device_memory_limit, work_counters,
+};
 use burn_ascend::ops::attention::{attention as composed, AttentionOptions};
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{fused, Ascend, AscendDevice, AscendTensor};
+use burn_ascend_suite::moe::config::MoeConfig;
+use burn_ascend_suite::moe::model::MoeDecoder;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use serial_test::serial;
@@ -270,6 +275,117 @@ fn attention_matches_flex_on_conformance_shapes() {
     }
 }
 
+/// Calls outside the flash contract (softcap, bias) take the composed path; with an empty query
+/// or key dim they give burn-flex's output, its empty shape or zeros (rows without keys).
+#[test]
+#[serial]
+fn composed_attention_with_softcap_or_bias_on_empty_dims_matches_flex() {
+    let softcap = AttentionModuleOptions {
+        scale: None,
+        softcap: Some(20.0),
+        is_causal: false,
+    };
+    for dtype in HALVES {
+        for (q, k) in [([2, 2, 0, 8], [2, 2, 5, 8]), ([2, 2, 3, 8], [2, 2, 0, 8])] {
+            let [b, h, sq, _] = q;
+            let (sk, v) = (k[2], [k[0], k[1], k[2], 4]);
+            for (with_bias, options) in [(false, softcap), (true, opts(None, true))] {
+                let what = format!("q {q:?}, k {k:?}, bias {with_bias}, {options:?} ({dtype:?})");
+                let bias = [b, h, sq, sk];
+                let got = attention(
+                    float::<Ascend>(&data(q, 1), dtype, &ascend()),
+                    float::<Ascend>(&data(k, 2), dtype, &ascend()),
+                    float::<Ascend>(&data(v, 3), dtype, &ascend()),
+                    None,
+                    with_bias.then(|| float::<Ascend>(&data(bias, 4), dtype, &ascend())),
+                    options,
+                );
+                let want = attention(
+                    float::<Flex>(&data(q, 1), dtype, &flex()),
+                    float::<Flex>(&data(k, 2), dtype, &flex()),
+                    float::<Flex>(&data(v, 3), dtype, &flex()),
+                    None,
+                    with_bias.then(|| float::<Flex>(&data(bias, 4), dtype, &flex())),
+                    options,
+                );
+                assert_close(&what, got.into_data(), want.into_data(), tolerance(dtype));
+            }
+        }
+    }
+}
+
+/// Collects the gradient of every float parameter of a module, in visiting order.
+struct ParamGrads<'a> {
+    grads: &'a <AdAscend as AutodiffBackend>::Gradients,
+    found: Vec<TensorData>,
+}
+
+impl ModuleVisitor<AdAscend> for ParamGrads<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AdAscend, D>>) {
+        let g = param
+            .val()
+            .grad(self.grads)
+            .expect("every parameter has a gradient");
+        self.found.push(g.into_data());
+    }
+}
+
+/// The MoE example model with its attention on `fused::flash_attention` computes the logits and
+/// the parameter gradients of the composition it has by default (sequences of 150 tokens: two
+/// 128-row tiles; grouped-query heads 4:2).
+#[test]
+#[serial]
+fn the_moe_example_trains_through_flash_attention_as_through_the_composition() {
+    let cfg = MoeConfig::new()
+        .with_hidden(64)
+        .with_layers(2)
+        .with_q_heads(4)
+        .with_kv_heads(2)
+        .with_experts(4)
+        .with_expert_hidden(64);
+    let d = ascend();
+    let ids: Vec<i32> = (0..2 * 150).map(|i| i * 37 % 256).collect();
+    let tokens = Tensor::<AdAscend, 2, Int>::from_data(TensorData::new(ids, [2, 150]), &d);
+    let composed_model = MoeDecoder::<AdAscend>::new(&cfg, &d).unwrap();
+    // Parameters are initialised lazily, and a clone of an uninitialised one draws its own
+    // values: one forward first, so that both models hold the same weights.
+    let _ = composed_model.forward(tokens.clone().narrow(1, 0, 1));
+    let flash_model = composed_model.clone().with_flash_attention(true);
+    let run = |model: &MoeDecoder<AdAscend>| {
+        let (logits, aux) = model.forward(tokens.clone());
+        let n = logits.dims().iter().product();
+        let w = Tensor::<AdAscend, 3>::from_data(TensorData::new(values(n, 9), logits.dims()), &d);
+        let grads = ((logits.clone() * w).sum() + aux).backward();
+        let mut visitor = ParamGrads {
+            grads: &grads,
+            found: Vec::new(),
+        };
+        model.visit(&mut visitor);
+        (logits.into_data(), visitor.found)
+    };
+    let fused_ops = || {
+        Ascend::sync(&d).unwrap();
+        ["aclnnFlashAttentionScore", "aclnnFlashAttentionScoreGrad"].map(aclnn_launches_of)
+    };
+    let before = fused_ops();
+    let (flash_logits, flash_grads) = run(&flash_model);
+    let after = fused_ops();
+    let (logits, grads) = run(&composed_model);
+    if !common::skipped_on_npu("flash launches of the_moe_example_trains_through_flash_attention") {
+        assert_eq!(
+            [after[0] - before[0], after[1] - before[1]],
+            [2, 2],
+            "the flash operator and its grad, once per layer"
+        );
+        assert_eq!(fused_ops(), after, "the composition launches neither");
+    }
+    assert_close("logits", flash_logits, logits, 1e-4);
+    assert_eq!(flash_grads.len(), grads.len());
+    for (i, (g, want)) in flash_grads.into_iter().zip(grads).enumerate() {
+        assert_close(&format!("gradient of parameter {i}"), g, want, 1e-3);
+    }
+}
+
 /// Keys and values of `hk` heads repeated for `h` query heads (head i reads kv head i / (h/hk)).
 fn repeat_heads<B: Backend>(t: Tensor<B, 4>, h: usize) -> Tensor<B, 4> {
     let [b, hk, s, d] = t.dims();
@@ -439,6 +555,47 @@ fn attention_is_one_fused_operator_and_its_backward_one_more() {
         total <= loss_only + 2,
         "forward and backward launched {total} operators, the loss alone {loss_only}"
     );
+}
+
+/// The compressed `[2048, 2048]` causal mask is a device constant: after the device's first
+/// causal call, a call uploads nothing (it once uploaded the 4 MiB mask on every call).
+#[test]
+#[serial]
+fn the_compressed_causal_mask_is_uploaded_once_per_device() {
+    if common::skipped_on_npu("the_compressed_causal_mask_is_uploaded_once_per_device") {
+        return;
+    }
+    let d = ascend();
+    let t = |s, seed| float::<Ascend>(&data(s, seed), DType::F16, &d);
+    let (q, k, v) = (
+        t([1, 2, 64, 16], 1),
+        t([1, 2, 64, 16], 2),
+        t([1, 2, 64, 16], 3),
+    );
+    let call = || {
+        attention(
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            None,
+            None,
+            opts(None, true),
+        )
+    };
+    let first = call();
+    Ascend::sync(&d).unwrap();
+    let before = host_to_device_copies();
+    let (second, third) = (call(), call());
+    Ascend::sync(&d).unwrap();
+    let after = host_to_device_copies();
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (0, 0),
+        "host-to-device copies and bytes of two causal calls"
+    );
+    for later in [second, third] {
+        assert_eq!(later.into_data(), first.clone().into_data());
+    }
 }
 
 #[test]

@@ -9,10 +9,12 @@ mod common;
 
 use std::ffi::CStr;
 
+use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::acl::aclnn;
 use burn_ascend::acl::handles::{Absent, IntArrayDesc, TensorListDesc};
 use burn_ascend::acl::AclError;
+use burn_ascend::emulator::{aclnn_launches_of, host_to_device_copies, work_counters};
 use burn_ascend::fused::{self, PrefillLens};
 use burn_ascend::{Ascend, AscendDevice, AscendTensor};
 use burn_flex::Flex;
@@ -42,6 +44,8 @@ struct Case {
     pages: usize,
     dtype: DType,
 }
+
+type Operands<B> = (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 2, Int>);
 
 struct Inputs {
     q: Vec<f32>,
@@ -140,13 +144,19 @@ impl Case {
         out
     }
 
-    fn run<B: burn_ascend::FusedOps>(&self, x: &Inputs, dtype: DType, d: &B::Device) -> Vec<f64> {
+    /// q, the key and value caches and the block table on `d`.
+    fn operands<B: burn_ascend::FusedOps>(
+        &self,
+        x: &Inputs,
+        dtype: DType,
+        d: &B::Device,
+    ) -> Operands<B> {
         let slots = self.pages * self.page_size;
         let float = |v: &[f32], shape: [usize; 3]| {
             Tensor::<B, 3>::from_data(TensorData::new(v.to_vec(), shape), (d, DType::F32))
                 .cast(dtype)
         };
-        let out = fused::paged_prefill_attention(
+        (
             float(&x.q, [self.tokens(), self.q_heads, self.dim]),
             float(&x.k, [slots, self.kv_heads, self.dim]),
             float(&x.v, [slots, self.kv_heads, self.dim]),
@@ -154,13 +164,26 @@ impl Case {
                 TensorData::new(x.table.clone(), [self.requests.len(), x.width]),
                 (d, DType::I32),
             ),
+        )
+    }
+
+    fn call<B: burn_ascend::FusedOps>(&self, x: &Inputs, o: &Operands<B>) -> Tensor<B, 3> {
+        fused::paged_prefill_attention(
+            o.0.clone(),
+            o.1.clone(),
+            o.2.clone(),
+            o.3.clone(),
             PrefillLens {
                 q_lens: &x.q_lens,
                 kv_lens: &x.kv_lens,
                 page_size: self.page_size,
             },
             self.scale(),
-        );
+        )
+    }
+
+    fn run<B: burn_ascend::FusedOps>(&self, x: &Inputs, dtype: DType, d: &B::Device) -> Vec<f64> {
+        let out = self.call(x, &self.operands::<B>(x, dtype, d));
         assert_eq!(out.dims(), [self.tokens(), self.q_heads, self.dim]);
         out.cast(DType::F32).into_data().iter::<f64>().collect()
     }
@@ -229,6 +252,37 @@ fn paged_prefill_takes_pages_of_256_and_head_dims_of_64() {
         dtype: DType::F16,
     }
     .check();
+}
+
+/// The compressed causal mask is a device constant: after the device's first paged prefill, a
+/// call uploads nothing and launches the operator alone (it once built the mask on every call).
+#[test]
+#[serial]
+fn the_causal_mask_is_built_once_per_device() {
+    if common::skipped_on_npu("the_causal_mask_is_built_once_per_device") {
+        return;
+    }
+    const FIA: &str = "aclnnFusedInferAttentionScoreV3";
+    let (d, c) = (ascend(), case(&[(125, 9), (0, 7)], 4, 2, DType::F16));
+    let x = c.inputs();
+    let o = c.operands::<Ascend>(&x, DType::F16, &d);
+    let first = c.call(&x, &o);
+    Ascend::sync(&d).unwrap();
+    let (uploads, work, fia) = (
+        host_to_device_copies(),
+        work_counters(),
+        aclnn_launches_of(FIA),
+    );
+    let (second, third) = (c.call(&x, &o), c.call(&x, &o));
+    Ascend::sync(&d).unwrap();
+    let uploaded = host_to_device_copies().1 - uploads.1;
+    let launched = work_counters().since(&work).aclnn_launches;
+    assert_eq!(uploaded, 0, "bytes uploaded by two calls");
+    assert_eq!(aclnn_launches_of(FIA) - fia, 2, "{FIA} launches");
+    assert_eq!(launched, 2, "aclnn launches of two calls");
+    for later in [second, third] {
+        assert_eq!(later.into_data(), first.clone().into_data());
+    }
 }
 
 fn panic_text(f: impl FnOnce()) -> String {

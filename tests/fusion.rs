@@ -10,7 +10,7 @@ mod common;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, Tensor, TensorData, TensorPrimitive};
-use burn_ascend::emulator::work_counters;
+use burn_ascend::emulator::{aclnn_launches_of, work_counters};
 use burn_ascend::ops::fused::run_program;
 use burn_ascend::{Ascend, AscendDevice, AscendTensor};
 use burn_ascend_kernels::program::{Cmp, ElemType, Op, Program};
@@ -530,6 +530,54 @@ fn fused_ops_on_fusion_run_ascends_kernels_as_custom_ops() {
         lazy_kernels, 8,
         "the fused ops ran as kernels, not compositions"
     );
+}
+
+/// Paged prefill on `Fusion<Ascend>` is one recorded custom op that runs Ascend's
+/// aclnnFusedInferAttentionScoreV3 (it once recorded the composed default), with Ascend's
+/// output.
+#[test]
+#[serial]
+fn paged_prefill_on_fusion_runs_the_fused_infer_attention_operator() {
+    if common::skipped_on_npu("paged_prefill_on_fusion_runs_the_fused_infer_attention_operator") {
+        return;
+    }
+    fn run<B: Backend + burn_ascend::FusedOps>(d: &B::Device) -> (TensorData, u64) {
+        use burn::tensor::Int;
+        use burn_ascend::fused::{self, PrefillLens};
+        let f16 = |shape: Vec<usize>, seed| {
+            Tensor::<B, 3>::from_data(host_values(shape, seed), d).cast(DType::F16)
+        };
+        // One request: 120 cached tokens, then a chunk of 9, over pages 1 then 0 of 128 slots.
+        let (q, k, v) = (
+            f16(vec![9, 4, 16], 50),
+            f16(vec![256, 2, 16], 51),
+            f16(vec![256, 2, 16], 52),
+        );
+        let table =
+            Tensor::<B, 2, Int>::from_data(TensorData::new(vec![1i32, 0], [1, 2]), (d, DType::I32));
+        B::sync(d).unwrap();
+        let before = aclnn_launches_of("aclnnFusedInferAttentionScoreV3");
+        let lens = PrefillLens {
+            q_lens: &[9],
+            kv_lens: &[129],
+            page_size: 128,
+        };
+        let out = fused::paged_prefill_attention(q, k, v, table, lens, 0.25).into_data();
+        B::sync(d).unwrap();
+        (
+            out,
+            aclnn_launches_of("aclnnFusedInferAttentionScoreV3") - before,
+        )
+    }
+    let d = ascend();
+    let (eager, eager_fia) = run::<Ascend>(&d);
+    let (lazy, lazy_fia) = run::<Fusion<Ascend>>(&d);
+    assert_eq!(
+        (eager_fia, lazy_fia),
+        (1, 1),
+        "aclnnFusedInferAttentionScoreV3 launches"
+    );
+    assert_eq!(lazy, eager, "Fusion<Ascend> gives Ascend's output");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_ascend::acl::aclnn;
 use burn_ascend::acl::handles::Absent;
 use burn_ascend::acl::{AclError, DataType};
-use burn_ascend::emulator::aclnn_runs;
+use burn_ascend::emulator::aclnn_launches_of;
 use burn_ascend::ops::quant_matmul;
 use burn_ascend::AscendTensor;
 use burn_flex::FlexDevice;
@@ -167,11 +167,11 @@ fn weight_quant_matmul_is_x_times_the_dequantized_weight() {
                 scale_shape,
             )
             .unwrap();
-            let runs = aclnn_runs("aclnnWeightQuantBatchMatmulV2");
+            let runs = aclnn_launches_of("aclnnWeightQuantBatchMatmulV2");
             let y = quant_matmul::weight_quant_matmul(&xa, &wa, &sa, None, group)
                 .expect("weight_quant_matmul");
             let got = f32s(read(y));
-            assert_eq!(aclnn_runs("aclnnWeightQuantBatchMatmulV2"), runs + 1);
+            assert_eq!(aclnn_launches_of("aclnnWeightQuantBatchMatmulV2"), runs + 1);
             // Reference on flex: the weight dequantized in x's type (w * scale, rounded once),
             // an f32 product, rounded to x's type.
             let xf = rounded(
@@ -457,16 +457,16 @@ fn a_model_quantized_with_burns_quantizer_runs_on_weight_quant_batch_matmul() {
     let float_out = model.forward(x.clone()).into_data();
     let quantized = model.quantize_weights(&mut quantizer(QuantValue::Q8S, QuantLevel::Tensor));
     let (wqbmm, mm) = (
-        aclnn_runs("aclnnWeightQuantBatchMatmulV2"),
-        aclnn_runs("aclnnMatmul"),
+        aclnn_launches_of("aclnnWeightQuantBatchMatmulV2"),
+        aclnn_launches_of("aclnnMatmul"),
     );
     let out = quantized.forward_matmul(x).into_data();
     assert_eq!(
-        aclnn_runs("aclnnWeightQuantBatchMatmulV2") - wqbmm,
+        aclnn_launches_of("aclnnWeightQuantBatchMatmulV2") - wqbmm,
         2,
         "both Linear layers run on aclnnWeightQuantBatchMatmulV2"
     );
-    assert_eq!(aclnn_runs("aclnnMatmul") - mm, 0, "no float matmul");
+    assert_eq!(aclnn_launches_of("aclnnMatmul") - mm, 0, "no float matmul");
     // Per-tensor int8 weights: within a few percent of the bf16 model.
     let err = relative_error(out, float_out);
     assert!(err < 0.03, "relative error {err}");
@@ -475,9 +475,9 @@ fn a_model_quantized_with_burns_quantizer_runs_on_weight_quant_batch_matmul() {
     let model = quantized.map(&mut ToDtype(DType::F32));
     let x =
         Tensor::<Ascend, 2>::from_data(TensorData::new(uniform(3 * 32, 18), [3, 32]), &device());
-    let runs = aclnn_runs("aclnnWeightQuantBatchMatmulV2");
+    let runs = aclnn_launches_of("aclnnWeightQuantBatchMatmulV2");
     model.forward_matmul(x).into_data();
-    assert_eq!(aclnn_runs("aclnnWeightQuantBatchMatmulV2"), runs);
+    assert_eq!(aclnn_launches_of("aclnnWeightQuantBatchMatmulV2"), runs);
 }
 
 /// Casts a module's float parameters (quantized ones stay as they are).
@@ -512,7 +512,7 @@ fn int8_activations_times_int8_weights_run_on_quant_matmul() {
     let scheme = QuantScheme::default()
         .with_value(QuantValue::Q8S)
         .with_store(QuantStore::Native);
-    let runs = aclnn_runs("aclnnQuantMatmulV4");
+    let runs = aclnn_launches_of("aclnnQuantMatmulV4");
     // Activations per row (a block of the last dim) and per tensor.
     for level in [QuantLevel::block([k as u8]), QuantLevel::Tensor] {
         let xq = x.clone().quantize_dynamic(&scheme.with_level(level));
@@ -523,7 +523,7 @@ fn int8_activations_times_int8_weights_run_on_quant_matmul() {
         assert!(relative_error(out.clone(), want) < 0.01, "{level:?}");
         assert!(relative_error(out, float_out.clone()) < 0.05, "{level:?}");
     }
-    assert_eq!(aclnn_runs("aclnnQuantMatmulV4") - runs, 2);
+    assert_eq!(aclnn_launches_of("aclnnQuantMatmulV4") - runs, 2);
 }
 
 #[test]
@@ -537,12 +537,15 @@ fn schemes_without_an_int8_path_keep_dequantize_then_matmul() {
     let quantized =
         model.quantize_weights(&mut quantizer(QuantValue::Q8S, QuantLevel::block([16])));
     let (wqbmm, mm) = (
-        aclnn_runs("aclnnWeightQuantBatchMatmulV2"),
-        aclnn_runs("aclnnMatmul"),
+        aclnn_launches_of("aclnnWeightQuantBatchMatmulV2"),
+        aclnn_launches_of("aclnnMatmul"),
     );
     let out = quantized.forward_matmul(x).into_data();
-    assert_eq!(aclnn_runs("aclnnWeightQuantBatchMatmulV2") - wqbmm, 0);
-    assert_eq!(aclnn_runs("aclnnMatmul") - mm, 2);
+    assert_eq!(
+        aclnn_launches_of("aclnnWeightQuantBatchMatmulV2") - wqbmm,
+        0
+    );
+    assert_eq!(aclnn_launches_of("aclnnMatmul") - mm, 2);
     let err = relative_error(out, float_out);
     assert!(err < 0.03, "relative error {err}");
 }
@@ -586,7 +589,7 @@ fn fused_quant_ops_on_ascend_equal_their_compositions_on_flex() {
     let _serial = serial();
     for dtype in [DType::BF16, DType::F16, DType::F32] {
         let want = fused_quant_results::<Flex>(&flex(), dtype);
-        let runs = aclnn_runs("aclnnDynamicQuant");
+        let runs = aclnn_launches_of("aclnnDynamicQuant");
         let on_ascend = fused_quant_results::<Ascend>(&device(), dtype);
         let on_fusion = fused_quant_results::<burn_fusion::Fusion<Ascend>>(&device(), dtype);
         // Autodiff<Ascend> takes the composed defaults (differentiable Burn ops).
@@ -594,7 +597,7 @@ fn fused_quant_ops_on_ascend_equal_their_compositions_on_flex() {
         // F32 activations take the composition on Ascend too (the operator is F16/BF16 only).
         let launched = if dtype == DType::F32 { 0 } else { 2 };
         assert_eq!(
-            aclnn_runs("aclnnDynamicQuant") - runs,
+            aclnn_launches_of("aclnnDynamicQuant") - runs,
             launched,
             "{dtype:?}"
         );

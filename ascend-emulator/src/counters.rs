@@ -20,8 +20,10 @@ static ACLNN_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 static ACLNN_BYTES: AtomicU64 = AtomicU64::new(0);
 static SUBMISSIONS: AtomicU64 = AtomicU64::new(0);
 static CUBE_CYCLES: AtomicU64 = AtomicU64::new(0);
-/// Kernel runs of each aclnn operator, by name.
-static OP_RUNS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
+static UPLOADS: AtomicU64 = AtomicU64::new(0);
+static UPLOADED_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Launches per aclnn operator name, so a test can tell which operator a path ran.
+static LAUNCHES_BY_OP: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 
 thread_local! {
     /// The distinct tensor views of the operator whose phase one runs on this thread.
@@ -118,22 +120,13 @@ pub(crate) fn cube(m: usize, n: usize, k: usize, operands: CubeOperands) {
     CUBE_CYCLES.fetch_add(cube_cycles(m, n, k, operands), Ordering::Relaxed);
 }
 
-/// Counts a run of the kernel of the aclnn operator `op` (on a stream or in a graph replay).
-pub(crate) fn op_ran(op: &'static str) {
-    let mut runs = OP_RUNS.lock().unwrap_or_else(|e| e.into_inner());
-    *runs.entry(op).or_default() += 1;
-}
-
-/// How many times the kernel of the aclnn operator `op` (its name, e.g. `"aclnnMatmul"`) has
-/// run in this process, so a test can tell which operators a computation used. Kernels count
-/// as they run: synchronise the device first.
-pub fn aclnn_runs(op: &str) -> u64 {
-    let runs = OP_RUNS.lock().unwrap_or_else(|e| e.into_inner());
-    runs.get(op).copied().unwrap_or(0)
-}
-
-/// Counts a launched operator that moves `bytes`.
-pub(crate) fn launched(bytes: u64) {
+/// Counts a launched operator `op` that moves `bytes`.
+pub(crate) fn launched(op: &'static str, bytes: u64) {
+    *LAUNCHES_BY_OP
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(op)
+        .or_default() += 1;
     ACLNN_LAUNCHES.fetch_add(1, Ordering::Relaxed);
     ACLNN_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
@@ -141,6 +134,32 @@ pub(crate) fn launched(bytes: u64) {
 /// Counts one submission of device work by the host (see [`WorkCounters::submissions`]).
 pub(crate) fn submitted() {
     SUBMISSIONS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a host-to-device copy of `bytes` that ran.
+pub(crate) fn uploaded(bytes: u64) {
+    UPLOADS.fetch_add(1, Ordering::Relaxed);
+    UPLOADED_BYTES.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// Host-to-device copies that ran on the emulated devices of this process, and their bytes
+/// (synchronous and stream-ordered copies alike, counted when they run).
+pub fn host_to_device_copies() -> (u64, u64) {
+    (
+        UPLOADS.load(Ordering::Relaxed),
+        UPLOADED_BYTES.load(Ordering::Relaxed),
+    )
+}
+
+/// Launches of the aclnn operator `op` (e.g. `"aclnnFlashAttentionScore"`) queued on the
+/// emulated devices of this process, graph replays included.
+pub fn aclnn_launches_of(op: &str) -> u64 {
+    LAUNCHES_BY_OP
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(op)
+        .copied()
+        .unwrap_or(0)
 }
 
 /// Work queued on the emulated devices of this process.

@@ -449,12 +449,12 @@ pub unsafe extern "C" fn aclmdlRIExecuteAsync(model_ri: aclmdlRI, stream: aclrtS
                 ),
             ));
         }
-        let ops: Vec<u64> = m
+        let ops: Vec<(&'static str, u64)> = m
             .tasks
             .lock()
             .unwrap()
             .iter()
-            .filter_map(|r| r.aclnn_bytes)
+            .filter_map(|r| r.aclnn)
             .collect();
         m.pending.fetch_add(1, Ordering::AcqRel);
         let pending = Pending(m.clone());

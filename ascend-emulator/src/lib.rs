@@ -46,7 +46,7 @@ mod view;
 
 use std::ffi::c_void;
 
-pub use counters::{aclnn_runs, work_counters, WorkCounters};
+pub use counters::{aclnn_launches_of, host_to_device_copies, work_counters, WorkCounters};
 pub use machine::{
     set_device_memory_limit, set_out_of_memory_status, DEFAULT_CANN, ENV_CANN, ENV_DEVICES,
     ENV_HBM_MIB, ENV_THREADS,

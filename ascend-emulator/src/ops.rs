@@ -174,12 +174,11 @@ pub(crate) unsafe fn phase2(
                     .map(|n| n.memory.check(ws, need))
                     .transpose()?;
             }
-            super::counters::op_ran(op);
             exec.run().map_err(|f| Fault {
                 code: f.code,
                 message: format!("{op} kernel: {}", f.message),
             })
-        }), bytes)
+        }), op, bytes)
     })
 }
 

@@ -284,7 +284,9 @@ impl Copy {
         let (dst, src) = match self.ends {
             Ends::HostToDevice => {
                 self.host(self.src as u64)?;
-                (self.device(self.dst as u64)?, self.src as *const u8)
+                let dst = self.device(self.dst as u64)?;
+                super::counters::uploaded(self.count as u64);
+                (dst, self.src as *const u8)
             }
             Ends::DeviceToHost => {
                 self.host(self.dst as u64)?;

@@ -21,11 +21,11 @@ use ascend_acl::types::status::*;
 /// Work queued on a stream (run again by each replay of a graph that recorded it).
 pub(crate) type Task = Box<dyn FnMut() -> Result<(), Fault> + Send>;
 
-/// A task recorded by a capture, with the modelled bytes of the aclnn operator it is (counted
-/// when a replay is queued, as a launch is counted when it is queued).
+/// A task recorded by a capture, with the name and modelled bytes of the aclnn operator it is
+/// (counted when a replay is queued, as a launch is counted when it is queued).
 pub(crate) struct Recorded {
     pub task: Task,
-    pub aclnn_bytes: Option<u64>,
+    pub aclnn: Option<(&'static str, u64)>,
     /// The logical-free tick when it was recorded (`memory.rs`).
     pub recorded_at: u64,
 }
@@ -184,39 +184,39 @@ impl Stream {
         self.submit(task, None)
     }
 
-    /// [`Stream::enqueue`] for an aclnn operator moving `bytes` (modelled), counted as launched
-    /// when it is queued, or when a replay of the graph that recorded it is.
-    pub fn enqueue_op(&self, task: Task, bytes: u64) -> Result<(), Fault> {
-        self.submit(task, Some(bytes))
+    /// [`Stream::enqueue`] for the aclnn operator `op` moving `bytes` (modelled), counted as
+    /// launched when it is queued, or when a replay of the graph that recorded it is.
+    pub fn enqueue_op(&self, task: Task, op: &'static str, bytes: u64) -> Result<(), Fault> {
+        self.submit(task, Some((op, bytes)))
     }
 
-    fn submit(&self, task: Task, aclnn_bytes: Option<u64>) -> Result<(), Fault> {
+    fn submit(&self, task: Task, aclnn: Option<(&'static str, u64)>) -> Result<(), Fault> {
         self.fault.check()?;
         if let Some(model) = self.capture() {
             return model.record(Recorded {
                 task,
-                aclnn_bytes,
+                aclnn,
                 recorded_at: super::memory::free_clock(),
             });
         }
         if self.default {
             graph::check_default_stream(self.device, "work queued")?;
         }
-        if let Some(bytes) = aclnn_bytes {
-            super::counters::launched(bytes);
+        if let Some((op, bytes)) = aclnn {
+            super::counters::launched(op, bytes);
         }
         super::counters::submitted();
         self.send(Job::Work(task))
     }
 
-    /// Queues one replay of a graph, whose recorded aclnn operators move `ops` bytes each.
-    pub fn enqueue_replay(&self, replay: Task, ops: &[u64]) -> Result<(), Fault> {
+    /// Queues one replay of a graph, whose recorded aclnn operators are `ops` (name, bytes).
+    pub fn enqueue_replay(&self, replay: Task, ops: &[(&'static str, u64)]) -> Result<(), Fault> {
         self.fault.check()?;
         if self.default {
             graph::check_default_stream(self.device, "aclmdlRIExecuteAsync")?;
         }
-        for &bytes in ops {
-            super::counters::launched(bytes);
+        for &(op, bytes) in ops {
+            super::counters::launched(op, bytes);
         }
         super::counters::submitted();
         self.send(Job::Work(replay))

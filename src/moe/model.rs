@@ -9,6 +9,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::backend::Backend;
+use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
 use burn_ascend::{fused, AscendDevice, FusedOps};
 
@@ -38,6 +39,10 @@ pub struct Dims {
     pub rope_theta: f64,
     /// Vocabulary.
     pub vocab: usize,
+    /// Whole-sequence attention through `fused::flash_attention` (aclnnFlashAttentionScore and
+    /// its fused backward on `Ascend`) rather than the composition over the `[B, H, S, S]`
+    /// scores ([`MoeDecoder::with_flash_attention`]).
+    pub flash_attention: bool,
 }
 
 /// Layer norm with learned scale and shift, through the fused kernel.
@@ -186,6 +191,22 @@ impl<B: FusedOps> Attention<B> {
         dims: &Dims,
     ) -> Tensor<B, 3> {
         let [b, s, _, _] = q.dims();
+        if dims.flash_attention {
+            // Grouped-query heads as they are: the operator maps query head h to kv head
+            // h / (HQ / HKV), as `widen` below does.
+            let options = AttentionModuleOptions {
+                scale: None,
+                softcap: None,
+                is_causal: true,
+            };
+            let [q, k, v] = [q, k, v].map(|t| t.swap_dims(1, 2));
+            let out = fused::flash_attention(q, k, v, None, options);
+            return self.o.forward(out.swap_dims(1, 2).reshape([
+                b,
+                s,
+                dims.q_heads * dims.head_dim,
+            ]));
+        }
         let group = dims.q_heads / dims.kv_heads;
         let widen = |t: Tensor<B, 4>| {
             t.swap_dims(1, 2)
@@ -529,6 +550,7 @@ impl<B: FusedOps> MoeDecoder<B> {
                 eps: cfg.eps,
                 rope_theta: cfg.rope_theta,
                 vocab: cfg.vocab,
+                flash_attention: false,
             },
         })
     }
@@ -536,6 +558,14 @@ impl<B: FusedOps> MoeDecoder<B> {
     /// The sizes of a forward pass.
     pub fn dims(&self) -> &Dims {
         &self.dims
+    }
+
+    /// The model with its whole-sequence attention ([`MoeDecoder::forward`], training) through
+    /// `fused::flash_attention` when `on`: no `[B, H, S, S]` score matrix in the forward or the
+    /// backward. Off by default: the composition is the reference the fixtures were made with.
+    pub fn with_flash_attention(mut self, on: bool) -> Self {
+        self.dims.flash_attention = on;
+        self
     }
 
     /// Token embeddings `[B, S, H]`.

@@ -441,7 +441,8 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             .map_err(|e| ServeConfigError(format!("cannot copy the weights to the host: {e}")))?;
         let pool = PagePool::new(cfg.pages, cfg.page_size);
         let layout = model.cache_layout();
-        let prefill_refusal = fused::paged_prefill_refusal(
+        let prefill_refusal = B::paged_prefill_refusal_on(
+            device,
             layout.dtype,
             cfg.page_size,
             layout.key_dim,

@@ -13,6 +13,7 @@
 use super::arith::{binary, binary_scalar, BinaryOp};
 use super::compare::mask_fill;
 use super::constant;
+use super::creation::zeros;
 use super::math::{clamp, unary, Unary};
 use super::matmul::matmul;
 use super::reduce::{reduce, Reduce};
@@ -53,6 +54,14 @@ pub fn attention(
 ) -> AclResult<AscendTensor> {
     let rank = q.shape().len();
     let head_dim = q.shape()[rank - 1];
+    // No query row or no key: the reductions below refuse empty tensors, and Burn's output is
+    // then empty or 0 (every row is without a key), whatever the softcap or bias.
+    let rows = q.shape()[..rank - 1].iter().product::<usize>();
+    if rows * k.shape()[rank - 2] == 0 {
+        let mut shape = q.shape()[..rank - 1].to_vec();
+        shape.push(v.shape()[rank - 1]);
+        return zeros(q.ctx(), shape, q.dtype);
+    }
     let scale = options
         .scale
         .unwrap_or_else(|| 1.0 / (head_dim as f64).sqrt());

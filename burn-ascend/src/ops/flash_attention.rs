@@ -25,6 +25,7 @@
 //! passed as they are, the operator's N1/N2 ratio.
 
 use std::ffi::CStr;
+use std::sync::Arc;
 
 use super::attention::AttentionOptions;
 use super::compare::{logical, mask_fill, Logical};
@@ -36,6 +37,7 @@ use crate::acl::aclnn;
 use crate::acl::handles::{Absent, HostScalar};
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
+use crate::runtime::DeviceContext;
 
 /// The compressed mask's side for sparse modes 2 and 3 (operator doc, sparse_mode notes).
 const COMPRESSED: usize = 2048;
@@ -125,6 +127,19 @@ fn mask_operand(mask: &AscendTensor) -> AscendTensor {
     }
 }
 
+/// The compressed causal mask of sparse modes 2 and 3 (aclnnFlashAttentionScore and
+/// aclnnFusedInferAttentionScoreV3 alike): `[2048, 2048]` bool, true above the diagonal. A
+/// device constant: uploaded on the first call, shared by every later one (the operators only
+/// read it).
+pub fn compressed_causal_mask(ctx: &Arc<DeviceContext>) -> AclResult<AscendTensor> {
+    ctx.constant("compressed_causal_mask", || {
+        let table: Vec<bool> = (0..COMPRESSED)
+            .flat_map(|r| (0..COMPRESSED).map(move |c| c > r))
+            .collect();
+        constant::bools(ctx, vec![COMPRESSED, COMPRESSED], &table)
+    })
+}
+
 /// Burn's causal mask (`col > row + Sk - Sq`) as a `[Sq, Sk]` bool tensor.
 fn causal_table(ctx: &AscendTensor, sq: usize, sk: usize) -> AclResult<AscendTensor> {
     let offset = sk as i64 - sq as i64;
@@ -149,10 +164,7 @@ fn masking(
             dead_rows: None,
         },
         (None, true) => {
-            let table: Vec<bool> = (0..COMPRESSED)
-                .flat_map(|r| (0..COMPRESSED).map(move |c| c > r))
-                .collect();
-            let compressed = constant::bools(q.ctx(), vec![COMPRESSED, COMPRESSED], &table)?;
+            let compressed = compressed_causal_mask(q.ctx())?;
             // Bottom-right alignment leaves the first Sq - Sk rows without a key.
             let dead = (0..sq).map(|r| r + sk < sq).collect::<Vec<_>>();
             let dead_rows = if sq > sk {

@@ -10,6 +10,7 @@
 //! recorded on the context and reported by the next synchronisation or read (see
 //! `defer_device_faults`).
 
+use std::any::Any;
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
@@ -85,6 +86,8 @@ pub struct DeviceContext {
     /// The first device fault a deferring thread found while issuing work: every later
     /// synchronisation, read and launch reports it, until [`reset_device`].
     fault: OnceLock<AclError>,
+    /// Read-only device constants built once per context, by name ([`DeviceContext::constant`]).
+    constants: Mutex<HashMap<&'static str, Arc<dyn Any + Send + Sync>>>,
 }
 
 /// A capture in progress on a context's stream.
@@ -155,6 +158,8 @@ pub fn reset_device(device: &AscendDevice) -> AclResult<()> {
         Err(e) => format!("{device} was reset after a fault: {e}"),
         Ok(()) => format!("{device} was reset"),
     };
+    // A constant holds its context: dropped here, so the retired context can go.
+    old.constants.lock().unwrap().clear();
     let _ = old.retired.set(reason);
     super::collective::release_device(device);
     let api = old.api;
@@ -232,7 +237,39 @@ impl DeviceContext {
             set_calls,
             capture: Mutex::default(),
             fault: OnceLock::new(),
+            constants: Mutex::default(),
         })
+    }
+
+    /// The device constant `name`, built by `build` on its first use on this context and shared
+    /// afterwards: for read-only tensors that every call of an operator takes (the compressed
+    /// causal mask of flash attention and paged prefill), uploaded once per device rather than
+    /// once per call. A constant's value is shared, so callers never write it.
+    pub fn constant<T: Clone + Send + Sync + 'static>(
+        &self,
+        name: &'static str,
+        build: impl FnOnce() -> AclResult<T>,
+    ) -> AclResult<T> {
+        let cached = self.constants.lock().unwrap().get(name).cloned();
+        if let Some(c) = cached {
+            return Ok(c
+                .downcast_ref::<T>()
+                .expect("one type per constant name")
+                .clone());
+        }
+        // Built outside the lock (it launches work); a racing builder's value is dropped.
+        let value = build()?;
+        let shared = self
+            .constants
+            .lock()
+            .unwrap()
+            .entry(name)
+            .or_insert_with(|| Arc::new(value))
+            .clone();
+        Ok(shared
+            .downcast_ref::<T>()
+            .expect("one type per constant name")
+            .clone())
     }
 
     /// The device this context serves.

@@ -486,6 +486,64 @@ impl FusedOps for Fusion<Ascend> {
         }
     }
 
+    fn paged_prefill_refusal_on(
+        device: &AscendDevice,
+        dtype: DType,
+        page_size: usize,
+        key_dim: usize,
+        value_dim: Option<usize>,
+    ) -> Option<String> {
+        Ascend::paged_prefill_refusal_on(device, dtype, page_size, key_dim, value_dim)
+    }
+
+    fn paged_prefill_attention(
+        q: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        block_table: IntTensor<Self>,
+        lens: PrefillLens<'_>,
+        sm_scale: f32,
+    ) -> FloatTensor<Self> {
+        run(
+            "paged_prefill_attention",
+            fused_ops::check_paged_prefill_attention(
+                &q,
+                &k_cache,
+                &v_cache,
+                &block_table,
+                None,
+                lens.q_lens,
+                lens.kv_lens,
+                lens.page_size,
+            ),
+        );
+        let meta = [(dims(&q), q.dtype)];
+        // The host lengths are owned by the recorded call: it runs after this one returns.
+        let args = (
+            lens.q_lens.to_vec(),
+            lens.kv_lens.to_vec(),
+            lens.page_size,
+            sm_scale,
+        );
+        let inputs = vec![q, k_cache, v_cache, block_table];
+        one(record(
+            "paged_prefill_attention",
+            inputs,
+            &meta,
+            args,
+            |h, d, (q_lens, kv_lens, page_size, scale)| {
+                let lens = PrefillLens {
+                    q_lens,
+                    kv_lens,
+                    page_size: *page_size,
+                };
+                let (q, k, v, table) = (arg(h, d, 0), arg(h, d, 1), arg(h, d, 2), arg(h, d, 3));
+                let r = Ascend::paged_prefill_attention(q, k, v, table, lens, *scale);
+                put(h, d, 0, r)
+            },
+        ))
+    }
+
     fn grouped_matmul(
         x: FloatTensor<Self>,
         weights: FloatTensor<Self>,

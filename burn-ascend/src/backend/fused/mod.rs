@@ -402,6 +402,23 @@ pub trait FusedOps: Backend {
         )
     }
 
+    /// Why [`FusedOps::paged_prefill_attention`] should not be called on `device` over a cache
+    /// of `dtype` rows with these page size and key/value dims (`value_dim` `None`: no value
+    /// rows), or `None` when it can: the server then attends prefill chunks through
+    /// `decode_attention`. By default `Ascend`'s rules ([`paged_prefill_refusal`]), so that
+    /// every backend serves the same way; `Ascend` adds that the device's CANN must export the
+    /// operator.
+    fn paged_prefill_refusal_on(
+        device: &Self::Device,
+        dtype: DType,
+        page_size: usize,
+        key_dim: usize,
+        value_dim: Option<usize>,
+    ) -> Option<String> {
+        let _ = device;
+        paged_prefill_refusal(dtype, page_size, key_dim, value_dim)
+    }
+
     /// Grouped matmul of MoE experts: the rows of `x [R, K]` are grouped contiguously by
     /// expert, expert `e` owning the next `group_sizes[e]` rows, and `out[r] = x[r] @
     /// weights[e]` for `weights [E, K, N]`, out `[R, N]`. Rows past `sum(group_sizes)` are zero.
@@ -822,7 +839,10 @@ impl FusedOps for Ascend {
         lens: PrefillLens<'_>,
         sm_scale: f32,
     ) -> FloatTensor<Self> {
-        let mask = causal_mask(&q);
+        let mask = run(
+            "paged_prefill_attention",
+            flash::compressed_causal_mask(q.ctx()),
+        );
         run(
             "paged_prefill_attention",
             fused::paged_prefill_attention(
@@ -839,11 +859,32 @@ impl FusedOps for Ascend {
         )
     }
 
+    fn paged_prefill_refusal_on(
+        device: &AscendDevice,
+        dtype: DType,
+        page_size: usize,
+        key_dim: usize,
+        value_dim: Option<usize>,
+    ) -> Option<String> {
+        paged_prefill_refusal(dtype, page_size, key_dim, value_dim).or_else(|| match device.api() {
+            Ok(api) => fused::paged_prefill_missing(api),
+            Err(e) => Some(e.to_string()),
+        })
+    }
+
     fn grouped_matmul(
         x: FloatTensor<Self>,
         weights: FloatTensor<Self>,
         group_sizes: IntTensor<Self>,
     ) -> FloatTensor<Self> {
+        // A CANN older than the operator: the composed default, after the same contract.
+        if !fused::grouped_matmul_available(&x) {
+            run(
+                "grouped_matmul",
+                fused::check_grouped_matmul(&x, &weights, &group_sizes),
+            );
+            return composed::grouped_matmul::<Self>(x, weights, group_sizes);
+        }
         run(
             "grouped_matmul",
             fused::grouped_matmul(&x, &weights, &group_sizes),
@@ -855,6 +896,13 @@ impl FusedOps for Ascend {
         dy: FloatTensor<Self>,
         group_sizes: IntTensor<Self>,
     ) -> FloatTensor<Self> {
+        if !fused::grouped_matmul_available(&x) {
+            run(
+                "grouped_matmul_weight_grad",
+                fused::check_grouped_matmul_weight_grad(&x, &dy, &group_sizes),
+            );
+            return composed::grouped_matmul_weight_grad::<Self>(x, dy, group_sizes);
+        }
         run(
             "grouped_matmul_weight_grad",
             fused::grouped_matmul_weight_grad(&x, &dy, &group_sizes),
@@ -990,19 +1038,6 @@ pub fn paged_prefill_refusal(
     value_dim: Option<usize>,
 ) -> Option<String> {
     fused::paged_prefill_refusal(data_type(dtype), page_size, key_dim, value_dim)
-}
-
-/// The compressed causal mask of `aclnnFusedInferAttentionScoreV3`'s sparseMode 3, built on
-/// `t`'s device: `[2048, 2048]` bool, true above the diagonal.
-fn causal_mask(t: &crate::ops::AscendTensor) -> BoolTensor<Ascend> {
-    let side = fused::CAUSAL_MASK_SIDE;
-    let device = Ascend::float_device(t);
-    let i = Tensor::<Ascend, 1, Int>::arange(0..side as i64, &device);
-    i.clone()
-        .unsqueeze_dim::<2>(0)
-        .expand([side, side])
-        .greater(i.unsqueeze_dim::<2>(1).expand([side, side]))
-        .into_primitive()
 }
 
 /// Whether `t`'s device can run every kernel of a fused op; when it cannot, the op checks its

@@ -1,7 +1,8 @@
 //! Grouped matrix products through aclnnGroupedMatmulV4 (Atlas A2): the MoE expert products
 //! (groups along M) and their weight gradients (groups along K). V4 is the first version that
 //! takes group sizes (rather than running totals) in a device tensor; torch_npu uses it from
-//! CANN 8.1, and a CANN without it fails the call with `MissingOp`. The group sizes stay on the
+//! CANN 8.1: on a CANN without it ([`grouped_matmul_available`]) the backend runs the ops'
+//! composed defaults (one masked product per expert) instead. The group sizes stay on the
 //! device, where the operator reads them; nothing here reads them back.
 
 use super::{norm_type, Operand};
@@ -109,6 +110,20 @@ fn launch(
             )
         })
     })
+}
+
+/// Whether `t`'s CANN exports aclnnGroupedMatmulV4 (8.1.RC1 on, `ascend_acl::release`).
+pub fn grouped_matmul_available(t: &AscendTensor) -> bool {
+    let api = t.ctx().bind();
+    // SAFETY: the table's own entry, resolved under its own names; nothing is called.
+    unsafe {
+        api.ops.aclnnGroupedMatmulV4.resolve(
+            api.source(),
+            "aclnnGroupedMatmulV4",
+            "aclnnGroupedMatmulV4GetWorkspaceSize",
+        )
+    }
+    .is_ok()
 }
 
 /// The contract of [`grouped_matmul`]: float `x [R, K]`, `weights [E, K, N]` of x's type,

@@ -23,7 +23,7 @@ use burn_ascend_kernels::tiling::{DeviceProps, NormType, SOCS};
 pub(crate) use elementwise::check_vector_add;
 pub use elementwise::vector_add;
 pub(crate) use grouped::{check_grouped_matmul, check_grouped_matmul_weight_grad};
-pub use grouped::{grouped_matmul, grouped_matmul_weight_grad};
+pub use grouped::{grouped_matmul, grouped_matmul_available, grouped_matmul_weight_grad};
 pub(crate) use moe::{check_moe_gather, check_moe_scatter, check_token_rearrange};
 pub use moe::{moe_gather, moe_scatter, token_rearrange};
 pub(crate) use norm::{check_layer_norm, check_layer_norm_backward};
@@ -33,7 +33,10 @@ pub use paged::{
     DecodeAttentionTensors, DecodePath,
 };
 pub(crate) use paged::{check_alloc_extend, check_decode_attention};
-pub use prefill::{paged_prefill_attention, paged_prefill_refusal, CAUSAL_MASK_SIDE};
+pub(crate) use prefill::check_paged_prefill_attention;
+pub use prefill::{
+    paged_prefill_attention, paged_prefill_missing, paged_prefill_refusal, CAUSAL_MASK_SIDE,
+};
 pub use program::run_program;
 pub(crate) use quant::{
     check_grouped_matmul_antiquant, check_grouped_matmul_quant, check_moe_init_routing_quant,

@@ -12,7 +12,7 @@ use std::ffi::CStr;
 use super::{same_device, Operand};
 use crate::acl::aclnn;
 use crate::acl::handles::{Absent, IntArrayDesc, TensorListDesc};
-use crate::acl::{AclResult, DataType};
+use crate::acl::{AclApi, AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
 use crate::ops::copy::{contiguous, reshape};
 use crate::ops::tensor::AscendTensor;
@@ -62,18 +62,37 @@ pub fn paged_prefill_refusal(
     }
 }
 
+/// Why `api`'s CANN cannot run the paged prefill, or `None` when it exports
+/// aclnnFusedInferAttentionScoreV3: the operator is newer than CANN 8.0 (`ascend_acl::release`),
+/// and a release without it does not export it (a call would fail with `MissingOp`).
+pub fn paged_prefill_missing(api: &AclApi) -> Option<String> {
+    // SAFETY: the table's own entry, resolved under its own names; nothing is called.
+    let found = unsafe {
+        api.ops.aclnnFusedInferAttentionScoreV3.resolve(
+            api.source(),
+            "aclnnFusedInferAttentionScoreV3",
+            "aclnnFusedInferAttentionScoreV3GetWorkspaceSize",
+        )
+    };
+    found
+        .err()
+        .map(|e| format!("{}: {e}", api.source().describe()))
+}
+
 /// The contract of [`paged_prefill_attention`]: `q [T, HQ, D]`, caches `[N, HKV, D]` of q's
 /// dtype with N a multiple of `page_size`, HQ a multiple of HKV, `block_table [B, W]` int32,
 /// one chunk and one cached length per row, the chunks covering T, each chunk at most its
 /// cached length (which includes it) and the cached lengths within W pages; `mask` the
-/// `[2048, 2048]` causal mask; the operator's dtype, page-size and head-dim rules.
+/// `[2048, 2048]` causal mask (`None` when the caller passes none: `Fusion<Ascend>` records the
+/// call without it, `Ascend` adds it when the call runs); the operator's dtype, page-size and
+/// head-dim rules.
 #[allow(clippy::too_many_arguments)]
-fn check_paged_prefill_attention<T: Operand>(
+pub(crate) fn check_paged_prefill_attention<T: Operand>(
     q: &T,
     k_cache: &T,
     v_cache: &T,
     block_table: &T,
-    mask: &T,
+    mask: Option<&T>,
     q_lens: &[usize],
     kv_lens: &[usize],
     page_size: usize,
@@ -112,25 +131,21 @@ fn check_paged_prefill_attention<T: Operand>(
             format!("q and the caches must share a dtype: {}", inputs()),
         ));
     }
-    if block_table.data_type() != DataType::I32
-        || !matches!(
-            mask.data_type(),
-            DataType::Bool | DataType::U8 | DataType::I8
-        )
-    {
+    let mask_type = |m: &T| matches!(m.data_type(), DataType::Bool | DataType::U8 | DataType::I8);
+    if block_table.data_type() != DataType::I32 || !mask.is_none_or(mask_type) {
         return Err(invalid_input(
             OP,
             format!(
                 "block_table must be int32 and mask bool or 8-bit, got {} and {}",
                 block_table.describe(),
-                mask.describe()
+                mask.map_or("no mask".into(), |m| m.describe())
             ),
         ));
     }
-    if mask.dims() != [CAUSAL_MASK_SIDE, CAUSAL_MASK_SIDE] {
+    if let Some(m) = mask.filter(|m| m.dims() != [CAUSAL_MASK_SIDE, CAUSAL_MASK_SIDE]) {
         return Err(invalid_input(
             OP,
-            format!("mask must be [2048, 2048], got {}", mask.describe()),
+            format!("mask must be [2048, 2048], got {}", m.describe()),
         ));
     }
     if let Some(why) = paged_prefill_refusal(dtype, page_size, qd[2], Some(vd[2])) {
@@ -186,7 +201,7 @@ pub fn paged_prefill_attention(
         k_cache,
         v_cache,
         block_table,
-        mask,
+        Some(mask),
         q_lens,
         kv_lens,
         page_size,
