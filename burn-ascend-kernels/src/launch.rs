@@ -15,9 +15,9 @@ use ascend_acl::table::SymbolSource;
 
 use crate::tiling::{
     AllocExtendTiling, DecodePlan, DecodeScoresTiling, DecodeSoftmaxTiling, DecodeStage1,
-    DecodeStage1Tiling, DecodeStage2Tiling, DecodeValuesTiling, ElementwiseTiling,
-    LayerNormBackwardTiling, LayerNormTiling, MoeInverseTiling, MoeScatterTiling, Plan,
-    RowGatherTiling, VectorAddTiling,
+    DecodeStage1Tiling, DecodeStage2Tiling, DecodeValuesTiling, ElementwiseTiling, ExtendPlan,
+    ExtendScoresTiling, ExtendSoftmaxTiling, ExtendValuesTiling, LayerNormBackwardTiling,
+    LayerNormTiling, MoeInverseTiling, MoeScatterTiling, Plan, RowGatherTiling, VectorAddTiling,
 };
 
 /// Calls `$callback!` with every kernel: its name, its global-memory parameters in order, and
@@ -39,6 +39,9 @@ macro_rules! kernel_function_list {
             decode_attention_scores(q, k, indptr, kv_indices, splits, scores; DecodeScoresTiling);
             decode_attention_softmax(indptr, splits, scores, probs, part_out, part_lse; DecodeSoftmaxTiling);
             decode_attention_values(values, indptr, kv_indices, splits, probs, part_out; DecodeValuesTiling);
+            extend_attention_scores(q, k, table, lens, scores; ExtendScoresTiling);
+            extend_attention_softmax(lens, scores, probs, part_out, part_lse; ExtendSoftmaxTiling);
+            extend_attention_values(values, table, lens, probs, part_out; ExtendValuesTiling);
             layer_norm(x, gamma, beta, y, mean, rstd; LayerNormTiling);
             layer_norm_backward(dy, x, mean, rstd, gamma, dx, dgamma, dbeta; LayerNormBackwardTiling);
         }
@@ -275,6 +278,33 @@ pub struct DecodeBuffers {
     /// The cube path's probabilities workspace (`DecodeCubePlans::probs_elems` of q's type);
     /// null on the vector path.
     pub probs: *mut c_void,
+}
+
+/// Device buffers of one extend-attention launch.
+#[derive(Debug, Clone, Copy)]
+pub struct ExtendBuffers {
+    /// q `[T, HQ, Dk]`.
+    pub q: *mut c_void,
+    /// k_cache `[slots, HKV, Dk]`.
+    pub k: *mut c_void,
+    /// v_cache `[slots, HKV, Dv]`, or null when values come from the key rows.
+    pub v: *mut c_void,
+    /// block_table `[R, W]`, int32.
+    pub table: *mut c_void,
+    /// lens `[2R + 1]`, int32: the running chunk starts, then the cached lengths.
+    pub lens: *mut c_void,
+    /// The scores workspace (`ExtendPlan::scores_elems` f32).
+    pub scores: *mut c_void,
+    /// The probabilities workspace (`ExtendPlan::probs_elems` of q's type).
+    pub probs: *mut c_void,
+    /// part_out `[T, HQ, passes, Dv]`, f32.
+    pub part_out: *mut c_void,
+    /// part_lse `[T, HQ, passes]`, f32.
+    pub part_lse: *mut c_void,
+    /// out `[T, HQ, Dv]`, q's type.
+    pub out: *mut c_void,
+    /// lse `[T, HQ]`, f32.
+    pub lse: *mut c_void,
 }
 
 impl KernelApi {
@@ -571,6 +601,78 @@ impl KernelApi {
             self,
             decode_attention_stage2,
             stage2.block_dim,
+            stream,
+            b.part_out,
+            b.part_lse,
+            b.out,
+            b.lse,
+            &mut t2
+        )
+    }
+
+    /// Queues paged extend attention as the plan says: per window of key positions the scores
+    /// (cube), softmax (vector) and values (cube) kernels, then decode_attention's stage 2,
+    /// which merges the windows, all in order on `stream`.
+    ///
+    /// # Safety
+    /// As [`KernelApi::vector_add`], for buffers of the sizes the tilings describe.
+    pub unsafe fn extend_attention(
+        &self,
+        stream: *mut c_void,
+        plan: &ExtendPlan,
+        b: ExtendBuffers,
+    ) -> Result<(), LaunchError> {
+        // MLA: the values are the leading dims of the key rows.
+        let values = if b.v.is_null() { b.k } else { b.v };
+        for pass in 0..plan.passes {
+            let mut ts = plan.scores.tiling;
+            ts.pass = pass;
+            launch!(
+                self,
+                extend_attention_scores,
+                plan.scores.block_dim,
+                stream,
+                b.q,
+                b.k,
+                b.table,
+                b.lens,
+                b.scores,
+                &mut ts
+            )?;
+            let mut tm = plan.softmax.tiling;
+            tm.pass = pass;
+            launch!(
+                self,
+                extend_attention_softmax,
+                plan.softmax.block_dim,
+                stream,
+                b.lens,
+                b.scores,
+                b.probs,
+                b.part_out,
+                b.part_lse,
+                &mut tm
+            )?;
+            let mut tv = plan.values.tiling;
+            tv.pass = pass;
+            launch!(
+                self,
+                extend_attention_values,
+                plan.values.block_dim,
+                stream,
+                values,
+                b.table,
+                b.lens,
+                b.probs,
+                b.part_out,
+                &mut tv
+            )?;
+        }
+        let mut t2 = plan.stage2.tiling;
+        launch!(
+            self,
+            decode_attention_stage2,
+            plan.stage2.block_dim,
             stream,
             b.part_out,
             b.part_lse,
