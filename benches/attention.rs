@@ -23,7 +23,7 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
 use burn_ascend::acl::types::status::ACL_ERROR_RT_MEMORY_ALLOCATION;
-use burn_ascend::fused::{self, DecodeAttentionOptions, PrefillLens};
+use burn_ascend::fused::{self, DecodeAttentionOptions, ExtendLens, ExtendPath, PrefillLens};
 use burn_ascend::ops::attention::{attention as composed, AttentionOptions};
 use burn_ascend::{reset_device, Ascend, AscendDevice, AscendTensor};
 use burn_ascend_suite::a2::{self, ModelledClock};
@@ -348,6 +348,49 @@ fn paged_prefill(p: &Prefill, d: &AscendDevice) -> Tensor<B, 3> {
     )
 }
 
+fn prefill_table(p: &Prefill, d: &AscendDevice) -> Tensor<B, 2, Int> {
+    Tensor::<B, 2, Int>::from_data(
+        TensorData::new(p.table.clone(), [1, p.table.len()]),
+        (d, DType::I32),
+    )
+}
+
+const EXTEND_LENS: ExtendLens<'static> = ExtendLens {
+    q_lens: &[CHUNK],
+    kv_lens: &[CACHED + CHUNK],
+    page_size: PAGE,
+    value_dim: HEAD_DIM,
+};
+
+/// The step through the extend kernels on the cube (`fused::extend_attention`, path asked).
+fn extend_kernels(p: &Prefill, d: &AscendDevice) -> Tensor<B, 3> {
+    fused::extend_attention(
+        p.q.clone(),
+        p.k.clone(),
+        Some(p.v.clone()),
+        prefill_table(p, d),
+        EXTEND_LENS,
+        1.0 / (HEAD_DIM as f32).sqrt(),
+        Some(ExtendPath::Kernels),
+    )
+}
+
+/// The device model's estimates of both paths for the step (what `extend_attention` chooses
+/// from): (kernels, FIA) seconds.
+fn extend_estimates(p: &Prefill, d: &AscendDevice) -> (f64, f64) {
+    let plan = burn_ascend::ops::fused::extend_attention_plan(
+        &p.q.clone().into_primitive().tensor(),
+        &p.k.clone().into_primitive().tensor(),
+        Some(&p.v.clone().into_primitive().tensor()),
+        &prefill_table(p, d).into_primitive(),
+        &EXTEND_LENS,
+        1.0 / (HEAD_DIM as f32).sqrt(),
+    )
+    .expect("the extend kernels plan the step")
+    .expect("a non-empty step");
+    (plan.estimate.kernels_s, plan.estimate.fia_s)
+}
+
 /// The chunk as decode rows: token i lists the slots of positions 0..=CACHED + i (the server's
 /// per-token key lists before paged prefill), split one way per 32 keys, at most 16.
 fn decode_rows(p: &Prefill, d: &AscendDevice) -> Tensor<B, 3> {
@@ -486,10 +529,24 @@ fn bench(c: &mut Criterion) {
         },
     )
     .expect("decode_attention ran out of device memory");
+    let kernels = measure(
+        &device,
+        || prefill_operands(&device),
+        |p| {
+            extend_kernels(p, &device);
+            Some(())
+        },
+    )
+    .expect("the extend kernels ran out of device memory");
+    let (kernels_est, fia_est) = extend_estimates(&prefill_operands(&device), &device);
     for (name, m) in [
         (
             "fused::paged_prefill_attention (FIA V3, block table)",
             &paged,
+        ),
+        (
+            "fused::extend_attention, extend kernels (cube, block table)",
+            &kernels,
         ),
         ("decode_attention over per-token key lists", &listed),
     ] {
@@ -545,6 +602,13 @@ fn bench(c: &mut Criterion) {
              separate pool, not counted.",
             "Emulated wall: this machine's time for the call (the emulated operators run on the \
              host), not NPU speed.",
+            &format!(
+                "Paged prefill, the device model's choice (`tiling::extend_attention` estimates, \
+                 what `fused::extend_attention` picks from on its own): extend kernels {} ms, \
+                 FIA {} ms.",
+                ms(kernels_est),
+                ms(fia_est)
+            ),
         ],
     );
 }

@@ -16,8 +16,9 @@ use ascend_acl::table::SymbolSource;
 use crate::tiling::{
     AllocExtendTiling, DecodePlan, DecodeScoresTiling, DecodeSoftmaxTiling, DecodeStage1,
     DecodeStage1Tiling, DecodeStage2Tiling, DecodeValuesTiling, ElementwiseTiling, ExtendPlan,
-    ExtendScoresTiling, ExtendSoftmaxTiling, ExtendValuesTiling, LayerNormBackwardTiling,
-    LayerNormTiling, MoeInverseTiling, MoeScatterTiling, Plan, RowGatherTiling, VectorAddTiling,
+    ExtendScoresTiling, ExtendSoftmaxTiling, ExtendStage1, ExtendValuesTiling,
+    LayerNormBackwardTiling, LayerNormTiling, MoeInverseTiling, MoeScatterTiling, Plan,
+    RowGatherTiling, VectorAddTiling,
 };
 
 /// Calls `$callback!` with every kernel: its name, its global-memory parameters in order, and
@@ -293,9 +294,11 @@ pub struct ExtendBuffers {
     pub table: *mut c_void,
     /// lens `[2R + 1]`, int32: the running chunk starts, then the cached lengths.
     pub lens: *mut c_void,
-    /// The scores workspace (`ExtendPlan::scores_elems` f32).
+    /// The cube path's scores workspace (`ExtendCubePlans::scores_elems` f32; null on the
+    /// vector path).
     pub scores: *mut c_void,
-    /// The probabilities workspace (`ExtendPlan::probs_elems` of q's type).
+    /// The cube path's probabilities workspace (`ExtendCubePlans::probs_elems` of q's type;
+    /// null on the vector path).
     pub probs: *mut c_void,
     /// part_out `[T, HQ, passes, Dv]`, f32.
     pub part_out: *mut c_void,
@@ -611,8 +614,9 @@ impl KernelApi {
     }
 
     /// Queues paged extend attention as the plan says: per window of key positions the scores
-    /// (cube), softmax (vector) and values (cube) kernels, then decode_attention's stage 2,
-    /// which merges the windows, all in order on `stream`.
+    /// (cube), softmax (vector) and values (cube) kernels, or decode_attention's stage 1 in its
+    /// extend form (vector), then its stage 2, which merges the windows or splits, all in order
+    /// on `stream`.
     ///
     /// # Safety
     /// As [`KernelApi::vector_add`], for buffers of the sizes the tilings describe.
@@ -624,49 +628,73 @@ impl KernelApi {
     ) -> Result<(), LaunchError> {
         // MLA: the values are the leading dims of the key rows.
         let values = if b.v.is_null() { b.k } else { b.v };
-        for pass in 0..plan.passes {
-            let mut ts = plan.scores.tiling;
-            ts.pass = pass;
-            launch!(
-                self,
-                extend_attention_scores,
-                plan.scores.block_dim,
-                stream,
-                b.q,
-                b.k,
-                b.table,
-                b.lens,
-                b.scores,
-                &mut ts
-            )?;
-            let mut tm = plan.softmax.tiling;
-            tm.pass = pass;
-            launch!(
-                self,
-                extend_attention_softmax,
-                plan.softmax.block_dim,
-                stream,
-                b.lens,
-                b.scores,
-                b.probs,
-                b.part_out,
-                b.part_lse,
-                &mut tm
-            )?;
-            let mut tv = plan.values.tiling;
-            tv.pass = pass;
-            launch!(
-                self,
-                extend_attention_values,
-                plan.values.block_dim,
-                stream,
-                values,
-                b.table,
-                b.lens,
-                b.probs,
-                b.part_out,
-                &mut tv
-            )?;
+        match plan.stage1 {
+            ExtendStage1::Vector(one) => {
+                let mut t1 = one.tiling;
+                // The extend form reads the lengths and the block table in place of kv_indptr
+                // and kv_indices; it reads no split counts.
+                launch!(
+                    self,
+                    decode_attention_stage1,
+                    one.block_dim,
+                    stream,
+                    b.q,
+                    b.k,
+                    b.v,
+                    b.lens,
+                    b.table,
+                    b.lens,
+                    b.part_out,
+                    b.part_lse,
+                    &mut t1
+                )?;
+            }
+            ExtendStage1::Cube(c) => {
+                for pass in 0..plan.passes {
+                    let mut ts = c.scores.tiling;
+                    ts.pass = pass;
+                    launch!(
+                        self,
+                        extend_attention_scores,
+                        c.scores.block_dim,
+                        stream,
+                        b.q,
+                        b.k,
+                        b.table,
+                        b.lens,
+                        b.scores,
+                        &mut ts
+                    )?;
+                    let mut tm = c.softmax.tiling;
+                    tm.pass = pass;
+                    launch!(
+                        self,
+                        extend_attention_softmax,
+                        c.softmax.block_dim,
+                        stream,
+                        b.lens,
+                        b.scores,
+                        b.probs,
+                        b.part_out,
+                        b.part_lse,
+                        &mut tm
+                    )?;
+                    let mut tv = c.values.tiling;
+                    tv.pass = pass;
+                    launch!(
+                        self,
+                        extend_attention_values,
+                        c.values.block_dim,
+                        stream,
+                        values,
+                        b.table,
+                        b.lens,
+                        b.probs,
+                        b.part_out,
+                        &mut tv
+                    )?;
+                }
+            }
         }
         let mut t2 = plan.stage2.tiling;
         launch!(

@@ -4,9 +4,9 @@
 //! which the backend picks one.
 
 use super::paged::{
-    align16, equal_tiles, launch_seconds, mmad_cycles, repeats, vector_plans, CubeBuffers,
-    DecodeShape, DecodeStage2Tiling, CUBE_K_STEP, L0AB_BYTES, L0C_BYTES, L1_BYTES,
-    MAX_CUBE_KEY_TILE,
+    align16, equal_tiles, estimate as decode_estimate, launch_seconds, mmad_cycles, repeats,
+    vector_plans, CubeBuffers, DecodeShape, DecodeStage1Tiling, DecodeStage2Tiling, CUBE_K_STEP,
+    L0AB_BYTES, L0C_BYTES, L1_BYTES, MAX_CUBE_KEY_TILE,
 };
 use super::{align8, reduce_tmp_bytes, ub_align, DeviceProps, NormType, Plan};
 
@@ -139,41 +139,75 @@ impl ExtendShape {
     }
 }
 
-/// Each path's modelled time for a call (seconds, launch latency included; `None` where the
-/// path cannot run it), from [`DeviceProps`] as decode_attention's estimate: per launch the
-/// slower of the GM traffic and the busiest core's compute. The lengths are host values, so
-/// both are summed over the actual units.
+/// Each path's modelled time for a call (seconds, launch latency included), from
+/// [`DeviceProps`] as decode_attention's estimate: per launch the slower of the GM traffic and
+/// the busiest core's compute. The lengths are host values, so the cube kernels' and FIA's are
+/// summed over the actual units.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ExtendEstimate {
-    /// The extend kernels: 3 launches per window and stage 2. Scores and probabilities make a
-    /// round trip through GM.
-    pub cube_s: Option<f64>,
-    /// `aclnnFusedInferAttentionScoreV3` (one launch; scores stay on chip): modelled as the
-    /// same two products on the cube cores per tile of 128 query rows of one KV head, with the
-    /// softmax on the two vector cores beside each, overlapped.
+    /// The extend kernels the plan launches: on the cube 3 launches per window and stage 2
+    /// (scores and probabilities make a round trip through GM); on the vector path (f32)
+    /// decode_attention's stage 1 in its extend form and stage 2.
+    pub kernels_s: f64,
+    /// `aclnnFusedInferAttentionScoreV3` (one launch; scores stay on chip), where it could run
+    /// the call's sizes: modelled as the same two products on the cube cores per tile of 128
+    /// query rows of one KV head, with the softmax on the two vector cores beside each,
+    /// overlapped. The caller knows whether the operator takes the call.
     pub fia_s: f64,
 }
 
-/// An extend-attention launch plan. Launch order: for each pass, scores, softmax, values (with
-/// `pass` set), then stage 2.
+/// The cube path's launches (per window of key positions).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ExtendPlan {
+pub struct ExtendCubePlans {
     /// `extend_attention_scores` (cube cores).
     pub scores: Plan<ExtendScoresTiling>,
     /// `extend_attention_softmax` (vector cores).
     pub softmax: Plan<ExtendSoftmaxTiling>,
     /// `extend_attention_values` (cube cores).
     pub values: Plan<ExtendValuesTiling>,
-    /// `decode_attention_stage2` over `[T, HQ, passes, Dv]`.
-    pub stage2: Plan<DecodeStage2Tiling>,
-    /// Windows of key positions (launches of the three kernels).
-    pub passes: u32,
     /// f32 elements of the scores workspace `[T, HQ, window]`.
     pub scores_elems: u64,
     /// Elements (q's dtype) of the probabilities workspace `[T, HQ, window]`.
     pub probs_elems: u64,
+}
+
+/// The kernels that compute the per-window (or per-split) results; stage 2 merges them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ExtendStage1 {
+    /// Half and bf16: scores, softmax and values per window of key positions.
+    Cube(ExtendCubePlans),
+    /// Float: `decode_attention_stage1` in its extend form (keys through the block table).
+    Vector(Plan<DecodeStage1Tiling>),
+}
+
+/// An extend-attention launch plan. Launch order: on the cube path for each pass scores,
+/// softmax, values (with `pass` set); on the vector path stage 1; then stage 2.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExtendPlan {
+    /// The per-window kernels.
+    pub stage1: ExtendStage1,
+    /// `decode_attention_stage2` over `[T, HQ, passes, Dv]`.
+    pub stage2: Plan<DecodeStage2Tiling>,
+    /// Windows of key positions (cube path) or splits of each row's keys (vector path): the
+    /// split dim of part_out.
+    pub passes: u32,
     /// The modelled times.
     pub estimate: ExtendEstimate,
+}
+
+impl ExtendPlan {
+    /// The kernels the plan launches.
+    pub fn kernels(&self) -> &'static [&'static str] {
+        match self.stage1 {
+            ExtendStage1::Cube(_) => &[
+                "extend_attention_scores",
+                "extend_attention_softmax",
+                "extend_attention_values",
+                "decode_attention_stage2",
+            ],
+            ExtendStage1::Vector(_) => &["decode_attention_stage1", "decode_attention_stage2"],
+        }
+    }
 }
 
 /// Most rows (tokens x heads) per unit: an Mmad's m.
@@ -237,19 +271,19 @@ fn unit_tiles(group: u64, rows: u64, max_rows: u64) -> (u64, u64) {
     }
 }
 
-/// Plans the extend kernels for a call and estimates them and the FIA operator (see
-/// [`ExtendEstimate`]). Err says why the kernels cannot run it.
+/// Plans the extend kernels for a call (half and bf16 on the cube, float on the vector path as
+/// decode_attention keeps it there: float values as k x n rows cannot be loaded into L0B) and
+/// estimates them and the FIA operator (see [`ExtendEstimate`]). Err says why the kernels
+/// cannot run it.
 pub fn extend_attention(
     s: &ExtendShape,
     dtype: NormType,
     scale: f32,
     props: &DeviceProps,
 ) -> Result<ExtendPlan, String> {
+    let fia_s = fia_seconds(s, dtype, props);
     if !matches!(dtype, NormType::F16 | NormType::BF16) {
-        return Err(
-            "the extend kernels take half and bf16 only (as decode_attention's cube path: float values as k x n rows cannot be loaded into L0B)"
-                .into(),
-        );
+        return vector_plan(s, dtype, scale, fia_s, props);
     }
     let eb = dtype.bytes();
     let (hq, hkv, dk, dv) = (s.q_heads, s.kv_heads, s.head_dim_k, s.head_dim_v);
@@ -376,7 +410,7 @@ pub fn extend_attention(
     };
     let (_, stage2) = vector_plans(&merge, dtype, scale, 0.0, props)
         .ok_or("the merge of the passes does not fit the unified buffer")?;
-    let plan = ExtendPlan {
+    let cube = ExtendCubePlans {
         scores: Plan {
             block_dim: units(scores.token_tile as u64, scores.head_tile as u64).clamp(1, cube)
                 as u32,
@@ -390,20 +424,77 @@ pub fn extend_attention(
             block_dim: units(v_tt, v_ht).clamp(1, cube) as u32,
             tiling: values,
         },
-        stage2,
-        passes: passes as u32,
         scores_elems: tokens * hq * window,
         probs_elems: tokens * hq * window,
+    };
+    Ok(ExtendPlan {
+        stage1: ExtendStage1::Cube(cube),
+        stage2,
+        passes: passes as u32,
         estimate: ExtendEstimate {
-            cube_s: None,
-            fia_s: 0.0,
+            kernels_s: cube_seconds(s, dtype, &cube, &stage2, passes, props),
+            fia_s,
         },
+    })
+}
+
+/// Most splits of a row's keys on the vector path.
+const MAX_VECTOR_SPLITS: u64 = 16;
+/// Fewest keys per split the vector path cuts a row's keys into.
+const MIN_SPLIT_KEYS: u64 = 64;
+
+/// The vector path: decode_attention's stage 1 in its extend form over the T query tokens,
+/// each row's keys cut into splits so that every vector core has work, and its stage 2.
+fn vector_plan(
+    s: &ExtendShape,
+    dtype: NormType,
+    scale: f32,
+    fia_s: f64,
+    props: &DeviceProps,
+) -> Result<ExtendPlan, String> {
+    let tokens = s.tokens();
+    let max_kv = s.lens.iter().map(|l| l.1).max().unwrap_or(0).max(1);
+    let splits = (2 * props.vector_cores as u64)
+        .div_ceil((tokens * s.kv_heads).max(1))
+        .min(max_kv.div_ceil(MIN_SPLIT_KEYS))
+        .clamp(1, MAX_VECTOR_SPLITS);
+    // Every row's positions: the keys a decode call would list for the same tokens.
+    let keys: u64 = s
+        .lens
+        .iter()
+        .map(|&(rows, kv)| (kv - rows + 1..=kv).sum::<u64>())
+        .sum();
+    let shape = DecodeShape {
+        batch: tokens,
+        q_heads: s.q_heads,
+        kv_heads: s.kv_heads,
+        head_dim_k: s.head_dim_k,
+        head_dim_v: s.head_dim_v,
+        max_splits: splits,
+        slots: s.slots,
+        indices: keys.max(1),
+        value_from_key: s.value_from_key,
     };
-    let estimate = ExtendEstimate {
-        cube_s: Some(cube_seconds(s, dtype, &plan, props)),
-        fia_s: fia_seconds(s, dtype, props),
-    };
-    Ok(ExtendPlan { estimate, ..plan })
+    let (mut one, two) = vector_plans(&shape, dtype, scale, 0.0, props).ok_or_else(|| {
+        format!(
+            "one head's rows (Dk = {}, Dv = {}) must fit a vector core's unified buffer with a tile of 8 keys",
+            s.head_dim_k, s.head_dim_v
+        )
+    })?;
+    one.tiling.indices = 0;
+    one.tiling.page_size = s.page_size as u32;
+    one.tiling.width = s.width as u32;
+    one.tiling.requests = s.lens.len() as u32;
+    let estimate = decode_estimate(&shape, dtype, 0.0, Some(&(one, two)), None, props);
+    Ok(ExtendPlan {
+        stage1: ExtendStage1::Vector(one),
+        stage2: two,
+        passes: splits as u32,
+        estimate: ExtendEstimate {
+            kernels_s: estimate.vector_s.unwrap_or(f64::INFINITY),
+            fia_s,
+        },
+    })
 }
 
 /// Per unit of `tt` chunk rows of each request (for every KV head and head tile): the keys its
@@ -437,12 +528,19 @@ fn launch_of(props: &DeviceProps, units: u64, blocks: u32, bytes: u64, cycles: u
 }
 
 /// The extend kernels' modelled time (see [`ExtendEstimate`]).
-fn cube_seconds(s: &ExtendShape, dtype: NormType, p: &ExtendPlan, props: &DeviceProps) -> f64 {
+fn cube_seconds(
+    s: &ExtendShape,
+    dtype: NormType,
+    p: &ExtendCubePlans,
+    stage2: &Plan<DecodeStage2Tiling>,
+    passes: u64,
+    props: &DeviceProps,
+) -> f64 {
     let eb = dtype.bytes();
     let (hq, hkv, dk, dv) = (s.q_heads, s.kv_heads, s.head_dim_k, s.head_dim_v);
     let group = hq / hkv.max(1);
     let latency = props.launch_latency_ns as f64 * 1e-9;
-    let extra = (p.passes as f64 - 1.0) * latency;
+    let extra = (passes as f64 - 1.0) * latency;
     let t = &p.scores.tiling;
     let tiles = group.div_ceil(t.head_tile as u64) * hkv;
     let heads = (t.head_tile as u64).min(group);
@@ -479,12 +577,12 @@ fn cube_seconds(s: &ExtendShape, dtype: NormType, p: &ExtendPlan, props: &Device
         (units, (bytes, cycles))
     };
     let values = launch_of(props, units, p.values.block_dim, bytes, cycles) + extra;
-    let splits = p.passes as u64;
+    let splits = passes;
     let pairs = s.tokens() * hq;
     let stage2 = launch_of(
         props,
         pairs,
-        p.stage2.block_dim,
+        stage2.block_dim,
         pairs * (splits * (dv + 1) * 4 + dv * eb + 4),
         pairs * splits * repeats(dv) * 3,
     );
@@ -549,7 +647,10 @@ mod tests {
         ] {
             for dtype in [NormType::F16, NormType::BF16] {
                 let p = extend_attention(&s, dtype, 0.1, &a2).expect("plans");
-                let (t, v) = (p.scores.tiling, p.values.tiling);
+                let ExtendStage1::Cube(c) = p.stage1 else {
+                    panic!("half types take the cube")
+                };
+                let (t, v) = (c.scores.tiling, c.values.tiling);
                 assert!(extend_scores_cube_bytes(&t, dtype).fit(), "{t:?}");
                 assert!(extend_values_cube_bytes(&v, dtype).fit(), "{v:?}");
                 assert!(t.token_tile * t.head_tile <= 128 && v.token_tile * v.head_tile <= 128);
@@ -560,16 +661,14 @@ mod tests {
                 );
                 let max_kv = s.lens.iter().map(|l| l.1).max().unwrap();
                 assert!(p.passes as u64 * t.window as u64 >= max_kv);
-                assert!(p.estimate.cube_s.unwrap() > 0.0 && p.estimate.fia_s > 0.0);
+                assert!(p.estimate.kernels_s > 0.0 && p.estimate.fia_s > 0.0);
             }
+            let p = extend_attention(&s, NormType::F32, 0.1, &a2).expect("plans");
+            let ExtendStage1::Vector(one) = p.stage1 else {
+                panic!("float takes the vector path")
+            };
+            assert!(one.tiling.page_size == 128 && one.tiling.max_splits == p.passes);
         }
-        assert!(extend_attention(
-            &shape(&[(1, 1)], 2, 1, 64, 64, false),
-            NormType::F32,
-            0.1,
-            &a2
-        )
-        .is_err());
     }
 
     #[test]
@@ -585,7 +684,7 @@ mod tests {
         )
         .unwrap();
         assert!(
-            long.estimate.fia_s < long.estimate.cube_s.unwrap(),
+            long.estimate.fia_s < long.estimate.kernels_s,
             "{:?}",
             long.estimate
         );

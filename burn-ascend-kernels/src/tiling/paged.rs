@@ -108,6 +108,13 @@ pub struct DecodeStage1Tiling {
     pub scale: f32,
     /// Logit soft cap; 0 for none.
     pub logit_cap: f32,
+    /// 0: keys listed by kv_indices (decode); else the page size of the extend form (the
+    /// vector path of `extend_attention`: `batch` query tokens, keys through the block table).
+    pub page_size: u32,
+    /// Extend form: pages per block-table row.
+    pub width: u32,
+    /// Extend form: rows of the block table.
+    pub requests: u32,
 }
 
 /// Mirrors `DecodeStage2Tiling` in `kernels/decode_attention_stage2.cpp`.
@@ -298,6 +305,9 @@ pub(super) fn vector_plans(
                 dtype: dtype as u32,
                 scale,
                 logit_cap,
+                page_size: 0,
+                width: 0,
+                requests: 0,
             },
         },
         Plan {
@@ -717,7 +727,7 @@ pub(super) fn mmad_cycles(m: u64, n: u64, k: u64) -> u64 {
 }
 
 /// Both paths' modelled times (see [`DecodeEstimate`]).
-fn estimate(
+pub(super) fn estimate(
     s: &DecodeShape,
     dtype: NormType,
     logit_cap: f32,

@@ -399,9 +399,9 @@ pub trait FusedOps: Backend {
     /// `[T, HQ, Dv]` in q's dtype.
     ///
     /// `Ascend` runs either `aclnnFusedInferAttentionScoreV3` (where it takes the call: f16/bf16,
-    /// value rows with Dv = Dk, pages a multiple of 128) or the extend kernels on the cube (f16
-    /// and bf16, any page size, MLA), the one the device model finds faster unless `path` asks
-    /// for one; f32 runs this composed default (no per-token key lists either). A block-table
+    /// value rows with Dv = Dk, pages a multiple of 128) or the extend kernels (f16 and bf16 on
+    /// the cube, f32 on the vector path; any page size, MLA), the one the device model finds
+    /// faster unless `path` asks for one. A block-table
     /// entry outside the caches is an AI Core error reported at the next synchronisation or
     /// read.
     ///
@@ -788,15 +788,11 @@ impl FusedOps for Ascend {
             &lens,
             sm_scale,
         );
-        let kernels = has_kernels(&q, ExtendPath::Kernels.kernels());
+        let kernels = matches!(&plan, Ok(Some(p)) if has_kernels(&q, p.kernels()));
         let take = match (path, plan, fia) {
             (Some(p), _, _) => p,
             (None, Ok(Some(plan)), Some(_)) if kernels => {
-                if plan
-                    .estimate
-                    .cube_s
-                    .is_some_and(|c| c < plan.estimate.fia_s)
-                {
+                if plan.estimate.kernels_s < plan.estimate.fia_s {
                     ExtendPath::Kernels
                 } else {
                     ExtendPath::Fused
@@ -805,7 +801,7 @@ impl FusedOps for Ascend {
             (None, _, Some(_)) => ExtendPath::Fused,
             (None, Ok(Some(_)), None) if kernels => ExtendPath::Kernels,
             (None, Ok(None), None) => ExtendPath::Kernels,
-            // f32, or shapes the kernels cannot tile: the composed default.
+            // Shapes the kernels cannot tile, or no kernels on the device: the composed default.
             (None, _, None) => {
                 return composed::extend_attention::<Self>(
                     q,

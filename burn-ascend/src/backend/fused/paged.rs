@@ -421,24 +421,10 @@ pub enum ExtendPath {
     /// `aclnnFusedInferAttentionScoreV3` with the block table (see
     /// [`FusedOps::paged_prefill_attention`]).
     Fused,
-    /// The extend kernels on the cube (`extend_attention_scores`, `_softmax`, `_values`, then
-    /// `decode_attention_stage2`).
+    /// The extend kernels: on the cube for f16/bf16 (`extend_attention_scores`, `_softmax`,
+    /// `_values`), on the vector cores for f32 (`decode_attention_stage1`'s extend form), then
+    /// `decode_attention_stage2`.
     Kernels,
-}
-
-impl ExtendPath {
-    /// The Ascend C kernels the path launches (none for the operator).
-    pub fn kernels(self) -> &'static [&'static str] {
-        match self {
-            Self::Fused => &[],
-            Self::Kernels => &[
-                "extend_attention_scores",
-                "extend_attention_softmax",
-                "extend_attention_values",
-                "decode_attention_stage2",
-            ],
-        }
-    }
 }
 
 /// The composed `extend_attention`: [`composed_paged_prefill_attention`] with the values of an

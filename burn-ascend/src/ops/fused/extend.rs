@@ -3,11 +3,12 @@
 //! pages through its block-table row, per window of key positions scores (cube), softmax
 //! (vector) and values (cube), then decode_attention's stage 2 merging the windows. Unlike
 //! `aclnnFusedInferAttentionScoreV3` it takes any page size, the MLA layout (values = the first
-//! `value_dim` dims of the key rows) and value dims other than the key dim; like decode's cube
-//! path it takes f16 and bf16.
+//! `value_dim` dims of the key rows) and value dims other than the key dim. Float runs
+//! decode_attention's vector stage 1 in its extend form (keys through the block table), as
+//! decode keeps float on the vector path.
 
 use burn_ascend_kernels::launch;
-use burn_ascend_kernels::tiling::{self, ExtendPlan, ExtendShape};
+use burn_ascend_kernels::tiling::{self, ExtendPlan, ExtendShape, ExtendStage1};
 
 use super::{data_ptr, device_props, norm_type, same_device, Operand};
 use crate::acl::{AclResult, DataType};
@@ -162,7 +163,7 @@ fn plan_checked(
 }
 
 /// Paged extend attention by the kernels (see `FusedOps::extend_attention`): `[T, HQ, Dv]` in
-/// q's dtype. f16 and bf16 only (the cube path). A block-table entry outside the caches is an
+/// q's dtype (f16/bf16 on the cube, f32 on the vector path). A block-table entry outside the caches is an
 /// AI Core error naming `blockTable[r][k]`, reported at the next synchronisation or read.
 pub fn extend_attention(
     q: &AscendTensor,
@@ -197,8 +198,14 @@ pub fn extend_attention(
     let part_out = AscendTensor::empty(ctx, vec![tokens, q_heads, passes, dim_v], DataType::F32)?;
     let part_lse = AscendTensor::empty(ctx, vec![tokens, q_heads, passes], DataType::F32)?;
     let lse = AscendTensor::empty(ctx, vec![tokens, q_heads], DataType::F32)?;
-    let scores = AscendTensor::empty(ctx, vec![plan.scores_elems as usize], DataType::F32)?;
-    let probs = AscendTensor::empty(ctx, vec![plan.probs_elems as usize], q.dtype)?;
+    // The cube path's workspaces, freed in stream order after the kernels that use them.
+    let workspaces = match plan.stage1 {
+        ExtendStage1::Cube(c) => Some((
+            AscendTensor::empty(ctx, vec![c.scores_elems as usize], DataType::F32)?,
+            AscendTensor::empty(ctx, vec![c.probs_elems as usize], q.dtype)?,
+        )),
+        ExtendStage1::Vector(_) => None,
+    };
     let (qc, k) = (contiguous(q)?, contiguous(k_cache)?);
     let v = v_cache.map(contiguous).transpose()?;
     let table = contiguous(block_table)?;
@@ -208,8 +215,12 @@ pub fn extend_attention(
         v: v.as_ref().map_or(std::ptr::null_mut(), data_ptr),
         table: data_ptr(&table),
         lens: data_ptr(&meta),
-        scores: data_ptr(&scores),
-        probs: data_ptr(&probs),
+        scores: workspaces
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |(s, _)| data_ptr(s)),
+        probs: workspaces
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |(_, p)| data_ptr(p)),
         part_out: data_ptr(&part_out),
         part_lse: data_ptr(&part_lse),
         out: data_ptr(&out),
