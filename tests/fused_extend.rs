@@ -11,6 +11,7 @@
 mod common;
 
 use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn_ascend::emulator::work_counters;
 use burn_ascend::fused::{self, ExtendLens, ExtendPath};
 use burn_ascend::{Ascend, AscendDevice};
 use burn_flex::Flex;
@@ -318,29 +319,93 @@ fn extend_kernels_in_f32_take_the_vector_path() {
     .check();
 }
 
+/// Ascend C kernels and aclnn operators one call launches on the emulated NPU.
+fn launches(f: impl FnOnce()) -> (u64, u64) {
+    use burn::tensor::backend::Backend;
+    Ascend::sync(&ascend()).unwrap();
+    let before = work_counters();
+    f();
+    Ascend::sync(&ascend()).unwrap();
+    let w = work_counters().since(&before);
+    (w.kernel_launches, w.aclnn_launches)
+}
+
 #[test]
 #[serial]
 fn the_device_model_chooses_between_the_operator_and_the_kernels() {
-    // Where both can run (GQA f16, pages of 128) the result is the same either way; MLA and
-    // small pages go to the kernels without asking.
+    if common::skipped_on_npu("the_device_model_chooses_between_the_operator_and_the_kernels") {
+        return;
+    }
+    // Where both can run (GQA f16, pages of 128) the result is the same either way, and left to
+    // itself the call takes the path the device model finds faster: here the operator, which
+    // keeps the scores on chip (no kernel launched).
     let c = gqa(&[(125, 9), (0, 7)], 8, 2, 128, DType::F16);
     let x = c.inputs();
     let want = c.reference(&x);
-    for path in [None, Some(ExtendPath::Fused), Some(ExtendPath::Kernels)] {
-        let got = c.run::<Ascend>(&x, DType::F16, &ascend(), path);
+    let plan = {
+        let d = ascend();
+        let float = |v: &[f32], shape: [usize; 3]| {
+            Tensor::<Ascend, 3>::from_data(TensorData::new(v.to_vec(), shape), (&d, DType::F32))
+                .cast(DType::F16)
+                .into_primitive()
+                .tensor()
+        };
+        let slots = c.pages * c.page_size;
+        burn_ascend::ops::fused::extend_attention_plan(
+            &float(&x.q, [c.tokens(), c.q_heads, c.dk]),
+            &float(&x.k, [slots, c.kv_heads, c.dk]),
+            Some(&float(&x.v, [slots, c.kv_heads, c.dv])),
+            &Tensor::<Ascend, 2, Int>::from_data(
+                TensorData::new(x.table.clone(), [c.requests.len(), x.width]),
+                (&d, DType::I32),
+            )
+            .into_primitive(),
+            &ExtendLens {
+                q_lens: &x.q_lens,
+                kv_lens: &x.kv_lens,
+                page_size: c.page_size,
+                value_dim: c.dv,
+            },
+            c.scale(),
+        )
+        .unwrap()
+        .unwrap()
+    };
+    assert!(
+        plan.estimate.fia_s < plan.estimate.kernels_s,
+        "{:?}",
+        plan.estimate
+    );
+    for (path, kernels) in [
+        (None, 0),
+        (Some(ExtendPath::Fused), 0),
+        (Some(ExtendPath::Kernels), 4),
+    ] {
+        let mut got = Vec::new();
+        let (k, aclnn) = launches(|| got = c.run::<Ascend>(&x, DType::F16, &ascend(), path));
+        assert_eq!(k, kernels, "{path:?}: kernels launched");
+        assert!(kernels > 0 || aclnn > 0, "{path:?}: the operator ran");
         for (a, b) in got.iter().zip(&want) {
             assert!((a - b).abs() <= 3e-3, "{path:?}: {a} vs {b}");
         }
     }
+    // MLA (the operator takes no cache without value rows) and f32 go to the kernels: scores,
+    // softmax and values on the cube plus stage 2; stage 1 and stage 2 on the vector cores.
+    let mla = Case {
+        mla: true,
+        kv_heads: 1,
+        dv: 16,
+        ..gqa(&[(3, 2)], 4, 1, 4, DType::F16)
+    };
+    let y = mla.inputs();
+    let (k, _) = launches(|| drop(mla.run::<Ascend>(&y, DType::F16, &ascend(), None)));
+    assert_eq!(k, 4, "MLA: kernels launched");
+    let f32 = gqa(&[(5, 7)], 4, 2, 128, DType::F32);
+    let z = f32.inputs();
+    let (k, _) = launches(|| drop(f32.run::<Ascend>(&z, DType::F32, &ascend(), None)));
+    assert_eq!(k, 2, "f32: kernels launched");
     let err = std::panic::catch_unwind(|| {
-        let mla = Case {
-            mla: true,
-            kv_heads: 1,
-            dv: 16,
-            ..gqa(&[(3, 2)], 4, 1, 4, DType::F16)
-        };
-        let x = mla.inputs();
-        mla.run::<Ascend>(&x, DType::F16, &ascend(), Some(ExtendPath::Fused));
+        mla.run::<Ascend>(&y, DType::F16, &ascend(), Some(ExtendPath::Fused));
     })
     .expect_err("the operator takes no MLA cache");
     let text = err.downcast_ref::<String>().cloned().unwrap_or_default();
