@@ -294,7 +294,7 @@ fn extend_kernels_take_the_mla_layout() {
 #[test]
 #[serial]
 fn extend_kernels_merge_several_windows_of_a_long_context() {
-    // A window holds at most 8192 positions: 8300 cached tokens take two passes.
+    // A window holds at most 8192 positions: 8300 cached tokens take several passes.
     gqa(&[(8290, 10), (3, 2)], 2, 1, 128, DType::F16).check();
 }
 

@@ -216,7 +216,7 @@ const MAX_UNIT_ROWS: u64 = 128;
 const MAX_WINDOW: u64 = 8192;
 /// Fewest key positions per window.
 const MIN_WINDOW: u64 = 128;
-/// The workspaces' bytes the window is sized for (scores f32 and probabilities per row).
+/// The workspaces' bytes below which the window is the whole context (one pass).
 const WORKSPACE_BYTES: u64 = 256 << 20;
 
 /// The unified-buffer bytes of the softmax kernel (its `InitBuffer`s).
@@ -351,13 +351,17 @@ pub fn extend_attention(
         ));
     }
     let (v_tt, v_ht) = unit_tiles(group, v_rows, max_rows);
-    // The window: the whole context when the workspaces allow, else cut into passes.
-    let per_position = tokens.max(1) * hq * (4 + eb);
-    let window = align16(
-        max_kv
-            .min(MAX_WINDOW)
-            .min((WORKSPACE_BYTES / per_position).max(MIN_WINDOW)),
-    );
+    // The window: the whole context when the workspaces (scores and probabilities of one
+    // window, part_out's Dv f32 per window) allow, else the window that makes them smallest per
+    // row, (4 + eb) w + 4 Dv ctx / w, at w = sqrt(4 Dv ctx / (4 + eb)).
+    let rows = tokens.max(1) * hq;
+    let whole = align16(max_kv);
+    let window = if whole <= MAX_WINDOW && rows * ((4 + eb) * whole + 4 * dv) <= WORKSPACE_BYTES {
+        whole
+    } else {
+        let best = ((4 * dv * max_kv) as f64 / (4 + eb) as f64).sqrt() as u64;
+        align16(best.clamp(MIN_WINDOW, MAX_WINDOW).min(whole))
+    };
     if extend_softmax_ub_bytes(dtype, dv, window) > props.ub_bytes as u64 {
         return Err("the extend softmax kernel does not fit the unified buffer".into());
     }
@@ -669,6 +673,23 @@ mod tests {
             };
             assert!(one.tiling.page_size == 128 && one.tiling.max_splits == p.passes);
         }
+    }
+
+    #[test]
+    fn long_prefills_keep_the_workspaces_linear_in_the_chunk() {
+        // 8192 rows of 128 MLA heads over 16384 positions: windows sized so that the
+        // workspaces and part_out stay near their minimum per row, far below the chunk x
+        // context scores (4 bytes x 2^37).
+        let s = shape(&[(8192, 16384)], 128, 1, 576, 512, true);
+        let p = extend_attention(&s, NormType::BF16, 0.1, &DeviceProps::ATLAS_A2).unwrap();
+        let ExtendStage1::Cube(c) = p.stage1 else {
+            panic!("bf16 takes the cube")
+        };
+        let rows = 8192 * 128;
+        let part_out = rows * p.passes as u64 * 512 * 4;
+        let bytes = c.scores_elems * 4 + c.probs_elems * 2 + part_out;
+        assert!(bytes / rows <= 40 << 10, "{} bytes per row", bytes / rows);
+        assert!(p.passes as u64 * c.scores.tiling.window as u64 >= 16384);
     }
 
     #[test]
