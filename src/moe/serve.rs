@@ -353,7 +353,7 @@ pub struct StepReport {
     /// The step replayed a captured decode graph (of this bucket).
     pub captured: Option<usize>,
     /// Cached-key slots the step listed token by token for decode_attention (`kv_indices`); a
-    /// prefill step through the block tables (paged prefill) lists none.
+    /// prefill step (through the block tables, `fused::extend_attention`) lists none.
     pub listed_keys: usize,
     /// Host seconds to queue the step's device work (its inputs, then its ops or its replay),
     /// before anything is read back: the host time the device waits for when it is faster.
@@ -824,13 +824,13 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         self.restore = false;
     }
 
-    /// The step's inputs on the host (see [`StepInputs`]).
-    fn host_inputs(&self, plan: &Plan, fault: bool, prefill: bool) -> HostInputs {
+    /// The step's inputs on the host (see [`StepInputs`]);
+    /// `paged`: a prefill step, whose requests attend through their block tables
+    /// (`fused::extend_attention`): no per-token key lists. Decode steps keep decode_attention
+    /// (and their captured graphs).
+    fn host_inputs(&self, plan: &Plan, fault: bool, paged: bool) -> HostInputs {
         let ps = self.cfg.page_size;
         let running = self.scheduler.running();
-        // A prefill step attends through the block tables (`fused::extend_attention`): no
-        // per-token key lists. Decode steps keep decode_attention (and their captured graphs).
-        let paged = prefill;
         let mut table = HostPrefill::default();
         let (mut tokens, mut positions) = (Vec::new(), Vec::new());
         let (mut prefix_lens, mut seq_lens, mut last_loc) = (Vec::new(), Vec::new(), Vec::new());
