@@ -270,6 +270,20 @@ fn extend_kernels_take_any_page_size() {
 
 #[test]
 #[serial]
+fn extend_kernels_take_odd_head_dims_groups_and_empty_chunks() {
+    // Head dims off the 16-element fractal, a group of 3, a request without rows in the step.
+    for dtype in [DType::F16, DType::F32] {
+        Case {
+            dk: 24,
+            dv: 24,
+            ..gqa(&[(5, 7), (3, 0), (20, 13)], 6, 2, 4, dtype)
+        }
+        .check();
+    }
+}
+
+#[test]
+#[serial]
 fn extend_kernels_take_the_mla_layout() {
     // DeepSeek's fixture dims (kv_lora_rank 32 + rope 16: key rows of 48, values the first 32)
     // and its real dims (576 / 512), one KV head.
