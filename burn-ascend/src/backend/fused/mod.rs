@@ -401,9 +401,9 @@ pub trait FusedOps: Backend {
     /// `Ascend` runs either `aclnnFusedInferAttentionScoreV3` (where it takes the call: f16/bf16,
     /// value rows with Dv = Dk, pages a multiple of 128) or the extend kernels (f16 and bf16 on
     /// the cube, f32 on the vector path; any page size, MLA), the one the device model finds
-    /// faster unless `path` asks for one. A block-table
-    /// entry outside the caches is an AI Core error reported at the next synchronisation or
-    /// read.
+    /// faster unless `path` asks for one (the composed default has one path and ignores it). A
+    /// block-table entry outside the caches is an AI Core error reported at the next
+    /// synchronisation or read.
     ///
     /// Inference-only: no gradient is defined (`Autodiff` keeps this composed default).
     fn extend_attention(
@@ -413,9 +413,8 @@ pub trait FusedOps: Backend {
         block_table: IntTensor<Self>,
         lens: ExtendLens<'_>,
         sm_scale: f32,
-        path: Option<ExtendPath>,
+        _path: Option<ExtendPath>,
     ) -> FloatTensor<Self> {
-        let _ = path;
         composed::extend_attention::<Self>(q, k_cache, v_cache, block_table, lens, sm_scale)
     }
 
