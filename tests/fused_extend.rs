@@ -1,6 +1,6 @@
 //! Paged extend attention (`fused::extend_attention`) by the Ascend C extend kernels on the
 //! emulated NPU (scores and values on the cube, softmax on the vector cores, per window of key
-//! positions, windows merged by decode_attention's stage 2): checked against dense causal
+//! positions, each window's value product folded into a rescaled accumulator): checked against dense causal
 //! attention computed here on the host (f64, over each request's keys gathered by hand through
 //! its block-table row) and against the composed default on burn-flex, for GQA ratios 1, 4 and
 //! 8, the MLA layout (values = the leading dims of the key rows), chunks of 1, 7 and 130 rows,
@@ -44,6 +44,8 @@ struct Case {
     page_size: usize,
     pages: usize,
     dtype: DType,
+    /// Multiplies the softmax scale: peaked scores make each window's max matter.
+    gain: f32,
 }
 
 struct Inputs {
@@ -103,7 +105,7 @@ impl Case {
     }
 
     fn scale(&self) -> f32 {
-        1.0 / (self.dk as f32).sqrt()
+        self.gain / (self.dk as f32).sqrt()
     }
 
     /// Value `c` of the cached token at `slot` for kv head `kh`.
@@ -188,10 +190,13 @@ impl Case {
 
     /// The kernels and the composed default on burn-flex against the dense reference.
     fn check(&self) {
-        let x = self.inputs();
-        let want = self.reference(&x);
-        let got = self.run::<Ascend>(&x, self.dtype, &ascend(), Some(ExtendPath::Kernels));
-        let composed = self.run::<Flex>(&x, DType::F32, &Default::default(), None);
+        self.check_on(&self.inputs());
+    }
+
+    fn check_on(&self, x: &Inputs) {
+        let want = self.reference(x);
+        let got = self.run::<Ascend>(x, self.dtype, &ascend(), Some(ExtendPath::Kernels));
+        let composed = self.run::<Flex>(x, DType::F32, &Default::default(), None);
         // The probabilities enter the value product in f16/bf16, the output is written in it:
         // a few units of its last place on outputs below 1.
         let tol = match self.dtype {
@@ -242,6 +247,7 @@ fn gqa(
         page_size,
         pages: slots,
         dtype,
+        gain: 1.0,
     }
 }
 
@@ -299,6 +305,7 @@ fn extend_kernels_take_the_mla_layout() {
                 page_size: page,
                 pages: 140usize.div_ceil(page) + 6,
                 dtype,
+                gain: 1.0,
             }
             .check();
         }
@@ -308,8 +315,23 @@ fn extend_kernels_take_the_mla_layout() {
 #[test]
 #[serial]
 fn extend_kernels_merge_several_windows_of_a_long_context() {
-    // A window holds at most 8192 positions: 8300 cached tokens take several passes.
-    gqa(&[(8290, 10), (3, 2)], 2, 1, 128, DType::F16).check();
+    // A window holds at most 8192 positions: 16400 cached tokens take three, folded into the
+    // accumulator one after another; the short request has keys in the first window only.
+    let c = Case {
+        gain: 4.0,
+        ..gqa(&[(16390, 10), (3, 2)], 2, 1, 128, DType::F16)
+    };
+    let mut x = c.inputs();
+    // Keys of the second window twice, of the third four times the first's (exact in f16): each
+    // window raises the running max, so the accumulator is rescaled at each fold.
+    for pos in 8192..16400 {
+        let slot = x.table[pos / 128] as usize * 128 + pos % 128;
+        let factor = if pos < 16384 { 2.0 } else { 4.0 };
+        for e in &mut x.k[slot * 32..(slot + 1) * 32] {
+            *e *= factor;
+        }
+    }
+    c.check_on(&x);
 }
 
 #[test]
@@ -329,6 +351,7 @@ fn extend_kernels_in_f32_take_the_vector_path() {
         page_size: 4,
         pages: 4,
         dtype: DType::F32,
+        gain: 1.0,
     }
     .check();
 }
@@ -404,7 +427,8 @@ fn the_device_model_chooses_between_the_operator_and_the_kernels() {
         }
     }
     // MLA (the operator takes no cache without value rows) and f32 go to the kernels: scores,
-    // softmax and values on the cube plus stage 2; stage 1 and stage 2 on the vector cores.
+    // softmax and values on the cube plus the finishing softmax; stage 1 and stage 2 on the
+    // vector cores.
     let mla = Case {
         mla: true,
         kv_heads: 1,

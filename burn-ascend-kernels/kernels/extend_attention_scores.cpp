@@ -1,7 +1,7 @@
 // extend_attention (paged prefill), cube path, kernel 1 of 3 (AIC), one pass: the raw scores
 // S = q . k of every chunk row and query head against the keys of the pass's window, read
 // through the block table (extend_split.h), for extend_attention_softmax.cpp and
-// extend_attention_values.cpp to finish; decode_attention_stage2 then merges the passes.
+// extend_attention_values.cpp to finish (the softmax kernel folds the passes together).
 //
 // Workspace layout: scores [T, HQ, window] f32: row (t, h)'s score of position w0 + j is
 // scores[(t * HQ + h) * window + j]. Unscaled: the scale is the softmax kernel's. A row's

@@ -1,16 +1,16 @@
-// extend_attention (paged prefill), cube path, kernel 3 of 3 (AIC), one pass:
-// part_out[t, h, pass] = P . V on the cube unit, P the probabilities extend_attention_softmax.cpp
-// wrote for the pass's window (already normalised by the window's sum, zero past each row's
-// causal limit, in q's dtype) and V the window's value rows read through the block table: from
-// v_cache, or in the MLA layout the first Dv dims of the key rows.
+// extend_attention (paged prefill), cube path, kernel 3 of 3 (AIC), one pass: pv[t, h] = P . V
+// on the cube unit, P the probabilities extend_attention_softmax.cpp wrote for the pass's window
+// (exp(s - m) with the row's running max m, zero past each row's causal limit, in q's dtype) and
+// V the window's value rows read through the block table: from v_cache, or in the MLA layout the
+// first Dv dims of the key rows. The softmax kernel of the next pass (or the finishing launch)
+// folds pv into the row's accumulator, rescaled.
 //
-// Layouts: probs [T, HQ, window]; part_out [T, HQ, passes, Dv] f32 as decode_attention's stage
-// 1 writes it, so its stage 2 merges the passes: a token's heads are rows passes * Dv apart,
-// one strided Fixpipe per token.
+// Layouts: probs [T, HQ, window]; pv [T, HQ, Dv] f32: a token's heads are adjacent rows, one
+// Fixpipe per token.
 //
 // Work split: a unit is (request, key/value head, tile of `tokenTile` chunk rows, tile of
 // `headTile` heads), round-robin over the cube cores; units whose rows see no key of the
-// window are skipped (the softmax kernel wrote their zero rows). Per tile of `keyTile` keys:
+// window are skipped (the softmax kernel folds no pv for rows without keys in it). Per tile of `keyTile` keys:
 // the unit's probabilities come in as A (m = tokens x heads, k = keys; one ND->NZ copy per
 // token), the value rows as B stored k x n (one ND->NZ copy per page run), which LoadData
 // transposes fractal by fractal into L0B (2-byte types only, as decode_attention_values.cpp).
@@ -30,7 +30,6 @@ struct BurnExtendValuesTiling {
     uint32_t width;      // W: pages per block-table row
     uint32_t window;     // positions per pass (the probabilities' row pitch)
     uint32_t pass;       // this launch's window
-    uint32_t passes;     // windows in all (part_out's split dim)
     uint32_t headTile;   // query heads per unit
     uint32_t tokenTile;  // chunk rows per unit
     uint32_t keyTile;    // keys per Mmad (k), a multiple of 16
@@ -44,7 +43,7 @@ using namespace AscendC;
 template <typename T>
 class ExtendValuesKernel {
 public:
-    __aicore__ inline void Init(GM_ADDR vals, GM_ADDR table, GM_ADDR lens, GM_ADDR probs, GM_ADDR partOut,
+    __aicore__ inline void Init(GM_ADDR vals, GM_ADDR table, GM_ADDR lens, GM_ADDR probs, GM_ADDR pv,
                                 const BurnExtendValuesTiling& t, TPipe* pipe)
     {
         tiling = t;
@@ -58,7 +57,7 @@ public:
         tableGm.SetGlobalBuffer((__gm__ int32_t*)table, static_cast<uint64_t>(t.requests) * t.width);
         lensGm.SetGlobalBuffer((__gm__ int32_t*)lens, 2 * t.requests + 1);
         probsGm.SetGlobalBuffer((__gm__ T*)probs, rows * t.window);
-        outGm.SetGlobalBuffer((__gm__ float*)partOut, rows * t.passes * t.headDimV);
+        outGm.SetGlobalBuffer((__gm__ float*)pv, rows * t.headDimV);
         pipe->InitBuffer(pA1, 1, mp * kr * sizeof(T));
         pipe->InitBuffer(vB1, 1, kr * np * sizeof(T));
         pipe->InitBuffer(pA2, 1, mp * kr * sizeof(T));
@@ -115,8 +114,8 @@ private:
             f.mSize = static_cast<uint16_t>(heads);
             // Mmad laid the result out by its own m: column blocks Align16(m) rows apart.
             f.srcStride = static_cast<uint16_t>(Align16(m));
-            f.dstStride = tiling.passes * tiling.headDimV;
-            const uint64_t row = (static_cast<uint64_t>(t0 + i) * tiling.qHeads + h0) * tiling.passes + tiling.pass;
+            f.dstStride = tiling.headDimV;
+            const uint64_t row = static_cast<uint64_t>(t0 + i) * tiling.qHeads + h0;
             Fixpipe(outGm[row * tiling.headDimV], acc[i * heads * 16], f);
         }
         oCo1.FreeTensor(acc);
@@ -216,24 +215,24 @@ private:
 };
 
 template <typename T>
-__aicore__ inline void RunExtendValues(GM_ADDR vals, GM_ADDR table, GM_ADDR lens, GM_ADDR probs, GM_ADDR partOut,
+__aicore__ inline void RunExtendValues(GM_ADDR vals, GM_ADDR table, GM_ADDR lens, GM_ADDR probs, GM_ADDR pv,
                                        const BurnExtendValuesTiling& t)
 {
     TPipe pipe;
     ExtendValuesKernel<T> op;
-    op.Init(vals, table, lens, probs, partOut, t, &pipe);
+    op.Init(vals, table, lens, probs, pv, t, &pipe);
     op.Process();
 }
 
 }  // namespace burn_ascend
 
 extern "C" __global__ __aicore__ void extend_attention_values(GM_ADDR values, GM_ADDR table, GM_ADDR lens, GM_ADDR probs,
-                                                              GM_ADDR partOut, BurnExtendValuesTiling tiling)
+                                                              GM_ADDR pv, BurnExtendValuesTiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
     if (tiling.dtype == 1) {
-        burn_ascend::RunExtendValues<half>(values, table, lens, probs, partOut, tiling);
+        burn_ascend::RunExtendValues<half>(values, table, lens, probs, pv, tiling);
     } else {
-        burn_ascend::RunExtendValues<bfloat16_t>(values, table, lens, probs, partOut, tiling);
+        burn_ascend::RunExtendValues<bfloat16_t>(values, table, lens, probs, pv, tiling);
     }
 }

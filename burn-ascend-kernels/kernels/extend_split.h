@@ -10,7 +10,9 @@
 //
 // Passes: the keys are taken in windows of `window` positions, one window per launch of the
 // three kernels (pass p: positions p * window .. (p + 1) * window), so the workspaces hold one
-// window, whatever the context. Stage 2 of decode_attention merges the passes by their lse.
+// window, whatever the context. The softmax kernel keeps each row's running max and sum and
+// folds each window's value product into a rescaled f32 accumulator (online softmax across the
+// windows).
 #pragma once
 
 #include "decode_split.h"

@@ -15,8 +15,8 @@ use ascend_acl::table::SymbolSource;
 
 use crate::tiling::{
     AllocExtendTiling, DecodePlan, DecodeScoresTiling, DecodeSoftmaxTiling, DecodeStage1,
-    DecodeStage1Tiling, DecodeStage2Tiling, DecodeValuesTiling, ElementwiseTiling, ExtendPlan,
-    ExtendScoresTiling, ExtendSoftmaxTiling, ExtendStage1, ExtendValuesTiling,
+    DecodeStage1Tiling, DecodeStage2Tiling, DecodeValuesTiling, ElementwiseTiling, ExtendKernels,
+    ExtendPlan, ExtendScoresTiling, ExtendSoftmaxTiling, ExtendValuesTiling,
     LayerNormBackwardTiling, LayerNormTiling, MoeInverseTiling, MoeScatterTiling, Plan,
     RowGatherTiling, VectorAddTiling,
 };
@@ -41,8 +41,8 @@ macro_rules! kernel_function_list {
             decode_attention_softmax(indptr, splits, scores, probs, part_out, part_lse; DecodeSoftmaxTiling);
             decode_attention_values(values, indptr, kv_indices, splits, probs, part_out; DecodeValuesTiling);
             extend_attention_scores(q, k, table, lens, scores; ExtendScoresTiling);
-            extend_attention_softmax(lens, scores, probs, part_out, part_lse; ExtendSoftmaxTiling);
-            extend_attention_values(values, table, lens, probs, part_out; ExtendValuesTiling);
+            extend_attention_softmax(lens, scores, probs, stats, acc, pv, out; ExtendSoftmaxTiling);
+            extend_attention_values(values, table, lens, probs, pv; ExtendValuesTiling);
             layer_norm(x, gamma, beta, y, mean, rstd; LayerNormTiling);
             layer_norm_backward(dy, x, mean, rstd, gamma, dx, dgamma, dbeta; LayerNormBackwardTiling);
         }
@@ -281,7 +281,8 @@ pub struct DecodeBuffers {
     pub probs: *mut c_void,
 }
 
-/// Device buffers of one extend-attention launch.
+/// Device buffers of one extend-attention launch. The workspaces of the path the plan does not
+/// take are null.
 #[derive(Debug, Clone, Copy)]
 pub struct ExtendBuffers {
     /// q `[T, HQ, Dk]`.
@@ -294,20 +295,24 @@ pub struct ExtendBuffers {
     pub table: *mut c_void,
     /// lens `[2R + 1]`, int32: the running chunk starts, then the cached lengths.
     pub lens: *mut c_void,
-    /// The cube path's scores workspace (`ExtendCubePlans::scores_elems` f32; null on the
-    /// vector path).
+    /// Cube path: the scores workspace (`ExtendCubePlans::scores_elems` f32).
     pub scores: *mut c_void,
-    /// The cube path's probabilities workspace (`ExtendCubePlans::probs_elems` of q's type;
-    /// null on the vector path).
+    /// Cube path: the probabilities workspace (`ExtendCubePlans::probs_elems` of q's type).
     pub probs: *mut c_void,
-    /// part_out `[T, HQ, passes, Dv]`, f32.
+    /// Cube path: the running statistics (`ExtendCubePlans::stats_elems` f32).
+    pub stats: *mut c_void,
+    /// Cube path: the accumulator (`ExtendCubePlans::acc_elems` f32).
+    pub acc: *mut c_void,
+    /// Cube path: the window's value product (`ExtendCubePlans::acc_elems` f32).
+    pub pv: *mut c_void,
+    /// Vector path: part_out `[T, HQ, passes, Dv]`, f32.
     pub part_out: *mut c_void,
-    /// part_lse `[T, HQ, passes]`, f32.
+    /// Vector path: part_lse `[T, HQ, passes]`, f32.
     pub part_lse: *mut c_void,
+    /// Vector path: lse `[T, HQ]`, f32.
+    pub lse: *mut c_void,
     /// out `[T, HQ, Dv]`, q's type.
     pub out: *mut c_void,
-    /// lse `[T, HQ]`, f32.
-    pub lse: *mut c_void,
 }
 
 impl KernelApi {
@@ -613,10 +618,10 @@ impl KernelApi {
         )
     }
 
-    /// Queues paged extend attention as the plan says: per window of key positions the scores
-    /// (cube), softmax (vector) and values (cube) kernels, or decode_attention's stage 1 in its
-    /// extend form (vector), then its stage 2, which merges the windows or splits, all in order
-    /// on `stream`.
+    /// Queues paged extend attention as the plan says, in order on `stream`: per window of key
+    /// positions the scores (cube), softmax (vector) and values (cube) kernels, then the softmax
+    /// kernel once more (the last fold and the normalisation); or decode_attention's stage 1 in
+    /// its extend form and its stage 2.
     ///
     /// # Safety
     /// As [`KernelApi::vector_add`], for buffers of the sizes the tilings describe.
@@ -628,15 +633,15 @@ impl KernelApi {
     ) -> Result<(), LaunchError> {
         // MLA: the values are the leading dims of the key rows.
         let values = if b.v.is_null() { b.k } else { b.v };
-        match plan.stage1 {
-            ExtendStage1::Vector(one) => {
-                let mut t1 = one.tiling;
+        match plan.kernels {
+            ExtendKernels::Vector { stage1, stage2 } => {
+                let mut t1 = stage1.tiling;
                 // The extend form reads the lengths and the block table in place of kv_indptr
                 // and kv_indices; it reads no split counts.
                 launch!(
                     self,
                     decode_attention_stage1,
-                    one.block_dim,
+                    stage1.block_dim,
                     stream,
                     b.q,
                     b.k,
@@ -648,8 +653,38 @@ impl KernelApi {
                     b.part_lse,
                     &mut t1
                 )?;
+                let mut t2 = stage2.tiling;
+                launch!(
+                    self,
+                    decode_attention_stage2,
+                    stage2.block_dim,
+                    stream,
+                    b.part_out,
+                    b.part_lse,
+                    b.out,
+                    b.lse,
+                    &mut t2
+                )
             }
-            ExtendStage1::Cube(c) => {
+            ExtendKernels::Cube(c) => {
+                let softmax = |pass: u32| {
+                    let mut tm = c.softmax.tiling;
+                    tm.pass = pass;
+                    launch!(
+                        self,
+                        extend_attention_softmax,
+                        c.softmax.block_dim,
+                        stream,
+                        b.lens,
+                        b.scores,
+                        b.probs,
+                        b.stats,
+                        b.acc,
+                        b.pv,
+                        b.out,
+                        &mut tm
+                    )
+                };
                 for pass in 0..plan.passes {
                     let mut ts = c.scores.tiling;
                     ts.pass = pass;
@@ -665,20 +700,7 @@ impl KernelApi {
                         b.scores,
                         &mut ts
                     )?;
-                    let mut tm = c.softmax.tiling;
-                    tm.pass = pass;
-                    launch!(
-                        self,
-                        extend_attention_softmax,
-                        c.softmax.block_dim,
-                        stream,
-                        b.lens,
-                        b.scores,
-                        b.probs,
-                        b.part_out,
-                        b.part_lse,
-                        &mut tm
-                    )?;
+                    softmax(pass)?;
                     let mut tv = c.values.tiling;
                     tv.pass = pass;
                     launch!(
@@ -690,23 +712,13 @@ impl KernelApi {
                         b.table,
                         b.lens,
                         b.probs,
-                        b.part_out,
+                        b.pv,
                         &mut tv
                     )?;
                 }
+                // The last window's fold and the normalisation.
+                softmax(plan.passes)
             }
         }
-        let mut t2 = plan.stage2.tiling;
-        launch!(
-            self,
-            decode_attention_stage2,
-            plan.stage2.block_dim,
-            stream,
-            b.part_out,
-            b.part_lse,
-            b.out,
-            b.lse,
-            &mut t2
-        )
     }
 }

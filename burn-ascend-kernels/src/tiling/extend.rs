@@ -1,14 +1,15 @@
-//! Tiling of `extend_attention` (paged prefill on the cube): scores, softmax and values per
-//! window of key positions (`kernels/extend_attention_*.cpp`), then decode_attention's stage 2
-//! merging the windows; and the device model's estimate of it and of the FIA operator, from
-//! which the backend picks one.
+//! Tiling of `extend_attention` (paged prefill): on the cube (half, bf16) scores, online softmax
+//! and values per window of key positions (`kernels/extend_attention_*.cpp`), the softmax kernel
+//! folding each window's value product into a rescaled accumulator; in float decode_attention's
+//! stage 1 in its extend form and its stage 2; and the device model's estimate of them and of
+//! the FIA operator, from which the backend picks one.
 
 use super::paged::{
     align16, equal_tiles, estimate as decode_estimate, launch_seconds, mmad_cycles, repeats,
     vector_plans, CubeBuffers, DecodeShape, DecodeStage1Tiling, DecodeStage2Tiling, CUBE_K_STEP,
     L0AB_BYTES, L0C_BYTES, L1_BYTES, MAX_CUBE_KEY_TILE,
 };
-use super::{align8, reduce_tmp_bytes, ub_align, DeviceProps, NormType, Plan};
+use super::{reduce_tmp_bytes, ub_align, DeviceProps, NormType, Plan};
 
 /// Mirrors `BurnExtendScoresTiling` in `kernels/extend_attention_scores.cpp`.
 #[repr(C)]
@@ -62,11 +63,11 @@ pub struct ExtendSoftmaxTiling {
     pub capacity: u32,
     /// Key positions per pass.
     pub window: u32,
-    /// The pass this launch computes (set per launch).
+    /// The pass this launch computes (set per launch); `passes`: the finishing launch.
     pub pass: u32,
-    /// Passes in all (part_out's split dim).
+    /// Passes in all.
     pub passes: u32,
-    /// Element type of the probabilities ([`NormType`] codes).
+    /// Element type of the probabilities and the output ([`NormType`] codes).
     pub dtype: u32,
     /// Softmax scale.
     pub scale: f32,
@@ -98,8 +99,6 @@ pub struct ExtendValuesTiling {
     pub window: u32,
     /// The pass this launch computes (set per launch).
     pub pass: u32,
-    /// Passes in all.
-    pub passes: u32,
     /// Query heads per unit.
     pub head_tile: u32,
     /// Chunk rows per unit.
@@ -145,8 +144,8 @@ impl ExtendShape {
 /// summed over the actual units.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ExtendEstimate {
-    /// The extend kernels the plan launches: on the cube 3 launches per window and stage 2
-    /// (scores and probabilities make a round trip through GM); on the vector path (f32)
+    /// The extend kernels the plan launches: on the cube 3 launches per window and a finishing
+    /// one (scores and probabilities make a round trip through GM); on the vector path (f32)
     /// decode_attention's stage 1 in its extend form and stage 2.
     pub kernels_s: f64,
     /// `aclnnFusedInferAttentionScoreV3` (one launch; scores stay on chip), where it could run
@@ -156,7 +155,8 @@ pub struct ExtendEstimate {
     pub fia_s: f64,
 }
 
-/// The cube path's launches (per window of key positions).
+/// The cube path's launches: per window of key positions scores, softmax and values, then the
+/// softmax kernel once more to fold the last window and normalise.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ExtendCubePlans {
     /// `extend_attention_scores` (cube cores).
@@ -169,27 +169,33 @@ pub struct ExtendCubePlans {
     pub scores_elems: u64,
     /// Elements (q's dtype) of the probabilities workspace `[T, HQ, window]`.
     pub probs_elems: u64,
+    /// f32 elements of the running statistics `[T, HQ, 8]` (m, l, alpha).
+    pub stats_elems: u64,
+    /// f32 elements of the accumulator and of the value product, each `[T, HQ, Dv]`.
+    pub acc_elems: u64,
 }
 
-/// The kernels that compute the per-window (or per-split) results; stage 2 merges them.
+/// The kernels a plan launches.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum ExtendStage1 {
-    /// Half and bf16: scores, softmax and values per window of key positions.
+pub enum ExtendKernels {
+    /// Half and bf16: online softmax over windows of key positions on the cube.
     Cube(ExtendCubePlans),
-    /// Float: `decode_attention_stage1` in its extend form (keys through the block table).
-    Vector(Plan<DecodeStage1Tiling>),
+    /// Float: `decode_attention_stage1` in its extend form (keys through the block table), its
+    /// splits merged by `decode_attention_stage2`.
+    Vector {
+        /// The per-split results.
+        stage1: Plan<DecodeStage1Tiling>,
+        /// The merge over `[T, HQ, passes, Dv]`.
+        stage2: Plan<DecodeStage2Tiling>,
+    },
 }
 
-/// An extend-attention launch plan. Launch order: on the cube path for each pass scores,
-/// softmax, values (with `pass` set); on the vector path stage 1; then stage 2.
+/// An extend-attention launch plan.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ExtendPlan {
-    /// The per-window kernels.
-    pub stage1: ExtendStage1,
-    /// `decode_attention_stage2` over `[T, HQ, passes, Dv]`.
-    pub stage2: Plan<DecodeStage2Tiling>,
-    /// Windows of key positions (cube path) or splits of each row's keys (vector path): the
-    /// split dim of part_out.
+    /// The kernels.
+    pub kernels: ExtendKernels,
+    /// Windows of key positions (cube path) or splits of each row's keys (vector path).
     pub passes: u32,
     /// The modelled times.
     pub estimate: ExtendEstimate,
@@ -198,14 +204,13 @@ pub struct ExtendPlan {
 impl ExtendPlan {
     /// The kernels the plan launches.
     pub fn kernels(&self) -> &'static [&'static str] {
-        match self.stage1 {
-            ExtendStage1::Cube(_) => &[
+        match self.kernels {
+            ExtendKernels::Cube(_) => &[
                 "extend_attention_scores",
                 "extend_attention_softmax",
                 "extend_attention_values",
-                "decode_attention_stage2",
             ],
-            ExtendStage1::Vector(_) => &["decode_attention_stage1", "decode_attention_stage2"],
+            ExtendKernels::Vector { .. } => &["decode_attention_stage1", "decode_attention_stage2"],
         }
     }
 }
@@ -216,7 +221,7 @@ const MAX_UNIT_ROWS: u64 = 128;
 const MAX_WINDOW: u64 = 8192;
 /// Fewest key positions per window.
 const MIN_WINDOW: u64 = 128;
-/// The workspaces' bytes below which the window is the whole context (one pass).
+/// The bytes of the scores and probabilities workspaces the window is sized for.
 const WORKSPACE_BYTES: u64 = 256 << 20;
 
 /// The unified-buffer bytes of the softmax kernel (its `InitBuffer`s).
@@ -224,8 +229,9 @@ pub fn extend_softmax_ub_bytes(dtype: NormType, head_dim_v: u64, window: u64) ->
     window * 4
         + 2 * ub_align(window * dtype.bytes())
         + 2 * reduce_tmp_bytes(window)
-        + 32
-        + ub_align(align8(head_dim_v) * 4)
+        + 2 * 32
+        + 2 * ub_align(head_dim_v * 4)
+        + ub_align(head_dim_v * dtype.bytes())
 }
 
 /// The local memory `extend_attention_scores` plans: the unit's queries and a key tile in L1,
@@ -351,17 +357,15 @@ pub fn extend_attention(
         ));
     }
     let (v_tt, v_ht) = unit_tiles(group, v_rows, max_rows);
-    // The window: the whole context when the workspaces (scores and probabilities of one
-    // window, part_out's Dv f32 per window) allow, else the window that makes them smallest per
-    // row, (4 + eb) w + 4 Dv ctx / w, at w = sqrt(4 Dv ctx / (4 + eb)).
-    let rows = tokens.max(1) * hq;
-    let whole = align16(max_kv);
-    let window = if whole <= MAX_WINDOW && rows * ((4 + eb) * whole + 4 * dv) <= WORKSPACE_BYTES {
-        whole
-    } else {
-        let best = ((4 * dv * max_kv) as f64 / (4 + eb) as f64).sqrt() as u64;
-        align16(best.clamp(MIN_WINDOW, MAX_WINDOW).min(whole))
-    };
+    // The window: the whole context when its scores and probabilities fit the workspace
+    // budget, else as many positions as do (at least MIN_WINDOW). The accumulator is Dv f32 per
+    // row however many windows there are.
+    let per_position = tokens.max(1) * hq * (4 + eb);
+    let window = align16(
+        max_kv
+            .min(MAX_WINDOW)
+            .min((WORKSPACE_BYTES / per_position).max(MIN_WINDOW)),
+    );
     if extend_softmax_ub_bytes(dtype, dv, window) > props.ub_bytes as u64 {
         return Err("the extend softmax kernel does not fit the unified buffer".into());
     }
@@ -383,7 +387,6 @@ pub fn extend_attention(
         width: s.width as u32,
         window: window as u32,
         pass: 0,
-        passes: passes as u32,
         head_tile: v_ht as u32,
         token_tile: v_tt as u32,
         key_tile: v_key_tile as u32,
@@ -401,19 +404,6 @@ pub fn extend_attention(
         dtype: dtype as u32,
         scale,
     };
-    let merge = DecodeShape {
-        batch: tokens,
-        q_heads: hq,
-        kv_heads: hkv,
-        head_dim_k: dk,
-        head_dim_v: dv,
-        max_splits: passes,
-        slots: s.slots,
-        indices: 1,
-        value_from_key: s.value_from_key,
-    };
-    let (_, stage2) = vector_plans(&merge, dtype, scale, 0.0, props)
-        .ok_or("the merge of the passes does not fit the unified buffer")?;
     let cube = ExtendCubePlans {
         scores: Plan {
             block_dim: units(scores.token_tile as u64, scores.head_tile as u64).clamp(1, cube)
@@ -430,13 +420,14 @@ pub fn extend_attention(
         },
         scores_elems: tokens * hq * window,
         probs_elems: tokens * hq * window,
+        stats_elems: tokens * hq * 8,
+        acc_elems: tokens * hq * dv,
     };
     Ok(ExtendPlan {
-        stage1: ExtendStage1::Cube(cube),
-        stage2,
+        kernels: ExtendKernels::Cube(cube),
         passes: passes as u32,
         estimate: ExtendEstimate {
-            kernels_s: cube_seconds(s, dtype, &cube, &stage2, passes, props),
+            kernels_s: cube_seconds(s, dtype, &cube, passes, props),
             fia_s,
         },
     })
@@ -491,8 +482,10 @@ fn vector_plan(
     one.tiling.requests = s.lens.len() as u32;
     let estimate = decode_estimate(&shape, dtype, 0.0, Some(&(one, two)), None, props);
     Ok(ExtendPlan {
-        stage1: ExtendStage1::Vector(one),
-        stage2: two,
+        kernels: ExtendKernels::Vector {
+            stage1: one,
+            stage2: two,
+        },
         passes: splits as u32,
         estimate: ExtendEstimate {
             kernels_s: estimate.vector_s.unwrap_or(f64::INFINITY),
@@ -536,7 +529,6 @@ fn cube_seconds(
     s: &ExtendShape,
     dtype: NormType,
     p: &ExtendCubePlans,
-    stage2: &Plan<DecodeStage2Tiling>,
     passes: u64,
     props: &DeviceProps,
 ) -> f64 {
@@ -562,8 +554,13 @@ fn cube_seconds(
     let (rows, (bytes, cycles)) = {
         let mut bytes = 0;
         let (rows, cycles) = over_units(s, 1, |_, keys| {
-            bytes += hq * (keys * (4 + eb) + 4);
-            (hq, hq * (repeats(keys) * 6).div_ceil(rate))
+            // The window's scores and probabilities, the statistics, the fold of the value
+            // product into the accumulator.
+            bytes += hq * (keys * (4 + eb) + 64 + 3 * dv * 4);
+            (
+                hq,
+                hq * (repeats(keys) * 6 + repeats(dv) * 2).div_ceil(rate),
+            )
         });
         (rows, (bytes, cycles))
     };
@@ -581,16 +578,16 @@ fn cube_seconds(
         (units, (bytes, cycles))
     };
     let values = launch_of(props, units, p.values.block_dim, bytes, cycles) + extra;
-    let splits = passes;
-    let pairs = s.tokens() * hq;
-    let stage2 = launch_of(
+    // The finishing launch: the last fold and the normalisation of every row.
+    let rows = s.tokens() * hq;
+    let finish = launch_of(
         props,
-        pairs,
-        stage2.block_dim,
-        pairs * (splits * (dv + 1) * 4 + dv * eb + 4),
-        pairs * splits * repeats(dv) * 3,
+        rows,
+        p.softmax.block_dim,
+        rows * (3 * dv * 4 + dv * eb + 32),
+        rows * repeats(dv) * 4,
     );
-    scores + softmax + values + stage2
+    scores + softmax + values + finish
 }
 
 /// The FIA operator's modelled time (see [`ExtendEstimate`]).
@@ -651,7 +648,7 @@ mod tests {
         ] {
             for dtype in [NormType::F16, NormType::BF16] {
                 let p = extend_attention(&s, dtype, 0.1, &a2).expect("plans");
-                let ExtendStage1::Cube(c) = p.stage1 else {
+                let ExtendKernels::Cube(c) = p.kernels else {
                     panic!("half types take the cube")
                 };
                 let (t, v) = (c.scores.tiling, c.values.tiling);
@@ -668,7 +665,7 @@ mod tests {
                 assert!(p.estimate.kernels_s > 0.0 && p.estimate.fia_s > 0.0);
             }
             let p = extend_attention(&s, NormType::F32, 0.1, &a2).expect("plans");
-            let ExtendStage1::Vector(one) = p.stage1 else {
+            let ExtendKernels::Vector { stage1: one, .. } = p.kernels else {
                 panic!("float takes the vector path")
             };
             assert!(one.tiling.page_size == 128 && one.tiling.max_splits == p.passes);
@@ -677,18 +674,18 @@ mod tests {
 
     #[test]
     fn long_prefills_keep_the_workspaces_linear_in_the_chunk() {
-        // 8192 rows of 128 MLA heads over 16384 positions: windows sized so that the
-        // workspaces and part_out stay near their minimum per row, far below the chunk x
-        // context scores (4 bytes x 2^37).
+        // 8192 rows of 128 MLA heads over 16384 positions: the window is cut to the workspace
+        // budget; with the accumulator and value product (Dv f32 each) every row holds a fixed
+        // amount, far below the chunk x context scores (4 bytes x 2^37).
         let s = shape(&[(8192, 16384)], 128, 1, 576, 512, true);
         let p = extend_attention(&s, NormType::BF16, 0.1, &DeviceProps::ATLAS_A2).unwrap();
-        let ExtendStage1::Cube(c) = p.stage1 else {
+        let ExtendKernels::Cube(c) = p.kernels else {
             panic!("bf16 takes the cube")
         };
         let rows = 8192 * 128;
-        let part_out = rows * p.passes as u64 * 512 * 4;
-        let bytes = c.scores_elems * 4 + c.probs_elems * 2 + part_out;
-        assert!(bytes / rows <= 40 << 10, "{} bytes per row", bytes / rows);
+        let bytes =
+            c.scores_elems * 4 + c.probs_elems * 2 + c.stats_elems * 4 + 2 * c.acc_elems * 4;
+        assert!(bytes / rows <= 8 << 10, "{} bytes per row", bytes / rows);
         assert!(p.passes as u64 * c.scores.tiling.window as u64 >= 16384);
     }
 

@@ -422,8 +422,8 @@ pub enum ExtendPath {
     /// [`FusedOps::paged_prefill_attention`]).
     Fused,
     /// The extend kernels: on the cube for f16/bf16 (`extend_attention_scores`, `_softmax`,
-    /// `_values`), on the vector cores for f32 (`decode_attention_stage1`'s extend form), then
-    /// `decode_attention_stage2`.
+    /// `_values`), on the vector cores for f32 (`decode_attention_stage1`'s extend form and
+    /// `decode_attention_stage2`).
     Kernels,
 }
 

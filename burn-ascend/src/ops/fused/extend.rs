@@ -1,14 +1,15 @@
 //! Paged extend (prefill) attention by the Ascend C kernels on the cube
 //! (`kernels/extend_attention_*.cpp`): each request's chunk attends causally to its cached
-//! pages through its block-table row, per window of key positions scores (cube), softmax
-//! (vector) and values (cube), then decode_attention's stage 2 merging the windows. Unlike
+//! pages through its block-table row, per window of key positions scores (cube), online softmax
+//! (vector, folding the previous window's value product into a rescaled f32 accumulator) and
+//! values (cube), then one more softmax launch for the last fold and the normalisation. Unlike
 //! `aclnnFusedInferAttentionScoreV3` it takes any page size, the MLA layout (values = the first
 //! `value_dim` dims of the key rows) and value dims other than the key dim. Float runs
 //! decode_attention's vector stage 1 in its extend form (keys through the block table), as
 //! decode keeps float on the vector path.
 
 use burn_ascend_kernels::launch;
-use burn_ascend_kernels::tiling::{self, ExtendPlan, ExtendShape, ExtendStage1};
+use burn_ascend_kernels::tiling::{self, ExtendKernels, ExtendPlan, ExtendShape};
 
 use super::{data_ptr, device_props, norm_type, same_device, Operand};
 use crate::acl::{AclResult, DataType};
@@ -195,37 +196,57 @@ pub fn extend_attention(
     let bytes: Vec<u8> = meta.iter().flat_map(|v| v.to_le_bytes()).collect();
     let meta = from_bytes(ctx, vec![meta.len()], DataType::I32, &bytes)?;
     let passes = plan.passes as usize;
-    let part_out = AscendTensor::empty(ctx, vec![tokens, q_heads, passes, dim_v], DataType::F32)?;
-    let part_lse = AscendTensor::empty(ctx, vec![tokens, q_heads, passes], DataType::F32)?;
-    let lse = AscendTensor::empty(ctx, vec![tokens, q_heads], DataType::F32)?;
-    // The cube path's workspaces, freed in stream order after the kernels that use them.
-    let workspaces = match plan.stage1 {
-        ExtendStage1::Cube(c) => Some((
-            AscendTensor::empty(ctx, vec![c.scores_elems as usize], DataType::F32)?,
-            AscendTensor::empty(ctx, vec![c.probs_elems as usize], q.dtype)?,
-        )),
-        ExtendStage1::Vector(_) => None,
-    };
+    let f32s = |n: u64| AscendTensor::empty(ctx, vec![n as usize], DataType::F32);
+    let null = std::ptr::null_mut();
     let (qc, k) = (contiguous(q)?, contiguous(k_cache)?);
     let v = v_cache.map(contiguous).transpose()?;
     let table = contiguous(block_table)?;
-    let buffers = launch::ExtendBuffers {
+    let mut buffers = launch::ExtendBuffers {
         q: data_ptr(&qc),
         k: data_ptr(&k),
-        v: v.as_ref().map_or(std::ptr::null_mut(), data_ptr),
+        v: v.as_ref().map_or(null, data_ptr),
         table: data_ptr(&table),
         lens: data_ptr(&meta),
-        scores: workspaces
-            .as_ref()
-            .map_or(std::ptr::null_mut(), |(s, _)| data_ptr(s)),
-        probs: workspaces
-            .as_ref()
-            .map_or(std::ptr::null_mut(), |(_, p)| data_ptr(p)),
-        part_out: data_ptr(&part_out),
-        part_lse: data_ptr(&part_lse),
+        scores: null,
+        probs: null,
+        stats: null,
+        acc: null,
+        pv: null,
+        part_out: null,
+        part_lse: null,
+        lse: null,
         out: data_ptr(&out),
-        lse: data_ptr(&lse),
     };
+    // The path's workspaces, freed in stream order after the kernels that use them.
+    let workspaces = match plan.kernels {
+        ExtendKernels::Cube(c) => vec![
+            f32s(c.scores_elems)?,
+            AscendTensor::empty(ctx, vec![c.probs_elems as usize], q.dtype)?,
+            f32s(c.stats_elems)?,
+            f32s(c.acc_elems)?,
+            f32s(c.acc_elems)?,
+        ],
+        ExtendKernels::Vector { .. } => vec![
+            f32s((tokens * q_heads * passes * dim_v) as u64)?,
+            f32s((tokens * q_heads * passes) as u64)?,
+            f32s((tokens * q_heads) as u64)?,
+        ],
+    };
+    let ptrs: Vec<_> = workspaces.iter().map(data_ptr).collect();
+    match plan.kernels {
+        ExtendKernels::Cube(_) => {
+            [
+                buffers.scores,
+                buffers.probs,
+                buffers.stats,
+                buffers.acc,
+                buffers.pv,
+            ] = [ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4]];
+        }
+        ExtendKernels::Vector { .. } => {
+            [buffers.part_out, buffers.part_lse, buffers.lse] = [ptrs[0], ptrs[1], ptrs[2]];
+        }
+    }
     // SAFETY: every buffer holds what the tilings describe and outlives the kernels in stream
     // order (the workspaces are freed in stream order after them); v is null only when the
     // tiling reads values from the key rows.
