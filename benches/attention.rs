@@ -5,8 +5,9 @@
 //! grouped-query row (2 key/value heads, `fused::flash_attention`; the composed path over the
 //! key/value heads repeated). Then one paged prefill step (`fused::paged_prefill_attention`,
 //! a chunk after cached tokens, pages of 128) against `decode_attention` over per-token key
-//! lists, as the server attended prefill chunks before. Per call: modelled Atlas A2 time
-//! (`a2::ModelledClock`), the roofline, their ratio, and the peak device memory. Last, one
+//! lists, as the server attended prefill chunks before; and the extend kernels on the same
+//! step, and on an MLA step (DeepSeek's dims) against its key lists. Per call: modelled Atlas A2
+//! time (`a2::ModelledClock`), the roofline, their ratio, and the peak device memory. Last, one
 //! training step of the MoE example model (`MoeDecoder`, default config, f32, on
 //! `Autodiff<Ascend>`) over one long sequence, its attention through `fused::flash_attention`
 //! (aclnnFlashAttentionScore and its grad) against its default composition: modelled time and
@@ -29,7 +30,7 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
 use burn_ascend::acl::types::status::ACL_ERROR_RT_MEMORY_ALLOCATION;
-use burn_ascend::fused::{self, DecodeAttentionOptions, PrefillLens};
+use burn_ascend::fused::{self, DecodeAttentionOptions, ExtendLens, ExtendPath, PrefillLens};
 use burn_ascend::ops::attention::{attention as composed, AttentionOptions};
 use burn_ascend::{reset_device, Ascend, AscendDevice, AscendTensor};
 use burn_ascend_suite::a2::{self, ModelledClock};
@@ -358,6 +359,49 @@ fn paged_prefill(p: &Prefill, d: &AscendDevice) -> Tensor<B, 3> {
     )
 }
 
+fn prefill_table(p: &Prefill, d: &AscendDevice) -> Tensor<B, 2, Int> {
+    Tensor::<B, 2, Int>::from_data(
+        TensorData::new(p.table.clone(), [1, p.table.len()]),
+        (d, DType::I32),
+    )
+}
+
+const EXTEND_LENS: ExtendLens<'static> = ExtendLens {
+    q_lens: &[CHUNK],
+    kv_lens: &[CACHED + CHUNK],
+    page_size: PAGE,
+    value_dim: HEAD_DIM,
+};
+
+/// The step through the extend kernels on the cube (`fused::extend_attention`, path asked).
+fn extend_kernels(p: &Prefill, d: &AscendDevice) -> Tensor<B, 3> {
+    fused::extend_attention(
+        p.q.clone(),
+        p.k.clone(),
+        Some(p.v.clone()),
+        prefill_table(p, d),
+        EXTEND_LENS,
+        1.0 / (HEAD_DIM as f32).sqrt(),
+        Some(ExtendPath::Kernels),
+    )
+}
+
+/// The device model's estimates of both paths for the step (what `extend_attention` chooses
+/// from): (kernels, FIA) seconds.
+fn extend_estimates(p: &Prefill, d: &AscendDevice) -> (f64, f64) {
+    let plan = burn_ascend::ops::fused::extend_attention_plan(
+        &p.q.clone().into_primitive().tensor(),
+        &p.k.clone().into_primitive().tensor(),
+        Some(&p.v.clone().into_primitive().tensor()),
+        &prefill_table(p, d).into_primitive(),
+        &EXTEND_LENS,
+        1.0 / (HEAD_DIM as f32).sqrt(),
+    )
+    .expect("the extend kernels plan the step")
+    .expect("a non-empty step");
+    (plan.estimate.kernels_s, plan.estimate.fia_s)
+}
+
 /// The chunk as decode rows: token i lists the slots of positions 0..=CACHED + i (the server's
 /// per-token key lists before paged prefill), split one way per 32 keys, at most 16.
 fn decode_rows(p: &Prefill, d: &AscendDevice) -> Tensor<B, 3> {
@@ -503,6 +547,85 @@ fn training_table(device: &AscendDevice) -> Table {
     table
 }
 
+/// The MLA prefill step (DeepSeek's dims): 16 query heads over one latent key row of 576 per
+/// token, the values its first 512; no FIA form (the cache has no value rows).
+const MLA_HEADS: usize = 16;
+const MLA_DK: usize = 576;
+const MLA_DV: usize = 512;
+
+struct MlaPrefill {
+    q: Tensor<B, 3>,
+    k: Tensor<B, 3>,
+    table: Vec<i32>,
+}
+
+fn mla_operands(d: &AscendDevice) -> MlaPrefill {
+    let pages = (CACHED + CHUNK).div_ceil(PAGE);
+    MlaPrefill {
+        q: float([CHUNK, MLA_HEADS, MLA_DK], DType::BF16, 7, d),
+        k: float([pages * PAGE, 1, MLA_DK], DType::BF16, 8, d),
+        table: (0..pages as i32).rev().collect(),
+    }
+}
+
+fn mla_roofline() -> f64 {
+    let keys: f64 = (0..CHUNK).map(|i| (CACHED + i + 1) as f64).sum();
+    let flops = 2.0 * MLA_HEADS as f64 * (MLA_DK + MLA_DV) as f64 * keys;
+    let elems = CHUNK * MLA_HEADS * (MLA_DK + MLA_DV) + (CACHED + CHUNK) * MLA_DK;
+    (flops / a2::cube_flops_per_s()).max(elems as f64 * 2.0 / a2::HBM_BYTES_PER_S)
+}
+
+/// The MLA step through `fused::extend_attention` (the device model has only the kernels).
+fn mla_extend(p: &MlaPrefill, d: &AscendDevice) -> Tensor<B, 3> {
+    fused::extend_attention(
+        p.q.clone(),
+        p.k.clone(),
+        None,
+        Tensor::<B, 2, Int>::from_data(
+            TensorData::new(p.table.clone(), [1, p.table.len()]),
+            (d, DType::I32),
+        ),
+        ExtendLens {
+            value_dim: MLA_DV,
+            ..EXTEND_LENS
+        },
+        1.0 / (MLA_DK as f32).sqrt(),
+        None,
+    )
+}
+
+/// The MLA chunk as decode rows over per-token key lists (the server's MLA prefill before).
+fn mla_decode_rows(p: &MlaPrefill, d: &AscendDevice) -> Tensor<B, 3> {
+    let slot = |pos: usize| p.table[pos / PAGE] * PAGE as i32 + (pos % PAGE) as i32;
+    let (mut indptr, mut indices, mut splits) = (vec![0i32], Vec::new(), Vec::new());
+    for i in 0..CHUNK {
+        let keys = CACHED + i + 1;
+        indices.extend((0..keys).map(slot));
+        indptr.push(indices.len() as i32);
+        splits.push(keys.div_ceil(32).clamp(1, MAX_KV_SPLITS) as i32);
+    }
+    let ints = |v: Vec<i32>| {
+        let n = v.len();
+        Tensor::<B, 1, Int>::from_data(TensorData::new(v, [n]), (d, DType::I32))
+    };
+    fused::decode_attention(
+        p.q.clone(),
+        p.k.clone(),
+        None,
+        ints(indptr),
+        ints(indices),
+        ints(splits),
+        DecodeAttentionOptions {
+            max_kv_splits: MAX_KV_SPLITS,
+            sm_scale: 1.0 / (MLA_DK as f32).sqrt(),
+            logit_cap: None,
+            value_dim: MLA_DV,
+            path: None,
+        },
+    )
+    .0
+}
+
 fn bench(c: &mut Criterion) {
     let device = AscendDevice::default();
     let mut table = Table::new(
@@ -608,10 +731,24 @@ fn bench(c: &mut Criterion) {
         },
     )
     .expect("decode_attention ran out of device memory");
+    let kernels = measure(
+        &device,
+        || prefill_operands(&device),
+        |p| {
+            extend_kernels(p, &device);
+            Some(())
+        },
+    )
+    .expect("the extend kernels ran out of device memory");
+    let (kernels_est, fia_est) = extend_estimates(&prefill_operands(&device), &device);
     for (name, m) in [
         (
             "fused::paged_prefill_attention (FIA V3, block table)",
             &paged,
+        ),
+        (
+            "fused::extend_attention, extend kernels (cube, block table)",
+            &kernels,
         ),
         ("decode_attention over per-token key lists", &listed),
     ] {
@@ -627,6 +764,57 @@ fn bench(c: &mut Criterion) {
         ]);
     }
 
+    let mut mla = Table::new(
+        &format!(
+            "MLA paged prefill step (DeepSeek's dims): a chunk of {CHUNK} after {CACHED} cached \
+             tokens, pages of {PAGE}, bf16, 16 query heads over one latent row of 576 (values: \
+             its first 512)"
+        ),
+        &[
+            "path",
+            "modelled (ms)",
+            "roofline (ms)",
+            "modelled / roofline",
+            "vs extend kernels",
+            "inputs (MiB)",
+            "peak (MiB)",
+            "emulated wall (s)",
+        ],
+    );
+    let roof = mla_roofline();
+    let extend = measure(
+        &device,
+        || mla_operands(&device),
+        |p| {
+            mla_extend(p, &device);
+            Some(())
+        },
+    )
+    .expect("the MLA extend kernels ran out of device memory");
+    let listed = measure(
+        &device,
+        || mla_operands(&device),
+        |p| {
+            mla_decode_rows(p, &device);
+            Some(())
+        },
+    )
+    .expect("MLA decode_attention ran out of device memory");
+    for (name, m) in [
+        ("fused::extend_attention (extend kernels, cube)", &extend),
+        ("decode_attention over per-token key lists", &listed),
+    ] {
+        mla.row(vec![
+            name.into(),
+            ms(m.modelled),
+            ms(roof),
+            format!("{:.2}x", m.modelled / roof),
+            format!("{:.2}x", m.modelled / extend.modelled),
+            mib(m.inputs),
+            mib(m.peak),
+            format!("{:.2}", m.wall),
+        ]);
+    }
     let training = training_table(&device);
 
     // Criterion's wall time of the smallest size only: the tables above are one call each.
@@ -653,7 +841,7 @@ fn bench(c: &mut Criterion) {
 
     publish(
         "attention",
-        &[table, prefill, training],
+        &[table, prefill, mla, training],
         &[
             "Modelled: `a2::ModelledClock` over one call on a freshly reset device. It models \
              each aclnn operator at its tensor arguments' bytes over 1.6 TB/s and no compute, so \
@@ -669,6 +857,13 @@ fn bench(c: &mut Criterion) {
              separate pool, not counted.",
             "Emulated wall: this machine's time for the call (the emulated operators run on the \
              host), not NPU speed.",
+            &format!(
+                "Paged prefill, the device model's choice (`tiling::extend_attention` estimates, \
+                 what `fused::extend_attention` picks from on its own): extend kernels {} ms, \
+                 FIA {} ms.",
+                ms(kernels_est),
+                ms(fia_est)
+            ),
             "Training step: one forward, loss, backward and Adam update on a freshly reset \
              device, parameters initialised before; peak includes the weights, the Adam state \
              is created by the step. The same weights and tokens on both paths (the losses \

@@ -28,9 +28,16 @@
 // the head count. With the MLA layout
 // (valueFromKey) the values are the first Dv dims of the key rows and are not read again.
 //
+// Extend form (pageSize > 0): the vector path of extend_attention (paged prefill, f32 included):
+// "requests" are the T query tokens of the chunks; `indptr` is extend_split.h's lens [2R + 1],
+// `kvIndices` the block table [R, W], `splits` unused. Token b, chunk row i of request r, sees
+// positions 0 ..= kv - rows + i, cut into maxSplits splits of ceil(len / maxSplits) (the later
+// ones empty for short rows); each key's slot is read through the block table. Stage 2 merges the
+// splits as for decode.
+//
 // Head dims are bounded by the unified buffer: one head's query, accumulator and a tile of 8
 // key (and value) rows must fit (Dk = Dv up to about 1400), which the tiling checks.
-#include "decode_split.h"
+#include "extend_split.h"
 
 
 // Global and prefixed: a by-value kernel parameter (see kernel_common.h).
@@ -49,6 +56,9 @@ struct BurnDecodeStage1Tiling {
     uint32_t dtype;         // 0 float, 1 half, 2 bfloat16 (q, k, v)
     float scale;            // sm_scale
     float logitCap;         // 0: none
+    uint32_t pageSize;      // 0: keys listed by kv_indices; else the extend form's page size
+    uint32_t width;         // extend form: pages per block-table row
+    uint32_t requests;      // extend form: rows of the block table
 };
 
 namespace burn_ascend {
@@ -73,9 +83,14 @@ public:
         if (!t.valueFromKey) {
             vGm.SetGlobalBuffer((__gm__ T*)v, static_cast<uint64_t>(t.slots) * t.kvHeads * t.headDimV);
         }
-        indptrGm.SetGlobalBuffer((__gm__ int32_t*)indptr, t.batch + 1);
-        idxGm.SetGlobalBuffer((__gm__ int32_t*)kvIndices, t.indices);
-        splitsGm.SetGlobalBuffer((__gm__ int32_t*)splits, t.batch);
+        if (t.pageSize == 0) {
+            indptrGm.SetGlobalBuffer((__gm__ int32_t*)indptr, t.batch + 1);
+            idxGm.SetGlobalBuffer((__gm__ int32_t*)kvIndices, t.indices);
+            splitsGm.SetGlobalBuffer((__gm__ int32_t*)splits, t.batch);
+        } else {
+            indptrGm.SetGlobalBuffer((__gm__ int32_t*)indptr, 2 * t.requests + 1);
+            idxGm.SetGlobalBuffer((__gm__ int32_t*)kvIndices, static_cast<uint64_t>(t.requests) * t.width);
+        }
         outGm.SetGlobalBuffer((__gm__ float*)partOut, static_cast<uint64_t>(t.batch) * t.qHeads * t.maxSplits * t.headDimV);
         lseGm.SetGlobalBuffer((__gm__ float*)partLse, static_cast<uint64_t>(t.batch) * t.qHeads * t.maxSplits);
         const uint32_t h = t.headTile;
@@ -106,6 +121,30 @@ public:
 
     __aicore__ inline void Process()
     {
+        if (tiling.pageSize != 0) {
+            const uint32_t headTiles = (group + tiling.headTile - 1) / tiling.headTile;
+            const uint32_t perRow = tiling.kvHeads * headTiles * tiling.maxSplits;
+            ForEachExtendUnit(
+                indptrGm, tiling.requests, tiling.batch, tiling.width * tiling.pageSize,
+                [perRow](const ExtendRequest& q) { return static_cast<uint64_t>(q.rows) * perRow; },
+                [this, headTiles](const ExtendRequest& q, uint32_t r, uint32_t local) {
+                    const uint32_t c = local % tiling.maxSplits;
+                    uint32_t rest = local / tiling.maxSplits;
+                    const uint32_t first = rest % headTiles * tiling.headTile;
+                    rest /= headTiles;
+                    const uint32_t hkv = rest % tiling.kvHeads;
+                    const uint32_t i = rest / tiling.kvHeads;
+                    const uint32_t heads = group - first < tiling.headTile ? group - first : tiling.headTile;
+                    // The row's positions, cut as a decode request's keys are.
+                    const int64_t len = q.kv - q.rows + i + 1;
+                    const int64_t per = (len + tiling.maxSplits - 1) / tiling.maxSplits;
+                    const int64_t from = static_cast<int64_t>(c) * per;
+                    const int64_t to = from + per < len ? from + per : len;
+                    request = r;
+                    Extent(q.first + i, hkv, hkv * group + first, heads, c, 0, from, to);
+                });
+            return;
+        }
         ForEachDecodeUnit(tiling.batch, tiling.kvHeads, group, tiling.headTile, tiling.maxSplits,
                           [this](uint32_t b, uint32_t hkv, uint32_t h0, uint32_t heads, uint32_t c) {
                               Unit(b, hkv, h0, heads, c);
@@ -156,26 +195,38 @@ private:
     __aicore__ inline void CopyIn(uint32_t hkv, int32_t at, uint32_t n)
     {
         LocalTensor<int32_t> slots = idxBuf.Get<int32_t>();
-        Load(slots, idxGm[static_cast<uint32_t>(at)], n);
-        Sync<HardEvent::MTE2_S>();
+        if (tiling.pageSize == 0) {
+            Load(slots, idxGm[static_cast<uint32_t>(at)], n);
+            Sync<HardEvent::MTE2_S>();
+        }
         const uint64_t kRow = static_cast<uint64_t>(tiling.kvHeads) * tiling.headDimK;
         const uint64_t vRow = static_cast<uint64_t>(tiling.kvHeads) * tiling.headDimV;
         LocalTensor<T> keys = kQue.AllocTensor<T>();
         for (uint32_t j = 0; j < n; ++j) {
-            const int32_t s = slots.GetValue(j);
-            CheckDecodeSlot(s, at + static_cast<int32_t>(j), tiling.slots);
-            uint64_t slot = static_cast<uint64_t>(s);
+            const uint64_t slot = SlotOf(slots, at, j);
             Load(keys[j * rowK], kGm[slot * kRow + hkv * tiling.headDimK], tiling.headDimK);
         }
         kQue.EnQue(keys);
         if (!tiling.valueFromKey) {
             LocalTensor<T> vals = vQue.AllocTensor<T>();
             for (uint32_t j = 0; j < n; ++j) {
-                uint64_t slot = static_cast<uint64_t>(static_cast<uint32_t>(slots.GetValue(j)));
+                const uint64_t slot = SlotOf(slots, at, j);
                 Load(vals[j * rowV], vGm[slot * vRow + hkv * tiling.headDimV], tiling.headDimV);
             }
             vQue.EnQue(vals);
         }
+    }
+
+    // The slot of key j of the tile at `at`: kv_indices[at + j] (checked), or in the extend form
+    // position at + j of the unit's request through the block table.
+    __aicore__ inline uint64_t SlotOf(const LocalTensor<int32_t>& slots, int32_t at, uint32_t j)
+    {
+        if (tiling.pageSize != 0) {
+            return ExtendSlot(idxGm, request, static_cast<int64_t>(at) + j, tiling.width, tiling.pageSize, tiling.slots);
+        }
+        const int32_t s = slots.GetValue(j);
+        CheckDecodeSlot(s, at + static_cast<int32_t>(j), tiling.slots);
+        return static_cast<uint64_t>(s);
     }
 
     // n rows of a dequeued tile as f32 (a Cast into `wide` for narrow types).
@@ -300,9 +351,13 @@ private:
     __aicore__ inline void Unit(uint32_t b, uint32_t hkv, uint32_t h0, uint32_t heads, uint32_t c)
     {
         const DecodeSplit split = ReadDecodeSplit(indptrGm, splitsGm, b, c, tiling.indices, tiling.maxSplits);
-        const int32_t start = split.start;
-        const int64_t from = split.from;
-        const int64_t to = split.to;
+        Extent(b, hkv, h0, heads, c, split.start, split.from, split.to);
+    }
+
+    // The unit over keys start + [from, to) (kv_indices entries, or extend positions).
+    __aicore__ inline void Extent(uint32_t b, uint32_t hkv, uint32_t h0, uint32_t heads, uint32_t c, int32_t start,
+                                  int64_t from, int64_t to)
+    {
         // Splits past the request's count start at or after its end: empty.
         const bool empty = from >= to;
 
@@ -361,6 +416,7 @@ private:
     uint32_t accPitch = 8;    // UB pitch of an accumulator row (f32)
     uint32_t scorePitch = 8;  // UB pitch of a head's scores (f32)
     uint32_t statLen = 8;     // f32 per running statistic (heads, plus room for ReduceMax)
+    uint32_t request = 0;     // extend form: the current unit's request (block-table row)
     TQue<TPosition::VECIN, 1> kQue, vQue;
     TBuf<TPosition::VECCALC> qBuf, qRaw, accBuf, kWide, vWide, scoreBuf, capBuf, tmpBuf, reduceBuf, statBuf, lseBuf, idxBuf;
     GlobalTensor<T> qGm, kGm, vGm;

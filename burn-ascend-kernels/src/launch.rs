@@ -15,7 +15,8 @@ use ascend_acl::table::SymbolSource;
 
 use crate::tiling::{
     AllocExtendTiling, DecodePlan, DecodeScoresTiling, DecodeSoftmaxTiling, DecodeStage1,
-    DecodeStage1Tiling, DecodeStage2Tiling, DecodeValuesTiling, ElementwiseTiling,
+    DecodeStage1Tiling, DecodeStage2Tiling, DecodeValuesTiling, ElementwiseTiling, ExtendKernels,
+    ExtendPlan, ExtendScoresTiling, ExtendSoftmaxTiling, ExtendValuesTiling,
     LayerNormBackwardTiling, LayerNormTiling, MoeInverseTiling, MoeScatterTiling, Plan,
     RowGatherTiling, VectorAddTiling,
 };
@@ -39,6 +40,9 @@ macro_rules! kernel_function_list {
             decode_attention_scores(q, k, indptr, kv_indices, splits, scores; DecodeScoresTiling);
             decode_attention_softmax(indptr, splits, scores, probs, part_out, part_lse; DecodeSoftmaxTiling);
             decode_attention_values(values, indptr, kv_indices, splits, probs, part_out; DecodeValuesTiling);
+            extend_attention_scores(q, k, table, lens, scores; ExtendScoresTiling);
+            extend_attention_softmax(lens, scores, probs, stats, acc, pv, out; ExtendSoftmaxTiling);
+            extend_attention_values(values, table, lens, probs, pv; ExtendValuesTiling);
             layer_norm(x, gamma, beta, y, mean, rstd; LayerNormTiling);
             layer_norm_backward(dy, x, mean, rstd, gamma, dx, dgamma, dbeta; LayerNormBackwardTiling);
         }
@@ -275,6 +279,40 @@ pub struct DecodeBuffers {
     /// The cube path's probabilities workspace (`DecodeCubePlans::probs_elems` of q's type);
     /// null on the vector path.
     pub probs: *mut c_void,
+}
+
+/// Device buffers of one extend-attention launch. The workspaces of the path the plan does not
+/// take are null.
+#[derive(Debug, Clone, Copy)]
+pub struct ExtendBuffers {
+    /// q `[T, HQ, Dk]`.
+    pub q: *mut c_void,
+    /// k_cache `[slots, HKV, Dk]`.
+    pub k: *mut c_void,
+    /// v_cache `[slots, HKV, Dv]`, or null when values come from the key rows.
+    pub v: *mut c_void,
+    /// block_table `[R, W]`, int32.
+    pub table: *mut c_void,
+    /// lens `[2R + 1]`, int32: the running chunk starts, then the cached lengths.
+    pub lens: *mut c_void,
+    /// Cube path: the scores workspace (`ExtendCubePlans::scores_elems` f32).
+    pub scores: *mut c_void,
+    /// Cube path: the probabilities workspace (`ExtendCubePlans::probs_elems` of q's type).
+    pub probs: *mut c_void,
+    /// Cube path: the running statistics (`ExtendCubePlans::stats_elems` f32).
+    pub stats: *mut c_void,
+    /// Cube path: the accumulator (`ExtendCubePlans::acc_elems` f32).
+    pub acc: *mut c_void,
+    /// Cube path: the window's value product (`ExtendCubePlans::acc_elems` f32).
+    pub pv: *mut c_void,
+    /// Vector path: part_out `[T, HQ, passes, Dv]`, f32.
+    pub part_out: *mut c_void,
+    /// Vector path: part_lse `[T, HQ, passes]`, f32.
+    pub part_lse: *mut c_void,
+    /// Vector path: lse `[T, HQ]`, f32.
+    pub lse: *mut c_void,
+    /// out `[T, HQ, Dv]`, q's type.
+    pub out: *mut c_void,
 }
 
 impl KernelApi {
@@ -578,5 +616,109 @@ impl KernelApi {
             b.lse,
             &mut t2
         )
+    }
+
+    /// Queues paged extend attention as the plan says, in order on `stream`: per window of key
+    /// positions the scores (cube), softmax (vector) and values (cube) kernels, then the softmax
+    /// kernel once more (the last fold and the normalisation); or decode_attention's stage 1 in
+    /// its extend form and its stage 2.
+    ///
+    /// # Safety
+    /// As [`KernelApi::vector_add`], for buffers of the sizes the tilings describe.
+    pub unsafe fn extend_attention(
+        &self,
+        stream: *mut c_void,
+        plan: &ExtendPlan,
+        b: ExtendBuffers,
+    ) -> Result<(), LaunchError> {
+        // MLA: the values are the leading dims of the key rows.
+        let values = if b.v.is_null() { b.k } else { b.v };
+        match plan.kernels {
+            ExtendKernels::Vector { stage1, stage2 } => {
+                let mut t1 = stage1.tiling;
+                // The extend form reads the lengths and the block table in place of kv_indptr
+                // and kv_indices; it reads no split counts.
+                launch!(
+                    self,
+                    decode_attention_stage1,
+                    stage1.block_dim,
+                    stream,
+                    b.q,
+                    b.k,
+                    b.v,
+                    b.lens,
+                    b.table,
+                    b.lens,
+                    b.part_out,
+                    b.part_lse,
+                    &mut t1
+                )?;
+                let mut t2 = stage2.tiling;
+                launch!(
+                    self,
+                    decode_attention_stage2,
+                    stage2.block_dim,
+                    stream,
+                    b.part_out,
+                    b.part_lse,
+                    b.out,
+                    b.lse,
+                    &mut t2
+                )
+            }
+            ExtendKernels::Cube(c) => {
+                let softmax = |pass: u32| {
+                    let mut tm = c.softmax.tiling;
+                    tm.pass = pass;
+                    launch!(
+                        self,
+                        extend_attention_softmax,
+                        c.softmax.block_dim,
+                        stream,
+                        b.lens,
+                        b.scores,
+                        b.probs,
+                        b.stats,
+                        b.acc,
+                        b.pv,
+                        b.out,
+                        &mut tm
+                    )
+                };
+                for pass in 0..plan.passes {
+                    let mut ts = c.scores.tiling;
+                    ts.pass = pass;
+                    launch!(
+                        self,
+                        extend_attention_scores,
+                        c.scores.block_dim,
+                        stream,
+                        b.q,
+                        b.k,
+                        b.table,
+                        b.lens,
+                        b.scores,
+                        &mut ts
+                    )?;
+                    softmax(pass)?;
+                    let mut tv = c.values.tiling;
+                    tv.pass = pass;
+                    launch!(
+                        self,
+                        extend_attention_values,
+                        c.values.block_dim,
+                        stream,
+                        values,
+                        b.table,
+                        b.lens,
+                        b.probs,
+                        b.pv,
+                        &mut tv
+                    )?;
+                }
+                // The last window's fold and the normalisation.
+                softmax(plan.passes)
+            }
+        }
     }
 }

@@ -8,9 +8,9 @@
 //! - [`scheduler`]: which requests run, how many tokens each computes in a step (chunked
 //!   prefill beside decode), admission and preemption.
 //! - [`step`]: the one interface between the engine and a model ([`step::StepModel`]).
-//! - [`serve`]: the server: request checks, the step (prefill chunks through
-//!   `paged_prefill_attention` or `decode_attention`, decoded tokens through `decode_attention`,
-//!   over the paged cache), sampling, recovery from device failures, and the dense reference.
+//! - [`serve`]: the server: request checks, the step (prefill chunks through their block tables
+//!   by `extend_attention`, decoded tokens through `decode_attention`, over the paged cache),
+//!   sampling, recovery from device failures, and the dense reference.
 //! - [`workload`]: seeded Poisson traces of requests and the serving figures.
 //! - [`train`]: next-token training with the auxiliary load-balancing loss (of this decoder
 //!   and of the Hugging Face families, [`crate::families`]).

@@ -7,9 +7,9 @@
 //! each decoding request and chunks of the prompts being prefilled, in one batch. A step runs
 //! through one function, [`Server::forward`], whose inputs are device tensors
 //! ([`StepInputs`]): slots come from `fused::alloc_extend`; a prefill step's chunks attend to
-//! their requests' pages through the block tables (`fused::paged_prefill_attention`) when the
-//! cache fits that operator, decode steps (and the prefill of other caches) attend each token to
-//! its listed cached positions through `fused::decode_attention`; only the rows whose
+//! their requests' pages through the block tables (`fused::extend_attention`), decode steps
+//! attend each token to its listed cached positions through `fused::decode_attention`; only
+//! the rows whose
 //! next token is sampled reach the LM head. A step that fails on the device fails its own
 //! requests; the server then resets the device (its faults are sticky; every NPU of an
 //! expert-parallel model, whose experts it then splits again), restores its weights and cache
@@ -353,7 +353,7 @@ pub struct StepReport {
     /// The step replayed a captured decode graph (of this bucket).
     pub captured: Option<usize>,
     /// Cached-key slots the step listed token by token for decode_attention (`kv_indices`); a
-    /// prefill step through the block tables (paged prefill) lists none.
+    /// prefill step (through the block tables, `fused::extend_attention`) lists none.
     pub listed_keys: usize,
     /// Host seconds to queue the step's device work (its inputs, then its ops or its replay),
     /// before anything is read back: the host time the device waits for when it is faster.
@@ -389,8 +389,8 @@ pub struct StepInputs<B: FusedOps> {
     pub kv_splits: Tensor<B, 1, Int>,
     /// `[S]` the rows of the step whose logits are sampled.
     pub sample_rows: Tensor<B, 1, Int>,
-    /// A prefill step's requests through the paged prefill (`fused::paged_prefill_attention`),
-    /// when the model's cache fits the operator; its `kv_indices` are then empty.
+    /// A prefill step's requests through their block tables (`fused::extend_attention`); its
+    /// `kv_indices` are then empty.
     pub prefill: Option<PrefillInputs<B>>,
 }
 
@@ -422,10 +422,6 @@ pub struct Server<B: FusedOps, M: StepModel<B> = MoeDecoder<B>> {
     fault_next_step: bool,
     /// Captured decode, when enabled.
     decode: Option<CapturedDecode<B>>,
-    /// Why prefill chunks cannot take the paged prefill (they attend through decode_attention
-    /// then), said once; `None` when they take it.
-    prefill_refusal: Option<String>,
-    prefill_notice: std::sync::Once,
 }
 
 type WeightRecorder = BinBytesRecorder<FullPrecisionSettings>;
@@ -440,14 +436,6 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             .record(model.clone().into_record(), ())
             .map_err(|e| ServeConfigError(format!("cannot copy the weights to the host: {e}")))?;
         let pool = PagePool::new(cfg.pages, cfg.page_size);
-        let layout = model.cache_layout();
-        let prefill_refusal = B::paged_prefill_refusal_on(
-            device,
-            layout.dtype,
-            cfg.page_size,
-            layout.key_dim,
-            layout.value_dim,
-        );
         let mut server = Self {
             caches: Vec::new(),
             model,
@@ -459,8 +447,6 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             restore: false,
             fault_next_step: false,
             decode: None,
-            prefill_refusal,
-            prefill_notice: std::sync::Once::new(),
         };
         server.caches = server.empty_caches();
         Ok(server)
@@ -838,25 +824,13 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         self.restore = false;
     }
 
-    /// The step's inputs on the host (see [`StepInputs`]).
-    fn host_inputs(&self, plan: &Plan, fault: bool, prefill: bool) -> HostInputs {
+    /// The step's inputs on the host (see [`StepInputs`]);
+    /// `paged`: a prefill step, whose requests attend through their block tables
+    /// (`fused::extend_attention`): no per-token key lists. Decode steps keep decode_attention
+    /// (and their captured graphs).
+    fn host_inputs(&self, plan: &Plan, fault: bool, paged: bool) -> HostInputs {
         let ps = self.cfg.page_size;
         let running = self.scheduler.running();
-        // A prefill step attends through the block tables when the cache fits the paged
-        // prefill: no per-token key lists then. Decode steps keep decode_attention (and their
-        // captured graphs).
-        let paged = prefill
-            && match &self.prefill_refusal {
-                None => true,
-                Some(why) => {
-                    self.prefill_notice.call_once(|| {
-                        eprintln!(
-                            "burn-ascend-suite: prefill chunks attend through decode_attention: {why}"
-                        )
-                    });
-                    false
-                }
-            };
         let mut table = HostPrefill::default();
         let (mut tokens, mut positions) = (Vec::new(), Vec::new());
         let (mut prefix_lens, mut seq_lens, mut last_loc) = (Vec::new(), Vec::new(), Vec::new());

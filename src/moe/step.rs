@@ -7,17 +7,16 @@
 //! handle its queries and the step's new key (and value) rows, and the handle writes those
 //! rows to the slots `fused::alloc_extend` gave the step's tokens and attends every token to
 //! its cached positions: a prefill step's requests through their block tables
-//! (`fused::paged_prefill_attention`: each chunk to its cached pages and itself, causally),
-//! when the cache fits that operator, and decode steps (and prefill steps of other caches:
-//! f32, page sizes off its rule, MLA without value rows) through `fused::decode_attention`
-//! with each token's key list. The built-in decoder
+//! (`fused::extend_attention`: each chunk to its cached pages and itself, causally; on Ascend
+//! aclnnFusedInferAttentionScoreV3 or the extend kernels, chosen by the device model), and
+//! decode steps through `fused::decode_attention` with each token's key list. The built-in decoder
 //! ([`super::model::MoeDecoder`]) and every Hugging Face family implement it.
 
 use std::any::Any;
 
 use burn::module::Module;
 use burn::tensor::{DType, Int, Tensor};
-use burn_ascend::fused::{self, DecodeAttentionOptions, PrefillLens};
+use burn_ascend::fused::{self, DecodeAttentionOptions, ExtendLens};
 use burn_ascend::{graph, Ascend, AscendDevice, FusedOps};
 
 use super::cache::LayerCache;
@@ -118,18 +117,20 @@ impl<'a, B: FusedOps> PagedAttention<'a, B> {
         if let (Some(cached), Some(values)) = (cache.values.as_mut(), values) {
             write_rows(cached, self.slots.clone(), values);
         }
-        if let (Some(prefill), Some(cached_values)) = (&self.inputs.prefill, &cache.values) {
-            return fused::paged_prefill_attention(
+        if let Some(prefill) = &self.inputs.prefill {
+            return fused::extend_attention(
                 q,
                 cache.keys.clone(),
-                cached_values.clone(),
+                cache.values.clone(),
                 prefill.block_table.clone(),
-                PrefillLens {
+                ExtendLens {
                     q_lens: &prefill.q_lens,
                     kv_lens: &prefill.kv_lens,
                     page_size: prefill.page_size,
+                    value_dim,
                 },
                 sm_scale,
+                None,
             );
         }
         let options = DecodeAttentionOptions {

@@ -184,12 +184,14 @@ pub(crate) fn align_type(n: u64, bytes: u64) -> u64 {
 }
 
 mod elementwise;
+mod extend;
 mod norm;
 mod paged;
 mod program;
 mod routing;
 
 pub use elementwise::*;
+pub use extend::*;
 pub use norm::*;
 pub use paged::*;
 pub use program::*;

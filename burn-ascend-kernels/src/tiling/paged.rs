@@ -108,6 +108,13 @@ pub struct DecodeStage1Tiling {
     pub scale: f32,
     /// Logit soft cap; 0 for none.
     pub logit_cap: f32,
+    /// 0: keys listed by kv_indices (decode); else the page size of the extend form (the
+    /// vector path of `extend_attention`: `batch` query tokens, keys through the block table).
+    pub page_size: u32,
+    /// Extend form: pages per block-table row.
+    pub width: u32,
+    /// Extend form: rows of the block table.
+    pub requests: u32,
 }
 
 /// Mirrors `DecodeStage2Tiling` in `kernels/decode_attention_stage2.cpp`.
@@ -226,7 +233,7 @@ pub fn decode_stage2_ub_bytes(max_splits: u64, dtype: NormType, pairs: u64, cols
 /// Stage 2: (request, head) pairs in equal ranges over the vector cores, merged in tiles; a
 /// pair's rows are cut into column chunks when they do not fit. `None` when one head with a
 /// tile of 8 keys does not fit (Dk = Dv over about 1400), or max_splits exceeds 4095.
-fn vector_plans(
+pub(super) fn vector_plans(
     s: &DecodeShape,
     dtype: NormType,
     scale: f32,
@@ -298,6 +305,9 @@ fn vector_plans(
                 dtype: dtype as u32,
                 scale,
                 logit_cap,
+                page_size: 0,
+                width: 0,
+                requests: 0,
             },
         },
         Plan {
@@ -482,29 +492,29 @@ impl DecodePlan {
 
 /// L1 bytes a cube kernel may allocate: 512 KiB less the 128 B CANN keeps for KFC
 /// (cube-api.md §7, the stricter budget).
-const L1_BYTES: u64 = (512 << 10) - 128;
+pub(super) const L1_BYTES: u64 = (512 << 10) - 128;
 /// L0A and L0B bytes each.
-const L0AB_BYTES: u64 = 64 << 10;
+pub(super) const L0AB_BYTES: u64 = 64 << 10;
 /// L0C bytes.
-const L0C_BYTES: u64 = 128 << 10;
+pub(super) const L0C_BYTES: u64 = 128 << 10;
 /// Most keys per Mmad in the cube kernels.
-const MAX_CUBE_KEY_TILE: u64 = 128;
+pub(super) const MAX_CUBE_KEY_TILE: u64 = 128;
 /// Dk columns per L0 load of the scores kernel: 128 x 128 half operands fill half of L0A/L0B,
 /// and (128 / 16)^2 = 64 fractals stay within LoadData's 255 repeats.
-const CUBE_K_STEP: u64 = 128;
+pub(super) const CUBE_K_STEP: u64 = 128;
 /// Most heads per Mmad (m): with the key tile and k step above, L0A holds 256 rows.
 const MAX_CUBE_HEAD_TILE: u64 = 256;
 /// Most scores the softmax kernel holds per pass.
 const SOFTMAX_CHUNK: u64 = 8192;
 /// Largest Fixpipe nSize (Dv of the value product).
-const MAX_FIXPIPE_N: u64 = 4095;
+pub(super) const MAX_FIXPIPE_N: u64 = 4095;
 
-fn align16(n: u64) -> u64 {
+pub(super) fn align16(n: u64) -> u64 {
     n.div_ceil(16) * 16
 }
 
 /// `count` items in equal tiles of at most `max` (the last at least `min`): (tiles, per tile).
-fn equal_tiles(count: u64, max: u64, min: u64) -> Option<(u64, u64)> {
+pub(super) fn equal_tiles(count: u64, max: u64, min: u64) -> Option<(u64, u64)> {
     let tiles = count.div_ceil(max.max(1));
     let per = count.div_ceil(tiles);
     (count - (tiles - 1) * per >= min).then_some((tiles, per))
@@ -691,7 +701,13 @@ fn cube_plans(
 
 /// One launch of the model: `units` equal units over `blocks` cores, each moving `bytes` and
 /// costing `cycles` of its core's compute.
-fn launch_seconds(props: &DeviceProps, units: u64, blocks: u64, bytes: u64, cycles: u64) -> f64 {
+pub(super) fn launch_seconds(
+    props: &DeviceProps,
+    units: u64,
+    blocks: u64,
+    bytes: u64,
+    cycles: u64,
+) -> f64 {
     let busiest = units.div_ceil(blocks.max(1));
     let compute = (busiest * cycles) as f64 / props.clock_hz as f64;
     props
@@ -701,17 +717,17 @@ fn launch_seconds(props: &DeviceProps, units: u64, blocks: u64, bytes: u64, cycl
 }
 
 /// 256-byte vector repeats of one pass over `n` f32.
-fn repeats(n: u64) -> u64 {
+pub(super) fn repeats(n: u64) -> u64 {
     (n * 4).div_ceil(256)
 }
 
 /// Mmad cycles of an m x k by k x n product.
-fn mmad_cycles(m: u64, n: u64, k: u64) -> u64 {
+pub(super) fn mmad_cycles(m: u64, n: u64, k: u64) -> u64 {
     m.div_ceil(16) * n.div_ceil(16) * k.div_ceil(16)
 }
 
 /// Both paths' modelled times (see [`DecodeEstimate`]).
-fn estimate(
+pub(super) fn estimate(
     s: &DecodeShape,
     dtype: NormType,
     logit_cap: f32,

@@ -6,6 +6,7 @@ use super::*;
 
 pub use super::paged::{
     composed_alloc_extend as alloc_extend, composed_decode_attention as decode_attention,
+    composed_extend_attention as extend_attention,
     composed_paged_prefill_attention as paged_prefill_attention,
 };
 

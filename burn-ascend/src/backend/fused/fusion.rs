@@ -486,16 +486,6 @@ impl FusedOps for Fusion<Ascend> {
         }
     }
 
-    fn paged_prefill_refusal_on(
-        device: &AscendDevice,
-        dtype: DType,
-        page_size: usize,
-        key_dim: usize,
-        value_dim: Option<usize>,
-    ) -> Option<String> {
-        Ascend::paged_prefill_refusal_on(device, dtype, page_size, key_dim, value_dim)
-    }
-
     fn paged_prefill_attention(
         q: FloatTensor<Self>,
         k_cache: FloatTensor<Self>,
@@ -539,6 +529,52 @@ impl FusedOps for Fusion<Ascend> {
                 };
                 let (q, k, v, table) = (arg(h, d, 0), arg(h, d, 1), arg(h, d, 2), arg(h, d, 3));
                 let r = Ascend::paged_prefill_attention(q, k, v, table, lens, *scale);
+                put(h, d, 0, r)
+            },
+        ))
+    }
+
+    fn extend_attention(
+        q: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: Option<FloatTensor<Self>>,
+        block_table: IntTensor<Self>,
+        lens: ExtendLens<'_>,
+        sm_scale: f32,
+        path: Option<ExtendPath>,
+    ) -> FloatTensor<Self> {
+        run(
+            "extend_attention",
+            fused_ops::check_extend_attention(&q, &k_cache, v_cache.as_ref(), &block_table, &lens),
+        );
+        let meta = [(vec![dim(&q, 0), dim(&q, 1), lens.value_dim], q.dtype)];
+        // The lengths are the scheduler's host values: the call owns a copy.
+        let args = ExtendArgs {
+            q_lens: lens.q_lens.to_vec(),
+            kv_lens: lens.kv_lens.to_vec(),
+            page_size: lens.page_size,
+            value_dim: lens.value_dim,
+            sm_scale,
+            path,
+            values: v_cache.is_some(),
+        };
+        let inputs = with_optional(vec![q, k_cache, block_table], [v_cache]);
+        one(record(
+            "extend_attention",
+            inputs,
+            &meta,
+            args,
+            |h, d, a| {
+                let mut next = 3;
+                let (q, k, table) = (arg(h, d, 0), arg(h, d, 1), arg(h, d, 2));
+                let v = optional(h, d, a.values, &mut next);
+                let lens = ExtendLens {
+                    q_lens: &a.q_lens,
+                    kv_lens: &a.kv_lens,
+                    page_size: a.page_size,
+                    value_dim: a.value_dim,
+                };
+                let r = Ascend::extend_attention(q, k, v, table, lens, a.sm_scale, a.path);
                 put(h, d, 0, r)
             },
         ))
@@ -790,4 +826,16 @@ impl FusedOps for Fusion<Ascend> {
         let mut next = || out.next().expect("two outputs");
         (next(), next())
     }
+}
+
+/// The scalar arguments of a recorded `extend_attention`.
+#[derive(Debug)]
+struct ExtendArgs {
+    q_lens: Vec<usize>,
+    kv_lens: Vec<usize>,
+    page_size: usize,
+    value_dim: usize,
+    sm_scale: f32,
+    path: Option<ExtendPath>,
+    values: bool,
 }

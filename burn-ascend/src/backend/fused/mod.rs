@@ -13,9 +13,12 @@ mod fusion;
 mod paged;
 
 pub use paged::{
-    alloc_extend, decode_attention, paged_prefill_attention, AllocExtendOutput, AllocatedSlots,
-    DecodeAttentionOptions, DecodeAttentionOutput, DecodePath, PrefillLens,
+    alloc_extend, decode_attention, extend_attention, paged_prefill_attention, AllocExtendOutput,
+    AllocatedSlots, DecodeAttentionOptions, DecodeAttentionOutput, DecodePath, ExtendPath,
+    PrefillLens,
 };
+
+pub use crate::ops::fused::ExtendLens;
 
 use burn_tensor::{Int, Tensor, TensorPrimitive};
 
@@ -402,21 +405,31 @@ pub trait FusedOps: Backend {
         )
     }
 
-    /// Why [`FusedOps::paged_prefill_attention`] should not be called on `device` over a cache
-    /// of `dtype` rows with these page size and key/value dims (`value_dim` `None`: no value
-    /// rows), or `None` when it can: the server then attends prefill chunks through
-    /// `decode_attention`. By default `Ascend`'s rules ([`paged_prefill_refusal`]), so that
-    /// every backend serves the same way; `Ascend` adds that the device's CANN must export the
-    /// operator.
-    fn paged_prefill_refusal_on(
-        device: &Self::Device,
-        dtype: DType,
-        page_size: usize,
-        key_dim: usize,
-        value_dim: Option<usize>,
-    ) -> Option<String> {
-        let _ = device;
-        paged_prefill_refusal(dtype, page_size, key_dim, value_dim)
+    /// Paged extend attention, the general form of [`FusedOps::paged_prefill_attention`]:
+    /// request `r`'s chunk of `lens.q_lens[r]` rows of `q [T, HQ, Dk]` attends causally to its
+    /// `lens.kv_lens[r]` cached tokens (the chunk's own last) through its row of `block_table
+    /// [R, W]` in pages of `lens.page_size`. Values are `v_cache [N, HKV, Dv]`, or with `None`
+    /// (multi-head latent attention) the first `lens.value_dim` dims of the key rows. Out
+    /// `[T, HQ, Dv]` in q's dtype.
+    ///
+    /// `Ascend` runs either `aclnnFusedInferAttentionScoreV3` (where it takes the call: f16/bf16,
+    /// value rows with Dv = Dk, pages a multiple of 128) or the extend kernels (f16 and bf16 on
+    /// the cube, f32 on the vector path; any page size, MLA), the one the device model finds
+    /// faster unless `path` asks for one (the composed default has one path and ignores it). A
+    /// block-table entry outside the caches is an AI Core error reported at the next
+    /// synchronisation or read.
+    ///
+    /// Inference-only: no gradient is defined (`Autodiff` keeps this composed default).
+    fn extend_attention(
+        q: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: Option<FloatTensor<Self>>,
+        block_table: IntTensor<Self>,
+        lens: ExtendLens<'_>,
+        sm_scale: f32,
+        _path: Option<ExtendPath>,
+    ) -> FloatTensor<Self> {
+        composed::extend_attention::<Self>(q, k_cache, v_cache, block_table, lens, sm_scale)
     }
 
     /// Grouped matmul of MoE experts: the rows of `x [R, K]` are grouped contiguously by
@@ -859,17 +872,89 @@ impl FusedOps for Ascend {
         )
     }
 
-    fn paged_prefill_refusal_on(
-        device: &AscendDevice,
-        dtype: DType,
-        page_size: usize,
-        key_dim: usize,
-        value_dim: Option<usize>,
-    ) -> Option<String> {
-        paged_prefill_refusal(dtype, page_size, key_dim, value_dim).or_else(|| match device.api() {
-            Ok(api) => fused::paged_prefill_missing(api),
-            Err(e) => Some(e.to_string()),
-        })
+    fn extend_attention(
+        q: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: Option<FloatTensor<Self>>,
+        block_table: IntTensor<Self>,
+        lens: ExtendLens<'_>,
+        sm_scale: f32,
+        path: Option<ExtendPath>,
+    ) -> FloatTensor<Self> {
+        const OP: &str = "extend_attention";
+        run(
+            OP,
+            fused::check_extend_attention(&q, &k_cache, v_cache.as_ref(), &block_table, &lens),
+        );
+        // FIA where it takes the call and the loaded CANN exports it (8.1.RC1 on): older
+        // releases serve every prefill through the kernels.
+        let fia = v_cache.as_ref().filter(|v| {
+            fused::paged_prefill_refusal(q.dtype, lens.page_size, q.shape()[2], Some(v.shape()[2]))
+                .is_none()
+                && fused::paged_prefill_missing(ascend_acl::handles::OpLauncher::api(
+                    q.ctx().as_ref(),
+                ))
+                .is_none()
+        });
+        let plan = fused::extend_attention_plan(
+            &q,
+            &k_cache,
+            v_cache.as_ref(),
+            &block_table,
+            &lens,
+            sm_scale,
+        );
+        let kernels = matches!(&plan, Ok(Some(p)) if has_kernels(&q, p.kernels()));
+        let take = match (path, plan, fia) {
+            (Some(p), _, _) => p,
+            (None, Ok(Some(plan)), Some(_)) if kernels => {
+                if plan.estimate.kernels_s < plan.estimate.fia_s {
+                    ExtendPath::Kernels
+                } else {
+                    ExtendPath::Fused
+                }
+            }
+            (None, _, Some(_)) => ExtendPath::Fused,
+            (None, Ok(Some(_)), None) if kernels => ExtendPath::Kernels,
+            (None, Ok(None), None) => ExtendPath::Kernels,
+            // Shapes the kernels cannot tile, or no kernels on the device: the composed default.
+            (None, _, None) => {
+                return composed::extend_attention::<Self>(
+                    q,
+                    k_cache,
+                    v_cache,
+                    block_table,
+                    lens,
+                    sm_scale,
+                )
+            }
+        };
+        match (take, v_cache) {
+            (ExtendPath::Fused, Some(v)) => Self::paged_prefill_attention(
+                q,
+                k_cache,
+                v,
+                block_table,
+                PrefillLens {
+                    q_lens: lens.q_lens,
+                    kv_lens: lens.kv_lens,
+                    page_size: lens.page_size,
+                },
+                sm_scale,
+            ),
+            (ExtendPath::Fused, None) => run(
+                OP,
+                Err(crate::ops::broadcast::invalid_input(
+                    OP,
+                    "the fused operator was asked for, but the cache has no value rows (MLA)"
+                        .into(),
+                )),
+            ),
+            (ExtendPath::Kernels, v) => run(
+                OP,
+                fused::extend_attention(&q, &k_cache, v.as_ref(), &block_table, &lens, sm_scale),
+            ),
+        }
     }
 
     fn grouped_matmul(

@@ -17,6 +17,7 @@
 use burn_tensor::{activation::softmax, Bool, Int, Tensor};
 
 use super::{float, int, prim, Backend, DType, FloatTensor, FusedOps, IntTensor, Ints};
+use crate::ops::fused::ExtendLens;
 pub use crate::ops::fused::{DecodeAttentionOptions, DecodePath};
 
 /// The results of [`FusedOps::alloc_extend`], in the index dtype of the inputs.
@@ -411,5 +412,63 @@ pub fn paged_prefill_attention<B: FusedOps>(
         block_table.into_primitive(),
         lens,
         sm_scale,
+    ))
+}
+
+/// Which implementation runs [`extend_attention`] on `Ascend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtendPath {
+    /// `aclnnFusedInferAttentionScoreV3` with the block table (see
+    /// [`FusedOps::paged_prefill_attention`]).
+    Fused,
+    /// The extend kernels: on the cube for f16/bf16 (`extend_attention_scores`, `_softmax`,
+    /// `_values`), on the vector cores for f32 (`decode_attention_stage1`'s extend form and
+    /// `decode_attention_stage2`).
+    Kernels,
+}
+
+/// The composed `extend_attention`: [`composed_paged_prefill_attention`] with the values of an
+/// MLA cache (no `v_cache`) taken as the first `value_dim` dims of the key rows.
+pub fn composed_extend_attention<B: Backend>(
+    q: FloatTensor<B>,
+    k_cache: FloatTensor<B>,
+    v_cache: Option<FloatTensor<B>>,
+    block_table: IntTensor<B>,
+    lens: ExtendLens<'_>,
+    sm_scale: f32,
+) -> FloatTensor<B> {
+    let values = v_cache
+        .unwrap_or_else(|| prim(float::<B, 3>(k_cache.clone()).narrow(2, 0, lens.value_dim)));
+    composed_paged_prefill_attention::<B>(
+        q,
+        k_cache,
+        values,
+        block_table,
+        lens.q_lens,
+        lens.kv_lens,
+        lens.page_size,
+        sm_scale,
+    )
+}
+
+/// Paged extend attention (see [`FusedOps::extend_attention`]): `[T, HQ, Dv]` in q's dtype;
+/// `path` `None` lets the device model choose. Inference-only.
+pub fn extend_attention<B: FusedOps>(
+    q: Tensor<B, 3>,
+    k_cache: Tensor<B, 3>,
+    v_cache: Option<Tensor<B, 3>>,
+    block_table: Tensor<B, 2, Int>,
+    lens: ExtendLens<'_>,
+    sm_scale: f32,
+    path: Option<ExtendPath>,
+) -> Tensor<B, 3> {
+    float(B::extend_attention(
+        prim(q),
+        prim(k_cache),
+        v_cache.map(prim),
+        block_table.into_primitive(),
+        lens,
+        sm_scale,
+        path,
     ))
 }

@@ -5,6 +5,7 @@
 //! per op family; this one holds what they share.
 
 mod elementwise;
+mod extend;
 mod grouped;
 mod moe;
 mod norm;
@@ -22,6 +23,8 @@ use burn_ascend_kernels::tiling::{DeviceProps, NormType, SOCS};
 
 pub(crate) use elementwise::check_vector_add;
 pub use elementwise::vector_add;
+pub(crate) use extend::check_extend_attention;
+pub use extend::{extend_attention, extend_attention_plan, ExtendLens};
 pub(crate) use grouped::{check_grouped_matmul, check_grouped_matmul_weight_grad};
 pub use grouped::{grouped_matmul, grouped_matmul_available, grouped_matmul_weight_grad};
 pub(crate) use moe::{check_moe_gather, check_moe_scatter, check_token_rearrange};
