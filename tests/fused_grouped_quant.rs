@@ -346,6 +346,55 @@ fn grouped_matmul_quant_equals_the_integer_math_on_flex() {
     }
 }
 
+/// The device model's cube term for the expert products, group by group, whole fractals:
+/// 16x32x16 per cycle in int8 (A8W8), 16x16x16 in bf16 (the float and the antiquant forms);
+/// empty experts cost nothing (hardware-atlas-a2.md §4.1).
+#[test]
+#[serial]
+fn the_cube_term_counts_each_expert_group_at_its_operand_rate() {
+    let (k, n, sizes) = (96, 40, [20, 0, 12]);
+    let (e, m) = (sizes.len(), sizes.iter().sum::<i32>() as usize);
+    // Groups of 20 and 12 rows: 2 + 1 row fractals, 3 column fractals, k in 6 (half) or 3
+    // (int8) steps.
+    let (half, int8) = (3 * 3 * 6, 3 * 3 * 3);
+    let cycles = |f: &dyn Fn() -> Tensor<Ascend, 2>| {
+        let before = work_counters();
+        f().into_data();
+        work_counters().since(&before).aclnn_cube_cycles
+    };
+    let group_sizes = || ints::<Ascend, 1>(&sizes, [e], DType::I32, &ascend());
+    let wq = || ints::<Ascend, 3>(&int8s(e * k * n, 3), [e, k, n], DType::I8, &ascend());
+    let scale = TensorData::new(vec![1e-3f32; e * n], [e, n]);
+    let x = host_values(vec![m, k], 4);
+    let a8w8 = cycles(&|| {
+        fused::grouped_matmul_quant(
+            ints::<Ascend, 2>(&int8s(m * k, 5), [m, k], DType::I8, &ascend()),
+            wq(),
+            float(&scale, DType::F32, &ascend()),
+            None,
+            group_sizes(),
+            DType::BF16,
+        )
+    });
+    let a16w8 = cycles(&|| {
+        fused::grouped_matmul_antiquant(
+            float::<Ascend, 2>(&x, DType::BF16, &ascend()),
+            wq(),
+            float(&scale, DType::BF16, &ascend()),
+            None,
+            group_sizes(),
+        )
+    });
+    let bf16 = cycles(&|| {
+        fused::grouped_matmul(
+            float::<Ascend, 2>(&x, DType::BF16, &ascend()),
+            float(&host_values(vec![e, k, n], 6), DType::BF16, &ascend()),
+            group_sizes(),
+        )
+    });
+    assert_eq!((a8w8, a16w8, bf16), (int8, half, half));
+}
+
 #[test]
 #[serial]
 fn grouped_matmul_antiquant_equals_the_dequantised_math_on_flex() {

@@ -25,6 +25,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
+use super::counters::CubeOperands;
 use super::fault::{fault, Fault};
 use super::meta::Kernel;
 use super::meta::{tensor_arg, tensor_list_arg, TensorDesc};
@@ -210,6 +211,19 @@ impl Plan {
             let used = sizes.iter().filter(|&&s| s > 0).count();
             let per_group = (self.k * self.n * self.weight.dtype.size()) as u64;
             super::counters::ran(used as u64 * per_group);
+        }
+        // The cube's work, group by group: int8 operands at the int8 fractal, f16/bf16 (and
+        // the antiquant form, whose weight is dequantised to x's type) at the half rate.
+        let operands = match (&self.quant, self.x.dtype) {
+            (Quant::A8W8 { .. }, _) => CubeOperands::Int8,
+            (Quant::Float, F32) => CubeOperands::F32,
+            _ => CubeOperands::Half,
+        };
+        for &size in sizes.iter().filter(|&&s| s > 0) {
+            match self.split {
+                Split::M => super::counters::cube(size, self.n, self.k, operands),
+                Split::K => super::counters::cube(self.m, self.n, size, operands),
+            }
         }
         match &self.quant {
             Quant::Float => {}
