@@ -517,8 +517,9 @@ pub trait FusedOps: Backend {
     }
 
     /// A8W8 grouped matmul of MoE experts: int8 `x [M, K]` grouped by expert as in
-    /// [`FusedOps::grouped_matmul`], int8 `weights [E, K, N]`, `out[r] = (x[r] . w[e][:, n])
-    /// * w_scale[e, n] * x_scale[r]`: the sum exact in int32, the scaling in f32, rounded once
+    /// [`FusedOps::grouped_matmul`], int8 `weights [E, K, N]`,
+    /// `out[r] = (x[r] . w[e][:, n]) * w_scale[e, n] * x_scale[r]`: the sum exact in int32, the
+    /// scaling in f32, rounded once
     /// to `out` (F16 or BF16). For a BF16 out the weight scale is rounded to bf16 first (the
     /// A2 operator takes a bf16 scale then). Rows past `sum(group_sizes)` are zero.
     /// `w_scale [E, N]` and `x_scale [M]` are f32. Inference-only.
