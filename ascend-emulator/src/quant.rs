@@ -98,30 +98,35 @@ fn transposed(op: &str, name: &str, t: &TensorDesc) -> Result<bool, Fault> {
     ))
 }
 
-/// Rounds to the nearest integer, ties to even (the vector unit's CAST_RINT), saturated to
-/// `[-127, 127]`.
-fn rint_int8(v: f32) -> f32 {
-    v.round_ties_even().clamp(-QMAX, QMAX)
+/// One row quantised per token to symmetric int8 in f32 (the vector unit's compute type), the
+/// formula of both operators' docs (aclnnDynamicQuant; aclnnMoeInitRoutingQuantV2, "动态quant"):
+/// `scale = max|v| / 127`, `q = round(v / scale)`. Returns the scale.
+///
+/// ASSUMPTION (the docs name `round` only and leave a row of zeros open): to nearest, ties to
+/// even (CAST_RINT), saturated to `[-127, 127]` (`|v / scale| <= 127` by construction); a row
+/// of zeros gets scale 0 and values 0, the stricter reading: no NaN reaches the int8 output.
+pub(crate) fn quantise_row(row: &[f32], q: &mut [i8]) -> f32 {
+    let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let scale = max / QMAX;
+    for (d, &v) in q.iter_mut().zip(row) {
+        *d = if scale == 0.0 {
+            0
+        } else {
+            (v / scale).round_ties_even().clamp(-QMAX, QMAX) as i8
+        };
+    }
+    scale
 }
 
-/// Per-token symmetric quantization of rows of `k` values (f32, the vector unit's compute
-/// type): `scale = rowmax|v| / 127`, `q = rint(v * (127 / rowmax|v|))`.
-///
-/// ASSUMPTION (the op doc writes `round(x / scale)` and leaves the rounding and a row of zeros
-/// open): the kernel multiplies by the reciprocal `127 / rowmax` and rounds half to even; a row
-/// of zeros gets scale 0 and values 0 (the stricter reading: no NaN reaches the int8 output).
-pub fn per_token_int8(values: &[f32], k: usize) -> (Vec<f32>, Vec<f32>) {
+/// [`quantise_row`] over rows of `k` values: the int8 values (as f32) and the scales.
+pub(crate) fn per_token_int8(values: &[f32], k: usize) -> (Vec<f32>, Vec<f32>) {
+    let k = k.max(1);
+    let mut row_q = vec![0i8; k];
     let mut q = Vec::with_capacity(values.len());
-    let mut scales = Vec::with_capacity(values.len() / k.max(1));
-    for row in values.chunks(k.max(1)) {
-        let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-        if max == 0.0 {
-            q.extend(row.iter().map(|_| 0.0));
-        } else {
-            let inv = QMAX / max;
-            q.extend(row.iter().map(|&v| rint_int8(v * inv)));
-        }
-        scales.push(max / QMAX);
+    let mut scales = Vec::with_capacity(values.len() / k);
+    for row in values.chunks(k) {
+        scales.push(quantise_row(row, &mut row_q[..row.len()]));
+        q.extend(row_q[..row.len()].iter().map(|&v| f32::from(v)));
     }
     (q, scales)
 }

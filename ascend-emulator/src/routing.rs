@@ -24,6 +24,7 @@ use super::meta::Kernel;
 use super::meta::{tensor_arg, TensorDesc};
 use super::numerics::Elem;
 use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
+use super::quant::quantise_row;
 use super::view::{map, put_f32, Mapped, Walk};
 use ascend_acl::dtype::DataType::{self, *};
 use ascend_acl::types::status::*;
@@ -122,20 +123,6 @@ struct InitRouting {
     layout: Layout,
     /// Dynamic quantisation (InitRoutingQuantV2): the per-row scale output.
     quant_scale: Option<TensorDesc>,
-}
-
-/// One row quantised dynamically to int8 (aclnnMoeInitRoutingQuantV2 doc, "动态quant"):
-/// `scale = max|x| / 127` and `q = round(x / scale)`, in f32. ASSUMPTION (the doc names
-/// `round` only): to nearest, ties to even, as the vector unit's CAST_RINT; `|x / scale| <= 127`
-/// by construction, and the conversion saturates regardless. An all-zero row has scale 0 and
-/// 0/0 = NaN converts to 0 (aclnnCast's NaN rule, `numerics::Elem::storer`): zeros.
-pub(crate) fn quantise_row(row: &[f32], q: &mut [i8]) -> f32 {
-    let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let scale = amax / 127.0;
-    for (d, &v) in q.iter_mut().zip(row) {
-        *d = (v / scale).round_ties_even() as i8;
-    }
-    scale
 }
 
 impl InitRouting {

@@ -51,7 +51,7 @@ fn int8_matrix(op: &str, name: &str, t: &AscendTensor) -> AclResult<()> {
 
 /// Per-token int8 quantization of `x [.., K]` (F16 or BF16): I8 values of x's shape and F32
 /// scales of x's shape without its last dim, `scale = rowmax|x| / 127` and
-/// `q = rint(x * 127 / rowmax|x|)` (a row of zeros gets scale 0 and values 0).
+/// `q = rint(x / scale)` (a row of zeros gets scale 0 and values 0).
 pub fn dynamic_quant(x: &AscendTensor) -> AclResult<(AscendTensor, AscendTensor)> {
     const OP: &str = "dynamic_quant";
     half(OP, x)?;

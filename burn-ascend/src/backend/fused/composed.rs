@@ -378,20 +378,12 @@ fn to_i8<B: Backend>(t: Float2<B>) -> IntTensor<B> {
     t.int().cast(IntDType::I8).into_primitive()
 }
 
-/// The composed default of [`FusedOps::dynamic_quant`].
+/// The composed default of [`FusedOps::dynamic_quant`]: [`quantize_along`] the rows in f32.
 pub fn dynamic_quant<B: Backend>(x: FloatTensor<B>) -> (IntTensor<B>, FloatTensor<B>) {
     let x: Float2<B> = float::<B, 2>(x).cast(DType::F32);
-    let [m, k] = x.dims();
-    let max = x.clone().abs().max_dim(1);
-    let zero = max.clone().equal_elem(0.0);
-    // 127 / max as one f32 division (a zero row is masked below).
-    let inv = Float2::<B>::full([m, 1], QMAX, (&x.device(), DType::F32))
-        / max.clone().clamp_min(f32::MIN_POSITIVE);
-    let q = (x * inv)
-        .round()
-        .clamp(-QMAX, QMAX)
-        .mask_fill(zero.expand([m, k]), 0.0);
-    (to_i8(q), prim((max / QMAX).reshape([m])))
+    let [m, _] = x.dims();
+    let (q, scale) = quantize_along(x, 1);
+    (q.into_primitive(), prim(scale.reshape([m])))
 }
 
 /// The composed default of [`FusedOps::weight_quant_matmul`].

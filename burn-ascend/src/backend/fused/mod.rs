@@ -455,7 +455,7 @@ pub trait FusedOps: Backend {
     }
 
     /// Per-token symmetric int8 quantization of float `x [M, K]`: `(q [M, K] I8, scale [M]
-    /// F32)` with `scale = max_k |x| / 127` and `q = rint(x * (127 / max_k |x|))` (f32, ties
+    /// F32)` with `scale = max_k |x| / 127` and `q = rint(x / scale)` (f32, ties
     /// to even; a row of zeros gets scale 0 and values 0). `Ascend` runs aclnnDynamicQuant for
     /// F16/BF16 `x`.
     fn dynamic_quant(x: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
@@ -1425,13 +1425,5 @@ pub fn quantize_experts_per_channel<B: Backend>(
     w: Tensor<B, 3>,
 ) -> (Tensor<B, 3, Int>, Tensor<B, 2>) {
     let (q, scale) = composed::quantize_along(w.cast(DType::F32), 1);
-    (q, scale.squeeze_dim(1))
-}
-
-/// Rows `x [M, K]` quantised symmetrically to int8 per row on the device (Burn ops):
-/// `scale[m] = max|x[m]| / 127` (f32) and `round_ties_even(x / scale)`, the quantisation
-/// [`moe_gather_quant`] applies, for activations produced between two expert matmuls.
-pub fn quantize_rows<B: Backend>(x: Tensor<B, 2>) -> (Tensor<B, 2, Int>, Tensor<B, 1>) {
-    let (q, scale) = composed::quantize_along(x.cast(DType::F32), 1);
     (q, scale.squeeze_dim(1))
 }
