@@ -48,8 +48,6 @@ public:
                                 const BurnExtendScoresTiling& t, TPipe* pipe)
     {
         tiling = t;
-        group = t.qHeads / t.kvHeads;
-        headTiles = (group + t.headTile - 1) / t.headTile;
         mp = Align16(t.tokenTile * t.headTile);
         np = t.keyTile;
         kp = Align16(t.headDimK);
@@ -69,22 +67,9 @@ public:
 
     __aicore__ inline void Process()
     {
-        const uint32_t capacity = tiling.width * tiling.pageSize;
-        const uint32_t perTile = tiling.kvHeads * headTiles;
-        ForEachExtendUnit(
-            lensGm, tiling.requests, tiling.tokens, capacity,
-            [this, perTile](const ExtendRequest& q) {
-                return static_cast<uint64_t>((q.rows + tiling.tokenTile - 1) / tiling.tokenTile) * perTile;
-            },
-            [this](const ExtendRequest& q, uint32_t r, uint32_t local) {
-                const uint32_t ht = local % headTiles;
-                const uint32_t hkv = (local / headTiles) % tiling.kvHeads;
-                const uint32_t i0 = local / headTiles / tiling.kvHeads * tiling.tokenTile;
-                const uint32_t first = ht * tiling.headTile;
-                const uint32_t heads = group - first < tiling.headTile ? group - first : tiling.headTile;
-                const uint32_t toks = q.rows - i0 < tiling.tokenTile ? q.rows - i0 : tiling.tokenTile;
-                Unit(q, r, hkv, hkv * group + first, heads, i0, toks);
-            });
+        ForEachExtendCubeUnit(lensGm, tiling,
+                              [this](const ExtendRequest& q, uint32_t r, uint32_t hkv, uint32_t h0, uint32_t heads,
+                                     uint32_t i0, uint32_t toks) { Unit(q, r, hkv, h0, heads, i0, toks); });
     }
 
 private:
@@ -195,8 +180,6 @@ private:
     }
 
     BurnExtendScoresTiling tiling;
-    uint32_t group = 1;      // G = HQ / HKV
-    uint32_t headTiles = 1;  // head tiles per group
     uint32_t mp = 16;        // tokenTile x headTile rounded up to 16 (A's padded rows)
     uint32_t np = 16;        // key tile (B's padded rows, already a multiple of 16)
     uint32_t kp = 16;        // Dk rounded up to 16

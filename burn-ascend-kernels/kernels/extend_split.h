@@ -69,6 +69,31 @@ __aicore__ inline void ForEachExtendUnit(const GlobalTensor<int32_t>& lensGm, ui
     }
 }
 
+// A cube extend kernel's units, dealt as ForEachExtendUnit deals them: per request, its token
+// tiles x kv heads x head tiles (a group's heads cut in tiles of `t.headTile`), handed to
+// unit(q, r, kv head, first query head, heads, first chunk row, rows).
+template <typename Tiling, typename F>
+__aicore__ inline void ForEachExtendCubeUnit(const GlobalTensor<int32_t>& lensGm, const Tiling& t, F unit)
+{
+    const uint32_t group = t.qHeads / t.kvHeads;
+    const uint32_t headTiles = (group + t.headTile - 1) / t.headTile;
+    const uint32_t perTile = t.kvHeads * headTiles;
+    ForEachExtendUnit(
+        lensGm, t.requests, t.tokens, t.width * t.pageSize,
+        [&t, perTile](const ExtendRequest& q) {
+            return static_cast<uint64_t>((q.rows + t.tokenTile - 1) / t.tokenTile) * perTile;
+        },
+        [&t, &unit, group, headTiles](const ExtendRequest& q, uint32_t r, uint32_t local) {
+            const uint32_t ht = local % headTiles;
+            const uint32_t hkv = (local / headTiles) % t.kvHeads;
+            const uint32_t i0 = local / headTiles / t.kvHeads * t.tokenTile;
+            const uint32_t first = ht * t.headTile;
+            const uint32_t heads = group - first < t.headTile ? group - first : t.headTile;
+            const uint32_t toks = q.rows - i0 < t.tokenTile ? q.rows - i0 : t.tokenTile;
+            unit(q, r, hkv, hkv * group + first, heads, i0, toks);
+        });
+}
+
 // The cache slot of position `pos` of request r: block_table[r, pos / pageSize] * pageSize +
 // pos % pageSize, the page checked against the caches.
 __aicore__ inline uint64_t ExtendSlot(const GlobalTensor<int32_t>& tableGm, uint32_t r, int64_t pos, uint32_t width,
