@@ -499,3 +499,100 @@ fn extend_attention_refuses_a_bad_call_naming_it() {
         "{text}"
     );
 }
+
+/// A prefill step's device memory does not grow with the square of its context (issue 23): a
+/// chunk of 16 rows after 32752 cached tokens (4 query heads over one kv head, f16) runs through
+/// the extend kernels (windows of 8192 positions, an accumulator per row) under a 10 MiB cap that
+/// the composed path, which gathers every request's keys and values and materialises its
+/// `[chunk, heads, context]` scores, exceeds; then both agree with the cap lifted.
+#[test]
+#[serial]
+fn a_long_prefill_step_fits_a_memory_cap_the_composed_path_exceeds() {
+    use burn_ascend::emulator::set_device_memory_limit;
+    use burn_ascend::runtime::DeviceContext;
+    if common::skipped_on_npu("a_long_prefill_step_fits_a_memory_cap_the_composed_path_exceeds") {
+        return;
+    }
+    const CAP: u64 = 10 << 20;
+    /// Gives NPU 1 back its capacity, even if an assertion failed.
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            set_device_memory_limit(1, 64 << 30);
+        }
+    }
+    let _restore = Restore;
+    let device = AscendDevice::Emulated(1);
+    let ctx = DeviceContext::get(&device).unwrap();
+    let case = gqa(&[(32752, 16)], 4, 1, 128, DType::F16);
+    let x = case.inputs();
+    let slots = case.pages * case.page_size;
+    // Uploaded as f16 (no f32 copies): the device's peak is the inputs' and the calls'.
+    let float = |v: &[f32], shape: [usize; 3]| {
+        Tensor::<Ascend, 3>::from_data(
+            TensorData::new(v.to_vec(), shape).convert_dtype(DType::F16),
+            (&device, DType::F16),
+        )
+    };
+    let q = float(&x.q, [case.tokens(), case.q_heads, case.dk]);
+    let k = float(&x.k, [slots, case.kv_heads, case.dk]);
+    let v = float(&x.v, [slots, case.kv_heads, case.dv]);
+    let table = Tensor::<Ascend, 2, Int>::from_data(
+        TensorData::new(x.table.clone(), [1, x.width]),
+        (&device, DType::I32),
+    );
+    let lens = ExtendLens {
+        q_lens: &x.q_lens,
+        kv_lens: &x.kv_lens,
+        page_size: case.page_size,
+        value_dim: case.dv,
+    };
+    let composed = || {
+        let out = fused::composed::extend_attention::<Ascend>(
+            q.clone().into_primitive().tensor(),
+            k.clone().into_primitive().tensor(),
+            Some(v.clone().into_primitive().tensor()),
+            table.clone().into_primitive(),
+            lens,
+            case.scale(),
+        );
+        Tensor::<Ascend, 3>::from_primitive(burn::tensor::TensorPrimitive::Float(out))
+            .cast(DType::F32)
+            .into_data()
+    };
+    ctx.release_cache().unwrap();
+    set_device_memory_limit(1, CAP);
+    let got = fused::extend_attention(
+        q.clone(),
+        k.clone(),
+        Some(v.clone()),
+        table.clone(),
+        lens,
+        case.scale(),
+        Some(ExtendPath::Kernels),
+    )
+    .cast(DType::F32)
+    .into_data();
+    let peak = ctx.memory_stats().peak_bytes_in_use as u64;
+    assert!(peak < CAP, "peak {peak} bytes");
+    ctx.release_cache().unwrap();
+    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(composed))
+        .expect_err("the composed path fits the cap");
+    let message = refused
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("207001"),
+        "not an allocation failure: {message}"
+    );
+    ctx.release_cache().unwrap();
+    set_device_memory_limit(1, 64 << 30);
+    let want = composed();
+    let worst = got
+        .iter::<f32>()
+        .zip(want.iter::<f32>())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst < 2e-2, "worst difference {worst}");
+}

@@ -535,22 +535,25 @@ async fn bad_requests_get_openai_errors_naming_the_field() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[parallel]
 async fn a_full_waiting_queue_is_a_429_with_retry_after_and_loses_nothing_admitted() {
-    // 5 pages of 4 slots, one request waiting at most: a running request of 12 + 9 tokens
-    // holds the cache, the next one waits for it, a third is refused.
+    // 5 pages of 12 slots, one request waiting at most: a running request of 36 + 24 tokens
+    // holds the cache (its prompt takes 3 pages, so the next prompt of 3 pages waits for it), a
+    // third is refused. Its 24 decode steps are the window in which the two arrive: long
+    // enough for a loaded machine.
     let cfg = ServeConfig {
         pages: 5,
-        max_seq: 32,
+        page_size: 12,
+        max_seq: 64,
         max_waiting: 1,
         ..config()
     };
     let server = Arc::new(Running::start(cfg, None).await);
-    let prompt: Vec<u32> = (10..22).collect();
+    let prompt: Vec<u32> = (10..46).collect();
     let body = |max: usize, stream: bool| {
         json!({"model": MODEL, "prompt": prompt, "max_tokens": max, "temperature": 0,
                "stop_token_ids": [], "stream": stream})
     };
     let mut running = server
-        .post("/v1/completions", body(9, true))
+        .post("/v1/completions", body(24, true))
         .await
         .bytes_stream();
     // Its first chunk: it runs.
