@@ -506,7 +506,7 @@ fn extend_attention_refuses_a_bad_call_naming_it() {
 /// the composed path, which gathers every request's keys and values and materialises its
 /// `[chunk, heads, context]` scores, exceeds; then both agree with the cap lifted.
 #[test]
-#[serial]
+#[serial(fault_device)]
 fn a_long_prefill_step_fits_a_memory_cap_the_composed_path_exceeds() {
     use burn_ascend::emulator::set_device_memory_limit;
     use burn_ascend::runtime::DeviceContext;
@@ -514,15 +514,18 @@ fn a_long_prefill_step_fits_a_memory_cap_the_composed_path_exceeds() {
         return;
     }
     const CAP: u64 = 10 << 20;
-    /// Gives NPU 1 back its capacity, even if an assertion failed.
-    struct Restore;
+    // The fault device, freshly reset: its own memory cap and a peak counted from zero, with
+    // the tests that fault it kept off (`serial(fault_device)`).
+    common::reset_fault_device();
+    let device = common::fault_device();
+    /// Gives the device back its capacity, even if an assertion failed.
+    struct Restore(usize);
     impl Drop for Restore {
         fn drop(&mut self) {
-            set_device_memory_limit(1, 64 << 30);
+            set_device_memory_limit(self.0, 64 << 30);
         }
     }
-    let _restore = Restore;
-    let device = AscendDevice::Emulated(1);
+    let _restore = Restore(device.index());
     let ctx = DeviceContext::get(&device).unwrap();
     let case = gqa(&[(32752, 16)], 4, 1, 128, DType::F16);
     let x = case.inputs();
@@ -561,7 +564,7 @@ fn a_long_prefill_step_fits_a_memory_cap_the_composed_path_exceeds() {
             .into_data()
     };
     ctx.release_cache().unwrap();
-    set_device_memory_limit(1, CAP);
+    set_device_memory_limit(device.index(), CAP);
     let got = fused::extend_attention(
         q.clone(),
         k.clone(),
@@ -587,7 +590,7 @@ fn a_long_prefill_step_fits_a_memory_cap_the_composed_path_exceeds() {
         "not an allocation failure: {message}"
     );
     ctx.release_cache().unwrap();
-    set_device_memory_limit(1, 64 << 30);
+    set_device_memory_limit(device.index(), 64 << 30);
     let want = composed();
     let worst = got
         .iter::<f32>()
