@@ -99,6 +99,7 @@ impl<B: FusedOps + CollectiveOps> ExpertParallel<B> {
                         up: part(&moe.up),
                         down: part(&moe.down),
                         parallel: Parallel::default(),
+                        quantized: None,
                     }
                 })
                 .collect();
