@@ -14,6 +14,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
@@ -26,6 +27,7 @@ use burn_ascend_suite::hf::TextTokenizer;
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::model::MoeDecoder;
+use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
 use burn_ascend_suite::moe::step::StepModel;
 use burn_ascend_suite::moe::train::{train, TrainConfig};
 use common::*;
@@ -445,5 +447,113 @@ fn quantized_trained_example_model_agrees_with_float() {
             c.prompt_agreement >= 0.97 && c.text_agreement >= 0.97,
             "example: {c:?}"
         );
+    }
+}
+
+#[test]
+#[serial]
+fn training_a_quantized_model_is_refused() {
+    type Train = burn_autodiff::Autodiff<Ascend>;
+    let device = device();
+    let cfg = TrainConfig {
+        steps: 1,
+        batch: 1,
+        seq_len: 8,
+        learning_rate: 1e-3,
+        aux_weight: 0.0,
+    };
+    let tokens = corpus::tokens();
+    let decoder = families::load::<Train>(fixture("mixtral"), DType::F32, &device)
+        .unwrap()
+        .model
+        .quantize(Quantize::W8A8);
+    let err = train(decoder, &tokens, &cfg, &device, |_| {})
+        .map(|_| ())
+        .expect_err("a quantized decoder");
+    assert!(
+        err.to_string()
+            .contains("the model is quantized (w8a8) for inference"),
+        "{err}"
+    );
+    let built_in = MoeDecoder::<Train>::new(&MoeConfig::new().with_hidden(32), &device)
+        .unwrap()
+        .quantize(Quantize::W8A16)
+        .unwrap();
+    let err = train(built_in, &tokens, &cfg, &device, |_| {})
+        .map(|_| ())
+        .expect_err("a quantized built-in model");
+    assert!(err.to_string().contains("quantized (w8a16)"), "{err}");
+}
+
+/// Each prompt's greedy tokens from a server on `model` (captured decode or eager), and how
+/// many steps replayed a captured graph.
+fn serve_greedy<M: StepModel<Ascend>>(
+    model: M,
+    prompts: &[Vec<u32>],
+    captured: bool,
+) -> (Vec<Vec<u32>>, usize) {
+    let device = device();
+    let cfg = ServeConfig {
+        pages: 64,
+        page_size: 4,
+        max_seq: 64,
+        max_kv_splits: 3,
+        step_tokens: 8,
+        max_waiting: 64,
+        record_logits: false,
+    };
+    let mut server = Server::new(model, cfg, &device).unwrap();
+    if captured {
+        server.enable_captured_decode(&[1, 2, 4]).unwrap();
+        assert_eq!(server.eager_buckets(), [], "every bucket captured");
+    }
+    let mut ids = HashMap::new();
+    for (i, p) in prompts.iter().enumerate() {
+        ids.insert(server.submit(Request::greedy(p.clone(), 24)).unwrap(), i);
+    }
+    let (mut done, mut replays, mut steps) = (HashMap::new(), 0, 0);
+    while done.len() < prompts.len() {
+        let report = server.step();
+        replays += usize::from(report.captured.is_some());
+        for (id, result) in report.finished {
+            done.insert(ids[&id], result.expect("a finished request").tokens);
+        }
+        steps += 1;
+        assert!(steps < 200, "the server stalls");
+    }
+    (
+        (0..prompts.len()).map(|i| done[&i].clone()).collect(),
+        replays,
+    )
+}
+
+#[test]
+#[serial]
+fn quantized_models_serve_with_captured_decode() {
+    let device = device();
+    for name in [
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+        "deepseek_v2",
+        "deepseek_v3",
+    ] {
+        let prompts = prompts(name);
+        for mode in [Quantize::W8A16, Quantize::W8A8] {
+            let load = || {
+                families::load::<Ascend>(fixture(name), DType::BF16, &device)
+                    .unwrap()
+                    .model
+                    .quantize(mode)
+            };
+            let (eager, none) = serve_greedy(load(), &prompts, false);
+            assert_eq!(none, 0);
+            let (captured, replays) = serve_greedy(load(), &prompts, true);
+            assert!(replays > 20, "{name} {mode}: {replays} captured steps");
+            assert_eq!(
+                captured, eager,
+                "{name} {mode}: captured against eager decode"
+            );
+        }
     }
 }
