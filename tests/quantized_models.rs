@@ -557,3 +557,22 @@ fn quantized_models_serve_with_captured_decode() {
         }
     }
 }
+
+#[test]
+#[serial]
+fn a_quantized_model_is_not_split_across_npus() {
+    use burn_ascend_suite::moe::expert_parallel::ExpertParallel;
+    let device = device();
+    let model = MoeDecoder::<Ascend>::new(&MoeConfig::new().with_hidden(32), &device)
+        .unwrap()
+        .quantize(Quantize::W8A8)
+        .unwrap();
+    let err = ExpertParallel::shard(model, &[device, second_device()])
+        .map(|_| ())
+        .expect_err("a quantized model");
+    assert!(
+        err.to_string()
+            .contains("the model is quantized (w8a8): a quantized model serves on one NPU"),
+        "{err}"
+    );
+}
