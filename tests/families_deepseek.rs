@@ -19,6 +19,7 @@ use burn_ascend_suite::families::blocks::deepseek_router::{
     DeepseekRouter, RouterConfig, TopkMethod,
 };
 use burn_ascend_suite::families::blocks::mla::{Mla, MlaConfig};
+use burn_ascend_suite::families::blocks::quant::Projection;
 use burn_ascend_suite::families::blocks::yarn::{Rotary, Yarn};
 use burn_ascend_suite::families::{self, spec_of};
 use burn_ascend_suite::hf;
@@ -308,6 +309,10 @@ impl Matrix {
     }
 }
 
+fn float(p: &Projection<B>) -> &burn::nn::Linear<B> {
+    p.float().expect("a float projection")
+}
+
 fn host_linear(l: &burn::nn::Linear<B>) -> (Matrix, Option<Vec<f64>>) {
     let bias = l
         .bias
@@ -359,21 +364,21 @@ fn host_mla(mla: &Mla<B>, x: &[f64]) -> Vec<f64> {
     let vec1 = |p: &Param<Tensor<B, 1>>| -> Vec<f64> {
         floats(p.val()).into_iter().map(f64::from).collect()
     };
-    let (kva, kva_b) = host_linear(&mla.kv_a_proj_with_mqa);
+    let (kva, kva_b) = host_linear(float(&mla.kv_a_proj_with_mqa));
     let kv_norm = vec1(&mla.kv_a_layernorm.weight);
     let (kvb, _) = host_linear(&mla.kv_b_proj);
-    let (o, o_b) = host_linear(&mla.o_proj);
+    let (o, o_b) = host_linear(float(&mla.o_proj));
     let query = |row: &[f64]| -> Vec<f64> {
         match (&mla.q_proj, &mla.q_lora) {
-            (Some(q), _) => host_linear(q).0.apply(row, None),
+            (Some(q), _) => host_linear(float(q)).0.apply(row, None),
             (None, Some(lora)) => {
-                let (a, a_b) = host_linear(&lora.q_a_proj);
+                let (a, a_b) = host_linear(float(&lora.q_a_proj));
                 let normed = host_rms_norm(
                     &a.apply(row, a_b.as_deref()),
                     &vec1(&lora.q_a_layernorm.weight),
                     c.latent_norm_eps,
                 );
-                host_linear(&lora.q_b_proj).0.apply(&normed, None)
+                host_linear(float(&lora.q_b_proj)).0.apply(&normed, None)
             }
             (None, None) => unreachable!(),
         }

@@ -437,3 +437,104 @@ fn a_fine_tuned_checkpoint_is_saved_and_serves_again_as_it_served_after_training
     let again = serve(saved.to_str().unwrap(), &[]);
     assert_eq!(tuned, again, "the saved checkpoint is the fine-tuned model");
 }
+
+#[test]
+#[parallel]
+fn quantize_options_are_checked_before_anything_runs() {
+    let err = example::Args::try_parse_from(["moe_decoder", "--quantize", "w4a8"])
+        .map(|_| ())
+        .expect_err("an unknown scheme")
+        .to_string();
+    assert!(err.contains("expected w8a16 or w8a8"), "{err}");
+    let (dir, _) = fixture("qwen3_moe");
+    fails_saying(
+        &["--model", &dir, "--train-steps", "2", "--quantize", "w8a8"],
+        "--quantize w8a8 with --train-steps",
+    );
+    fails_saying(
+        &["--devices", "2", "--quantize", "w8a16"],
+        "serves on one NPU",
+    );
+}
+
+/// The generated token ids of each outcome.
+fn generated(out: &[example::Outcome]) -> Vec<Vec<u64>> {
+    out.iter()
+        .map(|o| {
+            o["token_ids"]
+                .as_array()
+                .expect("token ids")
+                .iter()
+                .map(|t| t.as_u64().expect("an id"))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+#[serial]
+fn a_quantized_checkpoint_serves_with_captured_decode_on_the_int8_operators() {
+    use burn_ascend::emulator::aclnn_runs;
+    let (dir, _) = fixture("mixtral");
+    let device = common::device().to_string();
+    let serve = |extra: &[&str]| {
+        let mut options = vec![
+            "--device",
+            &device,
+            "--model",
+            &dir,
+            "--dtype",
+            "bf16",
+            "--new-tokens",
+            "8",
+        ];
+        options.extend(extra);
+        options.extend([
+            "--prompt",
+            "The sea was",
+            "--prompt",
+            "She counted",
+            "--json",
+        ]);
+        run(&options).expect("the checkpoint serves")
+    };
+    let float = generated(&serve(&[]));
+    for (mode, op) in [
+        ("w8a16", "aclnnWeightQuantBatchMatmulV2"),
+        ("w8a8", "aclnnQuantMatmulV4"),
+    ] {
+        let before = aclnn_runs(op);
+        let quantized = generated(&serve(&["--quantize", mode]));
+        assert!(aclnn_runs(op) > before, "{mode}: {op} ran");
+        assert_eq!(quantized.len(), float.len());
+        // The first token comes from the prefill's last position: the models agree there.
+        for (q, f) in quantized.iter().zip(&float) {
+            assert_eq!(
+                q.first(),
+                f.first(),
+                "{mode}: first token {quantized:?} vs {float:?}"
+            );
+        }
+    }
+}
+
+#[test]
+#[serial]
+fn the_built_in_model_trains_then_serves_quantized() {
+    let dir = scratch("quantized");
+    let save = dir.join("weights");
+    let save = save.to_str().unwrap();
+    for mode in ["w8a16", "w8a8"] {
+        let out = run_tiny(&["--steps", "2", "--save", save, "--quantize", mode, "--json"])
+            .expect("a quantized run");
+        assert_eq!(out.len(), 4, "the four prompts");
+        for o in &out {
+            assert_eq!(
+                o["token_ids"].as_array().expect("ids").len(),
+                2,
+                "{mode}: {o}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}

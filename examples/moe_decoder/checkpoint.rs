@@ -14,6 +14,7 @@ use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::DType;
 use burn_ascend::{AscendDevice, FusedOps};
+use burn_ascend_suite::families::blocks::quant::Quantize;
 use burn_ascend_suite::families::{self, Decoder};
 use burn_ascend_suite::hf::{Checkpoint, TextTokenizer};
 use burn_ascend_suite::moe::corpus;
@@ -28,6 +29,7 @@ pub struct CheckpointPlan {
     tokenizer: TextTokenizer,
     dtype: DType,
     train: Option<TrainConfig>,
+    quantize: Option<Quantize>,
     save: PathBuf,
     serving: Serving,
 }
@@ -48,6 +50,12 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
         "bf16" => DType::BF16,
         other => return Err(format!("--dtype {other:?} is not f32, f16 or bf16")),
     };
+    if let (Some(q), true) = (args.quantize, args.train_steps > 0) {
+        return Err(format!(
+            "--quantize {q} with --train-steps: a quantized model serves only; fine-tune \
+             first, then serve the saved checkpoint with --quantize"
+        ));
+    }
     let train = (args.train_steps > 0)
         .then(|| {
             let cfg = TrainConfig {
@@ -93,6 +101,7 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
         tokenizer,
         dtype,
         train,
+        quantize: args.quantize,
         save,
         serving: Serving {
             serve,
@@ -139,5 +148,10 @@ where
     }
     let tokenizer = &plan.tokenizer;
     let text = |ids: &[u32]| tokenizer.decode(ids).map_err(|e| e.to_string());
-    serve_model(model.valid(), &plan.serving, device, None, text).map(|(outcomes, _)| outcomes)
+    let mut model = model.valid();
+    if let Some(mode) = plan.quantize {
+        model = model.quantize(mode);
+        say!("quantized the model ({mode})");
+    }
+    serve_model(model, &plan.serving, device, None, text).map(|(outcomes, _)| outcomes)
 }

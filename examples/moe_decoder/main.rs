@@ -26,6 +26,7 @@ use burn_ascend::runtime::device::ENV_DEVICE;
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{Ascend, AscendDevice, CollectiveOps, FusedOps};
 use burn_ascend_suite::a2::ModelledClock;
+use burn_ascend_suite::families::blocks::quant::Quantize;
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
@@ -172,6 +173,13 @@ pub struct Args {
     /// for the built-in model; the checkpoint's max_position_embeddings, at most 1024).
     #[arg(long)]
     max_seq: Option<usize>,
+    /// Serve with int8 weights: w8a16 (int8 weights, float activations) or w8a8 (activations
+    /// quantized per token too). The attention projections, dense MLPs and experts are
+    /// quantized per output channel after loading (and after training the built-in model);
+    /// the embedding, routers, norms and LM head stay float. The int8 operators take f16/bf16
+    /// activations (an f32 model runs the same arithmetic composed). Not with --train-steps.
+    #[arg(long, value_name = "MODE")]
+    quantize: Option<Quantize>,
 }
 
 /// The prompts the example serves unless `--prompt` names others.
@@ -249,6 +257,13 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
     if args.train_steps > 0 {
         return Err(
             "--train-steps fine-tunes a --model checkpoint; the built-in model trains --steps"
+                .into(),
+        );
+    }
+    if args.quantize.is_some() && args.devices > 1 {
+        return Err(
+            "--quantize: the quantized model serves on one NPU (its experts are not split \
+             across --devices)"
                 .into(),
         );
     }
@@ -455,7 +470,12 @@ where
             .map_err(|e| format!("saving {}: {e}", file.display()))?;
         say!("saved weights to {}", file.display());
     }
-    serve(model.valid(), plan, devices)
+    let mut model = model.valid();
+    if let Some(mode) = args.quantize {
+        model = model.quantize(mode).map_err(|e| e.to_string())?;
+        say!("quantized the model ({mode})");
+    }
+    serve(model, plan, devices)
 }
 
 fn train_model<B>(

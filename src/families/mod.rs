@@ -34,6 +34,7 @@ use crate::moe::train::TrainModel;
 use blocks::attention::{Attention, AttentionSpec};
 use blocks::ffn::{Ffn, FfnSpec, RouterStats};
 use blocks::norm::RmsNorm;
+use blocks::quant::Quantize;
 use weights::{Expected, Reader, Sink, Source};
 
 /// A checkpoint that cannot be loaded (or saved), and why.
@@ -160,6 +161,9 @@ pub struct Decoder<B: Backend> {
     head: Linear<B>,
     #[module(skip)]
     spec: DecoderSpec,
+    /// How the decoder was quantized for inference, if it was ([`Decoder::quantize`]).
+    #[module(skip)]
+    quantized: Option<Quantize>,
 }
 
 impl<B: FusedOps> Decoder<B> {
@@ -198,7 +202,36 @@ impl<B: FusedOps> Decoder<B> {
             norm: norm("model.norm.weight")?,
             head: src.linear("lm_head", false)?,
             spec: spec.clone(),
+            quantized: None,
         })
+    }
+
+    /// The decoder for inference with int8 weights: every layer's attention projections
+    /// (GQA's q/k/v/o; MLA's but `kv_b_proj`, which decode absorbs as matrices), dense MLPs,
+    /// shared experts and routed experts quantized per output channel on the device. The
+    /// embedding, routers, norms and LM head stay float, as vLLM's W8A8 schemes keep them.
+    /// Quantized activations need an F16/BF16 model to reach the int8 operators (an f32 model
+    /// runs the same arithmetic composed). Training it is refused ([`crate::moe::train::TrainError::Quantized`]).
+    pub fn quantize(self, mode: Quantize) -> Self {
+        let layers = self
+            .layers
+            .into_iter()
+            .map(|l| Layer {
+                attention: l.attention.quantize(mode),
+                ffn: l.ffn.quantize(mode),
+                ..l
+            })
+            .collect();
+        Self {
+            layers,
+            quantized: Some(mode),
+            ..self
+        }
+    }
+
+    /// How it was quantized, if it was.
+    pub fn quantized(&self) -> Option<Quantize> {
+        self.quantized
     }
 
     /// What the decoder is.
@@ -391,6 +424,10 @@ pub fn spec_of(config: &serde_json::Value) -> Result<DecoderSpec, LoadError> {
 impl<B: AutodiffBackend + FusedOps> TrainModel<B> for Decoder<B> {
     fn forward_train(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>) {
         self.forward(tokens)
+    }
+
+    fn quantized(&self) -> Option<Quantize> {
+        self.quantized
     }
 }
 

@@ -63,6 +63,12 @@ impl<B: FusedOps + CollectiveOps> ExpertParallel<B> {
     ) -> Result<MoeDecoder<B>, ExpertParallelError> {
         let fail = |m: String| Err(ExpertParallelError(m));
         let experts = model.dims().experts;
+        // The shards are cut from the float experts: a quantized model would run them float.
+        if let Some(mode) = model.quantized() {
+            return fail(format!(
+                "the model is quantized ({mode}): a quantized model serves on one NPU"
+            ));
+        }
         if devices.is_empty() || devices.len() > experts {
             return fail(format!(
                 "{} NPUs for {experts} experts: each NPU needs at least one expert",
@@ -99,6 +105,7 @@ impl<B: FusedOps + CollectiveOps> ExpertParallel<B> {
                         up: part(&moe.up),
                         down: part(&moe.down),
                         parallel: Parallel::default(),
+                        quantized: None,
                     }
                 })
                 .collect();

@@ -19,6 +19,7 @@ use super::expert_parallel::ExpertParallel;
 use super::parallel::Parallel;
 use super::serve::StepInputs;
 use super::step::{CacheLayout, PagedAttention, StepModel};
+use crate::families::blocks::quant::{Projection, Quantize};
 
 /// The sizes a forward pass needs (kept with the module, not stored in records).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -69,10 +70,10 @@ impl<B: FusedOps> Norm<B> {
 /// Query, key and value projections of a block.
 #[derive(Module, Debug)]
 pub struct Attention<B: Backend> {
-    q: Linear<B>,
-    k: Linear<B>,
-    v: Linear<B>,
-    o: Linear<B>,
+    q: Projection<B>,
+    k: Projection<B>,
+    v: Projection<B>,
+    o: Projection<B>,
 }
 
 /// Rotary position embedding of `x [.., S, heads, D]` at `positions [S]` (f32 positions are
@@ -138,7 +139,7 @@ pub fn rotate<B: Backend, const D: usize>(
 impl<B: FusedOps> Attention<B> {
     fn new(cfg: &MoeConfig, device: &B::Device) -> Self {
         let hd = cfg.head_dim();
-        let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
+        let linear = |i, o| Projection::from(LinearConfig::new(i, o).with_bias(false).init(device));
         Self {
             q: linear(cfg.hidden, cfg.q_heads * hd),
             k: linear(cfg.hidden, cfg.kv_heads * hd),
@@ -237,6 +238,15 @@ impl<B: FusedOps> Attention<B> {
     pub fn output(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         self.o.forward(x)
     }
+
+    fn quantize(self, mode: Quantize) -> Self {
+        Self {
+            q: self.q.quantize(mode),
+            k: self.k.quantize(mode),
+            v: self.v.quantize(mode),
+            o: self.o.quantize(mode),
+        }
+    }
 }
 
 /// A mixture-of-experts SwiGLU feed-forward.
@@ -252,6 +262,10 @@ pub struct Moe<B: Backend> {
     /// How the layer runs across NPUs, if it does ([`super::parallel`]).
     #[module(skip)]
     pub parallel: Parallel,
+    /// The experts quantized for inference ([`MoeDecoder::quantize`]); the float weights stay
+    /// for saving and sharding.
+    #[module(skip)]
+    pub quantized: Option<QuantizedExperts<B>>,
 }
 
 /// Where a MoE layer sends its tokens.
@@ -334,7 +348,7 @@ pub enum ExpertQuant {
 }
 
 /// One projection's experts quantised per output channel: int8 `[E, K, N]` and f32 `[E, N]`.
-#[derive(Debug, Clone)]
+#[derive(Module, Debug)]
 pub struct QuantizedProjection<B: Backend> {
     /// The int8 weights.
     pub weights: Tensor<B, 3, Int>,
@@ -343,11 +357,12 @@ pub struct QuantizedProjection<B: Backend> {
 }
 
 /// The experts' gate, up and down projections quantised for [`routed_experts_quantized`].
-#[derive(Debug, Clone)]
+#[derive(Module, Debug)]
 pub struct QuantizedExperts<B: Backend> {
     /// `[E, H, F]`, `[E, H, F]` and `[E, F, H]` quantised.
     pub projections: [QuantizedProjection<B>; 3],
     /// Which quantised path the experts run.
+    #[module(skip)]
     pub mode: ExpertQuant,
 }
 
@@ -449,6 +464,7 @@ impl<B: FusedOps> Moe<B> {
             up: init([e, h, f], h),
             down: init([e, f, h], f),
             parallel: Parallel::default(),
+            quantized: None,
         }
     }
 
@@ -479,8 +495,13 @@ impl<B: FusedOps> Moe<B> {
         if let Some(replicas) = self.parallel.get::<DataParallel<B>>() {
             routing.fraction = replicas.global_fraction(routing.fraction);
         }
-        let experts = [self.gate.val(), self.up.val(), self.down.val()];
-        let out = routed_experts(x, &routing, k, experts);
+        let out = match &self.quantized {
+            Some(q) => routed_experts_quantized(x, &routing, k, q),
+            None => {
+                let experts = [self.gate.val(), self.up.val(), self.down.val()];
+                routed_experts(x, &routing, k, experts)
+            }
+        };
         (out, Self::aux_loss(&routing, dims))
     }
 }
@@ -521,6 +542,9 @@ pub struct MoeDecoder<B: Backend> {
     head: Linear<B>,
     #[module(skip)]
     dims: Dims,
+    /// How the model was quantized for inference, if it was.
+    #[module(skip)]
+    quantized: Option<Quantize>,
 }
 
 impl<B: FusedOps> MoeDecoder<B> {
@@ -552,7 +576,48 @@ impl<B: FusedOps> MoeDecoder<B> {
                 vocab: cfg.vocab,
                 flash_attention: false,
             },
+            quantized: None,
         })
+    }
+
+    /// The model for inference with int8 weights: the attention projections (q/k/v/o) and
+    /// the experts quantized per output channel on the device; the embedding, routers, norms
+    /// and LM head stay float, as vLLM's W8A8 schemes keep them. The int8 operators take
+    /// F16/BF16 activations: an f32 model runs the same arithmetic composed. Training it is
+    /// refused ([`super::train::TrainError::Quantized`]). Quantize before splitting the
+    /// experts across NPUs is refused: a sharded layer runs its float shards.
+    pub fn quantize(self, mode: Quantize) -> Result<Self, ConfigError> {
+        if self.blocks.iter().any(|b| b.moe.parallel.is_set()) {
+            return Err(ConfigError(format!(
+                "quantizing ({mode}) a model whose MoE layers run across NPUs: quantize the \
+                 model on one NPU"
+            )));
+        }
+        let blocks = self
+            .blocks
+            .into_iter()
+            .map(|b| {
+                let experts = [b.moe.gate.val(), b.moe.up.val(), b.moe.down.val()];
+                Block {
+                    attn: b.attn.quantize(mode),
+                    moe: Moe {
+                        quantized: Some(QuantizedExperts::quantize(experts, mode.into())),
+                        ..b.moe
+                    },
+                    ..b
+                }
+            })
+            .collect();
+        Ok(Self {
+            blocks,
+            quantized: Some(mode),
+            ..self
+        })
+    }
+
+    /// How it was quantized, if it was.
+    pub fn quantized(&self) -> Option<Quantize> {
+        self.quantized
     }
 
     /// The sizes of a forward pass.

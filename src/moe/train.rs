@@ -11,17 +11,27 @@ use burn::tensor::{Int, Tensor, TensorData};
 use burn_ascend::FusedOps;
 
 use super::model::MoeDecoder;
+use crate::families::blocks::quant::Quantize;
 
 /// A model [`train`] fine-tunes.
 pub trait TrainModel<B: AutodiffBackend>: AutodiffModule<B> {
     /// Logits `[B, S, V]` of whole sequences `tokens [B, S]` and the model's load-balancing
     /// loss (unweighted).
     fn forward_train(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>);
+
+    /// How the model was quantized for inference, if it was: [`train`] refuses it.
+    fn quantized(&self) -> Option<Quantize> {
+        None
+    }
 }
 
 impl<B: AutodiffBackend + FusedOps> TrainModel<B> for MoeDecoder<B> {
     fn forward_train(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>) {
         self.forward(tokens)
+    }
+
+    fn quantized(&self) -> Option<Quantize> {
+        MoeDecoder::quantized(self)
     }
 }
 
@@ -126,6 +136,9 @@ pub enum TrainError {
         /// The load-balancing loss.
         aux: f32,
     },
+    /// The model's weights are int8 (inference only: the int8 operators have no gradients).
+    #[error("the model is quantized ({0}) for inference: train the float model, then quantize it")]
+    Quantized(Quantize),
 }
 
 /// Trains `model` for `cfg.steps` steps on `tokens`, reporting each step. Checks `cfg` first,
@@ -139,6 +152,9 @@ pub fn train<B: AutodiffBackend + FusedOps, M: TrainModel<B>>(
     mut report: impl FnMut(StepReport),
 ) -> Result<M, TrainError> {
     cfg.validate()?;
+    if let Some(q) = model.quantized() {
+        return Err(TrainError::Quantized(q));
+    }
     let mut optim = AdamConfig::new().init();
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     // The cross-entropy and load-balancing loss of `model` on the batch of `step`.

@@ -3,7 +3,6 @@
 //! cache ([`PagedAttention`]), and projects the result back.
 
 use burn::module::Module;
-use burn::nn::Linear;
 use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
@@ -11,6 +10,7 @@ use burn_ascend::FusedOps;
 
 use super::mla::{Mla, MlaConfig};
 use super::norm::RmsNorm;
+use super::quant::{Projection, Quantize};
 use super::rope::Rope;
 use crate::families::weights::{Expected, Sink, Source};
 use crate::families::LoadError;
@@ -97,10 +97,10 @@ impl AttentionSpec {
                     })
                 };
                 Attention::Gqa(Gqa {
-                    q: src.linear(&p("q_proj"), s.qkv_bias)?,
-                    k: src.linear(&p("k_proj"), s.qkv_bias)?,
-                    v: src.linear(&p("v_proj"), s.qkv_bias)?,
-                    o: src.linear(&p("o_proj"), s.o_bias)?,
+                    q: src.linear(&p("q_proj"), s.qkv_bias)?.into(),
+                    k: src.linear(&p("k_proj"), s.qkv_bias)?.into(),
+                    v: src.linear(&p("v_proj"), s.qkv_bias)?.into(),
+                    o: src.linear(&p("o_proj"), s.o_bias)?.into(),
                     q_norm: norm("q_norm.weight")?,
                     k_norm: norm("k_norm.weight")?,
                     spec: s.clone(),
@@ -114,10 +114,10 @@ impl AttentionSpec {
 /// Grouped-query attention with rope, optional q/k/v bias and per-head q/k RMS norms.
 #[derive(Module, Debug)]
 pub struct Gqa<B: Backend> {
-    q: Linear<B>,
-    k: Linear<B>,
-    v: Linear<B>,
-    o: Linear<B>,
+    q: Projection<B>,
+    k: Projection<B>,
+    v: Projection<B>,
+    o: Projection<B>,
     q_norm: Option<RmsNorm<B>>,
     k_norm: Option<RmsNorm<B>>,
     #[module(skip)]
@@ -134,7 +134,8 @@ impl<B: FusedOps> Gqa<B> {
     ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
         let s = &self.spec;
         let [b, t, _] = x.dims();
-        let heads = |l: &Linear<B>, n: usize| l.forward(x.clone()).reshape([b, t, n, s.head_dim]);
+        let heads =
+            |l: &Projection<B>, n: usize| l.forward(x.clone()).reshape([b, t, n, s.head_dim]);
         let (mut q, mut k) = (heads(&self.q, s.q_heads), heads(&self.k, s.kv_heads));
         let v = heads(&self.v, s.kv_heads);
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
@@ -165,6 +166,20 @@ pub enum Attention<B: Backend> {
 }
 
 impl<B: FusedOps> Attention<B> {
+    /// The block with its projections quantized (see [`Mla::quantize`] for MLA).
+    pub fn quantize(self, mode: Quantize) -> Self {
+        match self {
+            Attention::Gqa(a) => Attention::Gqa(Gqa {
+                q: a.q.quantize(mode),
+                k: a.k.quantize(mode),
+                v: a.v.quantize(mode),
+                o: a.o.quantize(mode),
+                ..a
+            }),
+            Attention::Mla(a) => Attention::Mla(a.quantize(mode)),
+        }
+    }
+
     /// The rows the block caches per token.
     pub fn cache_rows(&self) -> CacheRows {
         match self {
@@ -225,10 +240,10 @@ impl<B: FusedOps> Attention<B> {
         match self {
             Attention::Gqa(a) => {
                 let p = |n: &str| format!("{layer}.self_attn.{n}");
-                out.linear(&p("q_proj"), &a.q);
-                out.linear(&p("k_proj"), &a.k);
-                out.linear(&p("v_proj"), &a.v);
-                out.linear(&p("o_proj"), &a.o);
+                a.q.save(&p("q_proj"), out);
+                a.k.save(&p("k_proj"), out);
+                a.v.save(&p("v_proj"), out);
+                a.o.save(&p("o_proj"), out);
                 if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
                     out.tensor(p("q_norm.weight"), &qn.weight);
                     out.tensor(p("k_norm.weight"), &kn.weight);

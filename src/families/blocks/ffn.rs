@@ -7,10 +7,11 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 use burn_ascend::FusedOps;
 
+use super::quant::{Projection, Quantize};
 use super::router::{Router, RouterSpec};
 use crate::families::weights::{Expected, Sink, Source};
 use crate::families::LoadError;
-use crate::moe::model::routed_experts;
+use crate::moe::model::{routed_experts, routed_experts_quantized, QuantizedExperts};
 
 /// The tensor names of a MoE block under its layer (`{layer}.{block}.…`).
 #[derive(Debug, Clone, PartialEq)]
@@ -61,12 +62,12 @@ pub enum FfnSpec {
 /// A SwiGLU MLP: `down(silu(gate(x)) * up(x))`.
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {
-    gate: Linear<B>,
-    up: Linear<B>,
-    down: Linear<B>,
+    gate: Projection<B>,
+    up: Projection<B>,
+    down: Projection<B>,
 }
 
-impl<B: Backend> Mlp<B> {
+impl<B: FusedOps> Mlp<B> {
     fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         self.down
             .forward(silu(self.gate.forward(x.clone())) * self.up.forward(x))
@@ -74,16 +75,24 @@ impl<B: Backend> Mlp<B> {
 
     fn load(prefix: &str, src: &Source<B>) -> Result<Self, LoadError> {
         Ok(Self {
-            gate: src.linear(&format!("{prefix}.gate_proj"), false)?,
-            up: src.linear(&format!("{prefix}.up_proj"), false)?,
-            down: src.linear(&format!("{prefix}.down_proj"), false)?,
+            gate: src.linear(&format!("{prefix}.gate_proj"), false)?.into(),
+            up: src.linear(&format!("{prefix}.up_proj"), false)?.into(),
+            down: src.linear(&format!("{prefix}.down_proj"), false)?.into(),
         })
     }
 
+    fn quantize(self, mode: Quantize) -> Self {
+        Self {
+            gate: self.gate.quantize(mode),
+            up: self.up.quantize(mode),
+            down: self.down.quantize(mode),
+        }
+    }
+
     fn save(&self, prefix: &str, out: &mut Sink) {
-        out.linear(&format!("{prefix}.gate_proj"), &self.gate);
-        out.linear(&format!("{prefix}.up_proj"), &self.up);
-        out.linear(&format!("{prefix}.down_proj"), &self.down);
+        self.gate.save(&format!("{prefix}.gate_proj"), out);
+        self.up.save(&format!("{prefix}.up_proj"), out);
+        self.down.save(&format!("{prefix}.down_proj"), out);
     }
 }
 
@@ -101,6 +110,10 @@ pub struct SparseMoe<B: Backend> {
     shared_gate: Option<Linear<B>>,
     #[module(skip)]
     spec: MoeSpec,
+    /// The experts quantized for inference ([`Ffn::quantize`]); the float weights stay for
+    /// `save`.
+    #[module(skip)]
+    quantized: Option<QuantizedExperts<B>>,
 }
 
 /// What a MoE block's routing contributes to the load-balancing loss (transformers'
@@ -158,7 +171,7 @@ impl FfnSpec {
     }
 
     /// Loads the block under `layer`.
-    pub fn load<B: Backend>(&self, layer: &str, src: &Source<B>) -> Result<Ffn<B>, LoadError> {
+    pub fn load<B: FusedOps>(&self, layer: &str, src: &Source<B>) -> Result<Ffn<B>, LoadError> {
         Ok(match self {
             FfnSpec::Dense(_) => Ffn::Dense(Mlp::load(&format!("{layer}.mlp"), src)?),
             FfnSpec::Sparse(m) => {
@@ -200,6 +213,7 @@ impl FfnSpec {
                         _ => None,
                     },
                     spec: m.clone(),
+                    quantized: None,
                 })
             }
         })
@@ -226,6 +240,22 @@ impl<B: FusedOps> Ffn<B> {
             Ffn::Sparse(moe) => {
                 let (y, stats) = moe.forward(x);
                 (y, Some(stats))
+            }
+        }
+    }
+
+    /// The block quantized for inference: dense MLPs, the shared expert and the routed
+    /// experts; the router and the shared expert's gate stay float.
+    pub fn quantize(self, mode: Quantize) -> Self {
+        match self {
+            Ffn::Dense(mlp) => Ffn::Dense(mlp.quantize(mode)),
+            Ffn::Sparse(moe) => {
+                let experts = [moe.gate.val(), moe.up.val(), moe.down.val()];
+                Ffn::Sparse(SparseMoe {
+                    quantized: Some(QuantizedExperts::quantize(experts, mode.into())),
+                    shared: moe.shared.map(|s| s.quantize(mode)),
+                    ..moe
+                })
             }
         }
     }
@@ -265,8 +295,13 @@ impl<B: FusedOps> SparseMoe<B> {
         let t = x.dims()[0];
         let k = self.spec.router.top_k();
         let routing = self.router.route(x.clone());
-        let experts = [self.gate.val(), self.up.val(), self.down.val()];
-        let mut out = routed_experts(x.clone(), &routing, k, experts);
+        let mut out = match &self.quantized {
+            Some(q) => routed_experts_quantized(x.clone(), &routing, k, q),
+            None => {
+                let experts = [self.gate.val(), self.up.val(), self.down.val()];
+                routed_experts(x.clone(), &routing, k, experts)
+            }
+        };
         if let Some(shared) = &self.shared {
             let s = shared.forward(x.clone());
             out = out

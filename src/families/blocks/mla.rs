@@ -27,6 +27,7 @@ use burn_ascend::FusedOps;
 
 use super::attention::CacheRows;
 use super::norm::RmsNorm;
+use super::quant::{Projection, Quantize};
 use super::yarn::Rotary;
 use crate::families::weights::{Expected, Sink, Source};
 use crate::families::LoadError;
@@ -99,23 +100,23 @@ impl MlaConfig {
             Ok(RmsNorm::new(src.tensor(&p(n))?, self.latent_norm_eps))
         };
         let (q_proj, q_lora) = match self.q_lora_rank {
-            None => (Some(src.linear(&p("q_proj"), false)?), None),
+            None => (Some(src.linear(&p("q_proj"), false)?.into()), None),
             Some(_) => (
                 None,
                 Some(QLora {
-                    q_a_proj: src.linear(&p("q_a_proj"), bias)?,
+                    q_a_proj: src.linear(&p("q_a_proj"), bias)?.into(),
                     q_a_layernorm: norm("q_a_layernorm.weight")?,
-                    q_b_proj: src.linear(&p("q_b_proj"), false)?,
+                    q_b_proj: src.linear(&p("q_b_proj"), false)?.into(),
                 }),
             ),
         };
         Ok(Mla {
             q_proj,
             q_lora,
-            kv_a_proj_with_mqa: src.linear(&p("kv_a_proj_with_mqa"), bias)?,
+            kv_a_proj_with_mqa: src.linear(&p("kv_a_proj_with_mqa"), bias)?.into(),
             kv_a_layernorm: norm("kv_a_layernorm.weight")?,
             kv_b_proj: src.linear(&p("kv_b_proj"), false)?,
-            o_proj: src.linear(&p("o_proj"), bias)?,
+            o_proj: src.linear(&p("o_proj"), bias)?.into(),
             cfg: self.clone(),
         })
     }
@@ -125,28 +126,29 @@ impl MlaConfig {
 #[derive(Module, Debug)]
 pub struct QLora<B: Backend> {
     /// `[hidden, q_lora_rank]`
-    pub q_a_proj: Linear<B>,
+    pub q_a_proj: Projection<B>,
     /// `[q_lora_rank]`
     pub q_a_layernorm: RmsNorm<B>,
     /// `[q_lora_rank, heads * qk_head_dim]`
-    pub q_b_proj: Linear<B>,
+    pub q_b_proj: Projection<B>,
 }
 
 /// A multi-head latent attention layer (weights in Burn's `[in, out]` layout).
 #[derive(Module, Debug)]
 pub struct Mla<B: Backend> {
     /// `[hidden, heads * qk_head_dim]` when `q_lora_rank` is `None`.
-    pub q_proj: Option<Linear<B>>,
+    pub q_proj: Option<Projection<B>>,
     /// The low-rank query projection when `q_lora_rank` is set.
     pub q_lora: Option<QLora<B>>,
     /// `[hidden, kv_lora_rank + qk_rope_head_dim]`
-    pub kv_a_proj_with_mqa: Linear<B>,
+    pub kv_a_proj_with_mqa: Projection<B>,
     /// `[kv_lora_rank]`
     pub kv_a_layernorm: RmsNorm<B>,
-    /// `[kv_lora_rank, heads * (qk_nope_head_dim + v_head_dim)]`
+    /// `[kv_lora_rank, heads * (qk_nope_head_dim + v_head_dim)]`; stays float when the layer
+    /// is quantized: decode uses its weight as the absorbed `W_UK`/`W_UV` matrices.
     pub kv_b_proj: Linear<B>,
     /// `[heads * v_head_dim, hidden]`
-    pub o_proj: Linear<B>,
+    pub o_proj: Projection<B>,
     /// Sizes and constants.
     #[module(skip)]
     pub cfg: MlaConfig,
@@ -165,27 +167,27 @@ impl<B: FusedOps> Mla<B> {
         let (h, heads, bias) = (cfg.hidden, cfg.heads, cfg.attention_bias);
         let q_out = heads * cfg.qk_head_dim();
         let (q_proj, q_lora) = match cfg.q_lora_rank {
-            None => (Some(linear(h, q_out, false)), None),
+            None => (Some(linear(h, q_out, false).into()), None),
             Some(rank) => (
                 None,
                 Some(QLora {
-                    q_a_proj: linear(h, rank, bias),
+                    q_a_proj: linear(h, rank, bias).into(),
                     q_a_layernorm: norm(rank),
-                    q_b_proj: linear(rank, q_out, false),
+                    q_b_proj: linear(rank, q_out, false).into(),
                 }),
             ),
         };
         Self {
             q_proj,
             q_lora,
-            kv_a_proj_with_mqa: linear(h, cfg.cache_dim(), bias),
+            kv_a_proj_with_mqa: linear(h, cfg.cache_dim(), bias).into(),
             kv_a_layernorm: norm(cfg.kv_lora_rank),
             kv_b_proj: linear(
                 cfg.kv_lora_rank,
                 heads * (cfg.qk_nope_head_dim + cfg.v_head_dim),
                 false,
             ),
-            o_proj: linear(heads * cfg.v_head_dim, h, bias),
+            o_proj: linear(heads * cfg.v_head_dim, h, bias).into(),
             cfg,
         }
     }
@@ -316,6 +318,22 @@ impl<B: FusedOps> Mla<B> {
         let values = attended.swap_dims(0, 1).matmul(w_uv).swap_dims(0, 1);
         self.o_proj.forward(values.reshape([t, heads * vd]))
     }
+    /// The layer with its query, latent and output projections quantized (`kv_b_proj` stays
+    /// float: see the field).
+    pub fn quantize(self, mode: Quantize) -> Self {
+        Self {
+            q_proj: self.q_proj.map(|q| q.quantize(mode)),
+            q_lora: self.q_lora.map(|l| QLora {
+                q_a_proj: l.q_a_proj.quantize(mode),
+                q_a_layernorm: l.q_a_layernorm,
+                q_b_proj: l.q_b_proj.quantize(mode),
+            }),
+            kv_a_proj_with_mqa: self.kv_a_proj_with_mqa.quantize(mode),
+            o_proj: self.o_proj.quantize(mode),
+            ..self
+        }
+    }
+
     /// The rows it caches per token: one key head of [`MlaConfig::cache_dim`] dims whose first
     /// `kv_lora_rank` are the values.
     pub fn cache_rows(&self) -> CacheRows {
@@ -345,16 +363,16 @@ impl<B: FusedOps> Mla<B> {
     pub fn save(&self, layer: &str, out: &mut Sink) {
         let p = |n: &str| format!("{layer}.self_attn.{n}");
         if let Some(q) = &self.q_proj {
-            out.linear(&p("q_proj"), q);
+            q.save(&p("q_proj"), out);
         }
         if let Some(lora) = &self.q_lora {
-            out.linear(&p("q_a_proj"), &lora.q_a_proj);
+            lora.q_a_proj.save(&p("q_a_proj"), out);
             out.tensor(p("q_a_layernorm.weight"), &lora.q_a_layernorm.weight);
-            out.linear(&p("q_b_proj"), &lora.q_b_proj);
+            lora.q_b_proj.save(&p("q_b_proj"), out);
         }
-        out.linear(&p("kv_a_proj_with_mqa"), &self.kv_a_proj_with_mqa);
+        self.kv_a_proj_with_mqa.save(&p("kv_a_proj_with_mqa"), out);
         out.tensor(p("kv_a_layernorm.weight"), &self.kv_a_layernorm.weight);
         out.linear(&p("kv_b_proj"), &self.kv_b_proj);
-        out.linear(&p("o_proj"), &self.o_proj);
+        self.o_proj.save(&p("o_proj"), out);
     }
 }

@@ -8,6 +8,7 @@
 //!   ([`mla`]); dense causal and paged.
 //! - [`router`]: the routers ([`router::Router`]) that pick each token's experts
 //!   ([`deepseek_router`]: DeepSeek's greedy, group-limited and `noaux_tc` ones).
+//! - [`quant`]: the int8 form of the dense projections ([`quant::Projection`]).
 //! - [`ffn`]: the feed-forward kinds ([`ffn::Ffn`]): a dense SwiGLU MLP, or routed SwiGLU
 //!   experts with an optional (gated) shared expert.
 
@@ -16,6 +17,7 @@ pub mod deepseek_router;
 pub mod ffn;
 pub mod mla;
 pub mod norm;
+pub mod quant;
 pub mod rope;
 pub mod router;
 pub mod yarn;

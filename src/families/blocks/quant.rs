@@ -1,0 +1,182 @@
+//! Quantized dense projections for inference ([`Projection`]): a loaded `Linear`'s weight
+//! quantized to int8 per output channel on the device, run on the int8 operators.
+//!
+//! Burn 0.21's `nn::Linear::forward` dequantizes a quantized weight before the backend sees
+//! it, so a `Linear` quantized by Burn's `Quantizer` never reaches the int8 operators: the
+//! quantized form calls the fused ops directly. The operators take F16/BF16 activations only;
+//! on an f32 model the fused ops run their composed Burn defaults (the same int8 arithmetic,
+//! on the vector and float cube units), so f32 models are correct but gain no speed.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::module::{Module, Param};
+use burn::nn::Linear;
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, FloatDType, Int, Tensor};
+use burn_ascend::{fused, FusedOps};
+
+use crate::families::weights::Sink;
+use crate::moe::model::ExpertQuant;
+
+/// How a model's projections and experts are quantized (`--quantize`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Quantize {
+    /// int8 weights (per output channel), activations in the model's float type
+    /// (aclnnWeightQuantBatchMatmulV2, GroupedMatmulV4 A16W8).
+    W8A16,
+    /// int8 weights and activations, the activations quantized per token at run time
+    /// (aclnnDynamicQuant + aclnnQuantMatmulV4, MoeInitRoutingQuantV2 + GroupedMatmulV4 A8W8).
+    W8A8,
+}
+
+impl FromStr for Quantize {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "w8a16" => Ok(Quantize::W8A16),
+            "w8a8" => Ok(Quantize::W8A8),
+            other => Err(format!(
+                "unknown quantization {other:?}: expected w8a16 or w8a8"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Quantize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Quantize::W8A16 => "w8a16",
+            Quantize::W8A8 => "w8a8",
+        })
+    }
+}
+
+impl From<Quantize> for ExpertQuant {
+    fn from(q: Quantize) -> Self {
+        match q {
+            Quantize::W8A16 => ExpertQuant::W8A16,
+            Quantize::W8A8 => ExpertQuant::W8A8,
+        }
+    }
+}
+
+/// A `Linear` quantized per output channel: int8 `[K, N]`, f32 scales `[N]`, the bias kept
+/// in float.
+#[derive(Module, Debug)]
+pub struct QuantLinear<B: Backend> {
+    weight: Tensor<B, 2, Int>,
+    scale: Tensor<B, 1>,
+    bias: Option<Param<Tensor<B, 1>>>,
+    #[module(skip)]
+    mode: Quantize,
+    /// The float type the layer had (what [`Projection::save`] writes).
+    #[module(skip)]
+    dtype: DType,
+}
+
+impl<B: FusedOps> QuantLinear<B> {
+    /// Quantizes `linear`'s weight on the device.
+    pub fn new(linear: Linear<B>, mode: Quantize) -> Self {
+        let dtype = linear.weight.val().dtype();
+        let (weight, scale) = fused::quantize_weight_per_channel(linear.weight.val());
+        Self {
+            weight,
+            scale,
+            bias: linear.bias,
+            mode,
+            dtype,
+        }
+    }
+
+    /// `x [.., K]` times the weight (rows folded into one matrix), plus the bias: `[.., N]`.
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let mut dims = x.dims();
+        let k = dims[D - 1];
+        let rows = dims[..D - 1].iter().product::<usize>();
+        let x = x.reshape([rows, k]);
+        let (w, s) = (self.weight.clone(), self.scale.clone());
+        let y = match self.mode {
+            Quantize::W8A16 => fused::weight_quant_matmul(x, w, s, 0),
+            Quantize::W8A8 => {
+                let dtype = FloatDType::from(x.dtype());
+                let (q, x_scale) = fused::dynamic_quant::<B, 2, 1>(x);
+                fused::quant_matmul(q, w, s, x_scale, dtype)
+            }
+        };
+        let y = match &self.bias {
+            Some(b) => {
+                let dtype = y.dtype();
+                y + b.val().cast(dtype).unsqueeze_dim(0)
+            }
+            None => y,
+        };
+        dims[D - 1] = y.dims()[1];
+        y.reshape(dims)
+    }
+
+    /// The weight it computes with, dequantized on the device in the layer's float type.
+    fn dequantized(&self) -> Tensor<B, 2> {
+        let w = self.weight.clone().float().cast(DType::F32) * self.scale.clone().unsqueeze_dim(0);
+        w.cast(self.dtype)
+    }
+}
+
+/// A dense projection: a float `Linear`, or its quantized form.
+// One per projection, built once: the size difference of the variants does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Module, Debug)]
+pub enum Projection<B: Backend> {
+    /// The float layer.
+    Float(Linear<B>),
+    /// Quantized for inference.
+    Quantized(QuantLinear<B>),
+}
+
+impl<B: Backend> From<Linear<B>> for Projection<B> {
+    fn from(linear: Linear<B>) -> Self {
+        Projection::Float(linear)
+    }
+}
+
+impl<B: FusedOps> Projection<B> {
+    /// `x [.., K]` through the projection.
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        match self {
+            Projection::Float(l) => l.forward(x),
+            Projection::Quantized(q) => q.forward(x),
+        }
+    }
+
+    /// The projection quantized (a quantized one stays as it is).
+    pub fn quantize(self, mode: Quantize) -> Self {
+        match self {
+            Projection::Float(l) => Projection::Quantized(QuantLinear::new(l, mode)),
+            q => q,
+        }
+    }
+
+    /// The float layer, unless it is quantized.
+    pub fn float(&self) -> Option<&Linear<B>> {
+        match self {
+            Projection::Float(l) => Some(l),
+            Projection::Quantized(_) => None,
+        }
+    }
+
+    /// Writes `{prefix}.weight` (and bias): a quantized projection writes the dequantized
+    /// weight it computes with, in its float type.
+    pub fn save(&self, prefix: &str, out: &mut Sink) {
+        match self {
+            Projection::Float(l) => out.linear(prefix, l),
+            Projection::Quantized(q) => {
+                let linear = Linear {
+                    weight: Param::from_tensor(q.dequantized()),
+                    bias: q.bias.clone(),
+                };
+                out.linear(prefix, &linear)
+            }
+        }
+    }
+}
