@@ -474,7 +474,7 @@ fn generated(out: &[example::Outcome]) -> Vec<Vec<u64>> {
 #[test]
 #[serial]
 fn a_quantized_checkpoint_serves_with_captured_decode_on_the_int8_operators() {
-    use burn_ascend::emulator::aclnn_runs;
+    use burn_ascend::emulator::aclnn_launches_of;
     let (dir, _) = fixture("mixtral");
     let device = common::device().to_string();
     let serve = |extra: &[&str]| {
@@ -503,9 +503,9 @@ fn a_quantized_checkpoint_serves_with_captured_decode_on_the_int8_operators() {
         ("w8a16", "aclnnWeightQuantBatchMatmulV2"),
         ("w8a8", "aclnnQuantMatmulV4"),
     ] {
-        let before = aclnn_runs(op);
+        let before = aclnn_launches_of(op);
         let quantized = generated(&serve(&["--quantize", mode]));
-        assert!(aclnn_runs(op) > before, "{mode}: {op} ran");
+        assert!(aclnn_launches_of(op) > before, "{mode}: {op} ran");
         assert_eq!(quantized.len(), float.len());
         // The first token comes from the prefill's last position: the models agree there.
         for (q, f) in quantized.iter().zip(&float) {

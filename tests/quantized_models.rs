@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
 use burn::tensor::{DType, Int, Tensor, TensorData};
-use burn_ascend::emulator::aclnn_runs;
+use burn_ascend::emulator::aclnn_launches_of;
 use burn_ascend::FusedOps;
 use burn_ascend_suite::families;
 use burn_ascend_suite::families::blocks::quant::Quantize;
@@ -211,7 +211,7 @@ const OPS: [&str; 7] = [
 ];
 
 fn runs() -> [u64; OPS.len()] {
-    OPS.map(aclnn_runs)
+    OPS.map(aclnn_launches_of)
 }
 
 fn delta(before: [u64; OPS.len()], after: [u64; OPS.len()]) -> [u64; OPS.len()] {
