@@ -5,7 +5,7 @@
 //! `fused::grouped_matmul` and `fused::moe_scatter` (expert counts stay on the device), and
 //! decode attention through `fused::decode_attention` (see [`super::serve`]).
 
-use burn::module::{Module, Param};
+use burn::module::{Module, Param, ParamId};
 use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::backend::Backend;
@@ -263,8 +263,8 @@ pub struct Moe<B: Backend> {
     #[module(skip)]
     pub parallel: Parallel,
     /// The experts quantized for inference ([`MoeDecoder::quantize`]); the float weights stay
-    /// for saving and sharding.
-    #[module(skip)]
+    /// for saving and sharding. Part of the record, so a device reset restores them with the
+    /// rest.
     pub quantized: Option<QuantizedExperts<B>>,
 }
 
@@ -350,10 +350,11 @@ pub enum ExpertQuant {
 /// One projection's experts quantised per output channel: int8 `[E, K, N]` and f32 `[E, N]`.
 #[derive(Module, Debug)]
 pub struct QuantizedProjection<B: Backend> {
-    /// The int8 weights.
-    pub weights: Tensor<B, 3, Int>,
+    /// The int8 weights (parameters so that the model's record, which a device reset restores,
+    /// holds them; plain tensor fields are constants Burn leaves out of it).
+    pub weights: Param<Tensor<B, 3, Int>>,
     /// The per-channel scales, f32.
-    pub scales: Tensor<B, 2>,
+    pub scales: Param<Tensor<B, 2>>,
 }
 
 /// The experts' gate, up and down projections quantised for [`routed_experts_quantized`].
@@ -371,7 +372,10 @@ impl<B: Backend> QuantizedExperts<B> {
     pub fn quantize(weights: [Tensor<B, 3>; 3], mode: ExpertQuant) -> Self {
         let projections = weights.map(|w| {
             let (weights, scales) = fused::quantize_experts_per_channel(w);
-            QuantizedProjection { weights, scales }
+            QuantizedProjection {
+                weights: Param::initialized(ParamId::new(), weights),
+                scales: Param::initialized(ParamId::new(), scales.detach()),
+            }
         });
         Self { projections, mode }
     }
@@ -402,11 +406,11 @@ pub fn routed_experts_quantized<B: FusedOps>(
     let [gate, up, down] = &experts.projections;
     let y = match experts.mode {
         ExpertQuant::W8A8 => {
-            let e = gate.weights.dims()[0];
+            let e = gate.weights.val().dims()[0];
             let rows = fused::moe_gather_quant(x, routing.ids.clone(), k, e);
             let sizes = rows.group_sizes;
             let project = |p: &QuantizedProjection<B>, x, x_scale| {
-                let (w, s) = (p.weights.clone(), p.scales.clone());
+                let (w, s) = (p.weights.val(), p.scales.val());
                 fused::grouped_matmul_quant(x, w, s, Some(x_scale), sizes.clone(), compute)
             };
             let g = project(gate, rows.rows.clone(), rows.scales.clone());
@@ -418,7 +422,7 @@ pub fn routed_experts_quantized<B: FusedOps>(
             let rows = fused::moe_gather(x, routing.order.clone(), k).cast(compute);
             let sizes = routing.group_sizes.clone();
             let project = |p: &QuantizedProjection<B>, x| {
-                let (w, s) = (p.weights.clone(), p.scales.clone().cast(compute));
+                let (w, s) = (p.weights.val(), p.scales.val().cast(compute));
                 fused::grouped_matmul_antiquant(x, w, s, None, sizes.clone())
             };
             let g = project(gate, rows.clone());

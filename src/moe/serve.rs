@@ -25,7 +25,9 @@ use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
+use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::fused;
 use burn_ascend::{graph, try_run, Ascend, AscendDevice, AscendError, FusedOps};
@@ -413,6 +415,8 @@ pub struct Server<B: FusedOps, M: StepModel<B> = MoeDecoder<B>> {
     model: M,
     /// The weights on the host, to restore them after a device failure.
     weights: Vec<u8>,
+    /// Their dtypes, which the host copy does not keep.
+    dtypes: ParamDtypes,
     caches: Vec<LayerCache<B>>,
     scheduler: Scheduler,
     cfg: ServeConfig,
@@ -426,6 +430,45 @@ pub struct Server<B: FusedOps, M: StepModel<B> = MoeDecoder<B>> {
 
 type WeightRecorder = BinBytesRecorder<FullPrecisionSettings>;
 
+/// Each parameter's dtype. Burn's records keep values at full precision, not their dtype, so
+/// the model reloaded from the host copy is cast back to what it was (bf16 weights, int8
+/// quantized experts and projections).
+#[derive(Clone, Default)]
+struct ParamDtypes(HashMap<ParamId, DType>);
+
+impl<B: Backend> ModuleVisitor<B> for ParamDtypes {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.0.insert(param.id, param.val().dtype());
+    }
+
+    fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
+        self.0.insert(param.id, param.val().dtype());
+    }
+}
+
+impl<B: Backend> ModuleMapper<B> for ParamDtypes {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, t, mapper) = param.consume();
+        let t = match self.0.get(&id) {
+            Some(&dtype) if dtype != t.dtype() => t.cast(dtype),
+            _ => t,
+        };
+        Param::from_mapped_value(id, t, mapper)
+    }
+
+    fn map_int<const D: usize>(
+        &mut self,
+        param: Param<Tensor<B, D, Int>>,
+    ) -> Param<Tensor<B, D, Int>> {
+        let (id, t, mapper) = param.consume();
+        let t = match self.0.get(&id) {
+            Some(&dtype) if dtype != t.dtype() => t.cast(dtype),
+            _ => t,
+        };
+        Param::from_mapped_value(id, t, mapper)
+    }
+}
+
 impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     /// A server with an empty cache. It keeps a copy of the weights on the host, to restore
     /// them after a device failure.
@@ -435,11 +478,14 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         let weights = WeightRecorder::default()
             .record(model.clone().into_record(), ())
             .map_err(|e| ServeConfigError(format!("cannot copy the weights to the host: {e}")))?;
+        let mut dtypes = ParamDtypes::default();
+        model.visit(&mut dtypes);
         let pool = PagePool::new(cfg.pages, cfg.page_size);
         let mut server = Self {
             caches: Vec::new(),
             model,
             weights,
+            dtypes,
             scheduler: Scheduler::new(pool, cfg.step_tokens),
             cfg,
             device: device.clone(),
@@ -818,7 +864,13 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         let record = WeightRecorder::default()
             .load(self.weights.clone(), &self.device)
             .expect("the server's own weights load");
-        self.model = self.model.clone().load_record(record).after_reset();
+        let mut dtypes = self.dtypes.clone();
+        self.model = self
+            .model
+            .clone()
+            .load_record(record)
+            .map(&mut dtypes)
+            .after_reset();
         self.caches = self.empty_caches();
         self.capture_decode();
         self.restore = false;

@@ -111,8 +111,7 @@ pub struct SparseMoe<B: Backend> {
     #[module(skip)]
     spec: MoeSpec,
     /// The experts quantized for inference ([`Ffn::quantize`]); the float weights stay for
-    /// `save`.
-    #[module(skip)]
+    /// `save`. Part of the record, so a device reset restores them with the rest.
     quantized: Option<QuantizedExperts<B>>,
 }
 

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use burn::module::{Module, Param};
+use burn::module::{Module, Param, ParamId};
 use burn::nn::Linear;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, FloatDType, Int, Tensor};
@@ -66,8 +66,9 @@ impl From<Quantize> for ExpertQuant {
 /// in float.
 #[derive(Module, Debug)]
 pub struct QuantLinear<B: Backend> {
-    weight: Tensor<B, 2, Int>,
-    scale: Tensor<B, 1>,
+    /// Parameters so that the model's record (which a device reset restores) holds them.
+    weight: Param<Tensor<B, 2, Int>>,
+    scale: Param<Tensor<B, 1>>,
     bias: Option<Param<Tensor<B, 1>>>,
     #[module(skip)]
     mode: Quantize,
@@ -82,8 +83,8 @@ impl<B: FusedOps> QuantLinear<B> {
         let dtype = linear.weight.val().dtype();
         let (weight, scale) = fused::quantize_weight_per_channel(linear.weight.val());
         Self {
-            weight,
-            scale,
+            weight: Param::initialized(ParamId::new(), weight),
+            scale: Param::initialized(ParamId::new(), scale.detach()),
             bias: linear.bias,
             mode,
             dtype,
@@ -96,7 +97,7 @@ impl<B: FusedOps> QuantLinear<B> {
         let k = dims[D - 1];
         let rows = dims[..D - 1].iter().product::<usize>();
         let x = x.reshape([rows, k]);
-        let (w, s) = (self.weight.clone(), self.scale.clone());
+        let (w, s) = (self.weight.val(), self.scale.val());
         let y = match self.mode {
             Quantize::W8A16 => fused::weight_quant_matmul(x, w, s, 0),
             Quantize::W8A8 => {
@@ -118,7 +119,7 @@ impl<B: FusedOps> QuantLinear<B> {
 
     /// The weight it computes with, dequantized on the device in the layer's float type.
     fn dequantized(&self) -> Tensor<B, 2> {
-        let w = self.weight.clone().float().cast(DType::F32) * self.scale.clone().unsqueeze_dim(0);
+        let w = self.weight.val().float().cast(DType::F32) * self.scale.val().unsqueeze_dim(0);
         w.cast(self.dtype)
     }
 }
