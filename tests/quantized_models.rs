@@ -491,6 +491,19 @@ fn training_a_quantized_model_is_refused() {
     assert!(err.to_string().contains("quantized (w8a16)"), "{err}");
 }
 
+/// The servers of these tests: pages of 4 slots, steps of 8 tokens.
+fn serve_cfg() -> ServeConfig {
+    ServeConfig {
+        pages: 64,
+        page_size: 4,
+        max_seq: 64,
+        max_kv_splits: 3,
+        step_tokens: 8,
+        max_waiting: 64,
+        record_logits: false,
+    }
+}
+
 /// Each prompt's greedy tokens from a server on `model` (captured decode or eager), and how
 /// many steps replayed a captured graph.
 fn serve_greedy<M: StepModel<Ascend>>(
@@ -499,16 +512,7 @@ fn serve_greedy<M: StepModel<Ascend>>(
     captured: bool,
 ) -> (Vec<Vec<u32>>, usize) {
     let device = device();
-    let cfg = ServeConfig {
-        pages: 64,
-        page_size: 4,
-        max_seq: 64,
-        max_kv_splits: 3,
-        step_tokens: 8,
-        max_waiting: 64,
-        record_logits: false,
-    };
-    let mut server = Server::new(model, cfg, &device).unwrap();
+    let mut server = Server::new(model, serve_cfg(), &device).unwrap();
     if captured {
         server.enable_captured_decode(&[1, 2, 4]).unwrap();
         assert_eq!(server.eager_buckets(), [], "every bucket captured");
@@ -606,16 +610,7 @@ fn a_quantized_model_recovers_from_a_device_fault() {
                 .quantize(mode)
         };
         let (want, _) = serve_greedy(load(), &prompts, false);
-        let cfg = ServeConfig {
-            pages: 64,
-            page_size: 4,
-            max_seq: 64,
-            max_kv_splits: 3,
-            step_tokens: 8,
-            max_waiting: 64,
-            record_logits: false,
-        };
-        let mut server = Server::new(load(), cfg, &device).unwrap();
+        let mut server = Server::new(load(), serve_cfg(), &device).unwrap();
         server
             .submit(Request::greedy(prompts[0].clone(), 24))
             .unwrap();
