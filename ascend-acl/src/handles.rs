@@ -567,6 +567,27 @@ macro_rules! aclnn {
     };
 }
 
+/// Whether the loaded CANN exports the aclnn operator `op` (both phases), without calling it:
+/// `Ok(())`, or the `MissingOp` error a call would return. For operators newer than the oldest
+/// release we run on (`crate::release`), so a caller can take another route.
+///
+/// `aclnn_exported!(api, aclnnRightShift)` with `api: &AclApi`
+#[macro_export]
+macro_rules! aclnn_exported {
+    ($api:expr, $op:ident) => {{
+        let api: &$crate::table::AclApi = $api;
+        // SAFETY: the table's own entry, resolved under its own names; nothing is called.
+        unsafe {
+            api.ops.$op.resolve(
+                api.source(),
+                stringify!($op),
+                concat!(stringify!($op), "GetWorkspaceSize"),
+            )
+        }
+        .map(|_| ())
+    }};
+}
+
 /// Binds the arguments of [`aclnn!`](crate::aclnn) one by one, outside any `unsafe` block, then
 /// makes the call.
 #[doc(hidden)]

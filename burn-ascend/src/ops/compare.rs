@@ -165,17 +165,7 @@ pub fn bitwise_scalar(op: Logical, a: &AscendTensor, s: HostScalar) -> AclResult
 pub fn shift_right(a: &AscendTensor, s: &AscendTensor) -> AclResult<AscendTensor> {
     let s = shift_amounts(a, s)?;
     let what = format!("{} by {}", a.describe(), s.describe());
-    let api = a.ctx().bind();
-    // SAFETY: the table's own entry, resolved under its own names; nothing is called.
-    let native = unsafe {
-        api.ops.aclnnRightShift.resolve(
-            api.source(),
-            "aclnnRightShift",
-            "aclnnRightShiftGetWorkspaceSize",
-        )
-    }
-    .is_ok();
-    if !native {
+    if ascend_acl::aclnn_exported!(a.ctx().bind(), aclnnRightShift).is_err() {
         let width = 8 * a.dtype.size() as i64;
         let first = super::math::clamp(&s, None, Some(HostScalar::Int(width - 2)))?;
         let rest = super::arith::binary(super::arith::BinaryOp::Sub, &s, &first)?;

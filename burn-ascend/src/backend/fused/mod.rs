@@ -892,10 +892,7 @@ impl FusedOps for Ascend {
         let fia = v_cache.as_ref().filter(|v| {
             fused::paged_prefill_refusal(q.dtype, lens.page_size, q.shape()[2], Some(v.shape()[2]))
                 .is_none()
-                && fused::paged_prefill_missing(ascend_acl::handles::OpLauncher::api(
-                    q.ctx().as_ref(),
-                ))
-                .is_none()
+                && fused::paged_prefill_missing(q.ctx().bind()).is_none()
         });
         let plan = fused::extend_attention_plan(
             &q,

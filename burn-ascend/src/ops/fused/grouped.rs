@@ -114,16 +114,7 @@ fn launch(
 
 /// Whether `t`'s CANN exports aclnnGroupedMatmulV4 (8.1.RC1 on, `ascend_acl::release`).
 pub fn grouped_matmul_available(t: &AscendTensor) -> bool {
-    let api = t.ctx().bind();
-    // SAFETY: the table's own entry, resolved under its own names; nothing is called.
-    unsafe {
-        api.ops.aclnnGroupedMatmulV4.resolve(
-            api.source(),
-            "aclnnGroupedMatmulV4",
-            "aclnnGroupedMatmulV4GetWorkspaceSize",
-        )
-    }
-    .is_ok()
+    ascend_acl::aclnn_exported!(t.ctx().bind(), aclnnGroupedMatmulV4).is_ok()
 }
 
 /// The contract of [`grouped_matmul`]: float `x [R, K]`, `weights [E, K, N]` of x's type,

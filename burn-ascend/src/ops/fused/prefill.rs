@@ -66,15 +66,7 @@ pub fn paged_prefill_refusal(
 /// aclnnFusedInferAttentionScoreV3: the operator is newer than CANN 8.0 (`ascend_acl::release`),
 /// and a release without it does not export it (a call would fail with `MissingOp`).
 pub fn paged_prefill_missing(api: &AclApi) -> Option<String> {
-    // SAFETY: the table's own entry, resolved under its own names; nothing is called.
-    let found = unsafe {
-        api.ops.aclnnFusedInferAttentionScoreV3.resolve(
-            api.source(),
-            "aclnnFusedInferAttentionScoreV3",
-            "aclnnFusedInferAttentionScoreV3GetWorkspaceSize",
-        )
-    };
-    found
+    ascend_acl::aclnn_exported!(api, aclnnFusedInferAttentionScoreV3)
         .err()
         .map(|e| format!("{}: {e}", api.source().describe()))
 }
