@@ -18,20 +18,11 @@ use burn_ascend::emulator::{aclnn_launches_of, host_to_device_copies, work_count
 use burn_ascend::fused::{self, PrefillLens};
 use burn_ascend::{Ascend, AscendDevice, AscendTensor};
 use burn_flex::Flex;
+use common::paged::{shuffled_block_table, values};
 use serial_test::serial;
 
 fn ascend() -> AscendDevice {
     common::device()
-}
-
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    (0..n as u64)
-        .map(|i| {
-            let x = (i.wrapping_add(seed).wrapping_mul(0x9E3779B97F4A7C15) >> 40) as f32;
-            x / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
 }
 
 /// A prefill call: requests `(prefix, chunk)` over a cache of `pages` pages of `page_size`.
@@ -77,21 +68,7 @@ impl Case {
         let q = round(values(self.tokens() * hq * d, 1));
         let k = round(values(slots * hkv * d, 2));
         let v = round(values(slots * hkv * d, 3));
-        let width = self
-            .requests
-            .iter()
-            .map(|&(p, c)| (p + c).div_ceil(self.page_size))
-            .max()
-            .unwrap();
-        let mut order: Vec<usize> = (0..self.pages).collect();
-        order.sort_by_key(|&i| (i * 7919) % self.pages);
-        let mut next = order.into_iter();
-        let mut table = vec![0i32; self.requests.len() * width];
-        for (r, &(p, c)) in self.requests.iter().enumerate() {
-            for i in 0..(p + c).div_ceil(self.page_size) {
-                table[r * width + i] = next.next().expect("enough pages") as i32;
-            }
-        }
+        let (table, width) = shuffled_block_table(&self.requests, self.page_size, self.pages);
         Inputs {
             q,
             k,

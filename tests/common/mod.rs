@@ -14,6 +14,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{s, BasicOps, Bool, DType, Int, Tensor, TensorData};
 
 pub mod host_values;
+pub mod paged;
 
 // ---------------------------------------------------------------------------------------------
 // The device under test: one place chooses it for the whole suite.
