@@ -640,3 +640,141 @@ fn a_quantized_model_recovers_from_a_device_fault() {
         assert_eq!(again, want, "{name} {mode:?}: after the fault");
     }
 }
+
+/// Touches every parameter so that a lazily initialised one is on the device.
+struct Materialize;
+
+impl<B: burn::tensor::backend::Backend> burn::module::ModuleVisitor<B> for Materialize {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let _ = param.val();
+    }
+}
+
+/// Device bytes `tensors` (element counts, element size) hold: the allocator reserves each
+/// tensor's size class.
+fn held(tensors: &[(usize, usize)]) -> usize {
+    use burn_ascend::runtime::allocator::size_class;
+    tensors.iter().map(|&(n, size)| size_class(n * size)).sum()
+}
+
+/// A linear layer `[k, n]` quantized per output channel: int8 weight, f32 scales.
+fn quantized(k: usize, n: usize) -> [(usize, usize); 2] {
+    [(k * n, 1), (n, 4)]
+}
+
+/// Quantizing frees the float weights it replaces: the device holds the int8 weights and f32
+/// scales of the attention projections and experts, plus the float parts that stay
+/// (embedding, norms, routers, head), and nothing else; counted in closed form from the sizes.
+#[test]
+#[serial]
+fn a_quantized_model_holds_int8_experts_and_scales_only() {
+    let device = device();
+    let in_use = || Ascend::memory_stats(&device).bytes_in_use;
+
+    // The built-in model, f32 (4 bytes): its default sizes make each float expert stack 4 MiB.
+    let cfg = MoeConfig::new();
+    let (h, v, e, f) = (cfg.hidden, cfg.vocab, cfg.experts, cfg.expert_hidden);
+    let (q, kv) = (h, cfg.kv_heads * (h / cfg.q_heads));
+    let stays = |t: &mut Vec<(usize, usize)>, size| {
+        t.extend([(v * h, size), (h * v, size), (h, size), (h, size)]);
+        for _ in 0..cfg.layers {
+            t.extend([(h, size); 4]);
+            t.push((h * e, size));
+        }
+    };
+    let attention = [(h, q), (h, kv), (h, kv), (q, h)];
+    let experts = [(h, f), (h, f), (f, h)];
+    let mut float = Vec::new();
+    stays(&mut float, 4);
+    let mut int8 = Vec::new();
+    stays(&mut int8, 4);
+    for _ in 0..cfg.layers {
+        for (k, n) in attention {
+            float.push((k * n, 4));
+            int8.extend(quantized(k, n));
+        }
+        for (k, n) in experts {
+            float.push((e * k * n, 4));
+            let [(w, _), (s, _)] = quantized(k, n);
+            int8.extend([(e * w, 1), (e * s, 4)]);
+        }
+    }
+    let base = in_use();
+    let model = MoeDecoder::<Ascend>::new(&cfg, &device).unwrap();
+    model.visit(&mut Materialize);
+    assert_eq!(in_use() - base, held(&float), "the float built-in model");
+    let model = model.quantize(Quantize::W8A8).unwrap();
+    assert_eq!(in_use() - base, held(&int8), "the quantized built-in model");
+    drop(model);
+    assert_eq!(in_use(), base);
+
+    // A fixture in bf16 (2 bytes), sizes from its config.
+    let dir = fixture("mixtral");
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let get = |k: &str| cfg[k].as_u64().unwrap() as usize;
+    let (h, v, e, f) = (
+        get("hidden_size"),
+        get("vocab_size"),
+        get("num_local_experts"),
+        get("intermediate_size"),
+    );
+    let (q, kv) = (
+        h,
+        get("num_key_value_heads") * (h / get("num_attention_heads")),
+    );
+    let layers = get("num_hidden_layers");
+    let stays = |t: &mut Vec<(usize, usize)>| {
+        t.extend([(v * h, 2), (h * v, 2), (h, 2)]);
+        for _ in 0..layers {
+            t.extend([(h, 2), (h, 2), (h * e, 2)]);
+        }
+    };
+    let mut int8 = Vec::new();
+    stays(&mut int8);
+    for _ in 0..layers {
+        for (k, n) in [(h, q), (h, kv), (h, kv), (q, h)] {
+            int8.extend(quantized(k, n));
+        }
+        for (k, n) in [(h, f), (h, f), (f, h)] {
+            let [(w, _), (s, _)] = quantized(k, n);
+            int8.extend([(e * w, 1), (e * s, 4)]);
+        }
+    }
+    let base = in_use();
+    let loaded = families::load::<Ascend>(&dir, DType::BF16, &device).unwrap();
+    let model = loaded.model.quantize(Quantize::W8A16);
+    assert_eq!(
+        in_use() - base,
+        held(&int8),
+        "the quantized mixtral fixture"
+    );
+
+    // Saved, it is the float checkpoint of the weights it computes with: each expert weight
+    // within half a step (its output channel's max |w| / 127) of the original, and bf16's
+    // rounding of it.
+    let out = tempfile::tempdir().unwrap();
+    families::save(&model, out.path(), &loaded.checkpoint, None).unwrap();
+    let saved = burn_ascend_suite::hf::Checkpoint::open(out.path()).unwrap();
+    let mut compared = 0;
+    for name in loaded.checkpoint.names() {
+        if !name.contains(".experts.") {
+            continue;
+        }
+        let read = |c: &burn_ascend_suite::hf::Checkpoint| {
+            c.read(name, DType::F32).unwrap().to_vec::<f32>().unwrap()
+        };
+        let (want, got) = (read(&loaded.checkpoint), read(&saved));
+        let cols = loaded.checkpoint.info(name).unwrap().shape[1];
+        // `[out, in]`: an output channel is a row.
+        for (w, g) in want.chunks(cols).zip(got.chunks(cols)) {
+            let step = w.iter().fold(0f32, |m, x| m.max(x.abs())) / 127.0;
+            for (a, b) in w.iter().zip(g) {
+                let bound = step / 2.0 + a.abs().max(b.abs()) / 128.0 + 1e-6;
+                assert!((a - b).abs() <= bound, "{name}: {a} saved as {b}");
+            }
+        }
+        compared += 1;
+    }
+    assert_eq!(compared, 3 * e * layers, "every expert weight saved");
+}

@@ -179,8 +179,8 @@ impl Sink {
     }
 
     /// Stacked experts `[E, in, out]` as one `name(e) [out, in]` per expert.
-    pub fn experts<B: Backend>(&mut self, name: impl Fn(usize) -> String, p: &Param<Tensor<B, 3>>) {
-        let data = p.val().into_data();
+    pub fn experts<B: Backend>(&mut self, name: impl Fn(usize) -> String, w: Tensor<B, 3>) {
+        let data = w.into_data();
         for i in 0..data.shape[0] {
             self.0.push((name(i), transpose(expert(&data, i))));
         }
@@ -188,8 +188,12 @@ impl Sink {
 
     /// Stacked experts `[E, in, out]` (`parts` of them) as one tensor `name`
     /// `[E, parts * out, in]` of the fused layout (see [`Source::fused_experts`]).
-    pub fn fused_experts<B: Backend>(&mut self, name: String, parts: &[&Param<Tensor<B, 3>>]) {
-        let parts: Vec<TensorData> = parts.iter().map(|p| p.val().into_data()).collect();
+    pub fn fused_experts<B: Backend, const N: usize>(
+        &mut self,
+        name: String,
+        parts: [Tensor<B, 3>; N],
+    ) {
+        let parts: Vec<TensorData> = parts.into_iter().map(Tensor::into_data).collect();
         let [e, d_in, d_out] = [parts[0].shape[0], parts[0].shape[1], parts[0].shape[2]];
         let mut bytes = Vec::new();
         for i in 0..e {

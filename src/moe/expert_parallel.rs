@@ -28,7 +28,7 @@ use burn::tensor::{DType, Int, Tensor};
 use burn_ascend::collective::{self, CollectiveOps, Communicator, RowCounts};
 use burn_ascend::{AscendDevice, FusedOps};
 
-use super::model::{swiglu_experts, Dims, Moe, MoeDecoder};
+use super::model::{swiglu_experts, Dims, Experts, Moe, MoeDecoder};
 use super::parallel::Parallel;
 
 /// Why a model cannot be split across NPUs.
@@ -63,7 +63,7 @@ impl<B: FusedOps + CollectiveOps> ExpertParallel<B> {
     ) -> Result<MoeDecoder<B>, ExpertParallelError> {
         let fail = |m: String| Err(ExpertParallelError(m));
         let experts = model.dims().experts;
-        // The shards are cut from the float experts: a quantized model would run them float.
+        // The shards are cut from the float experts, which a quantized model no longer holds.
         if let Some(mode) = model.quantized() {
             return fail(format!(
                 "the model is quantized ({mode}): a quantized model serves on one NPU"
@@ -88,6 +88,7 @@ impl<B: FusedOps + CollectiveOps> ExpertParallel<B> {
             .collect();
         for block in &mut model.blocks {
             let moe = &block.moe;
+            let float = moe.experts.float().expect("checked above: not quantized");
             let layers = devices
                 .iter()
                 .zip(&ranges)
@@ -101,11 +102,12 @@ impl<B: FusedOps + CollectiveOps> ExpertParallel<B> {
                     };
                     Moe {
                         router: moe.router.clone().to_device(device),
-                        gate: part(&moe.gate),
-                        up: part(&moe.up),
-                        down: part(&moe.down),
+                        experts: Experts::new(
+                            part(&float.gate),
+                            part(&float.up),
+                            part(&float.down),
+                        ),
                         parallel: Parallel::default(),
-                        quantized: None,
                     }
                 })
                 .collect();
@@ -162,7 +164,7 @@ impl<B: FusedOps> ExpertParallel<B> {
     ) -> Vec<Option<(Tensor<B, 2>, Tensor<B, 1>)>> {
         let k = dims.top_k;
         let e = dims.experts;
-        let width = self.layers[0].down.dims()[2];
+        let width = self.layers[0].experts.weights()[2].dims()[2];
         let devices: Vec<_> = self
             .layers
             .iter()
@@ -282,13 +284,8 @@ impl<B: FusedOps> ExpertParallel<B> {
                 .cast(DType::I32)
         };
         let grouped = burn_ascend::fused::moe_gather(rows, order.clone(), 1);
-        let y = swiglu_experts(
-            grouped,
-            layer.gate.val(),
-            layer.up.val(),
-            layer.down.val(),
-            sizes,
-        );
+        let [gate, up, down] = layer.experts.weights();
+        let y = swiglu_experts(grouped, gate, up, down, sizes);
         burn_ascend::fused::moe_scatter(y, order, None, 1)
     }
 }

@@ -253,19 +253,11 @@ impl<B: FusedOps> Attention<B> {
 #[derive(Module, Debug)]
 pub struct Moe<B: Backend> {
     pub(crate) router: Linear<B>,
-    /// `[E, H, F]`
-    pub(crate) gate: Param<Tensor<B, 3>>,
-    /// `[E, H, F]`
-    pub(crate) up: Param<Tensor<B, 3>>,
-    /// `[E, F, H]`
-    pub(crate) down: Param<Tensor<B, 3>>,
+    /// The routed experts, float or quantized ([`MoeDecoder::quantize`]).
+    pub(crate) experts: Experts<B>,
     /// How the layer runs across NPUs, if it does ([`super::parallel`]).
     #[module(skip)]
     pub parallel: Parallel,
-    /// The experts quantized for inference ([`MoeDecoder::quantize`]); the float weights stay
-    /// for saving and sharding. Part of the record, so a device reset restores them with the
-    /// rest.
-    pub quantized: Option<QuantizedExperts<B>>,
 }
 
 /// Where a MoE layer sends its tokens.
@@ -365,11 +357,15 @@ pub struct QuantizedExperts<B: Backend> {
     /// Which quantised path the experts run.
     #[module(skip)]
     pub mode: ExpertQuant,
+    /// The float type the weights had (what [`QuantizedExperts::dequantized`] gives).
+    #[module(skip)]
+    pub dtype: DType,
 }
 
 impl<B: Backend> QuantizedExperts<B> {
     /// Quantises float expert weights `[gate, up, down]` per output channel, on the device.
     pub fn quantize(weights: [Tensor<B, 3>; 3], mode: ExpertQuant) -> Self {
+        let dtype = weights[0].dtype();
         let projections = weights.map(|w| {
             let (weights, scales) = fused::quantize_experts_per_channel(w);
             QuantizedProjection {
@@ -377,7 +373,97 @@ impl<B: Backend> QuantizedExperts<B> {
                 scales: Param::initialized(ParamId::new(), scales.detach()),
             }
         });
-        Self { projections, mode }
+        Self {
+            projections,
+            mode,
+            dtype,
+        }
+    }
+
+    /// The weights `[gate, up, down]` they compute with, dequantized on the device (int8 times
+    /// the channel's scale, in f32) and cast to the float type they had.
+    pub fn dequantized(&self) -> [Tensor<B, 3>; 3] {
+        self.projections.each_ref().map(|p| {
+            let w = p.weights.val().float().cast(DType::F32) * p.scales.val().unsqueeze_dim(1);
+            w.cast(self.dtype)
+        })
+    }
+}
+
+/// Routed experts' stacked float weights.
+#[derive(Module, Debug)]
+pub struct ExpertWeights<B: Backend> {
+    /// `[E, H, F]`
+    pub gate: Param<Tensor<B, 3>>,
+    /// `[E, H, F]`
+    pub up: Param<Tensor<B, 3>>,
+    /// `[E, F, H]`
+    pub down: Param<Tensor<B, 3>>,
+}
+
+/// A MoE layer's routed experts: float, or quantized for inference. The quantized form holds
+/// only the int8 weights and their scales (the float weights are dropped, so quantizing frees
+/// their device memory); saving it writes the dequantized weights ([`Experts::weights`]).
+// One per layer, built once: the size difference of the variants does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Module, Debug)]
+pub enum Experts<B: Backend> {
+    /// The float weights.
+    Float(ExpertWeights<B>),
+    /// Quantized per output channel (a record parameter like the float weights, so a device
+    /// reset restores it with the rest).
+    Quantized(QuantizedExperts<B>),
+}
+
+impl<B: Backend> Experts<B> {
+    /// Float experts `gate [E, H, F]`, `up [E, H, F]`, `down [E, F, H]`.
+    pub fn new(
+        gate: Param<Tensor<B, 3>>,
+        up: Param<Tensor<B, 3>>,
+        down: Param<Tensor<B, 3>>,
+    ) -> Self {
+        Experts::Float(ExpertWeights { gate, up, down })
+    }
+
+    /// The experts quantized per output channel on the device (quantized ones stay as they
+    /// are).
+    pub fn quantize(self, mode: ExpertQuant) -> Self {
+        match self {
+            Experts::Float(w) => Experts::Quantized(QuantizedExperts::quantize(
+                [w.gate.val(), w.up.val(), w.down.val()],
+                mode,
+            )),
+            q => q,
+        }
+    }
+
+    /// The float weights, unless the experts are quantized.
+    pub fn float(&self) -> Option<&ExpertWeights<B>> {
+        match self {
+            Experts::Float(w) => Some(w),
+            Experts::Quantized(_) => None,
+        }
+    }
+
+    /// The weights `[gate, up, down]` the experts compute with, in their float type: quantized
+    /// ones dequantized on the device.
+    pub fn weights(&self) -> [Tensor<B, 3>; 3] {
+        match self {
+            Experts::Float(w) => [w.gate.val(), w.up.val(), w.down.val()],
+            Experts::Quantized(q) => q.dequantized(),
+        }
+    }
+}
+
+impl<B: FusedOps> Experts<B> {
+    /// `x [T, H]` through the experts `routing` chose (`k` per token), weighted, per token.
+    pub fn forward(&self, x: Tensor<B, 2>, routing: &Routing<B>, k: usize) -> Tensor<B, 2> {
+        match self {
+            Experts::Float(w) => {
+                routed_experts(x, routing, k, [w.gate.val(), w.up.val(), w.down.val()])
+            }
+            Experts::Quantized(q) => routed_experts_quantized(x, routing, k, q),
+        }
     }
 }
 
@@ -464,11 +550,8 @@ impl<B: FusedOps> Moe<B> {
         };
         Self {
             router: LinearConfig::new(h, e).with_bias(false).init(device),
-            gate: init([e, h, f], h),
-            up: init([e, h, f], h),
-            down: init([e, f, h], f),
+            experts: Experts::new(init([e, h, f], h), init([e, h, f], h), init([e, f, h], f)),
             parallel: Parallel::default(),
-            quantized: None,
         }
     }
 
@@ -499,13 +582,7 @@ impl<B: FusedOps> Moe<B> {
         if let Some(replicas) = self.parallel.get::<DataParallel<B>>() {
             routing.fraction = replicas.global_fraction(routing.fraction);
         }
-        let out = match &self.quantized {
-            Some(q) => routed_experts_quantized(x, &routing, k, q),
-            None => {
-                let experts = [self.gate.val(), self.up.val(), self.down.val()];
-                routed_experts(x, &routing, k, experts)
-            }
-        };
+        let out = self.experts.forward(x, &routing, k);
         (out, Self::aux_loss(&routing, dims))
     }
 }
@@ -585,8 +662,8 @@ impl<B: FusedOps> MoeDecoder<B> {
     }
 
     /// The model for inference with int8 weights: the attention projections (q/k/v/o) and
-    /// the experts quantized per output channel on the device; the embedding, routers, norms
-    /// and LM head stay float, as vLLM's W8A8 schemes keep them. The int8 operators take
+    /// the experts quantized per output channel on the device, their float weights dropped;
+    /// the embedding, routers, norms and LM head stay float, as vLLM's W8A8 schemes keep them. The int8 operators take
     /// F16/BF16 activations: an f32 model runs the same arithmetic composed. Training it is
     /// refused ([`super::train::TrainError::Quantized`]). Quantize before splitting the
     /// experts across NPUs is refused: a sharded layer runs its float shards.
@@ -600,16 +677,13 @@ impl<B: FusedOps> MoeDecoder<B> {
         let blocks = self
             .blocks
             .into_iter()
-            .map(|b| {
-                let experts = [b.moe.gate.val(), b.moe.up.val(), b.moe.down.val()];
-                Block {
-                    attn: b.attn.quantize(mode),
-                    moe: Moe {
-                        quantized: Some(QuantizedExperts::quantize(experts, mode.into())),
-                        ..b.moe
-                    },
-                    ..b
-                }
+            .map(|b| Block {
+                attn: b.attn.quantize(mode),
+                moe: Moe {
+                    experts: b.moe.experts.quantize(mode.into()),
+                    ..b.moe
+                },
+                ..b
             })
             .collect();
         Ok(Self {

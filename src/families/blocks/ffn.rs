@@ -1,6 +1,6 @@
 //! Feed-forward blocks: a dense SwiGLU MLP, or a sparse mixture of SwiGLU experts.
 
-use burn::module::{Module, Param};
+use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::{sigmoid, silu};
 use burn::tensor::backend::Backend;
@@ -11,7 +11,7 @@ use super::quant::{Projection, Quantize};
 use super::router::{Router, RouterSpec};
 use crate::families::weights::{Expected, Sink, Source};
 use crate::families::LoadError;
-use crate::moe::model::{routed_experts, routed_experts_quantized, QuantizedExperts};
+use crate::moe::model::Experts;
 
 /// The tensor names of a MoE block under its layer (`{layer}.{block}.…`).
 #[derive(Debug, Clone, PartialEq)]
@@ -100,19 +100,12 @@ impl<B: FusedOps> Mlp<B> {
 #[derive(Module, Debug)]
 pub struct SparseMoe<B: Backend> {
     router: Router<B>,
-    /// `[E, H, F]`
-    gate: Param<Tensor<B, 3>>,
-    /// `[E, H, F]`
-    up: Param<Tensor<B, 3>>,
-    /// `[E, F, H]`
-    down: Param<Tensor<B, 3>>,
+    /// Float or quantized ([`Ffn::quantize`]).
+    experts: Experts<B>,
     shared: Option<Mlp<B>>,
     shared_gate: Option<Linear<B>>,
     #[module(skip)]
     spec: MoeSpec,
-    /// The experts quantized for inference ([`Ffn::quantize`]); the float weights stay for
-    /// `save`. Part of the record, so a device reset restores them with the rest.
-    quantized: Option<QuantizedExperts<B>>,
 }
 
 /// What a MoE block's routing contributes to the load-balancing loss (transformers'
@@ -198,9 +191,7 @@ impl FfnSpec {
                 let shared = m.shared.as_ref();
                 Ffn::Sparse(SparseMoe {
                     router: m.router.load(&format!("{block}.gate"), src)?,
-                    gate,
-                    up,
-                    down,
+                    experts: Experts::new(gate, up, down),
                     shared: match shared {
                         Some(_) => Some(Mlp::load(&format!("{block}.{}", m.names.shared), src)?),
                         None => None,
@@ -212,7 +203,6 @@ impl FfnSpec {
                         _ => None,
                     },
                     spec: m.clone(),
-                    quantized: None,
                 })
             }
         })
@@ -248,18 +238,16 @@ impl<B: FusedOps> Ffn<B> {
     pub fn quantize(self, mode: Quantize) -> Self {
         match self {
             Ffn::Dense(mlp) => Ffn::Dense(mlp.quantize(mode)),
-            Ffn::Sparse(moe) => {
-                let experts = [moe.gate.val(), moe.up.val(), moe.down.val()];
-                Ffn::Sparse(SparseMoe {
-                    quantized: Some(QuantizedExperts::quantize(experts, mode.into())),
-                    shared: moe.shared.map(|s| s.quantize(mode)),
-                    ..moe
-                })
-            }
+            Ffn::Sparse(moe) => Ffn::Sparse(SparseMoe {
+                experts: moe.experts.quantize(mode.into()),
+                shared: moe.shared.map(|s| s.quantize(mode)),
+                ..moe
+            }),
         }
     }
 
-    /// Writes the block's tensors under `layer`.
+    /// Writes the block's tensors under `layer` (quantized experts and projections as the
+    /// dequantized weights they compute with).
     pub fn save(&self, layer: &str, out: &mut Sink) {
         match self {
             Ffn::Dense(mlp) => mlp.save(&format!("{layer}.mlp"), out),
@@ -267,16 +255,17 @@ impl<B: FusedOps> Ffn<B> {
                 let names = &moe.spec.names;
                 let block = format!("{layer}.{}", names.block);
                 moe.router.save(&format!("{block}.gate"), out);
+                let [gate, up, down] = moe.experts.weights();
                 if names.fused {
                     let gate_up = format!("{block}.experts.gate_up_proj");
-                    out.fused_experts(gate_up, &[&moe.gate, &moe.up]);
-                    out.fused_experts(format!("{block}.experts.down_proj"), &[&moe.down]);
+                    out.fused_experts(gate_up, [gate, up]);
+                    out.fused_experts(format!("{block}.experts.down_proj"), [down]);
                 } else {
                     let [g, u, d] = &names.expert;
                     let name = |w: &str| expert_names(&block, w);
-                    out.experts(name(g), &moe.gate);
-                    out.experts(name(u), &moe.up);
-                    out.experts(name(d), &moe.down);
+                    out.experts(name(g), gate);
+                    out.experts(name(u), up);
+                    out.experts(name(d), down);
                 }
                 if let Some(shared) = &moe.shared {
                     shared.save(&format!("{block}.{}", names.shared), out);
@@ -294,13 +283,7 @@ impl<B: FusedOps> SparseMoe<B> {
         let t = x.dims()[0];
         let k = self.spec.router.top_k();
         let routing = self.router.route(x.clone());
-        let mut out = match &self.quantized {
-            Some(q) => routed_experts_quantized(x.clone(), &routing, k, q),
-            None => {
-                let experts = [self.gate.val(), self.up.val(), self.down.val()];
-                routed_experts(x.clone(), &routing, k, experts)
-            }
-        };
+        let mut out = self.experts.forward(x.clone(), &routing, k);
         if let Some(shared) = &self.shared {
             let s = shared.forward(x.clone());
             out = out
