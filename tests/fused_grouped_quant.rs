@@ -952,8 +952,10 @@ fn quantised_weights_are_made_on_the_device_within_half_a_step() {
     // A zero channel: scale 0, int8 zeros.
     (0..kk).for_each(|i| w[i * n + 2] = 0.0);
     let w = TensorData::new(w, [e, kk, n]);
-    let (q, s) = fused::quantize_experts_per_channel(float::<Ascend, 3>(&w, DType::F32, &d));
-    let (fq, fs) = fused::quantize_experts_per_channel(float::<Flex, 3>(&w, DType::F32, &flex()));
+    let (q, s) =
+        fused::quantize_weight_per_channel::<_, 3, 2>(float::<Ascend, 3>(&w, DType::F32, &d));
+    let (fq, fs) =
+        fused::quantize_weight_per_channel::<_, 3, 2>(float::<Flex, 3>(&w, DType::F32, &flex()));
     assert_eq!(q.dtype(), DType::I8);
     let (q, s) = (q.into_data(), s.into_data());
     assert_eq!(to_i64(q.clone()), to_i64(fq.into_data()));

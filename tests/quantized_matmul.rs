@@ -261,18 +261,25 @@ fn quantize_weight_per_channel_matches_flex() {
     let _serial = serial();
     let (k, n) = (40, 12);
     let mut w = uniform(k * n, 9);
-    // A zero column takes the smallest normal scale and zero values.
+    // A zero column takes scale 0 and zero values (no NaN from its 0 / 0).
     for r in 0..k {
         w[r * n + 3] = 0.0;
     }
-    let (q, s) =
-        quant_matmul::quantize_weight_per_channel(&float_on(w.clone(), [k, n], DType::F32))
-            .expect("quantize_weight_per_channel");
+    let (q, s) = burn_ascend::fused::quantize_weight_per_channel::<Ascend, 2, 1>(
+        Tensor::from_data(TensorData::new(w.clone(), [k, n]), &common::device()),
+    );
+    // The reference on flex, written out: max |w| / 127 per column, w / scale rounded half
+    // to even, the zero column's NaN replaced by 0.
     let wf = Tensor::<Flex, 2>::from_data(TensorData::new(w, [k, n]), &flex());
-    let scale = (wf.clone().abs().max_dim(0) / 127.0).clamp_min(f32::MIN_POSITIVE);
-    let want_q = (wf / scale.clone()).round().clamp(-127.0, 127.0);
-    assert_eq!(i64s(read(q)), i64s(want_q.into_data()));
-    assert_eq!(f32s(read(s)), f32s(scale.reshape([n]).into_data()));
+    let scale = wf.clone().abs().max_dim(0) / 127.0;
+    let want_q = (wf / scale.clone()).round();
+    let want_q = want_q.clone().mask_fill(want_q.is_nan(), 0.0);
+    let (q, s) = (q.into_data(), s.into_data());
+    assert_eq!(q.dtype, DType::I8);
+    assert_eq!(i64s(q), i64s(want_q.into_data()));
+    let s = f32s(s);
+    assert_eq!(s, f32s(scale.reshape([n]).into_data()));
+    assert_eq!(s[3], 0.0);
 }
 
 fn launch_error(result: Result<(), AclError>) -> String {
@@ -563,7 +570,7 @@ fn fused_quant_results<B: burn_ascend::FusedOps>(
     let x = Tensor::<B, 2>::from_data(TensorData::new(uniform(m * k, 20), [m, k]), (device, dtype));
     let w = Tensor::<B, 2>::from_data(TensorData::new(uniform(k * n, 21), [k, n]), device);
     let (q, s) = fused::dynamic_quant::<B, 2, 1>(x.clone());
-    let (wq, ws) = fused::quantize_weight_per_channel(w);
+    let (wq, ws) = fused::quantize_weight_per_channel::<B, 2, 1>(w);
     // Per-group scales: two groups of 32 rows, the second twice the first.
     let wg = Tensor::cat(vec![ws.clone(), ws.clone() * 2.0], 0);
     let mut out = vec![

@@ -367,7 +367,7 @@ impl<B: Backend> QuantizedExperts<B> {
     pub fn quantize(weights: [Tensor<B, 3>; 3], mode: ExpertQuant) -> Self {
         let dtype = weights[0].dtype();
         let projections = weights.map(|w| {
-            let (weights, scales) = fused::quantize_experts_per_channel(w);
+            let (weights, scales) = fused::quantize_weight_per_channel::<B, 3, 2>(w);
             QuantizedProjection {
                 weights: Param::initialized(ParamId::new(), weights),
                 scales: Param::initialized(ParamId::new(), scales.detach()),

@@ -5,27 +5,20 @@
 //! - [`quant_matmul`] (W8A8): int8 x int8 with int32 accumulation, a per-channel (or
 //!   per-tensor) weight scale and a per-token activation scale, through aclnnQuantMatmulV4;
 //! - [`dynamic_quant`]: per-token symmetric int8 quantization of activations
-//!   (`scale = rowmax|x| / 127`), through aclnnDynamicQuant;
-//! - [`quantize_weight_per_channel`]: a float weight `[K, N]` to int8 with one f32 scale per
-//!   output channel, composed on the device.
+//!   (`scale = rowmax|x| / 127`), through aclnnDynamicQuant.
+//!
+//! Weights are quantized by `fused::quantize_weight_per_channel` (Burn ops).
 //!
 //! All three operators exist from CANN 8.0.0 on.
 
-use super::arith::{binary, binary_scalar, BinaryOp};
 use super::broadcast::invalid_input;
 use super::copy::{cast, contiguous, reshape};
 use super::fused::Operand;
 use super::layout::Layout;
-use super::math::{clamp, unary, Unary};
-use super::quant::validated_scales;
-use super::reduce::{reduce, Reduce};
 use super::tensor::AscendTensor;
 use crate::acl::aclnn;
-use crate::acl::handles::{Absent, HostScalar};
+use crate::acl::handles::Absent;
 use crate::acl::{AclResult, DataType};
-
-/// The largest magnitude of symmetric int8.
-const QMAX: f64 = 127.0;
 
 fn half(op: &str, t: &AscendTensor) -> AclResult<()> {
     if matches!(t.dtype, DataType::F16 | DataType::BF16) {
@@ -253,34 +246,6 @@ pub fn quant_matmul(
     Ok(out)
 }
 
-/// A float weight `w [K, N]` quantized per output channel on the device: I8 values `[K, N]`
-/// and F32 scales `[N]`, `scale = max_k |w| / 127` (a zero column takes the smallest normal
-/// f32, as Burn's scales do) and `q = clamp(rint(w / scale), -127, 127)`.
-pub fn quantize_weight_per_channel(w: &AscendTensor) -> AclResult<(AscendTensor, AscendTensor)> {
-    const OP: &str = "quantize_weight_per_channel";
-    if w.shape().len() != 2 || !w.dtype.is_float() {
-        return Err(invalid_input(
-            OP,
-            format!("needs a float weight [K, N], got {}", w.describe()),
-        ));
-    }
-    let n = w.shape()[1];
-    let wf = cast(w, DataType::F32)?;
-    let max = reduce(Reduce::Max, &unary(Unary::Abs, &wf)?, Some(0))?;
-    let scales = validated_scales(&reshape(
-        &binary_scalar(BinaryOp::Div, &max, HostScalar::Float(QMAX))?,
-        vec![n],
-    )?)?;
-    let row = reshape(&scales, vec![1, n])?;
-    let scaled = binary(BinaryOp::Div, &wf, &row)?;
-    let limited = clamp(
-        &unary(Unary::Round, &scaled)?,
-        Some(HostScalar::Float(-QMAX)),
-        Some(HostScalar::Float(QMAX)),
-    )?;
-    Ok((cast(&limited, DataType::I8)?, scales))
-}
-
 /// The contract of `FusedOps::dynamic_quant`: float `x [M, K]`.
 pub(crate) fn check_dynamic_quant<T: Operand>(x: &T) -> AclResult<()> {
     if x.dims().len() != 2 || !x.data_type().is_float() {
@@ -369,17 +334,6 @@ pub(crate) fn check_quant_matmul<T: Operand>(
                 weight_scale.describe(),
                 x_scale.describe()
             ),
-        ));
-    }
-    Ok(())
-}
-
-/// The contract of `FusedOps::quantize_weight_per_channel`: a float `[K, N]`.
-pub(crate) fn check_quantize_weight_per_channel<T: Operand>(w: &T) -> AclResult<()> {
-    if w.dims().len() != 2 || !w.data_type().is_float() {
-        return Err(invalid_input(
-            "quantize_weight_per_channel",
-            format!("needs a float weight [K, N], got {}", w.describe()),
         ));
     }
     Ok(())

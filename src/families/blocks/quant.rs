@@ -81,7 +81,7 @@ impl<B: FusedOps> QuantLinear<B> {
     /// Quantizes `linear`'s weight on the device.
     pub fn new(linear: Linear<B>, mode: Quantize) -> Self {
         let dtype = linear.weight.val().dtype();
-        let (weight, scale) = fused::quantize_weight_per_channel(linear.weight.val());
+        let (weight, scale) = fused::quantize_weight_per_channel::<B, 2, 1>(linear.weight.val());
         Self {
             weight: Param::initialized(ParamId::new(), weight),
             scale: Param::initialized(ParamId::new(), scale.detach()),

@@ -254,7 +254,16 @@ pub fn grouped_matmul_weight_grad<B: Backend>(
 
 /// `v` (f32) quantised symmetrically to int8 along `dim`: `scale = max|v| / 127` (kept as a
 /// dim of 1) and `q = round_ties_even(v / scale)`, 0 where that is NaN (an all-zero slice,
-/// 0 / 0), saturated to int8's range.
+/// 0 / 0), saturated to int8's range. The one symmetric int8 quantisation: weights per output
+/// channel (`fused::quantize_weight_per_channel`) and the composed per-row activations.
+///
+/// An all-zero slice keeps scale 0 (not Burn's smallest-normal fallback): every consumer
+/// dequantises by multiplying (aclnnWeightQuantBatchMatmulV2's antiquantScale,
+/// aclnnQuantMatmulV4's and GroupedMatmulV4's per-channel and per-token scales, the saved
+/// dequantised weights), so `0 * 0` gives the exact zeros; nothing divides by a scale but this
+/// quantisation itself, whose `0 / 0` is masked here before the int8 cast. It is also what
+/// aclnnDynamicQuant and MoeInitRoutingQuantV2 give a zero row (the emulator's stricter
+/// reading), so weights and activations follow one convention.
 pub fn quantize_along<B: Backend, const D: usize>(
     v: Tensor<B, D>,
     dim: usize,
@@ -370,14 +379,6 @@ fn group_masks<B: Backend>(group_sizes: IntTensor<B>, rows: usize, dtype: DType)
         .cast(dtype)
 }
 
-/// The largest magnitude of symmetric int8.
-const QMAX: f32 = 127.0;
-
-/// `t` (integral float values) as I8.
-fn to_i8<B: Backend>(t: Float2<B>) -> IntTensor<B> {
-    t.int().cast(IntDType::I8).into_primitive()
-}
-
 /// The composed default of [`FusedOps::dynamic_quant`]: [`quantize_along`] the rows in f32.
 pub fn dynamic_quant<B: Backend>(x: FloatTensor<B>) -> (IntTensor<B>, FloatTensor<B>) {
     let x: Float2<B> = float::<B, 2>(x).cast(DType::F32);
@@ -439,15 +440,4 @@ pub fn quant_matmul<B: Backend>(
     let ws = row(weight_scale.clone(), weight_scale.shape()[0], [1, n]);
     let xs = row(x_scale.clone(), x_scale.shape()[0], [m, 1]);
     prim((acc * ws.expand([m, n]) * xs.expand([m, n])).cast(out_dtype))
-}
-
-/// The composed default of [`FusedOps::quantize_weight_per_channel`].
-pub fn quantize_weight_per_channel<B: Backend>(
-    w: FloatTensor<B>,
-) -> (IntTensor<B>, FloatTensor<B>) {
-    let w: Float2<B> = float::<B, 2>(w).cast(DType::F32);
-    let n = w.dims()[1];
-    let scale = (w.clone().abs().max_dim(0) / QMAX).clamp_min(f32::MIN_POSITIVE);
-    let q = (w / scale.clone()).round().clamp(-QMAX, QMAX);
-    (to_i8(q), prim(scale.reshape([n])))
 }

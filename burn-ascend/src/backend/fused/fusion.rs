@@ -803,29 +803,6 @@ impl FusedOps for Fusion<Ascend> {
             },
         ))
     }
-
-    fn quantize_weight_per_channel(w: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
-        run(
-            "quantize_weight_per_channel",
-            quant_matmul::check_quantize_weight_per_channel(&w),
-        );
-        let n = dim(&w, 1);
-        let meta = [(dims(&w), DType::I8), (vec![n], DType::F32)];
-        let mut out = record(
-            "quantize_weight_per_channel",
-            vec![w],
-            &meta,
-            (),
-            |h, d, _| {
-                let (q, s) = Ascend::quantize_weight_per_channel(arg(h, d, 0));
-                put(h, d, 0, q);
-                put(h, d, 1, s);
-            },
-        )
-        .into_iter();
-        let mut next = || out.next().expect("two outputs");
-        (next(), next())
-    }
 }
 
 /// The scalar arguments of a recorded `extend_attention`.

@@ -490,13 +490,6 @@ pub trait FusedOps: Backend {
         composed::quant_matmul::<Self>(x, weight, weight_scale, x_scale, out_dtype)
     }
 
-    /// A float weight `w [K, N]` quantized per output channel on the device: `(q [K, N] I8,
-    /// scale [N] F32)` with `scale = max_k |w| / 127` (a zero column takes the smallest normal
-    /// f32) and `q = clamp(rint(w / scale), -127, 127)`.
-    fn quantize_weight_per_channel(w: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
-        composed::quantize_weight_per_channel::<Self>(w)
-    }
-
     /// Gathers `x [T, H]` to its experts and quantises each row to int8 in one pass: the rows
     /// of [`FusedOps::moe_gather`] for the permutation sorting the token-major expert ids
     /// `expert_ids [T*K]` (values in `0..num_experts`) stably by expert, each quantised
@@ -1041,17 +1034,6 @@ impl FusedOps for Ascend {
         )
     }
 
-    fn quantize_weight_per_channel(w: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
-        run(
-            "quantize_weight_per_channel",
-            quant_matmul::check_quantize_weight_per_channel(&w),
-        );
-        run(
-            "quantize_weight_per_channel",
-            quant_matmul::quantize_weight_per_channel(&w),
-        )
-    }
-
     fn moe_gather_quant(
         x: FloatTensor<Self>,
         expert_ids: IntTensor<Self>,
@@ -1332,13 +1314,21 @@ pub fn quant_matmul<B: FusedOps>(
     ))
 }
 
-/// A float weight `[K, N]` quantized per output channel on the device: `(q [K, N] I8, scale [N]
-/// F32)`; see [`FusedOps::quantize_weight_per_channel`].
-pub fn quantize_weight_per_channel<B: FusedOps>(
-    w: Tensor<B, 2>,
-) -> (Tensor<B, 2, Int>, Tensor<B, 1>) {
-    let (q, s) = B::quantize_weight_per_channel(prim(w));
-    (int(q), float(s))
+/// Float weights `w [.., K, N]` (a layer's `[K, N]`, MoE experts' `[E, K, N]`) quantised
+/// symmetrically per output channel, on the device (Burn ops; no host compute): `q` I8 of w's
+/// shape and `scale` F32 `[.., N]` (w's shape without K), `scale = max_k |w| / 127` (computed
+/// from w converted to f32) and `q = round_ties_even(w / scale)`, so `|q| <= 127` and
+/// `w ~ q * scale` within half a step. A zero channel gets scale 0 and zeros (see
+/// [`composed::quantize_along`]).
+pub fn quantize_weight_per_channel<B: Backend, const D: usize, const S: usize>(
+    w: Tensor<B, D>,
+) -> (Tensor<B, D, Int>, Tensor<B, S>) {
+    assert!(
+        D >= 2 && S + 1 == D,
+        "quantize_weight_per_channel: weights [.., K, N] and scales [.., N], got {D} and {S} dims"
+    );
+    let (q, scale) = composed::quantize_along(w.cast(DType::F32), D - 2);
+    (q, scale.squeeze_dim(D - 2))
 }
 
 /// [`FusedOps::moe_gather_quant`] on tensors: the quantised rows, their scales, each slot's row
@@ -1412,15 +1402,4 @@ pub fn grouped_matmul_antiquant<B: FusedOps>(
         w_offset.map(prim),
         group_sizes.into_primitive(),
     ))
-}
-
-/// Expert weights `w [E, K, N]` quantised symmetrically per output channel, on the device
-/// (Burn ops; no host compute): `scale[e, n] = max_k |w[e, k, n]| / 127` (f32, computed from w
-/// converted to f32) and `q = round_ties_even(w / scale)` as int8 (0 where the scale is 0),
-/// so `|q| <= 127` and `w ~ q * scale` within half a step, `scale / 2`.
-pub fn quantize_experts_per_channel<B: Backend>(
-    w: Tensor<B, 3>,
-) -> (Tensor<B, 3, Int>, Tensor<B, 2>) {
-    let (q, scale) = composed::quantize_along(w.cast(DType::F32), 1);
-    (q, scale.squeeze_dim(1))
 }
