@@ -1,7 +1,8 @@
 //! The int8 matmul paths (aclnnDynamicQuant, aclnnWeightQuantBatchMatmulV2 and
 //! aclnnQuantMatmulV4 on the emulated NPU) against the same integer math on burn-flex, the
 //! operators' refusals, and Burn's `q_matmul` on them: a model quantized with Burn's own
-//! `Quantizer` runs its Linear layers on aclnnWeightQuantBatchMatmulV2.
+//! `Quantizer` runs its layers' `x.matmul(weight)` on aclnnWeightQuantBatchMatmulV2 (its
+//! `Linear::forward`: tests/lazy_dequantize.rs).
 
 mod common;
 
@@ -417,9 +418,8 @@ impl<B: burn::tensor::backend::Backend> Mlp<B> {
         self.down.forward(self.act.forward(self.up.forward(x)))
     }
 
-    /// The same layers as `x.matmul(weight) + bias`: Burn 0.21's `Linear::forward` hands
-    /// `ModuleOps::linear` its weight dequantized (`TensorPrimitive::tensor`), so only a
-    /// `matmul` of the quantized parameter reaches `q_matmul`.
+    /// The same layers as `x.matmul(weight) + bias`, through `q_matmul` (`Linear::forward`
+    /// reaches the same operator through a lazily dequantized weight: tests/lazy_dequantize.rs).
     fn forward_matmul<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let dense = |l: &Linear<B>, x: Tensor<B, D>| {
             let y = x.matmul(l.weight.val().unsqueeze::<D>());

@@ -150,6 +150,9 @@ impl FloatTensorOps<Ascend> for Ascend {
     }
 
     fn float_matmul(lhs: FloatTensor<Ascend>, rhs: FloatTensor<Ascend>) -> FloatTensor<Ascend> {
+        if let Some(y) = super::qtensor_ops::lazy_weight_matmul(&lhs, &rhs, None) {
+            return run("float_matmul", y);
+        }
         run("float_matmul", matmul::matmul(&lhs, &rhs))
     }
 

@@ -72,7 +72,7 @@ pub fn write(tensor: &impl StaticTensor, data: TensorData) -> AclResult<()> {
             t.describe()
         )));
     }
-    t.ctx().upload(&t.storage, data.as_bytes())
+    t.ctx().upload(t.storage()?, data.as_bytes())
 }
 
 /// Copies `src` into `dst`'s own buffer on the device (same shape; converted to `dst`'s

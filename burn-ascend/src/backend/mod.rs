@@ -362,4 +362,9 @@ impl Ascend {
     pub fn memory_stats(device: &AscendDevice) -> crate::runtime::MemoryStats {
         context(device).memory_stats()
     }
+
+    /// Starts `device`'s peak of bytes in use over from the bytes in use now.
+    pub fn reset_peak_memory(device: &AscendDevice) {
+        context(device).reset_peak_memory()
+    }
 }

@@ -4,7 +4,8 @@
 //! 1-D through 2-D); their input and weight gradients go to aclnnConvolutionBackward, except
 //! the input gradient of a transposed convolution, which is a plain convolution of the output
 //! gradient by the same weight (Burn gives no input tensor there). Layer norm runs the fused
-//! `layer_norm` kernel and linear with a bias one aclnnAddmm. Bias gradients, embedding,
+//! `layer_norm` kernel and linear with a bias one aclnnAddmm (with a lazily dequantized int8
+//! weight, one aclnnWeightQuantBatchMatmulV2). Bias gradients, embedding,
 //! unfold4d, CTC loss and the 1-D pools keep Burn's defaults, which run on the mapped tensor ops.
 
 use crate::ops::attention::{self, AttentionOptions};
@@ -134,6 +135,11 @@ impl ModuleOps<Ascend> for Ascend {
         weight: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
+        // A lazily dequantized int8 weight (a Quantizer-quantized `nn::Linear`): one
+        // aclnnWeightQuantBatchMatmulV2 with the bias, on the int8 values.
+        if let Some(y) = super::qtensor_ops::lazy_weight_matmul(&x, &weight, bias.as_ref()) {
+            return run("linear", y);
+        }
         if let Some(b) = &bias {
             if x.dtype != DataType::F64 && x.dtype == weight.dtype && x.dtype == b.dtype {
                 return run("linear", crate::ops::matmul::linear(&x, &weight, b));

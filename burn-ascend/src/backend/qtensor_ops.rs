@@ -5,6 +5,11 @@
 //! (as in Burn's reference) the op runs on the dequantized tensor, which is quantized again
 //! with fresh scales. Arithmetic keeps Burn's dequantize-op-quantize defaults, except
 //! `q_matmul`, which runs symmetric int8 products on the cube's int8 paths (see [`int8_path`]).
+//!
+//! `dequantize` of a per-tensor int8 weight is lazy ([`AscendTensor::dequantized_lazily`]):
+//! Burn 0.21's `nn::Linear` hands `linear` its weight through `TensorPrimitive::tensor`, which
+//! dequantizes, so `linear` and `float_matmul` take such a weight back to its int8 values and
+//! run aclnnWeightQuantBatchMatmulV2 ([`lazy_weight_matmul`]); any other reader materialises it.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -17,6 +22,7 @@ use burn_backend::{get_device_settings, QTensorPrimitive, TensorPrimitive};
 use burn_std::QuantScheme;
 
 use crate::ops::quant_matmul;
+use crate::ops::tensor::Dequantized;
 
 use crate::ops::quant::{self, Granularity};
 
@@ -180,6 +186,78 @@ fn folded(shape: &[usize], n: usize) -> (Vec<usize>, Vec<usize>) {
     (vec![rows, k], out)
 }
 
+/// `x [.., K] @ weight [K, N] (+ bias [N])` on aclnnWeightQuantBatchMatmulV2, x's batch dims
+/// folded into rows: `[.., N]` in x's type.
+fn weight_only(
+    x: &AscendTensor,
+    weight: &AscendTensor,
+    scales: &AscendTensor,
+    bias: Option<&AscendTensor>,
+) -> AclResult<AscendTensor> {
+    let (rows, out_shape) = folded(x.shape(), weight.shape()[1]);
+    let x2 = copy::reshape(x, rows)?;
+    let y = quant_matmul::weight_quant_matmul(&x2, weight, scales, bias, 0)?;
+    copy::reshape(&y, out_shape)
+}
+
+/// Whether `dequantize` of `scheme` is deferred: the schemes whose weights the int8 path takes
+/// (symmetric int8 per tensor), to a float type the cube takes.
+fn dequantized_lazily(scheme: &QuantScheme, dtype: FloatDType) -> bool {
+    int8(scheme)
+        && scheme.level == QuantLevel::Tensor
+        && matches!(dtype, FloatDType::F32 | FloatDType::F16 | FloatDType::BF16)
+}
+
+/// `x @ w (+ bias)` on aclnnWeightQuantBatchMatmulV2 when `w` is a lazily dequantized int8
+/// weight `[1.., K, N]` seen whole and `x [.., K]` is F16 or BF16 (with at least w's rank): the
+/// product of the int8 values, the float weight never materialised, in x's type (as
+/// `q_matmul` gives `x.matmul(q)`). `None` where the float ops should run (materialising w);
+/// an F32 activation keeps the f32 matmul, said once, as `q_matmul` does.
+pub(super) fn lazy_weight_matmul(
+    x: &AscendTensor,
+    w: &AscendTensor,
+    bias: Option<&AscendTensor>,
+) -> Option<AclResult<AscendTensor>> {
+    let Dequantized {
+        values,
+        scales,
+        granularity: Granularity::Tensor,
+    } = w.dequantized_from()?
+    else {
+        return None;
+    };
+    let (xs, ws) = (x.shape(), w.shape());
+    let shaped = ws.len() >= 2
+        && xs.len() >= ws.len()
+        && ws[..ws.len() - 2].iter().all(|&d| d == 1)
+        && xs[xs.len() - 1] == ws[ws.len() - 2]
+        && bias.is_none_or(|b| b.shape() == [ws[ws.len() - 1]] && b.dtype.is_float());
+    if !shaped {
+        return None;
+    }
+    if !matches!(x.dtype, DataType::F16 | DataType::BF16) {
+        note_lazy_fallback(x.dtype);
+        return None;
+    }
+    let (k, n) = (ws[ws.len() - 2], ws[ws.len() - 1]);
+    Some(copy::reshape(values, vec![k, n]).and_then(|weight| weight_only(x, &weight, scales, bias)))
+}
+
+/// Says once per activation type that a lazily dequantized int8 weight is materialised for a
+/// float matmul.
+fn note_lazy_fallback(dtype: DataType) {
+    static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let key = format!("{dtype}");
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.insert(key.clone()) {
+        eprintln!(
+            "burn-ascend: a {key} activation times a quantized int8 weight has no int8 path \
+             (aclnnWeightQuantBatchMatmulV2 takes F16/BF16 activations); dequantizing the \
+             weight, then a float matmul"
+        );
+    }
+}
+
 /// `lhs @ w` on `path`, in the activation's float type, or in the device's default float type
 /// when both operands are quantized (as Burn's default does).
 fn q_matmul_int8(
@@ -192,10 +270,7 @@ fn q_matmul_int8(
     let weight = copy::reshape(&w.values, vec![k, n])?;
     match (path, lhs) {
         (Int8Path::WeightOnly, TensorPrimitive::Float(x)) => {
-            let (rows, out_shape) = folded(x.shape(), n);
-            let x2 = copy::reshape(&x, rows)?;
-            let y = quant_matmul::weight_quant_matmul(&x2, &weight, &w.scales, None, 0)?;
-            copy::reshape(&y, out_shape)
+            weight_only(&x, &weight, &w.scales, None)
         }
         (Int8Path::Both, TensorPrimitive::QFloat(x)) => {
             let (rows, out_shape) = folded(x.values.shape(), n);
@@ -333,6 +408,18 @@ impl QTensorOps<Ascend> for Ascend {
     }
 
     fn dequantize(tensor: QuantizedTensor<Ascend>, dtype: FloatDType) -> FloatTensor<Ascend> {
+        // Deferred where a matmul may take the int8 values instead (see `lazy_weight_matmul`).
+        if dequantized_lazily(&tensor.scheme, dtype) {
+            let granularity = tensor.granularity();
+            return AscendTensor::dequantized_lazily(
+                Dequantized {
+                    values: tensor.values,
+                    scales: tensor.scales,
+                    granularity,
+                },
+                float_type(dtype),
+            );
+        }
         run(
             "dequantize",
             quant::dequantize(

@@ -23,7 +23,7 @@ pub fn from_bytes(
             out.shape()
         )));
     }
-    ctx.upload(&out.storage, bytes)?;
+    ctx.upload(out.storage()?, bytes)?;
     Ok(out)
 }
 
@@ -38,6 +38,11 @@ pub fn to_bytes_many(tensors: &[AscendTensor]) -> AclResult<Vec<Vec<u8>>> {
         .iter()
         .map(super::copy::contiguous)
         .collect::<AclResult<Vec<_>>>()?;
+    // A lazily dequantized tensor is materialised before the synchronisation its read waits
+    // for.
+    for t in &dense {
+        t.storage()?;
+    }
     let mut synced: Vec<crate::runtime::AscendDevice> = Vec::new();
     for t in &dense {
         if !synced.contains(&t.ctx().device()) {
@@ -50,7 +55,7 @@ pub fn to_bytes_many(tensors: &[AscendTensor]) -> AclResult<Vec<Vec<u8>>> {
         .map(|t| {
             let es = t.dtype.size();
             t.ctx()
-                .read_synchronized(&t.storage, t.layout.offset * es, t.layout.numel() * es)
+                .read_synchronized(t.storage()?, t.layout.offset * es, t.layout.numel() * es)
         })
         .collect()
 }

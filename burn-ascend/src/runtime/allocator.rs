@@ -74,6 +74,11 @@ impl CachingAllocator {
         self.stats
     }
 
+    /// Starts the peak over from the bytes in use now.
+    pub fn reset_peak(&mut self) {
+        self.stats.peak_bytes_in_use = self.stats.bytes_in_use;
+    }
+
     /// Takes a cached block of the request's class, or allocates one. An out-of-memory
     /// error (see [`is_out_of_memory`]) leaves the retry to the caller, which can release
     /// other pools too.

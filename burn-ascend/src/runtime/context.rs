@@ -429,6 +429,11 @@ impl DeviceContext {
         })
     }
 
+    /// Whether a graph is being captured on the stream.
+    pub(crate) fn is_capturing(&self) -> bool {
+        self.capturing().is_some()
+    }
+
     /// The pool of the graph being captured, if one is.
     fn capturing(&self) -> Option<Arc<GraphPool>> {
         self.capture
@@ -541,6 +546,12 @@ impl DeviceContext {
     /// Statistics of the tensor allocator.
     pub fn memory_stats(&self) -> MemoryStats {
         self.tensors.lock().unwrap().stats()
+    }
+
+    /// Starts the tensor allocator's `peak_bytes_in_use` over from the bytes in use now, to
+    /// measure the peak of the work that follows.
+    pub fn reset_peak_memory(&self) {
+        self.tensors.lock().unwrap().reset_peak();
     }
 
     /// Releases every cached block of both allocators to the device.

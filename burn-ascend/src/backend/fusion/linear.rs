@@ -1,11 +1,12 @@
 //! A pattern fusion: linear as Burn composes it (`ModuleOps::linear`'s default, which `Fusion`
-//! records op by op) runs as one aclnnAddmm, the bias added in the matmul's epilogue.
+//! records op by op) runs as `Ascend::linear`: one aclnnAddmm, the bias added in the matmul's
+//! epilogue (one aclnnWeightQuantBatchMatmulV2 for a lazily dequantized int8 weight).
 //!
 //! The recorded pattern: `[w' = reshape(w)] y = x @ w' [b' = reshape(b)] out = y + b'`, with
 //! `w [k, n]` (reshaped to `[1, .., k, n]` for an `x` of higher rank), `b [n]` (reshaped to
 //! `[1, .., n]`), and `y` dying inside the block.
 
-use burn_backend::ops::FloatTensorOps;
+use burn_backend::ops::{FloatTensorOps, ModuleOps};
 use burn_fusion::stream::Context;
 use burn_fusion::NumOperations;
 use burn_ir::{FloatOperationIr, NumericOperationIr, OperationIr, TensorIr, TensorStatus};
@@ -14,8 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::pattern::{leading_ones, parameter, reshape, Pattern, PatternFuser};
 use super::{global, take_input, AscendFusionHandle, AscendOptimization};
-use crate::backend::{run, Ascend};
-use crate::ops::matmul::linear;
+use crate::backend::Ascend;
 
 /// The operands of a recognised (prefix of a) linear.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,7 +144,8 @@ impl LinearOptimization {
         let xt = take_input(context, &b.x);
         let wt = Ascend::float_reshape(take_input(context, &w), [k, n].into());
         let bt = Ascend::float_reshape(take_input(context, &bias), [n].into());
-        let y = run("linear", linear(&xt, &wt, &bt));
+        // Through the backend's `linear`: a lazily dequantized int8 weight takes its int8 path.
+        let y = Ascend::linear(xt, wt, Some(bt));
         context
             .handles
             .register_handle(out.id, AscendFusionHandle::Tensor(y));
