@@ -214,13 +214,14 @@ fn paged_server_gives_transformers_greedy_tokens_on_fusion() {
     greedy_matches::<Lazy>(&device(), false);
 }
 
-/// transformers' greedy continuation of mixtral's third prompt has its EOS `</s>` at index 20:
-/// with the tokenizer's EOS ids as stop tokens the request ends there, EOS included.
+/// transformers' greedy continuation of mixtral's second prompt has its EOS `</s>` at index 15
+/// (the fixture was trained on a line that starts with the prompt and ends with EOS): with the
+/// tokenizer's EOS ids as stop tokens the request ends there, EOS included.
 #[test]
 #[parallel]
 fn generation_stops_at_the_checkpoints_eos() {
     let device = device();
-    let r = &references("mixtral")[2];
+    let r = &references("mixtral")[1];
     let eos = TextTokenizer::from_dir(fixture("mixtral"))
         .unwrap()
         .eos_ids()
@@ -517,7 +518,9 @@ fn fine_tune_save_reload(name: &str) {
     let device = device();
     let loaded = families::load::<Train>(fixture(name), DType::F32, &device).unwrap();
     let tokenizer = TextTokenizer::from_dir(fixture(name)).unwrap();
-    let tokens = tokenizer.encode(corpus::TEXT).unwrap();
+    // The fixtures were trained on the shipped text (scripts/hf_fixtures): fine-tuned on it,
+    // their loss has nowhere to fall. Upper-cased, it is text they have not learned.
+    let tokens = tokenizer.encode(&corpus::TEXT.to_uppercase()).unwrap();
     let held: Vec<Vec<u32>> = tokens.chunks(24).take(4).map(<[u32]>::to_vec).collect();
     let before = loss(&loaded.model.valid(), &held, &device);
     let cfg = TrainConfig {
@@ -610,10 +613,18 @@ fn half_precision_models_hold_their_weights_and_cache_in_their_dtype() {
                 .collect();
             // Half-precision rounding (and the odd token routed to another expert where the
             // router's top probabilities are close) moves logits by a few hundredths on
-            // average here (0.001 to 0.023); weights read or laid out wrong move them by ~1.
+            // average here (0.001 to 0.020); weights read or laid out wrong move them by ~1.
+            // One such router tie: mixtral's second prompt, last position, layer 0 (second and
+            // third experts at 0.2491 and 0.2483 in f32; bf16 picks the third), which moves
+            // that row by ~0.2 (so does transformers' own bf16) and the prompt's mean to 0.061.
+            let bound = if (name, i) == ("mixtral", 1) {
+                0.07
+            } else {
+                0.03
+            };
             let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
             assert!(
-                mean <= 0.03,
+                mean <= bound,
                 "{name} in {dtype:?}, prompt {i}: mean logit error {mean}"
             );
         }

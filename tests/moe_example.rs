@@ -366,7 +366,7 @@ fn a_checkpoint_given_with_model_generates_what_transformers_generates_and_stops
             }
         }
     }
-    assert_eq!(stopped, 1, "the fixture's third prompt generates EOS");
+    assert_eq!(stopped, 1, "the fixture's second prompt generates EOS");
 }
 
 #[test]

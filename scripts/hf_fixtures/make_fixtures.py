@@ -6,8 +6,9 @@ Run by hand (CI has no Python; it reads the committed fixtures):
     python scripts/hf_fixtures/make_fixtures.py            # all fixtures
     python scripts/hf_fixtures/make_fixtures.py mixtral    # only some
 
-Each fixture is a randomly initialised checkpoint written by transformers' own `save_pretrained`, a
-byte-level BPE tokenizer trained on src/moe/corpus.txt with the family's special tokens, and
+Each fixture is a randomly initialised checkpoint, briefly trained on src/moe/corpus.txt (`train`) and
+written by transformers' own `save_pretrained`, a byte-level BPE tokenizer trained on the same text with
+the family's special tokens, and
 `reference.json`: the logits of every prompt position and a 32-token greedy continuation, computed by
 loading the SAVED directory back in f32 (weights upcast from their stored dtype), eval mode, eager
 attention. Everything is seeded, so a re-run reproduces the same files.
@@ -64,8 +65,25 @@ PROMPTS = [
     "The wind came from the west.",
 ]
 
-# Weight init std: large enough that the logits of a random model are spread (clear argmaxes).
+# Weight init std, which training (below) starts from.
 INIT_STD = 0.15
+
+# Training (`train`): every fixture is trained briefly before it is saved, so that its next-token
+# distributions are peaked as a real checkpoint's are (a random model's are nearly flat: rounding alone,
+# bf16 against f32, then changes its top-1 token, which no quantization bound could be measured
+# against). Next-token loss with AdamW, f32, on one CPU thread (a thread count changes the sums' order
+# and so the bits), windows of TRAIN_SEQ tokens drawn by a generator seeded with the fixture's seed:
+# about 30-60 s per fixture.
+TRAIN_STEPS = 2000
+TRAIN_BATCH = 8
+TRAIN_SEQ = 64
+TRAIN_LR = 3e-3
+TRAIN_WEIGHT_DECAY = 0.1
+# The document trained on: the shipped text (src/moe/corpus.txt, which the Rust tests measure perplexity
+# on), then a line that starts with the prompt the text has nothing like (bytes outside ASCII, digits);
+# encoded as the family's tokenizer encodes a prompt (BOS where it adds one) and followed by its EOS, so
+# a fixture ends a text with EOS as a real checkpoint does.
+DOMAIN_TEXT = "café: 42 boats, 12 ships and 7 men."
 
 YARN = {
     "type": "yarn",
@@ -227,6 +245,8 @@ def fixture_specs():
                 eos_token_id=ids["<｜end▁of▁sentence｜>"],
             ),
             generation_eos=lambda ids: ids["<｜end▁of▁sentence｜>"],
+            # Trained with the softmax scale its reference is computed with (make_v5_fixtures.py).
+            train_softmax_scale=deepseek_softmax_scale,
         ),
         "deepseek_v3": dict(
             cls=DeepseekV3ForCausalLM,
@@ -325,6 +345,58 @@ def perturb(model: torch.nn.Module, spec: dict) -> None:
                     buf.copy_(torch.empty_like(buf).uniform_(-0.3, 0.3))
 
 
+def train_documents() -> list:
+    # One document, not one per paragraph: a fixture's prompts start where the text starts (after BOS,
+    # and "The"), and as many documents starting alike would leave the first tokens nearly tied.
+    return [CORPUS.read_text().strip() + "\n\n" + DOMAIN_TEXT]
+
+
+def deepseek_softmax_scale(config) -> float:
+    """DeepSeek's attention softmax scale: qk_head_dim^-0.5 * yarn_get_mscale(factor, mscale_all_dim)^2,
+    yarn_get_mscale(s, m) = 0.1 * m * ln(s) + 1. transformers 4.57.1's DeepSeek-V2 leaves out the
+    mscale^2 (README.md), so deepseek_v2 is trained with this scale set on its attention layers: trained
+    as the model its 5.x reference runs."""
+    rope = config.rope_scaling
+    mscale = 0.1 * rope["mscale_all_dim"] * math.log(rope["factor"]) + 1.0
+    return (config.qk_nope_head_dim + config.qk_rope_head_dim) ** -0.5 * mscale * mscale
+
+
+def train(model: torch.nn.Module, tok: Tokenizer, eos_id: int, seed: int, softmax_scale=None) -> tuple:
+    """Next-token training on `train_documents()` (see TRAIN_*), with each attention layer's softmax
+    scale set to `softmax_scale(config)` meanwhile if given; returns the first and last losses."""
+    stream = []
+    for doc in train_documents():
+        stream += tok.encode(doc).ids + [eos_id]
+    # Cyclic, so that every token is in as many windows as any other (the last document too).
+    stream = torch.tensor(stream + stream[:TRAIN_SEQ])
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=TRAIN_LR, weight_decay=TRAIN_WEIGHT_DECAY)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    attns = [layer.self_attn for layer in model.model.layers] if softmax_scale else []
+    scales = [attn.scaling for attn in attns]
+    for attn in attns:
+        attn.scaling = softmax_scale(model.config)
+    model.train()
+    losses = []
+    try:
+        for _ in range(TRAIN_STEPS):
+            starts = torch.randint(0, len(stream) - TRAIN_SEQ, (TRAIN_BATCH,), generator=gen)
+            batch = torch.stack([stream[s : s + TRAIN_SEQ] for s in starts.tolist()])
+            # The models shift the labels themselves: the loss is over each next token.
+            loss = model(input_ids=batch, labels=batch, use_cache=False).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+    finally:
+        torch.set_num_threads(threads)
+        for attn, scale in zip(attns, scales):
+            attn.scaling = scale
+    model.eval()
+    return losses[0], losses[-1]
+
+
 def stored_tensors(out: Path) -> dict:
     index = out / "model.safetensors.index.json"
     files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
@@ -383,6 +455,8 @@ def build(name: str, spec: dict, seed: int, out: Path) -> dict:
     torch.manual_seed(seed)
     model = spec["cls"](config)
     perturb(model, spec)
+    first_loss, last_loss = train(model, tok, ids[eos], seed, spec.get("train_softmax_scale"))
+    print(f"{name}: seed {seed}, training loss {first_loss:.3f} -> {last_loss:.3f} in {TRAIN_STEPS} steps")
     model = model.to(spec["dtype"]).eval()
 
     if out.exists():
