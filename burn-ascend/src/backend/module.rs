@@ -53,7 +53,7 @@ fn convolve(
 ) -> AscendTensor {
     run(
         "convolution",
-        conv::conv(&x, &weight, bias.as_ref(), &params),
+        conv::conv(&x, &weight, bias.as_deref(), &params),
     )
 }
 
@@ -135,7 +135,7 @@ impl ModuleOps<Ascend> for Ascend {
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
         if let Some(b) = &bias {
-            if x.dtype != DataType::F64 && x.dtype == weight.dtype && x.dtype == b.dtype {
+            if x.dtype() != DataType::F64 && x.dtype() == weight.dtype() && x.dtype() == b.dtype() {
                 return run("linear", crate::ops::matmul::linear(&x, &weight, b));
             }
         }
@@ -155,7 +155,7 @@ impl ModuleOps<Ascend> for Ascend {
         beta: Option<FloatTensor<Self>>,
         epsilon: f64,
     ) -> FloatTensor<Self> {
-        if tensor.dtype != DataType::F64 {
+        if tensor.dtype() != DataType::F64 {
             return <Self as crate::FusedOps>::layer_norm(tensor, Some(gamma), beta, epsilon).y;
         }
         let rank = tensor.shape().len();
@@ -241,8 +241,8 @@ impl ModuleOps<Ascend> for Ascend {
                 &x,
                 &offset,
                 &weight,
-                mask.as_ref(),
-                bias.as_ref(),
+                mask.as_deref(),
+                bias.as_deref(),
                 &geometry,
             ),
         )
@@ -264,13 +264,19 @@ impl ModuleOps<Ascend> for Ascend {
                 &x,
                 &offset,
                 &weight,
-                mask.as_ref(),
+                mask.as_deref(),
                 bias.is_some(),
                 &output_grad,
                 &geometry,
             ),
         );
-        DeformConv2dBackward::new(g.x, g.offset, g.weight, g.mask, g.bias)
+        DeformConv2dBackward::new(
+            g.x.into(),
+            g.offset.into(),
+            g.weight.into(),
+            g.mask.map(Into::into),
+            g.bias.map(Into::into),
+        )
     }
 
     fn conv3d(
@@ -519,7 +525,7 @@ impl ModuleOps<Ascend> for Ascend {
         };
         if flash_attention::fits(&query, &key, &value, attn_bias.is_some(), options.softcap) {
             let out =
-                flash_attention::flash_attention(&query, &key, &value, mask.as_ref(), options);
+                flash_attention::flash_attention(&query, &key, &value, mask.as_deref(), options);
             return run("attention", out.map(|(out, _)| out));
         }
         run(
@@ -528,8 +534,8 @@ impl ModuleOps<Ascend> for Ascend {
                 &query,
                 &key,
                 &value,
-                mask.as_ref(),
-                attn_bias.as_ref(),
+                mask.as_deref(),
+                attn_bias.as_deref(),
                 options,
             ),
         )

@@ -135,7 +135,7 @@ fn int8_path(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) -> Op
         TensorPrimitive::Float(x) => {
             let shape = x.shape();
             let fits = shape.len() >= 2 && shape[shape.len() - 1] == k;
-            let half = matches!(x.dtype, DataType::F16 | DataType::BF16);
+            let half = matches!(x.dtype(), DataType::F16 | DataType::BF16);
             (fits && half).then_some(Int8Path::WeightOnly)
         }
         TensorPrimitive::QFloat(x) => {
@@ -145,7 +145,7 @@ fn int8_path(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) -> Op
                 QuantLevel::Block(b) => b.num_elements() == k,
             };
             let fits = shape.len() >= 2 && shape[shape.len() - 1] == k;
-            let target = get_device_settings::<Ascend>(&x.values.ctx().device()).float_dtype;
+            let target = get_device_settings::<Ascend>(&x.values.ctx().device().into()).float_dtype;
             let half = matches!(target, FloatDType::F16 | FloatDType::BF16);
             (fits && half && int8(&x.scheme) && per_row).then_some(Int8Path::Both)
         }
@@ -156,7 +156,7 @@ fn int8_path(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) -> Op
 fn note_fallback(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) {
     static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let kind = |t: &TensorPrimitive<Ascend>| match t {
-        TensorPrimitive::Float(x) => format!("{:?}", x.dtype),
+        TensorPrimitive::Float(x) => format!("{:?}", x.dtype()),
         TensorPrimitive::QFloat(q) => format!("{:?}", q.scheme),
     };
     let key = format!("{} @ {}", kind(lhs), kind(rhs));
@@ -186,7 +186,7 @@ fn q_matmul_int8(
     path: Int8Path,
     lhs: TensorPrimitive<Ascend>,
     w: AscendQTensor,
-) -> AclResult<AscendTensor> {
+) -> AclResult<CoreTensor> {
     let ws = w.values.shape().to_vec();
     let (k, n) = (ws[ws.len() - 2], ws[ws.len() - 1]);
     let weight = copy::reshape(&w.values, vec![k, n])?;
@@ -199,12 +199,13 @@ fn q_matmul_int8(
         }
         (Int8Path::Both, TensorPrimitive::QFloat(x)) => {
             let (rows, out_shape) = folded(x.values.shape(), n);
-            let out_dtype =
-                float_type(get_device_settings::<Ascend>(&x.values.ctx().device()).float_dtype);
+            let out_dtype = float_type(
+                get_device_settings::<Ascend>(&x.values.ctx().device().into()).float_dtype,
+            );
             let x2 = copy::reshape(&x.values, rows.clone())?;
             // One scale per row of the folded activation, or one for all of them.
             let x_scale = match x.scheme.level {
-                QuantLevel::Tensor => x.scales.clone(),
+                QuantLevel::Tensor => x.scales.clone().into_inner(),
                 QuantLevel::Block(_) => copy::reshape(&x.scales, vec![rows[0]])?,
             };
             let y = quant_matmul::quant_matmul(&x2, &weight, &w.scales, &x_scale, out_dtype)?;
@@ -345,7 +346,7 @@ impl QTensorOps<Ascend> for Ascend {
     }
 
     fn q_device(tensor: &QuantizedTensor<Ascend>) -> Device<Ascend> {
-        tensor.values.ctx().device()
+        tensor.values.ctx().device().into()
     }
 
     fn q_to_device(
@@ -353,8 +354,14 @@ impl QTensorOps<Ascend> for Ascend {
         device: &Device<Ascend>,
     ) -> QuantizedTensor<Ascend> {
         AscendQTensor {
-            values: run("q_to_device", copy::to_device(&tensor.values, device)),
-            scales: run("q_to_device", copy::to_device(&tensor.scales, device)),
+            values: run(
+                "q_to_device",
+                copy::to_device(&tensor.values, &device.into()),
+            ),
+            scales: run(
+                "q_to_device",
+                copy::to_device(&tensor.scales, &device.into()),
+            ),
             scheme: tensor.scheme,
         }
     }
@@ -373,8 +380,9 @@ impl QTensorOps<Ascend> for Ascend {
                 tensor.values.describe()
             ),
         };
-        let mut bytes = creation::to_bytes_many(&[tensor.values.clone(), tensor.scales.clone()])
-            .map_err(read)?;
+        let mut bytes =
+            creation::to_bytes_many(cores(&[tensor.values.clone(), tensor.scales.clone()]))
+                .map_err(read)?;
         let scale_bytes = bytes.pop().expect("two tensors were read");
         let values: Vec<i8> = bytes
             .pop()
@@ -398,11 +406,13 @@ impl QTensorOps<Ascend> for Ascend {
         dim1: usize,
         dim2: usize,
     ) -> QuantizedTensor<Ascend> {
-        layout_op(tensor, |t| t.with_layout(t.layout().swap_dims(dim1, dim2)))
+        layout_op(tensor, |t| {
+            t.with_layout(t.layout().swap_dims(dim1, dim2)).into()
+        })
     }
 
     fn q_permute(tensor: QuantizedTensor<Ascend>, axes: &[usize]) -> QuantizedTensor<Ascend> {
-        layout_op(tensor, |t| t.with_layout(t.layout().permute(axes)))
+        layout_op(tensor, |t| t.with_layout(t.layout().permute(axes)).into())
     }
 
     fn q_flip(tensor: QuantizedTensor<Ascend>, axes: &[usize]) -> QuantizedTensor<Ascend> {

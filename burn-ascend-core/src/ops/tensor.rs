@@ -63,6 +63,11 @@ impl AscendTensor {
         self.storage.ptr()
     }
 
+    /// The device buffer this view lies in.
+    pub fn storage(&self) -> &DeviceStorage {
+        &self.storage
+    }
+
     /// The same storage under another layout.
     pub fn with_layout(&self, layout: Layout) -> Self {
         Self {
