@@ -300,7 +300,9 @@ impl Communicator {
     /// The communicator whose ranks are `devices`, in that order, all in this process; created
     /// on first use (`HcclCommInitAll`) and kept for the process.
     /// A reset of one of the devices destroys it; the next call builds a new one.
-    pub fn local(devices: &[AscendDevice]) -> AclResult<Arc<Communicator>> {
+    /// `devices` are the core's or an adapter's own device type (converting to the core's).
+    pub fn local(devices: &[impl Copy + Into<AscendDevice>]) -> AclResult<Arc<Communicator>> {
+        let devices = &devices.iter().map(|&d| d.into()).collect::<Vec<_>>()[..];
         let mut cache = local_cache();
         if let Some(c) = cache.get(devices) {
             return Ok(c.clone());
