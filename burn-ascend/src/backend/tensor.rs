@@ -147,8 +147,6 @@ macro_rules! unchanged {
 
 unchanged!(
     (),
-    usize,
-    AscendTensor,
     Arc<DeviceContext>,
     ops::fused::DecodeDims,
     burn_ascend_kernels::tiling::ExtendShape,
