@@ -85,7 +85,7 @@ fn rank_process() {
     let rank: usize = rank.parse().unwrap();
     // Each process has its own emulated machine; the ranks use different device ids anyway.
     let device = AscendDevice::Emulated(rank);
-    let comm = Communicator::rendezvous(device.into(), rank as u32, 2, &address).unwrap();
+    let comm = Communicator::rendezvous(device, rank as u32, 2, &address).unwrap();
     assert_eq!(comm.size(), 2);
     let mine =
         Tensor::<Ascend, 1>::from_data(TensorData::new(vec![rank as f32 + 1.0; 4], [4]), &device);
@@ -122,7 +122,7 @@ fn ranks_that_disagree_on_the_size_are_refused() {
         let a = address.clone();
         let join = |device, rank, size, address: String| {
             Communicator::rendezvous_with_secret(
-                AscendDevice::Emulated(device).into(),
+                AscendDevice::Emulated(device),
                 rank,
                 size,
                 &address,
@@ -151,7 +151,7 @@ fn a_port_scan_before_the_ranks_does_not_stop_the_rendezvous() {
     let address = free_address();
     let join = |device: usize, secret: &str| {
         Communicator::rendezvous_with_secret(
-            AscendDevice::Emulated(device).into(),
+            AscendDevice::Emulated(device),
             device as u32,
             2,
             &address,
@@ -187,7 +187,7 @@ fn a_rendezvous_without_a_secret_is_a_clear_error() {
     {
         return;
     }
-    let e = Communicator::rendezvous(AscendDevice::Emulated(0).into(), 0, 2, &free_address())
+    let e = Communicator::rendezvous(AscendDevice::Emulated(0), 0, 2, &free_address())
         .err()
         .expect("no secret, no rendezvous")
         .to_string();

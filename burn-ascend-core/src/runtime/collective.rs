@@ -421,7 +421,7 @@ impl Communicator {
     /// names), at least 16 bytes; without one this is an error. See
     /// [`Communicator::rendezvous_with_secret`].
     pub fn rendezvous(
-        device: AscendDevice,
+        device: impl Into<AscendDevice>,
         rank: u32,
         size: u32,
         address: &str,
@@ -435,12 +435,13 @@ impl Communicator {
     /// reaches `address` from taking the root info (and joining the communicator) or handing
     /// the ranks a forged one. Rank 0 drops peers that do not prove it and keeps serving.
     pub fn rendezvous_with_secret(
-        device: AscendDevice,
+        device: impl Into<AscendDevice>,
         rank: u32,
         size: u32,
         address: &str,
         secret: &[u8],
     ) -> AclResult<Arc<Communicator>> {
+        let device = device.into();
         if rank >= size {
             return Err(AclError::InvalidArgument(format!(
                 "rank {rank} is not one of {size} ranks"
