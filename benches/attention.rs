@@ -260,14 +260,17 @@ fn composed_path(c: Case, (q, k, v, mask): &Operands) -> Option<AscendTensor> {
         softcap: None,
         is_causal: c.masking == Masking::Causal,
     };
-    unless_oom(composed(
-        &prim(q),
-        &prim(&k),
-        &prim(&v),
-        mask.as_ref(),
-        None,
-        options,
-    ))
+    unless_oom(
+        composed(
+            &prim(q),
+            &prim(&k),
+            &prim(&v),
+            mask.as_deref(),
+            None,
+            options,
+        )
+        .map(Into::into),
+    )
 }
 
 fn cases() -> Vec<Case> {

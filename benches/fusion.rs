@@ -219,7 +219,14 @@ fn queued(c: &mut Criterion) {
             .collect::<Vec<_>>()
     };
     let sync = || Ascend::sync(&device).unwrap();
-    let launch = || run_program(&program, &[x.clone(), y.clone()], &[T, H]).unwrap();
+    let launch = || {
+        run_program(
+            &program,
+            &[x.clone().into_inner(), y.clone().into_inner()],
+            &[T, H],
+        )
+        .unwrap()
+    };
     let mut g = c.benchmark_group("fusion/queued");
     g.bench_function("host launch, queue empty", |b| {
         b.iter_custom(|iters| {

@@ -98,7 +98,7 @@ fn run(args: Args) -> Result<(), String> {
             .ok_or_else(|| format!("--device {d:?} is not npu, npu:N, emulated or emulated:N"))?,
         None => AscendDevice::default(),
     };
-    DeviceContext::get(&device).map_err(|e| format!("cannot open {device:?}: {e}"))?;
+    DeviceContext::get(&device.into()).map_err(|e| format!("cannot open {device:?}: {e}"))?;
     let serve_config = |max_seq| {
         let cfg = ServeConfig {
             pages: args.pages,

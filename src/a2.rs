@@ -27,7 +27,7 @@ pub const LAUNCH_LATENCY_S: f64 = A2.launch_latency_ns as f64 * 1e-9;
 pub fn props() -> DeviceProps {
     static PROPS: OnceLock<DeviceProps> = OnceLock::new();
     *PROPS.get_or_init(|| {
-        let ctx = DeviceContext::get(&AscendDevice::default())
+        let ctx = DeviceContext::get(&AscendDevice::default().into())
             .unwrap_or_else(|e| panic!("the device model reads the default device's SoC: {e}"));
         let soc = ctx.soc_name().unwrap_or_default();
         DeviceProps::for_soc(soc)

@@ -11,9 +11,10 @@ use burn_ascend::acl::aclnn;
 use burn_ascend::acl::handles::TensorDesc;
 use burn_ascend::acl::types::status::ACL_ERROR_RT_AICORE_EXCEPTION;
 use burn_ascend::acl::DataType;
+use burn_ascend::ops::AscendTensor;
 use burn_ascend::runtime::context::ENV_LAUNCH_BLOCKING;
 use burn_ascend::runtime::DeviceContext;
-use burn_ascend::{AscendDevice, AscendTensor};
+use burn_ascend::AscendDevice;
 
 #[test]
 fn a_faulting_kernel_fails_its_own_launch() {
@@ -21,7 +22,7 @@ fn a_faulting_kernel_fails_its_own_launch() {
         return;
     }
     std::env::set_var(ENV_LAUNCH_BLOCKING, "1");
-    let ctx = DeviceContext::get(&AscendDevice::Emulated(0)).unwrap();
+    let ctx = DeviceContext::get(&AscendDevice::Emulated(0).into()).unwrap();
     let t = AscendTensor::empty(&ctx, vec![64], DataType::F32).unwrap();
     // SAFETY: deliberately larger than the allocation; the emulated device checks the access.
     let oversized = unsafe {
@@ -49,7 +50,7 @@ fn a_faulting_kernel_fails_its_own_launch() {
         "{again}"
     );
     burn_ascend::reset_device(&AscendDevice::Emulated(0)).unwrap();
-    let fresh = DeviceContext::get(&AscendDevice::Emulated(0)).unwrap();
+    let fresh = DeviceContext::get(&AscendDevice::Emulated(0).into()).unwrap();
     let zeros = burn_ascend::ops::creation::zeros(&fresh, vec![64], DataType::F32).unwrap();
     let bytes =
         burn_ascend::ops::creation::to_bytes(&zeros).expect("the reset device runs new work");

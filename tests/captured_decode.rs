@@ -290,10 +290,11 @@ fn buckets_a_step_can_never_fill_are_not_captured() {
 /// Device bytes a server with `pages` cache pages holds once its decode buckets are captured:
 /// its cache and what the graphs keep.
 fn captured_server_bytes(model: &MoeDecoder<Ascend>, pages: usize) -> usize {
-    let ctx = burn_ascend::runtime::DeviceContext::get(&device()).expect("a context");
+    let ctx = burn_ascend::runtime::DeviceContext::get(&device().into()).expect("a context");
     let used = || {
         ctx.release_cache().expect("release the cache");
-        let (free, total) = burn_ascend::runtime::device::memory_info(&device()).expect("info");
+        let (free, total) =
+            burn_ascend::runtime::device::memory_info(&device().into()).expect("info");
         total - free
     };
     let before = used();

@@ -159,9 +159,9 @@ fn send_and_receive_between_two_npus() {
     let x = floats::<Ascend>(&[1.5, -2.0, 3.0, 0.25], [2, 2], &d[0]).transpose();
     let prim = x.clone().into_primitive().tensor();
     burn_ascend::ops::collective::send(&comm, &prim, 1).unwrap();
-    let got =
-        burn_ascend::ops::collective::recv(&comm, &d[1], vec![2, 2], prim.dtype(), 0).unwrap();
-    let got = Tensor::<Ascend, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(got));
+    let got = burn_ascend::ops::collective::recv(&comm, &d[1].into(), vec![2, 2], prim.dtype(), 0)
+        .unwrap();
+    let got = Tensor::<Ascend, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(got.into()));
     assert_eq!(got.device(), d[1]);
     assert_eq!(host(got), host(x));
 }
@@ -396,6 +396,7 @@ fn a_partial_issue_retires_the_communicator() {
         Tensor::<Ascend, 1>::from_floats([v, 2.0 * v], dev)
             .into_primitive()
             .tensor()
+            .into_inner()
     };
     let (x0, x1) = (x(1.0, &d[0]), x(3.0, &d[1]));
     // Rank 1's stream captures a graph, so HCCL refuses rank 1's part (the emulated HCCL does
@@ -470,7 +471,8 @@ fn the_execution_timeout_is_a_setting_with_an_interactive_default() {
     assert!(e.to_string().contains("HCCL_EXEC_TIMEOUT"), "{e}");
     assert!(start.elapsed() < Duration::from_secs(10));
     drop(out);
-    let e = collective::check_async_errors(&d[0]).expect_err("the rank's asynchronous error");
+    let e =
+        collective::check_async_errors(&d[0].into()).expect_err("the rank's asynchronous error");
     assert!(e.to_string().contains("HCCL_E_TIMEOUT"), "{e}");
     let c = comm.clone();
     let m = message(move || {
@@ -504,6 +506,7 @@ fn a_collective_issued_during_a_reset_is_refused() {
         Tensor::<Ascend, 1>::from_floats([1.0, 2.0], &d[1])
             .into_primitive()
             .tensor()
+            .into_inner()
     };
     // Rank 1 alone: its part keeps device 1 busy until the execution timeout.
     let (x1, y1) = (x(), x());

@@ -15,14 +15,15 @@ use burn_ascend::acl::types::status::*;
 use burn_ascend::acl::types::CUBE_MATH_KEEP_DTYPE;
 use burn_ascend::acl::{AclError, DataType};
 use burn_ascend::emulator as emulated;
+use burn_ascend::ops::AscendTensor;
 use burn_ascend::runtime::DeviceContext;
-use burn_ascend::{Ascend, AscendDevice, AscendTensor};
+use burn_ascend::{Ascend, AscendDevice};
 use serial_test::serial;
 
 const MIB: usize = 1 << 20;
 
 fn ctx(index: usize) -> Arc<DeviceContext> {
-    DeviceContext::get(&AscendDevice::Emulated(index)).expect("emulated device opens")
+    DeviceContext::get(&AscendDevice::Emulated(index).into()).expect("emulated device opens")
 }
 
 /// A descriptor built by hand, deliberately wrong in the tests that use it.

@@ -614,7 +614,7 @@ fn long_causal_sequence_fits_a_memory_cap_the_composed_path_exceeds() {
     }
     let _restore = Restore;
     let device = AscendDevice::Emulated(1);
-    let ctx = DeviceContext::get(&device).unwrap();
+    let ctx = DeviceContext::get(&device.into()).unwrap();
     // One f16 score matrix of S = 4096 is 32 MiB; q, k, v and the output are 256 KiB each.
     let shape = [1, 1, 4096, 32];
     let t = |seed| float::<Ascend>(&data(shape, seed), DType::F16, &device);
@@ -658,7 +658,9 @@ fn tensor(shape: &[usize], dtype: DataType) -> AscendTensor {
             .into_primitive()
             .tensor()
     };
-    burn_ascend::ops::copy::reshape(&flat, shape.to_vec()).unwrap()
+    burn_ascend::ops::copy::reshape(&flat, shape.to_vec())
+        .unwrap()
+        .into()
 }
 
 /// One direct call's arguments, each a knob the checks test.

@@ -503,7 +503,7 @@ fn a_long_prefill_step_fits_a_memory_cap_the_composed_path_exceeds() {
         }
     }
     let _restore = Restore(device.index());
-    let ctx = DeviceContext::get(&device).unwrap();
+    let ctx = DeviceContext::get(&device.into()).unwrap();
     let case = gqa(&[(32752, 16)], 4, 1, 128, DType::F16);
     let x = case.inputs();
     let slots = case.pages * case.page_size;

@@ -15,7 +15,8 @@ use burn_ascend::acl::types::status::*;
 use burn_ascend::acl::{AclError, DataType};
 use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log};
 use burn_ascend::ops::fused as device;
-use burn_ascend::{fused, Ascend, AscendDevice, AscendTensor, FusedOps};
+use burn_ascend::ops::AscendTensor;
+use burn_ascend::{fused, Ascend, AscendDevice, FusedOps};
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use common::host_values::host_values;
@@ -57,11 +58,11 @@ fn to_i64(d: TensorData) -> Vec<i64> {
 }
 
 fn primitive<const D: usize>(t: Tensor<Ascend, D>) -> AscendTensor {
-    t.into_primitive().tensor()
+    t.into_primitive().tensor().into_inner()
 }
 
 fn tensor<const D: usize>(t: AscendTensor) -> Tensor<Ascend, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(t))
+    Tensor::from_primitive(TensorPrimitive::Float(t.into()))
 }
 
 /// Asserts that `got` matches `want` in shape and values, relative to `max(|want|, 1)`.
@@ -320,6 +321,7 @@ fn i64s(v: &[i64]) -> AscendTensor {
         (&ascend(), DType::I64),
     )
     .into_primitive()
+    .into_inner()
 }
 
 #[test]
@@ -465,13 +467,14 @@ fn cann_routing_agrees_with_moe_gather_and_moe_scatter() {
             gathered.into_data(),
             0.0,
         );
-        let row_idx = Tensor::<Ascend, 1, Int>::from_primitive(routing.expanded_row_idx.clone());
+        let row_idx =
+            Tensor::<Ascend, 1, Int>::from_primitive(routing.expanded_row_idx.clone().into());
         assert_eq!(
             to_i64(row_idx.into_data()),
             inverse,
             "expanded row index, {what}"
         );
-        let expert_tokens = Tensor::<Ascend, 1, Int>::from_primitive(routing.expert_tokens);
+        let expert_tokens = Tensor::<Ascend, 1, Int>::from_primitive(routing.expert_tokens.into());
         assert_eq!(
             to_i64(expert_tokens.into_data()),
             counts,
@@ -707,13 +710,13 @@ fn cann_routing_with_a_capacity_drops_and_pads() {
         TensorData::new(expanded, [e, capacity, h]),
         0.0,
     );
-    let got_rows = Tensor::<Ascend, 1, Int>::from_primitive(routing.expanded_row_idx);
+    let got_rows = Tensor::<Ascend, 1, Int>::from_primitive(routing.expanded_row_idx.into());
     assert_eq!(
         to_i64(got_rows.into_data()),
         row_idx,
         "row index with a capacity"
     );
-    let got_counts = Tensor::<Ascend, 1, Int>::from_primitive(routing.expert_tokens);
+    let got_counts = Tensor::<Ascend, 1, Int>::from_primitive(routing.expert_tokens.into());
     assert_eq!(
         to_i64(got_counts.into_data()),
         counts,

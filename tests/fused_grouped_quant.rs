@@ -15,7 +15,8 @@ use burn_ascend::acl::handles::{Absent, TensorListDesc};
 use burn_ascend::acl::types::status::*;
 use burn_ascend::acl::AclError;
 use burn_ascend::emulator::work_counters;
-use burn_ascend::{fused, Ascend, AscendDevice, AscendTensor};
+use burn_ascend::ops::AscendTensor;
+use burn_ascend::{fused, Ascend, AscendDevice};
 use burn_ascend_suite::moe::model::{
     routed_experts, routed_experts_quantized, ExpertQuant, QuantizedExperts, Routing,
 };
@@ -549,7 +550,7 @@ fn emulated_quantised_grouped_matmul_refuses_what_a2_refuses() {
     }
     let d = ascend();
     let (m, k, n, e) = (4, 8, 3, 2);
-    let p = |t: Tensor<Ascend, 2>| -> AscendTensor { t.into_primitive().tensor() };
+    let p = |t: Tensor<Ascend, 2>| -> AscendTensor { t.into_primitive().tensor().into_inner() };
     let i8x = ints::<Ascend, 2>(&int8s(m * k, 1), [m, k], DType::I8, &d).into_primitive();
     let i8w = ints::<Ascend, 3>(&int8s(e * k * n, 2), [e, k, n], DType::I8, &d).into_primitive();
     let list = ints::<Ascend, 1>(&[2, 2], [e], DType::I64, &d).into_primitive();
@@ -562,7 +563,8 @@ fn emulated_quantised_grouped_matmul_refuses_what_a2_refuses() {
     };
     let tok: AscendTensor = Tensor::<Ascend, 1>::ones([m], (&d, f32_))
         .into_primitive()
-        .tensor();
+        .tensor()
+        .into_inner();
     // The accepted forms.
     gmm_quant(
         &i8x,
@@ -779,7 +781,8 @@ fn init_routing_quant(
     let (t, h, k, e) = (4, 8, 2, 3);
     let x: AscendTensor = float::<Ascend, 2>(&host_values(vec![t, h], 1), DType::F32, &d)
         .into_primitive()
-        .tensor();
+        .tensor()
+        .into_inner();
     let ids = ints::<Ascend, 2>(&[0, 1, 2, 0, 1, 2, 0, 1], [t, k], DType::I32, &d).into_primitive();
     let ctx = x.ctx();
     let mk = |shape: Vec<usize>, dt| AscendTensor::empty(ctx, shape, dt);

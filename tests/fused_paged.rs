@@ -548,7 +548,7 @@ impl DecodeCase {
         let plan = burn_ascend::ops::fused::decode_attention_plan(
             &tensor(&inputs.q),
             &tensor(&inputs.k),
-            inputs.v.as_ref().map(tensor).as_ref(),
+            inputs.v.as_ref().map(tensor).as_deref(),
             &int(&inputs.indptr),
             &int(&inputs.indices),
             &int(&self.splits),

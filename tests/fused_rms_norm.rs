@@ -410,7 +410,9 @@ fn tensor(shape: &[usize], dtype: DataType) -> AscendTensor {
             .into_primitive()
             .tensor()
     };
-    burn_ascend::ops::copy::reshape(&flat, shape.to_vec()).unwrap()
+    burn_ascend::ops::copy::reshape(&flat, shape.to_vec())
+        .unwrap()
+        .into()
 }
 
 /// aclnnRmsNorm called directly on `(x, gamma, y, rstd)` descriptions `(shape, dtype)`.
@@ -496,7 +498,9 @@ fn emulated_rms_norm_reads_views_and_writes_in_place() {
     let want = norm(&x, &tensor(&[m, n], DataType::F32));
     // y over x itself: each row is read before it is written.
     let inplace = burn_ascend::ops::copy::contiguous(&x).unwrap();
-    let inplace = burn_ascend::ops::copy::reshape(&inplace, vec![m, n]).unwrap();
+    let inplace = burn_ascend::ops::copy::reshape(&inplace, vec![m, n])
+        .unwrap()
+        .into();
     assert_close("in place", norm(&inplace, &inplace), want.clone(), 0.0);
     // x as a transposed view of its transpose.
     let xt = tensor(&[n, m], DataType::F32);

@@ -12,7 +12,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, Tensor, TensorData, TensorPrimitive};
 use burn_ascend::emulator::{aclnn_launches_of, work_counters};
 use burn_ascend::ops::fused::run_program;
-use burn_ascend::{Ascend, AscendDevice, AscendTensor};
+use burn_ascend::ops::AscendTensor;
+use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_kernels::program::{Cmp, ElemType, Op, Program};
 use burn_flex::Flex;
 use burn_fusion::Fusion;
@@ -27,6 +28,7 @@ fn on_ascend<const D: usize>(data: &TensorData, dtype: DType) -> AscendTensor {
     Tensor::<Ascend, D>::from_data(data.clone().convert_dtype(dtype), (&ascend(), dtype))
         .into_primitive()
         .tensor()
+        .into_inner()
 }
 
 fn on_flex<const D: usize>(data: &TensorData) -> Tensor<Flex, D> {
@@ -34,7 +36,7 @@ fn on_flex<const D: usize>(data: &TensorData) -> Tensor<Flex, D> {
 }
 
 fn read<const D: usize>(t: AscendTensor) -> TensorData {
-    Tensor::<Ascend, D>::from_primitive(TensorPrimitive::Float(t))
+    Tensor::<Ascend, D>::from_primitive(TensorPrimitive::Float(t.into()))
         .into_data()
         .convert::<f32>()
 }
@@ -77,7 +79,7 @@ fn check_chain<const D: usize>(what: &str, x: &TensorData, y: &TensorData, out: 
     let (want, want_gt) = chain_reference(on_flex::<D>(x).expand(out), on_flex::<D>(y).expand(out));
     let mut outs = outs.into_iter();
     assert_close(what, &read::<D>(outs.next().unwrap()), &want, 1e-5);
-    let gt = Tensor::<Ascend, D, Bool>::from_primitive(outs.next().unwrap()).into_data();
+    let gt = Tensor::<Ascend, D, Bool>::from_primitive(outs.next().unwrap().into()).into_data();
     assert_eq!(gt, want_gt, "{what}: x > y");
 }
 
@@ -151,7 +153,10 @@ fn sliced_and_transposed_views() {
     let x = Tensor::<Ascend, 2>::from_data(wide.clone(), &ascend()).slice([0..6, 5..38]);
     let outs = run_program(
         &chain(),
-        &[x.into_primitive().tensor(), on_ascend::<2>(&y, DType::F32)],
+        &[
+            x.into_primitive().tensor().into_inner(),
+            on_ascend::<2>(&y, DType::F32),
+        ],
         &[6, 33],
     )
     .unwrap();
@@ -167,7 +172,10 @@ fn sliced_and_transposed_views() {
     let xt = Tensor::<Ascend, 2>::from_data(t.clone(), &ascend()).transpose();
     let outs = run_program(
         &chain(),
-        &[xt.into_primitive().tensor(), on_ascend::<2>(&y, DType::F32)],
+        &[
+            xt.into_primitive().tensor().into_inner(),
+            on_ascend::<2>(&y, DType::F32),
+        ],
         &[6, 33],
     )
     .unwrap();
@@ -210,7 +218,7 @@ fn narrow_types_compute_in_f32_and_round_once() {
         )
         .unwrap();
         let got = Tensor::<Ascend, 2>::from_primitive(TensorPrimitive::Float(
-            out.into_iter().next().unwrap(),
+            out.into_iter().next().unwrap().into(),
         ));
         assert_eq!(got.dtype(), dtype);
         assert_close(
@@ -237,7 +245,9 @@ fn bool_inputs_select() {
     p.output(out, ElemType::F32);
     let xd = host_values(vec![9, 70], 19);
     let md = TensorData::new((0..70).map(|i| i % 3 == 0).collect::<Vec<bool>>(), [1, 70]);
-    let mask = Tensor::<Ascend, 2, Bool>::from_data(md.clone(), &ascend()).into_primitive();
+    let mask = Tensor::<Ascend, 2, Bool>::from_data(md.clone(), &ascend())
+        .into_primitive()
+        .into_inner();
     let outs = run_program(&p, &[on_ascend::<2>(&xd, DType::F32), mask], &[9, 70]).unwrap();
     let fx = on_flex::<2>(&xd);
     let fm = Tensor::<Flex, 2, Bool>::from_data(md, &Default::default()).expand([9, 70]);

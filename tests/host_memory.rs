@@ -112,7 +112,7 @@ fn emulated_ops_use_at_most_twice_their_operands_in_host_memory() {
         return;
     }
     let device = common::device();
-    let ctx = DeviceContext::get(&device).unwrap();
+    let ctx = DeviceContext::get(&device.into()).unwrap();
     let uniform = Distribution::Uniform(-1.0, 1.0);
     let (rows, cols) = (N / 4096, 4096);
     let a = Tensor::<Ascend, 2>::random([rows, cols], uniform, &device);

@@ -15,8 +15,9 @@ use std::process::Command;
 
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::fused::{self, DecodeAttentionOptions, DecodePath};
+use burn_ascend::ops::AscendTensor;
 use burn_ascend::runtime::DeviceContext;
-use burn_ascend::{Ascend, AscendDevice, AscendTensor};
+use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_kernels::tiling::{self, AddType, DeviceProps};
 use common::host_values::host_values;
 use common::{fault_device as device, reset_fault_device, skipped_on_npu, Flex};
@@ -466,12 +467,13 @@ fn a_kernel_touching_another_npus_memory_is_an_ai_core_error() {
     // The kernel runs on the fault device and is handed memory of the suite's device.
     reset_fault_device();
     let (here, there) = (device(), common::device());
-    let ctx = DeviceContext::get(&here).unwrap();
+    let ctx = DeviceContext::get(&here.into()).unwrap();
     let n = 256usize;
     let local = |d: &AscendDevice| -> AscendTensor {
         Tensor::<Ascend, 1>::from_data(host_values(vec![n], 7), d)
             .into_primitive()
             .tensor()
+            .into_inner()
     };
     let (x, foreign) = (local(&here), local(&there));
     let out = AscendTensor::empty(&ctx, vec![n], burn_ascend::acl::DataType::F32).unwrap();
@@ -503,7 +505,7 @@ fn a_kernel_touching_another_npus_memory_is_an_ai_core_error() {
     );
     // The same launch with its own device's buffers runs (on the reset device).
     reset_fault_device();
-    let ctx = DeviceContext::get(&here).unwrap();
+    let ctx = DeviceContext::get(&here.into()).unwrap();
     let (x, y) = (local(&here), local(&here));
     let out = AscendTensor::empty(&ctx, vec![n], burn_ascend::acl::DataType::F32).unwrap();
     ctx.launch_kernel("vector_add", |kernels, stream| unsafe {

@@ -524,7 +524,8 @@ fn a_step_whose_attention_workspace_exceeds_the_device_is_refused_at_configurati
     // bytes = 100 GiB of kv_indices and cube workspaces, more than the device has.
     let cfg = small().with_q_heads(16).with_kv_heads(4);
     let model = load::<Ascend>(&cfg, &weights(&cfg), &device());
-    let (_, total) = burn_ascend::runtime::device::memory_info(&device()).expect("memory size");
+    let (_, total) =
+        burn_ascend::runtime::device::memory_info(&device().into()).expect("memory size");
     assert!(total < 100 << 30, "the device has {total} bytes");
     let serve = ServeConfig {
         step_tokens: 1 << 14,

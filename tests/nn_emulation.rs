@@ -11,11 +11,12 @@ use burn_ascend::acl::handles::{Absent, BoolArrayDesc, HostScalar, IntArrayDesc,
 use burn_ascend::acl::types::status::ACLNN_ERR_PARAM_INVALID;
 use burn_ascend::acl::{AclError, AclResult, DataType};
 use burn_ascend::ops::creation::{from_bytes, to_bytes};
+use burn_ascend::ops::AscendTensor;
 use burn_ascend::runtime::DeviceContext;
-use burn_ascend::{AscendDevice, AscendTensor};
+use burn_ascend::AscendDevice;
 
 fn ctx() -> Arc<DeviceContext> {
-    DeviceContext::get(&AscendDevice::Emulated(0)).expect("emulated device opens")
+    DeviceContext::get(&AscendDevice::Emulated(0).into()).expect("emulated device opens")
 }
 
 /// A tensor of `values` (as F32, converted on the device to `dtype`).

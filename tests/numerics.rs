@@ -16,12 +16,13 @@ use burn_ascend::acl::aclnn;
 use burn_ascend::acl::handles::{HostScalar, ScalarDesc};
 use burn_ascend::acl::DataType;
 use burn_ascend::ops::creation::{from_bytes, to_bytes};
+use burn_ascend::ops::AscendTensor;
 use burn_ascend::runtime::DeviceContext;
-use burn_ascend::{Ascend, AscendTensor};
+use burn_ascend::Ascend;
 use common::Flex;
 
 fn ctx() -> Arc<DeviceContext> {
-    DeviceContext::get(&common::device()).expect("the device opens")
+    DeviceContext::get(&common::device().into()).expect("the device opens")
 }
 
 /// A 1-D tensor of f64 `values` converted on the host to `dtype` (exactly, for the values the

@@ -163,7 +163,7 @@ fn the_same_tensor_twice_and_aliased_arguments_stay_exact() {
 }
 
 fn primitive(t: Tensor<Ascend, 1>) -> AscendTensor {
-    t.into_primitive().tensor()
+    t.into_primitive().tensor().into_inner()
 }
 
 #[test]
@@ -351,7 +351,7 @@ fn without_the_repeatable_api_or_when_refused_every_call_runs_phase_one() {
     ) {
         return;
     }
-    let ctx = DeviceContext::get(&device()).unwrap();
+    let ctx = DeviceContext::get(&device().into()).unwrap();
     let api: &'static AclApi =
         Box::leak(Box::new(AclApi::new(Box::new(WithoutRepeatable)).unwrap()));
     assert!(api.optional.aclSetAclOpExecutorRepeatable.is_none());
@@ -409,7 +409,7 @@ fn without_the_repeatable_api_or_when_refused_every_call_runs_phase_one() {
 #[serial]
 fn a_lent_descriptor_given_to_a_tensor_list_is_copied_not_taken() {
     use burn_ascend::acl::handles::TensorListDesc;
-    let ctx = DeviceContext::get(&device()).unwrap();
+    let ctx = DeviceContext::get(&device().into()).unwrap();
     let x = upload(&ctx, &[1.0, 2.0, 3.0, 4.0]);
     for _ in 0..3 {
         // The list destroys its member; the cache must still hold a live descriptor after.

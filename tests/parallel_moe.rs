@@ -174,7 +174,7 @@ fn expert_parallel_serving_recovers_from_a_fault_on_either_npu() {
     // resets that NPU too, and serves the requests after it.
     drop(common::provoke_fault(&devices[1]));
     // Reached before the step, so the step sees the fault when it checks its ranks.
-    let second = burn_ascend::runtime::DeviceContext::get(&devices[1]).expect("a context");
+    let second = burn_ascend::runtime::DeviceContext::get(&devices[1].into()).expect("a context");
     assert!(second.synchronize().is_err(), "{} faulted", devices[1]);
     let faulted = server.generate(&requests);
     assert!(

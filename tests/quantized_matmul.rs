@@ -15,7 +15,7 @@ use burn_ascend::acl::handles::Absent;
 use burn_ascend::acl::{AclError, DataType};
 use burn_ascend::emulator::aclnn_launches_of;
 use burn_ascend::ops::quant_matmul;
-use burn_ascend::AscendTensor;
+use burn_ascend::ops::AscendTensor;
 use burn_flex::FlexDevice;
 use common::*;
 
@@ -55,6 +55,7 @@ fn float_on(values: Vec<f32>, shape: [usize; 2], dtype: DType) -> AscendTensor {
     Tensor::<Ascend, 2>::from_data(TensorData::new(values, shape), (&device(), dtype))
         .into_primitive()
         .tensor()
+        .into_inner()
 }
 
 fn i8_on(values: Vec<i8>, shape: Vec<usize>) -> AscendTensor {
@@ -63,6 +64,7 @@ fn i8_on(values: Vec<i8>, shape: Vec<usize>) -> AscendTensor {
         (&device(), DType::I8),
     )
     .into_primitive()
+    .into_inner()
     .reshape_to(shape)
 }
 
@@ -83,12 +85,12 @@ fn read(t: AscendTensor) -> TensorData {
         DataType::I8 | DataType::I32 => {
             let n = t.shape().iter().product::<usize>();
             let t = burn_ascend::ops::copy::reshape(&t, vec![n]).expect("reshape");
-            Tensor::<Ascend, 1, Int>::from_primitive(t).into_data()
+            Tensor::<Ascend, 1, Int>::from_primitive(t.into()).into_data()
         }
         _ => {
             let n = t.shape().iter().product::<usize>();
             let t = burn_ascend::ops::copy::reshape(&t, vec![n]).expect("reshape");
-            Tensor::<Ascend, 1>::from_primitive(TensorPrimitive::Float(t)).into_data()
+            Tensor::<Ascend, 1>::from_primitive(TensorPrimitive::Float(t.into())).into_data()
         }
     }
 }

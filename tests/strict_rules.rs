@@ -10,8 +10,8 @@ use burn_ascend::acl::aclnn;
 use burn_ascend::acl::handles::TensorDesc;
 use burn_ascend::acl::view_dims::live_arrays;
 use burn_ascend::acl::DataType;
+use burn_ascend::ops::AscendTensor;
 use burn_ascend::runtime::DeviceContext;
-use burn_ascend::AscendTensor;
 use common::*;
 use serial_test::serial;
 
@@ -252,12 +252,12 @@ fn an_operator_reaching_another_npus_memory_faults_on_the_device() {
     reset_fault_device();
     let (runs_on, holds) = (fault_device(), device());
     let foreign = AscendTensor::empty(
-        &DeviceContext::get(&holds).unwrap(),
+        &DeviceContext::get(&holds.into()).unwrap(),
         vec![64],
         DataType::F32,
     )
     .unwrap();
-    let ctx = DeviceContext::get(&runs_on).unwrap();
+    let ctx = DeviceContext::get(&runs_on.into()).unwrap();
     // A descriptor built by hand carries no owner, so only the device can notice.
     // SAFETY: a live allocation of 64 floats (of the other device, on purpose).
     let desc = unsafe {

@@ -168,7 +168,9 @@ fn reset_on_cann_8_0() {
         Ok("8.0.0"),
         "started by on_cann_8_0_a_reset_balances_every_binding"
     );
-    let api = fault_device().api().unwrap();
+    let api = burn_ascend::runtime::AscendDevice::from(fault_device())
+        .api()
+        .unwrap();
     assert!(api.optional.aclrtResetDeviceForce.is_none());
     fault_used_from_threads_then_reset();
 }

@@ -1,25 +1,23 @@
 //! burn-ascend: a [Burn](https://burn.dev) backend for Huawei Ascend NPUs.
 //!
 //! Layers, bottom up: the seam ([`acl`], the `ascend-acl` crate: AscendCL and aclnn through a
-//! table of C functions loaded at run time), the device runtime ([`runtime`]), the op mapping
-//! ([`ops`]) and the Burn layer ([`backend`]: [`Ascend`], the fused ops, `Fusion<Ascend>`).
+//! table of C functions loaded at run time), then the Burn-independent core (the
+//! `burn-ascend-core` crate: the device runtime ([`runtime`]) and the op mapping ([`ops`])), and
+//! this crate's Burn 0.21 layer ([`backend`]: [`Ascend`], the fused ops, `Fusion<Ascend>`).
 //! With the default `emulator` feature, [`emulator`] (the `ascend-emulator` crate) fills the
 //! same table in-process, so [`AscendDevice::Emulated`] runs everything without an NPU.
 #![warn(missing_docs)]
 
-pub use ascend_acl as acl;
 #[cfg(feature = "emulator")]
-pub use ascend_emulator as emulator;
+pub use burn_ascend_core::emulator;
+pub use burn_ascend_core::{acl, ops, runtime};
 
 pub mod backend;
 pub mod error;
-pub mod ops;
-pub mod runtime;
 
 pub use backend::collective::{self, CollectiveOps};
 pub use backend::fused::{self, FusedOps};
 pub use backend::graph;
-pub use backend::{Ascend, AscendQTensor};
+pub use backend::{reset_device, Ascend, AscendDevice, AscendQTensor, AscendTensor};
 pub use error::{try_run, AscendError};
-pub use ops::AscendTensor;
-pub use runtime::{reset_device, AscendDevice, MemoryStats};
+pub use runtime::MemoryStats;

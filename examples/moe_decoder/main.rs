@@ -393,7 +393,7 @@ pub fn run(args: Args) -> Result<Vec<Outcome>, String> {
     // Open the devices up front: an explicit --device npu without CANN or an NPU is an error
     // here, not a panic inside the first tensor op.
     for d in &devices {
-        DeviceContext::get(d).map_err(|e| format!("cannot open {d:?}: {e}"))?;
+        DeviceContext::get(&d.into()).map_err(|e| format!("cannot open {d:?}: {e}"))?;
     }
     if args.fusion {
         say!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
@@ -415,7 +415,7 @@ fn run_checkpoint(
     }
     let plan = checkpoint::plan(args, dir)?;
     let device = forced.unwrap_or_default();
-    DeviceContext::get(&device).map_err(|e| format!("cannot open {device:?}: {e}"))?;
+    DeviceContext::get(&device.into()).map_err(|e| format!("cannot open {device:?}: {e}"))?;
     if args.fusion {
         say!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
         checkpoint::run::<Autodiff<Fusion<Ascend>>>(&plan, &device)

@@ -18,7 +18,8 @@ pub fn devices(first: AscendDevice, count: usize) -> Result<Vec<AscendDevice>, S
     if count == 0 {
         return Err("--devices must be at least 1".into());
     }
-    let available = device_count(&first).map_err(|e| format!("cannot count devices: {e}"))?;
+    let available =
+        device_count(&first.into()).map_err(|e| format!("cannot count devices: {e}"))?;
     if first.index() + count > available {
         return Err(format!(
             "--devices {count} from {first} needs {} devices, the machine has {available} (emulated NPUs: BURN_ASCEND_EMU_DEVICES)",

@@ -1162,7 +1162,7 @@ fn check_memory<B: FusedOps, M: StepModel<B>>(
     let cache = l.layers as u128 * slots * row * element;
     let keys = cfg.step_keys().expect("validated") as u128;
     let step = keys * (4 + 6 * l.query_heads as u128);
-    let (_, total) = burn_ascend::runtime::device::memory_info(device)
+    let (_, total) = burn_ascend::runtime::device::memory_info(&device.into())
         .map_err(|e| ServeConfigError(format!("cannot read {device}'s memory size: {e}")))?;
     if cache + step > total as u128 {
         return Err(ServeConfigError(format!(

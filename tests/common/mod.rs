@@ -41,7 +41,7 @@ pub fn device() -> AscendDevice {
 /// the machine has only one.
 pub fn second_device() -> AscendDevice {
     let device = device();
-    let count = burn_ascend::runtime::device::device_count(&device).unwrap_or(1);
+    let count = burn_ascend::runtime::device::device_count(&device.into()).unwrap_or(1);
     let other = (device.index() + 1) % count.max(1);
     match device {
         AscendDevice::Npu(_) => AscendDevice::Npu(other),
@@ -66,8 +66,8 @@ pub fn reset_fault_device() {
 /// storage than was allocated), so the device faults when the stream reaches it.
 pub fn provoke_fault(device: &AscendDevice) -> burn_ascend::AscendTensor {
     use burn_ascend::acl::{aclnn, handles::TensorDesc, DataType};
-    let ctx = burn_ascend::runtime::DeviceContext::get(device).unwrap();
-    let t = burn_ascend::AscendTensor::empty(&ctx, vec![64], DataType::F32).unwrap();
+    let ctx = burn_ascend::runtime::DeviceContext::get(&device.into()).unwrap();
+    let t = burn_ascend::ops::AscendTensor::empty(&ctx, vec![64], DataType::F32).unwrap();
     // SAFETY: deliberately larger than the allocation; the emulated device checks the access.
     let lie = unsafe {
         TensorDesc::new(
@@ -82,7 +82,7 @@ pub fn provoke_fault(device: &AscendDevice) -> burn_ascend::AscendTensor {
     }
     .unwrap();
     aclnn!(&*ctx, aclnnInplaceOne(&lie)).expect("the launch itself is queued");
-    t
+    t.into()
 }
 
 /// For tests that read the emulation's internals (its launch log and work counters, its fault

@@ -6,7 +6,7 @@ impl BoolTensorOps<Ascend> for Ascend {
     fn bool_empty(shape: Shape, device: &Device<Ascend>, dtype: BoolDType) -> BoolTensor<Ascend> {
         run(
             "bool_empty",
-            AscendTensor::empty(&context(device), shape.to_vec(), bool_type(dtype)),
+            CoreTensor::empty(&context(device), shape.to_vec(), bool_type(dtype)),
         )
     }
 
@@ -44,11 +44,11 @@ impl BoolTensorOps<Ascend> for Ascend {
     }
 
     fn bool_device(tensor: &BoolTensor<Ascend>) -> Device<Ascend> {
-        tensor.ctx().device()
+        tensor.ctx().device().into()
     }
 
     fn bool_to_device(tensor: BoolTensor<Ascend>, device: &Device<Ascend>) -> BoolTensor<Ascend> {
-        run("bool_to_device", copy::to_device(&tensor, device))
+        run("bool_to_device", copy::to_device(&tensor, &device.into()))
     }
 
     fn bool_reshape(tensor: BoolTensor<Ascend>, shape: Shape) -> BoolTensor<Ascend> {
@@ -145,7 +145,7 @@ impl BoolTensorOps<Ascend> for Ascend {
     }
 
     fn bool_cat(tensors: Vec<BoolTensor<Ascend>>, dim: usize) -> BoolTensor<Ascend> {
-        run("bool_cat", copy::cat(&tensors, dim))
+        run("bool_cat", copy::cat(cores(&tensors), dim))
     }
 
     fn bool_equal(lhs: BoolTensor<Ascend>, rhs: BoolTensor<Ascend>) -> BoolTensor<Ascend> {
@@ -177,12 +177,12 @@ impl BoolTensorOps<Ascend> for Ascend {
 
     fn bool_swap_dims(tensor: BoolTensor<Ascend>, dim1: usize, dim2: usize) -> BoolTensor<Ascend> {
         let layout = tensor.layout().swap_dims(dim1, dim2);
-        tensor.with_layout(layout)
+        tensor.with_layout(layout).into()
     }
 
     fn bool_permute(tensor: BoolTensor<Ascend>, axes: &[usize]) -> BoolTensor<Ascend> {
         let layout = tensor.layout().permute(axes);
-        tensor.with_layout(layout)
+        tensor.with_layout(layout).into()
     }
 
     fn bool_flip(tensor: BoolTensor<Ascend>, axes: &[usize]) -> BoolTensor<Ascend> {

@@ -64,7 +64,7 @@ pub trait CollectiveOps: Backend<Device = AscendDevice> {
     ) -> Vec<FloatTensor<Self>>;
 }
 
-fn done<T>(op: &str, r: AclResult<Vec<T>>) -> Vec<T> {
+fn done(op: &str, r: AclResult<Vec<CoreTensor>>) -> Vec<AscendTensor> {
     run(op, r)
 }
 
@@ -74,7 +74,7 @@ impl CollectiveOps for Ascend {
         tensors: Vec<AscendTensor>,
         op: Reduce,
     ) -> Vec<AscendTensor> {
-        done("all_reduce", ops::all_reduce(comm, &tensors, op))
+        done("all_reduce", ops::all_reduce(comm, cores(&tensors), op))
     }
 
     fn float_broadcast(
@@ -82,15 +82,15 @@ impl CollectiveOps for Ascend {
         tensors: Vec<AscendTensor>,
         root: usize,
     ) -> Vec<AscendTensor> {
-        done("broadcast", ops::broadcast(comm, &tensors, root))
+        done("broadcast", ops::broadcast(comm, cores(&tensors), root))
     }
 
     fn float_all_gather(comm: &Communicator, tensors: Vec<AscendTensor>) -> Vec<AscendTensor> {
-        done("all_gather", ops::all_gather(comm, &tensors))
+        done("all_gather", ops::all_gather(comm, cores(&tensors)))
     }
 
     fn int_all_gather(comm: &Communicator, tensors: Vec<AscendTensor>) -> Vec<AscendTensor> {
-        done("all_gather", ops::all_gather(comm, &tensors))
+        done("all_gather", ops::all_gather(comm, cores(&tensors)))
     }
 
     fn float_reduce_scatter(
@@ -98,7 +98,10 @@ impl CollectiveOps for Ascend {
         tensors: Vec<AscendTensor>,
         op: Reduce,
     ) -> Vec<AscendTensor> {
-        done("reduce_scatter", ops::reduce_scatter(comm, &tensors, op))
+        done(
+            "reduce_scatter",
+            ops::reduce_scatter(comm, cores(&tensors), op),
+        )
     }
 
     fn float_all_to_all_v(
@@ -106,7 +109,10 @@ impl CollectiveOps for Ascend {
         tensors: Vec<AscendTensor>,
         rows: &RowCounts,
     ) -> Vec<AscendTensor> {
-        done("all_to_all_v", ops::all_to_all_v(comm, &tensors, rows))
+        done(
+            "all_to_all_v",
+            ops::all_to_all_v(comm, cores(&tensors), rows),
+        )
     }
 }
 

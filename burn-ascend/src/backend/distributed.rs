@@ -118,15 +118,17 @@ impl DistributedBackend for Ascend {
         op: ReduceOperation,
         device_ids: Vec<DeviceId>,
     ) -> CollectiveTensor<Self> {
-        let mut devices: Vec<AscendDevice> =
-            device_ids.into_iter().map(AscendDevice::from_id).collect();
+        let mut devices: Vec<crate::runtime::AscendDevice> = device_ids
+            .into_iter()
+            .map(|id| AscendDevice::from_id(id).into())
+            .collect();
         devices.sort();
         let op = match op {
             ReduceOperation::Sum => Reduce::Sum,
             ReduceOperation::Mean => Reduce::Mean,
         };
         let reduced = Communicator::local(&devices)
-            .and_then(|comm| all_reduce(&comm, std::slice::from_ref(&tensor), op))
+            .and_then(|comm| all_reduce(&comm, cores(std::slice::from_ref(&tensor)), op))
             .map(|mut out| out.remove(0));
         CollectiveTensor::new(run("all_reduce", reduced))
     }
@@ -136,7 +138,7 @@ impl DistributedBackend for Ascend {
             "sync_collective",
             context(device)
                 .check_alive()
-                .and_then(|()| check_async_errors(device)),
+                .and_then(|()| check_async_errors(&device.into())),
         );
     }
 }

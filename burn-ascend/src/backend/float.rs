@@ -57,14 +57,14 @@ impl FloatTensorOps<Ascend> for Ascend {
     }
 
     fn float_device(tensor: &FloatTensor<Ascend>) -> Device<Ascend> {
-        tensor.ctx().device()
+        tensor.ctx().device().into()
     }
 
     fn float_to_device(
         tensor: FloatTensor<Ascend>,
         device: &Device<Ascend>,
     ) -> FloatTensor<Ascend> {
-        run("float_to_device", copy::to_device(&tensor, device))
+        run("float_to_device", copy::to_device(&tensor, &device.into()))
     }
 
     fn float_into_int(tensor: FloatTensor<Ascend>, out_dtype: IntDType) -> IntTensor<Ascend> {
@@ -78,7 +78,7 @@ impl FloatTensorOps<Ascend> for Ascend {
     ) -> FloatTensor<Ascend> {
         run(
             "float_empty",
-            AscendTensor::empty(&context(device), shape.to_vec(), float_type(dtype)),
+            CoreTensor::empty(&context(device), shape.to_vec(), float_type(dtype)),
         )
     }
 
@@ -178,12 +178,12 @@ impl FloatTensorOps<Ascend> for Ascend {
         dim2: usize,
     ) -> FloatTensor<Ascend> {
         let layout = tensor.layout().swap_dims(dim1, dim2);
-        tensor.with_layout(layout)
+        tensor.with_layout(layout).into()
     }
 
     fn float_permute(tensor: FloatTensor<Ascend>, axes: &[usize]) -> FloatTensor<Ascend> {
         let layout = tensor.layout().permute(axes);
-        tensor.with_layout(layout)
+        tensor.with_layout(layout).into()
     }
 
     fn float_flip(tensor: FloatTensor<Ascend>, axes: &[usize]) -> FloatTensor<Ascend> {
@@ -593,7 +593,7 @@ impl FloatTensorOps<Ascend> for Ascend {
     }
 
     fn float_cat(tensors: Vec<FloatTensor<Ascend>>, dim: usize) -> FloatTensor<Ascend> {
-        run("float_cat", copy::cat(&tensors, dim))
+        run("float_cat", copy::cat(cores(&tensors), dim))
     }
 
     fn float_argmax(

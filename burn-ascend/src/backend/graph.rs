@@ -24,11 +24,22 @@
 
 use burn_tensor::{Int, Tensor, TensorData, TensorPrimitive};
 
-pub use crate::runtime::graph::{capture, supported, Graph};
+pub use crate::runtime::graph::Graph;
 
-use super::{data_type, Ascend};
+use super::{data_type, Ascend, AscendDevice, AscendTensor};
 use crate::acl::{AclError, AclResult};
-use crate::ops::AscendTensor;
+use crate::runtime::graph;
+
+/// Whether `device` can capture graphs, or why not: [`graph::supported`] on the adapter's
+/// device.
+pub fn supported(device: &AscendDevice) -> Result<(), String> {
+    graph::supported(&device.into())
+}
+
+/// Runs `f` with the device's stream capturing: [`graph::capture`] on the adapter's device.
+pub fn capture<R>(device: &AscendDevice, f: impl FnOnce() -> R) -> AclResult<(Graph, R)> {
+    graph::capture(&device.into(), f)
+}
 
 /// A tensor of [`Ascend`] whose device buffer can be written in place.
 pub trait StaticTensor {
@@ -100,7 +111,7 @@ pub fn write_rows<const D: usize>(
 ) {
     let written = (|| {
         let (dst, src) = (dst.device_tensor()?, src.device_tensor()?);
-        crate::ops::index::index_copy_in_place(&dst, 0, &rows.device_tensor()?, &src)
+        crate::ops::index::index_copy_in_place(&dst, 0, &*rows.device_tensor()?, &src)
     })();
     super::run("write_rows", written);
 }

@@ -6,7 +6,7 @@ impl IntTensorOps<Ascend> for Ascend {
     fn int_empty(shape: Shape, device: &Device<Ascend>, dtype: IntDType) -> IntTensor<Ascend> {
         run(
             "int_empty",
-            AscendTensor::empty(&context(device), shape.to_vec(), int_type(dtype)),
+            CoreTensor::empty(&context(device), shape.to_vec(), int_type(dtype)),
         )
     }
 
@@ -19,11 +19,11 @@ impl IntTensorOps<Ascend> for Ascend {
     }
 
     fn int_device(tensor: &IntTensor<Ascend>) -> Device<Ascend> {
-        tensor.ctx().device()
+        tensor.ctx().device().into()
     }
 
     fn int_to_device(tensor: IntTensor<Ascend>, device: &Device<Ascend>) -> IntTensor<Ascend> {
-        run("int_to_device", copy::to_device(&tensor, device))
+        run("int_to_device", copy::to_device(&tensor, &device.into()))
     }
 
     fn int_reshape(tensor: IntTensor<Ascend>, shape: Shape) -> IntTensor<Ascend> {
@@ -130,7 +130,7 @@ impl IntTensorOps<Ascend> for Ascend {
     }
 
     fn int_cat(tensors: Vec<IntTensor<Ascend>>, dim: usize) -> IntTensor<Ascend> {
-        run("int_cat", copy::cat(&tensors, dim))
+        run("int_cat", copy::cat(cores(&tensors), dim))
     }
 
     fn int_equal(
@@ -483,12 +483,12 @@ impl IntTensorOps<Ascend> for Ascend {
 
     fn int_swap_dims(tensor: IntTensor<Ascend>, dim1: usize, dim2: usize) -> IntTensor<Ascend> {
         let layout = tensor.layout().swap_dims(dim1, dim2);
-        tensor.with_layout(layout)
+        tensor.with_layout(layout).into()
     }
 
     fn int_permute(tensor: IntTensor<Ascend>, axes: &[usize]) -> IntTensor<Ascend> {
         let layout = tensor.layout().permute(axes);
-        tensor.with_layout(layout)
+        tensor.with_layout(layout).into()
     }
 
     fn int_flip(tensor: IntTensor<Ascend>, axes: &[usize]) -> IntTensor<Ascend> {

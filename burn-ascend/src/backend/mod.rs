@@ -18,6 +18,7 @@ mod int;
 mod module;
 mod qtensor;
 mod qtensor_ops;
+mod tensor;
 mod transaction;
 
 use std::sync::Arc;
@@ -41,10 +42,15 @@ use crate::ops::index::{self, NdUpdate, ScatterReduce};
 use crate::ops::math::{self, Unary};
 use crate::ops::random::Draw;
 use crate::ops::reduce::{self, Reduce, Scan};
-use crate::ops::{creation, matmul, sort, AscendTensor};
-use crate::runtime::{AscendDevice, DeviceContext};
+use crate::ops::AscendTensor as CoreTensor;
+use crate::ops::{creation, matmul, sort};
+use crate::runtime::DeviceContext;
+use tensor::Lift;
 
+pub use device::{reset_device, AscendDevice};
 pub use qtensor::AscendQTensor;
+use tensor::cores;
+pub use tensor::AscendTensor;
 
 /// The Ascend backend: Burn tensors on a Huawei Ascend NPU (through CANN) or on the emulated
 /// NPU. Use it as `type B = Ascend;` or under `Autodiff<Ascend>`.
@@ -64,7 +70,7 @@ impl BackendTypes for Ascend {
 
 impl Backend for Ascend {
     fn name(device: &Self::Device) -> String {
-        match DeviceContext::get(device) {
+        match DeviceContext::get(&device.into()) {
             Ok(ctx) => ctx.describe(),
             Err(e) => format!("ascend({device}, unavailable: {e})"),
         }
@@ -104,20 +110,6 @@ impl Backend for Ascend {
     }
 }
 
-impl TensorMetadata for AscendTensor {
-    fn dtype(&self) -> DType {
-        burn_dtype(AscendTensor::dtype(self))
-    }
-
-    fn shape(&self) -> Shape {
-        Shape::from(AscendTensor::shape(self).to_vec())
-    }
-
-    fn rank(&self) -> usize {
-        AscendTensor::shape(self).len()
-    }
-}
-
 /// The `ExecutionError` Burn returns for a failed read or sync, its typed error recorded for
 /// [`crate::try_run`] (Burn's `into_data` turns the `Err` into a panic).
 fn execution_error(op: &str, e: &AclError) -> ExecutionError {
@@ -128,14 +120,17 @@ fn execution_error(op: &str, e: &AclError) -> ExecutionError {
 }
 
 /// Ends a Burn op that Burn cannot let fail: a failure panics with a clear message and the
-/// typed error [`crate::try_run`] returns.
-pub(crate) fn run<T>(op: &str, result: AclResult<T>) -> T {
-    result.unwrap_or_else(|e| raise(AscendError::from_acl(op, &e)))
+/// typed error [`crate::try_run`] returns. Core tensors in the result become the adapter's.
+pub(crate) fn run<T: Lift>(op: &str, result: AclResult<T>) -> T::Out {
+    match result {
+        Ok(value) => value.lift(),
+        Err(e) => raise(AscendError::from_acl(op, &e)),
+    }
 }
 
 /// The context of `device`, or a clear panic if the device cannot be opened.
 pub(crate) fn context(device: &AscendDevice) -> Arc<DeviceContext> {
-    run("opening the device", DeviceContext::get(device))
+    run("opening the device", DeviceContext::get(&device.into()))
 }
 
 fn burn_dtype(dtype: DataType) -> DType {
@@ -251,12 +246,14 @@ fn host_scalar(value: Scalar, dtype: DataType) -> HostScalar {
 fn binary(op: BinaryOp, lhs: AscendTensor, rhs: AscendTensor) -> AscendTensor {
     arith::binary(op, &lhs, &rhs)
         .unwrap_or_else(|e| raise(AscendError::from_acl(&format!("{op:?}"), &e)))
+        .into()
 }
 
 fn binary_scalar(op: BinaryOp, lhs: AscendTensor, rhs: Scalar) -> AscendTensor {
     let s = host_scalar(rhs, lhs.dtype());
     arith::binary_scalar(op, &lhs, s)
         .unwrap_or_else(|e| raise(AscendError::from_acl(&format!("{op:?} (scalar)"), &e)))
+        .into()
 }
 
 /// Burn slices (possibly negative, possibly fewer than the rank) as device slices.
@@ -283,17 +280,13 @@ fn dim_slices(shape: &[usize], slices: &[Slice]) -> Vec<DimSlice> {
 }
 
 /// A comparison result, checking that Burn asked for the bool type this backend stores.
-fn bool_out(out_dtype: BoolDType, op: &str, result: AclResult<AscendTensor>) -> AscendTensor {
+fn bool_out(out_dtype: BoolDType, op: &str, result: AclResult<CoreTensor>) -> AscendTensor {
     bool_type(out_dtype);
     run(op, result)
 }
 
 /// The index part of a (values, indices) result, cast to `dtype`.
-fn indices(
-    op: &str,
-    result: AclResult<(AscendTensor, AscendTensor)>,
-    dtype: DataType,
-) -> AscendTensor {
+fn indices(op: &str, result: AclResult<(CoreTensor, CoreTensor)>, dtype: DataType) -> AscendTensor {
     let (_, order) = run(op, result);
     run(op, copy::cast(&order, dtype))
 }
@@ -307,9 +300,9 @@ fn scalar_tensor(op: &str, like: &AscendTensor, value: Scalar) -> AscendTensor {
 /// An OR-update of a bool tensor through integer addition (aclnn has no OR-scatter): count
 /// the true values that land on each element, then test for > 0.
 fn bool_or_update(
-    tensor: &AscendTensor,
-    add: impl FnOnce(&AscendTensor) -> AclResult<AscendTensor>,
-) -> AclResult<AscendTensor> {
+    tensor: &CoreTensor,
+    add: impl FnOnce(&CoreTensor) -> AclResult<CoreTensor>,
+) -> AclResult<CoreTensor> {
     let counts = add(&copy::cast(tensor, DataType::I32)?)?;
     compare::compare_scalar(Compare::Gt, &counts, HostScalar::Int(0))
 }
@@ -345,7 +338,7 @@ fn random(
 
 fn expand(tensor: AscendTensor, shape: Shape) -> AscendTensor {
     match tensor.layout().expand(&shape) {
-        Some(layout) => tensor.with_layout(layout),
+        Some(layout) => tensor.with_layout(layout).into(),
         None => raise(AscendError::invalid(
             "expand",
             format!(

@@ -54,7 +54,7 @@ fn convolve(
 ) -> AscendTensor {
     run(
         "convolution",
-        conv::conv(&x, &weight, bias.as_ref(), &params),
+        conv::conv(&x, &weight, bias.as_deref(), &params),
     )
 }
 
@@ -137,11 +137,11 @@ impl ModuleOps<Ascend> for Ascend {
     ) -> FloatTensor<Self> {
         // A lazily dequantized int8 weight (a Quantizer-quantized `nn::Linear`): one
         // aclnnWeightQuantBatchMatmulV2 with the bias, on the int8 values.
-        if let Some(y) = super::qtensor_ops::lazy_weight_matmul(&x, &weight, bias.as_ref()) {
+        if let Some(y) = super::qtensor_ops::lazy_weight_matmul(&x, &weight, bias.as_deref()) {
             return run("linear", y);
         }
         if let Some(b) = &bias {
-            if x.dtype != DataType::F64 && x.dtype == weight.dtype && x.dtype == b.dtype {
+            if x.dtype() != DataType::F64 && x.dtype() == weight.dtype() && x.dtype() == b.dtype() {
                 return run("linear", crate::ops::matmul::linear(&x, &weight, b));
             }
         }
@@ -161,7 +161,7 @@ impl ModuleOps<Ascend> for Ascend {
         beta: Option<FloatTensor<Self>>,
         epsilon: f64,
     ) -> FloatTensor<Self> {
-        if tensor.dtype != DataType::F64 {
+        if tensor.dtype() != DataType::F64 {
             return <Self as crate::FusedOps>::layer_norm(tensor, Some(gamma), beta, epsilon).y;
         }
         let rank = tensor.shape().len();
@@ -247,8 +247,8 @@ impl ModuleOps<Ascend> for Ascend {
                 &x,
                 &offset,
                 &weight,
-                mask.as_ref(),
-                bias.as_ref(),
+                mask.as_deref(),
+                bias.as_deref(),
                 &geometry,
             ),
         )
@@ -270,13 +270,19 @@ impl ModuleOps<Ascend> for Ascend {
                 &x,
                 &offset,
                 &weight,
-                mask.as_ref(),
+                mask.as_deref(),
                 bias.is_some(),
                 &output_grad,
                 &geometry,
             ),
         );
-        DeformConv2dBackward::new(g.x, g.offset, g.weight, g.mask, g.bias)
+        DeformConv2dBackward::new(
+            g.x.into(),
+            g.offset.into(),
+            g.weight.into(),
+            g.mask.map(Into::into),
+            g.bias.map(Into::into),
+        )
     }
 
     fn conv3d(
@@ -525,7 +531,7 @@ impl ModuleOps<Ascend> for Ascend {
         };
         if flash_attention::fits(&query, &key, &value, attn_bias.is_some(), options.softcap) {
             let out =
-                flash_attention::flash_attention(&query, &key, &value, mask.as_ref(), options);
+                flash_attention::flash_attention(&query, &key, &value, mask.as_deref(), options);
             return run("attention", out.map(|(out, _)| out));
         }
         run(
@@ -534,8 +540,8 @@ impl ModuleOps<Ascend> for Ascend {
                 &query,
                 &key,
                 &value,
-                mask.as_ref(),
-                attn_bias.as_ref(),
+                mask.as_deref(),
+                attn_bias.as_deref(),
                 options,
             ),
         )

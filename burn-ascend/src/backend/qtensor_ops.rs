@@ -6,10 +6,11 @@
 //! with fresh scales. Arithmetic keeps Burn's dequantize-op-quantize defaults, except
 //! `q_matmul`, which runs symmetric int8 products on the cube's int8 paths (see [`int8_path`]).
 //!
-//! `dequantize` of a per-tensor int8 weight is lazy ([`AscendTensor::dequantized_lazily`]):
-//! Burn 0.21's `nn::Linear` hands `linear` its weight through `TensorPrimitive::tensor`, which
-//! dequantizes, so `linear` and `float_matmul` take such a weight back to its int8 values and
-//! run aclnnWeightQuantBatchMatmulV2 ([`lazy_weight_matmul`]); any other reader materialises it.
+//! `dequantize` of a per-tensor int8 weight is lazy (the core's
+//! [`crate::ops::AscendTensor::dequantized_lazily`]): Burn 0.21's `nn::Linear` hands `linear`
+//! its weight through `TensorPrimitive::tensor`, which dequantizes, so `linear` and
+//! `float_matmul` take such a weight back to its int8 values and run
+//! aclnnWeightQuantBatchMatmulV2 ([`lazy_weight_matmul`]); any other reader materialises it.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -141,7 +142,7 @@ fn int8_path(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) -> Op
         TensorPrimitive::Float(x) => {
             let shape = x.shape();
             let fits = shape.len() >= 2 && shape[shape.len() - 1] == k;
-            let half = matches!(x.dtype, DataType::F16 | DataType::BF16);
+            let half = matches!(x.dtype(), DataType::F16 | DataType::BF16);
             (fits && half).then_some(Int8Path::WeightOnly)
         }
         TensorPrimitive::QFloat(x) => {
@@ -151,7 +152,7 @@ fn int8_path(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) -> Op
                 QuantLevel::Block(b) => b.num_elements() == k,
             };
             let fits = shape.len() >= 2 && shape[shape.len() - 1] == k;
-            let target = get_device_settings::<Ascend>(&x.values.ctx().device()).float_dtype;
+            let target = get_device_settings::<Ascend>(&x.values.ctx().device().into()).float_dtype;
             let half = matches!(target, FloatDType::F16 | FloatDType::BF16);
             (fits && half && int8(&x.scheme) && per_row).then_some(Int8Path::Both)
         }
@@ -162,7 +163,7 @@ fn int8_path(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) -> Op
 fn note_fallback(lhs: &TensorPrimitive<Ascend>, rhs: &TensorPrimitive<Ascend>) {
     static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let kind = |t: &TensorPrimitive<Ascend>| match t {
-        TensorPrimitive::Float(x) => format!("{:?}", x.dtype),
+        TensorPrimitive::Float(x) => format!("{:?}", x.dtype()),
         TensorPrimitive::QFloat(q) => format!("{:?}", q.scheme),
     };
     let key = format!("{} @ {}", kind(lhs), kind(rhs));
@@ -189,11 +190,11 @@ fn folded(shape: &[usize], n: usize) -> (Vec<usize>, Vec<usize>) {
 /// `x [.., K] @ weight [K, N] (+ bias [N])` on aclnnWeightQuantBatchMatmulV2, x's batch dims
 /// folded into rows: `[.., N]` in x's type.
 fn weight_only(
-    x: &AscendTensor,
-    weight: &AscendTensor,
-    scales: &AscendTensor,
-    bias: Option<&AscendTensor>,
-) -> AclResult<AscendTensor> {
+    x: &CoreTensor,
+    weight: &CoreTensor,
+    scales: &CoreTensor,
+    bias: Option<&CoreTensor>,
+) -> AclResult<CoreTensor> {
     let (rows, out_shape) = folded(x.shape(), weight.shape()[1]);
     let x2 = copy::reshape(x, rows)?;
     let y = quant_matmul::weight_quant_matmul(&x2, weight, scales, bias, 0)?;
@@ -214,10 +215,10 @@ fn dequantized_lazily(scheme: &QuantScheme, dtype: FloatDType) -> bool {
 /// `q_matmul` gives `x.matmul(q)`). `None` where the float ops should run (materialising w);
 /// an F32 activation keeps the f32 matmul, said once, as `q_matmul` does.
 pub(super) fn lazy_weight_matmul(
-    x: &AscendTensor,
-    w: &AscendTensor,
-    bias: Option<&AscendTensor>,
-) -> Option<AclResult<AscendTensor>> {
+    x: &CoreTensor,
+    w: &CoreTensor,
+    bias: Option<&CoreTensor>,
+) -> Option<AclResult<CoreTensor>> {
     let Dequantized {
         values,
         scales,
@@ -231,12 +232,12 @@ pub(super) fn lazy_weight_matmul(
         && xs.len() >= ws.len()
         && ws[..ws.len() - 2].iter().all(|&d| d == 1)
         && xs[xs.len() - 1] == ws[ws.len() - 2]
-        && bias.is_none_or(|b| b.shape() == [ws[ws.len() - 1]] && b.dtype.is_float());
+        && bias.is_none_or(|b| b.shape() == [ws[ws.len() - 1]] && b.dtype().is_float());
     if !shaped {
         return None;
     }
-    if !matches!(x.dtype, DataType::F16 | DataType::BF16) {
-        note_lazy_fallback(x.dtype);
+    if !matches!(x.dtype(), DataType::F16 | DataType::BF16) {
+        note_lazy_fallback(x.dtype());
         return None;
     }
     let (k, n) = (ws[ws.len() - 2], ws[ws.len() - 1]);
@@ -264,7 +265,7 @@ fn q_matmul_int8(
     path: Int8Path,
     lhs: TensorPrimitive<Ascend>,
     w: AscendQTensor,
-) -> AclResult<AscendTensor> {
+) -> AclResult<CoreTensor> {
     let ws = w.values.shape().to_vec();
     let (k, n) = (ws[ws.len() - 2], ws[ws.len() - 1]);
     let weight = copy::reshape(&w.values, vec![k, n])?;
@@ -274,12 +275,13 @@ fn q_matmul_int8(
         }
         (Int8Path::Both, TensorPrimitive::QFloat(x)) => {
             let (rows, out_shape) = folded(x.values.shape(), n);
-            let out_dtype =
-                float_type(get_device_settings::<Ascend>(&x.values.ctx().device()).float_dtype);
+            let out_dtype = float_type(
+                get_device_settings::<Ascend>(&x.values.ctx().device().into()).float_dtype,
+            );
             let x2 = copy::reshape(&x.values, rows.clone())?;
             // One scale per row of the folded activation, or one for all of them.
             let x_scale = match x.scheme.level {
-                QuantLevel::Tensor => x.scales.clone(),
+                QuantLevel::Tensor => x.scales.clone().into_inner(),
                 QuantLevel::Block(_) => copy::reshape(&x.scales, vec![rows[0]])?,
             };
             let y = quant_matmul::quant_matmul(&x2, &weight, &w.scales, &x_scale, out_dtype)?;
@@ -411,14 +413,15 @@ impl QTensorOps<Ascend> for Ascend {
         // Deferred where a matmul may take the int8 values instead (see `lazy_weight_matmul`).
         if dequantized_lazily(&tensor.scheme, dtype) {
             let granularity = tensor.granularity();
-            return AscendTensor::dequantized_lazily(
+            return CoreTensor::dequantized_lazily(
                 Dequantized {
-                    values: tensor.values,
-                    scales: tensor.scales,
+                    values: tensor.values.into_inner(),
+                    scales: tensor.scales.into_inner(),
                     granularity,
                 },
                 float_type(dtype),
-            );
+            )
+            .into();
         }
         run(
             "dequantize",
@@ -432,7 +435,7 @@ impl QTensorOps<Ascend> for Ascend {
     }
 
     fn q_device(tensor: &QuantizedTensor<Ascend>) -> Device<Ascend> {
-        tensor.values.ctx().device()
+        tensor.values.ctx().device().into()
     }
 
     fn q_to_device(
@@ -440,8 +443,14 @@ impl QTensorOps<Ascend> for Ascend {
         device: &Device<Ascend>,
     ) -> QuantizedTensor<Ascend> {
         AscendQTensor {
-            values: run("q_to_device", copy::to_device(&tensor.values, device)),
-            scales: run("q_to_device", copy::to_device(&tensor.scales, device)),
+            values: run(
+                "q_to_device",
+                copy::to_device(&tensor.values, &device.into()),
+            ),
+            scales: run(
+                "q_to_device",
+                copy::to_device(&tensor.scales, &device.into()),
+            ),
             scheme: tensor.scheme,
         }
     }
@@ -460,8 +469,9 @@ impl QTensorOps<Ascend> for Ascend {
                 tensor.values.describe()
             ),
         };
-        let mut bytes = creation::to_bytes_many(&[tensor.values.clone(), tensor.scales.clone()])
-            .map_err(read)?;
+        let mut bytes =
+            creation::to_bytes_many(cores(&[tensor.values.clone(), tensor.scales.clone()]))
+                .map_err(read)?;
         let scale_bytes = bytes.pop().expect("two tensors were read");
         let values: Vec<i8> = bytes
             .pop()
@@ -485,11 +495,13 @@ impl QTensorOps<Ascend> for Ascend {
         dim1: usize,
         dim2: usize,
     ) -> QuantizedTensor<Ascend> {
-        layout_op(tensor, |t| t.with_layout(t.layout().swap_dims(dim1, dim2)))
+        layout_op(tensor, |t| {
+            t.with_layout(t.layout().swap_dims(dim1, dim2)).into()
+        })
     }
 
     fn q_permute(tensor: QuantizedTensor<Ascend>, axes: &[usize]) -> QuantizedTensor<Ascend> {
-        layout_op(tensor, |t| t.with_layout(t.layout().permute(axes)))
+        layout_op(tensor, |t| t.with_layout(t.layout().permute(axes)).into())
     }
 
     fn q_flip(tensor: QuantizedTensor<Ascend>, axes: &[usize]) -> QuantizedTensor<Ascend> {

@@ -16,7 +16,7 @@ impl TransactionOps<Ascend> for Ascend {
             transaction.read_bools,
         );
         let all: Vec<AscendTensor> = floats.iter().chain(&ints).chain(&bools).cloned().collect();
-        let mut bytes = creation::to_bytes_many(&all)
+        let mut bytes = creation::to_bytes_many(cores(&all))
             .map_err(|e| ExecutionError::WithContext {
                 reason: format!(
                     "burn-ascend: reading a transaction of {} tensors: {e}",

@@ -84,13 +84,17 @@ fn optional(
     })
 }
 
-impl fused_ops::Operand for Lazy {
+/// A recorded tensor as the fused ops' contracts see it (a local type: the core's `Operand`
+/// cannot be implemented on burn-fusion's tensor here, the orphan rule).
+struct Meta<'a>(&'a Lazy);
+
+impl fused_ops::Operand for Meta<'_> {
     fn dims(&self) -> &[usize] {
-        self.shape.as_slice()
+        self.0.shape.as_slice()
     }
 
     fn data_type(&self) -> DataType {
-        data_type(self.dtype)
+        data_type(self.0.dtype)
     }
 }
 
@@ -127,7 +131,10 @@ fn with_optional(
 
 impl FusedOps for Fusion<Ascend> {
     fn vector_add(x: FloatTensor<Self>, y: FloatTensor<Self>) -> FloatTensor<Self> {
-        run("vector_add", fused_ops::check_vector_add(&x, &y));
+        run(
+            "vector_add",
+            fused_ops::check_vector_add(&Meta(&x), &Meta(&y)),
+        );
         let meta = [(dims(&x), x.dtype)];
         one(record("vector_add", vec![x, y], &meta, (), |h, d, _| {
             let r = Ascend::vector_add(arg(h, d, 0), arg(h, d, 1));
@@ -136,7 +143,10 @@ impl FusedOps for Fusion<Ascend> {
     }
 
     fn int_vector_add(x: IntTensor<Self>, y: IntTensor<Self>) -> IntTensor<Self> {
-        run("vector_add", fused_ops::check_vector_add(&x, &y));
+        run(
+            "vector_add",
+            fused_ops::check_vector_add(&Meta(&x), &Meta(&y)),
+        );
         let meta = [(dims(&x), x.dtype)];
         one(record(
             "int_vector_add",
@@ -158,7 +168,11 @@ impl FusedOps for Fusion<Ascend> {
     ) -> LayerNormOutput<Self> {
         run(
             "layer_norm",
-            fused_ops::check_layer_norm(&x, gamma.as_ref(), beta.as_ref()),
+            fused_ops::check_layer_norm(
+                &Meta(&x),
+                gamma.as_ref().map(Meta).as_ref(),
+                beta.as_ref().map(Meta).as_ref(),
+            ),
         );
         let shape = dims(&x);
         let rows = leading_rows(&shape);
@@ -197,7 +211,13 @@ impl FusedOps for Fusion<Ascend> {
     ) -> LayerNormGrads<Self> {
         run(
             "layer_norm_backward",
-            fused_ops::check_layer_norm_backward(&dy, &x, &mean, &rstd, gamma.as_ref()),
+            fused_ops::check_layer_norm_backward(
+                &Meta(&dy),
+                &Meta(&x),
+                &Meta(&mean),
+                &Meta(&rstd),
+                gamma.as_ref().map(Meta).as_ref(),
+            ),
         );
         let cols = dim(&x, x.shape.num_dims().saturating_sub(1));
         let meta = [
@@ -232,7 +252,10 @@ impl FusedOps for Fusion<Ascend> {
     }
 
     fn rms_norm(x: FloatTensor<Self>, gamma: FloatTensor<Self>, eps: f64) -> RmsNormOutput<Self> {
-        run("rms_norm", fused_ops::check_rms_norm(&x, &gamma, eps));
+        run(
+            "rms_norm",
+            fused_ops::check_rms_norm(&Meta(&x), &Meta(&gamma), eps),
+        );
         let shape = dims(&x);
         let rows = leading_rows(&shape);
         let meta = [(shape, x.dtype), (vec![rows], DType::F32)];
@@ -257,7 +280,7 @@ impl FusedOps for Fusion<Ascend> {
     ) -> AddRmsNormOutput<Self> {
         run(
             "add_rms_norm",
-            fused_ops::check_add_rms_norm(&x1, &x2, &gamma, eps),
+            fused_ops::check_add_rms_norm(&Meta(&x1), &Meta(&x2), &Meta(&gamma), eps),
         );
         let shape = dims(&x1);
         let rows = leading_rows(&shape);
@@ -290,7 +313,7 @@ impl FusedOps for Fusion<Ascend> {
     ) -> RmsNormGrads<Self> {
         run(
             "rms_norm_backward",
-            fused_ops::check_rms_norm_backward(&dy, &x, &rstd, &gamma),
+            fused_ops::check_rms_norm_backward(&Meta(&dy), &Meta(&x), &Meta(&rstd), &Meta(&gamma)),
         );
         let cols = dim(&x, x.shape.num_dims().saturating_sub(1));
         let meta = [(dims(&x), x.dtype), (vec![cols], DType::F32)];
@@ -316,7 +339,7 @@ impl FusedOps for Fusion<Ascend> {
     ) -> FloatTensor<Self> {
         run(
             "moe_gather",
-            fused_ops::check_moe_gather(&x, &indices, top_k),
+            fused_ops::check_moe_gather(&Meta(&x), &Meta(&indices), top_k),
         );
         let meta = [(vec![dim(&indices, 0), dim(&x, 1)], x.dtype)];
         one(record(
@@ -339,7 +362,12 @@ impl FusedOps for Fusion<Ascend> {
     ) -> FloatTensor<Self> {
         run(
             "moe_scatter",
-            fused_ops::check_moe_scatter(&y, &indices, weights.as_ref(), top_k),
+            fused_ops::check_moe_scatter(
+                &Meta(&y),
+                &Meta(&indices),
+                weights.as_ref().map(Meta).as_ref(),
+                top_k,
+            ),
         );
         let tokens = dim(&y, 0) / top_k;
         let meta = [(vec![tokens, dim(&y, 1)], y.dtype)];
@@ -363,7 +391,7 @@ impl FusedOps for Fusion<Ascend> {
     fn token_rearrange(x: FloatTensor<Self>, perm: IntTensor<Self>) -> FloatTensor<Self> {
         run(
             "token_rearrange",
-            fused_ops::check_token_rearrange(&x, &perm),
+            fused_ops::check_token_rearrange(&Meta(&x), &Meta(&perm)),
         );
         let meta = [(vec![dim(&perm, 0), dim(&x, 1)], x.dtype)];
         one(record(
@@ -389,10 +417,10 @@ impl FusedOps for Fusion<Ascend> {
         run(
             "alloc_extend",
             fused_ops::check_alloc_extend(
-                &prefix_lens,
-                &seq_lens,
-                &last_loc,
-                &free_pages,
+                &Meta(&prefix_lens),
+                &Meta(&seq_lens),
+                &Meta(&last_loc),
+                &Meta(&free_pages),
                 page_size,
                 extend_total,
             ),
@@ -439,12 +467,12 @@ impl FusedOps for Fusion<Ascend> {
         run(
             "decode_attention",
             fused_ops::check_decode_attention(
-                &q,
-                &k_cache,
-                v_cache.as_ref(),
-                &kv_indptr,
-                &kv_indices,
-                &num_kv_splits,
+                &Meta(&q),
+                &Meta(&k_cache),
+                v_cache.as_ref().map(Meta).as_ref(),
+                &Meta(&kv_indptr),
+                &Meta(&kv_indices),
+                &Meta(&num_kv_splits),
                 &options,
             ),
         );
@@ -497,10 +525,10 @@ impl FusedOps for Fusion<Ascend> {
         run(
             "paged_prefill_attention",
             fused_ops::check_paged_prefill_attention(
-                &q,
-                &k_cache,
-                &v_cache,
-                &block_table,
+                &Meta(&q),
+                &Meta(&k_cache),
+                &Meta(&v_cache),
+                &Meta(&block_table),
                 None,
                 lens.q_lens,
                 lens.kv_lens,
@@ -545,7 +573,13 @@ impl FusedOps for Fusion<Ascend> {
     ) -> FloatTensor<Self> {
         run(
             "extend_attention",
-            fused_ops::check_extend_attention(&q, &k_cache, v_cache.as_ref(), &block_table, &lens),
+            fused_ops::check_extend_attention(
+                &Meta(&q),
+                &Meta(&k_cache),
+                v_cache.as_ref().map(Meta).as_ref(),
+                &Meta(&block_table),
+                &lens,
+            ),
         );
         let meta = [(vec![dim(&q, 0), dim(&q, 1), lens.value_dim], q.dtype)];
         // The lengths are the scheduler's host values: the call owns a copy.
@@ -587,7 +621,7 @@ impl FusedOps for Fusion<Ascend> {
     ) -> FloatTensor<Self> {
         run(
             "grouped_matmul",
-            fused_ops::check_grouped_matmul(&x, &weights, &group_sizes),
+            fused_ops::check_grouped_matmul(&Meta(&x), &Meta(&weights), &Meta(&group_sizes)),
         );
         let meta = [(vec![dim(&x, 0), dim(&weights, 2)], x.dtype)];
         let inputs = vec![x, weights, group_sizes];
@@ -604,7 +638,7 @@ impl FusedOps for Fusion<Ascend> {
     ) -> FloatTensor<Self> {
         run(
             "grouped_matmul_weight_grad",
-            fused_ops::check_grouped_matmul_weight_grad(&x, &dy, &group_sizes),
+            fused_ops::check_grouped_matmul_weight_grad(&Meta(&x), &Meta(&dy), &Meta(&group_sizes)),
         );
         let meta = [(vec![dim(&group_sizes, 0), dim(&x, 1), dim(&dy, 1)], x.dtype)];
         let inputs = vec![x, dy, group_sizes];
@@ -622,7 +656,10 @@ impl FusedOps for Fusion<Ascend> {
     }
 
     fn dynamic_quant(x: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
-        run("dynamic_quant", quant_matmul::check_dynamic_quant(&x));
+        run(
+            "dynamic_quant",
+            quant_matmul::check_dynamic_quant(&Meta(&x)),
+        );
         let m = dim(&x, 0);
         let meta = [(dims(&x), DType::I8), (vec![m], DType::F32)];
         let mut out = record("dynamic_quant", vec![x], &meta, (), |h, d, _| {
@@ -643,7 +680,12 @@ impl FusedOps for Fusion<Ascend> {
     ) -> FloatTensor<Self> {
         run(
             "weight_quant_matmul",
-            quant_matmul::check_weight_quant_matmul(&x, &weight, &scale, group),
+            quant_matmul::check_weight_quant_matmul(
+                &Meta(&x),
+                &Meta(&weight),
+                &Meta(&scale),
+                group,
+            ),
         );
         let meta = [(vec![dim(&x, 0), dim(&weight, 1)], x.dtype)];
         let inputs = vec![x, weight, scale];
@@ -667,7 +709,12 @@ impl FusedOps for Fusion<Ascend> {
     ) -> MoeQuantRows<Self> {
         run(
             "moe_gather_quant",
-            fused_ops::check_moe_init_routing_quant(&x, &expert_ids, top_k, num_experts),
+            fused_ops::check_moe_init_routing_quant(
+                &Meta(&x),
+                &Meta(&expert_ids),
+                top_k,
+                num_experts,
+            ),
         );
         let (slots, h) = (dim(&expert_ids, 0), dim(&x, 1));
         let meta = [
@@ -706,11 +753,11 @@ impl FusedOps for Fusion<Ascend> {
         run(
             "grouped_matmul_quant",
             fused_ops::check_grouped_matmul_quant(
-                &x,
-                &weights,
-                &w_scale,
-                x_scale.as_ref(),
-                &group_sizes,
+                &Meta(&x),
+                &Meta(&weights),
+                &Meta(&w_scale),
+                x_scale.as_ref().map(Meta).as_ref(),
+                &Meta(&group_sizes),
                 data_type(out),
             ),
         );
@@ -747,7 +794,12 @@ impl FusedOps for Fusion<Ascend> {
     ) -> FloatTensor<Self> {
         run(
             "quant_matmul",
-            quant_matmul::check_quant_matmul(&x, &weight, &weight_scale, &x_scale),
+            quant_matmul::check_quant_matmul(
+                &Meta(&x),
+                &Meta(&weight),
+                &Meta(&weight_scale),
+                &Meta(&x_scale),
+            ),
         );
         let meta = [(vec![dim(&x, 0), dim(&weight, 1)], DType::from(out_dtype))];
         let inputs = vec![x, weight, weight_scale, x_scale];
@@ -774,11 +826,11 @@ impl FusedOps for Fusion<Ascend> {
         run(
             "grouped_matmul_antiquant",
             fused_ops::check_grouped_matmul_antiquant(
-                &x,
-                &weights,
-                &w_scale,
-                w_offset.as_ref(),
-                &group_sizes,
+                &Meta(&x),
+                &Meta(&weights),
+                &Meta(&w_scale),
+                w_offset.as_ref().map(Meta).as_ref(),
+                &Meta(&group_sizes),
             ),
         );
         let meta = [(vec![dim(&x, 0), dim(&weights, 2)], x.dtype)];

@@ -583,7 +583,7 @@ impl FusedOps for Ascend {
         }
         let (y, mean, rstd) = run(
             "layer_norm",
-            fused::layer_norm(&x, gamma.as_ref(), beta.as_ref(), eps),
+            fused::layer_norm(&x, gamma.as_deref(), beta.as_deref(), eps),
         );
         LayerNormOutput { y, mean, rstd }
     }
@@ -604,7 +604,7 @@ impl FusedOps for Ascend {
         }
         let (dx, dgamma, dbeta) = run(
             "layer_norm_backward",
-            fused::layer_norm_backward(&dy, &x, &mean, &rstd, gamma.as_ref()),
+            fused::layer_norm_backward(&dy, &x, &mean, &rstd, gamma.as_deref()),
         );
         LayerNormGrads { dx, dgamma, dbeta }
     }
@@ -621,14 +621,14 @@ impl FusedOps for Ascend {
         }
         let (out, saved) = run(
             "attention",
-            flash::flash_attention(&q, &k, &v, mask.as_ref(), attention_options(options)),
+            flash::flash_attention(&q, &k, &v, mask.as_deref(), attention_options(options)),
         );
         Some(FlashAttentionOutput {
             out,
             saved: FlashAttentionSaved {
-                raw_out: saved.raw_out,
-                softmax_max: saved.softmax_max,
-                softmax_sum: saved.softmax_sum,
+                raw_out: saved.raw_out.into(),
+                softmax_max: saved.softmax_max.into(),
+                softmax_sum: saved.softmax_sum.into(),
             },
         })
     }
@@ -643,9 +643,9 @@ impl FusedOps for Ascend {
         dy: FloatTensor<Self>,
     ) -> FlashAttentionGrads<Self> {
         let saved = flash::FlashSaved {
-            raw_out: saved.raw_out,
-            softmax_max: saved.softmax_max,
-            softmax_sum: saved.softmax_sum,
+            raw_out: saved.raw_out.into(),
+            softmax_max: saved.softmax_max.into(),
+            softmax_sum: saved.softmax_sum.into(),
         };
         let (dq, dk, dv) = run(
             "attention_backward",
@@ -653,7 +653,7 @@ impl FusedOps for Ascend {
                 &q,
                 &k,
                 &v,
-                mask.as_ref(),
+                mask.as_deref(),
                 attention_options(options),
                 &saved,
                 &dy,
@@ -717,7 +717,7 @@ impl FusedOps for Ascend {
         }
         run(
             "moe_scatter",
-            fused::moe_scatter(&y, &indices, weights.as_ref(), top_k),
+            fused::moe_scatter(&y, &indices, weights.as_deref(), top_k),
         )
     }
 
@@ -785,7 +785,7 @@ impl FusedOps for Ascend {
         let plan = fused::decode_attention_plan(
             &q,
             &k_cache,
-            v_cache.as_ref(),
+            v_cache.as_deref(),
             &kv_indptr,
             &kv_indices,
             &num_kv_splits,
@@ -823,7 +823,7 @@ impl FusedOps for Ascend {
             fused::decode_attention(
                 &q,
                 &k_cache,
-                v_cache.as_ref(),
+                v_cache.as_deref(),
                 &kv_indptr,
                 &kv_indices,
                 &num_kv_splits,
@@ -831,10 +831,10 @@ impl FusedOps for Ascend {
             ),
         );
         DecodeAttentionOutput {
-            out: r.out,
-            lse: r.lse,
-            part_out: r.part_out,
-            part_lse: r.part_lse,
+            out: r.out.into(),
+            lse: r.lse.into(),
+            part_out: r.part_out.into(),
+            part_lse: r.part_lse.into(),
         }
     }
 
@@ -883,14 +883,19 @@ impl FusedOps for Ascend {
         // FIA where it takes the call and the loaded CANN exports it (8.1.RC1 on): older
         // releases serve every prefill through the kernels.
         let fia = v_cache.as_ref().filter(|v| {
-            fused::paged_prefill_refusal(q.dtype, lens.page_size, q.shape()[2], Some(v.shape()[2]))
-                .is_none()
+            fused::paged_prefill_refusal(
+                q.dtype(),
+                lens.page_size,
+                q.shape()[2],
+                Some(v.shape()[2]),
+            )
+            .is_none()
                 && fused::paged_prefill_missing(q.ctx().bind()).is_none()
         });
         let plan = fused::extend_attention_plan(
             &q,
             &k_cache,
-            v_cache.as_ref(),
+            v_cache.as_deref(),
             &block_table,
             &lens,
             sm_scale,
@@ -933,7 +938,7 @@ impl FusedOps for Ascend {
                 },
                 sm_scale,
             ),
-            (ExtendPath::Fused, None) => run(
+            (ExtendPath::Fused, None) => run::<CoreTensor>(
                 OP,
                 Err(crate::ops::broadcast::invalid_input(
                     OP,
@@ -943,7 +948,7 @@ impl FusedOps for Ascend {
             ),
             (ExtendPath::Kernels, v) => run(
                 OP,
-                fused::extend_attention(&q, &k_cache, v.as_ref(), &block_table, &lens, sm_scale),
+                fused::extend_attention(&q, &k_cache, v.as_deref(), &block_table, &lens, sm_scale),
             ),
         }
     }
@@ -987,7 +992,7 @@ impl FusedOps for Ascend {
 
     fn dynamic_quant(x: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
         run("dynamic_quant", quant_matmul::check_dynamic_quant(&x));
-        if x.dtype == DataType::F32 {
+        if x.dtype() == DataType::F32 {
             // The operator takes F16/BF16; f32 rows keep their precision on the composition.
             return composed::dynamic_quant::<Self>(x);
         }
@@ -1004,7 +1009,7 @@ impl FusedOps for Ascend {
             "weight_quant_matmul",
             quant_matmul::check_weight_quant_matmul(&x, &weight, &scale, group),
         );
-        if x.dtype == DataType::F32 {
+        if x.dtype() == DataType::F32 {
             return composed::weight_quant_matmul::<Self>(x, weight, scale, group);
         }
         run(
@@ -1045,10 +1050,10 @@ impl FusedOps for Ascend {
             fused::moe_init_routing_quant(&x, &expert_ids, top_k, num_experts),
         );
         MoeQuantRows {
-            rows: r.rows,
-            scales: r.scales,
-            row_idx: r.row_idx,
-            group_sizes: r.group_sizes,
+            rows: r.rows.into(),
+            scales: r.scales.into(),
+            row_idx: r.row_idx.into(),
+            group_sizes: r.group_sizes.into(),
         }
     }
 
@@ -1066,7 +1071,7 @@ impl FusedOps for Ascend {
                 &x,
                 &weights,
                 &w_scale,
-                x_scale.as_ref(),
+                x_scale.as_deref(),
                 &group_sizes,
                 data_type(out),
             ),
@@ -1086,7 +1091,7 @@ impl FusedOps for Ascend {
                 &x,
                 &weights,
                 &w_scale,
-                w_offset.as_ref(),
+                w_offset.as_deref(),
                 &group_sizes,
             ),
         )

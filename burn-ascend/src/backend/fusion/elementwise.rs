@@ -12,8 +12,9 @@ use super::{
     global, scalar, take_input, AscendFusionHandle, AscendFusionRuntime, AscendOptimization,
 };
 use crate::backend::run;
+use crate::backend::tensor::cores;
 use crate::ops::fused::run_program;
-use crate::ops::AscendTensor;
+use crate::AscendTensor;
 
 /// Collects element-wise ops while they lower onto one program.
 #[derive(Debug, Clone)]
@@ -144,7 +145,7 @@ impl ElementwiseOptimization {
             .collect();
         let results = run(
             "elementwise_program",
-            run_program(&lowering.program(), &tensors, shape.as_slice()),
+            run_program(&lowering.program(), cores(&tensors), shape.as_slice()),
         );
         for (t, result) in outputs.iter().zip(results) {
             context

@@ -252,7 +252,7 @@ impl LayerNormOptimization {
         let (g, bt) = (param(&b.gamma), param(&b.beta));
         let (y, _, _) = run(
             "layer_norm",
-            layer_norm(&xt, g.as_ref(), bt.as_ref(), eps as f64),
+            layer_norm(&xt, g.as_deref(), bt.as_deref(), eps as f64),
         );
         context
             .handles

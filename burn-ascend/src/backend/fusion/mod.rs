@@ -31,8 +31,8 @@ use burn_ir::{BackendIr, ScalarIr, TensorHandle, TensorIr};
 use serde::{Deserialize, Serialize};
 
 use super::{run, Ascend, AscendQTensor};
-use crate::ops::{copy, AscendTensor};
-use crate::runtime::AscendDevice;
+use crate::ops::copy;
+use crate::{AscendDevice, AscendTensor};
 
 /// A tensor of any kind as the fusion runtime holds it.
 #[derive(Debug, Clone)]
@@ -152,7 +152,8 @@ impl FusionRuntime for AscendFusionRuntime {
     fn fusers(device: AscendDevice) -> Vec<Box<dyn OperationFuser<AscendOptimization>>> {
         crate::runtime::context::defer_device_faults();
         let has_kernel = |kernel| {
-            crate::runtime::DeviceContext::get(&device).is_ok_and(|ctx| ctx.has_kernel(kernel))
+            crate::runtime::DeviceContext::get(&device.into())
+                .is_ok_and(|ctx| ctx.has_kernel(kernel))
         };
         let mut fusers: Vec<Box<dyn OperationFuser<AscendOptimization>>> = Vec::new();
         if has_kernel("elementwise_program") {

@@ -164,8 +164,10 @@ impl AscendTensor {
         whole.then_some(from)
     }
 
-    /// The device buffer (materialising a lazily dequantized tensor).
-    pub(crate) fn storage(&self) -> AclResult<&DeviceStorage> {
+    /// The device buffer this view lies in, materialising a lazily dequantized tensor (the
+    /// error is its dequantization's: out of memory, or a first read during a graph capture).
+    /// For a write into the buffer (`burn_ascend::graph::write`) or a read of its bytes.
+    pub fn storage(&self) -> AclResult<&DeviceStorage> {
         self.storage.buffer()
     }
 

@@ -119,11 +119,7 @@ pub fn grouped_matmul_available(t: &AscendTensor) -> bool {
 
 /// The contract of [`grouped_matmul`]: float `x [R, K]`, `weights [E, K, N]` of x's type,
 /// `group_sizes [E]` integers.
-pub(crate) fn check_grouped_matmul<T: Operand>(
-    x: &T,
-    weights: &T,
-    group_sizes: &T,
-) -> AclResult<()> {
+pub fn check_grouped_matmul<T: Operand>(x: &T, weights: &T, group_sizes: &T) -> AclResult<()> {
     const OP: &str = "grouped_matmul";
     same_float(OP, x, weights)?;
     let (xd, wd) = (x.dims(), weights.dims());
@@ -142,7 +138,7 @@ pub(crate) fn check_grouped_matmul<T: Operand>(
 
 /// The contract of [`grouped_matmul_weight_grad`]: float `x [R, K]`, `dy [R, N]` of x's type,
 /// `group_sizes [E]` integers.
-pub(crate) fn check_grouped_matmul_weight_grad<T: Operand>(
+pub fn check_grouped_matmul_weight_grad<T: Operand>(
     x: &T,
     dy: &T,
     group_sizes: &T,

@@ -79,7 +79,7 @@ pub fn paged_prefill_missing(api: &AclApi) -> Option<String> {
 /// call without it, `Ascend` adds it when the call runs); the operator's dtype, page-size and
 /// head-dim rules.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn check_paged_prefill_attention<T: Operand>(
+pub fn check_paged_prefill_attention<T: Operand>(
     q: &T,
     k_cache: &T,
     v_cache: &T,

@@ -39,7 +39,7 @@ pub struct QuantRouting {
 
 /// The contract of [`moe_init_routing_quant`]: float `x [T, H]`, integer `expert_ids [T*K]`
 /// (token-major) with `T*K` divisible into `top_k`, `num_experts > 0`.
-pub(crate) fn check_moe_init_routing_quant<T: Operand>(
+pub fn check_moe_init_routing_quant<T: Operand>(
     x: &T,
     expert_ids: &T,
     top_k: usize,
@@ -133,7 +133,7 @@ pub fn moe_init_routing_quant(
 
 /// The contract of [`grouped_matmul_quant`]: int8 `x [M, K]` and `weights [E, K, N]`,
 /// `w_scale [E, N]` f32, `x_scale [M]` f32 if given, `group_sizes [E]` integers, out F16/BF16.
-pub(crate) fn check_grouped_matmul_quant<T: Operand>(
+pub fn check_grouped_matmul_quant<T: Operand>(
     x: &T,
     weights: &T,
     w_scale: &T,
@@ -166,7 +166,7 @@ pub(crate) fn check_grouped_matmul_quant<T: Operand>(
 
 /// The contract of [`grouped_matmul_antiquant`]: F16/BF16 `x [M, K]`, int8 `weights [E, K,
 /// N]`, `w_scale [E, N]` (and `w_offset [E, N]` if given) in x's type, `group_sizes [E]`.
-pub(crate) fn check_grouped_matmul_antiquant<T: Operand>(
+pub fn check_grouped_matmul_antiquant<T: Operand>(
     x: &T,
     weights: &T,
     w_scale: &T,

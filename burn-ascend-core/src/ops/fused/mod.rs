@@ -21,34 +21,34 @@ use std::sync::Arc;
 
 use burn_ascend_kernels::tiling::{DeviceProps, NormType, SOCS};
 
-pub(crate) use elementwise::check_vector_add;
+pub use elementwise::check_vector_add;
 pub use elementwise::vector_add;
-pub(crate) use extend::check_extend_attention;
+pub use extend::check_extend_attention;
 pub use extend::{extend_attention, extend_attention_plan, ExtendLens};
-pub(crate) use grouped::{check_grouped_matmul, check_grouped_matmul_weight_grad};
+pub use grouped::{check_grouped_matmul, check_grouped_matmul_weight_grad};
 pub use grouped::{grouped_matmul, grouped_matmul_available, grouped_matmul_weight_grad};
-pub(crate) use moe::{check_moe_gather, check_moe_scatter, check_token_rearrange};
+pub use moe::{check_moe_gather, check_moe_scatter, check_token_rearrange};
 pub use moe::{moe_gather, moe_scatter, token_rearrange};
-pub(crate) use norm::{check_layer_norm, check_layer_norm_backward};
+pub use norm::{check_layer_norm, check_layer_norm_backward};
 pub use norm::{layer_norm, layer_norm_backward};
 pub use paged::{
     alloc_extend, decode_attention, decode_attention_plan, DecodeAttentionOptions,
     DecodeAttentionTensors, DecodePath,
 };
-pub(crate) use paged::{check_alloc_extend, check_decode_attention};
-pub(crate) use prefill::check_paged_prefill_attention;
+pub use paged::{check_alloc_extend, check_decode_attention, DecodeDims};
+pub use prefill::check_paged_prefill_attention;
 pub use prefill::{
     paged_prefill_attention, paged_prefill_missing, paged_prefill_refusal, CAUSAL_MASK_SIDE,
 };
 pub use program::run_program;
-pub(crate) use quant::{
+pub use quant::{
     check_grouped_matmul_antiquant, check_grouped_matmul_quant, check_moe_init_routing_quant,
 };
 pub use quant::{
     grouped_matmul_antiquant, grouped_matmul_quant, moe_init_routing_quant, QuantRouting,
 };
 pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_backward};
-pub(crate) use rms_norm::{check_add_rms_norm, check_rms_norm, check_rms_norm_backward};
+pub use rms_norm::{check_add_rms_norm, check_rms_norm, check_rms_norm_backward};
 pub use routing::{cann_moe_init_routing, cann_moe_token_unpermute, CannRouting};
 
 use super::broadcast::invalid_input;
@@ -59,7 +59,7 @@ use crate::runtime::DeviceContext;
 /// What a fused op's contract reads of an operand: its shape and dtype. The contracts
 /// (`check_*`) take operands through it, so `Ascend` checks them at the call and
 /// `Fusion<Ascend>` when it records the op, with the same code and messages.
-pub(crate) trait Operand {
+pub trait Operand {
     /// The shape.
     fn dims(&self) -> &[usize];
     /// The element type.

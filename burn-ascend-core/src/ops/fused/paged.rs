@@ -49,7 +49,7 @@ fn decode_inputs<T: Operand>(
 
 /// The contract of [`alloc_extend`]: `[B]` lengths and last slots and a `[P]` free list, all
 /// int32 or all int64; sizes within the kernel's int32 positions.
-pub(crate) fn check_alloc_extend<T: Operand>(
+pub fn check_alloc_extend<T: Operand>(
     prefix_lens: &T,
     seq_lens: &T,
     last_loc: &T,
@@ -217,7 +217,7 @@ pub struct DecodeAttentionTensors {
 }
 
 /// The sizes of a decode-attention call, as its contract found them.
-pub(crate) struct DecodeDims {
+pub struct DecodeDims {
     batch: usize,
     q_heads: usize,
     dim_k: usize,
@@ -229,7 +229,7 @@ pub(crate) struct DecodeDims {
 
 /// The contract of [`decode_attention`] (its shapes, dtypes and options; whether a head's rows
 /// fit the unified buffer depends on the device and is checked at launch).
-pub(crate) fn check_decode_attention<T: Operand>(
+pub fn check_decode_attention<T: Operand>(
     q: &T,
     k_cache: &T,
     v_cache: Option<&T>,

@@ -70,11 +70,7 @@ fn check_rows(op: &str, x: &impl Operand) -> AclResult<()> {
 }
 
 /// The contract of [`moe_gather`]: `x [T, H]`, `indices [T*K]` int32, `K >= 1`.
-pub(crate) fn check_moe_gather(
-    x: &impl Operand,
-    indices: &impl Operand,
-    top_k: usize,
-) -> AclResult<()> {
+pub fn check_moe_gather(x: &impl Operand, indices: &impl Operand, top_k: usize) -> AclResult<()> {
     if top_k == 0 {
         return Err(invalid_input(
             "moe_gather",
@@ -87,13 +83,13 @@ pub(crate) fn check_moe_gather(
 }
 
 /// The contract of [`token_rearrange`]: `x [S, H]`, `perm [S]` int32 or int64.
-pub(crate) fn check_token_rearrange(x: &impl Operand, perm: &impl Operand) -> AclResult<()> {
+pub fn check_token_rearrange(x: &impl Operand, perm: &impl Operand) -> AclResult<()> {
     check_rows("token_rearrange", x)?;
     check_index("token_rearrange", "perm", perm, x.dims()[0], true)
 }
 
 /// The contract of [`moe_scatter`]: `y [T*K, H]` float, `indices [T*K]` int32, `weights [T*K]`.
-pub(crate) fn check_moe_scatter<T: Operand>(
+pub fn check_moe_scatter<T: Operand>(
     y: &T,
     indices: &T,
     weights: Option<&T>,

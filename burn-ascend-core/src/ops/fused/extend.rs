@@ -39,7 +39,7 @@ pub struct ExtendLens<'a> {
 /// page size, `block_table [R, W]` int32, one chunk and one cached length per row, the chunks
 /// covering T, each chunk at most its cached length and the cached lengths within W pages.
 /// Returns the kernels' shape.
-pub(crate) fn check_extend_attention<T: Operand>(
+pub fn check_extend_attention<T: Operand>(
     q: &T,
     k_cache: &T,
     v_cache: Option<&T>,

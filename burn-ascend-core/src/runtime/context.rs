@@ -128,7 +128,7 @@ thread_local! {
 /// any thread, fails with it. For burn-fusion's runner threads: burn-fusion 0.21 counts a
 /// segment as executed before running its ops, so an op that panics there leaves the stream's
 /// queue broken for good (every later op and read of the device fails, even after a reset).
-pub(crate) fn defer_device_faults() {
+pub fn defer_device_faults() {
     DEFERS.with(|d| d.set(true));
 }
 

@@ -28,11 +28,7 @@ fn check_vector(op: &str, name: &str, t: Option<&impl Operand>, len: usize) -> A
 }
 
 /// The contract of [`layer_norm`]: float `x`, gamma and beta `[cols]`.
-pub(crate) fn check_layer_norm<T: Operand>(
-    x: &T,
-    gamma: Option<&T>,
-    beta: Option<&T>,
-) -> AclResult<()> {
+pub fn check_layer_norm<T: Operand>(x: &T, gamma: Option<&T>, beta: Option<&T>) -> AclResult<()> {
     let (_, cols) = norm_rows("layer_norm", "x", x)?;
     check_vector("layer_norm", "gamma", gamma, cols)?;
     check_vector("layer_norm", "beta", beta, cols)
@@ -40,7 +36,7 @@ pub(crate) fn check_layer_norm<T: Operand>(
 
 /// The contract of [`layer_norm_backward`]: float `x`, `dy` of x's shape, mean and rstd
 /// `[rows]`, gamma `[cols]`.
-pub(crate) fn check_layer_norm_backward<T: Operand>(
+pub fn check_layer_norm_backward<T: Operand>(
     dy: &T,
     x: &T,
     mean: &T,

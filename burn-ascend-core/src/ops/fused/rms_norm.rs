@@ -75,7 +75,7 @@ fn check_like(op: &str, name: &str, t: &impl Operand, x: &impl Operand) -> AclRe
 }
 
 /// The contract of [`rms_norm`]: float `x`, gamma `[cols]` in x's dtype or f32, eps >= 0.
-pub(crate) fn check_rms_norm<T: Operand>(x: &T, gamma: &T, eps: f64) -> AclResult<()> {
+pub fn check_rms_norm<T: Operand>(x: &T, gamma: &T, eps: f64) -> AclResult<()> {
     const OP: &str = "rms_norm";
     let (_, cols) = norm_rows(OP, "x", x)?;
     check_gamma(OP, x, gamma, cols, true)?;
@@ -84,7 +84,7 @@ pub(crate) fn check_rms_norm<T: Operand>(x: &T, gamma: &T, eps: f64) -> AclResul
 
 /// The contract of [`add_rms_norm`]: float `x1`, `x2` of x1's shape and dtype, gamma `[cols]`
 /// in x1's dtype, eps >= 0.
-pub(crate) fn check_add_rms_norm<T: Operand>(x1: &T, x2: &T, gamma: &T, eps: f64) -> AclResult<()> {
+pub fn check_add_rms_norm<T: Operand>(x1: &T, x2: &T, gamma: &T, eps: f64) -> AclResult<()> {
     const OP: &str = "add_rms_norm";
     let (_, cols) = norm_rows(OP, "x1", x1)?;
     check_like(OP, "x2", x2, x1)?;
@@ -94,12 +94,7 @@ pub(crate) fn check_add_rms_norm<T: Operand>(x1: &T, x2: &T, gamma: &T, eps: f64
 
 /// The contract of [`rms_norm_backward`]: float `x`, `dy` of x's shape and dtype, rstd
 /// `[rows]` f32, gamma `[cols]` in x's dtype or f32.
-pub(crate) fn check_rms_norm_backward<T: Operand>(
-    dy: &T,
-    x: &T,
-    rstd: &T,
-    gamma: &T,
-) -> AclResult<()> {
+pub fn check_rms_norm_backward<T: Operand>(dy: &T, x: &T, rstd: &T, gamma: &T) -> AclResult<()> {
     const OP: &str = "rms_norm_backward";
     let (rows, cols) = norm_rows(OP, "x", x)?;
     check_like(OP, "dy", dy, x)?;

@@ -21,7 +21,7 @@ fn add_type(dtype: DataType) -> Option<AddType> {
 }
 
 /// The contract of [`vector_add`]: two 1-D tensors of equal length and dtype.
-pub(crate) fn check_vector_add(x: &impl Operand, y: &impl Operand) -> AclResult<()> {
+pub fn check_vector_add(x: &impl Operand, y: &impl Operand) -> AclResult<()> {
     if x.dims().len() != 1 || x.dims() != y.dims() || x.data_type() != y.data_type() {
         return Err(invalid_input(
             "vector_add",

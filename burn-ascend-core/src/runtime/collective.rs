@@ -300,7 +300,9 @@ impl Communicator {
     /// The communicator whose ranks are `devices`, in that order, all in this process; created
     /// on first use (`HcclCommInitAll`) and kept for the process.
     /// A reset of one of the devices destroys it; the next call builds a new one.
-    pub fn local(devices: &[AscendDevice]) -> AclResult<Arc<Communicator>> {
+    /// `devices` are the core's or an adapter's own device type (converting to the core's).
+    pub fn local(devices: &[impl Copy + Into<AscendDevice>]) -> AclResult<Arc<Communicator>> {
+        let devices = &devices.iter().map(|&d| d.into()).collect::<Vec<_>>()[..];
         let mut cache = local_cache();
         if let Some(c) = cache.get(devices) {
             return Ok(c.clone());
@@ -419,7 +421,7 @@ impl Communicator {
     /// names), at least 16 bytes; without one this is an error. See
     /// [`Communicator::rendezvous_with_secret`].
     pub fn rendezvous(
-        device: AscendDevice,
+        device: impl Into<AscendDevice>,
         rank: u32,
         size: u32,
         address: &str,
@@ -433,12 +435,13 @@ impl Communicator {
     /// reaches `address` from taking the root info (and joining the communicator) or handing
     /// the ranks a forged one. Rank 0 drops peers that do not prove it and keeps serving.
     pub fn rendezvous_with_secret(
-        device: AscendDevice,
+        device: impl Into<AscendDevice>,
         rank: u32,
         size: u32,
         address: &str,
         secret: &[u8],
     ) -> AclResult<Arc<Communicator>> {
+        let device = device.into();
         if rank >= size {
             return Err(AclError::InvalidArgument(format!(
                 "rank {rank} is not one of {size} ranks"

@@ -247,7 +247,7 @@ pub fn quant_matmul(
 }
 
 /// The contract of `FusedOps::dynamic_quant`: float `x [M, K]`.
-pub(crate) fn check_dynamic_quant<T: Operand>(x: &T) -> AclResult<()> {
+pub fn check_dynamic_quant<T: Operand>(x: &T) -> AclResult<()> {
     if x.dims().len() != 2 || !x.data_type().is_float() {
         return Err(invalid_input(
             "dynamic_quant",
@@ -260,7 +260,7 @@ pub(crate) fn check_dynamic_quant<T: Operand>(x: &T) -> AclResult<()> {
 /// The contract of `FusedOps::weight_quant_matmul`: float `x [M, K]`, I8 `weight [K, N]`,
 /// float `scale` of `[1]`, `[N]` or (with `group > 0`, a multiple of 32 below K)
 /// `[ceil(K / group) * N]`.
-pub(crate) fn check_weight_quant_matmul<T: Operand>(
+pub fn check_weight_quant_matmul<T: Operand>(
     x: &T,
     weight: &T,
     scale: &T,
@@ -309,7 +309,7 @@ pub(crate) fn check_weight_quant_matmul<T: Operand>(
 
 /// The contract of `FusedOps::quant_matmul`: I8 `x [M, K]` and `weight [K, N]`, F32
 /// `weight_scale` `[1]` or `[N]`, F32 `x_scale` `[1]` or `[M]`.
-pub(crate) fn check_quant_matmul<T: Operand>(
+pub fn check_quant_matmul<T: Operand>(
     x: &T,
     weight: &T,
     weight_scale: &T,
