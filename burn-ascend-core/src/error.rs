@@ -145,9 +145,11 @@ impl AscendError {
 static RAISE_HOOK: OnceLock<fn(AscendError)> = OnceLock::new();
 
 /// Sets the function that receives the typed error of every failure the core raises as a panic
-/// (see [`raise`]), before the panic. A Burn adapter, whose ops cannot return errors, records
-/// it there for its own `try_run` (burn-ascend keys it by Burn's stream). One hook per process:
-/// the first set stays, and setting it again returns `false`.
+/// (materialising a lazily dequantized tensor in the infallible [`crate::AscendTensor::view`]
+/// or [`crate::AscendTensor::storage_ptr`]), before the panic, whose message is the error's
+/// `Display`. A Burn adapter, whose ops cannot return errors, records it there for its own
+/// `try_run` (burn-ascend keys it by Burn's stream). One hook per process: the first set stays,
+/// and setting it again returns `false`.
 pub fn set_raise_hook(hook: fn(AscendError)) -> bool {
     RAISE_HOOK.set(hook).is_ok()
 }
