@@ -373,3 +373,28 @@ fn autodiff_takes_the_int8_path_forward_and_the_materialised_weight_backward() {
     let err = relative_error(dx, dx_want);
     assert!(err < 0.01, "gradient relative error {err}");
 }
+
+#[test]
+fn a_first_read_during_a_graph_capture_is_a_typed_argument_error() {
+    let _serial = serial();
+    let dev = device();
+    let (k, n) = (3, 4);
+    let w = Tensor::<Ascend, 2>::from_data(TensorData::new(uniform(k * n, 31), [k, n]), &dev);
+    let q = w.quantize_dynamic(&per_tensor_int8().scheme);
+    let lazy = q.clone().dequantize();
+    // Materialising is refused inside the op (the core's `view`), which cannot return an
+    // error: `try_run` still gets it as a value, as for the adapter's own ops.
+    let (_, got) =
+        burn_ascend::graph::capture(&dev, || burn_ascend::try_run(|| lazy.clone() + 1.0))
+            .expect("the capture itself ends cleanly");
+    match got {
+        Err(burn_ascend::AscendError::InvalidArgument { op, message }) => {
+            assert_eq!(op, "dequantize");
+            assert!(message.contains("during a graph capture"), "{message}");
+        }
+        other => panic!("expected a typed argument error, got {other:?}"),
+    }
+    // Nothing was materialised: read after the capture, it is Burn's dequantization.
+    let want = Tensor::<Flex, 2>::from_data(q.into_data(), &Default::default()).dequantize();
+    assert_eq!(lazy.into_data(), want.into_data());
+}
