@@ -645,7 +645,8 @@ fn quantized(k: usize, n: usize) -> [(usize, usize); 2] {
 }
 
 /// Quantizing frees the float weights it replaces: the device holds the int8 weights and f32
-/// scales of the attention projections and experts, plus the float parts that stay
+/// scales of the attention projections and experts (and the scales in the type an operator
+/// reads them in, where that is not f32), plus the float parts that stay
 /// (embedding, norms, routers, head), and nothing else; counted in closed form from the sizes.
 #[test]
 #[serial]
@@ -678,7 +679,8 @@ fn a_quantized_model_holds_int8_experts_and_scales_only() {
         for (k, n) in experts {
             float.push((e * k * n, 4));
             let [(w, _), (s, _)] = quantized(k, n);
-            int8.extend([(e * w, 1), (e * s, 4)]);
+            // The f32 model's experts compute in BF16: A8W8 then reads BF16 scales, kept too.
+            int8.extend([(e * w, 1), (e * s, 4), (e * s, 2)]);
         }
     }
     let base = in_use();
@@ -715,12 +717,14 @@ fn a_quantized_model_holds_int8_experts_and_scales_only() {
     let mut int8 = Vec::new();
     stays(&mut int8);
     for _ in 0..layers {
+        // W8A16 on bf16: the operators read bf16 scales, kept beside the f32 ones.
         for (k, n) in [(h, q), (h, kv), (h, kv), (q, h)] {
             int8.extend(quantized(k, n));
+            int8.push((n, 2));
         }
         for (k, n) in [(h, f), (h, f), (f, h)] {
             let [(w, _), (s, _)] = quantized(k, n);
-            int8.extend([(e * w, 1), (e * s, 4)]);
+            int8.extend([(e * w, 1), (e * s, 4), (e * s, 2)]);
         }
     }
     let base = in_use();

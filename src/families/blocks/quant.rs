@@ -69,6 +69,10 @@ pub struct QuantLinear<B: Backend> {
     /// Parameters so that the model's record (which a device reset restores) holds them.
     weight: Param<Tensor<B, 2, Int>>,
     scale: Param<Tensor<B, 1>>,
+    /// W8A16 on a F16/BF16 layer: the scales in the layer's type, which
+    /// aclnnWeightQuantBatchMatmulV2 takes (its antiquant scale is x's type), made once rather
+    /// than cast in every forward (one more launch per projection and step).
+    operator_scale: Option<Param<Tensor<B, 1>>>,
     bias: Option<Param<Tensor<B, 1>>>,
     #[module(skip)]
     mode: Quantize,
@@ -82,9 +86,13 @@ impl<B: FusedOps> QuantLinear<B> {
     pub fn new(linear: Linear<B>, mode: Quantize) -> Self {
         let dtype = linear.weight.val().dtype();
         let (weight, scale) = fused::quantize_weight_per_channel::<B, 2, 1>(linear.weight.val());
+        let scale = scale.detach();
+        let half = matches!(dtype, DType::F16 | DType::BF16);
         Self {
             weight: Param::initialized(ParamId::new(), weight),
-            scale: Param::initialized(ParamId::new(), scale.detach()),
+            operator_scale: (mode == Quantize::W8A16 && half)
+                .then(|| Param::initialized(ParamId::new(), scale.clone().cast(dtype))),
+            scale: Param::initialized(ParamId::new(), scale),
             bias: linear.bias,
             mode,
             dtype,
@@ -97,7 +105,8 @@ impl<B: FusedOps> QuantLinear<B> {
         let k = dims[D - 1];
         let rows = dims[..D - 1].iter().product::<usize>();
         let x = x.reshape([rows, k]);
-        let (w, s) = (self.weight.val(), self.scale.val());
+        let w = self.weight.val();
+        let s = self.operator_scale.as_ref().unwrap_or(&self.scale).val();
         let y = match self.mode {
             Quantize::W8A16 => fused::weight_quant_matmul(x, w, s, 0),
             Quantize::W8A8 => {

@@ -515,7 +515,8 @@ pub trait FusedOps: Backend {
     /// scaling in f32, rounded once
     /// to `out` (F16 or BF16). For a BF16 out the weight scale is rounded to bf16 first (the
     /// A2 operator takes a bf16 scale then). Rows past `sum(group_sizes)` are zero.
-    /// `w_scale [E, N]` and `x_scale [M]` are f32. Inference-only.
+    /// `w_scale [E, N]` is f32 or bf16 (bf16 is what the operator reads for a BF16 out, so
+    /// keeping it so spares a cast per call), `x_scale [M]` f32. Inference-only.
     fn grouped_matmul_quant(
         x: IntTensor<Self>,
         weights: IntTensor<Self>,
@@ -1365,8 +1366,8 @@ pub fn moe_gather_quant<B: FusedOps>(
 
 /// A8W8 grouped matmul of MoE experts (see [`FusedOps::grouped_matmul_quant`]): int8 rows
 /// `x [M, K]` with per-row f32 scales `x_scale [M]`, int8 `weights [E, K, N]` with per-channel
-/// f32 scales `w_scale [E, N]`, `group_sizes [E]` on the device; out `[M, N]` of `out` (F16 or
-/// BF16).
+/// f32 or bf16 scales `w_scale [E, N]`, `group_sizes [E]` on the device; out `[M, N]` of `out`
+/// (F16 or BF16).
 pub fn grouped_matmul_quant<B: FusedOps>(
     x: Tensor<B, 2, Int>,
     weights: Tensor<B, 3, Int>,
