@@ -523,7 +523,7 @@ pub fn routed_experts_quantized<B: FusedOps>(
             };
             let g = project(gate, rows.rows.clone(), rows.scales.clone());
             let u = project(up, rows.rows, rows.scales);
-            let (h, h_scale) = fused::dynamic_quant::<B, 2, 1>(silu(g) * u);
+            let (h, h_scale) = fused::dynamic_quant::<B, 2, 1>(silu(g) * u, None);
             project(down, h, h_scale)
         }
         ExpertQuant::W8A16 => {

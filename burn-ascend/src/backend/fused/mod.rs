@@ -454,12 +454,16 @@ pub trait FusedOps: Backend {
         composed::grouped_matmul_weight_grad::<Self>(x, dy, group_sizes)
     }
 
-    /// Per-token symmetric int8 quantization of float `x [M, K]`: `(q [M, K] I8, scale [M]
-    /// F32)` with `scale = max_k |x| / 127` and `q = rint(x / scale)` (f32, ties
-    /// to even; a row of zeros gets scale 0 and values 0). `Ascend` runs aclnnDynamicQuant for
-    /// F16/BF16 `x`.
-    fn dynamic_quant(x: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
-        composed::dynamic_quant::<Self>(x)
+    /// Per-token symmetric int8 quantization of float `x [M, K]`, its columns first multiplied
+    /// by `smooth [K]` (x's type; SmoothQuant's migration of activation outliers into the
+    /// weights) if given: `(q [M, K] I8, scale [M] F32)` with `scale = max_k |x| / 127` and
+    /// `q = rint(x / scale)` (f32, ties to even; a row of zeros gets scale 0 and values 0).
+    /// `Ascend` runs aclnnDynamicQuant (its smooth scales input) for F16/BF16 `x`.
+    fn dynamic_quant(
+        x: FloatTensor<Self>,
+        smooth: Option<FloatTensor<Self>>,
+    ) -> (IntTensor<Self>, FloatTensor<Self>) {
+        composed::dynamic_quant::<Self>(x, smooth)
     }
 
     /// W8A16: float `x [M, K]` times the int8 `weight [K, N]` dequantized in x's type
@@ -986,13 +990,22 @@ impl FusedOps for Ascend {
         )
     }
 
-    fn dynamic_quant(x: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
-        run("dynamic_quant", quant_matmul::check_dynamic_quant(&x));
+    fn dynamic_quant(
+        x: FloatTensor<Self>,
+        smooth: Option<FloatTensor<Self>>,
+    ) -> (IntTensor<Self>, FloatTensor<Self>) {
+        run(
+            "dynamic_quant",
+            quant_matmul::check_dynamic_quant(&x, smooth.as_ref()),
+        );
         if x.dtype == DataType::F32 {
             // The operator takes F16/BF16; f32 rows keep their precision on the composition.
-            return composed::dynamic_quant::<Self>(x);
+            return composed::dynamic_quant::<Self>(x, smooth);
         }
-        run("dynamic_quant", quant_matmul::dynamic_quant(&x))
+        run(
+            "dynamic_quant",
+            quant_matmul::dynamic_quant(&x, smooth.as_ref()),
+        )
     }
 
     fn weight_quant_matmul(
@@ -1257,10 +1270,12 @@ pub fn grouped_matmul_weight_grad<B: FusedOps>(
     ))
 }
 
-/// Per-token symmetric int8 quantization of `x [.., K]` (float): `(q, scale)`, `q` I8 of x's
-/// shape and `scale` F32 of x's shape without its last dim; see [`FusedOps::dynamic_quant`].
+/// Per-token symmetric int8 quantization of `x [.., K]` (float), its columns first multiplied by
+/// `smooth [K]` if given: `(q, scale)`, `q` I8 of x's shape and `scale` F32 of x's shape
+/// without its last dim; see [`FusedOps::dynamic_quant`].
 pub fn dynamic_quant<B: FusedOps, const D: usize, const S: usize>(
     x: Tensor<B, D>,
+    smooth: Option<Tensor<B, 1>>,
 ) -> (Tensor<B, D, Int>, Tensor<B, S>) {
     assert_eq!(
         S + 1,
@@ -1270,7 +1285,7 @@ pub fn dynamic_quant<B: FusedOps, const D: usize, const S: usize>(
     let dims = x.dims();
     let k = dims[D - 1];
     let rows = dims[..D - 1].iter().product::<usize>();
-    let (q, s) = B::dynamic_quant(prim(x.reshape([rows, k])));
+    let (q, s) = B::dynamic_quant(prim(x.reshape([rows, k])), smooth.map(prim));
     let mut scale_dims = [0; S];
     scale_dims.copy_from_slice(&dims[..D - 1]);
     (
