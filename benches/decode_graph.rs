@@ -7,32 +7,15 @@ mod common;
 
 use std::time::Duration;
 
-use burn::module::Module;
-use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
-use burn_ascend::emulator::work_counters;
 use burn_ascend::{Ascend, AscendDevice};
-use burn_ascend_suite::a2::ModelledClock;
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
-use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
-use burn_flex::Flex;
+use burn_ascend_suite::moe::serve::Server;
+use common::example::{model, weights, SteadyBatch, PROMPT, SERVE};
 use common::{mean, publish, ratio, record, us, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 
 const BATCHES: [usize; 3] = [1, 8, 32];
-const PROMPT: usize = 8;
-
-/// The example's serving settings (as `moe_decode`).
-const SERVE: ServeConfig = ServeConfig {
-    pages: 128,
-    page_size: 16,
-    max_seq: 512,
-    max_kv_splits: 4,
-    step_tokens: 64,
-    max_waiting: 1024,
-    record_logits: false,
-};
 
 /// What one decode step cost.
 #[derive(Debug, Clone, Copy, Default)]
@@ -50,65 +33,16 @@ struct Step {
     tokens: usize,
 }
 
-/// A server kept decoding `batch` requests: finished ones are replaced (their prefill steps are
-/// run but not measured).
-struct DecodeLoop {
-    server: Server<Ascend>,
-    batch: usize,
-    vocab: usize,
-    next: usize,
-    clock: ModelledClock,
-}
-
-impl DecodeLoop {
-    fn new(server: Server<Ascend>, batch: usize, vocab: usize) -> Self {
-        Self {
-            server,
-            batch,
-            vocab,
-            next: 0,
-            clock: ModelledClock::start(),
-        }
-    }
-
-    fn refill(&mut self) {
-        while self.server.pending() < self.batch {
-            let n = self.next;
-            self.next += 1;
-            let prompt = (0..PROMPT)
-                .map(|i| ((n * 31 + i * 7 + 1) % self.vocab) as u32)
-                .collect();
-            let new = SERVE.max_seq - PROMPT;
-            self.server
-                .submit(Request::greedy(prompt, new))
-                .expect("a valid request");
-        }
-    }
-
-    /// The next step in which every request of the batch decodes one token.
-    fn step(&mut self) -> Step {
-        loop {
-            self.refill();
-            let before = work_counters();
-            self.clock.lap();
-            let report = self.server.step();
-            let modelled = self.clock.lap();
-            let work = work_counters().since(&before);
-            assert!(
-                report.finished.iter().all(|(_, r)| r.is_ok()),
-                "a request failed"
-            );
-            if report.decode_only && report.sampled.len() == self.batch {
-                return Step {
-                    host: report.issue_secs,
-                    wall: report.secs,
-                    submissions: work.submissions,
-                    device_ops: work.aclnn_launches + work.kernel_launches,
-                    modelled,
-                    tokens: report.sampled.len(),
-                };
-            }
-        }
+/// The next step in which every request of the batch decodes one token.
+fn decode_step(decode: &mut SteadyBatch<Ascend>) -> Step {
+    let s = decode.step();
+    Step {
+        host: s.report.issue_secs,
+        wall: s.report.secs,
+        submissions: s.work.submissions,
+        device_ops: s.work.aclnn_launches + s.work.kernel_launches,
+        modelled: s.modelled,
+        tokens: s.report.sampled.len(),
     }
 }
 
@@ -118,12 +52,7 @@ fn server(
     device: &AscendDevice,
     captured: bool,
 ) -> Server<Ascend> {
-    let record = BinBytesRecorder::<FullPrecisionSettings>::default()
-        .load(weights.to_vec(), device)
-        .expect("load");
-    let model = MoeDecoder::<Ascend>::new(cfg, device)
-        .expect("a valid config")
-        .load_record(record);
+    let model = model(cfg, weights, device);
     let mut server = Server::new(model, SERVE, device).expect("valid settings");
     if captured {
         server
@@ -148,12 +77,7 @@ fn avg(steps: &[Step], f: impl Fn(&Step) -> f64) -> Option<f64> {
 
 fn decode_graph(c: &mut Criterion) {
     let cfg = MoeConfig::new();
-    let weights = {
-        let model = MoeDecoder::<Flex>::new(&cfg, &Default::default()).expect("a valid config");
-        BinBytesRecorder::<FullPrecisionSettings>::default()
-            .record(model.into_record(), ())
-            .expect("record")
-    };
+    let weights = weights(&cfg);
     let device = AscendDevice::Emulated(0);
     let modes = [("eager", false), ("replay", true)];
     // Every measured step of each (mode, batch), criterion's warm-up included.
@@ -162,16 +86,16 @@ fn decode_graph(c: &mut Criterion) {
     g.sampling_mode(SamplingMode::Flat);
     for (b, batch) in BATCHES.into_iter().enumerate() {
         for (m, (mode, captured)) in modes.into_iter().enumerate() {
-            let mut decode =
-                DecodeLoop::new(server(&cfg, &weights, &device, captured), batch, cfg.vocab);
-            decode.step();
+            let server = server(&cfg, &weights, &device, captured);
+            let mut decode = SteadyBatch::new(server, batch, cfg.vocab, SERVE.max_seq - PROMPT);
+            decode_step(&mut decode);
             let key = format!("{mode}/{batch}");
             let all = &mut steps[m][b];
             g.bench_function(format!("{mode}/batch_{batch}"), |bench| {
                 bench.iter_custom(|iters| {
                     let host: f64 = (0..iters)
                         .map(|_| {
-                            let s = decode.step();
+                            let s = decode_step(&mut decode);
                             all.push(s);
                             s.host
                         })

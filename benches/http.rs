@@ -10,19 +10,16 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burn::module::Module;
-use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_suite::http::metrics::Metrics;
 use burn_ascend_suite::http::{serve, App, Engine, ModelSpec, Tokenizer};
 use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::model::MoeDecoder;
 use burn_ascend_suite::moe::serve::{ServeConfig, Server};
 use burn_ascend_suite::moe::workload::{
     demand_pages, human_time, percentiles, poisson_trace, Arrival, Percentiles, ServingReport,
     TraceConfig,
 };
-use burn_flex::Flex;
+use common::example::{model, weights};
 use common::{mean, publish, record, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use futures_util::StreamExt;
@@ -41,23 +38,6 @@ fn trace_config(vocab: usize) -> TraceConfig {
         vocab,
         seed: 25,
     }
-}
-
-/// The built-in model's fresh weights, recorded once so that both servers load the same.
-fn weights(cfg: &MoeConfig) -> Vec<u8> {
-    let fresh = MoeDecoder::<Flex>::new(cfg, &Default::default()).expect("a valid config");
-    BinBytesRecorder::<FullPrecisionSettings>::default()
-        .record(fresh.into_record(), ())
-        .expect("record")
-}
-
-fn model(cfg: &MoeConfig, weights: Vec<u8>, device: &AscendDevice) -> MoeDecoder<Ascend> {
-    let record = BinBytesRecorder::<FullPrecisionSettings>::default()
-        .load(weights, device)
-        .expect("load");
-    MoeDecoder::new(cfg, device)
-        .expect("a valid config")
-        .load_record(record)
 }
 
 /// What the clients saw of one pass of the trace through HTTP.
@@ -185,8 +165,8 @@ fn http(c: &mut Criterion) {
         max_waiting: 1024,
         record_logits: false,
     };
-    let mut server =
-        Server::new(model(&cfg, weights.clone(), &device), serve_cfg, &device).expect("settings");
+    let mut server = Server::new(model::<Ascend>(&cfg, &weights, &device), serve_cfg, &device)
+        .expect("settings");
     let in_process: ServingReport = server.serve(&trace, || None);
     assert_eq!(in_process.completed, trace.len(), "{in_process}");
     let step_secs = in_process.wall_secs / in_process.steps as f64;
@@ -195,8 +175,12 @@ fn http(c: &mut Criterion) {
     let model_cfg = cfg.clone();
     let (engine, _) = Engine::spawn(
         move || {
-            Server::new(model(&model_cfg, weights, &device), serve_cfg, &device)
-                .map_err(|e| e.to_string())
+            Server::new(
+                model::<Ascend>(&model_cfg, &weights, &device),
+                serve_cfg,
+                &device,
+            )
+            .map_err(|e| e.to_string())
         },
         Arc::new(Metrics::new(NAME)),
     )

@@ -6,59 +6,25 @@ mod common;
 
 use std::time::Duration;
 
-use burn::module::Module;
-use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
 use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
+use burn_ascend_suite::moe::serve::{Request, Server};
 use burn_flex::Flex;
+use common::example::{model, prompt, weights, PROMPT, SERVE};
 use common::{mean, publish, ratio, record, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 
 const BATCHES: [usize; 3] = [1, 8, 32];
-const PROMPT: usize = 8;
 /// Tokens generated per request in each timed call.
 const NEW: usize = 8;
 
-/// The example's serving settings.
-const SERVE: ServeConfig = ServeConfig {
-    pages: 128,
-    page_size: 16,
-    max_seq: 512,
-    max_kv_splits: 4,
-    step_tokens: 64,
-    max_waiting: 1024,
-    record_logits: false,
-};
-
-/// A fresh model as bytes: both backends load them, since Burn initialises parameters lazily
-/// and two fresh models would draw different weights.
-fn weights(cfg: &MoeConfig) -> Vec<u8> {
-    let model = MoeDecoder::<Flex>::new(cfg, &Default::default()).expect("a valid config");
-    BinBytesRecorder::<FullPrecisionSettings>::default()
-        .record(model.into_record(), ())
-        .expect("record")
-}
-
 fn server<B: FusedOps>(cfg: &MoeConfig, weights: &[u8], device: &B::Device) -> Server<B> {
-    let record = BinBytesRecorder::<FullPrecisionSettings>::default()
-        .load(weights.to_vec(), device)
-        .expect("load");
-    let model = MoeDecoder::<B>::new(cfg, device)
-        .expect("a valid config")
-        .load_record(record);
-    Server::new(model, SERVE, device).expect("valid settings")
+    Server::new(model(cfg, weights, device), SERVE, device).expect("valid settings")
 }
 
 fn requests(batch: usize, vocab: usize, new: usize) -> Vec<Request> {
     (0..batch)
-        .map(|b| {
-            let prompt = (0..PROMPT)
-                .map(|i| ((b * 31 + i * 7 + 1) % vocab) as u32)
-                .collect();
-            Request::greedy(prompt, new)
-        })
+        .map(|b| Request::greedy(prompt(b, vocab), new))
         .collect()
 }
 

@@ -20,8 +20,9 @@ use burn_ascend_suite::families::blocks::quant::Quantize;
 use burn_ascend_suite::families::Decoder;
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
+use burn_ascend_suite::moe::serve::Server;
 use burn_ascend_suite::moe::step::PagedAttention;
+use common::example::{SteadyBatch, PROMPT, SERVE};
 use common::{mean, publish, record, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use real_layer::{
@@ -29,24 +30,12 @@ use real_layer::{
     MAX_KV_SPLITS, MODELS,
 };
 
-const PROMPT: usize = 8;
 /// Tokens each request generates: short enough that a batch of 32 fits the cache
 /// (3 pages each), so no request is preempted while criterion times the loop.
 const NEW: usize = 40;
 /// Decode steps run before the measured one (executor caches, allocator); each mode's server
 /// starts from the same requests, so the measured step is at the same positions in every mode.
 const WARM_STEPS: usize = 2;
-
-/// The example's serving settings (as `moe_decode`).
-const SERVE: ServeConfig = ServeConfig {
-    pages: 128,
-    page_size: 16,
-    max_seq: 512,
-    max_kv_splits: 4,
-    step_tokens: 64,
-    max_waiting: 1024,
-    record_logits: false,
-};
 
 /// The float baseline and the two quantized forms.
 const MODES: [Option<Quantize>; 3] = [None, Some(Quantize::W8A16), Some(Quantize::W8A8)];
@@ -89,14 +78,16 @@ impl Step {
     }
 }
 
-/// Bytes of a module's parameters, and of the float expert weights among them (rank-3 float
-/// parameters named `gate`, `up`, `down`: the experts' `[E, in, out]` weights, which a quantized
-/// model keeps beside their int8 form although its forward reads only the int8 one).
+/// Bytes of a module's parameters, and of those its forward does not read: the f32 scales of a
+/// quantized layer that keeps its scales in the operator's type too (`operator_scale(s)`,
+/// visited after the f32 ones).
 #[derive(Default)]
 struct WeightBytes {
     path: Vec<String>,
     held: u64,
-    float_experts: u64,
+    unread: u64,
+    /// The f32 scales last visited.
+    last_scales: u64,
 }
 
 impl<BK: burn::tensor::backend::Backend> ModuleVisitor<BK> for WeightBytes {
@@ -112,9 +103,11 @@ impl<BK: burn::tensor::backend::Backend> ModuleVisitor<BK> for WeightBytes {
         let t = param.val();
         let bytes = (t.shape().num_elements() * t.dtype().size()) as u64;
         self.held += bytes;
-        let name = self.path.last().map(String::as_str);
-        if D == 3 && matches!(name, Some("gate" | "up" | "down")) {
-            self.float_experts += bytes;
+        let named = |n: &[&str]| self.path.iter().any(|p| n.contains(&p.as_str()));
+        if named(&["operator_scale", "operator_scales"]) {
+            self.unread += self.last_scales;
+        } else if named(&["scale", "scales"]) {
+            self.last_scales = bytes;
         }
     }
 
@@ -124,15 +117,11 @@ impl<BK: burn::tensor::backend::Backend> ModuleVisitor<BK> for WeightBytes {
     }
 }
 
-/// (bytes the forward reads, bytes held today) of a module's weights in `mode`.
-fn weight_bytes<BK: burn::tensor::backend::Backend, M: Module<BK>>(
-    module: &M,
-    mode: Option<Quantize>,
-) -> (u64, u64) {
+/// (bytes the forward reads, bytes held) of a module's weights.
+fn weight_bytes<BK: burn::tensor::backend::Backend, M: Module<BK>>(module: &M) -> (u64, u64) {
     let mut v = WeightBytes::default();
     module.visit(&mut v);
-    let unread = if mode.is_some() { v.float_experts } else { 0 };
-    (v.held - unread, v.held)
+    (v.held - v.unread, v.held)
 }
 
 /// Casts a module's float parameters.
@@ -145,64 +134,15 @@ impl<BK: burn::tensor::backend::Backend> ModuleMapper<BK> for ToDtype {
     }
 }
 
-/// A server kept decoding `batch` requests: a finished one is replaced.
-struct DecodeLoop {
-    server: Server<Ascend>,
-    batch: usize,
-    vocab: usize,
-    next: usize,
-    clock: ModelledClock,
-}
-
-impl DecodeLoop {
-    fn new(model: MoeDecoder<Ascend>, batch: usize, vocab: usize) -> Self {
-        Self {
-            server: Server::new(model, SERVE, &device()).expect("valid settings"),
-            batch,
-            vocab,
-            next: 0,
-            clock: ModelledClock::start(),
-        }
-    }
-
-    fn refill(&mut self) {
-        while self.server.pending() < self.batch {
-            let n = self.next;
-            self.next += 1;
-            let prompt = (0..PROMPT)
-                .map(|i| ((n * 31 + i * 7 + 1) % self.vocab) as u32)
-                .collect();
-            self.server
-                .submit(Request::greedy(prompt, NEW))
-                .expect("a valid request");
-        }
-    }
-
-    /// The next step in which every request of the batch decodes one token.
-    fn step(&mut self) -> Step {
-        loop {
-            self.refill();
-            let before = work_counters();
-            self.clock.lap();
-            let start = Instant::now();
-            let report = self.server.step();
-            let wall = start.elapsed().as_secs_f64();
-            let modelled = self.clock.lap();
-            let work = work_counters().since(&before);
-            assert!(
-                report.finished.iter().all(|(_, r)| r.is_ok()),
-                "a request failed"
-            );
-            if report.decode_only && report.sampled.len() == self.batch {
-                return Step {
-                    modelled,
-                    ffn: None,
-                    experts: None,
-                    work,
-                    wall,
-                };
-            }
-        }
+/// The example's next decode step at a steady batch.
+fn decode_step(decode: &mut SteadyBatch<Ascend>) -> Step {
+    let s = decode.step();
+    Step {
+        modelled: s.modelled,
+        ffn: None,
+        experts: None,
+        work: s.work,
+        wall: s.wall,
     }
 }
 
@@ -211,7 +151,7 @@ struct Measured {
     mode: Option<Quantize>,
     batch: usize,
     step: Step,
-    /// (bytes the forward reads, bytes held today).
+    /// (bytes the forward reads, bytes held).
     weights: (u64, u64),
 }
 
@@ -228,15 +168,16 @@ fn example(c: &mut Criterion, cfg: &MoeConfig) -> Vec<Measured> {
                 None => float.clone(),
                 Some(m) => float.clone().quantize(m).expect("one NPU"),
             };
-            let weights = weight_bytes(&model, mode);
-            let mut decode = DecodeLoop::new(model, batch, cfg.vocab);
+            let weights = weight_bytes(&model);
+            let server = Server::new(model, SERVE, &device()).expect("valid settings");
+            let mut decode = SteadyBatch::new(server, batch, cfg.vocab, NEW);
             for _ in 0..WARM_STEPS {
-                decode.step();
+                decode_step(&mut decode);
             }
             found.push(Measured {
                 mode,
                 batch,
-                step: decode.step(),
+                step: decode_step(&mut decode),
                 weights,
             });
             let key = format!("example/{}/{batch}", mode_name(mode));
@@ -244,7 +185,7 @@ fn example(c: &mut Criterion, cfg: &MoeConfig) -> Vec<Measured> {
                 b.iter_custom(|iters| {
                     let start = Instant::now();
                     for _ in 0..iters {
-                        decode.step();
+                        decode_step(&mut decode);
                     }
                     let took = start.elapsed();
                     record(&key, took, iters);
@@ -347,7 +288,7 @@ fn real_size() -> Vec<Measured> {
                     work,
                     wall,
                 },
-                weights: weight_bytes(&layer.layers[0], *mode),
+                weights: weight_bytes(&layer.layers[0]),
             });
         }
     }
@@ -380,7 +321,7 @@ fn table(title: &str, found: &[Measured], wall: impl Fn(&Measured) -> Option<f64
             "aclnn cube, spread (µs)",
             "launches aclnn + kernels",
             "weights read (MB)",
-            "weights held today (MB)",
+            "weights held (MB)",
             "emulated wall (ms)",
         ],
     );
@@ -467,14 +408,14 @@ fn quantized(c: &mut Criterion) {
             "Modelled step: `a2::ModelledClock` (each Ascend C kernel by the roofline of its \
              counters plus 3 µs of launch latency; each aclnn operator at its tensor \
              arguments' bytes over 1.6 TB/s, int8 weights at one byte, a grouped matmul's \
-             weights only for the experts that got rows). HBM bytes: the same bytes \
+             weights and scales only for the experts that got rows). HBM bytes: the same bytes \
              (`work_counters`). The clock has no compute term for aclnn operators: the aclnn \
              cube column is their cube cycles (int8 at the 16x32x16 fractal, half at 16x16x16, \
              whole fractals) spread evenly over the cube cores, a lower bound of the time it \
              would add where it exceeds an operator's bytes.",
-            "Weights read: parameter bytes (numel x dtype size) without the float expert \
-             weights a quantized model keeps beside their int8 form (its forward reads the \
-             int8 ones only); held today: all of its parameters.",
+            "Weights read: parameter bytes (numel x dtype size) the forward reads: a \
+             quantized layer's int8 weights and its scales in the operator's type, without the \
+             f32 scales it also keeps (for saving); held: all of its parameters.",
         ],
     );
 }

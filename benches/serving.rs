@@ -7,17 +7,14 @@ mod common;
 
 use std::time::Instant;
 
-use burn::module::Module;
-use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_suite::a2::ModelledClock;
 use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::model::MoeDecoder;
 use burn_ascend_suite::moe::serve::{ServeConfig, Server};
 use burn_ascend_suite::moe::workload::{
     demand_pages, human_time, poisson_trace, Percentiles, ServingReport, TraceConfig,
 };
-use burn_flex::Flex;
+use common::example::{model, weights};
 use common::{mean, publish, record, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 
@@ -37,21 +34,10 @@ fn trace_config(vocab: usize) -> TraceConfig {
     }
 }
 
-/// The example's model, fresh weights recorded once (Burn initialises parameters lazily).
-fn model(cfg: &MoeConfig, device: &AscendDevice) -> MoeDecoder<Ascend> {
-    let fresh = MoeDecoder::<Flex>::new(cfg, &Default::default()).expect("a valid config");
-    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
-    let bytes = recorder.record(fresh.into_record(), ()).expect("record");
-    let record = recorder.load(bytes, device).expect("load");
-    MoeDecoder::new(cfg, device)
-        .expect("a valid config")
-        .load_record(record)
-}
-
 fn serving(c: &mut Criterion) {
     let cfg = MoeConfig::new();
     let device = AscendDevice::Emulated(0);
-    let model = model(&cfg, &device);
+    let model = model::<Ascend>(&cfg, &weights(&cfg), &device);
     let trace = poisson_trace(&trace_config(cfg.vocab));
     let demand = demand_pages(&trace, PAGE_SIZE);
     let mut g = c.benchmark_group("serving");

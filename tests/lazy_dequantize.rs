@@ -398,3 +398,30 @@ fn a_first_read_during_a_graph_capture_is_a_typed_argument_error() {
     let want = Tensor::<Flex, 2>::from_data(q.into_data(), &Default::default()).dequantize();
     assert_eq!(lazy.into_data(), want.into_data());
 }
+
+/// A lazily dequantized tensor first read inside a graph capture is refused, naming why: the
+/// dequantization would be recorded, not run, and the tensor's buffer would hold nothing until
+/// a replay. Read before the capture, it is captured and replayed with Burn's values.
+#[test]
+fn a_lazy_tensor_first_read_in_a_graph_capture_is_refused() {
+    let _serial = serial();
+    let dev = device();
+    let w = Tensor::<Ascend, 2>::from_data(TensorData::new(uniform(48, 31), [6, 8]), &dev);
+    let q = w.quantize_dynamic(&per_tensor_int8().scheme);
+    let want =
+        Tensor::<Flex, 2>::from_data(q.clone().into_data(), &Default::default()).dequantize() * 2.0;
+
+    let lazy = q.dequantize();
+    let failed = burn_ascend::graph::capture(&dev, || lazy.clone() * 2.0);
+    let why = failed.expect_err("materialising in a capture").to_string();
+    assert!(
+        why.contains("first read during a graph capture") && why.contains("[6, 8]"),
+        "{why}"
+    );
+
+    // The device goes on: read eagerly once, the same tensor is captured and replayed.
+    assert_eq!((lazy.clone() * 2.0).into_data(), want.clone().into_data());
+    let (step, doubled) = burn_ascend::graph::capture(&dev, || lazy.clone() * 2.0).unwrap();
+    step.replay().unwrap();
+    assert_eq!(doubled.into_data(), want.into_data());
+}

@@ -120,7 +120,7 @@ fn dynamic_quant_is_per_token_int8_as_on_flex() {
     }
     for dtype in [DType::BF16, DType::F16] {
         let xa = float_on(x.clone(), [m, k], dtype);
-        let (q, s) = quant_matmul::dynamic_quant(&xa).expect("dynamic_quant");
+        let (q, s) = quant_matmul::dynamic_quant(&xa, None).expect("dynamic_quant");
         assert_eq!((q.shape(), s.shape()), (&[m, k][..], &[m][..]));
         // Reference: the same f32 math on flex, from x rounded to the input type.
         let xf = rounded(
@@ -561,7 +561,8 @@ fn schemes_without_an_int8_path_keep_dequantize_then_matmul() {
 
 /// The fused quantized ops of backend `B` on `x [4, 64]` in `dtype` and a `[64, 12]` weight:
 /// dynamic_quant's values and scales, the weight's per-channel and per-group (of 32 rows)
-/// quantization, the W16A8 products under both, and the W8A8 products in three output types.
+/// quantization, the W16A8 products under both, the W8A8 products in three output types, and
+/// last dynamic_quant's values and scales with smooth scales.
 fn fused_quant_results<B: burn_ascend::FusedOps>(
     device: &B::Device,
     dtype: DType,
@@ -571,7 +572,11 @@ fn fused_quant_results<B: burn_ascend::FusedOps>(
     let (m, k, n) = (4, 64, 12);
     let x = Tensor::<B, 2>::from_data(TensorData::new(uniform(m * k, 20), [m, k]), (device, dtype));
     let w = Tensor::<B, 2>::from_data(TensorData::new(uniform(k * n, 21), [k, n]), device);
-    let (q, s) = fused::dynamic_quant::<B, 2, 1>(x.clone());
+    let (q, s) = fused::dynamic_quant::<B, 2, 1>(x.clone(), None);
+    // Smooth scales in x's type, spread over two octaves.
+    let smooth = (0..k).map(|j| 0.5 + j as f32 / 32.0).collect::<Vec<_>>();
+    let smooth = Tensor::<B, 1>::from_data(TensorData::new(smooth, [k]), (device, dtype));
+    let (q_smooth, s_smooth) = fused::dynamic_quant::<B, 2, 1>(x.clone(), Some(smooth));
     let (wq, ws) = fused::quantize_weight_per_channel::<B, 2, 1>(w);
     // Per-group scales: two groups of 32 rows, the second twice the first.
     let wg = Tensor::cat(vec![ws.clone(), ws.clone() * 2.0], 0);
@@ -586,6 +591,7 @@ fn fused_quant_results<B: burn_ascend::FusedOps>(
     for o in [FloatDType::BF16, FloatDType::F16, FloatDType::F32] {
         out.push(fused::quant_matmul(q.clone(), wq.clone(), ws.clone(), s.clone(), o).into_data());
     }
+    out.extend([q_smooth.into_data(), s_smooth.into_data()]);
     out
 }
 
@@ -604,7 +610,8 @@ fn fused_quant_ops_on_ascend_equal_their_compositions_on_flex() {
         // Autodiff<Ascend> takes the composed defaults (differentiable Burn ops).
         let on_autodiff = fused_quant_results::<burn_autodiff::Autodiff<Ascend>>(&device(), dtype);
         // F32 activations take the composition on Ascend too (the operator is F16/BF16 only).
-        let launched = if dtype == DType::F32 { 0 } else { 2 };
+        // Two per backend: without and with smooth scales.
+        let launched = if dtype == DType::F32 { 0 } else { 4 };
         assert_eq!(
             aclnn_launches_of("aclnnDynamicQuant") - runs,
             launched,

@@ -177,6 +177,19 @@ enum Quant {
     },
 }
 
+impl Quant {
+    /// The `[E, N]` per-channel parameters: like the weights, read only for the experts that
+    /// get rows.
+    fn per_expert(&self) -> impl Iterator<Item = &TensorDesc> {
+        let (scale, offset) = match self {
+            Quant::Float => (None, None),
+            Quant::A8W8 { scale, .. } => (Some(scale), None),
+            Quant::A16W8 { scale, offset } => (Some(scale), offset.as_ref()),
+        };
+        scale.into_iter().chain(offset)
+    }
+}
+
 /// The checked call: operands, grouped axis and matrix sizes (`[m, k] @ [k, n]` overall).
 struct Plan {
     quant: Quant,
@@ -209,7 +222,12 @@ impl Plan {
         if self.split == Split::M {
             // Only the experts that own rows have their weights read (the work counters' model).
             let used = sizes.iter().filter(|&&s| s > 0).count();
-            let per_group = (self.k * self.n * self.weight.dtype.size()) as u64;
+            let params: usize = self
+                .quant
+                .per_expert()
+                .map(|t| self.n * t.dtype.size())
+                .sum();
+            let per_group = (self.k * self.n * self.weight.dtype.size() + params) as u64;
             super::counters::ran(used as u64 * per_group);
         }
         // The cube's work, group by group: int8 operands at the int8 fractal, f16/bf16 (and
@@ -734,8 +752,10 @@ pub unsafe extern "C" fn aclnnGroupedMatmulV4GetWorkspaceSize(
             Quant::Float
         };
         if split == Split::M {
-            // Which experts' weights the kernel reads depends on the group list (see `Plan::run`).
+            // Which experts' weights (and their per-channel parameters) the kernel reads depends
+            // on the group list (see `Plan::run`).
             super::counters::note_at_run(&w);
+            quant.per_expert().for_each(super::counters::note_at_run);
         }
         let plan = Plan {
             quant,

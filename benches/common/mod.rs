@@ -3,6 +3,7 @@
 //! model is `burn_ascend_suite::a2` (the example prints modelled times too).
 #![allow(dead_code)]
 
+pub mod example;
 #[path = "../../tests/common/host_values.rs"]
 pub mod host_values;
 

@@ -217,7 +217,7 @@ impl<B: FusedOps> Decoder<B> {
             .layers
             .into_iter()
             .map(|l| Layer {
-                attention: l.attention.quantize(mode),
+                attention: l.attention.quantize(mode, &l.input_norm),
                 ffn: l.ffn.quantize(mode),
                 ..l
             })

@@ -347,6 +347,17 @@ pub struct QuantizedProjection<B: Backend> {
     pub weights: Param<Tensor<B, 3, Int>>,
     /// The per-channel scales, f32.
     pub scales: Param<Tensor<B, 2>>,
+    /// The scales in the type the grouped matmul reads them in, when that is not f32 (BF16 for
+    /// A8W8 with a BF16 out, x's type for A16W8): made once here, since a cast per call would
+    /// be one more launch reading every expert's scales each step.
+    pub operator_scales: Option<Param<Tensor<B, 2>>>,
+}
+
+impl<B: Backend> QuantizedProjection<B> {
+    /// The scales as the grouped matmul takes them.
+    fn operator_scales(&self) -> Tensor<B, 2> {
+        self.operator_scales.as_ref().unwrap_or(&self.scales).val()
+    }
 }
 
 /// The experts' gate, up and down projections quantised for [`routed_experts_quantized`].
@@ -366,11 +377,22 @@ impl<B: Backend> QuantizedExperts<B> {
     /// Quantises float expert weights `[gate, up, down]` per output channel, on the device.
     pub fn quantize(weights: [Tensor<B, 3>; 3], mode: ExpertQuant) -> Self {
         let dtype = weights[0].dtype();
+        let compute = quant_compute_type(dtype);
+        let scale_type = match mode {
+            // The A8W8 table pairs a BF16 out with a BF16 scale and an F16 out with an F32 one
+            // (aclnn-quant-attention-norm.md, GroupedMatmulV4, ND weight).
+            ExpertQuant::W8A8 if compute == DType::BF16 => DType::BF16,
+            ExpertQuant::W8A8 => DType::F32,
+            ExpertQuant::W8A16 => compute,
+        };
         let projections = weights.map(|w| {
             let (weights, scales) = fused::quantize_weight_per_channel::<B, 3, 2>(w);
+            let scales = scales.detach();
             QuantizedProjection {
                 weights: Param::initialized(ParamId::new(), weights),
-                scales: Param::initialized(ParamId::new(), scales.detach()),
+                operator_scales: (scale_type != DType::F32)
+                    .then(|| Param::initialized(ParamId::new(), scales.clone().cast(scale_type))),
+                scales: Param::initialized(ParamId::new(), scales),
             }
         });
         Self {
@@ -496,19 +518,19 @@ pub fn routed_experts_quantized<B: FusedOps>(
             let rows = fused::moe_gather_quant(x, routing.ids.clone(), k, e);
             let sizes = rows.group_sizes;
             let project = |p: &QuantizedProjection<B>, x, x_scale| {
-                let (w, s) = (p.weights.val(), p.scales.val());
+                let (w, s) = (p.weights.val(), p.operator_scales());
                 fused::grouped_matmul_quant(x, w, s, Some(x_scale), sizes.clone(), compute)
             };
             let g = project(gate, rows.rows.clone(), rows.scales.clone());
             let u = project(up, rows.rows, rows.scales);
-            let (h, h_scale) = fused::dynamic_quant::<B, 2, 1>(silu(g) * u);
+            let (h, h_scale) = fused::dynamic_quant::<B, 2, 1>(silu(g) * u, None);
             project(down, h, h_scale)
         }
         ExpertQuant::W8A16 => {
             let rows = fused::moe_gather(x, routing.order.clone(), k).cast(compute);
             let sizes = routing.group_sizes.clone();
             let project = |p: &QuantizedProjection<B>, x| {
-                let (w, s) = (p.weights.val(), p.scales.val().cast(compute));
+                let (w, s) = (p.weights.val(), p.operator_scales().cast(compute));
                 fused::grouped_matmul_antiquant(x, w, s, None, sizes.clone())
             };
             let g = project(gate, rows.clone());

@@ -42,12 +42,19 @@ fn int8_matrix(op: &str, name: &str, t: &AscendTensor) -> AclResult<()> {
     }
 }
 
-/// Per-token int8 quantization of `x [.., K]` (F16 or BF16): I8 values of x's shape and F32
-/// scales of x's shape without its last dim, `scale = rowmax|x| / 127` and
-/// `q = rint(x / scale)` (a row of zeros gets scale 0 and values 0).
-pub fn dynamic_quant(x: &AscendTensor) -> AclResult<(AscendTensor, AscendTensor)> {
+/// Per-token int8 quantization of `x [.., K]` (F16 or BF16), each column first multiplied by
+/// `smooth [K]` (x's type) if given, in f32: I8 values of x's shape and F32 scales of x's shape
+/// without its last dim, `scale = rowmax|x| / 127` and `q = rint(x / scale)` (a row of zeros
+/// gets scale 0 and values 0).
+pub fn dynamic_quant(
+    x: &AscendTensor,
+    smooth: Option<&AscendTensor>,
+) -> AclResult<(AscendTensor, AscendTensor)> {
     const OP: &str = "dynamic_quant";
     half(OP, x)?;
+    check_smooth(OP, x, smooth)?;
+    let smooth = smooth.map(contiguous).transpose()?;
+    let smooth_desc = smooth.as_ref().map(|s| s.desc()).transpose()?;
     let r = x.shape().len();
     if !(2..=8).contains(&r) {
         return Err(invalid_input(
@@ -57,12 +64,36 @@ pub fn dynamic_quant(x: &AscendTensor) -> AclResult<(AscendTensor, AscendTensor)
     }
     let values = AscendTensor::empty(x.ctx(), x.shape().to_vec(), DataType::I8)?;
     let scales = AscendTensor::empty(x.ctx(), x.shape()[..r - 1].to_vec(), DataType::F32)?;
-    aclnn!(
-        &**x.ctx(),
-        aclnnDynamicQuant(x.desc()?, Absent, values.desc()?, scales.desc()?)
-    )
-    .map_err(|e| e.with_context(|| format!("{OP}: aclnnDynamicQuant of {}", x.describe())))?;
+    let launch = match &smooth_desc {
+        Some(s) => aclnn!(
+            &**x.ctx(),
+            aclnnDynamicQuant(x.desc()?, s, values.desc()?, scales.desc()?)
+        ),
+        None => aclnn!(
+            &**x.ctx(),
+            aclnnDynamicQuant(x.desc()?, Absent, values.desc()?, scales.desc()?)
+        ),
+    };
+    launch
+        .map_err(|e| e.with_context(|| format!("{OP}: aclnnDynamicQuant of {}", x.describe())))?;
     Ok((values, scales))
+}
+
+/// aclnnDynamicQuant's smooth scales are `[K]` of x's type (op doc).
+fn check_smooth<T: Operand>(op: &str, x: &T, smooth: Option<&T>) -> AclResult<()> {
+    let Some(s) = smooth else { return Ok(()) };
+    let k = x.dims().last().copied().unwrap_or(0);
+    if s.dims() != [k] || s.data_type() != x.data_type() {
+        return Err(invalid_input(
+            op,
+            format!(
+                "smooth scales {} must be [{k}] of x's type (x {})",
+                s.describe(),
+                x.describe()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `x @ dequant(weight)` (W8A16): `x [M, K]` F16/BF16, `weight [K, N]` I8 (dense or a
@@ -246,15 +277,15 @@ pub fn quant_matmul(
     Ok(out)
 }
 
-/// The contract of `FusedOps::dynamic_quant`: float `x [M, K]`.
-pub fn check_dynamic_quant<T: Operand>(x: &T) -> AclResult<()> {
+/// The contract of `FusedOps::dynamic_quant`: float `x [M, K]`, `smooth [K]` of x's type.
+pub fn check_dynamic_quant<T: Operand>(x: &T, smooth: Option<&T>) -> AclResult<()> {
     if x.dims().len() != 2 || !x.data_type().is_float() {
         return Err(invalid_input(
             "dynamic_quant",
             format!("needs float x [M, K], got {}", x.describe()),
         ));
     }
-    Ok(())
+    check_smooth("dynamic_quant", x, smooth)
 }
 
 /// The contract of `FusedOps::weight_quant_matmul`: float `x [M, K]`, I8 `weight [K, N]`,

@@ -166,13 +166,15 @@ pub enum Attention<B: Backend> {
 }
 
 impl<B: FusedOps> Attention<B> {
-    /// The block with its projections quantized (see [`Mla::quantize`] for MLA).
-    pub fn quantize(self, mode: Quantize) -> Self {
+    /// The block with its projections quantized (see [`Mla::quantize`] for MLA). In W8A8, GQA's
+    /// q, k and v, which read the layer's input norm `input_norm`, are smoothed for it.
+    pub fn quantize(self, mode: Quantize, input_norm: &RmsNorm<B>) -> Self {
+        let gamma = || input_norm.weight.val();
         match self {
             Attention::Gqa(a) => Attention::Gqa(Gqa {
-                q: a.q.quantize(mode),
-                k: a.k.quantize(mode),
-                v: a.v.quantize(mode),
+                q: a.q.quantize_after_norm(mode, gamma()),
+                k: a.k.quantize_after_norm(mode, gamma()),
+                v: a.v.quantize_after_norm(mode, gamma()),
                 o: a.o.quantize(mode),
                 ..a
             }),

@@ -146,14 +146,14 @@ pub fn check_grouped_matmul_quant<T: Operand>(
     let shapes = xd.len() == 2 && wd.len() == 3 && xd[1] == wd[1];
     let types = x.data_type() == DataType::I8 && weights.data_type() == DataType::I8;
     let scale_ok = shapes
-        && w_scale.data_type() == DataType::F32
+        && matches!(w_scale.data_type(), DataType::F32 | DataType::BF16)
         && w_scale.dims() == [wd[0], wd[2]]
         && x_scale.is_none_or(|s| s.data_type() == DataType::F32 && s.dims() == [xd[0]]);
     if !(shapes && types && scale_ok && matches!(out, DataType::F16 | DataType::BF16)) {
         return Err(invalid_input(
             OP,
             format!(
-                "needs int8 x [M, K] and weights [E, K, N], f32 w_scale [E, N], f32 x_scale [M] (optional) and an F16 or BF16 out; got x {}, weights {}, w_scale {}, x_scale {}, out {out}",
+                "needs int8 x [M, K] and weights [E, K, N], f32 or bf16 w_scale [E, N], f32 x_scale [M] (optional) and an F16 or BF16 out; got x {}, weights {}, w_scale {}, x_scale {}, out {out}",
                 x.describe(),
                 weights.describe(),
                 w_scale.describe(),
@@ -259,7 +259,8 @@ fn launch(
 /// A8W8 grouped matmul: `out[r] = (sum_k x[r, k] * w[e, k, n]) * w_scale[e, n] * x_scale[r]`
 /// for the rows `r` of group `e` (grouped as in `grouped_matmul`), the sum exact in int32, the
 /// scaling in f32, rounded once to `out` (F16 or BF16). For a BF16 out the operator takes a
-/// BF16 weight scale (op doc, A8W8 table, ND weight): `w_scale` is rounded to bf16 first.
+/// BF16 weight scale (op doc, A8W8 table, ND weight): an f32 `w_scale` is rounded to bf16
+/// first (a bf16 one is taken as is, no launch), and an F16 out takes it in f32.
 /// Rows past `sum(group_sizes)` are zero.
 pub fn grouped_matmul_quant(
     x: &AscendTensor,

@@ -379,9 +379,16 @@ fn group_masks<B: Backend>(group_sizes: IntTensor<B>, rows: usize, dtype: DType)
         .cast(dtype)
 }
 
-/// The composed default of [`FusedOps::dynamic_quant`]: [`quantize_along`] the rows in f32.
-pub fn dynamic_quant<B: Backend>(x: FloatTensor<B>) -> (IntTensor<B>, FloatTensor<B>) {
-    let x: Float2<B> = float::<B, 2>(x).cast(DType::F32);
+/// The composed default of [`FusedOps::dynamic_quant`]: [`quantize_along`] the rows in f32
+/// (after the smooth scales, multiplied in f32 as the operator does).
+pub fn dynamic_quant<B: Backend>(
+    x: FloatTensor<B>,
+    smooth: Option<FloatTensor<B>>,
+) -> (IntTensor<B>, FloatTensor<B>) {
+    let mut x: Float2<B> = float::<B, 2>(x).cast(DType::F32);
+    if let Some(s) = smooth {
+        x = x * float::<B, 1>(s).cast(DType::F32).unsqueeze_dim(0);
+    }
     let [m, _] = x.dims();
     let (q, scale) = quantize_along(x, 1);
     (q.into_primitive(), prim(scale.reshape([m])))

@@ -655,15 +655,22 @@ impl FusedOps for Fusion<Ascend> {
         ))
     }
 
-    fn dynamic_quant(x: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
+    fn dynamic_quant(
+        x: FloatTensor<Self>,
+        smooth: Option<FloatTensor<Self>>,
+    ) -> (IntTensor<Self>, FloatTensor<Self>) {
         run(
             "dynamic_quant",
-            quant_matmul::check_dynamic_quant(&Meta(&x)),
+            quant_matmul::check_dynamic_quant(&Meta(&x), smooth.as_ref().map(Meta).as_ref()),
         );
         let m = dim(&x, 0);
         let meta = [(dims(&x), DType::I8), (vec![m], DType::F32)];
-        let mut out = record("dynamic_quant", vec![x], &meta, (), |h, d, _| {
-            let (q, s) = Ascend::dynamic_quant(arg(h, d, 0));
+        let has_smooth = smooth.is_some();
+        let inputs = with_optional(vec![x], [smooth]);
+        let mut out = record("dynamic_quant", inputs, &meta, has_smooth, |h, d, &has| {
+            let mut next = 1;
+            let smooth = optional(h, d, has, &mut next);
+            let (q, s) = Ascend::dynamic_quant(arg(h, d, 0), smooth);
             put(h, d, 0, q);
             put(h, d, 1, s);
         })

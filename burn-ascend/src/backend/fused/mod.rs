@@ -454,12 +454,16 @@ pub trait FusedOps: Backend {
         composed::grouped_matmul_weight_grad::<Self>(x, dy, group_sizes)
     }
 
-    /// Per-token symmetric int8 quantization of float `x [M, K]`: `(q [M, K] I8, scale [M]
-    /// F32)` with `scale = max_k |x| / 127` and `q = rint(x / scale)` (f32, ties
-    /// to even; a row of zeros gets scale 0 and values 0). `Ascend` runs aclnnDynamicQuant for
-    /// F16/BF16 `x`.
-    fn dynamic_quant(x: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
-        composed::dynamic_quant::<Self>(x)
+    /// Per-token symmetric int8 quantization of float `x [M, K]`, its columns first multiplied
+    /// by `smooth [K]` (x's type; SmoothQuant's migration of activation outliers into the
+    /// weights) if given: `(q [M, K] I8, scale [M] F32)` with `scale = max_k |x| / 127` and
+    /// `q = rint(x / scale)` (f32, ties to even; a row of zeros gets scale 0 and values 0).
+    /// `Ascend` runs aclnnDynamicQuant (its smooth scales input) for F16/BF16 `x`.
+    fn dynamic_quant(
+        x: FloatTensor<Self>,
+        smooth: Option<FloatTensor<Self>>,
+    ) -> (IntTensor<Self>, FloatTensor<Self>) {
+        composed::dynamic_quant::<Self>(x, smooth)
     }
 
     /// W8A16: float `x [M, K]` times the int8 `weight [K, N]` dequantized in x's type
@@ -515,7 +519,8 @@ pub trait FusedOps: Backend {
     /// scaling in f32, rounded once
     /// to `out` (F16 or BF16). For a BF16 out the weight scale is rounded to bf16 first (the
     /// A2 operator takes a bf16 scale then). Rows past `sum(group_sizes)` are zero.
-    /// `w_scale [E, N]` and `x_scale [M]` are f32. Inference-only.
+    /// `w_scale [E, N]` is f32 or bf16 (bf16 is what the operator reads for a BF16 out, so
+    /// keeping it so spares a cast per call), `x_scale [M]` f32. Inference-only.
     fn grouped_matmul_quant(
         x: IntTensor<Self>,
         weights: IntTensor<Self>,
@@ -990,13 +995,22 @@ impl FusedOps for Ascend {
         )
     }
 
-    fn dynamic_quant(x: FloatTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>) {
-        run("dynamic_quant", quant_matmul::check_dynamic_quant(&x));
+    fn dynamic_quant(
+        x: FloatTensor<Self>,
+        smooth: Option<FloatTensor<Self>>,
+    ) -> (IntTensor<Self>, FloatTensor<Self>) {
+        run(
+            "dynamic_quant",
+            quant_matmul::check_dynamic_quant(&x, smooth.as_ref()),
+        );
         if x.dtype() == DataType::F32 {
             // The operator takes F16/BF16; f32 rows keep their precision on the composition.
-            return composed::dynamic_quant::<Self>(x);
+            return composed::dynamic_quant::<Self>(x, smooth);
         }
-        run("dynamic_quant", quant_matmul::dynamic_quant(&x))
+        run(
+            "dynamic_quant",
+            quant_matmul::dynamic_quant(&x, smooth.as_deref()),
+        )
     }
 
     fn weight_quant_matmul(
@@ -1261,10 +1275,12 @@ pub fn grouped_matmul_weight_grad<B: FusedOps>(
     ))
 }
 
-/// Per-token symmetric int8 quantization of `x [.., K]` (float): `(q, scale)`, `q` I8 of x's
-/// shape and `scale` F32 of x's shape without its last dim; see [`FusedOps::dynamic_quant`].
+/// Per-token symmetric int8 quantization of `x [.., K]` (float), its columns first multiplied by
+/// `smooth [K]` if given: `(q, scale)`, `q` I8 of x's shape and `scale` F32 of x's shape
+/// without its last dim; see [`FusedOps::dynamic_quant`].
 pub fn dynamic_quant<B: FusedOps, const D: usize, const S: usize>(
     x: Tensor<B, D>,
+    smooth: Option<Tensor<B, 1>>,
 ) -> (Tensor<B, D, Int>, Tensor<B, S>) {
     assert_eq!(
         S + 1,
@@ -1274,7 +1290,7 @@ pub fn dynamic_quant<B: FusedOps, const D: usize, const S: usize>(
     let dims = x.dims();
     let k = dims[D - 1];
     let rows = dims[..D - 1].iter().product::<usize>();
-    let (q, s) = B::dynamic_quant(prim(x.reshape([rows, k])));
+    let (q, s) = B::dynamic_quant(prim(x.reshape([rows, k])), smooth.map(prim));
     let mut scale_dims = [0; S];
     scale_dims.copy_from_slice(&dims[..D - 1]);
     (
@@ -1370,8 +1386,8 @@ pub fn moe_gather_quant<B: FusedOps>(
 
 /// A8W8 grouped matmul of MoE experts (see [`FusedOps::grouped_matmul_quant`]): int8 rows
 /// `x [M, K]` with per-row f32 scales `x_scale [M]`, int8 `weights [E, K, N]` with per-channel
-/// f32 scales `w_scale [E, N]`, `group_sizes [E]` on the device; out `[M, N]` of `out` (F16 or
-/// BF16).
+/// f32 or bf16 scales `w_scale [E, N]`, `group_sizes [E]` on the device; out `[M, N]` of `out`
+/// (F16 or BF16).
 pub fn grouped_matmul_quant<B: FusedOps>(
     x: Tensor<B, 2, Int>,
     weights: Tensor<B, 3, Int>,
