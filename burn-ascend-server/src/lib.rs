@@ -5,6 +5,7 @@
 //! `remote-websocket` feature): `BURN_DEVICE=remote BURN_REMOTE_ADDRESS=ws://host:port`, or
 //! `Device::remote_options(&RemoteHost::websocket("ws://host:port")).init()`. The backend type
 //! and its device names live in [`backend`], the one module that names them.
+#![warn(missing_docs)]
 
 pub mod backend;
 

@@ -1,5 +1,6 @@
 //! Burn 0.22 programs that name no backend, run on a device of an in-process
 //! `burn-ascend-server` (through Burn's remote backend) and on Burn's own CPU backend.
+#![warn(missing_docs)]
 
 pub mod programs;
 
