@@ -1,8 +1,8 @@
 //! The programs: plain Burn 0.22 code, generic over nothing, given only a `Device`.
 
-use burn::module::Module;
+use burn::module::{Module, Param};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{Linear, LinearConfig, Relu};
+use burn::nn::{Linear, Relu};
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
@@ -24,19 +24,38 @@ pub const CLASSES: usize = 3;
 pub const BATCH: usize = 64;
 
 impl Mlp {
-    /// A model with Burn's default initialisation on `device` (seeded by the caller); an
-    /// autodiff device, for its parameters to be trainable.
+    /// A model on `device` (an autodiff device, for its parameters to be trainable) with weights
+    /// from a fixed formula, scaled like Burn's default `U(-k, k)`, `k = 1/sqrt(fan_in)`: every
+    /// device starts from the same model, whatever its random generator.
     pub fn new(device: &Device) -> Self {
         Self {
-            hidden: LinearConfig::new(FEATURES, HIDDEN).init(device),
+            hidden: linear(FEATURES, HIDDEN, device),
             relu: Relu::new(),
-            out: LinearConfig::new(HIDDEN, CLASSES).init(device),
+            out: linear(HIDDEN, CLASSES, device),
         }
     }
 
     /// Logits `[batch, CLASSES]` of `x: [batch, FEATURES]`.
     pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         self.out.forward(self.relu.forward(self.hidden.forward(x)))
+    }
+}
+
+/// A `fan_in x fan_out` layer with deterministic weights in `[-k, k]`.
+fn linear(fan_in: usize, fan_out: usize, device: &Device) -> Linear {
+    let k = 1.0 / (fan_in as f32).sqrt();
+    let value = |i: usize| ((i * 29 % 23) as f32 / 11.0 - 1.0) * k;
+    let weight: Vec<f32> = (0..fan_in * fan_out).map(value).collect();
+    let bias: Vec<f32> = (0..fan_out).map(|i| value(i + 5) * 0.5).collect();
+    Linear {
+        weight: Param::from_tensor(Tensor::from_data(
+            TensorData::new(weight, [fan_in, fan_out]),
+            device,
+        )),
+        bias: Some(Param::from_tensor(Tensor::from_data(
+            TensorData::new(bias, [fan_out]),
+            device,
+        ))),
     }
 }
 
