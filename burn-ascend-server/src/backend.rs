@@ -1,22 +1,26 @@
 //! The served backend: the one place that names it, so that swapping in another `BackendIr`
 //! backend changes only this file.
 //!
-//! Until the Burn 0.22 Ascend adapter exists this is burn-flex, Burn's own CPU backend, which
-//! implements `BackendIr`.
+//! It is burn-ascend's Burn 0.22 adapter: real NPUs through CANN (`npu:N`) or the NPUs of the
+//! emulated Ascend runtime (`emulated:N`), which needs no hardware.
 
 /// The backend whose devices the server hosts.
-pub type ServedBackend = burn_flex::Flex;
+pub type ServedBackend = burn_ascend_b22::Ascend;
 
 /// A device of [`ServedBackend`].
-pub type ServedDevice = burn_backend::tensor::Device<ServedBackend>;
+pub type ServedDevice = burn_ascend_b22::AscendDevice;
 
-/// The device called `name` on the command line. burn-flex has one device, `cpu`.
+/// The device called `name` on the command line: `npu`, `npu:N`, `emulated` or `emulated:N`.
+/// It is opened here, so that a device this machine lacks stops the server at start, naming
+/// why, rather than failing a client later.
 pub fn parse_device(name: &str) -> Result<ServedDevice, String> {
-    match name {
-        "cpu" => Ok(burn_flex::FlexDevice),
-        _ => Err("the served backend (burn-flex) has one device, `cpu`".to_string()),
-    }
+    let device = ServedDevice::parse(name).ok_or_else(|| {
+        "Ascend devices are `npu:N` (a real NPU through CANN) or `emulated:N` (the emulated NPU)"
+            .to_string()
+    })?;
+    burn_ascend_b22::runtime::DeviceContext::get(&device.into()).map_err(|e| e.to_string())?;
+    Ok(device)
 }
 
-/// The device served when none is named.
-pub const DEFAULT_DEVICE: &str = "cpu";
+/// The device served when none is named: the emulated NPU, which every machine has.
+pub const DEFAULT_DEVICE: &str = "emulated:0";
