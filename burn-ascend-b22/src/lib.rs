@@ -18,5 +18,7 @@ pub use burn_ascend_core::{acl, ops, runtime};
 mod backend;
 pub mod error;
 
-pub use backend::{reset_device, Ascend, AscendDevice, AscendHandle, AscendQTensor, AscendTensor};
+pub use backend::{
+    reset_device, Ascend, AscendDevice, AscendGraph, AscendHandle, AscendQTensor, AscendTensor,
+};
 pub use error::{try_run, AscendError};

@@ -6,7 +6,7 @@
 
 use burn_ascend_b22::{Ascend, AscendDevice};
 use burn_autodiff::Autodiff;
-use burn_backend::ops::{FloatTensorOps, IntTensorOps, ModuleOps, QTensorOps};
+use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps, ModuleOps, QTensorOps};
 use burn_backend::tensor::{FloatTensor, IndexingUpdateOp, IntTensor};
 use burn_backend::{
     try_read_sync, AutodiffBackend, Backend, DType, FloatDType, IntDType, Shape, TensorData,
@@ -222,7 +222,7 @@ fn scatter_with_mismatched_shapes_is_refused_by_name() {
     assert!(err.to_string().contains("scatter"), "{err}");
 }
 
-/// Values equal; indices equal as numbers and of the dtype asked for.
+/// Indices equal as numbers and of the dtype asked for.
 fn check_pool_indices(dtype: IntDType, ours: IntTensor<Ascend>, theirs: IntTensor<Flex>) {
     let (ours, theirs) = (read_int::<Ascend>(ours), read_int::<Flex>(theirs));
     assert_eq!(ours.dtype(), DType::from(dtype));
@@ -341,6 +341,10 @@ fn flush_and_sync_succeed_on_a_live_device() {
     assert_eq!(read::<Ascend>(t).shape().to_vec(), vec![4]);
 }
 
+/// Held by the tests using the second emulated NPU: a graph capture there refuses other
+/// threads' work.
+static DEVICE_1: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 type AdA = Autodiff<Ascend>;
 type AdF = Autodiff<Flex>;
 
@@ -404,4 +408,141 @@ fn autodiff_gradients_through_the_new_ops_match_flex() {
     let ours = run::<AdA>(x.clone(), weights.clone(), &npu());
     let theirs = run::<AdF>(x, weights, &FlexDevice);
     ours.assert_approx_eq(&theirs, Tolerance::<f32>::rel_abs(1e-4, 1e-5));
+}
+
+fn bool_data(shape: &[usize], seed: f32) -> TensorData {
+    let v: Vec<bool> = floats(shape.iter().product(), seed)
+        .iter()
+        .map(|x| *x > 0.5)
+        .collect();
+    TensorData::new(v, shape.to_vec())
+}
+
+fn read_bool<B: Backend>(t: burn_backend::tensor::BoolTensor<B>) -> TensorData {
+    try_read_sync(B::bool_into_data(t))
+        .expect("the read completes")
+        .expect("the read succeeds")
+}
+
+/// The OR-updates of bool tensors (composed in the core, shared by both adapters).
+#[test]
+fn bool_scatter_or_and_select_or_match_flex() {
+    let (x, v) = (bool_data(&[3, 5], 0.2), bool_data(&[3, 4], 1.7));
+    let idx = scatter_indices(true);
+    let ours = Ascend::bool_scatter_or(
+        1,
+        Ascend::bool_from_data(x.clone(), &npu()),
+        Ascend::int_from_data(idx.clone(), &npu()),
+        Ascend::bool_from_data(v.clone(), &npu()),
+    );
+    let theirs = Flex::bool_scatter_or(
+        1,
+        Flex::bool_from_data(x.clone(), &FlexDevice),
+        Flex::int_from_data(idx, &FlexDevice),
+        Flex::bool_from_data(v, &FlexDevice),
+    );
+    read_bool::<Ascend>(ours).assert_eq(&read_bool::<Flex>(theirs), true);
+
+    let (idx, v) = (
+        select_indices(IndexingUpdateOp::Add),
+        bool_data(&[5, 5], 2.9),
+    );
+    let x = bool_data(&[4, 5], 0.6);
+    let ours = Ascend::bool_select_or(
+        Ascend::bool_from_data(x.clone(), &npu()),
+        0,
+        Ascend::int_from_data(idx.clone(), &npu()),
+        Ascend::bool_from_data(v.clone(), &npu()),
+    );
+    let theirs = Flex::bool_select_or(
+        Flex::bool_from_data(x, &FlexDevice),
+        0,
+        Flex::int_from_data(idx, &FlexDevice),
+        Flex::bool_from_data(v, &FlexDevice),
+    );
+    read_bool::<Ascend>(ours).assert_eq(&read_bool::<Flex>(theirs), true);
+}
+
+#[test]
+fn float_topk_with_indices_matches_flex() {
+    let x = float_data(&[3, 7], 0.45);
+    for dtype in [IntDType::I32, IntDType::I64] {
+        let (v, i) = Ascend::float_topk_with_indices(
+            Ascend::float_from_data(x.clone(), &npu()),
+            1,
+            3,
+            dtype,
+        );
+        let (fv, fi) = Flex::float_topk_with_indices(
+            Flex::float_from_data(x.clone(), &FlexDevice),
+            1,
+            3,
+            dtype,
+        );
+        read::<Ascend>(v).assert_approx_eq(&read::<Flex>(fv), float_tol());
+        check_pool_indices(dtype, i, fi);
+    }
+}
+
+/// Burn 0.22's graph methods: ops between start and stop are recorded, not run; each replay
+/// runs them again on the input's current values (written in place between replays). On the
+/// second emulated NPU: while it captures, the device refuses other threads' work, and the
+/// other tests run on the first (but the collective one, serialised by [`DEVICE_1`]).
+#[test]
+fn a_captured_graph_replays_on_new_inputs() {
+    let _device_1 = DEVICE_1.lock().unwrap_or_else(|p| p.into_inner());
+    let device = AscendDevice::Emulated(1);
+    let (first, second) = (float_data(&[2, 3], 0.1), float_data(&[2, 3], 5.0));
+    let x = Ascend::float_from_data(first.clone(), &device);
+    Ascend::graph_start_capture(&device).expect("the emulated NPU captures");
+    let y = Ascend::float_add_scalar(Ascend::float_exp(x.clone()), 1.0.into());
+    let graph = Ascend::graph_stop_capture(&device).expect("the capture ends");
+
+    let expected = |data: TensorData| {
+        let x = Flex::float_from_data(data, &FlexDevice);
+        read::<Flex>(Flex::float_add_scalar(Flex::float_exp(x), 1.0.into()))
+    };
+    // SAFETY: x and y are alive and used by this thread only.
+    unsafe { Ascend::graph_replay(&device, &graph) }.expect("replay");
+    read::<Ascend>(y.clone()).assert_approx_eq(&expected(first), float_tol());
+
+    // A new input in x's own buffer (the graph reads that address).
+    x.ctx()
+        .upload(x.storage(), second.as_bytes())
+        .expect("upload");
+    unsafe { Ascend::graph_replay(&device, &graph) }.expect("replay");
+    read::<Ascend>(y).assert_approx_eq(&expected(second), float_tol());
+
+    assert!(
+        Ascend::graph_stop_capture(&device).is_err(),
+        "no capture is open"
+    );
+}
+
+/// `DistributedOps::all_reduce` on HCCL across the two emulated NPUs, issued device after
+/// device from one thread and resolved in between, as Burn's gradient sync does.
+#[test]
+fn all_reduce_sums_and_averages_across_the_emulated_npus() {
+    use burn_backend::distributed::{DistributedOps, ReduceOperation};
+    use burn_backend::Device as _;
+    let _device_1 = DEVICE_1.lock().unwrap_or_else(|p| p.into_inner());
+    let devices = [AscendDevice::Emulated(0), AscendDevice::Emulated(1)];
+    let ids: Vec<_> = devices.iter().map(|d| d.to_id()).collect();
+    let parts = [float_data(&[2, 3], 0.3), float_data(&[2, 3], 2.4)];
+    let sum: Vec<f32> = parts[0]
+        .iter::<f32>()
+        .zip(parts[1].iter::<f32>())
+        .map(|(a, b)| a + b)
+        .collect();
+    for (op, scale) in [(ReduceOperation::Sum, 1.0), (ReduceOperation::Mean, 0.5)] {
+        let expected = TensorData::new(sum.iter().map(|s| s * scale).collect(), [2, 3]);
+        let mut results = Vec::new();
+        for (device, part) in devices.iter().zip(&parts) {
+            let t = Ascend::float_from_data(part.clone(), device);
+            results.push(Ascend::all_reduce(t, op, ids.clone()).resolve());
+        }
+        for r in results {
+            read::<Ascend>(r).assert_approx_eq(&expected, float_tol());
+        }
+    }
 }

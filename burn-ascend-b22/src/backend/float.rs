@@ -615,6 +615,22 @@ impl FloatTensorOps<Ascend> for Ascend {
         )
     }
 
+    /// One sort, its first `k` values and indices as views (Burn's default sorts, then selects
+    /// both with an uploaded range).
+    fn float_topk_with_indices(
+        tensor: FloatTensor<Ascend>,
+        dim: usize,
+        k: usize,
+        out_dtype: IntDType,
+    ) -> (FloatTensor<Ascend>, IntTensor<Ascend>) {
+        let (values, order) = run("float_topk_with_indices", sort::topk(&tensor, dim, k));
+        let order = run(
+            "float_topk_with_indices",
+            copy::cast(&order, int_type(out_dtype)),
+        );
+        (values, order)
+    }
+
     fn float_topk(tensor: FloatTensor<Ascend>, dim: usize, k: usize) -> FloatTensor<Ascend> {
         run("float_topk", sort::topk(&tensor, dim, k)).0
     }

@@ -9,6 +9,7 @@ mod bool;
 mod device;
 mod distributed;
 mod float;
+mod graph;
 mod int;
 mod ir;
 mod module;
@@ -25,7 +26,7 @@ use burn_backend::tensor::{
 };
 use burn_backend::{
     Backend, BackendTypes, DType, DTypeUsage, DTypeUsageSet, Distribution, ExecutionError,
-    GraphUnsupported, MemoryPoolUsage, Scalar, TensorData, TensorMetadata,
+    MemoryPoolUsage, Scalar, TensorData, TensorMetadata,
 };
 use burn_std::{BoolDType, BoolStore, FloatDType, IntDType, Shape, Slice};
 
@@ -36,7 +37,7 @@ use burn_ascend_core::ops::activation::{self as act, Activation};
 use burn_ascend_core::ops::arith::{self, BinaryOp};
 use burn_ascend_core::ops::compare::{self, Compare, Logical};
 use burn_ascend_core::ops::copy::{self, DimSlice};
-use burn_ascend_core::ops::index::{self, NdUpdate, ScatterReduce};
+use burn_ascend_core::ops::index::{self, NdUpdate};
 use burn_ascend_core::ops::math::{self, Unary};
 use burn_ascend_core::ops::random::Draw;
 use burn_ascend_core::ops::reduce::{self, Reduce, Scan};
@@ -44,6 +45,7 @@ use burn_ascend_core::ops::AscendTensor as CoreTensor;
 use burn_ascend_core::ops::{creation, matmul, sort, update};
 use burn_ascend_core::runtime::DeviceContext;
 pub use device::{reset_device, AscendDevice};
+pub use graph::AscendGraph;
 pub use ir::AscendHandle;
 pub use qtensor::AscendQTensor;
 pub use tensor::AscendTensor;
@@ -61,9 +63,7 @@ impl BackendTypes for Ascend {
     type IntTensorPrimitive = AscendTensor;
     type BoolTensorPrimitive = AscendTensor;
     type QuantizedTensorPrimitive = AscendQTensor;
-    // ACL graphs stay with the core's closure API (`runtime::graph::capture`): Burn's
-    // start/stop pair would need the capture split across calls.
-    type GraphPrimitive = GraphUnsupported;
+    type GraphPrimitive = AscendGraph;
 }
 
 impl Backend for Ascend {
@@ -93,6 +93,25 @@ impl Backend for Ascend {
         context(device)
             .check_alive()
             .map_err(|e| execution_error(&format!("flush of {device}"), &e))
+    }
+
+    fn graph_start_capture(device: &Self::Device) -> Result<(), ExecutionError> {
+        graph::start(device)
+    }
+
+    fn graph_stop_capture(device: &Self::Device) -> Result<AscendGraph, ExecutionError> {
+        graph::stop(device)
+    }
+
+    /// # Safety
+    ///
+    /// Burn's contract: every tensor the captured work reads or writes is still alive and not
+    /// used concurrently elsewhere.
+    unsafe fn graph_replay(
+        device: &Self::Device,
+        graph: &AscendGraph,
+    ) -> Result<(), ExecutionError> {
+        graph::replay(device, graph)
     }
 
     fn memory_pool_usage(device: &Self::Device) -> Option<MemoryPoolUsage> {
@@ -312,16 +331,6 @@ fn indices(op: &str, result: AclResult<(CoreTensor, CoreTensor)>, dtype: DataTyp
 fn scalar_tensor(op: &str, like: &AscendTensor, value: Scalar) -> AscendTensor {
     let v = host_scalar(value, like.dtype());
     run(op, creation::full(like.ctx(), Vec::new(), like.dtype(), v))
-}
-
-/// An OR-update of a bool tensor through integer addition (aclnn has no OR-scatter): count
-/// the true values that land on each element, then test for > 0.
-fn bool_or_update(
-    tensor: &CoreTensor,
-    add: impl FnOnce(&CoreTensor) -> AclResult<CoreTensor>,
-) -> AclResult<CoreTensor> {
-    let counts = add(&copy::cast(tensor, DataType::I32)?)?;
-    compare::compare_scalar(Compare::Gt, &counts, HostScalar::Int(0))
 }
 
 fn nd_update(op: IndexingUpdateOp) -> NdUpdate {

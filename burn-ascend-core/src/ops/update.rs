@@ -23,7 +23,7 @@ use super::math::extreme;
 use super::reduce::{reduce, Reduce};
 use super::tensor::AscendTensor;
 use crate::acl::handles::HostScalar;
-use crate::acl::{AclError, AclResult};
+use crate::acl::{AclError, AclResult, DataType};
 
 /// Temporary bound of the masked min/max scatter, in bytes.
 const MASKED_CHUNK_BYTES: usize = 64 << 20;
@@ -187,4 +187,45 @@ fn scatter_extreme(
         start = end;
     }
     contiguous_copy(&out.with_layout(out.layout().permute(&back)))
+}
+
+/// A copy of the bool tensor `x` OR-ed with `value` at `idx` along `dim` (scatter indices).
+/// aclnn has no OR-scatter, and ScatterAdd on BOOL saturates undocumentedly
+/// (burn-to-aclnn.tsv, bool_scatter_or): the true values landing on each element are counted
+/// in I32, then tested for > 0.
+pub fn scatter_or(
+    dim: usize,
+    x: &AscendTensor,
+    idx: &AscendTensor,
+    value: &AscendTensor,
+) -> AclResult<AscendTensor> {
+    or_by_count(x, |counts| {
+        scatter(
+            dim,
+            counts,
+            idx,
+            &cast(value, DataType::I32)?,
+            ScatterReduce::Add,
+        )
+    })
+}
+
+/// [`scatter_or`] with 1-D indices selecting slices along `dim` (aclnnIndexAdd on the counts).
+pub fn select_or(
+    x: &AscendTensor,
+    dim: usize,
+    idx: &AscendTensor,
+    value: &AscendTensor,
+) -> AclResult<AscendTensor> {
+    or_by_count(x, |counts| {
+        select_add(counts, dim, idx, &cast(value, DataType::I32)?)
+    })
+}
+
+fn or_by_count(
+    x: &AscendTensor,
+    add: impl FnOnce(&AscendTensor) -> AclResult<AscendTensor>,
+) -> AclResult<AscendTensor> {
+    let counts = add(&cast(x, DataType::I32)?)?;
+    super::compare::compare_scalar(Compare::Gt, &counts, HostScalar::Int(0))
 }
