@@ -546,3 +546,36 @@ fn all_reduce_sums_and_averages_across_the_emulated_npus() {
         }
     }
 }
+
+/// Burn 0.22's convolutions take `(begin, end)` padding per dim; uneven padding (aclnn pads
+/// both sides alike) runs on an explicitly padded input. Output and both gradients vs flex.
+#[test]
+fn conv2d_with_uneven_padding_and_its_gradients_match_flex() {
+    use burn_backend::ops::ConvOptions;
+    let x = float_data(&[1, 2, 5, 6], 0.15);
+    let w = float_data(&[3, 2, 3, 2], 1.35);
+    let options = || ConvOptions::new_with_padding([1, 2], [(2, 0), (0, 1)], [1, 1], 1);
+    fn run<B: AutodiffBackend>(
+        x: TensorData,
+        w: TensorData,
+        options: ConvOptions<2>,
+        device: &B::Device,
+    ) -> (TensorData, TensorData, TensorData) {
+        let x = B::float_set_require_grad(B::float_from_data(x, device), true);
+        let w = B::float_set_require_grad(B::float_from_data(w, device), true);
+        let y = B::conv2d(x.clone(), w.clone(), None, options);
+        let loss = B::float_sum(B::float_mul(y.clone(), y.clone()));
+        let grads = B::backward(loss);
+        let gx = B::grad(&x, &grads).expect("x has a gradient");
+        let gw = B::grad(&w, &grads).expect("w has a gradient");
+        let y = read::<B::InnerBackend>(B::inner(y));
+        (y, read::<B::InnerBackend>(gx), read::<B::InnerBackend>(gw))
+    }
+    let ours = run::<AdA>(x.clone(), w.clone(), options(), &npu());
+    let theirs = run::<AdF>(x, w, options(), &FlexDevice);
+    assert_eq!(ours.0.shape(), theirs.0.shape());
+    let tol = Tolerance::<f32>::rel_abs(1e-4, 1e-4);
+    ours.0.assert_approx_eq(&theirs.0, tol);
+    ours.1.assert_approx_eq(&theirs.1, tol);
+    ours.2.assert_approx_eq(&theirs.2, tol);
+}

@@ -23,32 +23,82 @@ fn leading_ones(t: FloatTensor<Ascend>, rank: usize) -> FloatTensor<Ascend> {
     Ascend::float_reshape(t, Shape::from(dims))
 }
 
-/// Burn 0.22's `(begin, end)` padding as the core's one size per dim. aclnnConvolution pads
-/// both sides alike, so uneven padding is refused by name.
-fn symmetric<const N: usize>(padding: &[(usize, usize); N]) -> Vec<usize> {
-    padding
-        .iter()
-        .map(|&(begin, end)| {
-            if begin != end {
-                raise(AscendError::invalid(
-                    "convolution",
-                    format!("uneven padding {padding:?} is not supported (aclnnConvolution pads both sides alike)"),
-                ));
-            }
-            begin
-        })
-        .collect()
+/// Whether Burn 0.22's `(begin, end)` padding differs between the two sides of some dim:
+/// aclnnConvolution pads both sides alike, so such an input is padded explicitly first.
+fn uneven<const N: usize>(o: &ConvOptions<N>) -> bool {
+    o.padding.iter().any(|&(begin, end)| begin != end)
 }
 
+/// The convolution's geometry; with uneven padding, none (the input comes padded, see
+/// [`padded`]).
 fn conv_params<const N: usize>(o: &ConvOptions<N>) -> ConvParams {
+    let padding = if uneven(o) {
+        vec![0; N]
+    } else {
+        o.padding.iter().map(|&(begin, _)| begin).collect()
+    };
     ConvParams {
         stride: o.stride.to_vec(),
-        padding: symmetric(&o.padding),
+        padding,
         dilation: o.dilation.to_vec(),
         output_padding: vec![0; N],
         groups: o.groups,
         transposed: false,
     }
+}
+
+/// `x` padded with zeros by the uneven padding of `o` (unchanged for even padding, which the
+/// operator applies itself).
+fn padded<const N: usize>(x: AscendTensor, o: &ConvOptions<N>) -> AscendTensor {
+    if !uneven(o) {
+        return x;
+    }
+    run("convolution padding", conv::pad(&x, &o.padding, 0.0))
+}
+
+fn conv_forward<const N: usize>(
+    x: AscendTensor,
+    weight: AscendTensor,
+    bias: Option<AscendTensor>,
+    o: &ConvOptions<N>,
+) -> AscendTensor {
+    convolve(padded(x, o), weight, bias, conv_params(o))
+}
+
+/// The input gradient; with uneven padding, that of the padded input, cropped back.
+fn conv_input_grad<const N: usize>(
+    x: AscendTensor,
+    weight: AscendTensor,
+    grad: AscendTensor,
+    o: &ConvOptions<N>,
+) -> AscendTensor {
+    let shape = x.shape().to_vec();
+    let g = conv_grad(padded(x, o), weight, grad, conv_params(o), INPUT);
+    if !uneven(o) {
+        return g;
+    }
+    let crop: Vec<DimSlice> = shape
+        .iter()
+        .enumerate()
+        .map(|(d, &size)| {
+            let start = if d < 2 { 0 } else { o.padding[d - 2].0 };
+            DimSlice {
+                start,
+                end: start + size,
+                step: 1,
+            }
+        })
+        .collect();
+    run("convolution backward", copy::slice(&g, &crop))
+}
+
+fn conv_weight_grad<const N: usize>(
+    x: AscendTensor,
+    weight: AscendTensor,
+    grad: AscendTensor,
+    o: &ConvOptions<N>,
+) -> AscendTensor {
+    conv_grad(padded(x, o), weight, grad, conv_params(o), WEIGHT)
 }
 
 fn transpose_params<const N: usize>(o: &ConvTransposeOptions<N>) -> ConvParams {
@@ -204,7 +254,7 @@ impl ModuleOps<Ascend> for Ascend {
         bias: Option<FloatTensor<Ascend>>,
         options: ConvOptions<1>,
     ) -> FloatTensor<Ascend> {
-        convolve(x, weight, bias, conv_params(&options))
+        conv_forward(x, weight, bias, &options)
     }
 
     fn conv1d_x_backward(
@@ -213,7 +263,7 @@ impl ModuleOps<Ascend> for Ascend {
         output_grad: FloatTensor<Ascend>,
         options: ConvOptions<1>,
     ) -> FloatTensor<Ascend> {
-        conv_grad(x, weight, output_grad, conv_params(&options), INPUT)
+        conv_input_grad(x, weight, output_grad, &options)
     }
 
     fn conv1d_weight_backward(
@@ -222,7 +272,7 @@ impl ModuleOps<Ascend> for Ascend {
         output_grad: FloatTensor<Ascend>,
         options: ConvOptions<1>,
     ) -> FloatTensor<Ascend> {
-        conv_grad(x, weight, output_grad, conv_params(&options), WEIGHT)
+        conv_weight_grad(x, weight, output_grad, &options)
     }
 
     fn conv2d(
@@ -231,7 +281,7 @@ impl ModuleOps<Ascend> for Ascend {
         bias: Option<FloatTensor<Ascend>>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Ascend> {
-        convolve(x, weight, bias, conv_params(&options))
+        conv_forward(x, weight, bias, &options)
     }
 
     fn conv2d_x_backward(
@@ -240,7 +290,7 @@ impl ModuleOps<Ascend> for Ascend {
         output_grad: FloatTensor<Ascend>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Ascend> {
-        conv_grad(x, weight, output_grad, conv_params(&options), INPUT)
+        conv_input_grad(x, weight, output_grad, &options)
     }
 
     fn conv2d_weight_backward(
@@ -249,7 +299,7 @@ impl ModuleOps<Ascend> for Ascend {
         output_grad: FloatTensor<Ascend>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Ascend> {
-        conv_grad(x, weight, output_grad, conv_params(&options), WEIGHT)
+        conv_weight_grad(x, weight, output_grad, &options)
     }
 
     fn deform_conv2d(
@@ -311,7 +361,7 @@ impl ModuleOps<Ascend> for Ascend {
         bias: Option<FloatTensor<Ascend>>,
         options: ConvOptions<3>,
     ) -> FloatTensor<Ascend> {
-        convolve(x, weight, bias, conv_params(&options))
+        conv_forward(x, weight, bias, &options)
     }
 
     fn conv3d_x_backward(
@@ -320,7 +370,7 @@ impl ModuleOps<Ascend> for Ascend {
         output_grad: FloatTensor<Ascend>,
         options: ConvOptions<3>,
     ) -> FloatTensor<Ascend> {
-        conv_grad(x, weight, output_grad, conv_params(&options), INPUT)
+        conv_input_grad(x, weight, output_grad, &options)
     }
 
     fn conv3d_weight_backward(
@@ -329,7 +379,7 @@ impl ModuleOps<Ascend> for Ascend {
         output_grad: FloatTensor<Ascend>,
         options: ConvOptions<3>,
     ) -> FloatTensor<Ascend> {
-        conv_grad(x, weight, output_grad, conv_params(&options), WEIGHT)
+        conv_weight_grad(x, weight, output_grad, &options)
     }
 
     fn conv_transpose1d(
