@@ -81,3 +81,17 @@ fn a_gradient_through_adaptive_avg_pool3d_matches_the_cpu_backend() {
     });
     remote.assert_approx_eq::<f32>(&local, Tolerance::absolute(1e-5));
 }
+
+/// FFT left Burn's IR for burn-signal: the program sends `rfft`/`irfft` as custom ops, which
+/// the server executes on the backend (`SignalOps`). Spectrum and round trip agree.
+#[test]
+fn rfft_and_irfft_through_the_server_match_the_cpu_backend() {
+    use burn::tensor::signal::{irfft, rfft};
+    let (remote, local) = both(|device| {
+        let x = Tensor::<2>::from_data(floats(&[3, 16], 0.7), device);
+        let (re, im) = rfft(x, 1, None);
+        let back = irfft(re.clone(), im.clone(), 1, Some(16));
+        Tensor::cat(vec![re, im, back], 1).into_data()
+    });
+    remote.assert_approx_eq::<f32>(&local, Tolerance::absolute(1e-4));
+}

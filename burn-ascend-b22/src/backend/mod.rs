@@ -15,6 +15,7 @@ mod ir;
 mod module;
 mod qtensor;
 mod qtensor_ops;
+mod signal;
 mod tensor;
 mod transaction;
 
