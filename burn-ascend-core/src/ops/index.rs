@@ -357,7 +357,7 @@ fn masked_extreme(
 }
 
 /// The smallest and largest values of an integer type.
-fn int_range(dtype: DataType) -> (i64, i64) {
+pub(super) fn int_range(dtype: DataType) -> (i64, i64) {
     match dtype {
         DataType::I8 => (i8::MIN as i64, i8::MAX as i64),
         DataType::I16 => (i16::MIN as i64, i16::MAX as i64),

@@ -31,6 +31,7 @@ pub mod layout;
 pub mod math;
 pub mod matmul;
 pub mod pool;
+pub mod pool3d;
 pub mod quant;
 pub mod quant_matmul;
 pub mod random;
@@ -38,6 +39,8 @@ pub mod reduce;
 pub mod resample;
 pub mod sort;
 pub mod tensor;
+mod unique;
+pub mod update;
 
 pub use layout::Layout;
 pub use tensor::AscendTensor;

@@ -140,7 +140,7 @@ fn matrices(
     ))
 }
 
-fn compute_type(dtype: DataType) -> DataType {
+pub(super) fn compute_type(dtype: DataType) -> DataType {
     match dtype {
         DataType::F16 | DataType::BF16 => DataType::F32,
         d => d,

@@ -122,11 +122,19 @@ pub fn supported(device: &AscendDevice) -> Result<(), String> {
     ctx.graph_fns().map(|_| ())
 }
 
-/// Runs `f` with the device's stream capturing: the work it issues is recorded, not run (its
-/// output tensors hold no values until the first [`Graph::replay`]). Returns the graph and
-/// `f`'s result. Fails, saying why, when the device cannot capture, when `f` synchronises with
-/// the device (the capture is then invalidated and nothing is recorded), or when `f` panics.
-pub fn capture<R>(device: &AscendDevice, f: impl FnOnce() -> R) -> AclResult<(Graph, R)> {
+/// A capture in progress on one device, from [`begin`] to [`Capture::end`]: the closure-free
+/// form of [`capture`], for callers whose capture spans calls (Burn 0.22's
+/// `graph_start_capture` / `graph_stop_capture`). While it lasts, the device's stream records
+/// instead of running; a capture never ended leaves the device capturing.
+pub struct Capture {
+    ctx: Arc<DeviceContext>,
+    fns: &'static GraphFns,
+    pool: Arc<GraphPool>,
+}
+
+/// Starts capturing the work issued to `device`'s stream. Fails, saying why, when the device
+/// cannot capture or is already capturing.
+pub fn begin(device: &AscendDevice) -> AclResult<Capture> {
     let ctx = DeviceContext::get(device)?;
     let fns = ctx.graph_fns().map_err(AclError::Library)?;
     let api = ctx.bind();
@@ -144,24 +152,42 @@ pub fn capture<R>(device: &AscendDevice, f: impl FnOnce() -> R) -> AclResult<(Gr
             "aclmdlRICaptureBegin",
         )
     })?;
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    let mut ri = std::ptr::null_mut();
-    // SAFETY: the stream began capturing above, on this thread.
-    let ended = api.check(
-        unsafe { (fns.aclmdlRICaptureEnd)(ctx.stream(), &mut ri) },
-        "aclmdlRICaptureEnd",
-    );
-    ctx.end_capture();
-    if ended.is_err() {
-        // No graph resulted: nothing will read the staging of its recorded uploads.
-        pool.free_pinned(api);
+    Ok(Capture { ctx, fns, pool })
+}
+
+impl Capture {
+    /// Ends the capture: the graph of the work recorded since [`begin`], or why there is none
+    /// (something synchronised with the device meanwhile, which invalidated the capture).
+    pub fn end(self) -> AclResult<Graph> {
+        let api = self.ctx.bind();
+        let mut ri = std::ptr::null_mut();
+        // SAFETY: the stream began capturing in `begin`.
+        let ended = api.check(
+            unsafe { (self.fns.aclmdlRICaptureEnd)(self.ctx.stream(), &mut ri) },
+            "aclmdlRICaptureEnd",
+        );
+        self.ctx.end_capture();
+        if ended.is_err() {
+            // No graph resulted: nothing will read the staging of its recorded uploads.
+            self.pool.free_pinned(api);
+        }
+        ended.map(|()| Graph {
+            ctx: self.ctx,
+            fns: self.fns,
+            ri,
+            pool: self.pool,
+        })
     }
-    let graph = ended.map(|()| Graph {
-        ctx: ctx.clone(),
-        fns,
-        ri,
-        pool,
-    });
+}
+
+/// Runs `f` with the device's stream capturing: the work it issues is recorded, not run (its
+/// output tensors hold no values until the first [`Graph::replay`]). Returns the graph and
+/// `f`'s result. Fails, saying why, when the device cannot capture, when `f` synchronises with
+/// the device (the capture is then invalidated and nothing is recorded), or when `f` panics.
+pub fn capture<R>(device: &AscendDevice, f: impl FnOnce() -> R) -> AclResult<(Graph, R)> {
+    let capture = begin(device)?;
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let graph = capture.end();
     match (result, graph) {
         (Ok(out), Ok(graph)) => Ok((graph, out)),
         (Ok(_), Err(e)) => Err(e),

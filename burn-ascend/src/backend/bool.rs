@@ -106,15 +106,7 @@ impl BoolTensorOps<Ascend> for Ascend {
     ) -> BoolTensor<Ascend> {
         run(
             "bool_scatter_or",
-            bool_or_update(&tensor, |t| {
-                index::scatter(
-                    dim,
-                    t,
-                    &indices,
-                    &copy::cast(&value, DataType::I32)?,
-                    ScatterReduce::Add,
-                )
-            }),
+            update::scatter_or(dim, &tensor, &indices, &value),
         )
     }
 
@@ -134,9 +126,7 @@ impl BoolTensorOps<Ascend> for Ascend {
     ) -> BoolTensor<Ascend> {
         run(
             "bool_select_or",
-            bool_or_update(&tensor, |t| {
-                index::select_add(t, dim, &indices, &copy::cast(&value, DataType::I32)?)
-            }),
+            update::select_or(&tensor, dim, &indices, &value),
         )
     }
 

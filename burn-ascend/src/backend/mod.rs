@@ -43,7 +43,7 @@ use crate::ops::math::{self, Unary};
 use crate::ops::random::Draw;
 use crate::ops::reduce::{self, Reduce, Scan};
 use crate::ops::AscendTensor as CoreTensor;
-use crate::ops::{creation, matmul, sort};
+use crate::ops::{creation, matmul, sort, update};
 use crate::runtime::DeviceContext;
 use tensor::Lift;
 
@@ -295,16 +295,6 @@ fn indices(op: &str, result: AclResult<(CoreTensor, CoreTensor)>, dtype: DataTyp
 fn scalar_tensor(op: &str, like: &AscendTensor, value: Scalar) -> AscendTensor {
     let v = host_scalar(value, like.dtype());
     run(op, creation::full(like.ctx(), Vec::new(), like.dtype(), v))
-}
-
-/// An OR-update of a bool tensor through integer addition (aclnn has no OR-scatter): count
-/// the true values that land on each element, then test for > 0.
-fn bool_or_update(
-    tensor: &CoreTensor,
-    add: impl FnOnce(&CoreTensor) -> AclResult<CoreTensor>,
-) -> AclResult<CoreTensor> {
-    let counts = add(&copy::cast(tensor, DataType::I32)?)?;
-    compare::compare_scalar(Compare::Gt, &counts, HostScalar::Int(0))
 }
 
 fn nd_update(op: burn_backend::tensor::IndexingUpdateOp) -> NdUpdate {

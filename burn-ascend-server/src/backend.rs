@@ -1,0 +1,36 @@
+//! The served backend: the one place that names it, so that swapping in another `BackendIr`
+//! backend changes only this file.
+//!
+//! It is burn-ascend's Burn 0.22 adapter: real NPUs through CANN (`npu:N`) or the NPUs of the
+//! emulated Ascend runtime (`emulated:N`), which needs no hardware.
+
+use burn_remote::server::CustomOpRegistry;
+
+/// The backend whose devices the server hosts.
+pub type ServedBackend = burn_ascend_b22::Ascend;
+
+/// A device of [`ServedBackend`].
+pub type ServedDevice = burn_ascend_b22::AscendDevice;
+
+/// The device called `name` on the command line: `npu`, `npu:N`, `emulated` or `emulated:N`.
+/// It is opened here, so that a device this machine lacks stops the server at start, naming
+/// why, rather than failing a client later.
+pub fn parse_device(name: &str) -> Result<ServedDevice, String> {
+    let device = ServedDevice::parse(name).ok_or_else(|| {
+        "Ascend devices are `npu:N` (a real NPU through CANN) or `emulated:N` (the emulated NPU)"
+            .to_string()
+    })?;
+    burn_ascend_b22::runtime::DeviceContext::get(&device.into()).map_err(|e| e.to_string())?;
+    Ok(device)
+}
+
+/// The custom operations the server executes for clients: burn-signal's FFT (`rfft`,
+/// `irfft`), which Burn 0.22 programs send as custom ops (FFT is not part of Burn's IR).
+pub fn custom_ops() -> CustomOpRegistry<ServedBackend> {
+    let mut registry = CustomOpRegistry::new();
+    burn_signal::register_fft_ops(&mut registry);
+    registry
+}
+
+/// The device served when none is named: the emulated NPU, which every machine has.
+pub const DEFAULT_DEVICE: &str = "emulated:0";
