@@ -508,7 +508,7 @@ fn a_captured_graph_replays_on_new_inputs() {
 
     // A new input in x's own buffer (the graph reads that address).
     x.ctx()
-        .upload(x.storage(), second.as_bytes())
+        .upload(x.storage().unwrap(), second.as_bytes())
         .expect("upload");
     unsafe { Ascend::graph_replay(&device, &graph) }.expect("replay");
     read::<Ascend>(y).assert_approx_eq(&expected(second), float_tol());

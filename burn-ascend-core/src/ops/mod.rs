@@ -39,7 +39,6 @@ pub mod reduce;
 pub mod resample;
 pub mod sort;
 pub mod tensor;
-mod unique;
 pub mod update;
 
 pub use layout::Layout;

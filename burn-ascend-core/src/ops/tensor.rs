@@ -191,6 +191,21 @@ impl AscendTensor {
         &self.layout
     }
 
+    /// True when no other tensor or view shares this tensor's storage and the tensor covers
+    /// all of its buffer, densely and in order: writing it in place then changes no other value
+    /// (for adapters whose framework reuses buffers in place, Burn 0.22's
+    /// `TensorMetadata::can_mut`). A lazily dequantized tensor not read yet has no buffer: false.
+    pub fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.storage) == 1
+            && self.layout.offset == 0
+            && self.layout.is_contiguous()
+            && self
+                .storage
+                .buffer
+                .get()
+                .is_some_and(|b| self.layout.numel() * self.dtype.size() == b.bytes())
+    }
+
     /// The device address of the storage this view lies in (materialising a lazily
     /// dequantized tensor; a failure to is raised as the op's error).
     pub fn storage_ptr(&self) -> *mut std::ffi::c_void {
