@@ -4,6 +4,8 @@
 //! It is burn-ascend's Burn 0.22 adapter: real NPUs through CANN (`npu:N`) or the NPUs of the
 //! emulated Ascend runtime (`emulated:N`), which needs no hardware.
 
+use burn_remote::server::CustomOpRegistry;
+
 /// The backend whose devices the server hosts.
 pub type ServedBackend = burn_ascend_b22::Ascend;
 
@@ -20,6 +22,14 @@ pub fn parse_device(name: &str) -> Result<ServedDevice, String> {
     })?;
     burn_ascend_b22::runtime::DeviceContext::get(&device.into()).map_err(|e| e.to_string())?;
     Ok(device)
+}
+
+/// The custom operations the server executes for clients: burn-ascend's fused ops
+/// (`ascend::*`, sent by the `burn-ascend-client` crate).
+pub fn custom_ops() -> CustomOpRegistry<ServedBackend> {
+    let mut registry = CustomOpRegistry::new();
+    burn_ascend_b22::fused::register(&mut registry);
+    registry
 }
 
 /// The device served when none is named: the emulated NPU, which every machine has.

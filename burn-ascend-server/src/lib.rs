@@ -53,9 +53,9 @@ pub fn devices<S: AsRef<str>>(names: &[S]) -> Result<Vec<ServedDevice>, ServerEr
         .collect()
 }
 
-/// The server hosting `devices`.
+/// The server hosting `devices`, with the backend's custom operations.
 pub fn server(devices: Vec<ServedDevice>) -> BackendServer<ServedBackend> {
-    BackendServer::new(devices)
+    BackendServer::new(devices).with_custom_ops(backend::custom_ops())
 }
 
 /// A WebSocket listener bound to `address` (port 0: one the OS picks), with the address a
