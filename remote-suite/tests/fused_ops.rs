@@ -245,3 +245,51 @@ fn bad_input_is_a_clear_error_not_a_hang() {
         );
     }
 }
+
+/// A call the client lets through but the server refuses (here a hand-built custom op with a
+/// gamma of the wrong length, as a client of another version might send) ends the session with
+/// the core's error in the server's log, and the client's read fails instead of waiting.
+#[test]
+fn a_call_the_server_refuses_fails_the_read_not_a_hang() {
+    use burn::backend::ops::FloatTensorOps;
+    use burn::backend::{try_read_sync, DispatchDevice, Remote, Shape};
+    use burn::remote::CustomOpClient;
+    use burn_ir::{CustomOpIr, ScalarIr, TensorIr};
+
+    let server = LocalServer::start();
+    let device = server.device();
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let DispatchDevice::Remote(remote) = device.as_dispatch() else {
+            panic!("a remote device")
+        };
+        let x = Remote::float_from_data(TensorData::new(vec![1.0f32; 8], [2, 4]), remote);
+        let gamma = Remote::float_from_data(TensorData::new(vec![1.0f32; 3], [3]), remote);
+        let client = CustomOpClient::new(remote);
+        let outputs = [
+            TensorIr::uninit(
+                client.create_empty_handle(),
+                Shape::from([2, 4]),
+                DType::F32,
+            ),
+            TensorIr::uninit(client.create_empty_handle(), Shape::from([2]), DType::F32),
+        ];
+        let op = CustomOpIr::with_scalars(
+            fused::ids::RMS_NORM,
+            &[x.into_ir(), gamma.into_ir()],
+            &outputs,
+            vec![ScalarIr::Float(1e-6)],
+        );
+        let y = client.register(op).remove(0);
+        let read = try_read_sync(Remote::float_into_data(y)).map(|r| r.is_ok());
+        sender.send(read).unwrap();
+    });
+    let read = receiver
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the refused call's read neither failed nor returned within 60 s");
+    assert_ne!(
+        read,
+        Some(true),
+        "the server ran an rms_norm with a [3] gamma for [2, 4]"
+    );
+}
