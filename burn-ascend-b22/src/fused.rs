@@ -13,6 +13,7 @@
 //! | `ascend::moe_gather` | x `[T, H]`, indices `[T*K]` | out `[T*K, H]` | top_k (uint) |
 //! | `ascend::moe_scatter` | y `[T*K, H]`, indices, weights? | out `[T, H]` | has_weights (bool), top_k (uint) |
 //! | `ascend::grouped_matmul` | x `[R, K]`, weights `[E, K, N]`, group_sizes `[E]` | out `[R, N]` | — |
+//! | `ascend::decode_attention` | q, k_cache, v_cache?, kv_indptr, kv_indices, num_kv_splits | out `[B, HQ, Dv]`, lse `[B, HQ]` f32 | has_v (bool), max_kv_splits (uint), sm_scale (float), has_cap (bool), cap (float), value_dim (uint) |
 //!
 //! A call breaking an op's contract (the core's `check_*`) panics with the core's error, which
 //! names the op, the shapes and the dtypes: burn-remote then ends the client's session (its
@@ -39,6 +40,8 @@ pub const MOE_GATHER: &str = "ascend::moe_gather";
 pub const MOE_SCATTER: &str = "ascend::moe_scatter";
 /// `ascend::grouped_matmul`.
 pub const GROUPED_MATMUL: &str = "ascend::grouped_matmul";
+/// `ascend::decode_attention` (its stage-1 partial results stay on the server).
+pub const DECODE_ATTENTION: &str = "ascend::decode_attention";
 
 type Handles = HandleContainer<AscendHandle>;
 
@@ -50,6 +53,7 @@ pub fn register(registry: &mut CustomOpRegistry<Ascend>) {
     registry.register(MOE_GATHER, |h, ir, _| moe_gather(h, ir));
     registry.register(MOE_SCATTER, |h, ir, _| moe_scatter(h, ir));
     registry.register(GROUPED_MATMUL, |h, ir, _| grouped_matmul(h, ir));
+    registry.register(DECODE_ATTENTION, |h, ir, _| decode_attention(h, ir));
 }
 
 fn rms_norm(h: &mut Handles, ir: &CustomOpIr) {
@@ -120,6 +124,44 @@ fn grouped_matmul(h: &mut Handles, ir: &CustomOpIr) {
         fused::grouped_matmul(&x, &weights, &group_sizes),
     );
     outputs(h, ir, [out]);
+}
+
+fn decode_attention(h: &mut Handles, ir: &CustomOpIr) {
+    use ScalarIr::{Bool, Float, UInt};
+    let (has_v, options) = match ir.scalars.as_slice() {
+        [Bool(has_v), UInt(splits), Float(scale), Bool(has_cap), Float(cap), UInt(dim_v)] => (
+            *has_v,
+            fused::DecodeAttentionOptions {
+                max_kv_splits: *splits as usize,
+                sm_scale: *scale as f32,
+                logit_cap: has_cap.then_some(*cap as f32),
+                value_dim: *dim_v as usize,
+                path: None,
+            },
+        ),
+        other => wire(
+            ir,
+            format!(
+                "scalars (has_v, max_kv_splits, sm_scale, has_cap, cap, value_dim), got {other:?}"
+            ),
+        ),
+    };
+    let mut operands = inputs(h, ir, 5 + has_v as usize).into_iter();
+    let mut next = || operands.next().expect("counted above");
+    let (q, k_cache) = (next(), next());
+    let v_cache = has_v.then(&mut next);
+    let (kv_indptr, kv_indices, num_kv_splits) = (next(), next(), next());
+    let result = fused::decode_attention(
+        &q,
+        &k_cache,
+        v_cache.as_deref(),
+        &kv_indptr,
+        &kv_indices,
+        &num_kv_splits,
+        options,
+    );
+    let (out, lse) = run(DECODE_ATTENTION, result.map(|t| (t.out, t.lse)));
+    outputs(h, ir, [out, lse]);
 }
 
 /// A custom op whose layout is not this module's: a client of another version.

@@ -60,6 +60,19 @@ pub mod ids {
     pub const MOE_SCATTER: &str = "ascend::moe_scatter";
     /// Grouped matmul of MoE experts.
     pub const GROUPED_MATMUL: &str = "ascend::grouped_matmul";
+    /// Split-KV decode attention over a paged cache.
+    pub const DECODE_ATTENTION: &str = "ascend::decode_attention";
+}
+
+/// The scalars of [`decode_attention`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeAttentionOptions {
+    /// Splits per request at most; every `num_kv_splits[b]` lies in `1..=max_kv_splits`.
+    pub max_kv_splits: usize,
+    /// The softmax scale applied to `q . k`.
+    pub sm_scale: f32,
+    /// Soft cap: scores become `cap * tanh(s / cap)` (cap > 0).
+    pub logit_cap: Option<f32>,
 }
 
 /// burn-ascend's fused ops at the primitive level (contracts: the functions of the same names
@@ -110,6 +123,17 @@ pub trait AscendFusedOps: Backend {
         indices: IntTensor<Self>,
         top_k: usize,
     ) -> FloatTensor<Self>;
+
+    /// `(out, lse)`: see [`decode_attention`].
+    fn decode_attention(
+        q: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        kv_indptr: IntTensor<Self>,
+        kv_indices: IntTensor<Self>,
+        num_kv_splits: IntTensor<Self>,
+        options: DecodeAttentionOptions,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
     /// See [`grouped_matmul`].
     fn grouped_matmul(
@@ -201,6 +225,34 @@ pub fn grouped_matmul(x: Tensor<2>, weights: Tensor<3>, group_sizes: Tensor<1, I
         weights.into_dispatch(),
         group_sizes.into_dispatch(),
     ))
+}
+
+/// Split-KV grouped decode attention over a paged cache: one query token per request,
+/// `q [B, HQ, Dk]`, attends to its cached keys `k_cache[kv_indices[kv_indptr[b] ..
+/// kv_indptr[b + 1]]]` (`k_cache [N, HKV, Dk]`, kv head `h / (HQ / HKV)`) and values
+/// (`v_cache [N, HKV, Dv]`): `softmax(sm_scale * q . k) v` per head, computed in
+/// `num_kv_splits[b]` chunks merged by their log-sum-exp. `kv_indptr [B + 1]`, `kv_indices`
+/// and `num_kv_splits [B]` are int32; every request has at least one key. Returns `(out [B,
+/// HQ, Dv]` in q's dtype, `lse [B, HQ]` f32, the log-sum-exp of each head's scaled scores`)`.
+pub fn decode_attention(
+    q: Tensor<3>,
+    k_cache: Tensor<3>,
+    v_cache: Tensor<3>,
+    kv_indptr: Tensor<1, Int>,
+    kv_indices: Tensor<1, Int>,
+    num_kv_splits: Tensor<1, Int>,
+    options: DecodeAttentionOptions,
+) -> (Tensor<3>, Tensor<2>) {
+    let (out, lse) = <burn::backend::Dispatch as AscendFusedOps>::decode_attention(
+        q.into_dispatch(),
+        k_cache.into_dispatch(),
+        v_cache.into_dispatch(),
+        kv_indptr.into_dispatch(),
+        kv_indices.into_dispatch(),
+        num_kv_splits.into_dispatch(),
+        options,
+    );
+    (Tensor::from_dispatch(out), Tensor::from_dispatch(lse))
 }
 
 type Primitive = FloatTensor<Remote>;
@@ -412,6 +464,88 @@ impl AscendFusedOps for Remote {
 
     fn moe_scatter_unweighted(y: Primitive, indices: IntTensor<Self>, top_k: usize) -> Primitive {
         scatter(y, indices, None, top_k)
+    }
+
+    fn decode_attention(
+        q: Primitive,
+        k_cache: Primitive,
+        v_cache: Primitive,
+        kv_indptr: Primitive,
+        kv_indices: Primitive,
+        num_kv_splits: Primitive,
+        options: DecodeAttentionOptions,
+    ) -> (Primitive, Primitive) {
+        const OP: &str = "decode_attention";
+        let (qs, ks, vs) = (q.shape(), k_cache.shape(), v_cache.shape());
+        let inputs = || {
+            format!(
+                "q {}, k_cache {}, v_cache {}",
+                describe(&q),
+                describe(&k_cache),
+                describe(&v_cache)
+            )
+        };
+        let one_type = k_cache.dtype() == q.dtype() && v_cache.dtype() == q.dtype();
+        if qs.num_dims() != 3 || ks.num_dims() != 3 || vs.num_dims() != 3 {
+            refuse(
+                OP,
+                format!("needs 3-D q, k_cache and v_cache, got {}", inputs()),
+            );
+        }
+        let (batch, q_heads, dim_k) = (qs[0], qs[1], qs[2]);
+        let (slots, kv_heads, dim_v) = (ks[0], ks[1], vs[2]);
+        if !is_norm_float(q.dtype())
+            || !one_type
+            || ks[2] != dim_k
+            || dim_k == 0
+            || dim_v == 0
+            || vs[0] != slots
+            || vs[1] != kv_heads
+            || kv_heads == 0
+            || !q_heads.is_multiple_of(kv_heads)
+        {
+            refuse(
+                OP,
+                format!(
+                    "needs q [B, HQ, Dk], k_cache [N, HKV, Dk] and v_cache [N, HKV, Dv] of one \
+                     f32, f16 or bf16 type, HQ a multiple of HKV, Dk and Dv at least 1; got {}",
+                    inputs()
+                ),
+            );
+        }
+        let cap_ok = options.logit_cap.is_none_or(|c| c > 0.0 && c.is_finite());
+        if options.max_kv_splits == 0 || !options.sm_scale.is_finite() || !cap_ok {
+            refuse(
+                OP,
+                format!(
+                    "max_kv_splits must be at least 1, sm_scale finite and logit_cap positive \
+                     and finite, got {options:?}"
+                ),
+            );
+        }
+        check_index(OP, "kv_indptr", &kv_indptr, batch + 1);
+        let keys = kv_indices.shape().as_slice().first().copied().unwrap_or(0);
+        check_index(OP, "kv_indices", &kv_indices, keys);
+        check_index(OP, "num_kv_splits", &num_kv_splits, batch);
+        let scalars = vec![
+            ScalarIr::Bool(true),
+            ScalarIr::UInt(options.max_kv_splits as u64),
+            ScalarIr::Float(options.sm_scale as f64),
+            ScalarIr::Bool(options.logit_cap.is_some()),
+            ScalarIr::Float(options.logit_cap.unwrap_or(0.0) as f64),
+            ScalarIr::UInt(dim_v as u64),
+        ];
+        let outs = [
+            (vec![batch, q_heads, dim_v], q.dtype()),
+            (vec![batch, q_heads], DType::F32),
+        ];
+        let [out, lse] = fixed(send(
+            ids::DECODE_ATTENTION,
+            vec![q, k_cache, v_cache, kv_indptr, kv_indices, num_kv_splits],
+            &outs,
+            scalars,
+        ));
+        (out, lse)
     }
 
     fn grouped_matmul(x: Primitive, weights: Primitive, group_sizes: IntTensor<Self>) -> Primitive {

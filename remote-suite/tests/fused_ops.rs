@@ -207,6 +207,116 @@ fn grouped_matmul_matches_its_composition() {
     );
 }
 
+/// Decode attention in plain Burn ops: per request and head, softmax of the (capped) scaled
+/// scores over the request's cached keys, times their values; and the scores' log-sum-exp.
+fn decode_attention_composed(
+    inputs: &DecodeInputs,
+    options: fused::DecodeAttentionOptions,
+    device: &Device,
+) -> (Tensor<3>, Tensor<2>) {
+    let [batch, q_heads, dim_k] = inputs.q_shape;
+    let [_, kv_heads, dim_v] = inputs.v_shape;
+    let q = Tensor::<3>::from_data(inputs.q.clone(), device);
+    let k = Tensor::<3>::from_data(inputs.k.clone(), device);
+    let v = Tensor::<3>::from_data(inputs.v.clone(), device);
+    let (mut outs, mut lses) = (Vec::new(), Vec::new());
+    for b in 0..batch {
+        let (start, end) = (inputs.indptr[b] as usize, inputs.indptr[b + 1] as usize);
+        let keys = end - start;
+        let idx = ints(&inputs.indices[start..end], device);
+        for h in 0..q_heads {
+            let kv = h / (q_heads / kv_heads);
+            let kb = k
+                .clone()
+                .select(0, idx.clone())
+                .narrow(1, kv, 1)
+                .reshape([keys, dim_k]);
+            let vb = v
+                .clone()
+                .select(0, idx.clone())
+                .narrow(1, kv, 1)
+                .reshape([keys, dim_v]);
+            let qh = q
+                .clone()
+                .narrow(0, b, 1)
+                .narrow(1, h, 1)
+                .reshape([dim_k, 1]);
+            let mut scores = kb.matmul(qh).reshape([1, keys]) * options.sm_scale;
+            if let Some(cap) = options.logit_cap {
+                scores = (scores / cap).tanh() * cap;
+            }
+            let max = scores.clone().max_dim(1);
+            let e = (scores - max.clone()).exp();
+            let sum = e.clone().sum_dim(1);
+            lses.push(max + sum.clone().log());
+            outs.push((e / sum).matmul(vb));
+        }
+    }
+    (
+        Tensor::cat(outs, 0).reshape([batch, q_heads, dim_v]),
+        Tensor::cat(lses, 0).reshape([batch, q_heads]),
+    )
+}
+
+struct DecodeInputs {
+    q_shape: [usize; 3],
+    v_shape: [usize; 3],
+    q: TensorData,
+    k: TensorData,
+    v: TensorData,
+    indptr: Vec<i32>,
+    indices: Vec<i32>,
+    splits: Vec<i32>,
+}
+
+#[test]
+fn decode_attention_matches_its_composition() {
+    let server = LocalServer::start();
+    let (remote, cpu) = (server.device(), Device::flex());
+    // Two requests of 3 and 4 cached keys in a cache of 10 slots, 4 query heads over 2 kv heads.
+    let (slots, kv_heads, dim_k, dim_v) = (10, 2, 16, 8);
+    let inputs = DecodeInputs {
+        q_shape: [2, 4, dim_k],
+        v_shape: [slots, kv_heads, dim_v],
+        q: floats(&[2, 4, dim_k], 0.2),
+        k: floats(&[slots, kv_heads, dim_k], 1.1),
+        v: floats(&[slots, kv_heads, dim_v], 2.3),
+        indptr: vec![0, 3, 7],
+        indices: vec![5, 1, 8, 0, 2, 9, 4],
+        splits: vec![2, 3],
+    };
+    for logit_cap in [None, Some(5.0)] {
+        let options = fused::DecodeAttentionOptions {
+            max_kv_splits: 4,
+            sm_scale: 0.25,
+            logit_cap,
+        };
+        let (out, lse) = fused::decode_attention(
+            Tensor::from_data(inputs.q.clone(), &remote),
+            Tensor::from_data(inputs.k.clone(), &remote),
+            Tensor::from_data(inputs.v.clone(), &remote),
+            ints(&inputs.indptr, &remote),
+            ints(&inputs.indices, &remote),
+            ints(&inputs.splits, &remote),
+            options,
+        );
+        let (want_out, want_lse) = decode_attention_composed(&inputs, options, &cpu);
+        let tolerance = Tolerance::rel_abs(1e-4, 1e-4);
+        assert_close(
+            &format!("decode_attention out (cap {logit_cap:?})"),
+            out.into_data(),
+            want_out.into_data(),
+            tolerance,
+        );
+        assert_close(
+            &format!("decode_attention lse (cap {logit_cap:?})"),
+            lse.into_data(),
+            want_lse.into_data(),
+            tolerance,
+        );
+    }
+}
+
 /// A call breaking the contract fails at the call with a message naming the op, the shapes and
 /// the dtypes, and does not wait on the server (a bounded wait: a hang fails the test).
 #[test]
