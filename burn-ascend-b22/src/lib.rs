@@ -17,6 +17,7 @@ pub use burn_ascend_core::{acl, ops, runtime};
 
 mod backend;
 pub mod error;
+pub mod fused;
 
 pub use backend::{
     reset_device, Ascend, AscendDevice, AscendGraph, AscendHandle, AscendQTensor, AscendTensor,

@@ -24,11 +24,13 @@ pub fn parse_device(name: &str) -> Result<ServedDevice, String> {
     Ok(device)
 }
 
-/// The custom operations the server executes for clients: burn-signal's FFT (`rfft`,
-/// `irfft`), which Burn 0.22 programs send as custom ops (FFT is not part of Burn's IR).
+/// The custom operations the server executes for clients: burn-signal's FFT (`rfft`, `irfft`:
+/// Burn 0.22 programs send them as custom ops, FFT not being part of Burn's IR) and
+/// burn-ascend's fused ops (`ascend::*`, sent by the `burn-ascend-client` crate).
 pub fn custom_ops() -> CustomOpRegistry<ServedBackend> {
     let mut registry = CustomOpRegistry::new();
     burn_signal::register_fft_ops(&mut registry);
+    burn_ascend_b22::fused::register(&mut registry);
     registry
 }
 
