@@ -10,7 +10,8 @@
 //! ```toml
 //! [dependencies]
 //! burn = { version = "=0.22.1", features = ["remote-websocket"] }
-//! burn-ascend-client = { git = "https://github.com/burn-ascend/burn-ascend" }
+//! # this repository's crate, as a path (or git) dependency
+//! burn-ascend-client = { path = "../burn-ascend/burn-ascend-client" }
 //! ```
 //!
 //! Start the server (`cargo run -p burn-ascend-server -- --port 3000`, serving the emulated NPU
