@@ -190,6 +190,11 @@ where
     let reference = weights(&single_device(model.clone(), &DEVICES[0]));
     let before = hccl_counters();
     let replicas = data_parallel(model, lockstep);
+    // The counters count a transfer once every rank has run it, on its stream: the last step's
+    // all-reduces may still be queued when the workers return.
+    for device in &DEVICES {
+        B::sync(device).expect("the devices run the queued all-reduces");
+    }
     let moved = hccl_counters().since(&before).of(Kind::AllReduce);
     // One all-reduce per parameter per step, each counted once for both ranks.
     assert_eq!(moved.calls, (4 * STEPS) as u64);
