@@ -17,8 +17,9 @@ use burn_ascend::acl::AclError;
 use burn_ascend::emulator::work_counters;
 use burn_ascend::ops::AscendTensor;
 use burn_ascend::{fused, Ascend, AscendDevice};
+use burn_ascend_suite::families::blocks::quant::Quantize;
 use burn_ascend_suite::moe::model::{
-    routed_experts, routed_experts_quantized, ExpertQuant, QuantizedExperts, Routing,
+    routed_experts, routed_experts_quantized, QuantizedExperts, Routing,
 };
 use burn_flex::{Flex, FlexDevice};
 use common::host_values::host_values;
@@ -951,7 +952,7 @@ fn quantised_experts_follow_the_float_experts_within_the_quantisation_error() {
     // about six steps by at most 2^-9 (0.2%). W8A8 quantises four operands (two per matmul
     // stage, errors adding in quadrature at best, linearly at worst): under 4 * 0.7% + 6 *
     // 0.2% = 4%. W8A16 quantises only the two weights: under 2 * 0.7% + 1.2% = 2.6%.
-    for (mode, bound) in [(ExpertQuant::W8A8, 0.04), (ExpertQuant::W8A16, 0.026)] {
+    for (mode, bound) in [(Quantize::W8A8, 0.04), (Quantize::W8A16, 0.026)] {
         let q = QuantizedExperts::quantize(weights.clone(), mode);
         let got = routed_experts_quantized(x.clone(), &r, k, &q);
         assert_eq!(got.dtype(), DType::F32);
@@ -977,7 +978,7 @@ fn quantised_experts_on_the_npu_equal_their_composition_on_flex() {
         let reference = routed_experts_quantized(x, &routing::<Flex>(t, e, k, &fd), k, &q);
         (npu.into_data(), reference.into_data())
     };
-    for mode in [ExpertQuant::W8A8, ExpertQuant::W8A16] {
+    for mode in [Quantize::W8A8, Quantize::W8A16] {
         let (got, want) = run(mode);
         // The same integer math; only bf16 roundings of the float steps (SwiGLU, the weighted
         // sum) in another order, and the int8 steps a one-ulp bf16 difference may move by one.
@@ -1027,7 +1028,7 @@ fn quantised_experts_on_fusion_run_the_same_operators() {
     type Fused = burn_fusion::Fusion<Ascend>;
     let (t, h, f, e, k) = (8, 32, 16, 4, 2);
     let d = ascend();
-    for mode in [ExpertQuant::W8A8, ExpertQuant::W8A16] {
+    for mode in [Quantize::W8A8, Quantize::W8A16] {
         let x = float::<Ascend, 2>(&host_values(vec![t, h], 71), DType::F16, &d);
         let q = QuantizedExperts::quantize(expert_weights::<Ascend>(e, h, f, &d), mode);
         let direct = routed_experts_quantized(x, &routing::<Ascend>(t, e, k, &d), k, &q);

@@ -24,7 +24,7 @@ use burn_ascend::emulator::aclnn_launches_of;
 use burn_ascend::FusedOps;
 use burn_ascend_suite::families;
 use burn_ascend_suite::families::blocks::quant::Quantize;
-use burn_ascend_suite::hf::TextTokenizer;
+use burn_ascend_suite::hf::{Checkpoint, TextTokenizer};
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::model::MoeDecoder;
@@ -730,18 +730,10 @@ fn a_quantized_model_holds_int8_experts_and_scales_only() {
     // Saved, it is the float checkpoint of the weights it computes with: each expert weight
     // within half a step (its output channel's max |w| / 127) of the original, and bf16's
     // rounding of it.
-    let out = tempfile::tempdir().unwrap();
-    families::save(&model, out.path(), &loaded.checkpoint, None).unwrap();
-    let saved = burn_ascend_suite::hf::Checkpoint::open(out.path()).unwrap();
-    let mut compared = 0;
-    for name in loaded.checkpoint.names() {
-        if !name.contains(".experts.") {
-            continue;
-        }
-        let read = |c: &burn_ascend_suite::hf::Checkpoint| {
-            c.read(name, DType::F32).unwrap().to_vec::<f32>().unwrap()
-        };
-        let (want, got) = (read(&loaded.checkpoint), read(&saved));
+    let saved = saved_beside_loaded(&model, &loaded.checkpoint, |name| {
+        name.contains(".experts.")
+    });
+    for (name, want, got) in &saved {
         let cols = loaded.checkpoint.info(name).unwrap().shape[1];
         // `[out, in]`: an output channel is a row.
         for (w, g) in want.chunks(cols).zip(got.chunks(cols)) {
@@ -751,9 +743,30 @@ fn a_quantized_model_holds_int8_experts_and_scales_only() {
                 assert!((a - b).abs() <= bound, "{name}: {a} saved as {b}");
             }
         }
-        compared += 1;
     }
-    assert_eq!(compared, 3 * e * layers, "every expert weight saved");
+    assert_eq!(saved.len(), 3 * e * layers, "every expert weight saved");
+}
+
+/// Saves `model` in the Hugging Face layout of `checkpoint` (which it was loaded from) and
+/// reads back, in f32, every tensor whose name `keep` accepts: `(name, loaded, saved)`.
+fn saved_beside_loaded<B: FusedOps>(
+    model: &families::Decoder<B>,
+    checkpoint: &Checkpoint,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<(String, Vec<f32>, Vec<f32>)> {
+    let out = tempfile::tempdir().unwrap();
+    families::save(model, out.path(), checkpoint, None).unwrap();
+    let saved = Checkpoint::open(out.path()).unwrap();
+    let read =
+        |c: &Checkpoint, name: &str| c.read(name, DType::F32).unwrap().to_vec::<f32>().unwrap();
+    checkpoint
+        .names()
+        .filter(|name| keep(name))
+        .map(|name| {
+            let original = read(checkpoint, name);
+            (name.to_string(), original, read(&saved, name))
+        })
+        .collect()
 }
 
 /// A W8A8 model saves the weights it computes with: the smoothed attention projections'
@@ -767,27 +780,17 @@ fn a_w8a8_model_saves_its_smoothed_projections_unsmoothed() {
     let dir = fixture("qwen2_moe");
     let loaded = families::load::<Ascend>(&dir, DType::BF16, &device).unwrap();
     let model = loaded.model.quantize(Quantize::W8A8);
-    let out = tempfile::tempdir().unwrap();
-    families::save(&model, out.path(), &loaded.checkpoint, None).unwrap();
-    let saved = burn_ascend_suite::hf::Checkpoint::open(out.path()).unwrap();
-    let mut compared = 0;
-    for name in loaded.checkpoint.names() {
-        let smoothed = ["q_proj", "k_proj", "v_proj"]
+    let saved = saved_beside_loaded(&model, &loaded.checkpoint, |name| {
+        ["q_proj", "k_proj", "v_proj"]
             .iter()
-            .any(|p| name.ends_with(&format!("self_attn.{p}.weight")));
-        if !smoothed {
-            continue;
-        }
-        let read = |c: &burn_ascend_suite::hf::Checkpoint| {
-            c.read(name, DType::F32).unwrap().to_vec::<f32>().unwrap()
-        };
-        let (want, got) = (read(&loaded.checkpoint), read(&saved));
+            .any(|p| name.ends_with(&format!("self_attn.{p}.weight")))
+    });
+    for (name, want, got) in &saved {
         let norm = |v: &mut dyn Iterator<Item = f32>| v.map(|x| x * x).sum::<f32>().sqrt();
-        let err = norm(&mut want.iter().zip(&got).map(|(a, b)| a - b));
+        let err = norm(&mut want.iter().zip(got).map(|(a, b)| a - b));
         let rel = err / norm(&mut want.iter().copied());
         assert!(rel < 0.01, "{name}: relative error {rel}");
-        compared += 1;
     }
     let layers = 3;
-    assert_eq!(compared, 3 * layers, "q, k and v of every layer");
+    assert_eq!(saved.len(), 3 * layers, "q, k and v of every layer");
 }

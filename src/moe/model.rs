@@ -19,7 +19,7 @@ use super::expert_parallel::ExpertParallel;
 use super::parallel::Parallel;
 use super::serve::StepInputs;
 use super::step::{CacheLayout, PagedAttention, StepModel};
-use crate::families::blocks::quant::{Projection, Quantize};
+use crate::families::blocks::quant::{operator_scale_type, Projection, Quantize, ScaleReader};
 
 /// The sizes a forward pass needs (kept with the module, not stored in records).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -330,15 +330,6 @@ pub fn routed_experts<B: FusedOps>(
     fused::moe_scatter(y, routing.order.clone(), Some(routing.weights.clone()), k)
 }
 
-/// How the experts' weights are quantised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExpertQuant {
-    /// int8 weights, float activations (aclnnGroupedMatmulV4's A16W8 form).
-    W8A16,
-    /// int8 weights and activations, the rows quantised per row at run time (A8W8).
-    W8A8,
-}
-
 /// One projection's experts quantised per output channel: int8 `[E, K, N]` and f32 `[E, N]`.
 #[derive(Module, Debug)]
 pub struct QuantizedProjection<B: Backend> {
@@ -347,9 +338,8 @@ pub struct QuantizedProjection<B: Backend> {
     pub weights: Param<Tensor<B, 3, Int>>,
     /// The per-channel scales, f32.
     pub scales: Param<Tensor<B, 2>>,
-    /// The scales in the type the grouped matmul reads them in, when that is not f32 (BF16 for
-    /// A8W8 with a BF16 out, x's type for A16W8): made once here, since a cast per call would
-    /// be one more launch reading every expert's scales each step.
+    /// The scales in the type the grouped matmul reads them in, when that is not f32
+    /// ([`operator_scale_type`]).
     pub operator_scales: Option<Param<Tensor<B, 2>>>,
 }
 
@@ -367,7 +357,7 @@ pub struct QuantizedExperts<B: Backend> {
     pub projections: [QuantizedProjection<B>; 3],
     /// Which quantised path the experts run.
     #[module(skip)]
-    pub mode: ExpertQuant,
+    pub mode: Quantize,
     /// The float type the weights had (what [`QuantizedExperts::dequantized`] gives).
     #[module(skip)]
     pub dtype: DType,
@@ -375,16 +365,10 @@ pub struct QuantizedExperts<B: Backend> {
 
 impl<B: Backend> QuantizedExperts<B> {
     /// Quantises float expert weights `[gate, up, down]` per output channel, on the device.
-    pub fn quantize(weights: [Tensor<B, 3>; 3], mode: ExpertQuant) -> Self {
+    pub fn quantize(weights: [Tensor<B, 3>; 3], mode: Quantize) -> Self {
         let dtype = weights[0].dtype();
         let compute = quant_compute_type(dtype);
-        let scale_type = match mode {
-            // The A8W8 table pairs a BF16 out with a BF16 scale and an F16 out with an F32 one
-            // (aclnn-quant-attention-norm.md, GroupedMatmulV4, ND weight).
-            ExpertQuant::W8A8 if compute == DType::BF16 => DType::BF16,
-            ExpertQuant::W8A8 => DType::F32,
-            ExpertQuant::W8A16 => compute,
-        };
+        let scale_type = operator_scale_type(ScaleReader::GroupedMatmul, mode, compute);
         let projections = weights.map(|w| {
             let (weights, scales) = fused::quantize_weight_per_channel::<B, 3, 2>(w);
             let scales = scales.detach();
@@ -449,7 +433,7 @@ impl<B: Backend> Experts<B> {
 
     /// The experts quantized per output channel on the device (quantized ones stay as they
     /// are).
-    pub fn quantize(self, mode: ExpertQuant) -> Self {
+    pub fn quantize(self, mode: Quantize) -> Self {
         match self {
             Experts::Float(w) => Experts::Quantized(QuantizedExperts::quantize(
                 [w.gate.val(), w.up.val(), w.down.val()],
@@ -513,7 +497,7 @@ pub fn routed_experts_quantized<B: FusedOps>(
     let compute = quant_compute_type(dtype);
     let [gate, up, down] = &experts.projections;
     let y = match experts.mode {
-        ExpertQuant::W8A8 => {
+        Quantize::W8A8 => {
             let e = gate.weights.val().dims()[0];
             let rows = fused::moe_gather_quant(x, routing.ids.clone(), k, e);
             let sizes = rows.group_sizes;
@@ -526,7 +510,7 @@ pub fn routed_experts_quantized<B: FusedOps>(
             let (h, h_scale) = fused::dynamic_quant::<B, 2, 1>(silu(g) * u, None);
             project(down, h, h_scale)
         }
-        ExpertQuant::W8A16 => {
+        Quantize::W8A16 => {
             let rows = fused::moe_gather(x, routing.order.clone(), k).cast(compute);
             let sizes = routing.group_sizes.clone();
             let project = |p: &QuantizedProjection<B>, x| {
@@ -702,7 +686,7 @@ impl<B: FusedOps> MoeDecoder<B> {
             .map(|b| Block {
                 attn: b.attn.quantize(mode),
                 moe: Moe {
-                    experts: b.moe.experts.quantize(mode.into()),
+                    experts: b.moe.experts.quantize(mode),
                     ..b.moe
                 },
                 ..b

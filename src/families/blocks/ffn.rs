@@ -239,7 +239,7 @@ impl<B: FusedOps> Ffn<B> {
         match self {
             Ffn::Dense(mlp) => Ffn::Dense(mlp.quantize(mode)),
             Ffn::Sparse(moe) => Ffn::Sparse(SparseMoe {
-                experts: moe.experts.quantize(mode.into()),
+                experts: moe.experts.quantize(mode),
                 shared: moe.shared.map(|s| s.quantize(mode)),
                 ..moe
             }),

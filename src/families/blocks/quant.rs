@@ -29,7 +29,6 @@ use burn::tensor::{DType, FloatDType, Int, Tensor};
 use burn_ascend::{fused, FusedOps};
 
 use crate::families::weights::Sink;
-use crate::moe::model::ExpertQuant;
 
 /// How a model's projections and experts are quantized (`--quantize`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,6 +39,34 @@ pub enum Quantize {
     /// int8 weights and activations, the activations quantized per token at run time
     /// (aclnnDynamicQuant + aclnnQuantMatmulV4, MoeInitRoutingQuantV2 + GroupedMatmulV4 A8W8).
     W8A8,
+}
+
+/// The operator that reads a quantized weight's per-channel scales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScaleReader {
+    /// A dense projection: aclnnWeightQuantBatchMatmulV2 (W8A16), aclnnQuantMatmulV4 (W8A8).
+    Matmul,
+    /// The experts: aclnnGroupedMatmulV4 (A16W8, A8W8).
+    GroupedMatmul,
+}
+
+/// The type `reader` takes the scales of a `mode` weight in, for activations computed in
+/// `compute`: the one place these operator rules are stated. Scales are kept in f32; another
+/// type is a copy made once when quantizing, since a cast per call would be one more launch
+/// reading every scale each step.
+pub fn operator_scale_type(reader: ScaleReader, mode: Quantize, compute: DType) -> DType {
+    match (mode, reader) {
+        // WQBMMv2's antiquant scale and GroupedMatmulV4 A16W8's are x's type
+        // (aclnn-quant-attention-norm.md).
+        (Quantize::W8A16, _) => compute,
+        // QuantMatmulV4 dequantizes with f32 weight and per-token scales (burn-ascend-core's
+        // quant_matmul checks it).
+        (Quantize::W8A8, ScaleReader::Matmul) => DType::F32,
+        // The A8W8 table pairs a BF16 out with a BF16 scale and an F16 out with an F32 one
+        // (aclnn-quant-attention-norm.md, GroupedMatmulV4, ND weight).
+        (Quantize::W8A8, ScaleReader::GroupedMatmul) if compute == DType::BF16 => DType::BF16,
+        (Quantize::W8A8, ScaleReader::GroupedMatmul) => DType::F32,
+    }
 }
 
 impl FromStr for Quantize {
@@ -65,15 +92,6 @@ impl fmt::Display for Quantize {
     }
 }
 
-impl From<Quantize> for ExpertQuant {
-    fn from(q: Quantize) -> Self {
-        match q {
-            Quantize::W8A16 => ExpertQuant::W8A16,
-            Quantize::W8A8 => ExpertQuant::W8A8,
-        }
-    }
-}
-
 /// A `Linear` quantized per output channel: int8 `[K, N]`, f32 scales `[N]`, the bias kept
 /// in float.
 #[derive(Module, Debug)]
@@ -81,9 +99,8 @@ pub struct QuantLinear<B: Backend> {
     /// Parameters so that the model's record (which a device reset restores) holds them.
     weight: Param<Tensor<B, 2, Int>>,
     scale: Param<Tensor<B, 1>>,
-    /// W8A16 on a F16/BF16 layer: the scales in the layer's type, which
-    /// aclnnWeightQuantBatchMatmulV2 takes (its antiquant scale is x's type), made once rather
-    /// than cast in every forward (one more launch per projection and step).
+    /// The scales in the type the operator reads them in, when that is not f32
+    /// ([`operator_scale_type`]).
     operator_scale: Option<Param<Tensor<B, 1>>>,
     /// W8A8 after a norm: the activations' smooth scales `1 / s` in the layer's type (the
     /// weight's rows were multiplied by `s`).
@@ -126,11 +143,11 @@ impl<B: FusedOps> QuantLinear<B> {
         };
         let (weight, scale) = fused::quantize_weight_per_channel::<B, 2, 1>(w);
         let scale = scale.detach();
-        let half = matches!(dtype, DType::F16 | DType::BF16);
+        let scale_type = operator_scale_type(ScaleReader::Matmul, mode, dtype);
         Self {
             weight: Param::initialized(ParamId::new(), weight),
-            operator_scale: (mode == Quantize::W8A16 && half)
-                .then(|| Param::initialized(ParamId::new(), scale.clone().cast(dtype))),
+            operator_scale: (scale_type != DType::F32)
+                .then(|| Param::initialized(ParamId::new(), scale.clone().cast(scale_type))),
             scale: Param::initialized(ParamId::new(), scale),
             smooth: smooth.map(|s| Param::initialized(ParamId::new(), s.detach())),
             bias: linear.bias,
