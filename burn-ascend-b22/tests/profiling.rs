@@ -215,3 +215,43 @@ fn abandoned_windows_leave_no_window_or_event_open() {
     resolve(duration);
     assert_eq!(live_events(), events);
 }
+
+/// A graph capture records work into the graph instead of running it: a window's event would be
+/// a node of the graph and measuring it would invalidate the capture, so windows neither open
+/// nor close while the device captures. On the second emulated NPU.
+#[test]
+fn no_window_opens_or_closes_during_a_graph_capture() {
+    let _serial = serial();
+    let device = AscendDevice::Emulated(1);
+    let open = Ascend::profile_start(&device).unwrap().unwrap();
+    Ascend::graph_start_capture(&device).expect("the emulated NPU captures");
+    let refused_start = Ascend::profile_start(&device).err().map(|e| e.to_string());
+    let refused_end = Ascend::profile_end(&device, open, ProfileOptions::default())
+        .err()
+        .map(|e| e.to_string());
+    Ascend::graph_stop_capture(&device).expect("the capture ends");
+    for why in [refused_start, refused_end] {
+        let why = why.expect("refused during the capture");
+        assert!(why.contains("graph is captured"), "{why}");
+    }
+    // After the capture the window closes and is measured.
+    let duration = Ascend::profile_end(&device, open, ProfileOptions::default()).unwrap();
+    assert!(block_on(duration.resolve()).is_some());
+}
+
+/// A reset gives the device a new context and stream: a window opened before it belongs to the
+/// stream that is gone, and is refused a close on the new one. On the second emulated NPU.
+#[test]
+fn a_window_opened_before_a_device_reset_cannot_close_after_it() {
+    let _serial = serial();
+    let device = AscendDevice::Emulated(1);
+    let token = Ascend::profile_start(&device).unwrap().unwrap();
+    burn_ascend_b22::reset_device(&device).expect("the emulated NPU resets");
+    let why = Ascend::profile_end(&device, token, ProfileOptions::default())
+        .err()
+        .expect("the stream the window was opened on is gone")
+        .to_string();
+    assert!(why.contains("opened on stream"), "{why}");
+    Ascend::profile_abandon(&device, token);
+    assert_eq!(open_windows(&device), 0);
+}
