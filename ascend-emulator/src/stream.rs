@@ -397,7 +397,8 @@ impl Event {
     ///   invalid until then: `ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID`);
     /// - `end` recorded after `start` (the runtime returns the negative difference; stricter
     ///   reading: `ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL`, the code CANN has for it);
-    /// - neither recorded inside a graph capture (aclgraph-abi.md §3, `ACL_ERROR_RT_EVENT_CAPTURED`).
+    /// - neither recorded inside a graph capture, nor timed while the device captures
+    ///   (aclgraph-abi.md §3 and §4 rule 2, `ACL_ERROR_RT_EVENT_CAPTURED`).
     pub fn elapsed_since(&self, start: &Event) -> Result<f32, Fault> {
         start.check_query("aclrtEventElapsedTime")?;
         self.check_query("aclrtEventElapsedTime")?;
