@@ -34,10 +34,12 @@ macro_rules! acl_function_list {
                 fn aclrtSynchronizeStream(stream: aclrtStream) -> aclError;
                 fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtEvent) -> aclError;
                 fn aclrtCreateEvent(event: *mut aclrtEvent) -> aclError;
+                fn aclrtCreateEventWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError;
                 fn aclrtDestroyEvent(event: aclrtEvent) -> aclError;
                 fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream) -> aclError;
                 fn aclrtSynchronizeEvent(event: aclrtEvent) -> aclError;
                 fn aclrtQueryEventStatus(event: aclrtEvent, status: *mut i32) -> aclError;
+                fn aclrtEventElapsedTime(ms: *mut f32, start_event: aclrtEvent, end_event: aclrtEvent) -> aclError;
                 fn aclrtMalloc(dev_ptr: *mut *mut ::std::ffi::c_void, size: usize, policy: i32) -> aclError;
                 fn aclrtFree(dev_ptr: *mut ::std::ffi::c_void) -> aclError;
                 fn aclrtMemcpy(dst: *mut ::std::ffi::c_void, dest_max: usize, src: *const ::std::ffi::c_void, count: usize, kind: i32) -> aclError;

@@ -95,6 +95,15 @@ pub mod event_status {
     pub const ACL_EVENT_RECORDED_STATUS_NOT_READY: i32 = 0;
     pub const ACL_EVENT_RECORDED_STATUS_COMPLETE: i32 = 1;
 }
+/// `aclrtCreateEventWithFlag` flags (acl-abi.md §3.4, §4): bits, combined with OR.
+#[allow(missing_docs)]
+pub mod event_flag {
+    pub const ACL_EVENT_SYNC: u32 = 0x1;
+    pub const ACL_EVENT_CAPTURE_STREAM_PROGRESS: u32 = 0x2;
+    /// The event records a timestamp: what `aclrtEventElapsedTime` reads.
+    pub const ACL_EVENT_TIME_LINE: u32 = 0x8;
+    pub const ACL_EVENT_EXTERNAL: u32 = 0x20;
+}
 /// `aclmdlRICaptureMode` and `aclmdlRICaptureStatus` values (aclgraph-abi.md §1).
 #[allow(missing_docs)]
 pub mod capture {
@@ -122,6 +131,8 @@ pub mod status {
     pub const ACL_ERROR_RT_PARAM_INVALID: i32 = 107000;
     pub const ACL_ERROR_RT_INVALID_DEVICEID: i32 = 107001;
     pub const ACL_ERROR_RT_CONTEXT_NULL: i32 = 107002;
+    pub const ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID: i32 = 107006;
+    pub const ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL: i32 = 107007;
     pub const ACL_ERROR_RT_ADDR_UNALIGNED: i32 = 107008;
     pub const ACL_ERROR_RT_TASK_TIMEOUT: i32 = 107020;
     pub const ACL_ERROR_RT_CAPTURE_DEPENDENCY: i32 = 107024;
@@ -142,6 +153,7 @@ pub mod status {
     pub const ACL_ERROR_RT_MEMORY_FREE: i32 = 207002;
     pub const ACL_ERROR_RT_NO_DEVICE: i32 = 207004;
     pub const ACL_ERROR_RT_DEVICE_OOM: i32 = 207018;
+    pub const ACL_ERROR_RT_INTERNAL_ERROR: i32 = 507000;
     pub const ACL_ERROR_RT_AICORE_EXCEPTION: i32 = 507015;
     pub const ACL_ERROR_RT_DEVICE_MEM_ERROR: i32 = 507053;
     pub const ACLNN_SUCCESS: i32 = 0;
@@ -162,6 +174,8 @@ pub mod status {
             ACL_ERROR_RT_PARAM_INVALID => "ACL_ERROR_RT_PARAM_INVALID",
             ACL_ERROR_RT_INVALID_DEVICEID => "ACL_ERROR_RT_INVALID_DEVICEID",
             ACL_ERROR_RT_CONTEXT_NULL => "ACL_ERROR_RT_CONTEXT_NULL",
+            ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID => "ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID",
+            ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL => "ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL",
             ACL_ERROR_RT_ADDR_UNALIGNED => "ACL_ERROR_RT_ADDR_UNALIGNED",
             ACL_ERROR_RT_TASK_TIMEOUT => "ACL_ERROR_RT_TASK_TIMEOUT",
             ACL_ERROR_RT_CAPTURE_DEPENDENCY => "ACL_ERROR_RT_CAPTURE_DEPENDENCY",
@@ -182,6 +196,7 @@ pub mod status {
             ACL_ERROR_RT_MEMORY_FREE => "ACL_ERROR_RT_MEMORY_FREE",
             ACL_ERROR_RT_NO_DEVICE => "ACL_ERROR_RT_NO_DEVICE",
             ACL_ERROR_RT_DEVICE_OOM => "ACL_ERROR_RT_DEVICE_OOM",
+            ACL_ERROR_RT_INTERNAL_ERROR => "ACL_ERROR_RT_INTERNAL_ERROR",
             ACL_ERROR_RT_AICORE_EXCEPTION => "ACL_ERROR_RT_AICORE_EXCEPTION",
             ACL_ERROR_RT_DEVICE_MEM_ERROR => "ACL_ERROR_RT_DEVICE_MEM_ERROR",
             ACLNN_ERR_PARAM_NULLPTR => "ACLNN_ERR_PARAM_NULLPTR",

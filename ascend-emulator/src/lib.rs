@@ -81,6 +81,12 @@ pub fn pinned_host_buffers() -> usize {
     machine::machine().pinned.live()
 }
 
+/// Events created (`aclrtCreateEvent`, `aclrtCreateEventWithFlag`) and not destroyed, so that
+/// tests can see a leak.
+pub fn live_events() -> usize {
+    machine::machine().events.lock().unwrap().len()
+}
+
 /// The emulated runtime as a symbol source for the function table: the functions of the CANN
 /// release [`ENV_CANN`] names (default [`DEFAULT_CANN`]).
 pub struct EmulatedRuntime;

@@ -111,16 +111,43 @@ pub unsafe extern "C" fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtE
     })
 }
 
+/// An event of the calling thread's device. Its records are stamped: the elapsed-time doc of
+/// hicann/runtime names `aclrtCreateEvent` among the ways to create the events it times.
 pub unsafe extern "C" fn aclrtCreateEvent(event: *mut aclrtEvent) -> aclError {
-    guard("aclrtCreateEvent", || {
-        let out = non_null(event, "event")?;
-        let m = machine();
-        m.current()?;
-        let handle = Arc::into_raw(Arc::new(Event::default())) as aclrtEvent;
-        m.events.lock().unwrap().insert(handle as usize);
-        *out = handle;
-        Ok(())
+    guard("aclrtCreateEvent", || create_event(event, true))
+}
+
+/// An event with `flag` (acl-abi.md §3.4): its records are stamped only with
+/// `ACL_EVENT_TIME_LINE`. Flags outside the CANN 8.x set are refused (stricter reading: the
+/// runtime's checks of unknown bits are not in the fact sheets).
+pub unsafe extern "C" fn aclrtCreateEventWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError {
+    use ascend_acl::types::event_flag::*;
+    guard("aclrtCreateEventWithFlag", || {
+        let known = ACL_EVENT_SYNC
+            | ACL_EVENT_CAPTURE_STREAM_PROGRESS
+            | ACL_EVENT_TIME_LINE
+            | ACL_EVENT_EXTERNAL;
+        if flag & !known != 0 {
+            return Err(fault(
+                ACL_ERROR_INVALID_PARAM,
+                format!(
+                    "aclrtCreateEventWithFlag: unknown flag bits {:#x}",
+                    flag & !known
+                ),
+            ));
+        }
+        create_event(event, flag & ACL_EVENT_TIME_LINE != 0)
     })
+}
+
+unsafe fn create_event(event: *mut aclrtEvent, timed: bool) -> Result<(), Fault> {
+    let out = non_null(event, "event")?;
+    let m = machine();
+    m.current()?;
+    let handle = Arc::into_raw(Arc::new(Event::new(timed))) as aclrtEvent;
+    m.events.lock().unwrap().insert(handle as usize);
+    *out = handle;
+    Ok(())
 }
 
 pub unsafe extern "C" fn aclrtDestroyEvent(event: aclrtEvent) -> aclError {
@@ -142,6 +169,22 @@ pub unsafe extern "C" fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream
 
 pub unsafe extern "C" fn aclrtSynchronizeEvent(event: aclrtEvent) -> aclError {
     guard("aclrtSynchronizeEvent", || machine().event(event)?.wait())
+}
+
+/// The milliseconds from `start_event`'s latest record to `end_event`'s, with CANN's rules
+/// (`Event::elapsed_since`).
+pub unsafe extern "C" fn aclrtEventElapsedTime(
+    ms: *mut f32,
+    start_event: aclrtEvent,
+    end_event: aclrtEvent,
+) -> aclError {
+    guard("aclrtEventElapsedTime", || {
+        let out = non_null(ms, "ms")?;
+        let m = machine();
+        let (start, end) = (m.event(start_event)?, m.event(end_event)?);
+        *out = end.elapsed_since(&start)?;
+        Ok(())
+    })
 }
 
 pub unsafe extern "C" fn aclrtQueryEventStatus(event: aclrtEvent, status: *mut i32) -> aclError {

@@ -11,8 +11,10 @@
 //! A stream that captures a graph (`graph.rs`) records the work issued to it instead of running
 //! it; tasks are `FnMut` so that a replay can run them again.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
 use super::fault::{fault, panic_text, Fault};
 use super::graph::{self, Model};
@@ -82,6 +84,8 @@ enum Job {
 /// One stream and its worker.
 pub(crate) struct Stream {
     device: i32,
+    /// Unique in the process: which stream an event was recorded on.
+    id: u64,
     /// The device's default stream (NULL handle), which may not be used during a capture.
     default: bool,
     /// The graph this stream is capturing into.
@@ -124,8 +128,10 @@ impl Stream {
                 }
             })
             .expect("cannot start an emulated stream worker thread");
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Arc::new(Self {
             device,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             default,
             capture: Mutex::default(),
             fault: fault_state,
@@ -249,9 +255,14 @@ impl Stream {
     }
 }
 
-/// An event: recorded on a stream, complete once the stream reaches it.
-#[derive(Default)]
+/// An event: recorded on a stream, complete once the stream reaches it. The stream's worker
+/// stamps it when it reaches it: the emulated device's clock is the host's monotonic clock as
+/// the worker runs the stream's work (the emulator models no per-stream device time), so the
+/// time between two events is the time the worker spent on the work between them (and idle,
+/// waiting for the host to queue it, as a device's stream would be).
 pub(crate) struct Event {
+    /// Whether records are stamped (`aclrtCreateEvent`, or `ACL_EVENT_TIME_LINE`).
+    timed: bool,
     state: Mutex<EventState>,
     cv: Condvar,
 }
@@ -264,12 +275,25 @@ struct EventState {
     device: Option<Arc<DeviceFault>>,
     /// The device number of the latest record.
     device_id: Option<i32>,
+    /// The stream (id) of the latest record.
+    stream: Option<u64>,
+    /// When the worker reached a record (the record's ticket and its stamp).
+    stamp: Option<(u64, Instant)>,
     /// The graph (handle) whose capture recorded the event last: waits and queries are then
     /// forbidden until it is recorded again outside a capture.
     captured_by: Option<usize>,
 }
 
 impl Event {
+    /// An event whose records are stamped for `aclrtEventElapsedTime` when `timed`.
+    pub fn new(timed: bool) -> Self {
+        Self {
+            timed,
+            state: Mutex::default(),
+            cv: Condvar::new(),
+        }
+    }
+
     pub fn record(self: &Arc<Self>, stream: &Stream) -> Result<(), Fault> {
         stream.fault.check()?;
         if let Some(model) = stream.capture() {
@@ -285,6 +309,7 @@ impl Event {
             s.recorded += 1;
             s.device = Some(stream.fault.clone());
             s.device_id = Some(stream.device);
+            s.stream = Some(stream.id);
             s.captured_by = None;
             s.recorded
         };
@@ -292,6 +317,9 @@ impl Event {
         stream.enqueue_marker(Box::new(move || {
             let mut s = event.state.lock().unwrap();
             s.completed = s.completed.max(ticket);
+            if event.timed {
+                s.stamp = Some((ticket, Instant::now()));
+            }
             event.cv.notify_all();
         }))
     }
@@ -352,5 +380,82 @@ impl Event {
             let s = event.state.lock().unwrap();
             drop(event.cv.wait_while(s, |s| s.completed < target).unwrap());
         }))
+    }
+
+    /// `aclrtEventElapsedTime`: the time from `start`'s latest record to `end`'s (this event's),
+    /// in milliseconds. CANN's rules, each one refused with its code:
+    /// - both recorded (hicann/runtime `Event::ElapsedTime`: `RT_ERROR_EVENT_RECORDER_NULL`,
+    ///   which reaches the caller as `ACL_ERROR_RT_INTERNAL_ERROR`);
+    /// - both stamped: created by `aclrtCreateEvent` or with `ACL_EVENT_TIME_LINE` (acl-abi.md
+    ///   §3.4: the flag is "needed for timing"; stricter reading: an event created with flags
+    ///   but without it has no timestamp, `ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID`);
+    /// - both recorded on one stream (the runtime's documented call order, aclrtEventElapsedTime
+    ///   doc in hicann/runtime: start and end recorded "in the same stream"; the runtime does not
+    ///   check it: stricter reading, `ACL_ERROR_RT_PARAM_INVALID`, as a time across streams
+    ///   measures no work);
+    /// - both reached by the stream (the timestamp is written when the record task completes,
+    ///   invalid until then: `ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID`);
+    /// - `end` recorded after `start` (the runtime returns the negative difference; stricter
+    ///   reading: `ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL`, the code CANN has for it);
+    /// - neither recorded inside a graph capture, nor timed while the device captures
+    ///   (aclgraph-abi.md §3 and §4 rule 2, `ACL_ERROR_RT_EVENT_CAPTURED`).
+    pub fn elapsed_since(&self, start: &Event) -> Result<f32, Fault> {
+        start.check_query("aclrtEventElapsedTime")?;
+        self.check_query("aclrtEventElapsedTime")?;
+        let what = "aclrtEventElapsedTime";
+        // One lock at a time: the same event may be both ends.
+        let read = |e: &Event| {
+            let s = e.state.lock().unwrap();
+            (s.recorded, s.stream, s.stamp)
+        };
+        let (start_records, start_stream, start_stamp) = read(start);
+        let (end_records, end_stream, end_stamp) = read(self);
+        if start_records == 0 || end_records == 0 {
+            return Err(fault(
+                ACL_ERROR_RT_INTERNAL_ERROR,
+                format!(
+                    "{what}: the {} event was never recorded",
+                    if start_records == 0 { "start" } else { "end" }
+                ),
+            ));
+        }
+        if !start.timed || !self.timed {
+            return Err(fault(
+                ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID,
+                format!(
+                    "{what}: the {} event was created without ACL_EVENT_TIME_LINE, so it has \
+                     no timestamp",
+                    if start.timed { "end" } else { "start" }
+                ),
+            ));
+        }
+        if start_stream != end_stream {
+            return Err(fault(
+                ACL_ERROR_RT_PARAM_INVALID,
+                format!(
+                    "{what}: the start and end events were last recorded on different streams \
+                     (CANN times two events recorded on one stream)"
+                ),
+            ));
+        }
+        let stamp = |records: u64, stamp: Option<(u64, Instant)>, which: &str| match stamp {
+            Some((ticket, at)) if ticket == records => Ok(at),
+            _ => Err(fault(
+                ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID,
+                format!(
+                    "{what}: the stream has not reached the {which} event's latest record yet \
+                     (synchronise the event or the stream first)"
+                ),
+            )),
+        };
+        let from = stamp(start_records, start_stamp, "start")?;
+        let to = stamp(end_records, end_stamp, "end")?;
+        if to < from {
+            return Err(fault(
+                ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL,
+                format!("{what}: the end event was recorded before the start event"),
+            ));
+        }
+        Ok(((to - from).as_secs_f64() * 1e3) as f32)
     }
 }

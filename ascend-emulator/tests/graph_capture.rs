@@ -551,6 +551,23 @@ fn querying_an_event_recorded_in_the_capture_is_refused() {
 }
 
 #[test]
+fn timing_events_recorded_in_the_capture_is_refused() {
+    forbidden_during_capture(ACL_ERROR_RT_EVENT_CAPTURED, |api, s| {
+        let (mut start, mut end) = (std::ptr::null_mut(), std::ptr::null_mut());
+        let mut ms = 0.0f32;
+        // SAFETY: valid out-pointers, a live stream.
+        unsafe {
+            for e in [&mut start, &mut end] {
+                api.check((api.core.aclrtCreateEvent)(e), "event").unwrap();
+                api.check((api.core.aclrtRecordEvent)(*e, s), "record")
+                    .unwrap();
+            }
+            (api.core.aclrtEventElapsedTime)(&mut ms, start, end)
+        }
+    });
+}
+
+#[test]
 fn waiting_on_an_event_recorded_before_the_capture_is_refused() {
     let (api, serial) = api();
     let mut e = std::ptr::null_mut();

@@ -13,6 +13,7 @@ mod graph;
 mod int;
 mod ir;
 mod module;
+mod profile;
 mod qtensor;
 mod qtensor_ops;
 mod signal;
@@ -94,6 +95,35 @@ impl Backend for Ascend {
         context(device)
             .check_alive()
             .map_err(|e| execution_error(&format!("flush of {device}"), &e))
+    }
+
+    /// Device time on ACL events, through the split windows (`profile.rs`): nothing is held
+    /// while `func` runs.
+    fn profile<O: Send + 'static>(
+        device: &Self::Device,
+        options: profile::ProfileOptions,
+        func: impl FnOnce() -> O + Send,
+    ) -> Result<(O, profile::ProfileDuration), ExecutionError> {
+        burn_backend::profile_with_tokens::<Self, O>(device, options, func)
+    }
+
+    fn profile_start(
+        device: &Self::Device,
+    ) -> Result<Option<profile::ProfileToken>, ExecutionError> {
+        profile::start(device)
+    }
+
+    fn profile_end(
+        device: &Self::Device,
+        token: profile::ProfileToken,
+        options: profile::ProfileOptions,
+    ) -> Result<profile::ProfileDuration, ExecutionError> {
+        profile::end(device, token, options)
+    }
+
+    /// Destroys the window's start event without recording an end.
+    fn profile_abandon(_device: &Self::Device, token: profile::ProfileToken) {
+        profile::abandon(token)
     }
 
     fn graph_start_capture(device: &Self::Device) -> Result<(), ExecutionError> {

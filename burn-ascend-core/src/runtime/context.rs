@@ -296,6 +296,12 @@ impl DeviceContext {
         self.stream
     }
 
+    /// The context's stream as profiling windows name it: the context's id (one stream per
+    /// context, and a reset gives the device a new context, so a new stream).
+    pub fn stream_id(&self) -> u64 {
+        self.id
+    }
+
     /// Fails when the device was reset since this context was opened (its memory, stream and
     /// tensors are gone), or when another thread is capturing a graph on it: all work of the
     /// context shares one stream, so this thread's work would be recorded into that graph.
