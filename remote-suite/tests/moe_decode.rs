@@ -1,0 +1,246 @@
+//! The example's MoE decoder decoding through the remote device: in one process, the Burn 0.21
+//! model (burn-ascend-suite's `MoeDecoder<Ascend>`, in process on the emulated NPU) is trained
+//! a few steps on the shipped corpus and serves the example's prompts greedily with the
+//! in-process engine (paged cache, chunked prefill, `decode_attention`); its weights are written
+//! to a safetensors file; a Burn 0.22 program (`burn_ascend_remote_suite::moe`, no Ascend type)
+//! loads them on a burn-ascend-server device and decodes the same prompts. The tokens must be
+//! the same, token for token, and the logits each was chosen from close.
+
+use std::path::PathBuf;
+
+use burn::tensor::TensorData;
+use burn021::module::{AutodiffModule, Param};
+use burn021::tensor::Tensor as Tensor21;
+use burn_ascend::{Ascend, AscendDevice};
+use burn_ascend_remote_suite::moe::{
+    save_weights, BlockWeights, MoeDecoder, MoeSizes, NormWeights, Weights,
+};
+use burn_ascend_remote_suite::LocalServer;
+use burn_ascend_suite::families::blocks::quant::ProjectionRecord;
+use burn_ascend_suite::moe::config::MoeConfig;
+use burn_ascend_suite::moe::corpus;
+use burn_ascend_suite::moe::model::{ExpertsRecord, MoeDecoder as MoeDecoder21, NormRecord};
+use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
+use burn_ascend_suite::moe::train::{train, TrainConfig};
+use burn_autodiff::Autodiff;
+
+/// The example's prompts (`examples/moe_decoder`): 21, 11, 49 and 7 bytes.
+const PROMPTS: [&str; 4] = [
+    "The lighthouse keeper",
+    "She counted",
+    "In the evenings the keeper taught his daughter to",
+    "The sea",
+];
+
+/// Tokens generated per prompt (the longest prompt then fills the 64 slots of its pages but
+/// three).
+const NEW_TOKENS: usize = 12;
+
+/// Pages of 4 slots on both sides, so every prompt spans several pages.
+const PAGE_SIZE: usize = 4;
+const PAGES: usize = 16;
+
+/// Largest difference allowed between a remote logit and the in-process one. Both run the same
+/// emulated kernels on the same weights, but not the same compositions: the in-process server
+/// prefills through `extend_attention` in chunks, the Burn 0.22 program by a causal
+/// composition over the whole prompt, and they sum in different orders. Measured: 2.4e-6 at
+/// most (the test prints it), logits of magnitude about 10.
+const LOGIT_TOLERANCE: f32 = 1e-4;
+
+/// The smallest top-1 / top-2 logit margin at a compared step for the token comparison to mean
+/// something: ten times what the logits may differ by.
+const MIN_MARGIN: f32 = 10.0 * LOGIT_TOLERANCE;
+
+/// A small model, so that training and both decodes take seconds in a debug build.
+fn small() -> MoeConfig {
+    MoeConfig::new()
+        .with_hidden(64)
+        .with_layers(2)
+        .with_q_heads(4)
+        .with_kv_heads(2)
+        .with_experts(4)
+        .with_top_k(2)
+        .with_expert_hidden(128)
+        .with_max_seq(64)
+}
+
+fn sizes(cfg: &MoeConfig) -> MoeSizes {
+    MoeSizes {
+        vocab: cfg.vocab,
+        hidden: cfg.hidden,
+        layers: cfg.layers,
+        q_heads: cfg.q_heads,
+        kv_heads: cfg.kv_heads,
+        experts: cfg.experts,
+        top_k: cfg.top_k,
+        expert_hidden: cfg.expert_hidden,
+        rope_theta: cfg.rope_theta,
+        eps: cfg.eps,
+    }
+}
+
+/// A Burn 0.21 parameter's values as Burn 0.22 data (reading them: a user-requested transfer).
+fn data<const D: usize>(p: Param<Tensor21<Ascend, D>>) -> TensorData {
+    let d = p.val().into_data().convert::<f32>();
+    TensorData::new(d.to_vec::<f32>().expect("f32"), d.shape.as_slice().to_vec())
+}
+
+fn norm(n: NormRecord<Ascend>) -> NormWeights<TensorData> {
+    NormWeights {
+        gamma: data(n.gamma),
+        beta: data(n.beta),
+    }
+}
+
+fn projection(p: ProjectionRecord<Ascend>) -> TensorData {
+    match p {
+        ProjectionRecord::Float(linear) => data(linear.weight),
+        ProjectionRecord::Quantized(_) => panic!("the test's model is not quantized"),
+    }
+}
+
+/// The Burn 0.21 model's weights in the layout of the Burn 0.22 program's file.
+fn weights(model: MoeDecoder21<Ascend>) -> Weights<TensorData> {
+    use burn021::module::Module;
+    let r = model.into_record();
+    Weights {
+        embed: data(r.embed.weight),
+        blocks: r
+            .blocks
+            .into_iter()
+            .map(|b| {
+                let ExpertsRecord::Float(experts) = b.moe.experts else {
+                    panic!("the test's model is not quantized")
+                };
+                BlockWeights {
+                    attn_norm: norm(b.attn_norm),
+                    q: projection(b.attn.q),
+                    k: projection(b.attn.k),
+                    v: projection(b.attn.v),
+                    o: projection(b.attn.o),
+                    ffn_norm: norm(b.ffn_norm),
+                    router: data(b.moe.router.weight),
+                    gate: data(experts.gate),
+                    up: data(experts.up),
+                    down: data(experts.down),
+                }
+            })
+            .collect(),
+        norm: norm(r.norm),
+        head: data(r.head.weight),
+    }
+}
+
+/// The model trained a few steps on the shipped corpus, so that its greedy choices are clear
+/// (an untrained model's logits are near ties).
+fn trained(cfg: &MoeConfig, device: &AscendDevice) -> MoeDecoder21<Ascend> {
+    // Seeded: the same weights, hence the same margins, on every run.
+    <Autodiff<Ascend> as burn021::tensor::backend::Backend>::seed(device, 26);
+    let model = MoeDecoder21::<Autodiff<Ascend>>::new(cfg, device).expect("a valid config");
+    let settings = TrainConfig {
+        steps: 20,
+        batch: 4,
+        seq_len: 32,
+        learning_rate: 1e-2,
+        aux_weight: 0.01,
+    };
+    let mut losses = Vec::new();
+    let model = train(model, &corpus::tokens(), &settings, device, |r| {
+        losses.push(r.loss)
+    })
+    .expect("finite losses");
+    println!("training losses: {losses:?}");
+    assert!(
+        losses[losses.len() - 1] < losses[0] * 0.8,
+        "the model learned: {losses:?}"
+    );
+    model.valid()
+}
+
+fn temp_file(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("moe_decode-{}-{name}", std::process::id()))
+}
+
+/// `(top-1 - top-2)` of `logits`.
+fn margin(logits: &[f32]) -> f32 {
+    let mut sorted = logits.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    sorted[0] - sorted[1]
+}
+
+#[test]
+fn the_burn_022_decoder_on_the_remote_device_decodes_as_the_in_process_server() {
+    let device = AscendDevice::Emulated(0);
+    let cfg = small();
+    let model = trained(&cfg, &device);
+
+    let requests: Vec<Request> = PROMPTS
+        .iter()
+        .map(|p| Request::greedy(p.bytes().map(u32::from).collect(), NEW_TOKENS))
+        .collect();
+    let serving = ServeConfig {
+        pages: PAGES * PROMPTS.len(),
+        page_size: PAGE_SIZE,
+        max_seq: cfg.max_seq,
+        max_kv_splits: 4,
+        step_tokens: 32,
+        max_waiting: PROMPTS.len(),
+        record_logits: true,
+    };
+    let mut server = Server::new(model.clone(), serving, &device).expect("a valid config");
+    let reference: Vec<_> = server
+        .generate(&requests)
+        .results
+        .into_iter()
+        .map(|r| r.expect("a valid prompt"))
+        .collect();
+
+    let path = temp_file("weights.safetensors");
+    save_weights(&path, &sizes(&cfg), weights(model)).expect("the weights written");
+    let remote = LocalServer::start();
+    let decoder = MoeDecoder::load(&path, &remote.device()).expect("the weights read");
+    std::fs::remove_file(&path).expect("the weights file removed");
+
+    let mut worst = 0f32;
+    let mut margins = Vec::new();
+    for (request, want) in requests.iter().zip(&reference) {
+        let prompt =
+            String::from_utf8_lossy(&request.prompt.iter().map(|&t| t as u8).collect::<Vec<_>>())
+                .into_owned();
+        let got = decoder
+            .generate(&request.prompt, NEW_TOKENS, (PAGES, PAGE_SIZE), true)
+            .expect("a prompt the cache holds");
+        assert_eq!(got.tokens.len(), NEW_TOKENS, "prompt {prompt:?}: tokens");
+        for step in 0..NEW_TOKENS {
+            assert_eq!(
+                got.tokens[step], want.tokens[step],
+                "prompt {prompt:?} step {step}: the remote decoder chose token {}, the \
+                 in-process server {} (remote {:?}, in process {:?})",
+                got.tokens[step], want.tokens[step], got.tokens, want.tokens
+            );
+            let (r, l) = (&got.logits[step], &want.logits[step]);
+            let m = margin(l);
+            margins.push(m);
+            assert!(
+                m >= MIN_MARGIN,
+                "prompt {prompt:?} step {step}: the in-process top-1/top-2 logit margin {m} is \
+                 below {MIN_MARGIN}: the token comparison would not mean anything"
+            );
+            let diff = r
+                .iter()
+                .zip(l)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            worst = worst.max(diff);
+            assert!(
+                diff <= LOGIT_TOLERANCE,
+                "prompt {prompt:?} step {step}: the remote logits differ from the in-process \
+                 ones by up to {diff} (tolerance {LOGIT_TOLERANCE})"
+            );
+        }
+    }
+    println!(
+        "largest logit difference {worst:e}; top-1/top-2 margins: smallest {:.4}, all {margins:.3?}",
+        margins.iter().copied().fold(f32::INFINITY, f32::min)
+    );
+}
