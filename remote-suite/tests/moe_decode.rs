@@ -10,11 +10,14 @@ mod moe021;
 
 use std::path::PathBuf;
 
+use burn::tensor::TensorData;
 use burn_ascend::AscendDevice;
-use burn_ascend_remote_suite::moe::{save_weights, MoeDecoder};
+use burn_ascend_remote_suite::moe::{load_weights, save_weights, MoeDecoder, Weights};
 use burn_ascend_remote_suite::LocalServer;
 use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
 use moe021::{sizes, small, trained, weights, PROMPTS};
+use safetensors::tensor::TensorView;
+use safetensors::Dtype;
 
 /// Tokens generated per prompt (the longest prompt then fills the 64 slots of its pages but
 /// three).
@@ -125,5 +128,68 @@ fn the_burn_022_decoder_on_the_remote_device_decodes_as_the_in_process_server() 
     println!(
         "largest logit difference {worst:e}; top-1/top-2 margins: smallest {:.4}, all {margins:.3?}",
         margins.iter().copied().fold(f32::INFINITY, f32::min)
+    );
+}
+
+/// A weights file that does not fit the layout is refused naming the tensor, before anything
+/// reaches a device; so is a request the cache cannot hold.
+#[test]
+fn weights_and_requests_that_do_not_fit_are_clear_errors() {
+    let sizes = sizes(&small().with_layers(1));
+    let zeros = |_: String, shape: Vec<usize>| {
+        let n = shape.iter().product();
+        TensorData::new(vec![0f32; n], shape)
+    };
+
+    // The head transposed.
+    let mut w = Weights::build(&sizes, zeros);
+    w.head = TensorData::new(
+        vec![0f32; sizes.vocab * sizes.hidden],
+        [sizes.vocab, sizes.hidden],
+    );
+    let path = temp_file("transposed.safetensors");
+    let err = save_weights(&path, &sizes, w).expect_err("a misshapen tensor");
+    assert!(
+        err.0
+            .contains("head: the layout has f32 [64, 256], the model gave F32 [256, 64]"),
+        "{err}"
+    );
+    assert!(!path.exists(), "nothing written");
+
+    // A file without the block's tensors.
+    let path = temp_file("partial.safetensors");
+    let embed = vec![0u8; sizes.vocab * sizes.hidden * 4];
+    let view = TensorView::new(Dtype::F32, vec![sizes.vocab, sizes.hidden], &embed).unwrap();
+    let meta = [
+        ("vocab", "256"),
+        ("hidden", "64"),
+        ("layers", "1"),
+        ("q_heads", "4"),
+    ]
+    .into_iter()
+    .chain([("kv_heads", "2"), ("experts", "4"), ("top_k", "2")])
+    .chain([
+        ("expert_hidden", "128"),
+        ("rope_theta", "10000"),
+        ("eps", "1e-5"),
+    ])
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    safetensors::serialize_to_file([("embed", view)], Some(meta), &path).unwrap();
+    let err = load_weights(&path).expect_err("missing tensors");
+    std::fs::remove_file(&path).unwrap();
+    assert!(err.0.contains("blocks.0.attn_norm.gamma"), "{err}");
+
+    // A prompt and continuation longer than the cache.
+    let server = LocalServer::start();
+    let decoder = MoeDecoder::new(sizes, Weights::build(&sizes, zeros), &server.device());
+    let err = decoder
+        .generate(&[1; 10], 7, (4, 4), false)
+        .expect_err("17 positions in 16 slots");
+    assert!(
+        err.0.contains(
+            "17 positions (prompt 10 + 7 new) exceed the cache's 16 (4 pages of 4 slots)"
+        ),
+        "{err}"
     );
 }
