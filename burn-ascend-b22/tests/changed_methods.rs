@@ -231,6 +231,55 @@ fn check_pool_indices(dtype: IntDType, ours: IntTensor<Ascend>, theirs: IntTenso
     assert_eq!(ours, theirs);
 }
 
+/// Indices of an int tensor come in its int dtype, as Burn 0.22's IR declares them (burn-router's
+/// int ops, through which a remote client declares each output: int64 indices under an int32
+/// declaration broke the MoE decoder's routing through the server), with flex's values. (flex
+/// itself returns int64 from argmax and argmin whatever the input: only its values are compared.)
+#[test]
+fn int_index_ops_give_indices_in_the_input_int_dtype() {
+    // Distinct values (no ties, whose order sorts may choose freely), of both signs.
+    let values: Vec<i64> = (0..15).map(|i| (i * 7 % 15) - 6).collect();
+    for dtype in [DType::I32, DType::I64] {
+        let data = TensorData::new(values.clone(), [3, 5]).convert_dtype(dtype);
+        let ours = || Ascend::int_from_data(data.clone(), &npu());
+        let theirs = || Flex::int_from_data(data.clone(), &FlexDevice);
+        let cases = [
+            (
+                "argmax",
+                Ascend::int_argmax(ours(), 1),
+                Flex::int_argmax(theirs(), 1),
+            ),
+            (
+                "argmin",
+                Ascend::int_argmin(ours(), 1),
+                Flex::int_argmin(theirs(), 1),
+            ),
+            (
+                "argtopk",
+                Ascend::int_argtopk(ours(), 1, 2),
+                Flex::int_argtopk(theirs(), 1, 2),
+            ),
+            (
+                "argsort",
+                Ascend::int_argsort(ours(), 1, true),
+                Flex::int_argsort(theirs(), 1, true),
+            ),
+            (
+                "sort_with_indices",
+                Ascend::int_sort_with_indices(ours(), 1, false).1,
+                Flex::int_sort_with_indices(theirs(), 1, false).1,
+            ),
+        ];
+        for (op, a, f) in cases {
+            let (a, f) = (read_int::<Ascend>(a), read_int::<Flex>(f));
+            assert_eq!(a.dtype(), dtype, "{op} of {dtype:?}: the indices' dtype");
+            let a: Vec<i64> = a.convert::<i64>().try_into_vec().unwrap();
+            let f: Vec<i64> = f.convert::<i64>().try_into_vec().unwrap();
+            assert_eq!(a, f, "{op} of {dtype:?}");
+        }
+    }
+}
+
 #[test]
 fn max_pool2d_with_indices_gives_the_index_dtype_asked_for() {
     let x = float_data(&[2, 2, 5, 6], 0.5);

@@ -1,7 +1,12 @@
 //! Burn 0.22 programs that name no backend, run on a device of an in-process
 //! `burn-ascend-server` (through Burn's remote backend) and on Burn's own CPU backend.
+//!
+//! - [`programs`]: an MLP trained on either device.
+//! - [`moe`]: the example's MoE decoder with burn-ascend-client's fused ops (remote devices
+//!   only), decoding greedily over a paged KV cache from a safetensors weights file.
 #![warn(missing_docs)]
 
+pub mod moe;
 pub mod programs;
 
 use std::net::{Ipv4Addr, SocketAddr};

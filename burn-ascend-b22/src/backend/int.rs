@@ -434,12 +434,17 @@ impl IntTensorOps<Ascend> for Ascend {
         run("int_cummax", reduce::scan(Scan::Max, &tensor, dim))
     }
 
+    // Indices of an int tensor take its int dtype (Burn 0.22's IR declares them so: a remote
+    // client reads them in that dtype).
     fn int_argmax(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
-        run("int_argmax", reduce::arg(&tensor, dim, true, DataType::I64))
+        run(
+            "int_argmax",
+            reduce::arg(&tensor, dim, true, tensor.dtype()),
+        )
     }
 
     fn int_argtopk(tensor: IntTensor<Ascend>, dim: usize, k: usize) -> IntTensor<Ascend> {
-        indices("int_argtopk", sort::topk(&tensor, dim, k), DataType::I64)
+        indices("int_argtopk", sort::topk(&tensor, dim, k), tensor.dtype())
     }
 
     fn int_topk(tensor: IntTensor<Ascend>, dim: usize, k: usize) -> IntTensor<Ascend> {
@@ -449,7 +454,7 @@ impl IntTensorOps<Ascend> for Ascend {
     fn int_argmin(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
         run(
             "int_argmin",
-            reduce::arg(&tensor, dim, false, DataType::I64),
+            reduce::arg(&tensor, dim, false, tensor.dtype()),
         )
     }
 
@@ -559,17 +564,16 @@ impl IntTensorOps<Ascend> for Ascend {
         dim: usize,
         descending: bool,
     ) -> (IntTensor<Ascend>, IntTensor<Ascend>) {
-        run(
-            "int_sort_with_indices",
-            sort::sort(&tensor, dim, descending),
-        )
+        const OP: &str = "int_sort_with_indices";
+        let (values, order) = run(OP, sort::sort(&tensor, dim, descending));
+        (values, run(OP, copy::cast(&order, tensor.dtype())))
     }
 
     fn int_argsort(tensor: IntTensor<Ascend>, dim: usize, descending: bool) -> IntTensor<Ascend> {
         indices(
             "int_argsort",
             sort::sort(&tensor, dim, descending),
-            DataType::I64,
+            tensor.dtype(),
         )
     }
 

@@ -1,0 +1,125 @@
+//! The Burn 0.21 side of the MoE decoder through the remote device, shared by the test
+//! (`moe_decode.rs`) and the example (`examples/remote_decode.rs`): the example's model in a
+//! small configuration, trained in process on the emulated NPU, and its weights in the Burn 0.22
+//! program's layout (`burn_ascend_remote_suite::moe::Weights`), read from the model's record.
+
+use burn::tensor::TensorData;
+use burn021::module::{AutodiffModule, Param};
+use burn021::tensor::Tensor as Tensor21;
+use burn_ascend::{Ascend, AscendDevice};
+use burn_ascend_remote_suite::moe::{BlockWeights, MoeSizes, NormWeights, Weights};
+use burn_ascend_suite::families::blocks::quant::ProjectionRecord;
+use burn_ascend_suite::moe::config::MoeConfig;
+use burn_ascend_suite::moe::corpus;
+use burn_ascend_suite::moe::model::{ExpertsRecord, MoeDecoder as MoeDecoder21, NormRecord};
+use burn_ascend_suite::moe::train::{train, TrainConfig};
+use burn_autodiff::Autodiff;
+
+/// The example's prompts (`examples/moe_decoder`): 21, 11, 49 and 7 bytes.
+pub const PROMPTS: [&str; 4] = [
+    "The lighthouse keeper",
+    "She counted",
+    "In the evenings the keeper taught his daughter to",
+    "The sea",
+];
+
+/// A small model, so that training and both decodes take seconds in a debug build.
+pub fn small() -> MoeConfig {
+    MoeConfig::new()
+        .with_hidden(64)
+        .with_layers(2)
+        .with_q_heads(4)
+        .with_kv_heads(2)
+        .with_experts(4)
+        .with_top_k(2)
+        .with_expert_hidden(128)
+        .with_max_seq(64)
+}
+
+pub fn sizes(cfg: &MoeConfig) -> MoeSizes {
+    MoeSizes {
+        vocab: cfg.vocab,
+        hidden: cfg.hidden,
+        layers: cfg.layers,
+        q_heads: cfg.q_heads,
+        kv_heads: cfg.kv_heads,
+        experts: cfg.experts,
+        top_k: cfg.top_k,
+        expert_hidden: cfg.expert_hidden,
+        rope_theta: cfg.rope_theta,
+        eps: cfg.eps,
+    }
+}
+
+/// A Burn 0.21 parameter's values as Burn 0.22 data (reading them: a user-requested transfer).
+fn data<const D: usize>(p: Param<Tensor21<Ascend, D>>) -> TensorData {
+    let d = p.val().into_data().convert::<f32>();
+    TensorData::new(d.to_vec::<f32>().expect("f32"), d.shape.as_slice().to_vec())
+}
+
+fn norm(n: NormRecord<Ascend>) -> NormWeights<TensorData> {
+    NormWeights {
+        gamma: data(n.gamma),
+        beta: data(n.beta),
+    }
+}
+
+fn projection(p: ProjectionRecord<Ascend>) -> TensorData {
+    match p {
+        ProjectionRecord::Float(linear) => data(linear.weight),
+        ProjectionRecord::Quantized(_) => panic!("the test's model is not quantized"),
+    }
+}
+
+/// The Burn 0.21 model's weights in the layout of the Burn 0.22 program's file.
+pub fn weights(model: MoeDecoder21<Ascend>) -> Weights<TensorData> {
+    use burn021::module::Module;
+    let r = model.into_record();
+    Weights {
+        embed: data(r.embed.weight),
+        blocks: r
+            .blocks
+            .into_iter()
+            .map(|b| {
+                let ExpertsRecord::Float(experts) = b.moe.experts else {
+                    panic!("the test's model is not quantized")
+                };
+                BlockWeights {
+                    attn_norm: norm(b.attn_norm),
+                    q: projection(b.attn.q),
+                    k: projection(b.attn.k),
+                    v: projection(b.attn.v),
+                    o: projection(b.attn.o),
+                    ffn_norm: norm(b.ffn_norm),
+                    router: data(b.moe.router.weight),
+                    gate: data(experts.gate),
+                    up: data(experts.up),
+                    down: data(experts.down),
+                }
+            })
+            .collect(),
+        norm: norm(r.norm),
+        head: data(r.head.weight),
+    }
+}
+
+/// The model trained a few steps on the shipped corpus, so that its greedy choices are clear
+/// (an untrained model's logits are near ties), and the training losses.
+pub fn trained(cfg: &MoeConfig, device: &AscendDevice) -> (MoeDecoder21<Ascend>, Vec<f32>) {
+    // Seeded: the same weights, hence the same margins, on every run.
+    <Autodiff<Ascend> as burn021::tensor::backend::Backend>::seed(device, 26);
+    let model = MoeDecoder21::<Autodiff<Ascend>>::new(cfg, device).expect("a valid config");
+    let settings = TrainConfig {
+        steps: 20,
+        batch: 4,
+        seq_len: 32,
+        learning_rate: 1e-2,
+        aux_weight: 0.01,
+    };
+    let mut losses = Vec::new();
+    let model = train(model, &corpus::tokens(), &settings, device, |r| {
+        losses.push(r.loss)
+    })
+    .expect("finite losses");
+    (model.valid(), losses)
+}
