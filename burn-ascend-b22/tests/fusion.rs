@@ -121,9 +121,9 @@ fn arith_block<B: Backend>(mut t: Vec<FloatTensor<B>>) -> FloatTensor<B> {
 #[test]
 fn elementwise_runs_are_one_program_launch() {
     let _g = alone();
-    let x = float_data(&[16, 96], 0.3);
-    let (got, work) = fused(&[x.clone()], &[], gelu_block::<F>);
-    got.assert_approx_eq(&on_flex(&[x.clone()], gelu_block::<Flex>), tol());
+    let x = [float_data(&[16, 96], 0.3)];
+    let (got, work) = fused(&x, &[], gelu_block::<F>);
+    got.assert_approx_eq(&on_flex(&x, gelu_block::<Flex>), tol());
     assert_eq!(
         (work.kernels, work.aclnn),
         (1, 0),
@@ -138,6 +138,7 @@ fn elementwise_runs_are_one_program_launch() {
             .collect(),
         vec![16, 96],
     );
+    let [x] = x;
     let inputs = [x, y];
     let (got, work) = fused(&inputs, &[], arith_block::<F>);
     got.assert_approx_eq(&on_flex(&inputs, arith_block::<Flex>), tol());
@@ -198,26 +199,26 @@ fn composed_linear_is_one_addmm() {
 #[test]
 fn composed_softmax_and_log_softmax_are_one_operator() {
     let _g = alone();
-    let x = float_data(&[6, 4, 33], 0.9);
-    for dim in [2, 1] {
-        let softmax = |mut t: Vec<FloatTensor<F>>| F::softmax(t.remove(0), dim);
-        let (got, work) = fused(&[x.clone()], &["aclnnSoftmax"], softmax);
-        let want = on_flex(&[x.clone()], |mut t| Flex::softmax(t.remove(0), dim));
+    let x = [float_data(&[6, 4, 33], 0.9)];
+    for (dim, log) in [(2, false), (1, false), (2, true), (1, true)] {
+        let op = if log {
+            "aclnnLogSoftmax"
+        } else {
+            "aclnnSoftmax"
+        };
+        let (got, work) = fused(&x, &[op], |mut t| match log {
+            true => F::log_softmax(t.remove(0), dim),
+            false => F::softmax(t.remove(0), dim),
+        });
+        let want = on_flex(&x, |mut t| match log {
+            true => Flex::log_softmax(t.remove(0), dim),
+            false => Flex::softmax(t.remove(0), dim),
+        });
         got.assert_approx_eq(&want, tol());
         assert_eq!(
             (work.kernels, work.aclnn, work.of[0]),
             (0, 1, 1),
-            "softmax over {dim}"
-        );
-
-        let log_softmax = |mut t: Vec<FloatTensor<F>>| F::log_softmax(t.remove(0), dim);
-        let (got, work) = fused(&[x.clone()], &["aclnnLogSoftmax"], log_softmax);
-        let want = on_flex(&[x.clone()], |mut t| Flex::log_softmax(t.remove(0), dim));
-        got.assert_approx_eq(&want, tol());
-        assert_eq!(
-            (work.kernels, work.aclnn, work.of[0]),
-            (0, 1, 1),
-            "log_softmax over {dim}"
+            "{op} over dim {dim}"
         );
     }
 }

@@ -12,11 +12,11 @@ macro_rules! __ascend_fusion_elementwise {
         use burn_ir::{OperationIr, ScalarIr, TensorIr};
         use serde::{Deserialize, Serialize};
 
+        use super::super::run;
+        use super::super::tensor::cores;
+        use super::super::AscendTensor;
         use super::lower::Lowering;
         use super::{global, scalar, take_input, $handle, AscendFusionRuntime, AscendOptimization};
-        use crate::backend::run;
-        use crate::backend::tensor::cores;
-        use crate::AscendTensor;
         use $crate::ops::fused::run_program;
 
         /// Collects element-wise ops while they lower onto one program.

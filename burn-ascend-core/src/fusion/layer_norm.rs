@@ -22,11 +22,11 @@ macro_rules! __ascend_fusion_layer_norm {
         };
         use serde::{Deserialize, Serialize};
 
+        use super::super::{run, Ascend};
         use super::pattern::{
             consumed, leading_ones, numeric, parameter, reshape, Pattern, PatternFuser,
         };
         use super::{global, scalar, take_input, $handle, AscendOptimization};
-        use crate::backend::{run, Ascend};
         use $crate::ops::fused::layer_norm;
 
         /// What a recorded prefix of the pattern has bound.

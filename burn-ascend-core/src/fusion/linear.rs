@@ -18,9 +18,9 @@ macro_rules! __ascend_fusion_linear {
         use burn_std::DType;
         use serde::{Deserialize, Serialize};
 
+        use super::super::Ascend;
         use super::pattern::{leading_ones, parameter, reshape, Pattern, PatternFuser};
         use super::{global, take_input, $handle, AscendOptimization};
-        use crate::backend::Ascend;
 
         /// The operands of a recognised (prefix of a) linear.
         #[derive(Debug, Clone, PartialEq)]

@@ -6,13 +6,13 @@
 /// `Fusion<Ascend>` (and `Autodiff<Fusion<Ascend>>`) records the op stream lazily and runs it on
 /// the device.
 ///
-/// Expand it once, in a module `crate::backend::fusion` of a Burn adapter, as
+/// Expand it once, in a child module (`fusion`) of the adapter's backend module, as
 /// `burn_ascend_core::ascend_fusion!(Handle);` where `Handle` (in scope there) is the adapter's
 /// `BackendIr::Handle` of `Ascend`, an enum with a `Tensor(AscendTensor)` variant. The expansion
-/// names, in the adapter: `crate::backend::{Ascend, run, float_type, tensor::cores}`,
-/// `crate::{AscendTensor, AscendDevice}`, and the crates `burn_backend`, `burn_fusion`,
-/// `burn_ir`, `burn_std` and `serde`. Handles are the backend's own tensors: fusion hands them
-/// back to the `Ascend` ops unchanged.
+/// names, in that parent module: `Ascend`, `AscendTensor`, `AscendDevice`, `run`, `float_type`
+/// and `tensor::cores`; and the crates `burn_backend`, `burn_fusion`, `burn_ir`, `burn_std` and
+/// `serde`. Handles are the backend's own tensors: fusion hands them back to the `Ascend` ops
+/// unchanged.
 #[macro_export]
 macro_rules! ascend_fusion {
     ($handle:ident) => {
@@ -47,7 +47,7 @@ macro_rules! ascend_fusion {
         pub use pattern::{Pattern, PatternFuser};
         pub use softmax::{SoftmaxFuser, SoftmaxOptimization, SoftmaxPattern};
 
-        /// The fusion runtime of [`Ascend`](crate::backend::Ascend).
+        /// The fusion runtime of `Ascend`.
         #[derive(Debug)]
         pub struct AscendFusionRuntime;
 
@@ -120,7 +120,7 @@ macro_rules! ascend_fusion {
                 }
             }
 
-            fn from_state(_device: &crate::AscendDevice, state: AscendOptimizationState) -> Self {
+            fn from_state(_device: &super::AscendDevice, state: AscendOptimizationState) -> Self {
                 match state {
                     AscendOptimizationState::Elementwise(o) => Self::Elementwise(o),
                     AscendOptimizationState::LayerNorm(o) => Self::LayerNorm(o),
@@ -134,7 +134,7 @@ macro_rules! ascend_fusion {
             type OptimizationState = AscendOptimizationState;
             type Optimization = AscendOptimization;
             type FusionHandle = $handle;
-            type FusionDevice = crate::AscendDevice;
+            type FusionDevice = super::AscendDevice;
 
             /// The kernel-backed fusers only where the device can run their kernel: elsewhere
             /// the recorded ops run unfused (see `DeviceContext::has_kernel`).
@@ -145,7 +145,7 @@ macro_rules! ascend_fusion {
             /// (0.22 catches it, and a deferred fault still surfaces at the read; see
             /// `runtime::context::defer_device_faults`).
             fn fusers(
-                device: crate::AscendDevice,
+                device: super::AscendDevice,
             ) -> Vec<Box<dyn burn_fusion::OperationFuser<AscendOptimization>>> {
                 $crate::runtime::context::defer_device_faults();
                 let has_kernel = |kernel| {
@@ -166,16 +166,16 @@ macro_rules! ascend_fusion {
             }
         }
 
-        impl burn_fusion::FusionBackend for crate::backend::Ascend {
+        impl burn_fusion::FusionBackend for super::Ascend {
             type FusionRuntime = AscendFusionRuntime;
-            type FullPrecisionBackend = crate::backend::Ascend;
+            type FullPrecisionBackend = super::Ascend;
 
             fn cast_float(
                 tensor: burn_backend::tensor::FloatTensor<Self>,
                 dtype: burn_backend::DType,
             ) -> Self::Handle {
-                let target = crate::backend::float_type(dtype.into());
-                $handle::Tensor(crate::backend::run(
+                let target = super::float_type(dtype.into());
+                $handle::Tensor(super::run(
                     "cast_float",
                     $crate::ops::copy::cast(&tensor, target),
                 ))
@@ -202,10 +202,10 @@ macro_rules! ascend_fusion {
         fn take_input(
             context: &mut burn_fusion::stream::Context<$handle>,
             recorded: &burn_ir::TensorIr,
-        ) -> crate::AscendTensor {
+        ) -> super::AscendTensor {
             let t = global(context, recorded);
             let handle = context.handles.get_handle(&t.id, &recorded.status);
-            <crate::backend::Ascend as burn_ir::BackendIr>::float_tensor(burn_ir::TensorHandle {
+            <super::Ascend as burn_ir::BackendIr>::float_tensor(burn_ir::TensorHandle {
                 handle,
                 shape: t.shape.clone(),
             })

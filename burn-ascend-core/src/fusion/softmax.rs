@@ -20,10 +20,10 @@ macro_rules! __ascend_fusion_softmax {
         };
         use serde::{Deserialize, Serialize};
 
+        use super::super::Ascend;
         use super::lower::scalar_f64;
         use super::pattern::{consumed, float, numeric, Pattern, PatternFuser};
         use super::{global, scalar_value, take_input, $handle, AscendOptimization};
-        use crate::backend::Ascend;
 
         /// What a recorded prefix of the pattern has bound.
         #[derive(Debug, Clone, PartialEq)]
