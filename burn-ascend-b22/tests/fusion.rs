@@ -5,16 +5,19 @@
 //! aclnnSoftmax / aclnnLogSoftmax; and gradients through `Autodiff<Fusion<Ascend>>`, with fewer
 //! launches than `Autodiff<Ascend>`. The counters are process-wide, so the tests take turns.
 
+mod common;
+
 use std::sync::{Mutex, MutexGuard};
 
 use burn_ascend_b22::emulator::{aclnn_launches_of, work_counters};
-use burn_ascend_b22::{Ascend, AscendDevice};
+use burn_ascend_b22::Ascend;
 use burn_autodiff::Autodiff;
 use burn_backend::ops::{ActivationOps, FloatTensorOps};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{try_read_sync, AutodiffBackend, Backend, TensorData, Tolerance};
+use burn_backend::{AutodiffBackend, Backend, TensorData, Tolerance};
 use burn_flex::{Flex, FlexDevice};
 use burn_fusion::Fusion;
+use common::{npu, read};
 
 type F = Fusion<Ascend>;
 
@@ -23,16 +26,6 @@ static COUNTERS: Mutex<()> = Mutex::new(());
 
 fn alone() -> MutexGuard<'static, ()> {
     COUNTERS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn npu() -> AscendDevice {
-    AscendDevice::Emulated(0)
-}
-
-fn read<B: Backend>(t: FloatTensor<B>) -> TensorData {
-    try_read_sync(B::float_into_data(t))
-        .expect("the read completes")
-        .expect("the read succeeds")
 }
 
 /// Deterministic test values (no RNG): distinct, of both signs, not integers.

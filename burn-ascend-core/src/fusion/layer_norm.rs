@@ -15,18 +15,14 @@ macro_rules! __ascend_fusion_layer_norm {
     ($handle:ident) => {
         use burn_backend::ops::FloatTensorOps;
         use burn_fusion::stream::Context;
-        use burn_fusion::NumOperations;
         use burn_ir::{
             BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorIr,
             TensorStatus,
         };
-        use serde::{Deserialize, Serialize};
 
         use super::super::{run, Ascend};
-        use super::pattern::{
-            consumed, leading_ones, numeric, parameter, reshape, Pattern, PatternFuser,
-        };
-        use super::{global, scalar, take_input, $handle, AscendOptimization};
+        use super::pattern::{consumed, leading_ones, numeric, parameter, reshape};
+        use super::{global, scalar, take_input, $handle};
         use $crate::ops::fused::layer_norm;
 
         /// What a recorded prefix of the pattern has bound.
@@ -212,39 +208,13 @@ macro_rules! __ascend_fusion_layer_norm {
             Some((Some((param, bin.out.clone())), at + 1))
         }
 
-        /// The composed layer norm as a [`Pattern`].
-        #[derive(Debug)]
-        pub struct LayerNormPattern;
-
-        impl Pattern for LayerNormPattern {
-            const GROWS: bool = true;
-
-            fn matches(ops: &[OperationIr]) -> Option<bool> {
-                parse(ops).map(|b| b.complete)
-            }
-
-            fn optimization(ops: Vec<OperationIr>) -> AscendOptimization {
-                AscendOptimization::LayerNorm(LayerNormOptimization { ops })
-            }
-        }
-
-        /// Recognises the composed layer norm in the op stream.
-        pub type LayerNormFuser = PatternFuser<LayerNormPattern>;
-
-        /// A composed layer norm run by the `layer_norm` kernel.
-        #[derive(Debug, Clone, Serialize, Deserialize)]
-        pub struct LayerNormOptimization {
-            ops: Vec<OperationIr>,
-        }
-
-        impl NumOperations for LayerNormOptimization {
-            fn len(&self) -> usize {
-                self.ops.len()
-            }
-
-            fn name(&self) -> &'static str {
-                "layer_norm"
-            }
+        $crate::__ascend_fusion_pattern_types! {
+            /// The composed layer norm as a `Pattern`.
+            LayerNormPattern { grows: true, complete: |b| b.complete }
+            /// Recognises the composed layer norm in the op stream.
+            LayerNormFuser
+            /// A composed layer norm run by the `layer_norm` kernel.
+            LayerNormOptimization = LayerNorm, "layer_norm"
         }
 
         impl LayerNormOptimization {

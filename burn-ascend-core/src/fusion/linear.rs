@@ -13,14 +13,12 @@ macro_rules! __ascend_fusion_linear {
     ($handle:ident) => {
         use burn_backend::ops::{FloatTensorOps, ModuleOps};
         use burn_fusion::stream::Context;
-        use burn_fusion::NumOperations;
         use burn_ir::{FloatOperationIr, NumericOperationIr, OperationIr, TensorIr, TensorStatus};
         use burn_std::DType;
-        use serde::{Deserialize, Serialize};
 
         use super::super::Ascend;
-        use super::pattern::{leading_ones, parameter, reshape, Pattern, PatternFuser};
-        use super::{global, take_input, $handle, AscendOptimization};
+        use super::pattern::{leading_ones, parameter, reshape};
+        use super::{global, take_input, $handle};
 
         /// The operands of a recognised (prefix of a) linear.
         #[derive(Debug, Clone, PartialEq)]
@@ -101,39 +99,13 @@ macro_rules! __ascend_fusion_linear {
             (at + 1 == ops.len()).then_some(bound)
         }
 
-        /// The composed linear as a [`Pattern`].
-        #[derive(Debug)]
-        pub struct LinearPattern;
-
-        impl Pattern for LinearPattern {
-            const GROWS: bool = false;
-
-            fn matches(ops: &[OperationIr]) -> Option<bool> {
-                parse(ops).map(|b| b.out.is_some())
-            }
-
-            fn optimization(ops: Vec<OperationIr>) -> AscendOptimization {
-                AscendOptimization::Linear(LinearOptimization { ops })
-            }
-        }
-
-        /// Recognises the composed linear in the op stream.
-        pub type LinearFuser = PatternFuser<LinearPattern>;
-
-        /// A composed linear run as one aclnnAddmm.
-        #[derive(Debug, Clone, Serialize, Deserialize)]
-        pub struct LinearOptimization {
-            ops: Vec<OperationIr>,
-        }
-
-        impl NumOperations for LinearOptimization {
-            fn len(&self) -> usize {
-                self.ops.len()
-            }
-
-            fn name(&self) -> &'static str {
-                "linear"
-            }
+        $crate::__ascend_fusion_pattern_types! {
+            /// The composed linear as a `Pattern`.
+            LinearPattern { grows: false, complete: |b| b.out.is_some() }
+            /// Recognises the composed linear in the op stream.
+            LinearFuser
+            /// A composed linear run as one aclnnAddmm.
+            LinearOptimization = Linear, "linear"
         }
 
         impl LinearOptimization {

@@ -163,3 +163,52 @@ macro_rules! __ascend_fusion_pattern {
         }
     };
 }
+
+/// Emits a pattern fuser's types from its module's `parse`: the `Pattern` (complete when
+/// `$complete` holds of the parsed prefix), its fuser and the optimization that stores the
+/// recorded ops (each execution parses them again).
+///
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __ascend_fusion_pattern_types {
+    (
+        $(#[$pattern_doc:meta])* $pattern:ident { grows: $grows:literal, complete: |$b:ident| $complete:expr }
+        $(#[$fuser_doc:meta])* $fuser:ident
+        $(#[$opt_doc:meta])* $opt:ident = $variant:ident, $name:literal
+    ) => {
+        $(#[$pattern_doc])*
+        #[derive(Debug)]
+        pub struct $pattern;
+
+        impl super::pattern::Pattern for $pattern {
+            const GROWS: bool = $grows;
+
+            fn matches(ops: &[burn_ir::OperationIr]) -> Option<bool> {
+                parse(ops).map(|$b| $complete)
+            }
+
+            fn optimization(ops: Vec<burn_ir::OperationIr>) -> super::AscendOptimization {
+                super::AscendOptimization::$variant($opt { ops })
+            }
+        }
+
+        $(#[$fuser_doc])*
+        pub type $fuser = super::pattern::PatternFuser<$pattern>;
+
+        $(#[$opt_doc])*
+        #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+        pub struct $opt {
+            ops: Vec<burn_ir::OperationIr>,
+        }
+
+        impl burn_fusion::NumOperations for $opt {
+            fn len(&self) -> usize {
+                self.ops.len()
+            }
+
+            fn name(&self) -> &'static str {
+                $name
+            }
+        }
+    };
+}

@@ -14,16 +14,14 @@ macro_rules! __ascend_fusion_softmax {
     ($handle:ident) => {
         use burn_backend::ops::{ActivationOps, FloatTensorOps};
         use burn_fusion::stream::Context;
-        use burn_fusion::NumOperations;
         use burn_ir::{
             FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorIr, TensorStatus,
         };
-        use serde::{Deserialize, Serialize};
 
         use super::super::Ascend;
         use super::lower::scalar_f64;
-        use super::pattern::{consumed, float, numeric, Pattern, PatternFuser};
-        use super::{global, scalar_value, take_input, $handle, AscendOptimization};
+        use super::pattern::{consumed, float, numeric};
+        use super::{global, scalar_value, take_input, $handle};
 
         /// What a recorded prefix of the pattern has bound.
         #[derive(Debug, Clone, PartialEq)]
@@ -142,39 +140,13 @@ macro_rules! __ascend_fusion_softmax {
             Some(bound)
         }
 
-        /// The composed softmax and log-softmax as a [`Pattern`].
-        #[derive(Debug)]
-        pub struct SoftmaxPattern;
-
-        impl Pattern for SoftmaxPattern {
-            const GROWS: bool = false;
-
-            fn matches(ops: &[OperationIr]) -> Option<bool> {
-                parse(ops).map(|b| b.out.is_some())
-            }
-
-            fn optimization(ops: Vec<OperationIr>) -> AscendOptimization {
-                AscendOptimization::Softmax(SoftmaxOptimization { ops })
-            }
-        }
-
-        /// Recognises the composed softmax and log-softmax in the op stream.
-        pub type SoftmaxFuser = PatternFuser<SoftmaxPattern>;
-
-        /// A composed softmax or log-softmax run as one aclnn operator.
-        #[derive(Debug, Clone, Serialize, Deserialize)]
-        pub struct SoftmaxOptimization {
-            ops: Vec<OperationIr>,
-        }
-
-        impl NumOperations for SoftmaxOptimization {
-            fn len(&self) -> usize {
-                self.ops.len()
-            }
-
-            fn name(&self) -> &'static str {
-                "softmax"
-            }
+        $crate::__ascend_fusion_pattern_types! {
+            /// The composed softmax and log-softmax as a `Pattern`.
+            SoftmaxPattern { grows: false, complete: |b| b.out.is_some() }
+            /// Recognises the composed softmax and log-softmax in the op stream.
+            SoftmaxFuser
+            /// A composed softmax or log-softmax run as one aclnn operator.
+            SoftmaxOptimization = Softmax, "softmax"
         }
 
         impl SoftmaxOptimization {
