@@ -14,7 +14,7 @@ use burn_ascend_b22::Ascend;
 use burn_autodiff::Autodiff;
 use burn_backend::ops::{ActivationOps, FloatTensorOps};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{AutodiffBackend, Backend, TensorData, Tolerance};
+use burn_backend::{AutodiffBackend, Backend, Shape, TensorData, TensorMetadata, Tolerance};
 use burn_flex::{Flex, FlexDevice};
 use burn_fusion::Fusion;
 use common::{npu, read};
@@ -163,28 +163,36 @@ fn composed_layer_norm_is_one_layer_norm_launch() {
     assert_eq!((work.kernels, work.aclnn), (1, 0), "one layer_norm launch");
 }
 
+/// `linear(x, w, b)`, the bias flattened to `[n]` first (a reshape in the block when it comes as
+/// `[1, n]`, nothing when it is `[n]` already).
 fn linear_block<B: Backend>(mut t: Vec<FloatTensor<B>>) -> FloatTensor<B> {
     let (x, w, b) = (t.remove(0), t.remove(0), t.remove(0));
-    B::linear(x, w, Some(b))
+    let n = b.shape().num_elements();
+    B::linear(x, w, Some(B::float_reshape(b, Shape::new([n]))))
 }
 
 #[test]
 fn composed_linear_is_one_addmm() {
     let _g = alone();
     // Rank 2 (Burn keeps the batched form) and rank 3 with few rows per batch (Burn 0.22
-    // folds the batches into the rows: reshapes around the matmul and the bias add).
-    for x_shape in [&[5, 12][..], &[2, 5, 12]] {
+    // folds the batches into the rows: reshapes around the matmul and the bias add); a bias
+    // reshaped from `[1, n]` just before (a reshape of a rank-2 tensor that is not the weight's).
+    for (x_shape, b_shape) in [
+        (&[5, 12][..], &[9][..]),
+        (&[2, 5, 12], &[9]),
+        (&[5, 12], &[1, 9]),
+    ] {
         let inputs = [
             float_data(x_shape, 0.2),
             float_data(&[12, 9], 1.3),
-            float_data(&[9], 2.4),
+            float_data(b_shape, 2.4),
         ];
         let (got, work) = fused(&inputs, &["aclnnAddmm"], linear_block::<F>);
         got.assert_approx_eq(&on_flex(&inputs, linear_block::<Flex>), tol());
         assert_eq!(
             (work.kernels, work.aclnn, work.of[0]),
             (0, 1, 1),
-            "x {x_shape:?}: one aclnnAddmm"
+            "x {x_shape:?}, bias {b_shape:?}: one aclnnAddmm"
         );
     }
 }

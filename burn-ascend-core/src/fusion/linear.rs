@@ -39,9 +39,15 @@ macro_rules! __ascend_fusion_linear {
                 at += 1;
             }
             let Some(op) = ops.get(at) else {
-                // A lone reshape may start the pattern; the matmul decides.
+                // A lone reshape may start the pattern if it is Burn's weight reshape, `[k, n]` to
+                // `[1, .., 1, k, n]` (any other one would hold the block and keep the linear that
+                // follows from fusing); the matmul decides.
                 let r = weight_reshape?;
-                return (r.input.shape.rank() == 2).then(|| Bound {
+                let (rank_in, rank_out) = (r.input.shape.rank(), r.out.shape.rank());
+                let lifted = rank_in == 2
+                    && rank_out > 2
+                    && leading_ones(&r.out, rank_out, &[r.input.shape[0], r.input.shape[1]]);
+                return lifted.then(|| Bound {
                     x: r.input.clone(),
                     weight: None,
                     bias: None,
