@@ -20,12 +20,17 @@
 //! worker logs the message), so the client's next read fails rather than waits. The client
 //! crate checks the same contracts before sending, so a program sees the message itself.
 
-use burn_backend::TensorMetadata;
-use burn_ir::{CustomOpIr, HandleContainer, ScalarIr, TensorIr};
-use burn_router::CustomOpRegistry;
+use burn_backend::{ExecutionError, TensorMetadata};
+use burn_fusion::stream::{Operation, StreamId};
+use burn_fusion::{Fusion, FusionTensor};
+use burn_ir::{
+    CustomOpIr, HandleContainer, HandleKind, OperationIr, ScalarIr, TensorIr, TensorStatus,
+};
+use burn_router::{CustomOpRegistry, TensorInterpreter};
 
+use crate::backend::fusion::AscendFusionRuntime;
 use crate::backend::run;
-use crate::{Ascend, AscendHandle, AscendTensor};
+use crate::{Ascend, AscendDevice, AscendHandle, AscendTensor};
 use burn_ascend_core::ops::fused;
 
 /// `ascend::rms_norm`.
@@ -42,6 +47,17 @@ pub const MOE_SCATTER: &str = "ascend::moe_scatter";
 pub const GROUPED_MATMUL: &str = "ascend::grouped_matmul";
 /// `ascend::decode_attention` (its stage-1 partial results stay on the server).
 pub const DECODE_ATTENTION: &str = "ascend::decode_attention";
+
+/// Every id above: what [`register`] handles.
+pub const IDS: [&str; 7] = [
+    RMS_NORM,
+    ADD_RMS_NORM,
+    LAYER_NORM,
+    MOE_GATHER,
+    MOE_SCATTER,
+    GROUPED_MATMUL,
+    DECODE_ATTENTION,
+];
 
 type Handles = HandleContainer<AscendHandle>;
 
@@ -229,5 +245,98 @@ fn outputs<const N: usize>(h: &mut Handles, ir: &CustomOpIr, results: [AscendTen
         } else {
             h.register_int_tensor::<Ascend>(&declared.id, result);
         }
+    }
+}
+
+/// The handlers of `inner` for the ids `ids`, as handlers of `Fusion<Ascend>`, so that a server
+/// of `Fusion<Ascend>` runs the same custom ops (ours and any other crate's, e.g. burn-signal's
+/// FFT) as a server of `Ascend`.
+///
+/// burn-remote hands a custom op's handler the served backend's handles: for `Fusion<Ascend>`
+/// those are fusion tensors, whose values may still be queued in the fusion stream. Each
+/// forwarding handler therefore records the op in that stream (as `Fusion`'s own custom ops do):
+/// when the stream runs it, the inner handler runs on the `Ascend` tensors in order with the ops
+/// around it, through a one-op `TensorInterpreter` holding `inner`.
+pub fn through_fusion(
+    inner: CustomOpRegistry<Ascend>,
+    ids: &[&str],
+) -> CustomOpRegistry<Fusion<Ascend>> {
+    let mut registry = CustomOpRegistry::new();
+    for id in ids {
+        let inner = inner.clone();
+        registry.register(id, move |h, ir, device| forward(&inner, h, ir, device));
+    }
+    registry
+}
+
+type FusionHandles = HandleContainer<FusionTensor<AscendFusionRuntime>>;
+
+fn forward(
+    inner: &CustomOpRegistry<Ascend>,
+    h: &mut FusionHandles,
+    ir: &CustomOpIr,
+    device: &AscendDevice,
+) {
+    let client = burn_fusion::get_client::<Ascend>(device);
+    // The inputs as the fusion stream names them; the outputs under fresh fusion ids.
+    let inputs = ir
+        .inputs
+        .iter()
+        .map(|t| h.get_float_tensor::<Fusion<Ascend>>(t).into_ir())
+        .collect();
+    let outputs = ir
+        .outputs
+        .iter()
+        .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype))
+        .collect();
+    let desc = CustomOpIr {
+        id: ir.id.clone(),
+        inputs,
+        outputs,
+        scalars: ir.scalars.clone(),
+    };
+    let op = Forward {
+        desc: desc.clone(),
+        inner: inner.clone(),
+        device: *device,
+    };
+    let results = client.register(StreamId::current(), OperationIr::Custom(desc), op);
+    for (declared, result) in ir.outputs.iter().zip(results) {
+        h.register_float_tensor::<Fusion<Ascend>>(&declared.id, result);
+    }
+}
+
+/// A forwarded custom op in the fusion stream.
+struct Forward {
+    desc: CustomOpIr,
+    inner: CustomOpRegistry<Ascend>,
+    device: AscendDevice,
+}
+
+impl std::fmt::Debug for Forward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forward").field("desc", &self.desc).finish()
+    }
+}
+
+impl Operation<AscendFusionRuntime> for Forward {
+    fn execute(&self, handles: &mut Handles) -> Result<(), ExecutionError> {
+        let mut interpreter = TensorInterpreter::with_custom_ops(self.device, self.inner.clone());
+        for t in &self.desc.inputs {
+            let kind = match handles.get_handle(&t.id, &t.status) {
+                AscendHandle::Tensor(x) => HandleKind::Float(x),
+                AscendHandle::Quantized(q) => HandleKind::Quantized(q),
+            };
+            interpreter.register_tensor_to_device(t.id, kind);
+        }
+        interpreter.register_op(OperationIr::Custom(self.desc.clone()));
+        for t in &self.desc.outputs {
+            let taken = TensorIr {
+                status: TensorStatus::ReadWrite,
+                ..t.clone()
+            };
+            handles.register_handle(t.id, interpreter.get_tensor_handle(&taken));
+        }
+        Ok(())
     }
 }

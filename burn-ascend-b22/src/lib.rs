@@ -20,6 +20,7 @@ pub mod error;
 pub mod fused;
 
 pub use backend::{
-    reset_device, Ascend, AscendDevice, AscendGraph, AscendHandle, AscendQTensor, AscendTensor,
+    fusion, reset_device, Ascend, AscendDevice, AscendGraph, AscendHandle, AscendQTensor,
+    AscendTensor,
 };
 pub use error::{try_run, AscendError};

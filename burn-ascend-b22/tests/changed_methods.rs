@@ -4,15 +4,18 @@
 //! its gradient, the tensor's device and in-place flag, flush, and gradients through
 //! `burn_autodiff::Autodiff<Ascend>`.
 
+mod common;
+
 use burn_ascend_b22::{Ascend, AscendDevice};
 use burn_autodiff::Autodiff;
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps, ModuleOps, QTensorOps};
-use burn_backend::tensor::{FloatTensor, IndexingUpdateOp, IntTensor};
+use burn_backend::tensor::{IndexingUpdateOp, IntTensor};
 use burn_backend::{
     try_read_sync, AutodiffBackend, Backend, DType, FloatDType, IntDType, Shape, TensorData,
     TensorMetadata, Tolerance,
 };
 use burn_flex::{Flex, FlexDevice};
+use common::{npu, read};
 
 const UPDATES: [IndexingUpdateOp; 5] = [
     IndexingUpdateOp::Assign,
@@ -21,16 +24,6 @@ const UPDATES: [IndexingUpdateOp; 5] = [
     IndexingUpdateOp::Min,
     IndexingUpdateOp::Max,
 ];
-
-fn npu() -> AscendDevice {
-    AscendDevice::Emulated(0)
-}
-
-fn read<B: Backend>(t: FloatTensor<B>) -> TensorData {
-    try_read_sync(B::float_into_data(t))
-        .expect("the read completes")
-        .expect("the read succeeds")
-}
 
 fn read_int<B: Backend>(t: IntTensor<B>) -> TensorData {
     try_read_sync(B::int_into_data(t))

@@ -15,6 +15,7 @@ pub use ascend_acl as acl;
 pub use ascend_emulator as emulator;
 
 pub mod error;
+pub mod fusion;
 pub mod ops;
 pub mod runtime;
 

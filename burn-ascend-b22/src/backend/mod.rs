@@ -9,6 +9,7 @@ mod bool;
 mod device;
 mod distributed;
 mod float;
+pub mod fusion;
 mod graph;
 mod int;
 mod ir;
