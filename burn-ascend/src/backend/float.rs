@@ -218,7 +218,7 @@ impl FloatTensorOps<Ascend> for Ascend {
         data: FloatTensor<Ascend>,
         indices: IntTensor<Ascend>,
         values: FloatTensor<Ascend>,
-        reduction: burn_backend::tensor::IndexingUpdateOp,
+        reduction: IndexingUpdateOp,
     ) -> FloatTensor<Ascend> {
         run(
             "float_scatter_nd",

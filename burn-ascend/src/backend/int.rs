@@ -93,7 +93,7 @@ impl IntTensorOps<Ascend> for Ascend {
         data: IntTensor<Ascend>,
         indices: IntTensor<Ascend>,
         values: IntTensor<Ascend>,
-        reduction: burn_backend::tensor::IndexingUpdateOp,
+        reduction: IndexingUpdateOp,
     ) -> IntTensor<Ascend> {
         run(
             "int_scatter_nd",

@@ -24,7 +24,9 @@ mod transaction;
 use std::sync::Arc;
 
 use burn_backend::ops::*;
-use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor, QuantizedTensor};
+use burn_backend::tensor::{
+    BoolTensor, Device, FloatTensor, IndexingUpdateOp, IntTensor, QuantizedTensor,
+};
 use burn_backend::{
     Backend, BackendTypes, DType, DTypeUsage, DTypeUsageSet, Distribution, ExecutionError, Scalar,
     TensorData, TensorMetadata,
@@ -297,14 +299,13 @@ fn scalar_tensor(op: &str, like: &AscendTensor, value: Scalar) -> AscendTensor {
     run(op, creation::full(like.ctx(), Vec::new(), like.dtype(), v))
 }
 
-fn nd_update(op: burn_backend::tensor::IndexingUpdateOp) -> NdUpdate {
-    use burn_backend::tensor::IndexingUpdateOp as Op;
+fn nd_update(op: IndexingUpdateOp) -> NdUpdate {
     match op {
-        Op::Assign => NdUpdate::Assign,
-        Op::Add => NdUpdate::Add,
-        Op::Mul => NdUpdate::Mul,
-        Op::Min => NdUpdate::Min,
-        Op::Max => NdUpdate::Max,
+        IndexingUpdateOp::Assign => NdUpdate::Assign,
+        IndexingUpdateOp::Add => NdUpdate::Add,
+        IndexingUpdateOp::Mul => NdUpdate::Mul,
+        IndexingUpdateOp::Min => NdUpdate::Min,
+        IndexingUpdateOp::Max => NdUpdate::Max,
     }
 }
 

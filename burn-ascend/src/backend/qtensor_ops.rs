@@ -463,7 +463,7 @@ impl QTensorOps<Ascend> for Ascend {
 
     async fn q_into_data(tensor: QuantizedTensor<Ascend>) -> Result<TensorData, ExecutionError> {
         let shape = tensor.values.shape().to_vec();
-        let read = |e: crate::acl::AclError| ExecutionError::WithContext {
+        let read = |e: AclError| ExecutionError::WithContext {
             reason: format!(
                 "burn-ascend: reading quantized {} back: {e}",
                 tensor.values.describe()
