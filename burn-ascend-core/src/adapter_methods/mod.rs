@@ -15,3 +15,4 @@
 //! adapters' builds (and their tests) are what check them.
 
 mod float;
+mod int;
