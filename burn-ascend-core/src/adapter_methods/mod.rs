@@ -14,5 +14,6 @@
 //! This crate depends on no Burn: the macros are tokens until an adapter expands them, and the
 //! adapters' builds (and their tests) are what check them.
 
+mod bool;
 mod float;
 mod int;
