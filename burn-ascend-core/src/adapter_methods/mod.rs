@@ -17,3 +17,4 @@
 mod bool;
 mod float;
 mod int;
+mod module;
