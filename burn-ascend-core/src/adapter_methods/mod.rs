@@ -14,6 +14,7 @@
 //! This crate depends on no Burn: the macros are tokens until an adapter expands them, and the
 //! adapters' builds (and their tests) are what check them.
 
+mod activation;
 mod bool;
 mod float;
 mod int;
