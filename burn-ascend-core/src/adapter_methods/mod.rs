@@ -19,3 +19,4 @@ mod bool;
 mod float;
 mod int;
 mod module;
+mod transaction;
