@@ -19,4 +19,5 @@ mod bool;
 mod float;
 mod int;
 mod module;
+mod qtensor_ops;
 mod transaction;
