@@ -15,6 +15,7 @@
 //! adapters' builds (and their tests) are what check them.
 
 mod activation;
+mod backend;
 mod bool;
 mod float;
 mod int;
