@@ -17,6 +17,7 @@
 mod activation;
 mod backend;
 mod bool;
+mod device;
 mod float;
 mod int;
 mod module;
