@@ -22,4 +22,5 @@ mod float;
 mod int;
 mod module;
 mod qtensor_ops;
+mod tensor;
 mod transaction;
