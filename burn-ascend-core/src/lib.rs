@@ -5,7 +5,8 @@
 //! caching allocators, page-locked staging, ACL graphs, HCCL communicators) and the op mapping
 //! ([`ops`]: tensor operations and the fused ops on [`AscendTensor`] views as aclnn calls and
 //! Ascend C kernel launches). Element types are [`acl::DataType`], shapes are `usize` slices.
-//! The Burn adapters (`burn-ascend` for Burn 0.21) implement Burn's traits on top of this.
+//! The Burn adapters (`burn-ascend` for Burn 0.21, `burn-ascend-b22` for Burn 0.22) implement
+//! Burn's traits on top of this; [`adapter_methods`] states once the op methods they share.
 //! With the default `emulator` feature, [`emulator`] (the `ascend-emulator` crate) fills the
 //! same table in-process, so [`AscendDevice::Emulated`] runs everything without an NPU.
 #![warn(missing_docs)]
@@ -14,6 +15,7 @@ pub use ascend_acl as acl;
 #[cfg(feature = "emulator")]
 pub use ascend_emulator as emulator;
 
+pub mod adapter_methods;
 pub mod error;
 pub mod fusion;
 pub mod ops;

@@ -41,12 +41,9 @@ impl Mlp {
     }
 }
 
-/// A `fan_in x fan_out` layer with deterministic weights in `[-k, k]`.
+/// A `fan_in x fan_out` layer with the weights of [`linear_values`].
 fn linear(fan_in: usize, fan_out: usize, device: &Device) -> Linear {
-    let k = 1.0 / (fan_in as f32).sqrt();
-    let value = |i: usize| ((i * 29 % 23) as f32 / 11.0 - 1.0) * k;
-    let weight: Vec<f32> = (0..fan_in * fan_out).map(value).collect();
-    let bias: Vec<f32> = (0..fan_out).map(|i| value(i + 5) * 0.5).collect();
+    let (weight, bias) = linear_values(fan_in, fan_out);
     Linear {
         weight: Param::from_tensor(Tensor::from_data(
             TensorData::new(weight, [fan_in, fan_out]),
@@ -59,13 +56,33 @@ fn linear(fan_in: usize, fan_out: usize, device: &Device) -> Linear {
     }
 }
 
-/// A synthetic batch, the same bytes on every device: inputs from a fixed formula and the class
-/// of each sample from the sign pattern of two input sums.
+/// The weights (`fan_in x fan_out`, row-major) and bias (`fan_out`) of a layer, from a fixed
+/// formula in `[-k, k]`, `k = 1/sqrt(fan_in)`. Host values, so that the Burn 0.21 mirror of these
+/// programs (`programs_burn021.rs`) starts from the same model.
+pub fn linear_values(fan_in: usize, fan_out: usize) -> (Vec<f32>, Vec<f32>) {
+    let k = 1.0 / (fan_in as f32).sqrt();
+    let value = |i: usize| ((i * 29 % 23) as f32 / 11.0 - 1.0) * k;
+    let weight = (0..fan_in * fan_out).map(value).collect();
+    let bias = (0..fan_out).map(|i| value(i + 5) * 0.5).collect();
+    (weight, bias)
+}
+
+/// A synthetic batch, the same bytes on every device: [`batch_values`] as tensors.
 pub fn batch(device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
+    let (x, y) = batch_values();
+    (
+        Tensor::from_data(TensorData::new(x, [BATCH, FEATURES]), device),
+        Tensor::from_data(TensorData::new(y, [BATCH]), device),
+    )
+}
+
+/// The batch's inputs (`BATCH x FEATURES`, row-major) from a fixed formula, and the class of
+/// each sample from the sign pattern of two input sums.
+pub fn batch_values() -> (Vec<f32>, Vec<i64>) {
     let x: Vec<f32> = (0..BATCH * FEATURES)
         .map(|i| ((i * 37 % 101) as f32 / 50.0 - 1.0) * 1.5)
         .collect();
-    let y: Vec<i64> = x
+    let y = x
         .chunks(FEATURES)
         .map(|row| {
             let a: f32 = row[..FEATURES / 2].iter().sum();
@@ -73,10 +90,7 @@ pub fn batch(device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
             i64::from(a > 0.0) + i64::from(b > a)
         })
         .collect();
-    (
-        Tensor::from_data(TensorData::new(x, [BATCH, FEATURES]), device),
-        Tensor::from_data(TensorData::new(y, [BATCH]), device),
-    )
+    (x, y)
 }
 
 /// Trains `model` (made on an autodiff device), forked to `device` (with autodiff), for `steps`
