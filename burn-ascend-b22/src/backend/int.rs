@@ -33,3 +33,9 @@ impl IntTensorOps<Ascend> for Ascend {
         )
     }
 }
+
+/// The dtype of the indices an int op returns: the input's, as Burn 0.22's IR declares them
+/// (a remote client holds the declared dtype; a different one breaks its next op).
+fn index_dtype(tensor: &IntTensor<Ascend>) -> DataType {
+    tensor.dtype()
+}

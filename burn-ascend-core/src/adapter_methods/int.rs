@@ -2,6 +2,8 @@
 
 /// The `IntTensorOps` methods whose text is the same for Burn 0.21 and 0.22, for each adapter's
 /// `impl IntTensorOps<Ascend> for Ascend` (the methods that differ stand beside the invocation).
+/// The adapter's `index_dtype(&tensor)` gives the dtype of the indices an int op returns
+/// (argmax/argmin/argtopk/argsort/sort_with_indices), which differs between the Burn versions.
 #[macro_export]
 macro_rules! adapter_int_ops {
     () => {
@@ -417,12 +419,16 @@ macro_rules! adapter_int_ops {
         fn int_argmax(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
             run(
                 "int_argmax",
-                reduce::arg(&tensor, dim, true, tensor.dtype()),
+                reduce::arg(&tensor, dim, true, index_dtype(&tensor)),
             )
         }
 
         fn int_argtopk(tensor: IntTensor<Ascend>, dim: usize, k: usize) -> IntTensor<Ascend> {
-            indices("int_argtopk", sort::topk(&tensor, dim, k), tensor.dtype())
+            indices(
+                "int_argtopk",
+                sort::topk(&tensor, dim, k),
+                index_dtype(&tensor),
+            )
         }
 
         fn int_topk(tensor: IntTensor<Ascend>, dim: usize, k: usize) -> IntTensor<Ascend> {
@@ -432,7 +438,7 @@ macro_rules! adapter_int_ops {
         fn int_argmin(tensor: IntTensor<Ascend>, dim: usize) -> IntTensor<Ascend> {
             run(
                 "int_argmin",
-                reduce::arg(&tensor, dim, false, tensor.dtype()),
+                reduce::arg(&tensor, dim, false, index_dtype(&tensor)),
             )
         }
 
@@ -544,7 +550,7 @@ macro_rules! adapter_int_ops {
         ) -> (IntTensor<Ascend>, IntTensor<Ascend>) {
             const OP: &str = "int_sort_with_indices";
             let (values, order) = run(OP, sort::sort(&tensor, dim, descending));
-            (values, run(OP, copy::cast(&order, tensor.dtype())))
+            (values, run(OP, copy::cast(&order, index_dtype(&tensor))))
         }
 
         fn int_argsort(
@@ -555,7 +561,7 @@ macro_rules! adapter_int_ops {
             indices(
                 "int_argsort",
                 sort::sort(&tensor, dim, descending),
-                tensor.dtype(),
+                index_dtype(&tensor),
             )
         }
 

@@ -35,3 +35,9 @@ impl IntTensorOps<Ascend> for Ascend {
         )
     }
 }
+
+/// The dtype of the indices an int op returns: I64 whatever the input, as burn-flex 0.21 (the
+/// conformance reference) gives them.
+fn index_dtype(_tensor: &IntTensor<Ascend>) -> DataType {
+    DataType::I64
+}
