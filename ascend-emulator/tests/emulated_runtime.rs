@@ -1,9 +1,9 @@
 //! The emulated AscendCL runtime through the function table: copies in every direction,
 //! memset, events ordering two streams, and the two-phase call's workspace and executor rules.
 
-use std::ffi::c_void;
+mod common;
 
-use std::sync::OnceLock;
+use std::ffi::c_void;
 
 use ascend_acl::handles::{HostScalar, ScalarDesc, TensorDesc};
 use ascend_acl::table::Phase2Fn;
@@ -12,24 +12,7 @@ use ascend_acl::types::memcpy_kind::*;
 use ascend_acl::types::status::*;
 use ascend_acl::types::*;
 use ascend_acl::{AclApi, DataType};
-use ascend_emulator::EmulatedRuntime;
-
-/// The table over the emulated runtime, initialised once, with emulated NPU 0 bound to the
-/// calling thread (AscendCL binds devices per thread).
-fn api() -> &'static AclApi {
-    static API: OnceLock<AclApi> = OnceLock::new();
-    let api = API.get_or_init(|| {
-        let api = AclApi::new(Box::new(EmulatedRuntime)).expect("the emulator exports the list");
-        // SAFETY: NULL means "no configuration file".
-        api.check(unsafe { (api.core.aclInit)(std::ptr::null()) }, "aclInit")
-            .unwrap();
-        api
-    });
-    // SAFETY: plain call; device 0 exists on the emulated machine.
-    api.check(unsafe { (api.core.aclrtSetDevice)(0) }, "aclrtSetDevice")
-        .unwrap();
-    api
-}
+use common::api;
 
 fn malloc(api: &AclApi, bytes: usize) -> *mut c_void {
     let mut p = std::ptr::null_mut();

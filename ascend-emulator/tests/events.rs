@@ -5,8 +5,10 @@
 //!
 //! The tests count live events, so they take one lock and never overlap.
 
+mod common;
+
 use std::ffi::c_void;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::MutexGuard;
 use std::time::Instant;
 
 use ascend_acl::types::event_flag::*;
@@ -14,25 +16,13 @@ use ascend_acl::types::event_status::*;
 use ascend_acl::types::status::*;
 use ascend_acl::types::*;
 use ascend_acl::AclApi;
-use ascend_emulator::{live_events, EmulatedRuntime};
+use ascend_emulator::live_events;
 
 /// The table over the emulated runtime with device 0 bound to the calling thread, and the lock
 /// that keeps this file's tests apart.
 fn api() -> (&'static AclApi, MutexGuard<'static, ()>) {
-    static API: OnceLock<AclApi> = OnceLock::new();
-    static SERIAL: Mutex<()> = Mutex::new(());
-    let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let api = API.get_or_init(|| {
-        let api = AclApi::new(Box::new(EmulatedRuntime)).expect("the emulator exports the list");
-        // SAFETY: NULL means "no configuration file".
-        api.check(unsafe { (api.core.aclInit)(std::ptr::null()) }, "aclInit")
-            .unwrap();
-        api
-    });
-    // SAFETY: plain call; device 0 exists.
-    api.check(unsafe { (api.core.aclrtSetDevice)(0) }, "aclrtSetDevice")
-        .unwrap();
-    (api, guard)
+    let serial = common::serial();
+    (common::api(), serial)
 }
 
 fn stream(api: &AclApi) -> aclrtStream {

@@ -6,8 +6,10 @@
 //! A capture forbids synchronising anything on its device, so the tests of this file take one
 //! lock and never overlap.
 
+mod common;
+
 use std::ffi::c_void;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::MutexGuard;
 
 use ascend_acl::handles::{HostScalar, ScalarDesc, TensorDesc, TensorListDesc};
 use ascend_acl::table::{GraphFns, SymbolSource};
@@ -21,24 +23,8 @@ use ascend_emulator::{work_counters, EmulatedRuntime};
 /// The table over the emulated runtime with device 0 bound to the calling thread, and the lock
 /// that keeps this file's tests apart.
 fn api() -> (&'static AclApi, MutexGuard<'static, ()>) {
-    static API: OnceLock<AclApi> = OnceLock::new();
-    static SERIAL: Mutex<()> = Mutex::new(());
-    let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let api = API.get_or_init(|| {
-        let api = AclApi::new(Box::new(EmulatedRuntime)).expect("the emulator exports the list");
-        // SAFETY: NULL means "no configuration file".
-        api.check(unsafe { (api.core.aclInit)(std::ptr::null()) }, "aclInit")
-            .unwrap();
-        api
-    });
-    bind(api);
-    (api, guard)
-}
-
-fn bind(api: &AclApi) {
-    // SAFETY: plain call; device 0 exists.
-    api.check(unsafe { (api.core.aclrtSetDevice)(0) }, "aclrtSetDevice")
-        .unwrap();
+    let serial = common::serial();
+    (common::api(), serial)
 }
 
 fn graph(api: &AclApi) -> &GraphFns {
@@ -425,7 +411,7 @@ fn a_replay_of_freed_memory_faults_on_the_device() {
     api.check(destroy(api, ri), "aclmdlRIDestroy").unwrap();
     // SAFETY: device 1 is ours; the forced reset clears the fault whoever bound the device.
     api.check(unsafe { force_reset(api)(1) }, "reset").unwrap();
-    bind(api);
+    common::bind(api);
 }
 
 /// `aclrtResetDeviceForce` (the tests bind devices from many threads, each call counted).
@@ -493,7 +479,7 @@ fn a_synchronous_copy_from_another_thread_is_refused_in_global_mode() {
     forbidden_during_capture(ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, |api, _| {
         let d = malloc(api, 64) as usize;
         std::thread::spawn(move || {
-            bind(api);
+            common::bind(api);
             let host = [0u8; 64];
             // SAFETY: both hold 64 bytes.
             unsafe {
@@ -643,7 +629,7 @@ fn thread_local_mode_forbids_unsafe_calls_only_on_the_capturing_thread() {
         }
     };
     let elsewhere = std::thread::spawn(move || {
-        bind(api);
+        common::bind(api);
         copy(api)
     })
     .join()
@@ -714,7 +700,7 @@ fn capture_begin_and_end_misuse_get_their_codes() {
     assert_eq!(replay(api, ri, stream(api)), ACL_ERROR_RT_MODEL_CAPTURED);
     let s_addr = s as usize;
     let other_thread = std::thread::spawn(move || {
-        bind(api);
+        common::bind(api);
         end(api, s_addr as _).map(|ri| ri as usize)
     })
     .join()
@@ -730,7 +716,7 @@ fn a_relaxed_capture_may_end_on_another_thread() {
     let s = stream(api) as usize;
     begin(api, s as _, ACL_MODEL_RI_CAPTURE_MODE_RELAXED);
     let ri = std::thread::spawn(move || {
-        bind(api);
+        common::bind(api);
         end(api, s as _).map(|ri| ri as usize)
     })
     .join()
@@ -787,7 +773,7 @@ fn a_graph_replays_only_on_a_stream_of_its_own_device() {
     let other = stream(api);
     assert_eq!(replay(api, ri, other), ACL_ERROR_RT_PARAM_INVALID);
     assert!(api.recent_error_message().contains("NPU 0"));
-    bind(api);
+    common::bind(api);
     let mut bad = 9;
     // SAFETY: valid in/out pointer.
     let code = unsafe { (graph(api).aclmdlRICaptureThreadExchangeMode)(&mut bad) };
@@ -827,7 +813,7 @@ fn on_device_1(api: &'static AclApi, f: impl FnOnce(aclrtStream)) {
     f(stream(api));
     // SAFETY: device 1 is ours; the forced reset clears the fault whoever bound the device.
     api.check(unsafe { force_reset(api)(1) }, "reset").unwrap();
-    bind(api);
+    common::bind(api);
 }
 
 /// The replay's status at the stream synchronisation, and the runtime's message.

@@ -24,13 +24,8 @@ use burn::tensor::Device;
 use burn_ascend::AscendDevice;
 use burn_ascend_remote_suite::moe::{save_weights, MoeDecoder};
 use burn_ascend_remote_suite::LocalServer;
-use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
-use moe021::{sizes, small, trained, weights, PROMPTS};
-
-const NEW_TOKENS: usize = 12;
-const PAGE_SIZE: usize = 4;
-/// Pages per prompt: 64 slots, the model's longest sequence.
-const PAGES: usize = 16;
+use burn_ascend_suite::moe::serve::Server;
+use moe021::{requests, serving, sizes, small, trained, weights, NEW_TOKENS, PAGES, PAGE_SIZE};
 
 fn text(tokens: &[u32]) -> String {
     String::from_utf8_lossy(&tokens.iter().map(|&t| t as u8).collect::<Vec<_>>()).into_owned()
@@ -47,19 +42,8 @@ fn main() {
         losses.len()
     );
 
-    let requests: Vec<Request> = PROMPTS
-        .iter()
-        .map(|p| Request::greedy(p.bytes().map(u32::from).collect(), NEW_TOKENS))
-        .collect();
-    let serving = ServeConfig {
-        pages: PAGES * PROMPTS.len(),
-        page_size: PAGE_SIZE,
-        max_seq: cfg.max_seq,
-        max_kv_splits: 4,
-        step_tokens: 32,
-        max_waiting: PROMPTS.len(),
-        record_logits: false,
-    };
+    let requests = requests();
+    let serving = serving(&cfg, false);
     let in_process = Server::new(model.clone(), serving, &npu)
         .expect("a valid serving configuration")
         .generate(&requests);

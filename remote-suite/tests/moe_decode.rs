@@ -14,18 +14,10 @@ use burn::tensor::TensorData;
 use burn_ascend::AscendDevice;
 use burn_ascend_remote_suite::moe::{load_weights, save_weights, MoeDecoder, Weights};
 use burn_ascend_remote_suite::LocalServer;
-use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
-use moe021::{sizes, small, trained, weights, PROMPTS};
+use burn_ascend_suite::moe::serve::Server;
+use moe021::{requests, serving, sizes, small, trained, weights, NEW_TOKENS, PAGES, PAGE_SIZE};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
-
-/// Tokens generated per prompt (the longest prompt then fills the 64 slots of its pages but
-/// three).
-const NEW_TOKENS: usize = 12;
-
-/// Pages of 4 slots on both sides, so every prompt spans several pages.
-const PAGE_SIZE: usize = 4;
-const PAGES: usize = 16;
 
 /// Largest difference allowed between a remote logit and the in-process one. Both run the same
 /// emulated kernels on the same weights, but not the same compositions: the in-process server
@@ -60,19 +52,8 @@ fn the_burn_022_decoder_on_the_remote_device_decodes_as_the_in_process_server() 
         "the model learned: {losses:?}"
     );
 
-    let requests: Vec<Request> = PROMPTS
-        .iter()
-        .map(|p| Request::greedy(p.bytes().map(u32::from).collect(), NEW_TOKENS))
-        .collect();
-    let serving = ServeConfig {
-        pages: PAGES * PROMPTS.len(),
-        page_size: PAGE_SIZE,
-        max_seq: cfg.max_seq,
-        max_kv_splits: 4,
-        step_tokens: 32,
-        max_waiting: PROMPTS.len(),
-        record_logits: true,
-    };
+    let requests = requests();
+    let serving = serving(&cfg, true);
     let mut server = Server::new(model.clone(), serving, &device).expect("a valid config");
     let reference: Vec<_> = server
         .generate(&requests)

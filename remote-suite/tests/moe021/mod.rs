@@ -12,6 +12,7 @@ use burn_ascend_suite::families::blocks::quant::ProjectionRecord;
 use burn_ascend_suite::moe::config::MoeConfig;
 use burn_ascend_suite::moe::corpus;
 use burn_ascend_suite::moe::model::{ExpertsRecord, MoeDecoder as MoeDecoder21, NormRecord};
+use burn_ascend_suite::moe::serve::{Request, ServeConfig};
 use burn_ascend_suite::moe::train::{train, TrainConfig};
 use burn_autodiff::Autodiff;
 
@@ -22,6 +23,36 @@ pub const PROMPTS: [&str; 4] = [
     "In the evenings the keeper taught his daughter to",
     "The sea",
 ];
+
+/// Tokens generated per prompt (the longest prompt then fills the 64 slots of its pages but
+/// three).
+pub const NEW_TOKENS: usize = 12;
+
+/// Pages of 4 slots on both sides, so every prompt spans several pages.
+pub const PAGE_SIZE: usize = 4;
+/// Pages per prompt: 64 slots, the model's longest sequence.
+pub const PAGES: usize = 16;
+
+/// The prompts as greedy requests of [`NEW_TOKENS`] each.
+pub fn requests() -> Vec<Request> {
+    PROMPTS
+        .iter()
+        .map(|p| Request::greedy(p.bytes().map(u32::from).collect(), NEW_TOKENS))
+        .collect()
+}
+
+/// The in-process server's settings for the prompts, recording each step's logits if asked.
+pub fn serving(cfg: &MoeConfig, record_logits: bool) -> ServeConfig {
+    ServeConfig {
+        pages: PAGES * PROMPTS.len(),
+        page_size: PAGE_SIZE,
+        max_seq: cfg.max_seq,
+        max_kv_splits: 4,
+        step_tokens: 32,
+        max_waiting: PROMPTS.len(),
+        record_logits,
+    }
+}
 
 /// A small model, so that training and both decodes take seconds in a debug build.
 pub fn small() -> MoeConfig {
