@@ -2,17 +2,15 @@
 //! burn-ascend-server device and on Burn's own CPU backend: the served backend receives them
 //! through burn-remote's IR, and the results agree.
 
+mod common;
+
 use burn::tensor::module::{adaptive_avg_pool3d, max_pool2d_with_indices};
 use burn::tensor::ops::MaxPoolOptions;
 use burn::tensor::{Device, IndexingUpdateOp, Int, Tensor, TensorData, Tolerance};
 use burn_ascend_remote_suite::LocalServer;
 
 fn floats(shape: &[usize], seed: f32) -> TensorData {
-    let n = shape.iter().product();
-    let v: Vec<f32> = (0..n)
-        .map(|i| ((i as f32 * 0.37 + seed).sin() * 256.0).round() / 64.0)
-        .collect();
-    TensorData::new(v, shape.to_vec())
+    common::floats(shape, seed, 256.0)
 }
 
 /// The same program's result on the served device and on the CPU backend.

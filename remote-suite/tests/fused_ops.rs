@@ -3,6 +3,8 @@
 //! kernels), against each op's composition in plain Burn 0.22 ops on Burn's own CPU backend.
 //! Tolerances as the Burn 0.21 suite's fused-op tests use for f32.
 
+mod common;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -12,11 +14,7 @@ use burn_ascend_client as fused;
 use burn_ascend_remote_suite::LocalServer;
 
 fn floats(shape: &[usize], seed: f32) -> TensorData {
-    let n = shape.iter().product();
-    let v: Vec<f32> = (0..n)
-        .map(|i| ((i as f32 * 0.37 + seed).sin() * 256.0).round() / 64.0)
-        .collect();
-    TensorData::new(v, shape.to_vec())
+    common::floats(shape, seed, 256.0)
 }
 
 fn ints(values: &[i32], device: &Device) -> Tensor<1, Int> {

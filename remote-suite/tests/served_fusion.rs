@@ -8,6 +8,8 @@
 //! those tests check that our fusers put them back together. The counters count the whole
 //! process, so the tests take turns.
 
+mod common;
+
 use std::sync::Mutex;
 
 use burn::tensor::activation::{gelu, softmax};
@@ -19,11 +21,7 @@ use burn_ascend_remote_suite::LocalServer;
 static COUNTERS: Mutex<()> = Mutex::new(());
 
 fn floats(shape: &[usize], seed: f32) -> TensorData {
-    let n = shape.iter().product();
-    let v: Vec<f32> = (0..n)
-        .map(|i| ((i as f32 * 0.37 + seed).sin() * 128.0).round() / 64.0)
-        .collect();
-    TensorData::new(v, shape.to_vec())
+    common::floats(shape, seed, 128.0)
 }
 
 /// `program` on the served device (its inputs uploaded before counting) and on the CPU
