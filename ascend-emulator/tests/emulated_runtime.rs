@@ -12,29 +12,7 @@ use ascend_acl::types::memcpy_kind::*;
 use ascend_acl::types::status::*;
 use ascend_acl::types::*;
 use ascend_acl::{AclApi, DataType};
-use common::api;
-
-fn malloc(api: &AclApi, bytes: usize) -> *mut c_void {
-    let mut p = std::ptr::null_mut();
-    // SAFETY: valid out-pointer.
-    api.check(
-        unsafe { (api.core.aclrtMalloc)(&mut p, bytes, ACL_MEM_MALLOC_HUGE_FIRST) },
-        "aclrtMalloc",
-    )
-    .unwrap();
-    p
-}
-
-fn stream(api: &AclApi) -> aclrtStream {
-    let mut s = std::ptr::null_mut();
-    // SAFETY: valid out-pointer.
-    api.check(
-        unsafe { (api.core.aclrtCreateStream)(&mut s) },
-        "aclrtCreateStream",
-    )
-    .unwrap();
-    s
-}
+use common::{api, malloc, stream};
 
 #[test]
 fn copies_in_every_direction_and_memset() {

@@ -17,23 +17,13 @@ use ascend_acl::types::status::*;
 use ascend_acl::types::*;
 use ascend_acl::AclApi;
 use ascend_emulator::live_events;
+use common::stream;
 
 /// The table over the emulated runtime with device 0 bound to the calling thread, and the lock
 /// that keeps this file's tests apart.
 fn api() -> (&'static AclApi, MutexGuard<'static, ()>) {
     let serial = common::serial();
     (common::api(), serial)
-}
-
-fn stream(api: &AclApi) -> aclrtStream {
-    let mut s = std::ptr::null_mut();
-    // SAFETY: valid out-pointer.
-    api.check(
-        unsafe { (api.core.aclrtCreateStream)(&mut s) },
-        "aclrtCreateStream",
-    )
-    .unwrap();
-    s
 }
 
 /// An event created with `flag` (`None`: `aclrtCreateEvent`).

@@ -19,6 +19,7 @@ use ascend_acl::types::status::*;
 use ascend_acl::types::*;
 use ascend_acl::{AclApi, DataType};
 use ascend_emulator::{work_counters, EmulatedRuntime};
+use common::{malloc, stream};
 
 /// The table over the emulated runtime with device 0 bound to the calling thread, and the lock
 /// that keeps this file's tests apart.
@@ -31,28 +32,6 @@ fn graph(api: &AclApi) -> &GraphFns {
     api.graph
         .as_ref()
         .expect("the emulator has the graph functions")
-}
-
-fn malloc(api: &AclApi, bytes: usize) -> *mut c_void {
-    let mut p = std::ptr::null_mut();
-    // SAFETY: valid out-pointer.
-    api.check(
-        unsafe { (api.core.aclrtMalloc)(&mut p, bytes, ACL_MEM_MALLOC_HUGE_FIRST) },
-        "aclrtMalloc",
-    )
-    .unwrap();
-    p
-}
-
-fn stream(api: &AclApi) -> aclrtStream {
-    let mut s = std::ptr::null_mut();
-    // SAFETY: valid out-pointer.
-    api.check(
-        unsafe { (api.core.aclrtCreateStream)(&mut s) },
-        "aclrtCreateStream",
-    )
-    .unwrap();
-    s
 }
 
 fn sync(api: &AclApi, s: aclrtStream) {

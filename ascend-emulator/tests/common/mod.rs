@@ -1,11 +1,14 @@
 //! What the tests of the runtime through the function table share: the table over the emulated
-//! runtime, device binding, and the lock of the files whose tests must not overlap.
+//! runtime, device binding, streams and device memory, and the lock of the files whose tests
+//! must not overlap.
 
 // Each test binary uses its own part of this module.
 #![allow(dead_code)]
 
+use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use ascend_acl::types::*;
 use ascend_acl::AclApi;
 use ascend_emulator::EmulatedRuntime;
 
@@ -36,4 +39,28 @@ pub fn bind(api: &AclApi) {
 pub fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A new stream on the calling thread's device.
+pub fn stream(api: &AclApi) -> aclrtStream {
+    let mut s = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    api.check(
+        unsafe { (api.core.aclrtCreateStream)(&mut s) },
+        "aclrtCreateStream",
+    )
+    .unwrap();
+    s
+}
+
+/// `bytes` of device memory on the calling thread's device.
+pub fn malloc(api: &AclApi, bytes: usize) -> *mut c_void {
+    let mut p = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    api.check(
+        unsafe { (api.core.aclrtMalloc)(&mut p, bytes, ACL_MEM_MALLOC_HUGE_FIRST) },
+        "aclrtMalloc",
+    )
+    .unwrap();
+    p
 }
