@@ -8,9 +8,10 @@ mod common;
 use std::time::Duration;
 
 use burn_ascend::{Ascend, AscendDevice};
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
-use burn_ascend_suite::moe::serve::Server;
+use burn_ascend_llm::engine::decode_graph::DECODE_BUCKETS;
+use burn_ascend_llm::engine::serve::Server;
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_llm::moe::model::MoeDecoder;
 use common::example::{model, weights, SteadyBatch, PROMPT, SERVE};
 use common::{mean, publish, ratio, record, us, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
@@ -51,7 +52,7 @@ fn server(
     weights: &[u8],
     device: &AscendDevice,
     captured: bool,
-) -> Server<Ascend> {
+) -> Server<Ascend, MoeDecoder<Ascend>> {
     let model = model(cfg, weights, device);
     let mut server = Server::new(model, SERVE, device).expect("valid settings");
     if captured {

@@ -14,8 +14,8 @@ use burn_ascend::fused::{composed, DecodeAttentionOptions};
 use burn_ascend::ops::fused as device;
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
 use burn_ascend_kernels::tiling::{self, DecodeShape, DeviceProps, NormType};
-use burn_ascend_suite::a2;
-use common::host_values::host_values;
+use burn_ascend_perf::a2;
+use burn_ascend_suite::host_values::host_values;
 use common::{mean, publish, ratio, timed, us, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 

@@ -17,8 +17,8 @@ use burn_ascend::emulator::{work_counters, WorkCounters};
 use burn_ascend::ops::fused::run_program;
 use burn_ascend::{Ascend, AscendDevice, AscendTensor};
 use burn_ascend_kernels::program::{ElemType, Op, Program};
+use burn_ascend_suite::host_values::host_values;
 use burn_fusion::Fusion;
-use common::host_values::host_values;
 use common::{mean, publish, ratio, record, timed, us, Table};
 use criterion::{criterion_group, criterion_main, Criterion};
 

@@ -1,5 +1,5 @@
 //! The OpenAI-compatible server's cost: one seeded Poisson trace served (a) in process by
-//! `moe::serve::Server::serve` and (b) through HTTP by the server (`burn_ascend_suite::http`) on
+//! `moe::serve::Server::serve` and (b) through HTTP by the server (`burn_ascend_openai`) on
 //! 127.0.0.1, one streaming reqwest client per request sent at the trace's arrival times scaled to
 //! wall time (the in-process run's time per step). The same model, weights, settings and greedy
 //! requests: output tokens/s, p50/p99 time to first token and time per output token, and the
@@ -11,14 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use burn_ascend::{Ascend, AscendDevice};
-use burn_ascend_suite::http::metrics::Metrics;
-use burn_ascend_suite::http::{serve, App, Engine, ModelSpec, Tokenizer};
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::serve::{ServeConfig, Server};
-use burn_ascend_suite::moe::workload::{
+use burn_ascend_llm::engine::serve::{ServeConfig, Server};
+use burn_ascend_llm::engine::workload::{
     demand_pages, human_time, percentiles, poisson_trace, Arrival, Percentiles, ServingReport,
     TraceConfig,
 };
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_openai::metrics::Metrics;
+use burn_ascend_openai::{serve, App, Engine, ModelSpec, Tokenizer};
 use common::example::{model, weights};
 use common::{mean, publish, record, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};

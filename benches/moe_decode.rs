@@ -7,8 +7,9 @@ mod common;
 use std::time::Duration;
 
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::serve::{Request, Server};
+use burn_ascend_llm::engine::serve::{Request, Server};
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_llm::moe::model::MoeDecoder;
 use burn_flex::Flex;
 use common::example::{model, prompt, weights, PROMPT, SERVE};
 use common::{mean, publish, ratio, record, Table};
@@ -18,7 +19,11 @@ const BATCHES: [usize; 3] = [1, 8, 32];
 /// Tokens generated per request in each timed call.
 const NEW: usize = 8;
 
-fn server<B: FusedOps>(cfg: &MoeConfig, weights: &[u8], device: &B::Device) -> Server<B> {
+fn server<B: FusedOps>(
+    cfg: &MoeConfig,
+    weights: &[u8],
+    device: &B::Device,
+) -> Server<B, MoeDecoder<B>> {
     Server::new(model(cfg, weights, device), SERVE, device).expect("valid settings")
 }
 
@@ -30,7 +35,7 @@ fn requests(batch: usize, vocab: usize, new: usize) -> Vec<Request> {
 
 /// Seconds and tokens of the decode steps of one `generate` call (steps with a prefill chunk
 /// excluded), from the server's own count.
-fn decode<B: FusedOps>(s: &mut Server<B>, requests: &[Request]) -> (f64, usize) {
+fn decode<B: FusedOps>(s: &mut Server<B, MoeDecoder<B>>, requests: &[Request]) -> (f64, usize) {
     let out = s.generate(requests);
     assert_eq!(out.completed, requests.len(), "a request failed");
     (out.decode_secs, out.decode_tokens)
@@ -39,7 +44,7 @@ fn decode<B: FusedOps>(s: &mut Server<B>, requests: &[Request]) -> (f64, usize) 
 fn bench_backend<B: FusedOps>(
     c: &mut Criterion,
     label: &str,
-    server: &mut Server<B>,
+    server: &mut Server<B, MoeDecoder<B>>,
     vocab: usize,
 ) -> Vec<usize> {
     let mut g = c.benchmark_group(format!("moe_decode/{label}"));
@@ -109,7 +114,7 @@ fn moe_decode(c: &mut Criterion) {
     );
     let (short, long) = (4usize, 12usize);
     for batch in BATCHES {
-        let allocations = |ascend: &mut Server<Ascend>, new| {
+        let allocations = |ascend: &mut Server<Ascend, MoeDecoder<Ascend>>, new| {
             let before = Ascend::memory_stats(&device).device_allocations;
             decode(ascend, &requests(batch, cfg.vocab, new));
             Ascend::memory_stats(&device).device_allocations - before

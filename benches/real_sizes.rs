@@ -17,13 +17,13 @@ use burn_ascend::emulator::work_counters;
 use burn_ascend::fused::{self, DecodeAttentionOptions};
 // The engine's cache write on `Ascend` (`moe::step::PagedAttention`): the rows, in place.
 use burn_ascend::graph::write_rows;
-use burn_ascend_suite::a2::{self, ModelledClock};
-use burn_ascend_suite::families::blocks::norm::RmsNorm;
-use burn_ascend_suite::families::Decoder;
-use burn_ascend_suite::moe::model::rope;
-use burn_ascend_suite::moe::serve::StepInputs;
-use burn_ascend_suite::moe::step::PagedAttention;
-use burn_ascend_suite::roofline::{Attention, LayerShape};
+use burn_ascend_llm::engine::serve::StepInputs;
+use burn_ascend_llm::engine::step::PagedAttention;
+use burn_ascend_llm::families::blocks::norm::RmsNorm;
+use burn_ascend_llm::families::Decoder;
+use burn_ascend_llm::moe::model::rope;
+use burn_ascend_perf::a2::{self, ModelledClock};
+use burn_ascend_perf::roofline::{Attention, LayerShape};
 use common::{mean, publish, record, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use real_layer::{

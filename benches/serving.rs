@@ -8,12 +8,12 @@ mod common;
 use std::time::Instant;
 
 use burn_ascend::{Ascend, AscendDevice};
-use burn_ascend_suite::a2::ModelledClock;
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::serve::{ServeConfig, Server};
-use burn_ascend_suite::moe::workload::{
+use burn_ascend_llm::engine::serve::{ServeConfig, Server};
+use burn_ascend_llm::engine::workload::{
     demand_pages, human_time, poisson_trace, Percentiles, ServingReport, TraceConfig,
 };
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_perf::a2::ModelledClock;
 use common::example::{model, weights};
 use common::{mean, publish, record, Table};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};

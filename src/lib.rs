@@ -1,12 +1,8 @@
-//! Code shared by burn-ascend's examples, tests and benchmarks: the MoE decoder model of the
-//! `moe_decoder` example, its serving scheduler and training loop, the Atlas A2 device-time
-//! model and the roofline of a decode step.
+//! Helpers shared by burn-ascend's examples, tests and benchmarks (the root package holds only
+//! those). The libraries they exercise are the workspace's crates: `burn-ascend` (the backend),
+//! `burn-ascend-llm` (models and the serving engine), `burn-ascend-openai` (the HTTP server),
+//! `burn-ascend-perf` (the device-time model).
 
 #![warn(missing_docs)]
 
-pub mod a2;
-pub mod families;
-pub mod hf;
-pub mod http;
-pub mod moe;
-pub mod roofline;
+pub mod host_values;

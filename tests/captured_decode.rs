@@ -14,12 +14,12 @@ use std::collections::{BTreeSet, HashMap};
 use burn::module::Module;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn_ascend::Ascend;
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
-use burn_ascend_suite::moe::expert_parallel::ExpertParallel;
-use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::scheduler::RequestId;
-use burn_ascend_suite::moe::serve::{Generation, Request, Sampling, ServeConfig, Server};
+use burn_ascend_llm::engine::decode_graph::DECODE_BUCKETS;
+use burn_ascend_llm::engine::scheduler::RequestId;
+use burn_ascend_llm::engine::serve::{Generation, Request, Sampling, ServeConfig, Server};
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_llm::moe::expert_parallel::ExpertParallel;
+use burn_ascend_llm::moe::model::MoeDecoder;
 use burn_flex::Flex;
 use common::device;
 use serial_test::serial;
@@ -87,7 +87,7 @@ fn request(i: usize) -> Request {
 /// Serves `arrivals` (step, request) step by step: each request's generation and the bucket
 /// each step replayed (`None`: eager).
 fn drive(
-    server: &mut Server<Ascend>,
+    server: &mut Server<Ascend, MoeDecoder<Ascend>>,
     arrivals: &[(usize, Request)],
 ) -> (Vec<Generation>, Vec<Option<usize>>) {
     let mut ids: HashMap<RequestId, usize> = HashMap::new();

@@ -533,11 +533,11 @@ fn a_collective_issued_during_a_reset_is_refused() {
 #[test]
 #[serial]
 fn data_parallel_training_ends_with_an_error_when_a_replica_fails() {
-    use burn_ascend_suite::moe::config::MoeConfig;
-    use burn_ascend_suite::moe::corpus;
-    use burn_ascend_suite::moe::data_parallel::train_data_parallel;
-    use burn_ascend_suite::moe::model::MoeDecoder;
-    use burn_ascend_suite::moe::train::TrainConfig;
+    use burn_ascend_llm::moe::config::MoeConfig;
+    use burn_ascend_llm::moe::corpus;
+    use burn_ascend_llm::moe::data_parallel::train_data_parallel;
+    use burn_ascend_llm::moe::model::MoeDecoder;
+    use burn_ascend_llm::moe::train::TrainConfig;
     type B = burn_autodiff::Autodiff<Ascend>;
     let test = "data_parallel_training_ends_with_an_error_when_a_replica_fails";
     if skipped_on_npu(test) {

@@ -16,12 +16,12 @@ use std::path::{Path, PathBuf};
 use burn::module::AutodiffModule;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::FusedOps;
-use burn_ascend_suite::families::{self, Decoder, LoadError};
-use burn_ascend_suite::hf::{self, Checkpoint, TextTokenizer};
-use burn_ascend_suite::moe::corpus;
-use burn_ascend_suite::moe::serve::{FinishReason, Request, ServeConfig, Server};
-use burn_ascend_suite::moe::step::StepModel;
-use burn_ascend_suite::moe::train::{train, TrainConfig};
+use burn_ascend_llm::engine::serve::{FinishReason, Request, ServeConfig, Server};
+use burn_ascend_llm::engine::step::StepModel;
+use burn_ascend_llm::families::{self, Decoder, LoadError};
+use burn_ascend_llm::hf::{self, Checkpoint, TextTokenizer};
+use burn_ascend_llm::moe::corpus;
+use burn_ascend_llm::moe::train::{train, TrainConfig};
 use burn_autodiff::Autodiff;
 use common::*;
 use serial_test::{parallel, serial};
@@ -647,7 +647,7 @@ fn fine_tuned_deepseek_v3_saves_and_loads_with_its_logits() {
 /// step listed, for `name`'s reference prompts served greedily in `dtype` with pages of
 /// `page_size` slots.
 type Served = (
-    HashMap<usize, burn_ascend_suite::moe::serve::Generation>,
+    HashMap<usize, burn_ascend_llm::engine::serve::Generation>,
     Vec<usize>,
 );
 

@@ -15,16 +15,16 @@ use std::path::{Path, PathBuf};
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{DType, IndexingUpdateOp, Int, Tensor, TensorData};
 use burn_ascend::fused::{self, DecodeAttentionOptions, DecodePath};
-use burn_ascend_suite::families::blocks::deepseek_router::{
+use burn_ascend_llm::engine::step::StepModel;
+use burn_ascend_llm::families::blocks::deepseek_router::{
     DeepseekRouter, RouterConfig, TopkMethod,
 };
-use burn_ascend_suite::families::blocks::mla::{Mla, MlaConfig};
-use burn_ascend_suite::families::blocks::quant::Projection;
-use burn_ascend_suite::families::blocks::yarn::{Rotary, Yarn};
-use burn_ascend_suite::families::{self, spec_of};
-use burn_ascend_suite::hf;
-use burn_ascend_suite::moe::step::StepModel;
-use common::host_values::host_values;
+use burn_ascend_llm::families::blocks::mla::{Mla, MlaConfig};
+use burn_ascend_llm::families::blocks::quant::Projection;
+use burn_ascend_llm::families::blocks::yarn::{Rotary, Yarn};
+use burn_ascend_llm::families::{self, spec_of};
+use burn_ascend_llm::hf;
+use burn_ascend_suite::host_values::host_values;
 use common::*;
 
 type B = Ascend;

@@ -27,8 +27,8 @@ use burn_ascend::emulator::{
 use burn_ascend::ops::attention::{attention as composed, AttentionOptions};
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{fused, Ascend, AscendDevice, AscendTensor};
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::model::MoeDecoder;
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_llm::moe::model::MoeDecoder;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use serial_test::serial;

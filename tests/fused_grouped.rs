@@ -17,9 +17,9 @@ use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log};
 use burn_ascend::ops::fused as device;
 use burn_ascend::ops::AscendTensor;
 use burn_ascend::{fused, Ascend, AscendDevice, FusedOps};
+use burn_ascend_suite::host_values::host_values;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
-use common::host_values::host_values;
 use serial_test::serial;
 
 type AdAscend = Autodiff<Ascend>;

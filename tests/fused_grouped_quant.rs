@@ -17,12 +17,12 @@ use burn_ascend::acl::AclError;
 use burn_ascend::emulator::work_counters;
 use burn_ascend::ops::AscendTensor;
 use burn_ascend::{fused, Ascend, AscendDevice};
-use burn_ascend_suite::families::blocks::quant::Quantize;
-use burn_ascend_suite::moe::model::{
+use burn_ascend_llm::families::blocks::quant::Quantize;
+use burn_ascend_llm::moe::model::{
     routed_experts, routed_experts_quantized, QuantizedExperts, Routing,
 };
+use burn_ascend_suite::host_values::host_values;
 use burn_flex::{Flex, FlexDevice};
-use common::host_values::host_values;
 use serial_test::serial;
 
 fn ascend() -> AscendDevice {

@@ -8,7 +8,7 @@ mod common;
 use burn::tensor::{DType, Distribution, Int, Tensor, TensorData};
 use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log, LaunchStats};
 use burn_ascend::fused;
-use common::host_values::host_values;
+use burn_ascend_suite::host_values::host_values;
 use common::*;
 use serial_test::serial;
 

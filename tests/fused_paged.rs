@@ -14,8 +14,8 @@ use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log};
 use burn_ascend::fused::{self, DecodeAttentionOptions, DecodePath};
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
+use burn_ascend_suite::host_values::host_values;
 use burn_flex::Flex;
-use common::host_values::host_values;
 use serial_test::serial;
 
 fn ascend() -> AscendDevice {
@@ -1039,7 +1039,7 @@ fn child_decode_attention_fills_the_cores_of_the_soc() {
         );
     }
     // The device-time model counts the same cores.
-    use burn_ascend_suite::a2;
+    use burn_ascend_perf::a2;
     assert_eq!((a2::cube_cores(), a2::vector_cores()), (cube, vector));
     println!("fills the cores");
 }

@@ -13,10 +13,10 @@ use burn_ascend::acl::aclnn;
 use burn_ascend::acl::types::status::*;
 use burn_ascend::acl::{AclError, DataType};
 use burn_ascend::{fused, Ascend, AscendDevice, AscendTensor, FusedOps};
+use burn_ascend_suite::host_values::host_values;
 use burn_autodiff::Autodiff;
 use burn_flex::{Flex, FlexDevice};
 use burn_fusion::Fusion;
-use common::host_values::host_values;
 
 type AdAscend = Autodiff<Ascend>;
 type AdFlex = Autodiff<Flex>;

@@ -15,9 +15,9 @@ use burn_ascend::ops::fused::run_program;
 use burn_ascend::ops::AscendTensor;
 use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_kernels::program::{Cmp, ElemType, Op, Program};
+use burn_ascend_suite::host_values::host_values;
 use burn_flex::Flex;
 use burn_fusion::Fusion;
-use common::host_values::host_values;
 use serial_test::serial;
 
 fn ascend() -> AscendDevice {

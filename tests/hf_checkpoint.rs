@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{DType, TensorData};
-use burn_ascend_suite::hf::{save, Checkpoint, CheckpointError, TextTokenizer};
+use burn_ascend_llm::hf::{save, Checkpoint, CheckpointError, TextTokenizer};
 use half::{bf16, f16};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;

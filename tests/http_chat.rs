@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use burn_ascend_suite::http::chat::{ChatError, ChatMessage, ChatTemplate};
+use burn_ascend_openai::chat::{ChatError, ChatMessage, ChatTemplate};
 use serde_json::{json, Value};
 
 const FIXTURE: &str = concat!(

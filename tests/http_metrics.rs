@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use burn_ascend_suite::http::metrics::{
+use burn_ascend_openai::metrics::{
     FinishReason, Metrics, CONTENT_TYPE, TPOT_BUCKETS, TTFT_BUCKETS,
 };
 

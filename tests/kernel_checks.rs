@@ -19,7 +19,7 @@ use burn_ascend::ops::AscendTensor;
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_kernels::tiling::{self, AddType, DeviceProps};
-use common::host_values::host_values;
+use burn_ascend_suite::host_values::host_values;
 use common::{fault_device as device, reset_fault_device, skipped_on_npu, Flex};
 use serial_test::serial;
 

@@ -14,8 +14,8 @@ use std::process::Command;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log};
 use burn_ascend::fused;
+use burn_ascend_suite::host_values::host_values;
 use burn_fusion::Fusion;
-use common::host_values::host_values;
 use common::*;
 
 /// The fused ops the child runs without kernels, on `B` (the reference's results are equal).

@@ -13,12 +13,12 @@ mod common;
 use burn::module::Module;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::corpus;
-use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{reference_logits, Request, ServeConfig, ServeError, Server};
-use burn_ascend_suite::moe::serve::{FinishReason, Generation, Sampling};
-use burn_ascend_suite::moe::train::{train, TrainConfig};
+use burn_ascend_llm::engine::serve::{reference_logits, Request, ServeConfig, ServeError, Server};
+use burn_ascend_llm::engine::serve::{FinishReason, Generation, Sampling};
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_llm::moe::corpus;
+use burn_ascend_llm::moe::model::MoeDecoder;
+use burn_ascend_llm::moe::train::{train, TrainConfig};
 use burn_autodiff::Autodiff;
 use common::*;
 use serial_test::{parallel, serial};
@@ -91,7 +91,10 @@ fn greedy(prompts: &[Vec<u32>], new_tokens: usize) -> Vec<Request> {
         .collect()
 }
 
-fn new_server<B: burn_ascend::FusedOps>(model: MoeDecoder<B>, device: &B::Device) -> Server<B> {
+fn new_server<B: burn_ascend::FusedOps>(
+    model: MoeDecoder<B>,
+    device: &B::Device,
+) -> Server<B, MoeDecoder<B>> {
     Server::new(model, serve_config(), device).expect("a valid serving configuration")
 }
 

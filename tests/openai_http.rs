@@ -1,4 +1,4 @@
-//! The OpenAI-compatible HTTP server (`burn_ascend_suite::http`) through a real HTTP client
+//! The OpenAI-compatible HTTP server (`burn_ascend_openai`) through a real HTTP client
 //! against the server on 127.0.0.1: completions and chat, streamed and not, equal to the
 //! in-process engine's tokens for the same request and seed; every error status; 64 streaming
 //! clients of which some go away mid-stream, after which the cache is whole again; the drain
@@ -13,12 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use burn::tensor::DType;
-use burn_ascend_suite::families::{self, Decoder};
-use burn_ascend_suite::hf::TextTokenizer;
-use burn_ascend_suite::http::chat::{ChatMessage, ChatTemplate};
-use burn_ascend_suite::http::metrics::Metrics;
-use burn_ascend_suite::http::{serve, App, Engine, ModelSpec, Tokenizer};
-use burn_ascend_suite::moe::serve::{FinishReason, Request, Sampling, ServeConfig, Server};
+use burn_ascend_llm::engine::serve::{FinishReason, Request, Sampling, ServeConfig, Server};
+use burn_ascend_llm::families::{self, Decoder};
+use burn_ascend_llm::hf::TextTokenizer;
+use burn_ascend_openai::chat::{ChatMessage, ChatTemplate};
+use burn_ascend_openai::metrics::Metrics;
+use burn_ascend_openai::{serve, App, Engine, ModelSpec, Tokenizer};
 use common::*;
 use futures_util::StreamExt;
 use serde_json::{json, Value};

@@ -11,13 +11,13 @@ use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use burn_ascend::{Ascend, AscendDevice, FusedOps};
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::corpus;
-use burn_ascend_suite::moe::data_parallel::train_data_parallel;
-use burn_ascend_suite::moe::expert_parallel::ExpertParallel;
-use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
-use burn_ascend_suite::moe::train::{train, TrainConfig};
+use burn_ascend_llm::engine::serve::{Request, ServeConfig, Server};
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_llm::moe::corpus;
+use burn_ascend_llm::moe::data_parallel::train_data_parallel;
+use burn_ascend_llm::moe::expert_parallel::ExpertParallel;
+use burn_ascend_llm::moe::model::MoeDecoder;
+use burn_ascend_llm::moe::train::{train, TrainConfig};
 use burn_autodiff::Autodiff;
 use common::{device, second_device, Flex};
 use serial_test::serial;
@@ -115,7 +115,7 @@ fn expert_parallel_serving_gives_the_tokens_of_one_npu() {
 }
 
 /// The tokens of each result (empty for a failed request).
-fn tokens_of(report: &burn_ascend_suite::moe::workload::ServingReport) -> Vec<Vec<u32>> {
+fn tokens_of(report: &burn_ascend_llm::engine::workload::ServingReport) -> Vec<Vec<u32>> {
     report
         .results
         .iter()

@@ -22,15 +22,15 @@ use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::emulator::aclnn_launches_of;
 use burn_ascend::FusedOps;
-use burn_ascend_suite::families;
-use burn_ascend_suite::families::blocks::quant::Quantize;
-use burn_ascend_suite::hf::{Checkpoint, TextTokenizer};
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::corpus;
-use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
-use burn_ascend_suite::moe::step::StepModel;
-use burn_ascend_suite::moe::train::{train, TrainConfig};
+use burn_ascend_llm::engine::serve::{Request, ServeConfig, Server};
+use burn_ascend_llm::engine::step::StepModel;
+use burn_ascend_llm::families;
+use burn_ascend_llm::families::blocks::quant::Quantize;
+use burn_ascend_llm::hf::{Checkpoint, TextTokenizer};
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_llm::moe::corpus;
+use burn_ascend_llm::moe::model::MoeDecoder;
+use burn_ascend_llm::moe::train::{train, TrainConfig};
 use common::*;
 use serial_test::serial;
 
@@ -544,7 +544,7 @@ fn quantized_models_serve_with_captured_decode() {
 #[test]
 #[serial]
 fn a_quantized_model_is_not_split_across_npus() {
-    use burn_ascend_suite::moe::expert_parallel::ExpertParallel;
+    use burn_ascend_llm::moe::expert_parallel::ExpertParallel;
     let device = device();
     let model = MoeDecoder::<Ascend>::new(&MoeConfig::new().with_hidden(32), &device)
         .unwrap()

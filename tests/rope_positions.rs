@@ -5,8 +5,8 @@
 mod common;
 
 use burn::tensor::{DType, Tensor, TensorData};
-use burn_ascend_suite::moe::model::rope;
-use common::host_values::host_values;
+use burn_ascend_llm::moe::model::rope;
+use burn_ascend_suite::host_values::host_values;
 use common::*;
 
 const THETA: f64 = 10_000.0;

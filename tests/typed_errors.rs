@@ -10,8 +10,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor, TensorData, Tolerance};
 use burn_ascend::fused;
 use burn_ascend::{try_run, Ascend, AscendError};
+use burn_ascend_suite::host_values::host_values;
 use burn_fusion::Fusion;
-use common::host_values::host_values;
 use common::{device, fault_device, reset_fault_device, Flex};
 use serial_test::serial;
 

@@ -8,10 +8,10 @@ use burn::module::Module;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn_ascend::emulator::{work_counters, WorkCounters};
 use burn_ascend::FusedOps;
-use burn_ascend_suite::a2::ModelledClock;
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server, StepReport};
+use burn_ascend_llm::engine::serve::{Request, ServeConfig, Server, StepReport};
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_llm::moe::model::MoeDecoder;
+use burn_ascend_perf::a2::ModelledClock;
 use burn_flex::Flex;
 
 /// The example's serving settings.
@@ -69,7 +69,7 @@ pub struct SteadyStep {
 /// A server kept decoding `batch` requests: a finished request is replaced by the next prompt
 /// (its prefill steps run, unmeasured).
 pub struct SteadyBatch<B: FusedOps> {
-    server: Server<B>,
+    server: Server<B, MoeDecoder<B>>,
     batch: usize,
     vocab: usize,
     /// Tokens each request generates.
@@ -80,7 +80,7 @@ pub struct SteadyBatch<B: FusedOps> {
 
 impl<B: FusedOps> SteadyBatch<B> {
     /// Keeps `server` at `batch` requests of `new` tokens each.
-    pub fn new(server: Server<B>, batch: usize, vocab: usize, new: usize) -> Self {
+    pub fn new(server: Server<B, MoeDecoder<B>>, batch: usize, vocab: usize, new: usize) -> Self {
         Self {
             server,
             batch,

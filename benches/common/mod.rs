@@ -1,11 +1,9 @@
 //! Shared by the benches: criterion settings, wall-time capture (so ratios are taken against a
 //! reference measured in the same run) and the markdown table writer. The Atlas A2 device-time
-//! model is `burn_ascend_suite::a2` (the example prints modelled times too).
+//! model is `burn_ascend_perf::a2` (the example prints modelled times too).
 #![allow(dead_code)]
 
 pub mod example;
-#[path = "../../tests/common/host_values.rs"]
-pub mod host_values;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

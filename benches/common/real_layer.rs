@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, Int, Tensor, TensorData};
 use burn_ascend::{Ascend, AscendDevice};
-use burn_ascend_suite::families::{self, Decoder, LoadError};
-use burn_ascend_suite::moe::cache::LayerCache;
-use burn_ascend_suite::moe::serve::StepInputs;
-use burn_ascend_suite::roofline::{self, Attention, LayerShape};
+use burn_ascend_llm::engine::cache::LayerCache;
+use burn_ascend_llm::engine::serve::StepInputs;
+use burn_ascend_llm::families::{self, Decoder, LoadError};
+use burn_ascend_perf::roofline::{self, Attention, LayerShape};
 use serde_json::json;
 
 pub type B = Ascend;

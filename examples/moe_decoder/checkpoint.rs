@@ -4,7 +4,7 @@
 //!
 //! Everything that can be checked without a device is checked in [`plan`]: the options, the
 //! checkpoint's config (an unsupported family or option is named), its tokenizer, the prompts'
-//! tokens; [`burn_ascend_suite::families::load_from`] then checks every tensor's name and
+//! tokens; [`burn_ascend_llm::families::load_from`] then checks every tensor's name and
 //! shape before it allocates anything on the device.
 
 use std::path::{Path, PathBuf};
@@ -14,12 +14,12 @@ use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::DType;
 use burn_ascend::{AscendDevice, FusedOps};
-use burn_ascend_suite::families::blocks::quant::Quantize;
-use burn_ascend_suite::families::{self, Decoder};
-use burn_ascend_suite::hf::{Checkpoint, TextTokenizer};
-use burn_ascend_suite::moe::corpus;
-use burn_ascend_suite::moe::serve::Request;
-use burn_ascend_suite::moe::train::{train, TrainConfig};
+use burn_ascend_llm::engine::serve::Request;
+use burn_ascend_llm::families::blocks::quant::Quantize;
+use burn_ascend_llm::families::{self, Decoder};
+use burn_ascend_llm::hf::{Checkpoint, TextTokenizer};
+use burn_ascend_llm::moe::corpus;
+use burn_ascend_llm::moe::train::{train, TrainConfig};
 
 use super::{check_writable, serve_model, Args, Outcome, Progress, Serving, JSON};
 

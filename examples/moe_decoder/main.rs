@@ -25,19 +25,19 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_ascend::runtime::device::ENV_DEVICE;
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{Ascend, AscendDevice, CollectiveOps, FusedOps};
-use burn_ascend_suite::a2::ModelledClock;
-use burn_ascend_suite::families::blocks::quant::Quantize;
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::corpus;
-use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
-use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{
+use burn_ascend_llm::engine::decode_graph::DECODE_BUCKETS;
+use burn_ascend_llm::engine::serve::{
     FinishReason, Generation, Request, Sampling, ServeConfig, Server,
 };
-use burn_ascend_suite::moe::step::StepModel;
-use burn_ascend_suite::moe::train::{StepReport, TrainConfig};
-use burn_ascend_suite::moe::workload::Arrival;
-use burn_ascend_suite::moe::workload::ServingReport;
+use burn_ascend_llm::engine::step::StepModel;
+use burn_ascend_llm::engine::workload::Arrival;
+use burn_ascend_llm::engine::workload::ServingReport;
+use burn_ascend_llm::families::blocks::quant::Quantize;
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_llm::moe::corpus;
+use burn_ascend_llm::moe::model::MoeDecoder;
+use burn_ascend_llm::moe::train::{StepReport, TrainConfig};
+use burn_ascend_perf::a2::ModelledClock;
 use burn_autodiff::Autodiff;
 use burn_fusion::Fusion;
 use clap::Parser;

@@ -4,12 +4,12 @@
 use burn::tensor::backend::AutodiffBackend;
 use burn_ascend::runtime::device::device_count;
 use burn_ascend::{AscendDevice, CollectiveOps, FusedOps};
-use burn_ascend_suite::moe::data_parallel::train_data_parallel;
-use burn_ascend_suite::moe::expert_parallel::ExpertParallel;
-use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{Request, ServeConfig, Server};
-use burn_ascend_suite::moe::train::{train as train_one, StepReport, TrainConfig};
-use burn_ascend_suite::moe::workload::ServingReport;
+use burn_ascend_llm::engine::serve::{Request, ServeConfig, Server};
+use burn_ascend_llm::engine::workload::ServingReport;
+use burn_ascend_llm::moe::data_parallel::train_data_parallel;
+use burn_ascend_llm::moe::expert_parallel::ExpertParallel;
+use burn_ascend_llm::moe::model::MoeDecoder;
+use burn_ascend_llm::moe::train::{train as train_one, StepReport, TrainConfig};
 
 use super::JSON;
 

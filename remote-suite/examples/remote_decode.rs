@@ -22,9 +22,9 @@ mod moe021;
 use burn::remote::RemoteHost;
 use burn::tensor::Device;
 use burn_ascend::AscendDevice;
+use burn_ascend_llm::engine::serve::Server;
 use burn_ascend_remote_suite::moe::{save_weights, MoeDecoder};
 use burn_ascend_remote_suite::LocalServer;
-use burn_ascend_suite::moe::serve::Server;
 use moe021::{requests, serving, sizes, small, trained, weights, NEW_TOKENS, PAGES, PAGE_SIZE};
 
 fn text(tokens: &[u32]) -> String {

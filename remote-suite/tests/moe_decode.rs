@@ -12,9 +12,9 @@ use std::path::PathBuf;
 
 use burn::tensor::TensorData;
 use burn_ascend::AscendDevice;
+use burn_ascend_llm::engine::serve::Server;
 use burn_ascend_remote_suite::moe::{load_weights, save_weights, MoeDecoder, Weights};
 use burn_ascend_remote_suite::LocalServer;
-use burn_ascend_suite::moe::serve::Server;
 use moe021::{requests, serving, sizes, small, trained, weights, NEW_TOKENS, PAGES, PAGE_SIZE};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;

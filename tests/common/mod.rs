@@ -13,7 +13,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use burn::tensor::backend::Backend;
 use burn::tensor::{s, BasicOps, Bool, DType, Int, Tensor, TensorData};
 
-pub mod host_values;
 pub mod paged;
 
 // ---------------------------------------------------------------------------------------------

@@ -7,13 +7,13 @@ use burn::tensor::TensorData;
 use burn021::module::{AutodiffModule, Param};
 use burn021::tensor::Tensor as Tensor21;
 use burn_ascend::{Ascend, AscendDevice};
+use burn_ascend_llm::engine::serve::{Request, ServeConfig};
+use burn_ascend_llm::families::blocks::quant::ProjectionRecord;
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_llm::moe::corpus;
+use burn_ascend_llm::moe::model::{ExpertsRecord, MoeDecoder as MoeDecoder21, NormRecord};
+use burn_ascend_llm::moe::train::{train, TrainConfig};
 use burn_ascend_remote_suite::moe::{BlockWeights, MoeSizes, NormWeights, Weights};
-use burn_ascend_suite::families::blocks::quant::ProjectionRecord;
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::corpus;
-use burn_ascend_suite::moe::model::{ExpertsRecord, MoeDecoder as MoeDecoder21, NormRecord};
-use burn_ascend_suite::moe::serve::{Request, ServeConfig};
-use burn_ascend_suite::moe::train::{train, TrainConfig};
 use burn_autodiff::Autodiff;
 
 /// The example's prompts (`examples/moe_decoder`): 21, 11, 49 and 7 bytes.

@@ -3,7 +3,7 @@
 //!
 //! Every norm goes through `fused::layer_norm`, the MoE layer through `fused::moe_gather`,
 //! `fused::grouped_matmul` and `fused::moe_scatter` (expert counts stay on the device), and
-//! decode attention through `fused::decode_attention` (see [`super::serve`]).
+//! decode attention through `fused::decode_attention` (see [`crate::engine::serve`]).
 
 use burn::module::{Module, Param, ParamId};
 use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
@@ -17,8 +17,8 @@ use super::config::{ConfigError, MoeConfig};
 use super::data_parallel::DataParallel;
 use super::expert_parallel::ExpertParallel;
 use super::parallel::Parallel;
-use super::serve::StepInputs;
-use super::step::{CacheLayout, PagedAttention, StepModel};
+use crate::engine::serve::StepInputs;
+use crate::engine::step::{CacheLayout, PagedAttention, StepModel};
 use crate::families::blocks::quant::{operator_scale_type, Projection, Quantize, ScaleReader};
 
 /// The sizes a forward pass needs (kept with the module, not stored in records).
@@ -808,7 +808,7 @@ impl<B: FusedOps> StepModel<B> for MoeDecoder<B> {
     }
 
     fn capture_refusal(&self) -> Option<String> {
-        super::decode_graph::refuse_parallel(self)
+        refuse_parallel(self)
     }
 
     fn other_devices(&self) -> Vec<AscendDevice> {
@@ -823,4 +823,23 @@ impl<B: FusedOps> StepModel<B> for MoeDecoder<B> {
             None => self,
         }
     }
+}
+
+/// Why the decode step of `model` cannot be captured, if a layer runs across NPUs (expert or
+/// data parallel): CANN records HCCL collectives issued on a capturing stream, and a graph
+/// holding collectives must be replayed by every rank from the same capture session
+/// (aclgraph-abi.md §6, hccl-abi.md §8), which the capture of one device's step is not.
+fn refuse_parallel<B: FusedOps>(model: &MoeDecoder<B>) -> Option<String> {
+    let layers = model
+        .blocks
+        .iter()
+        .filter(|b| b.moe.parallel.is_set())
+        .count();
+    (layers > 0).then(|| {
+        format!(
+            "captured decode of a model that runs across NPUs ({layers} MoE layers are expert- or \
+             data-parallel) is refused: their collectives would be recorded into one device's \
+             graph; the server decodes eagerly"
+        )
+    })
 }

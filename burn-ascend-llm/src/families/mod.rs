@@ -9,7 +9,7 @@
 //! - [`qwen_moe`]: Qwen2-MoE and Qwen3-MoE (`qwen2_moe`, `qwen3_moe`).
 //! - [`deepseek`]: DeepSeek-V2 and DeepSeek-V3 (`deepseek_v2`, `deepseek_v3`).
 //!
-//! The decoder is a [`StepModel`]: the engine ([`crate::moe::serve::Server`]) serves it
+//! The decoder is a [`StepModel`]: the engine ([`crate::engine::serve::Server`]) serves it
 //! through the paged cache, with chunked prefill and captured decode.
 
 pub mod blocks;
@@ -27,9 +27,9 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::FusedOps;
 
+use crate::engine::serve::StepInputs;
+use crate::engine::step::{CacheLayout, PagedAttention, StepModel};
 use crate::hf::{Checkpoint, CheckpointError};
-use crate::moe::serve::StepInputs;
-use crate::moe::step::{CacheLayout, PagedAttention, StepModel};
 use crate::moe::train::TrainModel;
 use blocks::attention::{Attention, AttentionSpec};
 use blocks::ffn::{Ffn, FfnSpec, RouterStats};

@@ -1,5 +1,5 @@
-//! An OpenAI-compatible HTTP server over the serving engine ([`crate::moe::serve::Server`]), as
-//! vLLM's: `GET /v1/models`, `POST /v1/completions` and `POST /v1/chat/completions` (streamed as
+//! An OpenAI-compatible HTTP server over the serving engine
+//! ([`burn_ascend_llm::engine::serve::Server`]), as vLLM's: `GET /v1/models`, `POST /v1/completions` and `POST /v1/chat/completions` (streamed as
 //! server-sent events in OpenAI's chunk format, ending with `[DONE]`), `GET /health`,
 //! `GET /metrics`.
 //!
@@ -10,6 +10,11 @@
 //! - [`metrics`]: the Prometheus metrics, under vLLM's names.
 //! - [`routes`]: the handlers (axum), streaming, cancellation of a request whose client went
 //!   away, and [`routes::serve`], which drains the requests in flight on shutdown.
+//!
+//! The program `burn-ascend-openai` (`cargo install --path burn-ascend-openai`) serves a Hugging
+//! Face checkpoint with them; `burn-ascend-openai --help` lists its options.
+
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod chat;

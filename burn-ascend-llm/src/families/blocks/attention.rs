@@ -12,9 +12,9 @@ use super::mla::{Mla, MlaConfig};
 use super::norm::RmsNorm;
 use super::quant::{Projection, Quantize};
 use super::rope::Rope;
+use crate::engine::step::PagedAttention;
 use crate::families::weights::{Expected, Sink, Source};
 use crate::families::LoadError;
-use crate::moe::step::PagedAttention;
 
 /// Grouped-query attention (config side).
 #[derive(Debug, Clone, PartialEq)]
@@ -48,7 +48,7 @@ pub enum AttentionSpec {
 }
 
 /// The rows an attention block keeps per cached token: see
-/// [`crate::moe::step::CacheLayout`].
+/// [`crate::engine::step::CacheLayout`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheRows {
     /// Query heads.

@@ -20,27 +20,6 @@ use burn::tensor::{Int, Tensor};
 use burn_ascend::graph::Graph;
 use burn_ascend::FusedOps;
 
-use super::model::MoeDecoder;
-
-/// Why the decode step of `model` cannot be captured, if a layer runs across NPUs (expert or
-/// data parallel): CANN records HCCL collectives issued on a capturing stream, and a graph
-/// holding collectives must be replayed by every rank from the same capture session
-/// (aclgraph-abi.md §6, hccl-abi.md §8), which the capture of one device's step is not.
-pub(crate) fn refuse_parallel<B: FusedOps>(model: &MoeDecoder<B>) -> Option<String> {
-    let layers = model
-        .blocks
-        .iter()
-        .filter(|b| b.moe.parallel.is_set())
-        .count();
-    (layers > 0).then(|| {
-        format!(
-            "captured decode of a model that runs across NPUs ({layers} MoE layers are expert- or \
-             data-parallel) is refused: their collectives would be recorded into one device's \
-             graph; the server decodes eagerly"
-        )
-    })
-}
-
 /// The decode batch sizes captured by default.
 pub const DECODE_BUCKETS: [usize; 6] = [1, 2, 4, 8, 16, 32];
 

@@ -13,10 +13,10 @@ use std::time::Instant;
 use burn_ascend::FusedOps;
 use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
-use super::metrics::{self, Metrics};
-use crate::moe::scheduler::RequestId;
-use crate::moe::serve::{FinishReason, Request, ServeConfig, ServeError, Server};
-use crate::moe::step::StepModel;
+use crate::metrics::{self, Metrics};
+use burn_ascend_llm::engine::scheduler::RequestId;
+use burn_ascend_llm::engine::serve::{FinishReason, Request, ServeConfig, ServeError, Server};
+use burn_ascend_llm::engine::step::StepModel;
 
 /// What a request receives from the engine.
 #[derive(Debug, Clone, PartialEq)]

@@ -19,13 +19,13 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
-use super::api::{self, ApiError, ChatRequest, Checked, CompletionRequest, Prompt};
-use super::chat::ChatTemplate;
-use super::engine::{Engine, Event};
-use super::metrics;
-use super::text::{Detokenizer, Tokenizer};
-use crate::moe::scheduler::RequestId;
-use crate::moe::serve::{Request, Sampling};
+use crate::api::{self, ApiError, ChatRequest, Checked, CompletionRequest, Prompt};
+use crate::chat::ChatTemplate;
+use crate::engine::{Engine, Event};
+use crate::metrics;
+use crate::text::{Detokenizer, Tokenizer};
+use burn_ascend_llm::engine::scheduler::RequestId;
+use burn_ascend_llm::engine::serve::{Request, Sampling};
 
 /// What the server serves: the model's name, its tokenizer and chat template.
 #[derive(Clone)]

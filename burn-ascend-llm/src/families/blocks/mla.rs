@@ -29,9 +29,9 @@ use super::attention::CacheRows;
 use super::norm::RmsNorm;
 use super::quant::{Projection, Quantize};
 use super::yarn::Rotary;
+use crate::engine::step::PagedAttention;
 use crate::families::weights::{Expected, Sink, Source};
 use crate::families::LoadError;
-use crate::moe::step::PagedAttention;
 
 /// The sizes and constants of an MLA layer.
 #[derive(Debug, Clone, PartialEq)]

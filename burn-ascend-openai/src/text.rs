@@ -1,7 +1,7 @@
 //! Text in and out: the served model's tokenizer, and the incremental detokenizer that turns a
 //! request's tokens into text deltas as they arrive, ending the text at a `stop` string.
 
-use crate::hf::TextTokenizer;
+use burn_ascend_llm::hf::TextTokenizer;
 
 /// How text becomes tokens and back.
 #[derive(Debug, Clone)]
@@ -224,7 +224,10 @@ mod tests {
 
     /// The fixture's byte-level BPE (300 tokens: most characters beyond ASCII span tokens).
     fn fixture_tokenizer() -> Tokenizer {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf/qwen3_moe");
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/hf/qwen3_moe"
+        );
         Tokenizer::Checkpoint(Box::new(TextTokenizer::from_dir(dir).unwrap()))
     }
 

@@ -3,7 +3,8 @@
 //! as tokens: it loads at once and serves noise, to try the server).
 //!
 //! ```sh
-//! cargo run --release --example openai_server -- --model DIR --port 8000
+//! cargo install --path burn-ascend-openai
+//! burn-ascend-openai --model DIR --port 8000
 //! curl -N localhost:8000/v1/completions -H 'Content-Type: application/json' \
 //!     -d '{"model": "DIR", "prompt": "The capital of France is", "max_tokens": 16, "stream": true}'
 //! ```
@@ -19,16 +20,16 @@ use burn::tensor::backend::Backend;
 use burn::tensor::DType;
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{Ascend, AscendDevice};
-use burn_ascend_suite::families;
-use burn_ascend_suite::hf::TextTokenizer;
-use burn_ascend_suite::http::chat::ChatTemplate;
-use burn_ascend_suite::http::metrics::Metrics;
-use burn_ascend_suite::http::{serve, App, Engine, ModelSpec, Tokenizer};
-use burn_ascend_suite::moe::config::MoeConfig;
-use burn_ascend_suite::moe::decode_graph::DECODE_BUCKETS;
-use burn_ascend_suite::moe::model::MoeDecoder;
-use burn_ascend_suite::moe::serve::{ServeConfig, Server};
-use burn_ascend_suite::moe::step::StepModel;
+use burn_ascend_llm::engine::decode_graph::DECODE_BUCKETS;
+use burn_ascend_llm::engine::serve::{ServeConfig, Server};
+use burn_ascend_llm::engine::step::StepModel;
+use burn_ascend_llm::families;
+use burn_ascend_llm::hf::TextTokenizer;
+use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_llm::moe::model::MoeDecoder;
+use burn_ascend_openai::chat::ChatTemplate;
+use burn_ascend_openai::metrics::Metrics;
+use burn_ascend_openai::{serve, App, Engine, ModelSpec, Tokenizer};
 use clap::Parser;
 
 /// Serve a MoE model over OpenAI's HTTP API.
@@ -87,7 +88,7 @@ const DEFAULT_MAX_SEQ: usize = 2048;
 fn main() {
     let args = Args::parse();
     if let Err(e) = run(args) {
-        eprintln!("openai_server: {e}");
+        eprintln!("burn-ascend-openai: {e}");
         std::process::exit(1);
     }
 }
@@ -125,7 +126,7 @@ fn run(args: Args) -> Result<(), String> {
             let chat = ChatTemplate::from_dir(dir).map_err(|e| fail(&e))?;
             if chat.is_none() {
                 eprintln!(
-                    "openai_server: {} has no chat template: /v1/chat/completions answers 400",
+                    "burn-ascend-openai: {} has no chat template: /v1/chat/completions answers 400",
                     dir.display()
                 );
             }
@@ -134,7 +135,7 @@ fn run(args: Args) -> Result<(), String> {
                 .clone()
                 .unwrap_or_else(|| dir.display().to_string());
             let metrics = Arc::new(Metrics::new(name.clone()));
-            let checkpoint = burn_ascend_suite::hf::Checkpoint::open(dir).map_err(|e| fail(&e))?;
+            let checkpoint = burn_ascend_llm::hf::Checkpoint::open(dir).map_err(|e| fail(&e))?;
             let max_seq = families::serving_max_seq(&checkpoint, args.max_seq, DEFAULT_MAX_SEQ)?;
             let cfg = serve_config(max_seq)?;
             let shown = dir.display().to_string();
@@ -197,7 +198,7 @@ fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("serving: {e}"))?;
         if unfinished > 0 {
             eprintln!(
-                "openai_server: {unfinished} requests had not finished after --drain-secs {}",
+                "burn-ascend-openai: {unfinished} requests had not finished after --drain-secs {}",
                 args.drain_secs
             );
         }
@@ -228,5 +229,5 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
-    eprintln!("openai_server: shutting down: no new requests; draining the running ones");
+    eprintln!("burn-ascend-openai: shutting down: no new requests; draining the running ones");
 }

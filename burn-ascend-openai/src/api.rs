@@ -5,8 +5,8 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::chat::ChatMessage;
-use crate::moe::serve::{FinishReason, ServeError};
+use crate::chat::ChatMessage;
+use burn_ascend_llm::engine::serve::{FinishReason, ServeError};
 
 /// An error as OpenAI returns it: a status and `{"error": {...}}`.
 #[derive(Debug, Clone, PartialEq)]

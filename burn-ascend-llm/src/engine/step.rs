@@ -10,7 +10,7 @@
 //! (`fused::extend_attention`: each chunk to its cached pages and itself, causally; on Ascend
 //! aclnnFusedInferAttentionScoreV3 or the extend kernels, chosen by the device model), and
 //! decode steps through `fused::decode_attention` with each token's key list. The built-in decoder
-//! ([`super::model::MoeDecoder`]) and every Hugging Face family implement it.
+//! ([`crate::moe::model::MoeDecoder`]) and every Hugging Face family implement it.
 
 use std::any::Any;
 

@@ -34,7 +34,7 @@ use burn_ascend::{graph, try_run, Ascend, AscendDevice, AscendError, FusedOps};
 
 use super::cache::{ints, slot, LayerCache, PagePool};
 use super::decode_graph::{Bucket, CapturedDecode, Packing};
-use super::model::MoeDecoder;
+
 use super::scheduler::{Entry, Plan, RequestId, Sampled, Scheduler};
 use super::step::{PagedAttention, StepModel};
 use super::workload::{percentiles, Arrival, ServingReport};
@@ -409,9 +409,8 @@ pub struct PrefillInputs<B: FusedOps> {
     pub page_size: usize,
 }
 
-/// A model with its paged KV cache and the scheduler of its requests: any [`StepModel`], the
-/// built-in decoder by default.
-pub struct Server<B: FusedOps, M: StepModel<B> = MoeDecoder<B>> {
+/// A model with its paged KV cache and the scheduler of its requests: any [`StepModel`].
+pub struct Server<B: FusedOps, M: StepModel<B>> {
     model: M,
     /// The weights on the host, to restore them after a device failure.
     weights: Vec<u8>,
