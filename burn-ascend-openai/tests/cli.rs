@@ -1,0 +1,147 @@
+//! The program as an operator runs it (`cargo install --path burn-ascend-openai`): started on
+//! a free port with a checkpoint, it prints its address, answers a greedy completion with the
+//! text the library's engine generates for the same prompt in process, and on SIGTERM drains
+//! and exits with 0. A bad option stops it at start, naming the option.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use burn::tensor::DType;
+use burn_ascend::{Ascend, AscendDevice};
+use burn_ascend_llm::engine::serve::{Request, ServeConfig, Server};
+use burn_ascend_llm::families;
+use burn_ascend_llm::hf::TextTokenizer;
+use serde_json::Value;
+
+const PROGRAM: &str = env!("CARGO_BIN_EXE_burn-ascend-openai");
+
+/// The tiny Qwen3-MoE fixture the workspace's HTTP tests serve.
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/hf/qwen3_moe")
+}
+
+/// The child process, killed when dropped (a failing test must not leave it running).
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `POST path` with a JSON body over one HTTP/1.1 connection; the response's status and body.
+fn post(address: &str, path: &str, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).expect("the server accepts connections");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("a whole response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok());
+    (status.expect("a status line"), body.to_string())
+}
+
+/// What the library generates greedily for `prompt` on the fixture, as text.
+fn in_process(prompt: &str, new_tokens: usize) -> String {
+    let device = AscendDevice::default();
+    let tokenizer = TextTokenizer::from_dir(fixture()).expect("the fixture's tokenizer");
+    let model = families::load::<Ascend>(fixture(), DType::F32, &device)
+        .expect("the fixture loads")
+        .model;
+    let cfg = ServeConfig {
+        pages: 64,
+        page_size: 16,
+        max_seq: 128,
+        max_kv_splits: 4,
+        step_tokens: 64,
+        max_waiting: 8,
+        record_logits: false,
+    };
+    let mut server = Server::new(model, cfg, &device).expect("a valid configuration");
+    let request = Request::greedy(tokenizer.encode(prompt).unwrap(), new_tokens)
+        .with_stop(tokenizer.eos_ids().to_vec());
+    let out = server.generate(&[request]);
+    let tokens = &out.results[0].as_ref().expect("generated").tokens;
+    tokenizer.decode(tokens).unwrap()
+}
+
+#[test]
+fn serves_a_checkpoint_then_drains_on_sigterm() {
+    let mut child = Command::new(PROGRAM)
+        .arg("--model")
+        .arg(fixture())
+        .args(["--served-model-name", "m", "--port", "0", "--dtype", "f32"])
+        .args(["--pages", "64", "--max-seq", "128"])
+        .env("BURN_ASCEND_DEVICE", "emulated")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("the program starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut running = Running(child);
+    // The log is read on a thread of its own, so that a program that never prints its address
+    // fails the test at the deadline instead of hanging it.
+    let (lines, log) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let address = loop {
+        let line = log
+            .recv_timeout(Duration::from_secs(300))
+            .expect("the program prints the address it serves on");
+        if let Some((_, url)) = line.split_once(" on http://") {
+            break url.to_string();
+        }
+    };
+
+    let prompt = "The tide turned";
+    let body =
+        format!(r#"{{"model": "m", "prompt": "{prompt}", "max_tokens": 8, "temperature": 0}}"#);
+    let (status, response) = post(&address, "/v1/completions", &body);
+    assert_eq!(status, 200, "{response}");
+    let response: Value = serde_json::from_str(&response).expect("a JSON body");
+    let text = response["choices"][0]["text"]
+        .as_str()
+        .expect("a completion's text");
+    assert!(!text.is_empty(), "an empty completion proves nothing");
+    assert_eq!(text, in_process(prompt, 8));
+
+    let pid = running.0.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(killed.success());
+    let status = running.0.wait().expect("the program exits");
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+}
+
+#[test]
+fn a_bad_option_stops_it_at_start_naming_the_option() {
+    let out = Command::new(PROGRAM)
+        .arg("--model")
+        .arg(fixture())
+        .args(["--port", "0", "--dtype", "f8"])
+        .env("BURN_ASCEND_DEVICE", "emulated")
+        .output()
+        .expect("the program runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--dtype \"f8\""), "stderr: {stderr}");
+}
