@@ -1,5 +1,10 @@
 //! Emulated HBM: a virtual device address space with a capacity, backed by host memory.
 //!
+//! The backing is mapped from the operating system (anonymous, zero-filled, committed only as
+//! it is touched), not taken from the host heap: device memory is not host memory, and a
+//! program's host allocations (what a loader or a server keeps on the host) can then be
+//! measured apart from the emulated device's own.
+//!
 //! Device addresses are non-canonical on every 64-bit host (the top bits are neither all zero
 //! nor all one), so host code that dereferences one by accident faults at once instead of
 //! reading plausible data. Freed ranges are never handed out again, so any later use of a freed
@@ -28,8 +33,7 @@ pub(crate) struct Block {
     pub base: u64,
     pub len: usize,
     charged: u64,
-    data: *mut u64,
-    words: usize,
+    data: Backing,
     /// The [`free_clock`] tick of the latest logical free by a caching allocator (0: none).
     logically_freed: AtomicU64,
 }
@@ -53,18 +57,64 @@ impl Block {
     pub fn host_ptr(&self, offset: usize) -> *mut u8 {
         debug_assert!(offset <= self.len);
         // SAFETY: offset is within the allocation.
-        unsafe { (self.data as *mut u8).add(offset) }
+        unsafe { self.data.ptr.add(offset) }
     }
 }
 
-impl Drop for Block {
-    fn drop(&mut self) {
-        // SAFETY: reconstructs the boxed slice created in `DeviceMemory::malloc`.
-        unsafe {
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                self.data, self.words,
-            )))
+/// Zero-filled host memory backing one block, 8-byte aligned at least (kernels read it as
+/// words).
+struct Backing {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Backing {
+    /// `len` (> 0) zero bytes, or `None` when the host has no room for them.
+    #[cfg(unix)]
+    fn zeroed(len: usize) -> Option<Self> {
+        // SAFETY: an anonymous private mapping of a non-zero length; no file, no fixed address.
+        // MAP_NORESERVE: like calloc, the pages cost host memory only once touched (an emulated
+        // KV cache is mostly untouched).
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
         };
+        (ptr != libc::MAP_FAILED).then_some(Self {
+            ptr: ptr as *mut u8,
+            len,
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn zeroed(len: usize) -> Option<Self> {
+        let layout = std::alloc::Layout::from_size_align(len, 8).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        (!ptr.is_null()).then_some(Self { ptr, len })
+    }
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` and `len` are those of the mapping (allocation) made in `zeroed`,
+        // released once, here.
+        #[cfg(unix)]
+        unsafe {
+            libc::munmap(self.ptr as *mut libc::c_void, self.len);
+        }
+        #[cfg(not(unix))]
+        unsafe {
+            std::alloc::dealloc(
+                self.ptr,
+                std::alloc::Layout::from_size_align_unchecked(self.len, 8),
+            );
+        }
     }
 }
 
@@ -138,10 +188,16 @@ impl DeviceMemory {
                 ),
             ));
         }
-        let words = (charged / 8) as usize;
-        // calloc-backed: untouched pages cost no host memory.
-        let data = Box::into_raw(vec![0u64; words].into_boxed_slice()) as *mut u64;
-        advise_huge_pages(data as *mut u8, charged as usize);
+        let data = Backing::zeroed(charged as usize).ok_or_else(|| {
+            fault(
+                s.oom_status,
+                format!(
+                    "emulated npu:{}: the host cannot back {size} more bytes of emulated HBM",
+                    self.device
+                ),
+            )
+        })?;
+        advise_huge_pages(data.ptr, data.len);
         let base = s.next;
         s.next += charged.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
         s.used += charged;
@@ -152,7 +208,6 @@ impl DeviceMemory {
                 len: size,
                 charged,
                 data,
-                words,
                 logically_freed: AtomicU64::new(0),
             }),
         );
@@ -285,6 +340,39 @@ impl DeviceMemory {
         let lo = ADDRESS_BASE + ((self.device as u64) << 40);
         (lo..lo + (1 << 40)).contains(&addr)
     }
+}
+
+/// Sets `len` bytes of device memory at `start` to zero. Whole pages are handed back to the
+/// operating system, which maps them as zero pages again (the same contents, no host memory):
+/// zeroing a KV cache of tens of GB, which an NPU does in milliseconds, then costs the host
+/// nothing until the cache is written.
+///
+/// # Safety
+/// `start..start + len` lies inside one block's backing (an anonymous private mapping).
+pub(crate) unsafe fn zero_device_bytes(start: *mut u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        let first = (start as usize).div_ceil(PAGE) * PAGE;
+        let end = (start as usize + len) / PAGE * PAGE;
+        if end > first {
+            // SAFETY: [first, end) is whole pages inside the caller's range of a private
+            // anonymous mapping, which MADV_DONTNEED leaves reading as zeros.
+            let done = unsafe {
+                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED)
+            } == 0;
+            if done {
+                // SAFETY: the head and tail lie inside the caller's range.
+                unsafe {
+                    std::ptr::write_bytes(start, 0, first - start as usize);
+                    std::ptr::write_bytes(end as *mut u8, 0, start as usize + len - end);
+                }
+                return;
+            }
+        }
+    }
+    // SAFETY: the caller's range.
+    unsafe { std::ptr::write_bytes(start, 0, len) };
 }
 
 /// Asks Linux to back a large allocation with huge pages: kernels read emulated HBM in scattered

@@ -136,6 +136,12 @@ impl Mapped {
         }
         let es = self.desc.dtype.size();
         let (start, _) = (self.at(first), self.at(first + n - 1));
+        if self.block.is_some() && bytes[..es].iter().all(|&b| b == 0) {
+            // SAFETY: `start..start + n * es` is the dense run, inside a device block's backing
+            // (both ends checked above).
+            unsafe { crate::memory::zero_device_bytes(start, n * es) };
+            return;
+        }
         self.put_bytes(first, bytes);
         let (mut done, total) = (es, n * es);
         while done < total {
