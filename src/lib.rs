@@ -6,3 +6,4 @@
 #![warn(missing_docs)]
 
 pub mod host_values;
+pub mod real_checkpoint;

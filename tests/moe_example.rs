@@ -112,7 +112,7 @@ fn zero_sizes_and_bad_numbers_are_rejected_before_anything_runs() {
         ),
         (
             &["--pages", "2"],
-            "needs 5 cache pages of 16 slots, the whole cache has 2",
+            "max_seq 512 exceeds the 32 tokens the cache holds (2 pages of 16 slots)",
         ),
         (
             &["--temperature", "nan"],

@@ -4,6 +4,7 @@
 //! inputs.
 #![allow(dead_code)]
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use burn::tensor::backend::Backend;
@@ -11,6 +12,7 @@ use burn::tensor::{DType, Distribution, Int, Tensor, TensorData};
 use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_llm::engine::cache::LayerCache;
 use burn_ascend_llm::engine::serve::StepInputs;
+use burn_ascend_llm::families::weights::{Stored, Tensors};
 use burn_ascend_llm::families::{self, Decoder, LoadError};
 use burn_ascend_perf::roofline::{self, Attention, LayerShape};
 use serde_json::json;
@@ -158,26 +160,33 @@ impl StepState {
     }
 }
 
+/// Random weights of a spec's shapes, drawn on the device and read back, as a checkpoint
+/// would hold them.
+struct Drawn(HashMap<String, Vec<usize>>);
+
+impl Tensors for Drawn {
+    fn stored(&self, name: &str) -> Result<Stored<'_>, LoadError> {
+        let shape = self.0[name].clone();
+        let n = shape.iter().product::<usize>();
+        let t: Tensor<B, 1> = if name.ends_with("norm.weight") {
+            Tensor::ones([n], (&device(), BF16))
+        } else {
+            Tensor::random([n], Distribution::Normal(0.0, INIT_STD), (&device(), BF16))
+        };
+        Ok(Stored {
+            dtype: BF16,
+            shape,
+            bytes: Cow::Owned(t.into_data().as_bytes().to_vec()),
+        })
+    }
+}
+
 /// The layer as the model families build it (`families::Decoder`, one layer, a small
 /// vocabulary): config.json through the family's spec, random weights through the loader.
 pub fn families_layer(m: &Model) -> Decoder<B> {
     let spec = families::spec_of(&(m.config)()).expect("a supported config");
-    let shapes: HashMap<String, Vec<usize>> = spec.expected().0.into_iter().collect();
-    let read = |name: &str, dtype: DType| -> Result<TensorData, LoadError> {
-        let shape = shapes[name].clone();
-        let n = shape.iter().product::<usize>();
-        let t: Tensor<B, 1> = if name.ends_with("norm.weight") {
-            Tensor::ones([n], (&device(), dtype))
-        } else {
-            Tensor::random([n], Distribution::Normal(0.0, INIT_STD), (&device(), dtype))
-        };
-        Ok(TensorData::from_bytes_vec(
-            t.into_data().as_bytes().to_vec(),
-            shape,
-            dtype,
-        ))
-    };
-    Decoder::load(&spec, &read, BF16, &device()).expect("the layer loads")
+    let drawn = Drawn(spec.expected().0.into_iter().collect());
+    Decoder::load(&spec, &drawn, BF16, None, &device()).expect("the layer loads")
 }
 
 /// The step's device inputs as the server gives them to a model (only the attention's are

@@ -17,13 +17,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::DType;
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_llm::engine::decode_graph::DECODE_BUCKETS;
 use burn_ascend_llm::engine::serve::{ServeConfig, Server};
 use burn_ascend_llm::engine::step::StepModel;
-use burn_ascend_llm::families;
+use burn_ascend_llm::families::blocks::quant::Quantize;
+use burn_ascend_llm::families::{self, LoadOptions, ToServe};
+use burn_ascend_llm::hf::Checkpoint;
 use burn_ascend_llm::hf::TextTokenizer;
 use burn_ascend_llm::moe::config::MoeConfig;
 use burn_ascend_llm::moe::model::MoeDecoder;
@@ -52,12 +53,22 @@ struct Args {
     /// CANN has one).
     #[arg(long)]
     device: Option<String>,
-    /// With --model: the dtype the weights are served in (f32, f16, bf16).
-    #[arg(long, default_value = "f32")]
+    /// With --model: the dtype the weights are served in: auto (the checkpoint's own, as its
+    /// config.json says), f32, f16 or bf16.
+    #[arg(long, default_value = "auto")]
     dtype: String,
-    /// Pages of the paged KV cache.
-    #[arg(long, default_value_t = 256)]
-    pages: usize,
+    /// With --model: quantize the layers to int8 as they are loaded: w8a16 or w8a8 (the
+    /// embedding, routers, norms and LM head stay float).
+    #[arg(long, value_name = "MODE")]
+    quantize: Option<Quantize>,
+    /// The fraction of the NPU's memory the server may use: the KV cache gets what it leaves
+    /// after the weights and the largest step's workspace (as vLLM's
+    /// --gpu-memory-utilization).
+    #[arg(long, default_value_t = 0.9)]
+    npu_memory_utilization: f64,
+    /// Pages of the paged KV cache, instead of sizing it from the NPU's memory.
+    #[arg(long)]
+    pages: Option<usize>,
     /// Slots per cache page.
     #[arg(long, default_value_t = 16)]
     page_size: usize,
@@ -100,9 +111,10 @@ fn run(args: Args) -> Result<(), String> {
         None => AscendDevice::default(),
     };
     DeviceContext::get(&device.into()).map_err(|e| format!("cannot open {device:?}: {e}"))?;
-    let serve_config = |max_seq| {
+    // Without --pages, a cache that holds one longest request, until it is sized from memory.
+    let serve_config = |max_seq: usize| {
         let cfg = ServeConfig {
-            pages: args.pages,
+            pages: args.pages.unwrap_or(max_seq.div_ceil(args.page_size)),
             page_size: args.page_size,
             max_seq,
             max_kv_splits: 4,
@@ -116,11 +128,9 @@ fn run(args: Args) -> Result<(), String> {
     let (engine, spec) = match &args.model {
         Some(dir) => {
             let fail = |e: &dyn std::fmt::Display| format!("--model {}: {e}", dir.display());
-            let dtype = match args.dtype.as_str() {
-                "f32" => DType::F32,
-                "f16" => DType::F16,
-                "bf16" => DType::BF16,
-                other => return Err(format!("--dtype {other:?} is not f32, f16 or bf16")),
+            let options = LoadOptions {
+                dtype: LoadOptions::parse_dtype(&args.dtype).map_err(|e| format!("--{e}"))?,
+                quantize: args.quantize,
             };
             let tokenizer = TextTokenizer::from_dir(dir).map_err(|e| fail(&e))?;
             let chat = ChatTemplate::from_dir(dir).map_err(|e| fail(&e))?;
@@ -135,15 +145,32 @@ fn run(args: Args) -> Result<(), String> {
                 .clone()
                 .unwrap_or_else(|| dir.display().to_string());
             let metrics = Arc::new(Metrics::new(name.clone()));
-            let checkpoint = burn_ascend_llm::hf::Checkpoint::open(dir).map_err(|e| fail(&e))?;
+            let checkpoint = Checkpoint::open(dir).map_err(|e| fail(&e))?;
             let max_seq = families::serving_max_seq(&checkpoint, args.max_seq, DEFAULT_MAX_SEQ)?;
             let cfg = serve_config(max_seq)?;
             let shown = dir.display().to_string();
+            let memory = args.pages.is_none().then_some(args.npu_memory_utilization);
             let (engine, _) = Engine::spawn(
                 move || {
-                    let model = families::load_from::<Ascend>(&checkpoint, dtype, &device)
+                    let ToServe {
+                        model,
+                        reload,
+                        report: load,
+                    } = families::load_to_serve::<Ascend>(Arc::new(checkpoint), options, &device)
                         .map_err(|e| format!("--model {shown}: {e}"))?;
-                    server(model, cfg, &device, captured)
+                    eprintln!(
+                        "burn-ascend-openai: loaded {shown} ({:?}{}) at {:.2} GB/s ({:.2} GB in \
+                         {:.1} s)",
+                        load.dtype,
+                        load.quantize
+                            .map_or(String::new(), |q| format!(", quantized {q}")),
+                        load.gb_per_s(),
+                        load.read_bytes as f64 / 1e9,
+                        load.secs
+                    );
+                    let server = Server::with_reload(model, cfg, &device, reload)
+                        .map_err(|e| e.to_string())?;
+                    ready(server, &device, memory, captured)
                 },
                 metrics,
             )?;
@@ -158,6 +185,7 @@ fn run(args: Args) -> Result<(), String> {
             let model_cfg = MoeConfig::new();
             let cfg = serve_config(args.max_seq.unwrap_or(model_cfg.max_seq))?;
             let seed = args.seed;
+            let memory = args.pages.is_none().then_some(args.npu_memory_utilization);
             let name = args
                 .served_model_name
                 .clone()
@@ -168,7 +196,8 @@ fn run(args: Args) -> Result<(), String> {
                     Ascend::seed(&device, seed);
                     let model = MoeDecoder::<Ascend>::new(&model_cfg, &device)
                         .map_err(|e| e.to_string())?;
-                    server(model, cfg, &device, captured)
+                    let server = Server::new(model, cfg, &device).map_err(|e| e.to_string())?;
+                    ready(server, &device, memory, captured)
                 },
                 metrics,
             )?;
@@ -206,14 +235,38 @@ fn run(args: Args) -> Result<(), String> {
     })
 }
 
-/// The server, replaying captured decode steps unless asked not to.
-fn server<M: StepModel<Ascend>>(
-    model: M,
-    cfg: ServeConfig,
+/// The server made ready to serve: its KV cache sized from the device's memory (given a
+/// utilization), then its decode steps captured unless asked not to; the sizes said on stderr.
+fn ready<M: StepModel<Ascend>>(
+    mut server: Server<Ascend, M>,
     device: &AscendDevice,
+    memory: Option<f64>,
     captured: bool,
 ) -> Result<Server<Ascend, M>, String> {
-    let mut server = Server::new(model, cfg, device).map_err(|e| e.to_string())?;
+    let ctx = DeviceContext::get(&(*device).into()).map_err(|e| e.to_string())?;
+    let weights = ctx.memory_stats().bytes_in_use as u64 - server.cache_bytes();
+    if let Some(utilization) = memory {
+        let sizing = server
+            .fit_cache_to_memory(utilization)
+            .map_err(|e| e.to_string())?;
+        eprintln!(
+            "burn-ascend-openai: the KV cache takes {utilization} of {device}'s {:.2} GB less \
+             {:.2} GB in use and a step's {:.2} GB",
+            sizing.total_bytes as f64 / 1e9,
+            sizing.in_use_bytes as f64 / 1e9,
+            sizing.workspace_bytes as f64 / 1e9,
+        );
+    }
+    let cfg = *server.config();
+    eprintln!(
+        "burn-ascend-openai: weights {:.2} GB on {device}; KV cache {} pages of {} slots \
+         ({} tokens); the longest request {} tokens",
+        weights as f64 / 1e9,
+        cfg.pages,
+        cfg.page_size,
+        cfg.pages * cfg.page_size,
+        cfg.max_seq
+    );
     // On failure it has said why, and decodes eagerly.
     if captured {
         let _ = server.enable_captured_decode(&DECODE_BUCKETS);

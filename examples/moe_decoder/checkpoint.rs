@@ -8,15 +8,14 @@
 //! shape before it allocates anything on the device.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::DType;
 use burn_ascend::{AscendDevice, FusedOps};
-use burn_ascend_llm::engine::serve::Request;
-use burn_ascend_llm::families::blocks::quant::Quantize;
-use burn_ascend_llm::families::{self, Decoder};
+use burn_ascend_llm::engine::serve::{Request, Server};
+use burn_ascend_llm::families::{self, Decoder, LoadOptions, ToServe};
 use burn_ascend_llm::hf::{Checkpoint, TextTokenizer};
 use burn_ascend_llm::moe::corpus;
 use burn_ascend_llm::moe::train::{train, TrainConfig};
@@ -25,11 +24,12 @@ use super::{check_writable, serve_model, Args, Outcome, Progress, Serving, JSON}
 
 /// What `--model` runs, from checked options.
 pub struct CheckpointPlan {
-    checkpoint: Checkpoint,
+    checkpoint: Arc<Checkpoint>,
     tokenizer: TextTokenizer,
-    dtype: DType,
+    options: LoadOptions,
     train: Option<TrainConfig>,
-    quantize: Option<Quantize>,
+    /// Without --pages: the fraction of the NPU's memory serving may use.
+    memory: Option<f64>,
     save: PathBuf,
     serving: Serving,
 }
@@ -44,11 +44,9 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
     let checkpoint = Checkpoint::open(dir).map_err(|e| fail(&e))?;
     let spec = families::spec_of(checkpoint.config()).map_err(|e| fail(&e))?;
     let tokenizer = TextTokenizer::from_dir(dir).map_err(|e| fail(&e))?;
-    let dtype = match args.dtype.as_str() {
-        "f32" => DType::F32,
-        "f16" => DType::F16,
-        "bf16" => DType::BF16,
-        other => return Err(format!("--dtype {other:?} is not f32, f16 or bf16")),
+    let options = LoadOptions {
+        dtype: LoadOptions::parse_dtype(&args.dtype).map_err(|e| format!("--{e}"))?,
+        quantize: args.quantize,
     };
     if let (Some(q), true) = (args.quantize, args.train_steps > 0) {
         return Err(format!(
@@ -78,7 +76,8 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
         check_writable(&save.join("config.json"))?;
     }
     let max_seq = families::serving_max_seq(&checkpoint, args.max_seq, DEFAULT_MAX_SEQ)?;
-    let serve = super::serve_config(args, max_seq)?;
+    // Until the cache is sized from memory: the pages of one longest request.
+    let serve = super::serve_config(args, max_seq, max_seq.div_ceil(args.page_size))?;
     let prompts = super::prompts(args);
     let mut requests = Vec::new();
     for prompt in &prompts {
@@ -97,11 +96,11 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
         requests.push(request);
     }
     Ok(CheckpointPlan {
-        checkpoint,
+        checkpoint: Arc::new(checkpoint),
         tokenizer,
-        dtype,
+        options,
         train,
-        quantize: args.quantize,
+        memory: args.pages.is_none().then_some(args.npu_memory_utilization),
         save,
         serving: Serving {
             serve,
@@ -112,46 +111,99 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
     })
 }
 
-/// Loads the checkpoint on `B` (an autodiff backend over an Ascend backend), fine-tunes and
-/// saves it if asked, then serves the prompts on the inner backend.
+/// Serves the checkpoint: loaded on the inner backend layer by layer (quantized as it loads,
+/// if asked) with no copy of its weights on the host, or, with `--train-steps`, loaded on `B`
+/// (an autodiff backend over an Ascend backend), fine-tuned, saved, then served.
 pub fn run<B>(plan: &CheckpointPlan, device: &AscendDevice) -> Result<Vec<Outcome>, String>
 where
     B: AutodiffBackend<Device = AscendDevice> + FusedOps,
     B::InnerBackend: FusedOps,
 {
     let dir = plan.checkpoint.dir().display();
+    let tokenizer = &plan.tokenizer;
+    let text = |ids: &[u32]| tokenizer.decode(ids).map_err(|e| e.to_string());
+    let mut server = match &plan.train {
+        None => {
+            let ToServe {
+                model,
+                reload,
+                report: load,
+            } = families::load_to_serve::<B::InnerBackend>(
+                plan.checkpoint.clone(),
+                plan.options,
+                device,
+            )
+            .map_err(|e| format!("--model {dir}: {e}"))?;
+            say!(
+                "loaded {dir} ({}, {} layers, {:?}{}) at {:.2} GB/s ({:.2} GB in {:.1} s)",
+                model.spec().model_type,
+                model.spec().layers.len(),
+                load.dtype,
+                load.quantize
+                    .map_or(String::new(), |q| format!(", quantized {q}")),
+                load.gb_per_s(),
+                load.read_bytes as f64 / 1e9,
+                load.secs
+            );
+            Server::with_reload(model, plan.serving.serve, device, reload)
+        }
+        Some(cfg) => {
+            let model = fine_tune::<B>(plan, cfg, device)?;
+            Server::new(model, plan.serving.serve, device)
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    if let Some(utilization) = plan.memory {
+        let sizing = server
+            .fit_cache_to_memory(utilization)
+            .map_err(|e| format!("--model {dir}: {e}"))?;
+        say!(
+            "the KV cache takes {utilization} of {device}'s {:.2} GB less {:.2} GB in use (the \
+             weights) and a step's {:.2} GB: {} pages, {} tokens",
+            sizing.total_bytes as f64 / 1e9,
+            sizing.in_use_bytes as f64 / 1e9,
+            sizing.workspace_bytes as f64 / 1e9,
+            sizing.pages,
+            sizing.tokens
+        );
+    }
+    serve_model(server, &plan.serving, device, None, text).map(|(outcomes, _)| outcomes)
+}
+
+/// The checkpoint loaded on `B`, fine-tuned on the shipped text and saved; for inference.
+fn fine_tune<B>(
+    plan: &CheckpointPlan,
+    cfg: &TrainConfig,
+    device: &AscendDevice,
+) -> Result<Decoder<B::InnerBackend>, String>
+where
+    B: AutodiffBackend<Device = AscendDevice> + FusedOps,
+    B::InnerBackend: FusedOps,
+{
+    let dir = plan.checkpoint.dir().display();
     let start = Instant::now();
-    let mut model: Decoder<B> = families::load_from(&plan.checkpoint, plan.dtype, device)
+    let mut model: Decoder<B> = families::load_from(&plan.checkpoint, plan.options, device)
         .map_err(|e| format!("--model {dir}: {e}"))?;
     say!(
         "loaded {dir} ({}, {} layers, {:?}) in {:.1} s",
         model.spec().model_type,
         model.spec().layers.len(),
-        plan.dtype,
+        model.dtype(),
         start.elapsed().as_secs_f64()
     );
-    if let Some(cfg) = &plan.train {
-        let tokens = plan
-            .tokenizer
-            .encode(corpus::TEXT)
-            .map_err(|e| format!("encoding the training text: {e}"))?;
-        let text = format!("{} tokens of text", tokens.len());
-        model = Progress::run("fine-tuned", cfg, &text, |report| {
-            train(model, &tokens, cfg, device, report)
-        })?;
-        families::save(&model, &plan.save, &plan.checkpoint, None)
-            .map_err(|e| format!("saving {}: {e}", plan.save.display()))?;
-        say!(
-            "saved the fine-tuned checkpoint to {} (Hugging Face layout)",
-            plan.save.display()
-        );
-    }
-    let tokenizer = &plan.tokenizer;
-    let text = |ids: &[u32]| tokenizer.decode(ids).map_err(|e| e.to_string());
-    let mut model = model.valid();
-    if let Some(mode) = plan.quantize {
-        model = model.quantize(mode);
-        say!("quantized the model ({mode})");
-    }
-    serve_model(model, &plan.serving, device, None, text).map(|(outcomes, _)| outcomes)
+    let tokens = plan
+        .tokenizer
+        .encode(corpus::TEXT)
+        .map_err(|e| format!("encoding the training text: {e}"))?;
+    let text = format!("{} tokens of text", tokens.len());
+    model = Progress::run("fine-tuned", cfg, &text, |report| {
+        train(model, &tokens, cfg, device, report)
+    })?;
+    families::save(&model, &plan.save, &plan.checkpoint, None)
+        .map_err(|e| format!("saving {}: {e}", plan.save.display()))?;
+    say!(
+        "saved the fine-tuned checkpoint to {} (Hugging Face layout)",
+        plan.save.display()
+    );
+    Ok(model.valid())
 }

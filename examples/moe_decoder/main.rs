@@ -131,10 +131,16 @@ pub struct Args {
     /// Seed of the model's initialisation and of the sampling draws.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Serving: pages in the paged KV cache. When the running requests need more, the newest
-    /// are preempted and recomputed later (their tokens are kept).
-    #[arg(long, default_value_t = 128)]
-    pages: usize,
+    /// Serving: pages in the paged KV cache (default: 128 for the built-in model; a --model
+    /// checkpoint's cache is sized from the NPU's memory, see --npu-memory-utilization). When the
+    /// running requests need more, the newest are preempted and recomputed later (their tokens
+    /// are kept).
+    #[arg(long)]
+    pages: Option<usize>,
+    /// With --model and no --pages: the fraction of the NPU's memory serving may use; the KV
+    /// cache gets what it leaves after the weights and the largest step's workspace.
+    #[arg(long, default_value_t = 0.9)]
+    npu_memory_utilization: f64,
     /// Serving: slots (tokens) per cache page.
     #[arg(long, default_value_t = 16)]
     page_size: usize,
@@ -162,8 +168,9 @@ pub struct Args {
     /// then save the checkpoint (--save-model).
     #[arg(long, default_value_t = 0)]
     train_steps: usize,
-    /// With --model: the dtype the weights are loaded (and served) in: f32, f16 or bf16.
-    #[arg(long, default_value = "f32")]
+    /// With --model: the dtype the weights are loaded (and served) in: auto (the checkpoint's
+    /// own, as its config.json says), f32, f16 or bf16.
+    #[arg(long, default_value = "auto")]
     dtype: String,
     /// With --model and --train-steps: the directory the fine-tuned checkpoint is saved to, in
     /// the same Hugging Face layout (default: target/<model dir name>-finetuned).
@@ -175,12 +182,16 @@ pub struct Args {
     max_seq: Option<usize>,
     /// Serve with int8 weights: w8a16 (int8 weights, float activations) or w8a8 (activations
     /// quantized per token too). The attention projections, dense MLPs and experts are
-    /// quantized per output channel after loading (and after training the built-in model);
+    /// quantized per output channel, a checkpoint's layer by layer as it is loaded (the built-in
+    /// model after training);
     /// the embedding, routers, norms and LM head stay float. The int8 operators take f16/bf16
     /// activations (an f32 model runs the same arithmetic composed). Not with --train-steps.
     #[arg(long, value_name = "MODE")]
     quantize: Option<Quantize>,
 }
+
+/// The built-in model's cache unless `--pages` says otherwise.
+const BUILT_IN_PAGES: usize = 128;
 
 /// The prompts the example serves unless `--prompt` names others.
 const PROMPTS: [&str; 4] = [
@@ -224,9 +235,10 @@ fn prompts(args: &Args) -> Vec<String> {
 }
 
 /// The server's settings from the options, for sequences of at most `max_seq` tokens.
-fn serve_config(args: &Args, max_seq: usize) -> Result<ServeConfig, String> {
+/// The serving settings; `pages` unless `--pages` says otherwise.
+fn serve_config(args: &Args, max_seq: usize, pages: usize) -> Result<ServeConfig, String> {
     let serve = ServeConfig {
-        pages: args.pages,
+        pages: args.pages.unwrap_or(pages),
         page_size: args.page_size,
         max_seq,
         max_kv_splits: 4,
@@ -288,7 +300,7 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
             cfg.validate().map_err(|e| e.to_string()).map(|_| cfg)
         })
         .transpose()?;
-    let serve = serve_config(args, args.max_seq.unwrap_or(model.max_seq))?;
+    let serve = serve_config(args, args.max_seq.unwrap_or(model.max_seq), BUILT_IN_PAGES)?;
     let prompts = prompts(args);
     let sampling = sampling(args);
     let requests: Vec<Request> = prompts
@@ -575,7 +587,8 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
         let bytes: Vec<u8> = tokens.iter().map(|&t| t as u8).collect();
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     };
-    let (outcomes, report) = serve_model(served, serving, &devices[0], eager, bytes)?;
+    let server = Server::new(served, serving.serve, &devices[0]).map_err(|e| e.to_string())?;
+    let (outcomes, report) = serve_model(server, serving, &devices[0], eager, bytes)?;
     parallel::check_one_device(model, serving.serve, devices, &serving.requests, &report)?;
     Ok(outcomes)
 }
@@ -584,14 +597,13 @@ fn serve<B: FusedOps<Device = AscendDevice> + CollectiveOps>(
 /// `eager` says why not), prints each outcome, its text decoded by `text`, and the serving
 /// figures.
 pub(crate) fn serve_model<B: FusedOps<Device = AscendDevice>, M: StepModel<B>>(
-    model: M,
+    mut server: Server<B, M>,
     serving: &Serving,
     device: &AscendDevice,
     eager: Option<String>,
     text: impl Fn(&[u32]) -> Result<String, String>,
 ) -> Result<(Vec<Outcome>, ServingReport), String> {
-    let cfg = serving.serve;
-    let mut server = Server::new(model, cfg, device).map_err(|e| e.to_string())?;
+    let cfg = *server.config();
     match eager {
         Some(why) if serving.captured_decode => say!("decode steps run eagerly: {why}"),
         // On failure the server has said why, and decodes eagerly.

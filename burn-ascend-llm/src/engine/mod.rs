@@ -11,10 +11,13 @@
 //!   by `extend_attention`, decoded tokens through `decode_attention`, over the paged cache),
 //!   sampling, recovery from device failures, and the dense reference.
 //! - [`decode_graph`]: the decode step captured as ACL graphs, one per batch-size bucket.
+//! - [`memory`]: what the cache and a step take of the device's memory, and the cache sized
+//!   from it.
 //! - [`workload`]: seeded Poisson traces of requests and the serving figures.
 
 pub mod cache;
 pub mod decode_graph;
+pub mod memory;
 pub mod scheduler;
 pub mod serve;
 pub mod step;

@@ -30,10 +30,12 @@ use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::fused;
+use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{graph, try_run, Ascend, AscendDevice, AscendError, FusedOps};
 
 use super::cache::{ints, slot, LayerCache, PagePool};
 use super::decode_graph::{Bucket, CapturedDecode, Packing};
+use super::memory::{self, CacheSizing};
 
 use super::scheduler::{Entry, Plan, RequestId, Sampled, Scheduler};
 use super::step::{PagedAttention, StepModel};
@@ -272,6 +274,18 @@ impl ServeConfig {
                 )))
             }
         }
+        // A request as long as max_seq must fit the cache alone, or every such request would
+        // be accepted and then fail.
+        if self.max_seq > self.pages * self.page_size {
+            return Err(ServeConfigError(format!(
+                "max_seq {} exceeds the {} tokens the cache holds ({} pages of {} slots): lower \
+                 max_seq or give the cache more pages",
+                self.max_seq,
+                self.pages * self.page_size,
+                self.pages,
+                self.page_size
+            )));
+        }
         // Each token at position p attends to p + 1 cached slots, all listed in the step's
         // kv_indices, whose offsets (kv_indptr) are int32.
         match self.step_keys() {
@@ -412,10 +426,8 @@ pub struct PrefillInputs<B: FusedOps> {
 /// A model with its paged KV cache and the scheduler of its requests: any [`StepModel`].
 pub struct Server<B: FusedOps, M: StepModel<B>> {
     model: M,
-    /// The weights on the host, to restore them after a device failure.
-    weights: Vec<u8>,
-    /// Their dtypes, which the host copy does not keep.
-    dtypes: ParamDtypes,
+    /// Where the weights come back from after a device failure.
+    weights: Weights<B, M>,
     caches: Vec<LayerCache<B>>,
     scheduler: Scheduler,
     cfg: ServeConfig,
@@ -428,6 +440,18 @@ pub struct Server<B: FusedOps, M: StepModel<B>> {
 }
 
 type WeightRecorder = BinBytesRecorder<FullPrecisionSettings>;
+
+/// Loads a model's weights again onto a device that was reset ([`Server::with_reload`]).
+pub type Reload<B, M> =
+    Box<dyn FnMut(&<B as burn::tensor::backend::BackendTypes>::Device) -> Result<M, String> + Send>;
+
+/// Where a server's weights come back from after a device failure.
+enum Weights<B: FusedOps, M> {
+    /// A copy on the host, with each parameter's dtype, which the copy does not keep.
+    Host(Vec<u8>, ParamDtypes),
+    /// Loaded again from their source (a checkpoint's files, still mapped).
+    Reload(Reload<B, M>),
+}
 
 /// Each parameter's dtype. Burn's records keep values at full precision, not their dtype, so
 /// the model reloaded from the host copy is cast back to what it was (bf16 weights, int8
@@ -470,21 +494,45 @@ impl<B: Backend> ModuleMapper<B> for ParamDtypes {
 
 impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     /// A server with an empty cache. It keeps a copy of the weights on the host, to restore
-    /// them after a device failure.
+    /// them after a device failure: for a model built in code or changed since it was loaded
+    /// (a checkpoint's model as loaded is served by [`Server::with_reload`]).
     pub fn new(model: M, cfg: ServeConfig, device: &B::Device) -> Result<Self, ServeConfigError> {
         cfg.validate()?;
         check_memory(&cfg, &model, device)?;
-        let weights = WeightRecorder::default()
+        let copy = WeightRecorder::default()
             .record(model.clone().into_record(), ())
             .map_err(|e| ServeConfigError(format!("cannot copy the weights to the host: {e}")))?;
         let mut dtypes = ParamDtypes::default();
         model.visit(&mut dtypes);
+        Self::serving(model, Weights::<B, M>::Host(copy, dtypes), cfg, device)
+    }
+
+    /// A server with an empty cache that keeps no copy of the weights: after a device failure
+    /// `reload` loads them again on the reset device (from a checkpoint's files, which stay
+    /// mapped). For a model whose weights are still those of their source: a fine-tuned model
+    /// would come back as it was loaded.
+    pub fn with_reload(
+        model: M,
+        cfg: ServeConfig,
+        device: &B::Device,
+        reload: Reload<B, M>,
+    ) -> Result<Self, ServeConfigError> {
+        cfg.validate()?;
+        check_memory(&cfg, &model, device)?;
+        Self::serving(model, Weights::Reload(reload), cfg, device)
+    }
+
+    fn serving(
+        model: M,
+        weights: Weights<B, M>,
+        cfg: ServeConfig,
+        device: &B::Device,
+    ) -> Result<Self, ServeConfigError> {
         let pool = PagePool::new(cfg.pages, cfg.page_size);
         let mut server = Self {
             caches: Vec::new(),
             model,
             weights,
-            dtypes,
             scheduler: Scheduler::new(pool, cfg.step_tokens),
             cfg,
             device: device.clone(),
@@ -562,7 +610,8 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     pub fn enable_captured_decode(&mut self, buckets: &[usize]) -> Result<(), String> {
         let why = if TypeId::of::<B>() != TypeId::of::<Ascend>() {
             Some(format!(
-                "captured decode needs the Ascend backend, this server runs on {}: it decodes                  eagerly",
+                "captured decode needs the Ascend backend, this server runs on {}: it decodes \
+                 eagerly",
                 std::any::type_name::<B>()
             ))
         } else if let Err(e) = graph::supported(self.ascend_device()) {
@@ -603,6 +652,90 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         self.caches = self.empty_caches();
         self.capture_decode();
         Ok(())
+    }
+
+    /// Gives the KV cache `utilization` of the device's memory (as vLLM's
+    /// `--gpu-memory-utilization`): that fraction of the device's total, less the memory in use
+    /// now (the weights, other processes) and the largest step's workspace, which is measured
+    /// by serving one request of `step_tokens` tokens through the cache the server was built
+    /// with; the cache is then rebuilt with as many pages as that leaves. Refused, with the
+    /// numbers, when they cannot hold one request of `max_seq` tokens; on a backend other than
+    /// `Ascend` (no memory to read); and once a request was submitted or decode captured (size
+    /// the cache first).
+    pub fn fit_cache_to_memory(
+        &mut self,
+        utilization: f64,
+    ) -> Result<CacheSizing, ServeConfigError> {
+        let Some(device) = (&self.device as &dyn Any)
+            .downcast_ref::<AscendDevice>()
+            .copied()
+        else {
+            return Err(ServeConfigError(format!(
+                "sizing the cache from device memory needs an NPU, this server runs on {}",
+                std::any::type_name::<B>()
+            )));
+        };
+        if !(utilization > 0.0 && utilization <= 1.0) {
+            return Err(ServeConfigError(format!(
+                "the memory utilization {utilization} is not in (0, 1]"
+            )));
+        }
+        if !self.is_idle() || self.next_id > 0 || self.decode.is_some() {
+            return Err(ServeConfigError(
+                "the cache is sized from memory before any request and before captured decode"
+                    .into(),
+            ));
+        }
+        let ctx = DeviceContext::get(&device.into())
+            .map_err(|e| ServeConfigError(format!("cannot open {device}: {e}")))?;
+        let release = || {
+            ctx.release_cache()
+                .map_err(|e| ServeConfigError(format!("{device}: {e}")))
+        };
+        // What a step takes: the device memory the probe left reserved (the allocators keep
+        // the blocks it used, its tensors' and its operators' workspaces).
+        release()?;
+        let (free_before, _) = memory::device_memory(&device)?;
+        let probe = self.cfg.step_tokens.min(self.cfg.max_seq - 1).max(1);
+        let out = self.generate(&[Request::greedy(vec![0; probe], 1)]);
+        if let Err(e) = &out.results[0] {
+            return Err(ServeConfigError(format!(
+                "measuring a step of {probe} tokens on {device}: {e}"
+            )));
+        }
+        ctx.synchronize()
+            .map_err(|e| ServeConfigError(format!("{device}: {e}")))?;
+        let (free_after, _) = memory::device_memory(&device)?;
+        let workspace = free_before.saturating_sub(free_after);
+        release()?;
+        let page_bytes = memory::page_bytes(&self.model.cache_layout(), self.cfg.page_size);
+        let cache = self.cache_bytes();
+        let (free, total) = memory::device_memory(&device)?;
+        let in_use = (total - free).saturating_sub(cache);
+        let sizing = memory::pages_for(
+            &self.cfg,
+            page_bytes,
+            (in_use, workspace, total),
+            utilization,
+            &device,
+        )?;
+        self.cfg.pages = sizing.pages;
+        self.cfg.validate()?;
+        self.scheduler = Scheduler::new(
+            PagePool::new(self.cfg.pages, self.cfg.page_size),
+            self.cfg.step_tokens,
+        );
+        // The old cache goes before the new one is allocated.
+        self.caches = Vec::new();
+        self.caches = self.empty_caches();
+        Ok(sizing)
+    }
+
+    /// Bytes of device memory the KV cache takes (its pages and captured decode's scratch
+    /// pages, every layer).
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_pages() as u64
+            * memory::page_bytes(&self.model.cache_layout(), self.cfg.page_size)
     }
 
     /// The decode buckets that run captured.
@@ -860,16 +993,17 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
                     .unwrap_or_else(|e| panic!("resetting {device} after a failed step: {e}"));
             }
         }
-        let record = WeightRecorder::default()
-            .load(self.weights.clone(), &self.device)
-            .expect("the server's own weights load");
-        let mut dtypes = self.dtypes.clone();
-        self.model = self
-            .model
-            .clone()
-            .load_record(record)
-            .map(&mut dtypes)
-            .after_reset();
+        let model = match &mut self.weights {
+            Weights::Host(copy, dtypes) => {
+                let record = WeightRecorder::default()
+                    .load(copy.clone(), &self.device)
+                    .expect("the server's own weights load");
+                self.model.clone().load_record(record).map(dtypes)
+            }
+            Weights::Reload(reload) => reload(&self.device)
+                .unwrap_or_else(|e| panic!("loading the weights again after a failed step: {e}")),
+        };
+        self.model = model.after_reset();
         self.caches = self.empty_caches();
         self.capture_decode();
         self.restore = false;
@@ -1141,46 +1275,16 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     }
 }
 
-/// Checks, before anything is allocated, that the KV cache and the buffers of the largest step
-/// fit `device`'s memory (on Ascend devices, which report it): a clear error at configuration
-/// instead of an allocation failure later. The step's count is the cube decode path's: its
-/// scores (f32) and probabilities (16-bit) workspaces of `HQ x keys`, and kv_indices (int32),
-/// with `keys = step_tokens x max_seq`.
+/// [`memory::check_fits`] on Ascend devices, which report their memory.
 fn check_memory<B: FusedOps, M: StepModel<B>>(
     cfg: &ServeConfig,
     model: &M,
     device: &B::Device,
 ) -> Result<(), ServeConfigError> {
-    let Some(device) = (device as &dyn Any).downcast_ref::<AscendDevice>() else {
-        return Ok(());
-    };
-    let l = model.cache_layout();
-    let element = l.dtype.size() as u128;
-    let slots = (cfg.pages * cfg.page_size) as u128;
-    let row = l.kv_heads as u128 * (l.key_dim + l.value_dim.unwrap_or(0)) as u128;
-    let cache = l.layers as u128 * slots * row * element;
-    let keys = cfg.step_keys().expect("validated") as u128;
-    let step = keys * (4 + 6 * l.query_heads as u128);
-    let (_, total) = burn_ascend::runtime::device::memory_info(&device.into())
-        .map_err(|e| ServeConfigError(format!("cannot read {device}'s memory size: {e}")))?;
-    if cache + step > total as u128 {
-        return Err(ServeConfigError(format!(
-            "the KV cache ({cache} bytes: {} layers x {} pages of {} slots x {} heads x (key dim \
-             {} + value dim {}) x {element} bytes) and the buffers of the largest step ({step} \
-             bytes: step_tokens {} x max_seq {} keys x (4 + {} query heads x 6) bytes) exceed the \
-             {total} bytes of {device}'s memory: lower pages, step_tokens or max_seq",
-            l.layers,
-            cfg.pages,
-            cfg.page_size,
-            l.kv_heads,
-            l.key_dim,
-            l.value_dim.unwrap_or(0),
-            cfg.step_tokens,
-            cfg.max_seq,
-            l.query_heads,
-        )));
+    match (device as &dyn Any).downcast_ref::<AscendDevice>() {
+        Some(device) => memory::check_fits(cfg, &model.cache_layout(), device),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// A step's inputs on the host, request after request (see [`StepInputs`]).

@@ -20,14 +20,16 @@ pub mod qwen_moe;
 pub mod weights;
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
 
 use burn::module::Module;
 use burn::nn::{Embedding, Linear};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Int, Tensor, TensorData};
-use burn_ascend::FusedOps;
+use burn_ascend::{AscendDevice, FusedOps};
 
-use crate::engine::serve::StepInputs;
+use crate::engine::serve::{Reload, StepInputs};
 use crate::engine::step::{CacheLayout, PagedAttention, StepModel};
 use crate::hf::{Checkpoint, CheckpointError};
 use crate::moe::train::TrainModel;
@@ -35,7 +37,7 @@ use blocks::attention::{Attention, AttentionSpec};
 use blocks::ffn::{Ffn, FfnSpec, RouterStats};
 use blocks::norm::RmsNorm;
 use blocks::quant::Quantize;
-use weights::{Expected, Reader, Sink, Source};
+use weights::{Expected, Sink, Source, Tensors};
 
 /// A checkpoint that cannot be loaded (or saved), and why.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +73,28 @@ pub enum LoadError {
     /// A model dtype other than F32, F16 and BF16.
     #[error("model dtype {0:?} is not supported (F32, F16 and BF16 are)")]
     Dtype(DType),
+    /// The device failed while the weights were uploaded.
+    #[error("the device failed while the weights were uploaded: {0}")]
+    Device(String),
+    /// The weights cannot fit the device's free memory: refused before anything is allocated.
+    #[error(
+        "the weights of {model} need at least {needed} bytes on {device} ({what}), which has \
+         {free} of {total} bytes free"
+    )]
+    DoesNotFit {
+        /// The checkpoint.
+        model: String,
+        /// The device.
+        device: String,
+        /// What the bytes are (dtype, quantization).
+        what: String,
+        /// Bytes the weights take at least.
+        needed: u64,
+        /// The device's free bytes.
+        free: u64,
+        /// The device's bytes.
+        total: u64,
+    },
 }
 
 /// The `model_type`s [`load`] knows.
@@ -151,6 +175,17 @@ pub struct Layer<B: Backend> {
     pub ffn: Ffn<B>,
 }
 
+impl<B: FusedOps> Layer<B> {
+    /// The layer with its projections and experts quantized (see [`Decoder::quantize`]).
+    fn quantize(self, mode: Quantize) -> Self {
+        Layer {
+            attention: self.attention.quantize(mode, &self.input_norm),
+            ffn: self.ffn.quantize(mode),
+            ..self
+        }
+    }
+}
+
 /// The decoder every family is.
 #[derive(Module, Debug)]
 pub struct Decoder<B: Backend> {
@@ -167,18 +202,21 @@ pub struct Decoder<B: Backend> {
 }
 
 impl<B: FusedOps> Decoder<B> {
-    /// The decoder `spec` describes, its weights read by `read` (named as
-    /// [`DecoderSpec::expected`] names them) and uploaded to `device` in `dtype`.
+    /// The decoder `spec` describes, its weights read from `tensors` (named as
+    /// [`DecoderSpec::expected`] names them) and uploaded to `device` in `dtype` one by one; with
+    /// `quantize`, each layer is quantized as soon as it is on the device (see
+    /// [`Decoder::quantize`]), so the float model is never on the device whole.
     pub fn load(
         spec: &DecoderSpec,
-        read: &Reader<'_>,
+        tensors: &dyn Tensors,
         dtype: DType,
+        quantize: Option<Quantize>,
         device: &B::Device,
     ) -> Result<Self, LoadError> {
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
             return Err(LoadError::Dtype(dtype));
         }
-        let src = Source::<B>::new(read, dtype, device);
+        let src = Source::<B>::new(tensors, dtype, device);
         let norm = |name: &str| -> Result<RmsNorm<B>, LoadError> {
             Ok(RmsNorm::new(src.tensor(name)?, spec.eps))
         };
@@ -188,11 +226,15 @@ impl<B: FusedOps> Decoder<B> {
             .enumerate()
             .map(|(i, layer)| {
                 let p = format!("model.layers.{i}");
-                Ok(Layer {
+                let layer = Layer {
                     input_norm: norm(&format!("{p}.input_layernorm.weight"))?,
                     attention: layer.attention.load(&p, &src)?,
                     post_norm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
                     ffn: layer.ffn.load(&p, &src)?,
+                };
+                Ok(match quantize {
+                    Some(mode) => layer.quantize(mode),
+                    None => layer,
                 })
             })
             .collect::<Result<_, LoadError>>()?;
@@ -202,7 +244,7 @@ impl<B: FusedOps> Decoder<B> {
             norm: norm("model.norm.weight")?,
             head: src.linear("lm_head", false)?,
             spec: spec.clone(),
-            quantized: None,
+            quantized: quantize,
         })
     }
 
@@ -213,17 +255,8 @@ impl<B: FusedOps> Decoder<B> {
     /// Quantized activations need an F16/BF16 model to reach the int8 operators (an f32 model
     /// runs the same arithmetic composed). Training it is refused ([`crate::moe::train::TrainError::Quantized`]).
     pub fn quantize(self, mode: Quantize) -> Self {
-        let layers = self
-            .layers
-            .into_iter()
-            .map(|l| Layer {
-                attention: l.attention.quantize(mode, &l.input_norm),
-                ffn: l.ffn.quantize(mode),
-                ..l
-            })
-            .collect();
         Self {
-            layers,
+            layers: self.layers.into_iter().map(|l| l.quantize(mode)).collect(),
             quantized: Some(mode),
             ..self
         }
@@ -440,19 +473,134 @@ pub struct LoadedModel<B: Backend> {
     pub checkpoint: Checkpoint,
 }
 
+/// How a checkpoint is loaded. A bare [`DType`] converts into the options that serve in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The dtype the weights are served in (F32, F16 or BF16); `None`: the checkpoint's own
+    /// ([`serving_dtype`]).
+    pub dtype: Option<DType>,
+    /// Quantize each layer as it is loaded (see [`Decoder::load`]).
+    pub quantize: Option<Quantize>,
+}
+
+impl From<DType> for LoadOptions {
+    fn from(dtype: DType) -> Self {
+        Self {
+            dtype: Some(dtype),
+            quantize: None,
+        }
+    }
+}
+
+/// The dtype a checkpoint is served in when none is asked for: the one its `config.json`
+/// names (as vLLM's `--dtype auto`), else its first float tensor's, else F32.
+pub fn serving_dtype(checkpoint: &Checkpoint) -> Result<DType, LoadError> {
+    if let Some(dtype) = checkpoint.dtype()? {
+        return Ok(dtype);
+    }
+    Ok(checkpoint
+        .names()
+        .filter_map(|n| checkpoint.info(n))
+        .map(|i| i.dtype)
+        .find(|d| matches!(d, DType::F32 | DType::F16 | DType::BF16))
+        .unwrap_or(DType::F32))
+}
+
+impl LoadOptions {
+    /// The dtype named on a command line: `auto` (the checkpoint's own: `None`), `f32`, `f16`
+    /// or `bf16` (also as torch names them: `float32`, `float16`, `bfloat16`).
+    pub fn parse_dtype(name: &str) -> Result<Option<DType>, String> {
+        match name {
+            "auto" => Ok(None),
+            "f32" | "float32" => Ok(Some(DType::F32)),
+            "f16" | "float16" => Ok(Some(DType::F16)),
+            "bf16" | "bfloat16" => Ok(Some(DType::BF16)),
+            other => Err(format!(
+                "dtype {other:?} is not auto, f32, f16 or bf16 (float32, float16, bfloat16)"
+            )),
+        }
+    }
+}
+
+/// How a checkpoint was loaded ([`load_to_serve`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadReport {
+    /// The dtype the weights are served in.
+    pub dtype: DType,
+    /// How the layers were quantized as they were loaded, if they were.
+    pub quantize: Option<Quantize>,
+    /// Bytes of tensor data read from the checkpoint's files.
+    pub read_bytes: u64,
+    /// Seconds from the first read to the last weight on the device.
+    pub secs: f64,
+}
+
+impl LoadReport {
+    /// Bytes read per second, in GB/s.
+    pub fn gb_per_s(&self) -> f64 {
+        self.read_bytes as f64 / self.secs.max(1e-9) / 1e9
+    }
+}
+
+/// A checkpoint's decoder loaded to serve ([`load_to_serve`]).
+pub struct ToServe<B: FusedOps> {
+    /// The decoder.
+    pub model: Decoder<B>,
+    /// What [`Server::with_reload`] needs to load it again after a device reset: the same
+    /// files, kept mapped (no copy of the weights on the host).
+    ///
+    /// [`Server::with_reload`]: crate::engine::serve::Server::with_reload
+    pub reload: Reload<B, Decoder<B>>,
+    /// How the load went.
+    pub report: LoadReport,
+}
+
+/// Loads `checkpoint` to serve it (see [`ToServe`]), the load timed to the device's last copy.
+pub fn load_to_serve<B: FusedOps>(
+    checkpoint: Arc<Checkpoint>,
+    options: impl Into<LoadOptions>,
+    device: &B::Device,
+) -> Result<ToServe<B>, LoadError> {
+    let options = options.into();
+    let start = Instant::now();
+    let model = load_from::<B>(&checkpoint, options, device)?;
+    B::sync(device).map_err(|e| LoadError::Device(format!("{e:?}")))?;
+    let read_bytes = model
+        .spec()
+        .expected()
+        .0
+        .iter()
+        .filter_map(|(name, _)| checkpoint.bytes(name).ok())
+        .map(|(_, bytes)| bytes.len() as u64)
+        .sum();
+    let report = LoadReport {
+        dtype: model.dtype(),
+        quantize: options.quantize,
+        read_bytes,
+        secs: start.elapsed().as_secs_f64(),
+    };
+    let reload: Reload<B, Decoder<B>> =
+        Box::new(move |device| load_from(&checkpoint, options, device).map_err(|e| e.to_string()));
+    Ok(ToServe {
+        model,
+        reload,
+        report,
+    })
+}
+
 /// Loads the checkpoint directory `dir` (config.json, safetensors weights) as the family its
-/// `model_type` names, the weights uploaded once to `device` in `dtype` (F32, F16 or BF16,
-/// converted from the file's). Everything is checked before anything is allocated on the
-/// device: the config's options, and every tensor's name and shape (none missing, none
-/// extra).
+/// `model_type` names, each weight going from the file's map to `device` as it is read (see
+/// [`Decoder::load`]). Everything is checked before anything is allocated on the device: the
+/// config's options, every tensor's name and shape (none missing, none extra), and that the
+/// weights can fit the device's free memory.
 pub fn load<B: FusedOps>(
     dir: impl AsRef<Path>,
-    dtype: DType,
+    options: impl Into<LoadOptions>,
     device: &B::Device,
 ) -> Result<LoadedModel<B>, LoadError> {
     let checkpoint = Checkpoint::open(dir)?;
     Ok(LoadedModel {
-        model: load_from(&checkpoint, dtype, device)?,
+        model: load_from(&checkpoint, options, device)?,
         checkpoint,
     })
 }
@@ -460,9 +608,21 @@ pub fn load<B: FusedOps>(
 /// [`load`] from an opened checkpoint.
 pub fn load_from<B: FusedOps>(
     checkpoint: &Checkpoint,
-    dtype: DType,
+    options: impl Into<LoadOptions>,
     device: &B::Device,
 ) -> Result<Decoder<B>, LoadError> {
+    let options = options.into();
+    let dtype = match options.dtype {
+        Some(dtype) => dtype,
+        None => serving_dtype(checkpoint)?,
+    };
+    let spec = checked_spec(checkpoint)?;
+    check_fits::<B>(checkpoint, &spec, dtype, options.quantize, device)?;
+    Decoder::load(&spec, checkpoint, dtype, options.quantize, device)
+}
+
+/// The decoder the checkpoint describes, its tensors' names and shapes checked.
+fn checked_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, LoadError> {
     let mut spec = spec_of(checkpoint.config())?;
     if checkpoint
         .names()
@@ -475,8 +635,52 @@ pub fn load_from<B: FusedOps>(
     checkpoint.check(&spec.expected().0, |name| {
         name.ends_with(".self_attn.rotary_emb.inv_freq") || not_the_decoder(name)
     })?;
-    let read = |name: &str, dtype: DType| checkpoint.read(name, dtype).map_err(LoadError::from);
-    Decoder::load(&spec, &read, dtype, device)
+    Ok(spec)
+}
+
+/// Refuses weights that cannot fit an NPU's free memory, before anything is allocated. The
+/// bytes counted are a lower bound (quantized: every matrix of a layer at one byte an element,
+/// scales not counted), so a model that fits is never refused; one that only nearly fits fails
+/// at its allocation with the device's out-of-memory error.
+fn check_fits<B: FusedOps>(
+    checkpoint: &Checkpoint,
+    spec: &DecoderSpec,
+    dtype: DType,
+    quantize: Option<Quantize>,
+    device: &B::Device,
+) -> Result<(), LoadError> {
+    let Some(npu) = (device as &dyn std::any::Any).downcast_ref::<AscendDevice>() else {
+        return Ok(());
+    };
+    let needed: u64 = spec
+        .expected()
+        .0
+        .iter()
+        .map(|(name, shape)| {
+            let n = shape.iter().product::<usize>() as u64;
+            let matrix_in_layer = name.starts_with("model.layers.") && shape.len() >= 2;
+            match quantize {
+                Some(_) if matrix_in_layer => n,
+                _ => n * dtype.size() as u64,
+            }
+        })
+        .sum();
+    let (free, total) = burn_ascend::runtime::device::memory_info(&(*npu).into())
+        .map_err(|e| LoadError::Device(format!("cannot read {npu}'s free memory: {e}")))?;
+    if needed > free as u64 {
+        return Err(LoadError::DoesNotFit {
+            model: checkpoint.dir().display().to_string(),
+            device: npu.to_string(),
+            what: match quantize {
+                Some(q) => format!("{dtype:?}, layers quantized {q}"),
+                None => format!("{dtype:?}"),
+            },
+            needed,
+            free: free as u64,
+            total: total as u64,
+        });
+    }
+    Ok(())
 }
 
 /// Saves `model` into `dir` in the Hugging Face layout of `from` (the checkpoint it was loaded

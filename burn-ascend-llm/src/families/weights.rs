@@ -3,13 +3,18 @@
 //!
 //! transformers stores a linear layer's weight `[out, in]` and each expert apart; Burn's
 //! `Linear` holds `[in, out]` and the grouped matmul takes the experts stacked `[E, in, out]`.
-//! The layouts are changed on the host while the file is decoded (a permutation of elements,
-//! no arithmetic), so each weight is uploaded once, contiguous, in the model's dtype.
+//! The layouts are changed on the host as the bytes leave the file's map (a permutation of
+//! elements, no arithmetic), so each weight is uploaded once, contiguous; a dtype conversion
+//! happens on the device.
+
+use std::borrow::Cow;
 
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData};
+
+use rayon::prelude::*;
 
 use super::LoadError;
 
@@ -46,40 +51,96 @@ impl Expected {
     }
 }
 
-/// Reads tensors `(name, dtype)` in the checkpoint's layout, converted to dtype.
-pub type Reader<'a> = dyn Fn(&str, DType) -> Result<TensorData, LoadError> + 'a;
+/// A tensor as its source stores it: dtype, shape and little-endian row-major bytes.
+#[derive(Debug, Clone)]
+pub struct Stored<'a> {
+    /// The element type of `bytes`.
+    pub dtype: DType,
+    /// The shape, row-major.
+    pub shape: Vec<usize>,
+    /// The elements: borrowed from a memory-mapped file, or made up (benches).
+    pub bytes: Cow<'a, [u8]>,
+}
+
+/// Where a model's tensors come from, by the checkpoint's names: a checkpoint's files
+/// ([`crate::hf::Checkpoint`]), or tensors made up by a bench.
+pub trait Tensors {
+    /// The tensor `name` as stored.
+    fn stored(&self, name: &str) -> Result<Stored<'_>, LoadError>;
+}
+
+impl Tensors for crate::hf::Checkpoint {
+    fn stored(&self, name: &str) -> Result<Stored<'_>, LoadError> {
+        let (info, bytes) = self.bytes(name)?;
+        Ok(Stored {
+            dtype: info.dtype,
+            shape: info.shape.clone(),
+            bytes: Cow::Borrowed(bytes),
+        })
+    }
+}
+
+/// Host memory one upload of stacked experts takes at most: experts are laid out in chunks of
+/// this size and joined on the device, so a layer's experts (1.2 GB of bf16 for Qwen3-30B-A3B)
+/// never sit on the host whole.
+const EXPERT_CHUNK_BYTES: usize = 64 << 20;
 
 /// Reads a checkpoint's tensors into parameters on `device`, in `dtype`.
+///
+/// Each tensor goes from its source to the device as it is stored: the bytes are copied from
+/// the map (laid out anew where Burn's layout differs: a permutation, on all host cores, no
+/// arithmetic), uploaded in the stored dtype and converted on the device (aclnnCast on an NPU),
+/// so the host holds one tensor (one chunk of experts) at a time and computes nothing.
 pub struct Source<'a, B: Backend> {
-    read: &'a Reader<'a>,
+    tensors: &'a dyn Tensors,
     dtype: DType,
     device: &'a B::Device,
 }
 
 impl<'a, B: Backend> Source<'a, B> {
-    /// Tensors of `read`, uploaded to `device` in `dtype`.
-    pub fn new(read: &'a Reader<'a>, dtype: DType, device: &'a B::Device) -> Self {
+    /// Tensors of `tensors`, uploaded to `device` in `dtype`.
+    pub fn new(tensors: &'a dyn Tensors, dtype: DType, device: &'a B::Device) -> Self {
         Self {
-            read,
+            tensors,
             dtype,
             device,
         }
     }
 
-    fn upload<const D: usize>(&self, data: TensorData) -> Param<Tensor<B, D>> {
-        Param::from_tensor(Tensor::from_data(data, (self.device, self.dtype)))
+    /// `data` on the device in the model's dtype: uploaded as it is, converted there.
+    fn upload<const D: usize>(&self, data: TensorData) -> Tensor<B, D> {
+        let stored = data.dtype;
+        let t = Tensor::from_data(data, (self.device, stored));
+        if stored == self.dtype {
+            t
+        } else {
+            t.cast(self.dtype)
+        }
+    }
+
+    fn param<const D: usize>(&self, data: TensorData) -> Param<Tensor<B, D>> {
+        Param::from_tensor(self.upload(data))
     }
 
     /// The tensor `name` as it is stored.
     pub fn tensor<const D: usize>(&self, name: &str) -> Result<Param<Tensor<B, D>>, LoadError> {
-        Ok(self.upload((self.read)(name, self.dtype)?))
+        let t = self.tensors.stored(name)?;
+        Ok(self.param(TensorData::from_bytes_vec(
+            t.bytes.into_owned(),
+            t.shape,
+            t.dtype,
+        )))
     }
 
     /// The linear layer `prefix.weight` (and `prefix.bias`).
     pub fn linear(&self, prefix: &str, bias: bool) -> Result<Linear<B>, LoadError> {
-        let weight = transpose((self.read)(&format!("{prefix}.weight"), self.dtype)?);
+        let w = self.tensors.stored(&format!("{prefix}.weight"))?;
+        let [out, d_in] = matrix(&w.shape);
+        let size = w.dtype.size();
+        let mut to = vec![0u8; w.bytes.len()];
+        transpose_into(&w.bytes, &mut to, out, d_in, size);
         Ok(Linear {
-            weight: self.upload(weight),
+            weight: self.param(TensorData::from_bytes_vec(to, [d_in, out], w.dtype)),
             bias: if bias {
                 Some(self.tensor(&format!("{prefix}.bias"))?)
             } else {
@@ -101,15 +162,34 @@ impl<'a, B: Backend> Source<'a, B> {
         name: impl Fn(usize) -> String,
         experts: usize,
     ) -> Result<Param<Tensor<B, 3>>, LoadError> {
-        let mut bytes = Vec::new();
-        let mut shape = Vec::new();
+        let mut chunks = Vec::new();
+        let mut chunk = Vec::new();
+        let mut layout = None;
+        let mut in_chunk = 0;
         for e in 0..experts {
-            let w = transpose((self.read)(&name(e), self.dtype)?);
-            shape = w.shape.to_vec();
-            bytes.extend_from_slice(w.as_bytes());
+            let w = self.tensors.stored(&name(e))?;
+            let [out, d_in] = matrix(&w.shape);
+            let (dtype, size) = (w.dtype, w.dtype.size());
+            layout = Some((d_in, out, dtype));
+            let at = chunk.len();
+            chunk.resize(at + w.bytes.len(), 0u8);
+            transpose_into(&w.bytes, &mut chunk[at..], out, d_in, size);
+            in_chunk += 1;
+            if chunk.len() >= EXPERT_CHUNK_BYTES || e + 1 == experts {
+                let data = TensorData::from_bytes_vec(
+                    std::mem::take(&mut chunk),
+                    [in_chunk, d_in, out],
+                    dtype,
+                );
+                chunks.push(self.upload::<3>(data));
+                in_chunk = 0;
+            }
         }
-        let shape = [experts, shape[0], shape[1]];
-        Ok(self.upload(TensorData::from_bytes_vec(bytes, shape, self.dtype)))
+        layout.ok_or_else(|| LoadError::Config {
+            model_type: "(experts)".into(),
+            why: format!("{} names no expert (0 experts)", name(0)),
+        })?;
+        Ok(Param::from_tensor(join(chunks)))
     }
 
     /// The experts' weights of the fused layout transformers 5.x can write: one tensor `name`
@@ -121,20 +201,81 @@ impl<'a, B: Backend> Source<'a, B> {
         name: &str,
         parts: usize,
     ) -> Result<Vec<Param<Tensor<B, 3>>>, LoadError> {
-        let data = (self.read)(name, self.dtype)?;
-        let (e, out) = (data.shape[0], data.shape[1] / parts);
+        let t = self.tensors.stored(name)?;
+        let (e, rows, d_in) = match t.shape[..] {
+            [e, rows, d_in] if rows % parts == 0 => (e, rows, d_in),
+            _ => {
+                return Err(LoadError::Config {
+                    model_type: "(experts)".into(),
+                    why: format!(
+                        "{name} of shape {:?} is not [experts, {parts} x out, in]",
+                        t.shape
+                    ),
+                })
+            }
+        };
+        let (out, size) = (rows / parts, t.dtype.size());
+        let matrix_bytes = out * d_in * size;
+        let per_chunk = (EXPERT_CHUNK_BYTES / matrix_bytes.max(1)).max(1);
         Ok((0..parts)
             .map(|part| {
-                let mut bytes = Vec::with_capacity(data.as_bytes().len() / parts);
-                for i in 0..e {
-                    let rows = expert(&data, i).split_rows(parts, part);
-                    bytes.extend_from_slice(transpose(rows).as_bytes());
-                }
-                let shape = [e, data.shape[2], out];
-                self.upload(TensorData::from_bytes_vec(bytes, shape, self.dtype))
+                let chunks = (0..e)
+                    .step_by(per_chunk)
+                    .map(|first| {
+                        let n = per_chunk.min(e - first);
+                        let mut bytes = vec![0u8; n * matrix_bytes];
+                        for (i, to) in bytes.chunks_exact_mut(matrix_bytes).enumerate() {
+                            let at = ((first + i) * parts + part) * matrix_bytes;
+                            transpose_into(&t.bytes[at..at + matrix_bytes], to, out, d_in, size);
+                        }
+                        self.upload::<3>(TensorData::from_bytes_vec(bytes, [n, d_in, out], t.dtype))
+                    })
+                    .collect();
+                Param::from_tensor(join(chunks))
             })
             .collect())
     }
+}
+
+/// Uploaded chunks as one tensor (joined on the device).
+fn join<B: Backend>(mut chunks: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    if chunks.len() == 1 {
+        chunks.pop().expect("one chunk")
+    } else {
+        Tensor::cat(chunks, 0)
+    }
+}
+
+/// The `[rows, cols]` of a matrix's shape (the expected shapes were checked before loading).
+fn matrix(shape: &[usize]) -> [usize; 2] {
+    match shape {
+        [r, c] => [*r, *c],
+        other => panic!("a matrix was checked to be 2-D, found {other:?}"),
+    }
+}
+
+/// Rows of a `[r, c]` matrix of `size`-byte elements, written as its `[c, r]` transpose into
+/// `to`: tiles that stay in cache, the row bands shared among the host's cores.
+fn transpose_into(from: &[u8], to: &mut [u8], r: usize, c: usize, size: usize) {
+    debug_assert_eq!(from.len(), r * c * size);
+    debug_assert_eq!(to.len(), r * c * size);
+    const TILE: usize = 32;
+    // Output rows (one per input column) in bands of TILE, each band written by one task.
+    to.par_chunks_mut(TILE * r * size)
+        .enumerate()
+        .for_each(|(band, out)| {
+            let j0 = band * TILE;
+            let cols = out.len() / (r * size);
+            for i0 in (0..r).step_by(TILE) {
+                for i in i0..(i0 + TILE).min(r) {
+                    let src = &from[(i * c + j0) * size..(i * c + j0 + cols) * size];
+                    for (dj, element) in src.chunks_exact(size).enumerate() {
+                        let dst = (dj * r + i) * size;
+                        out[dst..dst + size].copy_from_slice(element);
+                    }
+                }
+            }
+        });
 }
 
 /// Expert `i` `[R, C]` of stacked experts `[E, R, C]`.
@@ -142,19 +283,6 @@ fn expert(data: &TensorData, i: usize) -> TensorData {
     let size = data.as_bytes().len() / data.shape[0];
     let bytes = data.as_bytes()[i * size..(i + 1) * size].to_vec();
     TensorData::from_bytes_vec(bytes, [data.shape[1], data.shape[2]], data.dtype)
-}
-
-/// Rows of a matrix, split in equal parts.
-trait SplitRows {
-    fn split_rows(&self, parts: usize, part: usize) -> TensorData;
-}
-
-impl SplitRows for TensorData {
-    fn split_rows(&self, parts: usize, part: usize) -> TensorData {
-        let size = self.as_bytes().len() / parts;
-        let bytes = self.as_bytes()[part * size..(part + 1) * size].to_vec();
-        TensorData::from_bytes_vec(bytes, [self.shape[0] / parts, self.shape[1]], self.dtype)
-    }
 }
 
 /// The tensors of a model being saved, named and laid out as the checkpoint stores them.
@@ -212,14 +340,7 @@ impl Sink {
 /// A matrix `[r, c]` laid out `[c, r]` (elements moved, not computed on).
 pub fn transpose(data: TensorData) -> TensorData {
     let (r, c) = (data.shape[0], data.shape[1]);
-    let size = data.dtype.size();
-    let from = data.as_bytes();
-    let mut to = vec![0u8; from.len()];
-    for i in 0..r {
-        for j in 0..c {
-            let (src, dst) = ((i * c + j) * size, (j * r + i) * size);
-            to[dst..dst + size].copy_from_slice(&from[src..src + size]);
-        }
-    }
+    let mut to = vec![0u8; data.as_bytes().len()];
+    transpose_into(data.as_bytes(), &mut to, r, c, data.dtype.size());
     TensorData::from_bytes_vec(to, [c, r], data.dtype)
 }

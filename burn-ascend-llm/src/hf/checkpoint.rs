@@ -240,6 +240,35 @@ impl Checkpoint {
         self.tensors.keys().map(String::as_str)
     }
 
+    /// The dtype the checkpoint's weights are published in, as `config.json` says it
+    /// (`dtype` since transformers 4.56, `torch_dtype` before): `None` when it says neither. A
+    /// value other than `float32`, `float16` and `bfloat16` is an error naming it.
+    pub fn dtype(&self) -> Result<Option<DType>, CheckpointError> {
+        let config_path = self.dir.join(CONFIG);
+        let Some(value) = ["dtype", "torch_dtype"]
+            .iter()
+            .find_map(|key| self.config.get(*key).filter(|v| !v.is_null()))
+        else {
+            return Ok(None);
+        };
+        match value.as_str() {
+            Some("float32") => Ok(Some(DType::F32)),
+            Some("float16") => Ok(Some(DType::F16)),
+            Some("bfloat16") => Ok(Some(DType::BF16)),
+            _ => Err(CheckpointError::unreadable(
+                &config_path,
+                format!("dtype {value} is not float32, float16 or bfloat16"),
+            )),
+        }
+    }
+
+    /// The tensor's bytes as the file stores them (little-endian, row-major), borrowed from the
+    /// file's map, with its shape, dtype and file.
+    pub fn bytes(&self, name: &str) -> Result<(&TensorInfo, &[u8]), CheckpointError> {
+        let entry = self.entry(name)?;
+        Ok((&entry.info, &self.maps[entry.shard][entry.start..entry.end]))
+    }
+
     /// Checks, before any data is read, that every `expected` tensor is present with its shape and
     /// a readable dtype (F32, F16, BF16), and that no other tensor is there but those `ignored`
     /// accepts. The first problem found is returned, expected tensors (in the given order) first,

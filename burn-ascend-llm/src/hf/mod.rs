@@ -1,9 +1,11 @@
 //! Hugging Face checkpoints: reading a model directory as transformers writes it (`config.json`,
 //! `model.safetensors` or shards with `model.safetensors.index.json`), its tokenizer
 //! (`tokenizer.json`, `tokenizer_config.json`, `generation_config.json`), and saving weights back
-//! in the same layout. File formats only: the model families map tensor names to parameters.
+//! in the same layout, and writing a checkpoint of random weights for a config ([`dummy`]). File
+//! formats only: the model families map tensor names to parameters.
 
 mod checkpoint;
+pub mod dummy;
 mod error;
 mod save;
 mod tokenizer;
