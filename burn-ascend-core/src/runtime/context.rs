@@ -852,7 +852,8 @@ impl OpLauncher for DeviceContext {
     }
 
     fn describe_context(&self, context: u64) -> String {
-        if context == self.id {
+        // A retired context is no longer the device's: named as reset, like any other.
+        if context == self.id && self.retired.get().is_none() {
             return self.device.to_string();
         }
         let live = contexts().lock().unwrap();
