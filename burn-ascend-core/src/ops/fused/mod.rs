@@ -11,6 +11,7 @@ mod moe;
 mod norm;
 mod paged;
 mod prefill;
+pub mod preflight;
 mod program;
 mod quant;
 mod rms_norm;
