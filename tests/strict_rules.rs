@@ -200,8 +200,10 @@ fn a_shape_too_large_to_address_is_an_error() {
 }
 
 /// Every op, and every fused op, takes operands of one device: mixing devices is a clear error
-/// naming both, raised before anything runs.
+/// naming both, raised before anything runs. Serial with the faulting tests: the second device
+/// is theirs, and one of them resetting it mid-test would lose this test's tensors there.
 #[test]
+#[serial(fault_device)]
 fn operands_on_two_devices_are_a_clear_error_naming_both() {
     let (here, there) = (device(), second_device());
     if here == there {

@@ -479,7 +479,8 @@ pub fn check_owners<L: OpLauncher + ?Sized>(
     match owners.iter().position(|&o| o != 0 && o != here) {
         None => Ok(()),
         Some(i) => Err(AclError::InvalidArgument(format!(
-            "{op}: operand {i} lives on {}, but the operation runs on {}: move it with to_device first",
+            "{op}: operand {i} lives on {}, but the operation runs on {}: move it with to_device \
+             first (a tensor of a device context that was reset is gone: create it again)",
             launcher.describe_context(owners[i]),
             launcher.describe_context(here)
         ))),

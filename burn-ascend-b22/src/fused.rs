@@ -16,9 +16,15 @@
 //! | `ascend::decode_attention` | q, k_cache, v_cache?, kv_indptr, kv_indices, num_kv_splits | out `[B, HQ, Dv]`, lse `[B, HQ]` f32 | has_v (bool), max_kv_splits (uint), sm_scale (float), has_cap (bool), cap (float), value_dim (uint) |
 //!
 //! A call breaking an op's contract (the core's `check_*`) panics with the core's error, which
-//! names the op, the shapes and the dtypes: burn-remote then ends the client's session (its
-//! worker logs the message), so the client's next read fails rather than waits. The client
-//! crate checks the same contracts before sending, so a program sees the message itself.
+//! names the op, the shapes and the dtypes: burn-fusion claims the op's outputs with it, so the
+//! client's read of them fails with that message rather than waits. The client crate checks
+//! the same contracts before sending, so a program sees the message itself.
+//!
+//! Index values (`moe_gather`'s and `moe_scatter`'s indices, `decode_attention`'s `kv_indptr`,
+//! `kv_indices` and `num_kv_splits`, `grouped_matmul`'s group sizes) no client can check: they
+//! are device data. A bad one would fault the kernel, and a fault stops the device for every
+//! session of the server, so the handlers check them on the device first
+//! (`ops::fused::preflight`, one synchronisation per call) and refuse the call the same way.
 
 use burn_backend::{ExecutionError, TensorMetadata};
 use burn_fusion::stream::{Operation, StreamId};
@@ -31,7 +37,7 @@ use burn_router::{CustomOpRegistry, TensorInterpreter};
 use crate::backend::fusion::AscendFusionRuntime;
 use crate::backend::run;
 use crate::{Ascend, AscendDevice, AscendHandle, AscendTensor};
-use burn_ascend_core::ops::fused;
+use burn_ascend_core::ops::fused::{self, preflight};
 
 /// `ascend::rms_norm`.
 pub const RMS_NORM: &str = "ascend::rms_norm";
@@ -111,7 +117,11 @@ fn moe_gather(h: &mut Handles, ir: &CustomOpIr) {
         other => wire(ir, format!("scalars (top_k), got {other:?}")),
     };
     let [x, indices] = inputs(h, ir, 2).try_into().expect("two inputs");
-    let out = run(MOE_GATHER, fused::moe_gather(&x, &indices, top_k));
+    let out = run(
+        MOE_GATHER,
+        preflight::moe_gather(&x, &indices, top_k)
+            .and_then(|()| fused::moe_gather(&x, &indices, top_k)),
+    );
     outputs(h, ir, [out]);
 }
 
@@ -125,7 +135,8 @@ fn moe_scatter(h: &mut Handles, ir: &CustomOpIr) {
     let weights = operands.next();
     let out = run(
         MOE_SCATTER,
-        fused::moe_scatter(&y, &indices, weights.as_deref(), top_k),
+        preflight::moe_scatter(&y, &indices, weights.as_deref(), top_k)
+            .and_then(|()| fused::moe_scatter(&y, &indices, weights.as_deref(), top_k)),
     );
     outputs(h, ir, [out]);
 }
@@ -137,7 +148,8 @@ fn grouped_matmul(h: &mut Handles, ir: &CustomOpIr) {
     let [x, weights, group_sizes] = inputs(h, ir, 3).try_into().expect("three inputs");
     let out = run(
         GROUPED_MATMUL,
-        fused::grouped_matmul(&x, &weights, &group_sizes),
+        preflight::grouped_matmul(&x, &weights, &group_sizes)
+            .and_then(|()| fused::grouped_matmul(&x, &weights, &group_sizes)),
     );
     outputs(h, ir, [out]);
 }
@@ -167,15 +179,26 @@ fn decode_attention(h: &mut Handles, ir: &CustomOpIr) {
     let (q, k_cache) = (next(), next());
     let v_cache = has_v.then(&mut next);
     let (kv_indptr, kv_indices, num_kv_splits) = (next(), next(), next());
-    let result = fused::decode_attention(
+    let result = preflight::decode_attention(
         &q,
         &k_cache,
         v_cache.as_deref(),
         &kv_indptr,
         &kv_indices,
         &num_kv_splits,
-        options,
-    );
+        &options,
+    )
+    .and_then(|()| {
+        fused::decode_attention(
+            &q,
+            &k_cache,
+            v_cache.as_deref(),
+            &kv_indptr,
+            &kv_indices,
+            &num_kv_splits,
+            options,
+        )
+    });
     let (out, lse) = run(DECODE_ATTENTION, result.map(|t| (t.out, t.lse)));
     outputs(h, ir, [out, lse]);
 }

@@ -57,6 +57,15 @@ impl LocalServer {
             .init()
             .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.url))
     }
+
+    /// The server's first device in a session of its own: burn-remote keeps one session per
+    /// address and credential in a process, so `client` (sent as the credential, which the
+    /// server does not check) tells this session from the others, as another program's would be.
+    pub fn session(&self, client: &str) -> Device {
+        Device::remote_options(&RemoteHost::websocket(&self.url).with_credential(client))
+            .init()
+            .unwrap_or_else(|e| panic!("connecting to {} as {client}: {e}", self.url))
+    }
 }
 
 impl Drop for LocalServer {

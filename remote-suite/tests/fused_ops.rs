@@ -355,8 +355,8 @@ fn bad_input_is_a_clear_error_not_a_hang() {
 }
 
 /// A call the client lets through but the server refuses (here a hand-built custom op with a
-/// gamma of the wrong length, as a client of another version might send) ends the session with
-/// the core's error in the server's log, and the client's read fails instead of waiting.
+/// gamma of the wrong length, as a client of another version might send) fails the client's
+/// read of its outputs (with the core's error) instead of waiting.
 #[test]
 fn a_call_the_server_refuses_fails_the_read_not_a_hang() {
     use burn::backend::ops::FloatTensorOps;

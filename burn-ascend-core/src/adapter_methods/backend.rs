@@ -16,10 +16,12 @@ macro_rules! adapter_backend_methods {
             context(device).set_seed(seed);
         }
 
+        /// A fault it finds resets the device where the process asked for it
+        /// (`DeviceContext::recover`).
         fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
-            context(device)
-                .synchronize()
-                .map_err(|e| execution_error(&format!("sync of {device}"), &e))
+            let ctx = context(device);
+            ctx.synchronize()
+                .map_err(|e| execution_error(&format!("sync of {device}"), &ctx.recover(e)))
         }
 
         fn memory_cleanup(device: &Self::Device) {
@@ -77,9 +79,13 @@ macro_rules! adapter_backend_helpers {
             run("opening the device", DeviceContext::get(&device.into()))
         }
 
+        /// A fault it finds resets the device where the process asked for it
+        /// (`DeviceContext::recover`).
         fn into_data(tensor: AscendTensor) -> Result<TensorData, ExecutionError> {
-            let bytes = creation::to_bytes(&tensor)
-                .map_err(|e| execution_error(&format!("reading {} back", tensor.describe()), &e))?;
+            let bytes = creation::to_bytes(&tensor).map_err(|e| {
+                let e = tensor.ctx().recover(e);
+                execution_error(&format!("reading {} back", tensor.describe()), &e)
+            })?;
             Ok(TensorData::from_bytes_vec(
                 bytes,
                 tensor.shape().to_vec(),

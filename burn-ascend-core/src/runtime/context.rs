@@ -9,6 +9,9 @@
 //! On burn-fusion's runner threads a fault found while issuing work does not fail the op: it is
 //! recorded on the context and reported by the next synchronisation or read (see
 //! `defer_device_faults`).
+//!
+//! A process serving others resets a faulted device itself ([`set_reset_on_fault`]): the first
+//! read or synchronisation that finds the fault resets the device ([`DeviceContext::recover`]).
 
 use std::any::Any;
 use std::cell::Cell;
@@ -138,6 +141,20 @@ fn contexts() -> &'static Mutex<HashMap<AscendDevice, Arc<DeviceContext>>> {
     CONTEXTS.get_or_init(Default::default)
 }
 
+/// Whether a read or synchronisation that finds its device faulted resets it (see
+/// [`set_reset_on_fault`]).
+static RESET_ON_FAULT: AtomicBool = AtomicBool::new(false);
+
+/// With `true`, every read or synchronisation that finds a device faulted resets the device
+/// before it reports the fault ([`DeviceContext::recover`]), for a process serving clients that
+/// cannot call [`reset_device`] (burn-ascend-server): a fault is sticky, so one client's bad
+/// input would otherwise fail every later call on the device, of every client, until a restart.
+/// Off by default: a program in process resets the device itself, once it knows what it will
+/// rebuild (the serving engine reloads its weights). One setting per process.
+pub fn set_reset_on_fault(on: bool) {
+    RESET_ON_FAULT.store(on, Ordering::Release);
+}
+
 /// Resets `device` after a fault: its context (stream, memory, cached blocks, its ranks of HCCL
 /// communicators) is destroyed with `aclrtResetDevice`, and the next use of the device opens a
 /// new one. Tensors and communicators of the old context fail clearly when used; new ones
@@ -147,6 +164,11 @@ pub fn reset_device(device: &AscendDevice) -> AclResult<()> {
     let Some(old) = contexts().lock().unwrap().remove(device) else {
         return Ok(());
     };
+    retire(device, old)
+}
+
+/// Destroys `old`, the context just taken out of the live map (see [`reset_device`]).
+fn retire(device: &AscendDevice, old: Arc<DeviceContext>) -> AclResult<()> {
     // Before the wait: work issued after it would reach the stream being reset. Every enqueue
     // holds the capture lock, so one under way is queued before the flag is seen, and drained.
     super::collective::retire_device(device);
@@ -364,6 +386,50 @@ impl DeviceContext {
                 }
             })
             .as_deref()
+    }
+
+    /// The error to report for `e`, which failed a read or synchronisation of this context.
+    ///
+    /// With [`set_reset_on_fault`], a device fault resets the device if this context is still
+    /// its live one (once, however many reads find the same fault), so that new work runs on a
+    /// new context; the report is then [`AclError::DeviceLost`], naming the fault: every tensor
+    /// of the device is gone, and which caller's work raised the fault is not this read's to say
+    /// (all work of the device shares one stream, so the read that finds a fault may belong to
+    /// any caller). Anything else is `e` unchanged.
+    pub fn recover(&self, e: AclError) -> AclError {
+        use crate::error::AscendError;
+        if !RESET_ON_FAULT.load(Ordering::Acquire)
+            || !matches!(
+                AscendError::from_acl("", &e),
+                AscendError::DeviceFault { .. }
+            )
+        {
+            return e;
+        }
+        let live = {
+            let mut map = contexts().lock().unwrap();
+            match map.get(&self.device) {
+                Some(live) if live.id == self.id => map.remove(&self.device),
+                _ => None,
+            }
+        };
+        if let Some(live) = live {
+            if let Err(reset) = retire(&self.device, live) {
+                return AclError::DeviceLost(format!(
+                    "{} faulted and could not be reset ({reset}); the fault: {e}",
+                    self.device
+                ));
+            }
+        }
+        // No longer live: retired here, or by another read of the same fault (maybe still
+        // under way, its reason not yet set).
+        let reason = match self.retired.get() {
+            Some(reason) => reason.clone(),
+            None => format!("{} is being reset after a fault: {e}", self.device),
+        };
+        AclError::DeviceLost(format!(
+            "{reason}; every tensor it held is lost: create tensors on the device again"
+        ))
     }
 
     /// Fails with the fault a deferring thread recorded, if one did.
@@ -852,7 +918,8 @@ impl OpLauncher for DeviceContext {
     }
 
     fn describe_context(&self, context: u64) -> String {
-        if context == self.id {
+        // A retired context is no longer the device's: named as reset, like any other.
+        if context == self.id && self.retired.get().is_none() {
             return self.device.to_string();
         }
         let live = contexts().lock().unwrap();

@@ -13,7 +13,7 @@ mod staging;
 
 pub use allocator::MemoryStats;
 pub use collective::Communicator;
-pub use context::{reset_device, DeviceContext, DeviceStorage};
+pub use context::{reset_device, set_reset_on_fault, DeviceContext, DeviceStorage};
 pub use device::AscendDevice;
 pub use profile::{ClosedWindow, WindowId};
 pub use rendezvous::{ENV_RENDEZVOUS_SECRET, ENV_RENDEZVOUS_SECRET_FILE, MIN_SECRET_BYTES};

@@ -11,6 +11,7 @@ mod moe;
 mod norm;
 mod paged;
 mod prefill;
+pub mod preflight;
 mod program;
 mod quant;
 mod rms_norm;
@@ -116,7 +117,8 @@ pub(crate) fn data_ptr(t: &AscendTensor) -> *mut c_void {
 }
 
 /// Every operand of a fused op lives on one device: a kernel reads and writes the memory of
-/// the device it runs on only. The error names the op and both devices.
+/// the device it runs on only. The error names the op and both devices (or, for an operand
+/// made before its device was reset, that reset).
 pub(crate) fn same_device(op: &str, operands: &[Option<&AscendTensor>]) -> AclResult<()> {
     let mut present = operands.iter().flatten();
     let Some(first) = present.next() else {
@@ -124,17 +126,22 @@ pub(crate) fn same_device(op: &str, operands: &[Option<&AscendTensor>]) -> AclRe
     };
     match present.find(|t| !Arc::ptr_eq(t.ctx(), first.ctx())) {
         None => Ok(()),
-        Some(other) => Err(invalid_input(
-            op,
-            format!(
-                "its operands live on different devices: {} on {} and {} on {}; move them to one \
-                 device with to_device first",
-                first.describe(),
-                first.ctx().device(),
-                other.describe(),
-                other.ctx().device()
-            ),
-        )),
+        Some(other) => {
+            // One made before a reset of its device: that, not the move, is what to say.
+            first.ctx().check_alive()?;
+            other.ctx().check_alive()?;
+            Err(invalid_input(
+                op,
+                format!(
+                    "its operands live on different devices: {} on {} and {} on {}; move them to \
+                     one device with to_device first",
+                    first.describe(),
+                    first.ctx().device(),
+                    other.describe(),
+                    other.ctx().device()
+                ),
+            ))
+        }
     }
 }
 

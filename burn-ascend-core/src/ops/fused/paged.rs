@@ -218,13 +218,13 @@ pub struct DecodeAttentionTensors {
 
 /// The sizes of a decode-attention call, as its contract found them.
 pub struct DecodeDims {
-    batch: usize,
-    q_heads: usize,
+    pub(super) batch: usize,
+    pub(super) q_heads: usize,
     dim_k: usize,
-    slots: usize,
+    pub(super) slots: usize,
     kv_heads: usize,
     dim_v: usize,
-    keys: usize,
+    pub(super) keys: usize,
 }
 
 /// The contract of [`decode_attention`] (its shapes, dtypes and options; whether a head's rows
