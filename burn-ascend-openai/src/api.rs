@@ -116,11 +116,9 @@ impl ApiError {
                 e.retry_after = Some(1);
                 e
             }
-            ServeError::Device(_) => Self::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                error.to_string(),
-            ),
+            ServeError::Device(_) | ServeError::Step(_) | ServeError::Unrecoverable(_) => {
+                Self::internal(error.to_string())
+            }
         }
     }
 }
