@@ -59,6 +59,7 @@ pub struct Stats {
     free_pages: AtomicUsize,
     preemptions: AtomicUsize,
     cancelled: AtomicUsize,
+    steps: AtomicUsize,
 }
 
 /// A copy of [`Stats`].
@@ -75,13 +76,15 @@ pub struct StatsSnapshot {
     /// Requests cancelled before their end (their client went away, or their text reached a
     /// stop string) since the start.
     pub cancelled: usize,
+    /// Steps run since the start.
+    pub steps: usize,
 }
 
 /// A handle on the engine thread (cheap to clone). The thread ends when every handle is gone
 /// and its requests have ended.
 #[derive(Clone)]
 pub struct Engine {
-    commands: mpsc::Sender<Command>,
+    commands: tokio_mpsc::UnboundedSender<Command>,
     stats: Arc<Stats>,
     metrics: Arc<Metrics>,
     config: ServeConfig,
@@ -98,7 +101,7 @@ impl Engine {
         M: StepModel<B>,
         F: FnOnce() -> Result<Server<B, M>, String> + Send + 'static,
     {
-        let (commands, inbox) = mpsc::channel();
+        let (commands, mut inbox) = tokio_mpsc::unbounded_channel();
         let (ready, built) = mpsc::channel();
         let stats = Arc::new(Stats::default());
         let shared = stats.clone();
@@ -114,7 +117,7 @@ impl Engine {
                     }
                 };
                 let _ = ready.send(Ok((*server.config(), server.vocab())));
-                run(server, &inbox, &shared, &reported);
+                run(server, &mut inbox, &shared, &reported);
             })
             .map_err(|e| format!("cannot start the engine thread: {e}"))?;
         let (config, vocab) = built
@@ -190,6 +193,7 @@ impl Engine {
             free_pages: load(&self.stats.free_pages),
             preemptions: load(&self.stats.preemptions),
             cancelled: load(&self.stats.cancelled),
+            steps: load(&self.stats.steps),
         }
     }
 
@@ -204,26 +208,19 @@ impl Engine {
     }
 }
 
-/// The loop: waits for a command when idle, else takes those that came and runs a step.
+/// The loop: takes the commands that came (waiting for one when idle), then runs a step.
 fn run<B: FusedOps, M: StepModel<B>>(
     mut server: Server<B, M>,
-    inbox: &mpsc::Receiver<Command>,
+    inbox: &mut tokio_mpsc::UnboundedReceiver<Command>,
     stats: &Stats,
     metrics: &Metrics,
 ) {
     let mut followed: HashMap<RequestId, Followed> = HashMap::new();
-    loop {
-        let command = if server.is_idle() {
-            // Every handle gone and nothing left to do: the thread ends.
-            let Ok(command) = inbox.recv() else {
-                return;
-            };
-            Some(command)
-        } else {
-            // Handles gone with requests left: they run to their end, nobody listens.
-            inbox.try_recv().ok()
-        };
-        if let Some(command) = command {
+    let followed = &mut followed;
+    // Every handle gone and nothing left to do: the thread ends. Handles gone with requests
+    // left: they run to their end, nobody listens.
+    while let Some(commands) = pending(inbox, server.is_idle()) {
+        for command in commands {
             match command {
                 Command::Submit {
                     request,
@@ -245,49 +242,78 @@ fn run<B: FusedOps, M: StepModel<B>>(
                     }
                     // A handler gone before the reply cancels what it submitted.
                     if let Err(Ok(id)) = reply.send(submitted) {
-                        cancel(&mut server, &mut followed, id, false, stats, metrics);
+                        cancel(&mut server, followed, id, false, stats, metrics);
                     }
                 }
                 Command::Cancel { id, stopped } => {
-                    cancel(&mut server, &mut followed, id, stopped, stats, metrics)
+                    cancel(&mut server, followed, id, stopped, stats, metrics)
                 }
                 Command::InjectFault => server.inject_fault(),
             }
-            publish(&server, stats, metrics);
-            continue;
         }
-        let report = server.step();
-        let now = Instant::now();
-        metrics.on_preemptions(report.preempted);
-        for (id, token) in report.sampled {
-            let Some(f) = followed.get_mut(&id) else {
-                continue;
-            };
-            match f.last {
-                None => metrics.on_first_token(now - f.arrived),
-                Some(last) => metrics.on_token(now - last),
-            }
-            f.last = Some(now);
-            f.generated += 1;
-            // Its receiver was dropped (the client went away): it stops here.
-            let gone = f.events.send(Event::Token(token)).is_err();
-            if gone && !report.finished.iter().any(|(done, _)| *done == id) {
-                cancel(&mut server, &mut followed, id, false, stats, metrics);
-            }
-        }
-        for (id, result) in report.finished {
-            if let Some(f) = followed.remove(&id) {
-                let reason = match &result {
-                    Ok(g) if g.finish == FinishReason::Stop => metrics::FinishReason::Stop,
-                    Ok(_) => metrics::FinishReason::Length,
-                    Err(_) => metrics::FinishReason::Abort,
-                };
-                metrics.on_finish(reason, f.prompt, f.generated);
-                let _ = f.events.send(Event::End(result.map(|g| g.finish)));
-            }
+        if !server.is_idle() {
+            step(&mut server, followed, stats, metrics);
         }
         publish(&server, stats, metrics);
     }
+}
+
+/// The commands that came: every one waiting now (after waiting for the first when `idle`),
+/// none that comes while they are handled, so that a flood of commands holds the next step
+/// back by no more than those. `None` once every handle is gone and none waits.
+fn pending<T>(inbox: &mut tokio_mpsc::UnboundedReceiver<T>, idle: bool) -> Option<Vec<T>> {
+    let mut commands = Vec::new();
+    if idle {
+        commands.push(inbox.blocking_recv()?);
+    }
+    let waiting = inbox.len();
+    commands.extend(std::iter::from_fn(|| inbox.try_recv().ok()).take(waiting));
+    Some(commands)
+}
+
+/// Runs a step and sends each request its token, and its end when it ended.
+fn step<B: FusedOps, M: StepModel<B>>(
+    server: &mut Server<B, M>,
+    followed: &mut HashMap<RequestId, Followed>,
+    stats: &Stats,
+    metrics: &Metrics,
+) {
+    let report = server.step();
+    stats.steps.fetch_add(1, Ordering::Relaxed);
+    let now = Instant::now();
+    metrics.on_preemptions(report.preempted);
+    for (id, token) in report.sampled {
+        let Some(f) = followed.get_mut(&id) else {
+            continue;
+        };
+        match f.last {
+            None => metrics.on_first_token(now - f.arrived),
+            Some(last) => metrics.on_token(now - last),
+        }
+        f.last = Some(now);
+        f.generated += 1;
+        // Its receiver was dropped (the client went away): it stops here.
+        let gone = f.events.send(Event::Token(token)).is_err();
+        if gone && !report.finished.iter().any(|(done, _)| *done == id) {
+            cancel(server, followed, id, false, stats, metrics);
+        }
+    }
+    for (id, result) in report.finished {
+        if let Some(f) = followed.remove(&id) {
+            end(f, result.map(|g| g.finish), metrics);
+        }
+    }
+}
+
+/// Sends a request its end, counted in the metrics.
+fn end(f: Followed, result: Result<FinishReason, ServeError>, metrics: &Metrics) {
+    let reason = match &result {
+        Ok(FinishReason::Stop) => metrics::FinishReason::Stop,
+        Ok(FinishReason::Length) => metrics::FinishReason::Length,
+        Err(_) => metrics::FinishReason::Abort,
+    };
+    metrics.on_finish(reason, f.prompt, f.generated);
+    let _ = f.events.send(Event::End(result));
 }
 
 /// Cancels `id` if it is still pending (it may have ended meanwhile).
@@ -325,4 +351,39 @@ fn publish<B: FusedOps, M: StepModel<B>>(server: &Server<B, M>, stats: &Stats, m
         .preemptions
         .store(server.preemptions(), Ordering::Relaxed);
     metrics.on_step(running, waiting, (pages - free) as f64 / pages as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pending;
+    use tokio::sync::mpsc::unbounded_channel;
+
+    #[test]
+    fn a_burst_of_commands_is_taken_at_once_and_later_ones_wait_for_the_next_step() {
+        let (send, mut inbox) = unbounded_channel();
+        for i in 0..100 {
+            send.send(i).unwrap();
+        }
+        let mut handled = Vec::new();
+        for command in pending(&mut inbox, false).unwrap() {
+            // Commands that come while the burst is handled: after the step.
+            send.send(1000 + command).unwrap();
+            handled.push(command);
+        }
+        assert_eq!(handled, (0..100).collect::<Vec<_>>());
+        let next = pending(&mut inbox, false).unwrap();
+        assert_eq!(next, (1000..1100).collect::<Vec<_>>());
+        // Idle, it waits for a command, then takes the others waiting with it.
+        let sender = std::thread::spawn(move || {
+            for i in 0..3 {
+                send.send(i).unwrap();
+            }
+        });
+        let mut woken = pending(&mut inbox, true).unwrap();
+        sender.join().unwrap();
+        woken.extend(pending(&mut inbox, false).unwrap());
+        assert_eq!(woken, [0, 1, 2]);
+        // Every handle gone and nothing waiting: the loop ends.
+        assert_eq!(pending(&mut inbox, true), None);
+    }
 }
