@@ -1,7 +1,7 @@
 //! The program as an operator runs it (`cargo install --path burn-ascend-openai`): started on
-//! a free port with a checkpoint, it prints its address, answers a greedy completion with the
-//! text the library's engine generates for the same prompt in process, and on SIGTERM drains
-//! and exits with 0. A bad option stops it at start, naming the option.
+//! a free port with a checkpoint, it prints its limits and its address, answers a greedy
+//! completion with the text the library's engine generates for the same prompt in process, and
+//! on SIGTERM drains and exits with 0. A bad option stops it at start, naming the option.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -80,20 +80,22 @@ fn in_process(prompt: &str, new_tokens: usize) -> String {
     tokenizer.decode(tokens).unwrap()
 }
 
-#[test]
-fn serves_a_checkpoint_then_drains_on_sigterm() {
+/// The program serving the fixture with `args` on a free port: the child, its log (a line
+/// at a time) and the address it serves on.
+fn start(args: &[&str]) -> (Running, mpsc::Receiver<String>, String) {
     let mut child = Command::new(PROGRAM)
         .arg("--model")
         .arg(fixture())
         .args(["--served-model-name", "m", "--port", "0", "--dtype", "f32"])
         .args(["--pages", "64", "--max-seq", "128"])
+        .args(args)
         .env("BURN_ASCEND_DEVICE", "emulated")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
         .expect("the program starts");
     let stderr = child.stderr.take().expect("piped stderr");
-    let mut running = Running(child);
+    let running = Running(child);
     // The log is read on a thread of its own, so that a program that never prints its address
     // fails the test at the deadline instead of hanging it.
     let (lines, log) = mpsc::channel();
@@ -104,14 +106,34 @@ fn serves_a_checkpoint_then_drains_on_sigterm() {
             }
         }
     });
+    let mut limits = None;
     let address = loop {
         let line = log
             .recv_timeout(Duration::from_secs(300))
             .expect("the program prints the address it serves on");
-        if let Some((_, url)) = line.split_once(" on http://") {
+        if line.contains("limits: ") {
+            limits = Some(line);
+        } else if let Some((_, url)) = line.split_once(" on http://") {
             break url.to_string();
         }
     };
+    let limits = limits.expect("the program prints its limits before its address");
+    // The log shows them all: what the test set, and the defaults.
+    for shown in [
+        "head within 10s",
+        "body within 30s and 8388608 bytes",
+        "7 connections at once (more wait in the accept backlog)",
+        "one request at a time per connection (HTTP/1.1, HTTP/2 off)",
+        "prompts of up to 127 tokens",
+    ] {
+        assert!(limits.contains(shown), "{shown:?} not in {limits:?}");
+    }
+    (running, log, address)
+}
+
+#[test]
+fn serves_a_checkpoint_then_drains_on_sigterm() {
+    let (mut running, _log, address) = start(&["--max-connections", "7"]);
 
     let prompt = "The tide turned";
     let body =
