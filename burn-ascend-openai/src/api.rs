@@ -98,6 +98,17 @@ impl ApiError {
         e
     }
 
+    /// 503: the engine can no longer serve (why); the server is about to exit and be restarted.
+    pub fn unavailable(why: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            format!("the server cannot serve any more and will restart: {why}"),
+        );
+        e.retry_after = Some(1);
+        e
+    }
+
     /// 413: the body is `size` bytes (when its Content-Length says so), more than `limit`.
     pub fn too_large(size: Option<u64>, limit: usize) -> Self {
         let size = size.map_or_else(String::new, |s| format!("{s} bytes, "));

@@ -2,8 +2,15 @@
 //! cancellations over a channel, steps while there is work, and sends each request's tokens
 //! and its end back over the request's own channel. The HTTP side only ever sends it a command
 //! and awaits replies: it never blocks a step, and a step never waits for a client.
+//!
+//! Supervision: a failed step is the server's to recover from (its requests fail, the others go
+//! on). A failure it cannot recover from, or a panic of this thread, makes the engine unhealthy
+//! for good ([`Engine::failure`]): every pending request ends with the reason
+//! ([`ServeError::Unrecoverable`]), new ones are refused with it, and [`crate::serve`] drains
+//! and returns it so that the program exits and its supervisor restarts it.
 
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -11,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use burn_ascend::FusedOps;
-use tokio::sync::{mpsc as tokio_mpsc, oneshot};
+use tokio::sync::{mpsc as tokio_mpsc, oneshot, watch};
 
 use crate::metrics::{self, Metrics};
 use burn_ascend_llm::engine::scheduler::RequestId;
@@ -39,7 +46,23 @@ enum Command {
         id: RequestId,
         stopped: bool,
     },
-    InjectFault,
+    Inject(Injected),
+}
+
+/// Failures the tests of supervision inject ([`Engine::inject`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Injected {
+    /// The next step faults on the device ([`Server::inject_fault`]): its requests fail with a
+    /// 500 naming the fault, and the server recovers.
+    DeviceFault,
+    /// The next step panics ([`Server::inject_panic`]): its requests fail, and the server
+    /// recovers.
+    StepPanic,
+    /// The next recovery fails ([`Server::fail_next_recovery`]): after a failed step, the
+    /// engine is unhealthy.
+    FailedRecovery,
+    /// The engine thread panics between steps: it ends, and the engine is unhealthy.
+    ThreadPanic,
 }
 
 /// A request the engine serves, as the HTTP side and the metrics follow it.
@@ -85,6 +108,8 @@ pub struct StatsSnapshot {
 #[derive(Clone)]
 pub struct Engine {
     commands: tokio_mpsc::UnboundedSender<Command>,
+    /// Why the engine can no longer serve, once it cannot.
+    health: watch::Receiver<Option<String>>,
     stats: Arc<Stats>,
     metrics: Arc<Metrics>,
     config: ServeConfig,
@@ -102,6 +127,7 @@ impl Engine {
         F: FnOnce() -> Result<Server<B, M>, String> + Send + 'static,
     {
         let (commands, mut inbox) = tokio_mpsc::unbounded_channel();
+        let (unhealthy, health) = watch::channel(None);
         let (ready, built) = mpsc::channel();
         let stats = Arc::new(Stats::default());
         let shared = stats.clone();
@@ -117,7 +143,29 @@ impl Engine {
                     }
                 };
                 let _ = ready.send(Ok((*server.config(), server.vocab())));
-                run(server, &mut inbox, &shared, &reported);
+                let mut followed = HashMap::new();
+                let ran = catch_unwind(AssertUnwindSafe(|| {
+                    run(
+                        server,
+                        &mut inbox,
+                        &mut followed,
+                        &shared,
+                        &reported,
+                        &unhealthy,
+                    )
+                }));
+                if let Err(panic) = ran {
+                    let why = format!(
+                        "the engine thread panicked: {}",
+                        panic_message(panic.as_ref())
+                    );
+                    // Unhealthy first, so that a client told its request failed finds /health
+                    // failing too.
+                    unhealthy.send_replace(Some(why.clone()));
+                    for (_, f) in followed.drain() {
+                        end(f, Err(ServeError::Unrecoverable(why.clone())), &reported);
+                    }
+                }
             })
             .map_err(|e| format!("cannot start the engine thread: {e}"))?;
         let (config, vocab) = built
@@ -125,6 +173,7 @@ impl Engine {
             .map_err(|_| "the engine thread panicked while building its server".to_string())??;
         let engine = Self {
             commands,
+            health,
             stats,
             metrics,
             config,
@@ -138,7 +187,8 @@ impl Engine {
     }
 
     /// Queues `request`: its id and the channel of its tokens and end, or why it is refused
-    /// ([`ServeError::Overloaded`] when the waiting queue is full).
+    /// ([`ServeError::Overloaded`] when the waiting queue is full,
+    /// [`ServeError::Unrecoverable`] when the engine can no longer serve).
     pub async fn submit(
         &self,
         request: Request,
@@ -150,20 +200,21 @@ impl Engine {
             arrived: Instant::now(),
             events,
             reply,
-        });
-        let id = replied.await.expect("the engine thread runs")?;
+        })?;
+        let id = replied.await.map_err(|_| self.gone())??;
         Ok((id, receiver))
     }
 
     /// Cancels request `id` before its next step: it leaves the server and its pages return.
     pub fn cancel(&self, id: RequestId) {
-        self.send(Command::Cancel { id, stopped: false });
+        // An engine that is gone has nothing left to cancel.
+        let _ = self.send(Command::Cancel { id, stopped: false });
     }
 
     /// Ends request `id` because its text reached a stop string (a cancellation counted as a
     /// stop, not an abort).
     pub fn stop(&self, id: RequestId) {
-        self.send(Command::Cancel { id, stopped: true });
+        let _ = self.send(Command::Cancel { id, stopped: true });
     }
 
     /// The metrics it reports to.
@@ -171,17 +222,42 @@ impl Engine {
         &self.metrics
     }
 
-    /// For tests of the recovery: the next step faults on the device ([`Server::inject_fault`]).
-    pub fn inject_fault(&self) {
-        self.send(Command::InjectFault);
+    /// For tests of the recovery and of supervision: makes `failure` happen (see [`Injected`]).
+    pub fn inject(&self, failure: Injected) {
+        let _ = self.send(Command::Inject(failure));
     }
 
-    fn send(&self, command: Command) {
-        // The thread only stops when every handle is gone; a panic in a step would be a bug,
-        // reported by the thread.
-        self.commands
-            .send(command)
-            .expect("the engine thread has stopped (a step panicked)");
+    /// Why the engine can no longer serve (a failure its server could not recover from, or a
+    /// panic of its thread), or `None` while it serves. Once set, it stays.
+    pub fn failure(&self) -> Option<String> {
+        self.health.borrow().clone()
+    }
+
+    /// Resolves once the engine can no longer serve, with why.
+    pub async fn failed(&self) -> String {
+        let mut health = self.health.clone();
+        let failed = health
+            .wait_for(Option::is_some)
+            .await
+            .map(|why| why.clone().unwrap_or_default());
+        match failed {
+            Ok(why) => why,
+            // Its sender only goes when the thread ends, which it does unhurt only once every
+            // handle, this one included, is gone.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    fn send(&self, command: Command) -> Result<(), ServeError> {
+        self.commands.send(command).map_err(|_| self.gone())
+    }
+
+    /// The error of a request the engine thread cannot take: it has ended.
+    fn gone(&self) -> ServeError {
+        ServeError::Unrecoverable(
+            self.failure()
+                .unwrap_or_else(|| "the engine thread has stopped".into()),
+        )
     }
 
     /// The engine's state as of its last step.
@@ -212,11 +288,11 @@ impl Engine {
 fn run<B: FusedOps, M: StepModel<B>>(
     mut server: Server<B, M>,
     inbox: &mut tokio_mpsc::UnboundedReceiver<Command>,
+    followed: &mut HashMap<RequestId, Followed>,
     stats: &Stats,
     metrics: &Metrics,
+    unhealthy: &watch::Sender<Option<String>>,
 ) {
-    let mut followed: HashMap<RequestId, Followed> = HashMap::new();
-    let followed = &mut followed;
     // Every handle gone and nothing left to do: the thread ends. Handles gone with requests
     // left: they run to their end, nobody listens.
     while let Some(commands) = pending(inbox, server.is_idle()) {
@@ -248,11 +324,16 @@ fn run<B: FusedOps, M: StepModel<B>>(
                 Command::Cancel { id, stopped } => {
                     cancel(&mut server, followed, id, stopped, stats, metrics)
                 }
-                Command::InjectFault => server.inject_fault(),
+                Command::Inject(Injected::DeviceFault) => server.inject_fault(),
+                Command::Inject(Injected::StepPanic) => server.inject_panic(),
+                Command::Inject(Injected::FailedRecovery) => server.fail_next_recovery(),
+                Command::Inject(Injected::ThreadPanic) => {
+                    panic!("a panic injected by Engine::inject (a test hook)")
+                }
             }
         }
         if !server.is_idle() {
-            step(&mut server, followed, stats, metrics);
+            step(&mut server, followed, stats, metrics, unhealthy);
         }
         publish(&server, stats, metrics);
     }
@@ -277,9 +358,20 @@ fn step<B: FusedOps, M: StepModel<B>>(
     followed: &mut HashMap<RequestId, Followed>,
     stats: &Stats,
     metrics: &Metrics,
+    unhealthy: &watch::Sender<Option<String>>,
 ) {
     let report = server.step();
     stats.steps.fetch_add(1, Ordering::Relaxed);
+    // Unhealthy before any request hears of it (see the thread's own panic).
+    if let Some(why) = server.failure() {
+        unhealthy.send_if_modified(|health| {
+            let first = health.is_none();
+            if first {
+                *health = Some(why.to_string());
+            }
+            first
+        });
+    }
     let now = Instant::now();
     metrics.on_preemptions(report.preempted);
     for (id, token) in report.sampled {
@@ -314,6 +406,15 @@ fn end(f: Followed, result: Result<FinishReason, ServeError>, metrics: &Metrics)
     };
     metrics.on_finish(reason, f.prompt, f.generated);
     let _ = f.events.send(Event::End(result));
+}
+
+/// A panic's message.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(text), _) => text.to_string(),
+        (_, Some(text)) => text.clone(),
+        _ => "a panic without a message".into(),
+    }
 }
 
 /// Cancels `id` if it is still pending (it may have ended meanwhile).

@@ -10,7 +10,9 @@
 //! ```
 //!
 //! SIGINT or SIGTERM: new requests get 503, the running ones finish (for up to
-//! `--drain-secs`), then the server exits with 0.
+//! `--drain-secs`), then the server exits with 0. An engine that can no longer serve (a
+//! failure its recovery could not fix) makes `/health` and new requests 503 and the pending
+//! ones 500; after the same drain the server exits with 1, for its supervisor to restart it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,6 +30,7 @@ use burn_ascend_llm::hf::TextTokenizer;
 use burn_ascend_llm::moe::config::MoeConfig;
 use burn_ascend_llm::moe::model::MoeDecoder;
 use burn_ascend_openai::chat::ChatTemplate;
+use burn_ascend_openai::engine::Injected;
 use burn_ascend_openai::metrics::Metrics;
 use burn_ascend_openai::{serve, App, Engine, Limits, ModelSpec, Tokenizer};
 use clap::Parser;
@@ -74,7 +77,8 @@ struct Args {
     /// Issue every op of decode steps instead of replaying captured graphs.
     #[arg(long)]
     eager_decode: bool,
-    /// On SIGINT/SIGTERM, seconds the running requests get to finish.
+    /// On SIGINT/SIGTERM (or when the engine can no longer serve), seconds the running
+    /// requests get to finish.
     #[arg(long, default_value_t = 30)]
     drain_secs: u64,
     /// Seconds a client has to send a request's head (and a kept-alive connection may stay
@@ -97,6 +101,10 @@ struct Args {
     /// threads that stream tokens (default: one per core).
     #[arg(long, value_parser = at_least_one)]
     tokenizer_threads: Option<usize>,
+    /// A test hook, for the test of the exit path: the first step faults on the device and
+    /// the recovery from it fails, so the engine can no longer serve.
+    #[arg(long, hide = true)]
+    test_hook_unrecoverable_fault: bool,
     /// Seed of the built-in model's weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -210,6 +218,10 @@ fn run(args: Args) -> Result<(), String> {
             (engine, spec, limits)
         }
     };
+    if args.test_hook_unrecoverable_fault {
+        engine.inject(Injected::DeviceFault);
+        engine.inject(Injected::FailedRecovery);
+    }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
@@ -219,7 +231,7 @@ fn run(args: Args) -> Result<(), String> {
         eprintln!("burn-ascend-openai: limits: {limits}");
         eprintln!("serving `{}` on http://{address}", spec.name);
         let app = App::with_limits(engine, spec, limits);
-        let unfinished = serve(
+        let served = serve(
             listener,
             app,
             shutdown_signal(),
@@ -227,13 +239,18 @@ fn run(args: Args) -> Result<(), String> {
         )
         .await
         .map_err(|e| format!("serving: {e}"))?;
-        if unfinished > 0 {
+        if served.unfinished > 0 {
             eprintln!(
-                "burn-ascend-openai: {unfinished} requests had not finished after --drain-secs {}",
-                args.drain_secs
+                "burn-ascend-openai: {} requests had not finished after --drain-secs {}",
+                served.unfinished, args.drain_secs
             );
         }
-        Ok(())
+        match served.failure {
+            Some(why) => Err(format!(
+                "the engine cannot serve any more, exiting for a restart: {why}"
+            )),
+            None => Ok(()),
+        }
     })
 }
 

@@ -1,6 +1,6 @@
 //! The routes (axum), the generation of one request as the HTTP side sees it, server-sent
 //! events in OpenAI's chunk format, and the serving loop (hyper, HTTP/1.1) with its limits and
-//! its drain on shutdown.
+//! its drain on shutdown or when the engine can no longer serve.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -31,7 +31,7 @@ use crate::engine::{Engine, Event};
 use crate::metrics;
 use crate::text::{Detokenizer, Tokenizer};
 use burn_ascend_llm::engine::scheduler::RequestId;
-use burn_ascend_llm::engine::serve::{Request, Sampling};
+use burn_ascend_llm::engine::serve::{Request, Sampling, ServeError};
 
 /// What the server serves: the model's name, its tokenizer and chat template.
 #[derive(Clone)]
@@ -169,6 +169,9 @@ impl App {
     }
 
     fn admit(self: &Arc<Self>) -> Result<InFlight, ApiError> {
+        if let Some(why) = self.engine.failure() {
+            return Err(ApiError::unavailable(&why));
+        }
         if self.draining.load(Ordering::SeqCst) {
             return Err(ApiError::shutting_down());
         }
@@ -242,11 +245,11 @@ impl App {
             sampling,
             stop,
         };
-        let (id, events) = self
-            .engine
-            .submit(request)
-            .await
-            .map_err(ApiError::engine)?;
+        // A new request the engine cannot take is refused as such (503), not failed (500).
+        let (id, events) = self.engine.submit(request).await.map_err(|e| match e {
+            ServeError::Unrecoverable(why) => ApiError::unavailable(&why),
+            e => ApiError::engine(e),
+        })?;
         Ok(Live {
             engine: self.engine.clone(),
             id,
@@ -339,9 +342,11 @@ impl Live {
                 }
                 None => {
                     self.done = true;
-                    return Output::Failed(ApiError::internal(
-                        "the engine ended the request without a result",
-                    ));
+                    let why = self.engine.failure();
+                    return Output::Failed(ApiError::internal(format!(
+                        "the engine ended the request without a result: {}",
+                        why.as_deref().unwrap_or("its thread has stopped")
+                    )));
                 }
             }
         }
@@ -380,7 +385,9 @@ async fn prometheus(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn health(State(app): State<Arc<App>>) -> Response {
-    if app.draining.load(Ordering::SeqCst) {
+    if let Some(why) = app.engine.failure() {
+        ApiError::unavailable(&why).into_response()
+    } else if app.draining.load(Ordering::SeqCst) {
         ApiError::shutting_down().into_response()
     } else {
         StatusCode::OK.into_response()
@@ -689,15 +696,26 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Serves `app` on `listener` within its [`Limits`] until `shutdown` resolves; then stops
-/// admitting (new requests get 503), lets the requests in flight finish for up to `drain` and
-/// returns how many had not.
+/// How serving ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// Requests still unanswered when the drain window closed.
+    pub unfinished: usize,
+    /// Why the engine could no longer serve, if that is what ended serving (a program then
+    /// exits non-zero so that its supervisor restarts it).
+    pub failure: Option<String>,
+}
+
+/// Serves `app` on `listener` within its [`Limits`] until `shutdown` resolves or the engine can
+/// no longer serve ([`Engine::failed`]); then stops admitting (new requests get 503), lets the
+/// requests in flight finish for up to `drain` and returns how many had not, and the engine's
+/// failure if any.
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Duration,
-) -> std::io::Result<usize> {
+) -> std::io::Result<Served> {
     let limits = app.limits;
     let (stop, stopped) = oneshot::channel::<()>();
     // Dropped when serving returns: connections still open then are closed.
@@ -709,7 +727,11 @@ pub async fn serve(
         stopped,
         connections_cut,
     ));
-    shutdown.await;
+    let engine = app.engine.clone();
+    tokio::select! {
+        () = shutdown => {}
+        _ = engine.failed() => {}
+    }
     app.stop_admitting();
     let deadline = tokio::time::Instant::now() + drain;
     while app.in_flight() > 0 && tokio::time::Instant::now() < deadline {
@@ -723,7 +745,10 @@ pub async fn serve(
     // Connections still streaming past the deadline would hold the graceful shutdown: cut.
     let _ = tokio::time::timeout(Duration::from_secs(1), graceful.shutdown()).await;
     drop(cut);
-    Ok(unfinished)
+    Ok(Served {
+        unfinished,
+        failure: engine.failure(),
+    })
 }
 
 /// Accepts connections until `stopped`, at most `max_connections` open at once (the others wait

@@ -1,7 +1,9 @@
 //! The program as an operator runs it (`cargo install --path burn-ascend-openai`): started on
 //! a free port with a checkpoint, it prints its limits and its address, answers a greedy
 //! completion with the text the library's engine generates for the same prompt in process, and
-//! on SIGTERM drains and exits with 0. A bad option stops it at start, naming the option.
+//! on SIGTERM drains and exits with 0. An engine that cannot recover (its test hook) answers
+//! the request with a 500 and the program exits non-zero, for a supervisor to restart it. A bad
+//! option stops it at start, naming the option.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -152,6 +154,39 @@ fn serves_a_checkpoint_then_drains_on_sigterm() {
     assert!(killed.success());
     let status = running.0.wait().expect("the program exits");
     assert!(status.success(), "exit status after SIGTERM: {status}");
+}
+
+#[test]
+fn an_engine_that_cannot_recover_answers_then_exits_non_zero() {
+    let (mut running, log, address) =
+        start(&["--max-connections", "7", "--test-hook-unrecoverable-fault"]);
+    let body = r#"{"model": "m", "prompt": "The tide turned", "max_tokens": 8}"#;
+    let (status, response) = post(&address, "/v1/completions", body);
+    assert_eq!(status, 500, "{response}");
+    let response: Value = serde_json::from_str(&response).expect("a JSON body");
+    let message = response["error"]["message"]
+        .as_str()
+        .expect("an error object");
+    assert!(message.contains("the device failed"), "{message}");
+    // Nothing else in flight: it exits at once, saying why, with a failure status.
+    let mut waited = 0;
+    let status = loop {
+        if let Some(status) = running.0.try_wait().unwrap() {
+            break status;
+        }
+        waited += 1;
+        assert!(
+            waited < 600,
+            "the program is still running 60 s after the failure"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(1), "exit status: {status}");
+    let said = log.iter().collect::<Vec<String>>().join("\n");
+    let (_, last) = said
+        .rsplit_once("exiting for a restart: ")
+        .unwrap_or_else(|| panic!("the program says why it exits: {said}"));
+    assert!(last.contains("the device reset failed"), "{last}");
 }
 
 #[test]

@@ -15,7 +15,7 @@ use burn_ascend_llm::families::{self, Decoder};
 use burn_ascend_llm::hf::TextTokenizer;
 use burn_ascend_openai::chat::ChatTemplate;
 use burn_ascend_openai::metrics::Metrics;
-use burn_ascend_openai::{serve, App, Engine, Limits, ModelSpec, Tokenizer};
+use burn_ascend_openai::{serve, App, Engine, Limits, ModelSpec, Served, Tokenizer};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -28,6 +28,21 @@ pub fn fixture() -> PathBuf {
 
 pub fn device() -> AscendDevice {
     AscendDevice::default()
+}
+
+/// Tests that fault the device read the emulated NPU's behaviour: skipped on a real one.
+pub fn skipped_on_npu(test: &str) -> bool {
+    let npu = matches!(device(), AscendDevice::Npu(_));
+    if npu {
+        eprintln!("{test}: skipped on {}: it faults the device", device());
+    }
+    npu
+}
+
+/// A device fit to load a model on: an engine that could not recover (a test of supervision)
+/// leaves it faulted, as its process would exit.
+pub fn reset_device() {
+    burn_ascend::reset_device(&device()).expect("the device resets");
 }
 
 pub fn load() -> Decoder<Ascend> {
@@ -82,7 +97,7 @@ pub struct Serving {
     pub address: String,
     pub app: Arc<App>,
     stop: Option<oneshot::Sender<()>>,
-    pub served: JoinHandle<std::io::Result<usize>>,
+    pub served: JoinHandle<std::io::Result<Served>>,
 }
 
 impl Serving {
@@ -94,8 +109,8 @@ impl Serving {
     pub async fn start_on(
         app: Arc<App>,
         spawn: impl FnOnce(
-            std::pin::Pin<Box<dyn Future<Output = std::io::Result<usize>> + Send>>,
-        ) -> JoinHandle<std::io::Result<usize>>,
+            std::pin::Pin<Box<dyn Future<Output = std::io::Result<Served>> + Send>>,
+        ) -> JoinHandle<std::io::Result<Served>>,
     ) -> Self {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -118,8 +133,8 @@ impl Serving {
         }
     }
 
-    /// Shuts down: the requests that had not finished.
-    pub async fn stop(mut self) -> usize {
+    /// Shuts down: how serving ended.
+    pub async fn stop(mut self) -> Served {
         let _ = self.stop.take().unwrap().send(());
         self.served.await.unwrap().unwrap()
     }
