@@ -243,11 +243,11 @@ fn http(c: &mut Criterion) {
     });
     g.finish();
     let _ = stop.send(());
-    let unfinished = runtime
+    let served = runtime
         .block_on(served)
         .expect("the server task")
         .expect("served");
-    assert_eq!(unfinished, 0);
+    assert_eq!((served.unfinished, served.failure), (0, None));
 
     let tokens = in_process.output_tokens;
     assert_eq!(through_http.output_tokens(), tokens);

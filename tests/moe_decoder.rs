@@ -4,9 +4,10 @@
 //! sequence): logits at every decode step, greedy tokens, page reuse, bad input, training. The
 //! server's scheduling: a cache three times too small for its load (preemption and recompute)
 //! and requests batched together give every request the tokens it gets alone; bad requests
-//! fail alone; a device fault fails its step and the server serves the next requests.
+//! fail alone; a device fault or a panic in a step fails that step and the server serves the
+//! next requests; a recovery that fails leaves the server refusing everything, saying why.
 //!
-//! The fault test runs alone (`serial`): the others may run together (`parallel`).
+//! The fault tests run alone (`serial`): the others may run together (`parallel`).
 
 mod common;
 
@@ -734,4 +735,100 @@ fn a_device_fault_fails_its_step_and_the_server_serves_the_next_requests() {
         assert_eq!(tokens(result), want[i], "request {i} after the fault");
     }
     assert_eq!(server.pool().free_pages(), cfg.pages);
+}
+
+#[test]
+#[serial]
+fn a_panic_in_a_step_fails_that_step_and_the_server_serves_the_next_requests() {
+    if skipped_on_npu("a_panic_in_a_step_fails_that_step_and_the_server_serves_the_next_requests") {
+        return;
+    }
+    let (_, model) = models(&small());
+    let requests = workload();
+    let want = alone(&model, &requests);
+    let mut server = new_server(model, &device());
+    for r in &requests {
+        server.submit(r.clone()).expect("a valid request");
+    }
+    server.step();
+    server.inject_panic();
+    let failed = server.step();
+    assert!(!failed.finished.is_empty());
+    for (_, result) in &failed.finished {
+        let err = result.as_ref().expect_err("the step panicked").to_string();
+        assert!(
+            err.contains("the request's step failed") && err.contains("Server::inject_panic"),
+            "{err}"
+        );
+    }
+    assert_eq!(server.failure(), None, "a panicking step is recovered from");
+    while !server.is_idle() {
+        server.step();
+    }
+    let again = server.generate(&requests);
+    for (i, result) in again.results.iter().enumerate() {
+        assert_eq!(tokens(result), want[i], "request {i} after the panic");
+    }
+}
+
+#[test]
+#[serial]
+fn a_failed_recovery_fails_every_pending_request_and_refuses_new_ones_saying_why() {
+    if skipped_on_npu(
+        "a_failed_recovery_fails_every_pending_request_and_refuses_new_ones_saying_why",
+    ) {
+        return;
+    }
+    let (_, model) = models(&small());
+    let requests = workload();
+    // Steps of 8 tokens: the first requests run, the others wait.
+    let cfg = ServeConfig {
+        step_tokens: 8,
+        ..serve_config()
+    };
+    let mut server = Server::new(model, cfg, &device()).expect("a valid config");
+    let ids: Vec<_> = requests
+        .iter()
+        .map(|r| server.submit(r.clone()).expect("a valid request"))
+        .collect();
+    server.step();
+    assert!(server.waiting() > 0, "some requests wait");
+    server.inject_fault();
+    server.fail_next_recovery();
+    let report = server.step();
+    // The faulted step's requests end with the device's error, every other one with the reason
+    // the server cannot go on: none is left pending, none is lost.
+    let mut ended: Vec<_> = report.finished.iter().map(|(id, _)| *id).collect();
+    ended.sort();
+    assert_eq!(ended, ids);
+    let (device_failed, unrecoverable): (Vec<_>, Vec<_>) = report
+        .finished
+        .iter()
+        .map(|(_, r)| r.as_ref().expect_err("nothing completes").clone())
+        .partition(|e| matches!(e, ServeError::Device(_)));
+    assert!(!device_failed.is_empty() && !unrecoverable.is_empty());
+    let why = server
+        .failure()
+        .expect("the server says why it cannot serve")
+        .to_string();
+    assert!(
+        why.contains("decode_attention") && why.contains("the device reset failed"),
+        "{why}"
+    );
+    for e in &unrecoverable {
+        assert_eq!(e, &ServeError::Unrecoverable(why.clone()));
+    }
+    assert!(server.is_idle());
+    assert_eq!(
+        server.pool().free_pages(),
+        cfg.pages,
+        "every page came back"
+    );
+    assert_eq!(
+        server.submit(requests[0].clone()),
+        Err(ServeError::Unrecoverable(why))
+    );
+    assert_eq!(server.step(), Default::default(), "nothing left to run");
+    // Its owner would restart it; the tests after this one need the device back.
+    burn_ascend::reset_device(&device()).expect("the device resets");
 }

@@ -17,8 +17,9 @@ use burn_ascend_llm::engine::serve::{FinishReason, Request, Sampling, ServeConfi
 use burn_ascend_llm::families::{self, Decoder};
 use burn_ascend_llm::hf::TextTokenizer;
 use burn_ascend_openai::chat::{ChatMessage, ChatTemplate};
+use burn_ascend_openai::engine::Injected;
 use burn_ascend_openai::metrics::Metrics;
-use burn_ascend_openai::{serve, App, Engine, ModelSpec, Tokenizer};
+use burn_ascend_openai::{serve, App, Engine, ModelSpec, Served, Tokenizer};
 use common::*;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -68,7 +69,7 @@ struct Running {
     app: Arc<App>,
     client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
-    served: JoinHandle<std::io::Result<usize>>,
+    served: JoinHandle<std::io::Result<Served>>,
 }
 
 impl Running {
@@ -116,7 +117,7 @@ impl Running {
     /// Shuts down and returns the requests that had not finished.
     async fn shutdown(mut self) -> usize {
         self.stop.take().unwrap().send(()).unwrap();
-        self.served.await.unwrap().unwrap()
+        self.served.await.unwrap().unwrap().unfinished
     }
 
     /// Waits until the engine holds no request and every page is free.
@@ -598,7 +599,7 @@ async fn a_device_fault_is_a_500_naming_it_and_the_server_keeps_serving() {
         .json()
         .await
         .unwrap();
-    server.app.engine().inject_fault();
+    server.app.engine().inject(Injected::DeviceFault);
     let (status, e) = error(server.post("/v1/completions", body.clone()).await).await;
     assert_eq!(status, 500, "{e}");
     let message = e["message"].as_str().unwrap();
@@ -615,7 +616,7 @@ async fn a_device_fault_is_a_500_naming_it_and_the_server_keeps_serving() {
         .unwrap();
     assert_eq!(again["choices"], want["choices"]);
     // Streamed: the stream has begun (200), so the fault is an error event, then [DONE].
-    server.app.engine().inject_fault();
+    server.app.engine().inject(Injected::DeviceFault);
     let mut streamed = body;
     streamed["stream"] = json!(true);
     let chunks = events(server.post("/v1/completions", streamed).await).await;
@@ -754,12 +755,16 @@ async fn shutdown_stops_admitting_and_drains_the_running_requests() {
         .collect();
     assert_eq!(text, tok.decode(&tokens).unwrap());
     assert!(received.ends_with("data: [DONE]\n\n"));
-    let unfinished = tokio::time::timeout(Duration::from_secs(10), &mut server.served)
+    let served = tokio::time::timeout(Duration::from_secs(10), &mut server.served)
         .await
         .expect("serve returns once drained")
         .unwrap()
         .unwrap();
-    assert_eq!(unfinished, 0, "every request finished");
+    let finished = Served {
+        unfinished: 0,
+        failure: None,
+    };
+    assert_eq!(served, finished, "every request finished");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

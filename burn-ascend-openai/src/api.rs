@@ -98,6 +98,36 @@ impl ApiError {
         e
     }
 
+    /// 503: the engine can no longer serve (why); the server is about to exit and be restarted.
+    pub fn unavailable(why: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            format!("the server cannot serve any more and will restart: {why}"),
+        );
+        e.retry_after = Some(1);
+        e
+    }
+
+    /// 413: the body is `size` bytes (when its Content-Length says so), more than `limit`.
+    pub fn too_large(size: Option<u64>, limit: usize) -> Self {
+        let size = size.map_or_else(String::new, |s| format!("{s} bytes, "));
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("the request body is {size}more than the limit of {limit} bytes"),
+        )
+    }
+
+    /// 408: the body did not all come within `limit`.
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!("the request body did not all arrive within {limit:?}"),
+        )
+    }
+
     /// A request the engine refused or failed (`prompt` and `max_tokens` as asked, for the
     /// length limits).
     pub fn engine(error: ServeError) -> Self {
@@ -116,11 +146,9 @@ impl ApiError {
                 e.retry_after = Some(1);
                 e
             }
-            ServeError::Device(_) => Self::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                error.to_string(),
-            ),
+            ServeError::Device(_) | ServeError::Step(_) | ServeError::Unrecoverable(_) => {
+                Self::internal(error.to_string())
+            }
         }
     }
 }
@@ -134,6 +162,19 @@ pub fn too_long(prompt: usize, new: usize, max: usize) -> ApiError {
              tokens ({prompt} in the prompt, {new} for the completion). Please reduce the \
              length of the prompt or of the completion (max_tokens).",
             prompt + new
+        ),
+    );
+    e.body.code = Some("context_length_exceeded".into());
+    e
+}
+
+/// 400: a prompt (from field `param`) of `prompt` tokens, more than the server's `limit`.
+pub fn prompt_too_long(param: &str, prompt: usize, limit: usize) -> ApiError {
+    let mut e = ApiError::invalid(
+        param,
+        format!(
+            "the prompt has {prompt} tokens, more than this server's limit of {limit} prompt \
+             tokens"
         ),
     );
     e.body.code = Some("context_length_exceeded".into());

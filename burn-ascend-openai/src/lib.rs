@@ -24,5 +24,5 @@ pub mod routes;
 pub mod text;
 
 pub use engine::Engine;
-pub use routes::{serve, App, ModelSpec};
+pub use routes::{serve, App, Limits, ModelSpec, Served};
 pub use text::Tokenizer;

@@ -10,7 +10,9 @@
 //! ```
 //!
 //! SIGINT or SIGTERM: new requests get 503, the running ones finish (for up to
-//! `--drain-secs`), then the server exits with 0.
+//! `--drain-secs`), then the server exits with 0. An engine that can no longer serve (a
+//! failure its recovery could not fix) makes `/health` and new requests 503 and the pending
+//! ones 500; after the same drain the server exits with 1, for its supervisor to restart it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,8 +31,9 @@ use burn_ascend_llm::hf::TextTokenizer;
 use burn_ascend_llm::moe::config::MoeConfig;
 use burn_ascend_llm::moe::model::MoeDecoder;
 use burn_ascend_openai::chat::ChatTemplate;
+use burn_ascend_openai::engine::Injected;
 use burn_ascend_openai::metrics::Metrics;
-use burn_ascend_openai::{serve, App, Engine, ModelSpec, Tokenizer};
+use burn_ascend_openai::{serve, App, Engine, Limits, ModelSpec, Tokenizer};
 use clap::Parser;
 
 /// Serve a MoE model over OpenAI's HTTP API.
@@ -85,9 +88,34 @@ struct Args {
     /// Issue every op of decode steps instead of replaying captured graphs.
     #[arg(long)]
     eager_decode: bool,
-    /// On SIGINT/SIGTERM, seconds the running requests get to finish.
+    /// On SIGINT/SIGTERM (or when the engine can no longer serve), seconds the running
+    /// requests get to finish.
     #[arg(long, default_value_t = 30)]
     drain_secs: u64,
+    /// Seconds a client has to send a request's head (and a kept-alive connection may stay
+    /// idle); then its connection is closed.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    header_timeout_secs: u64,
+    /// Seconds a client has to send a request's body once its head has come; then 408.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    body_timeout_secs: u64,
+    /// Bytes a request body may have; more is a 413.
+    #[arg(long, default_value_t = 8 << 20, value_parser = at_least_one)]
+    max_body_bytes: usize,
+    /// Connections served at once; more wait in the accept backlog until one closes.
+    #[arg(long, default_value_t = 512, value_parser = at_least_one)]
+    max_connections: usize,
+    /// Tokens a prompt may have; more is a 400 (default: --max-seq - 1).
+    #[arg(long, value_parser = at_least_one)]
+    max_prompt_tokens: Option<usize>,
+    /// Requests parsed and tokenized (or rendered by the chat template) at once, off the
+    /// threads that stream tokens (default: one per core).
+    #[arg(long, value_parser = at_least_one)]
+    tokenizer_threads: Option<usize>,
+    /// A test hook, for the test of the exit path: the first step faults on the device and
+    /// the recovery from it fails, so the engine can no longer serve.
+    #[arg(long, hide = true)]
+    test_hook_unrecoverable_fault: bool,
     /// Seed of the built-in model's weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -95,6 +123,14 @@ struct Args {
 
 /// The longest sequence served when the checkpoint allows more.
 const DEFAULT_MAX_SEQ: usize = 2048;
+
+fn at_least_one(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
 
 fn main() {
     let args = Args::parse();
@@ -125,7 +161,7 @@ fn run(args: Args) -> Result<(), String> {
         cfg.validate().map(|_| cfg).map_err(|e| e.to_string())
     };
     let captured = !args.eager_decode;
-    let (engine, spec) = match &args.model {
+    let (engine, spec, limits) = match &args.model {
         Some(dir) => {
             let fail = |e: &dyn std::fmt::Display| format!("--model {}: {e}", dir.display());
             let options = LoadOptions {
@@ -148,6 +184,7 @@ fn run(args: Args) -> Result<(), String> {
             let checkpoint = Checkpoint::open(dir).map_err(|e| fail(&e))?;
             let max_seq = families::serving_max_seq(&checkpoint, args.max_seq, DEFAULT_MAX_SEQ)?;
             let cfg = serve_config(max_seq)?;
+            let limits = limits(&args, max_seq)?;
             let shown = dir.display().to_string();
             let memory = args.pages.is_none().then_some(args.npu_memory_utilization);
             let (engine, _) = Engine::spawn(
@@ -179,11 +216,12 @@ fn run(args: Args) -> Result<(), String> {
                 tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer)),
                 chat: chat.map(Arc::new),
             };
-            (engine, spec)
+            (engine, spec, limits)
         }
         None => {
             let model_cfg = MoeConfig::new();
             let cfg = serve_config(args.max_seq.unwrap_or(model_cfg.max_seq))?;
+            let limits = limits(&args, cfg.max_seq)?;
             let seed = args.seed;
             let memory = args.pages.is_none().then_some(args.npu_memory_utilization);
             let name = args
@@ -206,18 +244,23 @@ fn run(args: Args) -> Result<(), String> {
                 tokenizer: Tokenizer::Bytes,
                 chat: None,
             };
-            (engine, spec)
+            (engine, spec, limits)
         }
     };
+    if args.test_hook_unrecoverable_fault {
+        engine.inject(Injected::DeviceFault);
+        engine.inject(Injected::FailedRecovery);
+    }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
             .await
             .map_err(|e| format!("cannot listen on {}:{}: {e}", args.host, args.port))?;
         let address = listener.local_addr().map_err(|e| e.to_string())?;
+        eprintln!("burn-ascend-openai: limits: {limits}");
         eprintln!("serving `{}` on http://{address}", spec.name);
-        let app = App::new(engine, spec);
-        let unfinished = serve(
+        let app = App::with_limits(engine, spec, limits);
+        let served = serve(
             listener,
             app,
             shutdown_signal(),
@@ -225,14 +268,42 @@ fn run(args: Args) -> Result<(), String> {
         )
         .await
         .map_err(|e| format!("serving: {e}"))?;
-        if unfinished > 0 {
+        if served.unfinished > 0 {
             eprintln!(
-                "burn-ascend-openai: {unfinished} requests had not finished after --drain-secs {}",
-                args.drain_secs
+                "burn-ascend-openai: {} requests had not finished after --drain-secs {}",
+                served.unfinished, args.drain_secs
             );
         }
-        Ok(())
+        match served.failure {
+            Some(why) => Err(format!(
+                "the engine cannot serve any more, exiting for a restart: {why}"
+            )),
+            None => Ok(()),
+        }
     })
+}
+
+/// The HTTP limits the options set, checked against the longest sequence.
+fn limits(args: &Args, max_seq: usize) -> Result<Limits, String> {
+    let mut limits = Limits::new(max_seq);
+    if let Some(n) = args.max_prompt_tokens {
+        if n >= max_seq {
+            return Err(format!(
+                "--max-prompt-tokens {n} leaves no room to generate within the longest sequence \
+                 of {max_seq} tokens (--max-seq): at most {}",
+                max_seq - 1
+            ));
+        }
+        limits.max_prompt_tokens = n;
+    }
+    limits.header_timeout = Duration::from_secs(args.header_timeout_secs);
+    limits.body_timeout = Duration::from_secs(args.body_timeout_secs);
+    limits.max_body_bytes = args.max_body_bytes;
+    limits.max_connections = args.max_connections;
+    if let Some(n) = args.tokenizer_threads {
+        limits.tokenizer_threads = n;
+    }
+    Ok(limits)
 }
 
 /// The server made ready to serve: its KV cache sized from the device's memory (given a

@@ -1,23 +1,29 @@
 //! The routes (axum), the generation of one request as the HTTP side sees it, server-sent
-//! events in OpenAI's chunk format, and the serving loop with its drain on shutdown.
+//! events in OpenAI's chunk format, and the serving loop (hyper, HTTP/1.1) with its limits and
+//! its drain on shutdown or when the engine can no longer serve.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{FromRequest, Request as HttpRequest, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use crate::api::{self, ApiError, ChatRequest, Checked, CompletionRequest, Prompt};
 use crate::chat::ChatTemplate;
@@ -25,7 +31,7 @@ use crate::engine::{Engine, Event};
 use crate::metrics;
 use crate::text::{Detokenizer, Tokenizer};
 use burn_ascend_llm::engine::scheduler::RequestId;
-use burn_ascend_llm::engine::serve::{Request, Sampling};
+use burn_ascend_llm::engine::serve::{Request, Sampling, ServeError};
 
 /// What the server serves: the model's name, its tokenizer and chat template.
 #[derive(Clone)]
@@ -41,10 +47,69 @@ pub struct ModelSpec {
 /// Tokens a completion generates when `max_tokens` is not given (OpenAI's default).
 const DEFAULT_MAX_TOKENS: usize = 16;
 
+/// What a client may hold or send ([`Limits::new`] gives the defaults, as the program's
+/// options do). HTTP/2 is off: a connection carries one request at a time (HTTP/1.1; pipelined
+/// requests are answered in turn).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Time a client has to send a request's head (request line and headers), from the
+    /// connection's start or, on a kept-alive connection, from the end of the previous response;
+    /// then the connection is closed. It bounds idle kept-alive connections too.
+    pub header_timeout: Duration,
+    /// Time a client has to send a request's whole body once its head has come; then 408.
+    pub body_timeout: Duration,
+    /// Bytes a request body may have; more is a 413.
+    pub max_body_bytes: usize,
+    /// Connections served at once; further ones wait in the listener's accept backlog (the
+    /// kernel's queue of connections not yet accepted) until one closes.
+    pub max_connections: usize,
+    /// Tokens a prompt may have (a chat: its rendered conversation); more is a 400.
+    pub max_prompt_tokens: usize,
+    /// Requests parsed, tokenized or rendered by the chat template at once, on tokio's blocking
+    /// threads (never on the workers that stream every request's tokens); others wait.
+    pub tokenizer_threads: usize,
+}
+
+impl Limits {
+    /// The defaults for a server whose longest sequence is `max_seq` tokens: 10 s for the head,
+    /// 30 s for the body, 8 MiB bodies, 512 connections, prompts of up to `max_seq - 1` tokens
+    /// (one is left to generate), a tokenizer thread per core.
+    pub fn new(max_seq: usize) -> Self {
+        Self {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_body_bytes: 8 << 20,
+            max_connections: 512,
+            max_prompt_tokens: max_seq.saturating_sub(1).max(1),
+            tokenizer_threads: std::thread::available_parallelism().map_or(1, usize::from),
+        }
+    }
+}
+
+impl fmt::Display for Limits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "request head within {:?}, body within {:?} and {} bytes; {} connections at once \
+             (more wait in the accept backlog); one request at a time per connection (HTTP/1.1, \
+             HTTP/2 off); prompts of up to {} tokens; {} tokenizer threads",
+            self.header_timeout,
+            self.body_timeout,
+            self.max_body_bytes,
+            self.max_connections,
+            self.max_prompt_tokens,
+            self.tokenizer_threads,
+        )
+    }
+}
+
 /// The server's state, shared by its handlers.
 pub struct App {
     engine: Engine,
     model: ModelSpec,
+    limits: Limits,
+    /// Permits of the tokenizer threads.
+    tokenizers: Arc<Semaphore>,
     created: u64,
     draining: AtomicBool,
     in_flight: AtomicUsize,
@@ -52,16 +117,29 @@ pub struct App {
 }
 
 impl App {
-    /// Serves `model` through `engine`.
+    /// Serves `model` through `engine`, with the default limits ([`Limits::new`]).
     pub fn new(engine: Engine, model: ModelSpec) -> Arc<Self> {
+        let limits = Limits::new(engine.config().max_seq);
+        Self::with_limits(engine, model, limits)
+    }
+
+    /// Serves `model` through `engine` within `limits`.
+    pub fn with_limits(engine: Engine, model: ModelSpec, limits: Limits) -> Arc<Self> {
         Arc::new(Self {
             engine,
             model,
+            limits,
+            tokenizers: Arc::new(Semaphore::new(limits.tokenizer_threads)),
             created: unix_now(),
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
         })
+    }
+
+    /// Its limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// The routes.
@@ -91,6 +169,9 @@ impl App {
     }
 
     fn admit(self: &Arc<Self>) -> Result<InFlight, ApiError> {
+        if let Some(why) = self.engine.failure() {
+            return Err(ApiError::unavailable(&why));
+        }
         if self.draining.load(Ordering::SeqCst) {
             return Err(ApiError::shutting_down());
         }
@@ -98,17 +179,47 @@ impl App {
         Ok(InFlight(self.clone()))
     }
 
-    /// Submits `prompt` with the checked fields; `max_tokens` when not given is `default`
-    /// (`None`: up to the longest sequence).
+    /// Runs `work` (parsing, tokenizing, rendering a chat) on tokio's blocking threads, at most
+    /// `tokenizer_threads` at once, so that a long prompt holds back no async worker, which
+    /// every stream's tokens go through. The permit goes with the work: a client that leaves
+    /// does not free a thread still busy with its prompt.
+    async fn off_workers<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let permit = self
+            .tokenizers
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| ApiError::internal(format!("the tokenizer threads are gone: {e}")))?;
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            work()
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("preparing the prompt failed: {e}")))?
+    }
+
+    /// Submits `prompt` (from field `param`) with the checked fields; `max_tokens` when not
+    /// given is `default` (`None`: up to the longest sequence).
     async fn start(
         &self,
         prompt: Vec<u32>,
+        param: &str,
         checked: &Checked,
         default: Option<usize>,
     ) -> Result<Live, ApiError> {
         let max_seq = self.engine.config().max_seq;
         if prompt.is_empty() {
-            return Err(ApiError::invalid("prompt", "the prompt is empty"));
+            return Err(ApiError::invalid(param, "the prompt is empty"));
+        }
+        if prompt.len() > self.limits.max_prompt_tokens {
+            return Err(api::prompt_too_long(
+                param,
+                prompt.len(),
+                self.limits.max_prompt_tokens,
+            ));
         }
         let room = max_seq.saturating_sub(prompt.len());
         let new_tokens = checked.max_tokens.or(default).unwrap_or(room);
@@ -134,11 +245,11 @@ impl App {
             sampling,
             stop,
         };
-        let (id, events) = self
-            .engine
-            .submit(request)
-            .await
-            .map_err(ApiError::engine)?;
+        // A new request the engine cannot take is refused as such (503), not failed (500).
+        let (id, events) = self.engine.submit(request).await.map_err(|e| match e {
+            ServeError::Unrecoverable(why) => ApiError::unavailable(&why),
+            e => ApiError::engine(e),
+        })?;
         Ok(Live {
             engine: self.engine.clone(),
             id,
@@ -231,9 +342,11 @@ impl Live {
                 }
                 None => {
                     self.done = true;
-                    return Output::Failed(ApiError::internal(
-                        "the engine ended the request without a result",
-                    ));
+                    let why = self.engine.failure();
+                    return Output::Failed(ApiError::internal(format!(
+                        "the engine ended the request without a result: {}",
+                        why.as_deref().unwrap_or("its thread has stopped")
+                    )));
                 }
             }
         }
@@ -272,7 +385,9 @@ async fn prometheus(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn health(State(app): State<Arc<App>>) -> Response {
-    if app.draining.load(Ordering::SeqCst) {
+    if let Some(why) = app.engine.failure() {
+        ApiError::unavailable(&why).into_response()
+    } else if app.draining.load(Ordering::SeqCst) {
         ApiError::shutting_down().into_response()
     } else {
         StatusCode::OK.into_response()
@@ -286,25 +401,78 @@ enum Kind {
     Chat,
 }
 
-async fn completions(State(app): State<Arc<App>>, body: Bytes) -> Response {
+/// A request's body, read within the body timeout and the size limit.
+struct Body(Bytes);
+
+impl FromRequest<Arc<App>> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(request: HttpRequest, app: &Arc<App>) -> Result<Self, ApiError> {
+        let limit = app.limits.max_body_bytes;
+        let declared = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if let Some(size) = declared.filter(|&size| size > limit as u64) {
+            return Err(ApiError::too_large(Some(size), limit));
+        }
+        let read = Limited::new(request.into_body(), limit).collect();
+        match tokio::time::timeout(app.limits.body_timeout, read).await {
+            Ok(Ok(body)) => Ok(Body(body.to_bytes())),
+            Ok(Err(e)) if e.is::<LengthLimitError>() => Err(ApiError::too_large(None, limit)),
+            Ok(Err(e)) => {
+                let mut error = ApiError::invalid("", format!("cannot read the body: {e}"));
+                error.body.param = None;
+                Err(error)
+            }
+            Err(_) => Err(ApiError::body_timeout(app.limits.body_timeout)),
+        }
+    }
+}
+
+async fn completions(State(app): State<Arc<App>>, Body(body): Body) -> Response {
     let run = async {
         let flight = app.admit()?;
-        let (request, common): (CompletionRequest, _) = api::parse(&body)?;
-        let checked = common.check(&app.model.name)?;
+        let prepared = app.clone();
+        let (prompt, checked) = app
+            .off_workers(move || prepared.completion_prompt(&body))
+            .await?;
+        let live = app
+            .start(prompt, "prompt", &checked, Some(DEFAULT_MAX_TOKENS))
+            .await?;
+        Ok(respond(app.clone(), Kind::Completion, live, checked, flight).await)
+    };
+    run.await.unwrap_or_else(ApiError::into_response)
+}
+
+async fn chat_completions(State(app): State<Arc<App>>, Body(body): Body) -> Response {
+    let run = async {
+        let flight = app.admit()?;
+        let prepared = app.clone();
+        let (prompt, checked) = app.off_workers(move || prepared.chat_prompt(&body)).await?;
+        let live = app.start(prompt, "messages", &checked, None).await?;
+        Ok(respond(app.clone(), Kind::Chat, live, checked, flight).await)
+    };
+    run.await.unwrap_or_else(ApiError::into_response)
+}
+
+impl App {
+    /// A completion request's prompt tokens and checked fields.
+    fn completion_prompt(&self, body: &[u8]) -> Result<(Vec<u32>, Checked), ApiError> {
+        let (request, common): (CompletionRequest, _) = api::parse(body)?;
+        let checked = common.check(&self.model.name)?;
         request.check_unsupported()?;
+        let encode = |text: &str| {
+            self.model
+                .tokenizer
+                .encode(text)
+                .map_err(|e| ApiError::invalid("prompt", e))
+        };
         let prompt = match request.prompt {
-            Prompt::Text(text) => app
-                .model
-                .tokenizer
-                .encode(&text)
-                .map_err(|e| ApiError::invalid("prompt", e))?,
+            Prompt::Text(text) => encode(&text)?,
             Prompt::Tokens(ids) => ids,
-            Prompt::Texts(v) if v.len() == 1 => app
-                .model
-                .tokenizer
-                .encode(&v[0])
-                .map_err(|e| ApiError::invalid("prompt", e))?,
-            Prompt::Batches(v) if v.len() == 1 => v.into_iter().next().expect("one"),
+            Prompt::Texts(v) if v.len() == 1 => encode(&v[0])?,
+            Prompt::Batches(mut v) if v.len() == 1 => v.swap_remove(0),
             Prompt::Texts(_) | Prompt::Batches(_) => {
                 return Err(ApiError::unsupported(
                     "prompt",
@@ -312,19 +480,14 @@ async fn completions(State(app): State<Arc<App>>, body: Bytes) -> Response {
                 ))
             }
         };
-        let live = app
-            .start(prompt, &checked, Some(DEFAULT_MAX_TOKENS))
-            .await?;
-        Ok(respond(app.clone(), Kind::Completion, live, checked, flight).await)
-    };
-    run.await.unwrap_or_else(ApiError::into_response)
-}
+        Ok((prompt, checked))
+    }
 
-async fn chat_completions(State(app): State<Arc<App>>, body: Bytes) -> Response {
-    let run = async {
-        let flight = app.admit()?;
-        let (request, common): (ChatRequest, _) = api::parse(&body)?;
-        let mut checked = common.check(&app.model.name)?;
+    /// A chat request's prompt tokens (its conversation rendered by the chat template) and
+    /// checked fields.
+    fn chat_prompt(&self, body: &[u8]) -> Result<(Vec<u32>, Checked), ApiError> {
+        let (request, common): (ChatRequest, _) = api::parse(body)?;
+        let mut checked = common.check(&self.model.name)?;
         request.check_unsupported()?;
         checked.max_tokens = match request.max_completion_tokens {
             Some(0) => {
@@ -336,13 +499,13 @@ async fn chat_completions(State(app): State<Arc<App>>, body: Bytes) -> Response 
             Some(m) => Some(usize::try_from(m).unwrap_or(usize::MAX)),
             None => checked.max_tokens,
         };
-        let Some(template) = &app.model.chat else {
+        let Some(template) = &self.model.chat else {
             return Err(ApiError::invalid(
                 "messages",
                 format!(
                     "model `{}` has no chat template (tokenizer_config.json has no \
                      chat_template): use /v1/completions",
-                    app.model.name
+                    self.model.name
                 ),
             ));
         };
@@ -350,15 +513,13 @@ async fn chat_completions(State(app): State<Arc<App>>, body: Bytes) -> Response 
             .render(&request.messages, true)
             .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
         // The template writes the special tokens (BOS...) itself.
-        let prompt = app
+        let prompt = self
             .model
             .tokenizer
             .encode_rendered(&text)
             .map_err(|e| ApiError::invalid("messages", e))?;
-        let live = app.start(prompt, &checked, None).await?;
-        Ok(respond(app.clone(), Kind::Chat, live, checked, flight).await)
-    };
-    run.await.unwrap_or_else(ApiError::into_response)
+        Ok((prompt, checked))
+    }
 }
 
 /// The whole answer, or its stream.
@@ -535,25 +696,42 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves; then stops admitting (new requests
-/// get 503), lets the requests in flight finish for up to `drain` and returns how many had
-/// not.
+/// How serving ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// Requests still unanswered when the drain window closed.
+    pub unfinished: usize,
+    /// Why the engine could no longer serve, if that is what ended serving (a program then
+    /// exits non-zero so that its supervisor restarts it).
+    pub failure: Option<String>,
+}
+
+/// Serves `app` on `listener` within its [`Limits`] until `shutdown` resolves or the engine can
+/// no longer serve ([`Engine::failed`]); then stops admitting (new requests get 503), lets the
+/// requests in flight finish for up to `drain` and returns how many had not, and the engine's
+/// failure if any.
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Duration,
-) -> std::io::Result<usize> {
+) -> std::io::Result<Served> {
+    let limits = app.limits;
     let (stop, stopped) = oneshot::channel::<()>();
-    let router = app.router();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            })
-            .await
-    });
-    shutdown.await;
+    // Dropped when serving returns: connections still open then are closed.
+    let (cut, connections_cut) = watch::channel(());
+    let accepting = tokio::spawn(accept(
+        listener,
+        app.router(),
+        limits,
+        stopped,
+        connections_cut,
+    ));
+    let engine = app.engine.clone();
+    tokio::select! {
+        () = shutdown => {}
+        _ = engine.failed() => {}
+    }
     app.stop_admitting();
     let deadline = tokio::time::Instant::now() + drain;
     while app.in_flight() > 0 && tokio::time::Instant::now() < deadline {
@@ -561,11 +739,65 @@ pub async fn serve(
     }
     let unfinished = app.in_flight();
     let _ = stop.send(());
+    let graceful = accepting
+        .await
+        .map_err(|e| std::io::Error::other(format!("the accepting task failed: {e}")))?;
     // Connections still streaming past the deadline would hold the graceful shutdown: cut.
-    let abort = server.abort_handle();
-    match tokio::time::timeout(Duration::from_secs(1), server).await {
-        Ok(Ok(served)) => served?,
-        Ok(Err(_)) | Err(_) => abort.abort(),
+    let _ = tokio::time::timeout(Duration::from_secs(1), graceful.shutdown()).await;
+    drop(cut);
+    Ok(Served {
+        unfinished,
+        failure: engine.failure(),
+    })
+}
+
+/// Accepts connections until `stopped`, at most `max_connections` open at once (the others wait
+/// in the accept backlog), each served by hyper's HTTP/1.1 with the header timeout; returns
+/// what shuts the open ones down gracefully.
+async fn accept(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    mut stopped: oneshot::Receiver<()>,
+    cut: watch::Receiver<()>,
+) -> GracefulShutdown {
+    let graceful = GracefulShutdown::new();
+    let open = Arc::new(Semaphore::new(limits.max_connections));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    // Without a timer hyper enforces no header timeout (axum::serve sets none): a client
+    // sending half a head would hold its connection for ever.
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut stopped => break,
+            permit = open.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            _ = &mut stopped => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Out of file descriptors, a connection reset before it was accepted: as
+                // axum::serve does, wait a moment and accept again.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let mut cut = cut.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = connection => {}
+                _ = cut.changed() => {}
+            }
+            drop(permit);
+        });
     }
-    Ok(unfinished)
+    graceful
 }

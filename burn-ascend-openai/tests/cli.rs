@@ -1,7 +1,9 @@
 //! The program as an operator runs it (`cargo install --path burn-ascend-openai`): started on
-//! a free port with a checkpoint, it prints its address, answers a greedy completion with the
-//! text the library's engine generates for the same prompt in process, and on SIGTERM drains
-//! and exits with 0. A bad option stops it at start, naming the option.
+//! a free port with a checkpoint, it prints its limits and its address, answers a greedy
+//! completion with the text the library's engine generates for the same prompt in process, and
+//! on SIGTERM drains and exits with 0. An engine that cannot recover (its test hook) answers
+//! the request with a 500 and the program exits non-zero, for a supervisor to restart it. A bad
+//! option stops it at start, naming the option.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -80,20 +82,22 @@ fn in_process(prompt: &str, new_tokens: usize) -> String {
     tokenizer.decode(tokens).unwrap()
 }
 
-#[test]
-fn serves_a_checkpoint_then_drains_on_sigterm() {
+/// The program serving the fixture with `args` on a free port: the child, its log (a line
+/// at a time) and the address it serves on.
+fn start(args: &[&str]) -> (Running, mpsc::Receiver<String>, String) {
     let mut child = Command::new(PROGRAM)
         .arg("--model")
         .arg(fixture())
         .args(["--served-model-name", "m", "--port", "0", "--dtype", "f32"])
         .args(["--pages", "64", "--max-seq", "128"])
+        .args(args)
         .env("BURN_ASCEND_DEVICE", "emulated")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
         .expect("the program starts");
     let stderr = child.stderr.take().expect("piped stderr");
-    let mut running = Running(child);
+    let running = Running(child);
     // The log is read on a thread of its own, so that a program that never prints its address
     // fails the test at the deadline instead of hanging it.
     let (lines, log) = mpsc::channel();
@@ -104,14 +108,34 @@ fn serves_a_checkpoint_then_drains_on_sigterm() {
             }
         }
     });
+    let mut limits = None;
     let address = loop {
         let line = log
             .recv_timeout(Duration::from_secs(300))
             .expect("the program prints the address it serves on");
-        if let Some((_, url)) = line.split_once(" on http://") {
+        if line.contains("limits: ") {
+            limits = Some(line);
+        } else if let Some((_, url)) = line.split_once(" on http://") {
             break url.to_string();
         }
     };
+    let limits = limits.expect("the program prints its limits before its address");
+    // The log shows them all: what the test set, and the defaults.
+    for shown in [
+        "head within 10s",
+        "body within 30s and 8388608 bytes",
+        "7 connections at once (more wait in the accept backlog)",
+        "one request at a time per connection (HTTP/1.1, HTTP/2 off)",
+        "prompts of up to 127 tokens",
+    ] {
+        assert!(limits.contains(shown), "{shown:?} not in {limits:?}");
+    }
+    (running, log, address)
+}
+
+#[test]
+fn serves_a_checkpoint_then_drains_on_sigterm() {
+    let (mut running, _log, address) = start(&["--max-connections", "7"]);
 
     let prompt = "The tide turned";
     let body =
@@ -130,6 +154,39 @@ fn serves_a_checkpoint_then_drains_on_sigterm() {
     assert!(killed.success());
     let status = running.0.wait().expect("the program exits");
     assert!(status.success(), "exit status after SIGTERM: {status}");
+}
+
+#[test]
+fn an_engine_that_cannot_recover_answers_then_exits_non_zero() {
+    let (mut running, log, address) =
+        start(&["--max-connections", "7", "--test-hook-unrecoverable-fault"]);
+    let body = r#"{"model": "m", "prompt": "The tide turned", "max_tokens": 8}"#;
+    let (status, response) = post(&address, "/v1/completions", body);
+    assert_eq!(status, 500, "{response}");
+    let response: Value = serde_json::from_str(&response).expect("a JSON body");
+    let message = response["error"]["message"]
+        .as_str()
+        .expect("an error object");
+    assert!(message.contains("the device failed"), "{message}");
+    // Nothing else in flight: it exits at once, saying why, with a failure status.
+    let mut waited = 0;
+    let status = loop {
+        if let Some(status) = running.0.try_wait().unwrap() {
+            break status;
+        }
+        waited += 1;
+        assert!(
+            waited < 600,
+            "the program is still running 60 s after the failure"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(1), "exit status: {status}");
+    let said = log.iter().collect::<Vec<String>>().join("\n");
+    let (_, last) = said
+        .rsplit_once("exiting for a restart: ")
+        .unwrap_or_else(|| panic!("the program says why it exits: {said}"));
+    assert!(last.contains("the device reset failed"), "{last}");
 }
 
 #[test]

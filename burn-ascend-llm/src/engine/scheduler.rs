@@ -295,6 +295,14 @@ impl Scheduler {
         self.release(failed)
     }
 
+    /// Removes every request, running and waiting, their pages back in the pool (a server that
+    /// can no longer serve fails them all).
+    pub fn drain(&mut self) -> Vec<Entry> {
+        let mut all = std::mem::take(&mut self.running);
+        all.extend(std::mem::take(&mut self.waiting));
+        self.release(all)
+    }
+
     fn release(&mut self, entries: Vec<Entry>) -> Vec<Entry> {
         entries
             .into_iter()

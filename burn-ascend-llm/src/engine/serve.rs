@@ -10,10 +10,14 @@
 //! their requests' pages through the block tables (`fused::extend_attention`), decode steps
 //! attend each token to its listed cached positions through `fused::decode_attention`; only
 //! the rows whose
-//! next token is sampled reach the LM head. A step that fails on the device fails its own
-//! requests; the server then resets the device (its faults are sticky; every NPU of an
-//! expert-parallel model, whose experts it then splits again), restores its weights and cache
-//! and goes on with the others. The KV cache is written in place on `Ascend`.
+//! next token is sampled reach the LM head. A step that fails (on the device, or a panic in its
+//! work on the host) fails its own requests; the server then resets the device (its faults are
+//! sticky; every NPU of an expert-parallel model, whose experts it then splits again), restores
+//! its weights and cache and goes on with the others. A failure the recovery cannot fix (the
+//! reset or the reload fails, or the scheduler's bookkeeping panics) leaves the server
+//! unusable: [`Server::failure`] says why, every pending request fails and new ones are refused
+//! with [`ServeError::Unrecoverable`], and its owner should restart it. The KV cache is written
+//! in place on `Ascend`.
 //! [`reference_logits`] is the dense path the paged one must agree with.
 //!
 //! With [`Server::enable_captured_decode`] (the `Ascend` backend), decode-only steps replay an
@@ -195,6 +199,14 @@ pub enum ServeError {
     /// [`AscendError::DeviceFault`] or [`AscendError::OutOfMemory`]).
     #[error("the device failed during the request's step: {0}")]
     Device(AscendError),
+    /// The step computing this request panicked in its work on the host (a bug: the panic's
+    /// message); the server recovered as from a device failure.
+    #[error("the request's step failed: {0}")]
+    Step(String),
+    /// The server can no longer serve: a failure its recovery could not fix (why). Every
+    /// pending request ends with it and new ones are refused with it; restart the server.
+    #[error("the server cannot serve any more: {0}")]
+    Unrecoverable(String),
 }
 
 /// What one request produced.
@@ -433,8 +445,12 @@ pub struct Server<B: FusedOps, M: StepModel<B>> {
     cfg: ServeConfig,
     device: B::Device,
     next_id: u64,
-    restore: bool,
+    /// Test hooks: the next step faults on the device, panics, or the next recovery fails.
     fault_next_step: bool,
+    panic_next_step: bool,
+    fail_next_recovery: bool,
+    /// Why the server can no longer serve, once a failure could not be recovered from.
+    failure: Option<String>,
     /// Captured decode, when enabled.
     decode: Option<CapturedDecode<B>>,
 }
@@ -537,8 +553,10 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             cfg,
             device: device.clone(),
             next_id: 0,
-            restore: false,
             fault_next_step: false,
+            panic_next_step: false,
+            fail_next_recovery: false,
+            failure: None,
             decode: None,
         };
         server.caches = server.empty_caches();
@@ -804,6 +822,9 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     /// Queues `request`, or returns why it can never be served, or that the waiting queue is
     /// full ([`ServeError::Overloaded`]: it may be submitted again later).
     pub fn submit(&mut self, request: Request) -> Result<RequestId, ServeError> {
+        if let Some(why) = &self.failure {
+            return Err(ServeError::Unrecoverable(why.clone()));
+        }
         self.cfg.check(&request, self.model.vocab())?;
         let waiting = self.scheduler.waiting();
         if waiting >= self.cfg.max_waiting {
@@ -834,11 +855,52 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         self.fault_next_step = true;
     }
 
+    /// For tests of the recovery: the next step panics while it prepares its device work, as a
+    /// failed `expect` there would; it fails as a faulted step does ([`ServeError::Step`]).
+    pub fn inject_panic(&mut self) {
+        self.panic_next_step = true;
+    }
+
+    /// For tests of supervision: the next recovery from a failed step fails, as a device that
+    /// cannot be reset would, so the server becomes unusable ([`Server::failure`]).
+    pub fn fail_next_recovery(&mut self) {
+        self.fail_next_recovery = true;
+    }
+
+    /// Why the server can no longer serve (a failure its recovery could not fix), or `None`
+    /// while it serves. Once set it stays: every step fails the pending requests and `submit`
+    /// refuses new ones, both with [`ServeError::Unrecoverable`]; restart the server.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
     /// Runs one step: schedules it, computes it, samples, and reports what finished. A step
-    /// that fails on the device fails its requests (with [`ServeError::Device`]) and requeues
-    /// the other running ones; the server then resets the device and restores its weights and
-    /// cache.
+    /// that fails (on the device: [`ServeError::Device`]; a panic in its work on the host:
+    /// [`ServeError::Step`]) fails its requests and requeues the other running ones; the server
+    /// then resets the device and restores its weights and cache. When that recovery fails, or
+    /// the scheduler's bookkeeping panics, the server is unusable ([`Server::failure`]) and
+    /// every pending request ends in this report with [`ServeError::Unrecoverable`].
     pub fn step(&mut self) -> StepReport {
+        if self.failure.is_none() {
+            // The device work is guarded inside; a panic reaching here is the scheduler's, whose
+            // state can no longer be trusted, and no reset repairs host state.
+            match catch_unwind(AssertUnwindSafe(|| self.step_or_recover())) {
+                Ok(report) => return report,
+                Err(panic) => {
+                    self.failure = Some(format!(
+                        "a step panicked outside its device work: {}",
+                        panic_message(panic.as_ref())
+                    ))
+                }
+            }
+        }
+        StepReport {
+            finished: self.fail_pending(),
+            ..StepReport::default()
+        }
+    }
+
+    fn step_or_recover(&mut self) -> StepReport {
         let start = Instant::now();
         let plan = self.scheduler.schedule();
         if plan.work.is_empty() {
@@ -870,33 +932,46 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
                 for e in self.scheduler.fail(&plan) {
                     report.finished.push((e.id, Err(error.clone())));
                 }
-                // Recover now; should that fail too, the next step tries again before it runs
-                // (and fails its requests with the reason if it cannot).
-                self.restore = true;
-                let _ = catch_unwind(AssertUnwindSafe(|| self.restore_device_state()));
+                if let Err(why) = self.recover() {
+                    self.failure = Some(format!(
+                        "the recovery from a failed step ({error}) failed: {why}"
+                    ));
+                    report.finished.extend(self.fail_pending());
+                }
             }
         }
         report.secs = start.elapsed().as_secs_f64();
         report
     }
 
-    /// The device part of a step, where every device failure of the step is caught; the bucket
-    /// whose graph the step replayed, if it did.
+    /// Ends every pending request, waiting or running, with the server's failure.
+    fn fail_pending(&mut self) -> Vec<(RequestId, Result<Generation, ServeError>)> {
+        let why = self.failure.clone().unwrap_or_default();
+        self.scheduler
+            .drain()
+            .into_iter()
+            .map(|e| (e.id, Err(ServeError::Unrecoverable(why.clone()))))
+            .collect()
+    }
+
+    /// The device part of a step, where every failure of the step is caught (a device error,
+    /// typed, or a panic); the bucket whose graph the step replayed, if it did.
     fn run(
         &mut self,
         plan: &Plan,
         decode_only: bool,
     ) -> Result<(Vec<Sampled>, Option<usize>, f64, usize), ServeError> {
         let fault = std::mem::take(&mut self.fault_next_step);
-        try_run(|| {
-            if self.restore {
-                self.restore_device_state();
+        let panic = std::mem::take(&mut self.panic_next_step);
+        guarded(|| {
+            if panic {
+                panic!("a panic injected by Server::inject_panic (a test hook)");
             }
             let start = Instant::now();
             let host = self.host_inputs(plan, fault, !decode_only);
             let listed_keys = host.indices.len();
             let replayed = if decode_only {
-                self.replay_decode(&host, plan)
+                self.replay_decode(&host, plan)?
             } else {
                 None
             };
@@ -908,22 +983,36 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
                 }
             };
             let issue_secs = start.elapsed().as_secs_f64();
-            (self.sample(logits, plan), bucket, issue_secs, listed_keys)
+            Ok((self.sample(logits, plan), bucket, issue_secs, listed_keys))
         })
-        .map_err(ServeError::Device)
+    }
+
+    /// Resets the device and restores the weights and an empty cache after a failed step, or
+    /// why it could not (a failure or a panic on the way).
+    fn recover(&mut self) -> Result<(), String> {
+        match guarded(|| Ok(self.restore_device_state())) {
+            Ok(restored) => restored,
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// A decode step by its bucket's graph: the logits `[n, V]` of its rows and the bucket, or
-    /// `None` (said once) when it runs eagerly.
-    fn replay_decode(&mut self, host: &HostInputs, plan: &Plan) -> Option<(Tensor<B, 2>, usize)> {
+    /// `None` (said once) when it runs eagerly; or why writing its inputs or replaying failed.
+    fn replay_decode(
+        &mut self,
+        host: &HostInputs,
+        plan: &Plan,
+    ) -> Result<Option<(Tensor<B, 2>, usize)>, AscendError> {
         let n = plan.work.len();
         let ps = self.cfg.page_size;
         let pages = self.cfg.pages;
-        let decode = self.decode.as_mut()?;
+        let Some(decode) = self.decode.as_mut() else {
+            return Ok(None);
+        };
         let Some(bucket) = decode.bucket_for(n) else {
             let why = decode.why_eager(n);
             decode.notice(why);
-            return None;
+            return Ok(None);
         };
         let p = bucket.packing;
         let pad = p.b - n;
@@ -960,22 +1049,29 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             .expect("captured decode runs on Ascend");
         let len = packed.len();
         graph::write(static_input, TensorData::new(packed, [len]))
-            .unwrap_or_else(|e| panic!("writing the decode inputs: {e}"));
+            .map_err(|e| AscendError::from_acl("graph::write (the decode inputs)", &e))?;
+        let replay = format!("replaying decode bucket {}", bucket.size);
         bucket
             .graph
             .replay()
-            .unwrap_or_else(|e| panic!("replaying decode bucket {}: {e}", bucket.size));
-        Some((bucket.logits.clone().narrow(0, 0, n), bucket.size))
+            .map_err(|e| AscendError::from_acl(&replay, &e))?;
+        Ok(Some((bucket.logits.clone().narrow(0, 0, n), bucket.size)))
     }
 
     /// Resets the device (a fault is sticky: its context fails every later use until then),
-    /// reloads the weights from the host copy and empties the cache (no request holds a page
-    /// after a failed step).
-    fn restore_device_state(&mut self) {
+    /// reloads the weights (from their source or the host copy) and empties the cache (no request holds a page
+    /// after a failed step); or why it could not.
+    fn restore_device_state(&mut self) -> Result<(), String> {
         // The graphs hold the old context's addresses: gone before the reset, captured again
         // after it.
         if let Some(decode) = self.decode.as_mut() {
             decode.buckets.clear();
+        }
+        if std::mem::take(&mut self.fail_next_recovery) {
+            return Err(
+                "the device reset failed (injected by Server::fail_next_recovery, a test hook)"
+                    .into(),
+            );
         }
         // A model split across NPUs (an expert-parallel one) may have faulted on any of them,
         // and a reset of one destroys their communicator (and the parts on the others with
@@ -990,23 +1086,25 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             }
             for device in &devices {
                 burn_ascend::reset_device(device)
-                    .unwrap_or_else(|e| panic!("resetting {device} after a failed step: {e}"));
+                    .map_err(|e| format!("resetting {device} failed: {e}"))?;
             }
         }
         let model = match &mut self.weights {
             Weights::Host(copy, dtypes) => {
                 let record = WeightRecorder::default()
                     .load(copy.clone(), &self.device)
-                    .expect("the server's own weights load");
+                    .map_err(|e| {
+                        format!("reloading the weights from their host copy failed: {e}")
+                    })?;
                 self.model.clone().load_record(record).map(dtypes)
             }
             Weights::Reload(reload) => reload(&self.device)
-                .unwrap_or_else(|e| panic!("loading the weights again after a failed step: {e}")),
+                .map_err(|e| format!("reloading the weights from their source failed: {e}"))?,
         };
         self.model = model.after_reset();
         self.caches = self.empty_caches();
         self.capture_decode();
-        self.restore = false;
+        Ok(())
     }
 
     /// The step's inputs on the host (see [`StepInputs`]);
@@ -1344,6 +1442,25 @@ fn packed_inputs<B: FusedOps>(packed: &Tensor<B, 1, Int>, p: Packing) -> StepInp
         kv_splits: row(Packing::SPLITS),
         sample_rows: row(Packing::SAMPLE),
         prefill: None,
+    }
+}
+
+/// Runs `f` (a step's device work), turning a device failure (typed, by `try_run`) or any other
+/// panic into the step's error.
+fn guarded<T>(f: impl FnOnce() -> Result<T, AscendError>) -> Result<T, ServeError> {
+    match catch_unwind(AssertUnwindSafe(|| try_run(f))) {
+        Ok(Ok(done)) => done.map_err(ServeError::Device),
+        Ok(Err(e)) => Err(ServeError::Device(e)),
+        Err(panic) => Err(ServeError::Step(panic_message(panic.as_ref()))),
+    }
+}
+
+/// A panic's message.
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(text), _) => text.to_string(),
+        (_, Some(text)) => text.clone(),
+        _ => "a panic without a message".into(),
     }
 }
 
