@@ -348,6 +348,10 @@ impl Copy {
                 (self.dst as *mut u8, self.src as *const u8)
             }
         };
+        if matches!(self.ends, Ends::HostToDevice | Ends::DeviceToDevice) {
+            // SAFETY: `device` found `[dst, dst + count)` inside one block's backing.
+            unsafe { super::memory::prefault(dst, self.count) };
+        }
         std::ptr::copy(src, dst, self.count);
         Ok(())
     }

@@ -7,13 +7,16 @@
 //! elements, no arithmetic), so each weight is uploaded once, contiguous; a dtype conversion
 //! happens on the device.
 
+use std::any::{Any, TypeId};
 use std::borrow::Cow;
+use std::cell::{RefCell, RefMut};
 
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData};
 
+use burn_ascend::{Ascend, AscendDevice};
 use rayon::prelude::*;
 
 use super::LoadError;
@@ -80,21 +83,25 @@ impl Tensors for crate::hf::Checkpoint {
     }
 }
 
-/// Host memory one upload of stacked experts takes at most: experts are laid out in chunks of
-/// this size and joined on the device, so a layer's experts (1.2 GB of bf16 for Qwen3-30B-A3B)
-/// never sit on the host whole.
-const EXPERT_CHUNK_BYTES: usize = 64 << 20;
+/// Host memory one upload of stacked experts takes at most: a projection's experts are laid
+/// out in one host buffer (reused from tensor to tensor) and uploaded at once, in chunks of
+/// this size joined on the device only when they are larger (DeepSeek-V3's are 7.5 GB in bf16).
+const EXPERT_CHUNK_BYTES: usize = 1 << 30;
 
 /// Reads a checkpoint's tensors into parameters on `device`, in `dtype`.
 ///
-/// Each tensor goes from its source to the device as it is stored: the bytes are copied from
-/// the map (laid out anew where Burn's layout differs: a permutation, on all host cores, no
-/// arithmetic), uploaded in the stored dtype and converted on the device (aclnnCast on an NPU),
-/// so the host holds one tensor (one chunk of experts) at a time and computes nothing.
+/// Each tensor goes from its source to the device as it is stored: uploaded straight from the
+/// file's map on `Ascend` (other backends take an owned copy), or, where Burn's layout differs,
+/// laid out anew in one reused host buffer (a permutation on all host cores, no arithmetic);
+/// uploaded in the stored dtype and converted on the device (aclnnCast on an NPU). The host
+/// holds at most one tensor (one chunk of experts) and computes nothing.
 pub struct Source<'a, B: Backend> {
     tensors: &'a dyn Tensors,
     dtype: DType,
     device: &'a B::Device,
+    /// The buffer layouts are permuted into, kept from tensor to tensor: a fresh one per
+    /// tensor costs the host a page fault per 4 KiB, which dominated loading.
+    scratch: RefCell<Vec<u8>>,
 }
 
 impl<'a, B: Backend> Source<'a, B> {
@@ -104,13 +111,30 @@ impl<'a, B: Backend> Source<'a, B> {
             tensors,
             dtype,
             device,
+            scratch: RefCell::new(Vec::new()),
         }
     }
 
-    /// `data` on the device in the model's dtype: uploaded as it is, converted there.
-    fn upload<const D: usize>(&self, data: TensorData) -> Tensor<B, D> {
-        let stored = data.dtype;
-        let t = Tensor::from_data(data, (self.device, stored));
+    /// `bytes` (`shape`, `stored` dtype) on the device in the model's dtype: uploaded as they
+    /// are, converted there.
+    fn upload<const D: usize>(
+        &self,
+        bytes: &[u8],
+        shape: [usize; D],
+        stored: DType,
+    ) -> Tensor<B, D> {
+        let ascend = (self.device as &dyn Any).downcast_ref::<AscendDevice>();
+        let t = match ascend {
+            Some(device) if TypeId::of::<B>() == TypeId::of::<Ascend>() => {
+                let t: Box<dyn Any> =
+                    Box::new(Ascend::float_from_bytes(bytes, shape, stored, device));
+                *t.downcast::<Tensor<B, D>>().expect("B is Ascend")
+            }
+            _ => Tensor::from_data(
+                TensorData::from_bytes_vec(bytes.to_vec(), shape, stored),
+                (self.device, stored),
+            ),
+        };
         if stored == self.dtype {
             t
         } else {
@@ -118,29 +142,33 @@ impl<'a, B: Backend> Source<'a, B> {
         }
     }
 
-    fn param<const D: usize>(&self, data: TensorData) -> Param<Tensor<B, D>> {
-        Param::from_tensor(self.upload(data))
+    /// The scratch buffer, `len` bytes long.
+    fn scratch(&self, len: usize) -> RefMut<'_, Vec<u8>> {
+        let mut scratch = self.scratch.borrow_mut();
+        scratch.resize(len, 0);
+        scratch
     }
 
     /// The tensor `name` as it is stored.
     pub fn tensor<const D: usize>(&self, name: &str) -> Result<Param<Tensor<B, D>>, LoadError> {
         let t = self.tensors.stored(name)?;
-        Ok(self.param(TensorData::from_bytes_vec(
-            t.bytes.into_owned(),
-            t.shape,
-            t.dtype,
-        )))
+        let shape: [usize; D] = t.shape.clone().try_into().map_err(|_| LoadError::Config {
+            model_type: "(weights)".into(),
+            why: format!("{name} of shape {:?} is not {D}-D", t.shape),
+        })?;
+        Ok(Param::from_tensor(self.upload(&t.bytes, shape, t.dtype)))
     }
 
     /// The linear layer `prefix.weight` (and `prefix.bias`).
     pub fn linear(&self, prefix: &str, bias: bool) -> Result<Linear<B>, LoadError> {
         let w = self.tensors.stored(&format!("{prefix}.weight"))?;
         let [out, d_in] = matrix(&w.shape);
-        let size = w.dtype.size();
-        let mut to = vec![0u8; w.bytes.len()];
-        transpose_into(&w.bytes, &mut to, out, d_in, size);
+        let mut to = self.scratch(w.bytes.len());
+        transpose_into(&w.bytes, &mut to, out, d_in, w.dtype.size());
+        let weight = self.upload(&to, [d_in, out], w.dtype);
+        drop(to);
         Ok(Linear {
-            weight: self.param(TensorData::from_bytes_vec(to, [d_in, out], w.dtype)),
+            weight: Param::from_tensor(weight),
             bias: if bias {
                 Some(self.tensor(&format!("{prefix}.bias"))?)
             } else {
@@ -162,33 +190,32 @@ impl<'a, B: Backend> Source<'a, B> {
         name: impl Fn(usize) -> String,
         experts: usize,
     ) -> Result<Param<Tensor<B, 3>>, LoadError> {
+        let first = self.tensors.stored(&name(0))?;
+        let [out, d_in] = matrix(&first.shape);
+        let (dtype, matrix_bytes) = (first.dtype, first.bytes.len());
+        let per_chunk = (EXPERT_CHUNK_BYTES / matrix_bytes.max(1)).clamp(1, experts);
         let mut chunks = Vec::new();
-        let mut chunk = Vec::new();
-        let mut layout = None;
-        let mut in_chunk = 0;
-        for e in 0..experts {
-            let w = self.tensors.stored(&name(e))?;
-            let [out, d_in] = matrix(&w.shape);
-            let (dtype, size) = (w.dtype, w.dtype.size());
-            layout = Some((d_in, out, dtype));
-            let at = chunk.len();
-            chunk.resize(at + w.bytes.len(), 0u8);
-            transpose_into(&w.bytes, &mut chunk[at..], out, d_in, size);
-            in_chunk += 1;
-            if chunk.len() >= EXPERT_CHUNK_BYTES || e + 1 == experts {
-                let data = TensorData::from_bytes_vec(
-                    std::mem::take(&mut chunk),
-                    [in_chunk, d_in, out],
-                    dtype,
-                );
-                chunks.push(self.upload::<3>(data));
-                in_chunk = 0;
+        for start in (0..experts).step_by(per_chunk) {
+            let n = per_chunk.min(experts - start);
+            let mut bytes = self.scratch(n * matrix_bytes);
+            for (i, to) in bytes.chunks_exact_mut(matrix_bytes).enumerate() {
+                let w = self.tensors.stored(&name(start + i))?;
+                if w.shape != first.shape || w.dtype != dtype {
+                    return Err(LoadError::Config {
+                        model_type: "(experts)".into(),
+                        why: format!(
+                            "{} is {:?} {:?}, expert 0 is {:?} {dtype:?}",
+                            name(start + i),
+                            w.shape,
+                            w.dtype,
+                            first.shape
+                        ),
+                    });
+                }
+                transpose_into(&w.bytes, to, out, d_in, dtype.size());
             }
+            chunks.push(self.upload::<3>(&bytes, [n, d_in, out], dtype));
         }
-        layout.ok_or_else(|| LoadError::Config {
-            model_type: "(experts)".into(),
-            why: format!("{} names no expert (0 experts)", name(0)),
-        })?;
         Ok(Param::from_tensor(join(chunks)))
     }
 
@@ -216,19 +243,19 @@ impl<'a, B: Backend> Source<'a, B> {
         };
         let (out, size) = (rows / parts, t.dtype.size());
         let matrix_bytes = out * d_in * size;
-        let per_chunk = (EXPERT_CHUNK_BYTES / matrix_bytes.max(1)).max(1);
+        let per_chunk = (EXPERT_CHUNK_BYTES / matrix_bytes.max(1)).clamp(1, e.max(1));
         Ok((0..parts)
             .map(|part| {
                 let chunks = (0..e)
                     .step_by(per_chunk)
                     .map(|first| {
                         let n = per_chunk.min(e - first);
-                        let mut bytes = vec![0u8; n * matrix_bytes];
+                        let mut bytes = self.scratch(n * matrix_bytes);
                         for (i, to) in bytes.chunks_exact_mut(matrix_bytes).enumerate() {
                             let at = ((first + i) * parts + part) * matrix_bytes;
                             transpose_into(&t.bytes[at..at + matrix_bytes], to, out, d_in, size);
                         }
-                        self.upload::<3>(TensorData::from_bytes_vec(bytes, [n, d_in, out], t.dtype))
+                        self.upload::<3>(&bytes, [n, d_in, out], t.dtype)
                     })
                     .collect();
                 Param::from_tensor(join(chunks))

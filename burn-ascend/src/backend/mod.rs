@@ -141,29 +141,32 @@ enum Kind {
 }
 
 fn from_data(data: TensorData, device: &AscendDevice, kind: Kind) -> AscendTensor {
-    let dtype = data_type(data.dtype);
+    from_bytes(data.as_bytes(), data.shape.to_vec(), data.dtype, device, kind)
+}
+
+/// A tensor of `shape` and `dtype` holding `bytes` (row-major, the host's byte order).
+fn from_bytes(
+    bytes: &[u8],
+    shape: Vec<usize>,
+    dtype: DType,
+    device: &AscendDevice,
+    kind: Kind,
+) -> AscendTensor {
+    let data_type = data_type(dtype);
     let fits = match kind {
-        Kind::Float => dtype.is_float(),
-        Kind::Int => !dtype.is_float() && dtype != DataType::Bool,
-        Kind::Bool => dtype == DataType::Bool,
+        Kind::Float => data_type.is_float(),
+        Kind::Int => !data_type.is_float() && data_type != DataType::Bool,
+        Kind::Bool => data_type == DataType::Bool,
     };
     if !fits {
         raise(AscendError::invalid(
             "from_data",
-            format!(
-                "a {kind:?} tensor cannot be created from {:?} data",
-                data.dtype
-            ),
+            format!("a {kind:?} tensor cannot be created from {dtype:?} data"),
         ));
     }
     run(
         "from_data",
-        creation::from_bytes(
-            &context(device),
-            data.shape.to_vec(),
-            dtype,
-            data.as_bytes(),
-        ),
+        creation::from_bytes(&context(device), shape, data_type, bytes),
     )
 }
 
@@ -186,6 +189,20 @@ fn random(
 }
 
 impl Ascend {
+    /// A float tensor of `shape` and `dtype` holding `bytes` (row-major, little-endian),
+    /// uploaded from wherever they are (a memory-mapped file, a reused buffer) without the
+    /// owned copy `Tensor::from_data` takes: a loader streaming gigabytes of weights wants one
+    /// copy less. A size that does not match is an error naming both, as from_data's.
+    pub fn float_from_bytes<const D: usize>(
+        bytes: &[u8],
+        shape: [usize; D],
+        dtype: DType,
+        device: &AscendDevice,
+    ) -> burn_tensor::Tensor<Ascend, D> {
+        let t = from_bytes(bytes, shape.to_vec(), dtype, device, Kind::Float);
+        burn_tensor::Tensor::from_primitive(burn_tensor::TensorPrimitive::Float(t))
+    }
+
     /// Statistics of `device`'s tensor allocator.
     pub fn memory_stats(device: &AscendDevice) -> crate::runtime::MemoryStats {
         context(device).memory_stats()
