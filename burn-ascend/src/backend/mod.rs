@@ -141,7 +141,13 @@ enum Kind {
 }
 
 fn from_data(data: TensorData, device: &AscendDevice, kind: Kind) -> AscendTensor {
-    from_bytes(data.as_bytes(), data.shape.to_vec(), data.dtype, device, kind)
+    from_bytes(
+        data.as_bytes(),
+        data.shape.to_vec(),
+        data.dtype,
+        device,
+        kind,
+    )
 }
 
 /// A tensor of `shape` and `dtype` holding `bytes` (row-major, the host's byte order).
