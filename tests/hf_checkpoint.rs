@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{DType, TensorData};
-use burn_ascend_llm::hf::{save, Checkpoint, CheckpointError, TextTokenizer};
+use burn_ascend_llm::hf::{save, Checkpoint, CheckpointError, Element, TextTokenizer};
 use half::{bf16, f16};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
@@ -72,10 +72,10 @@ fn config() -> serde_json::Value {
     json!({ "architectures": ["MixtralForCausalLM"], "hidden_size": 6, "vocab_size": 4 })
 }
 
-fn expected_shapes(tensors: &[(String, TensorData)]) -> Vec<(String, Vec<usize>)> {
+fn expected_shapes(tensors: &[(String, TensorData)]) -> Vec<(String, Vec<usize>, Element)> {
     tensors
         .iter()
-        .map(|(name, data)| (name.clone(), data.shape.to_vec()))
+        .map(|(name, data)| (name.clone(), data.shape.to_vec(), Element::Float))
         .collect()
 }
 
@@ -350,7 +350,11 @@ fn check_names_missing_extra_and_misshapen_tensors_with_their_file() {
     let expected = expected_shapes(&tensors);
 
     let mut missing = expected.clone();
-    missing.push(("model.layers.1.mlp.gate.weight".into(), vec![4, 6]));
+    missing.push((
+        "model.layers.1.mlp.gate.weight".into(),
+        vec![4, 6],
+        Element::Float,
+    ));
     let err = checkpoint.check(&missing, |_| false).unwrap_err();
     assert!(
         matches!(err, CheckpointError::MissingTensor { .. }),
@@ -370,7 +374,7 @@ fn check_names_missing_extra_and_misshapen_tensors_with_their_file() {
 
     let extra: Vec<_> = expected
         .iter()
-        .filter(|(n, _)| n != "lm_head.weight")
+        .filter(|(n, _, _)| n != "lm_head.weight")
         .cloned()
         .collect();
     let err = checkpoint.check(&extra, |_| false).unwrap_err();
@@ -661,17 +665,26 @@ fn unsupported_dtypes_are_named() {
     let checkpoint = Checkpoint::open(dir.path()).unwrap();
     assert_eq!(checkpoint.info("q").unwrap().dtype, DType::I8);
 
+    let float = |n: &str, shape: Vec<usize>| (n.to_string(), shape, Element::Float);
     let err = checkpoint
-        .check(&[("q".into(), vec![2]), ("w".into(), vec![1])], |n| {
-            n == "d"
-        })
+        .check(&[float("q", vec![2]), float("w", vec![1])], |n| n == "d")
         .unwrap_err();
-    assert!(matches!(err, CheckpointError::Dtype { .. }), "{err}");
+    assert!(matches!(err, CheckpointError::ElementType { .. }), "{err}");
     let message = err.to_string();
     assert!(
-        message.contains("tensor q") && message.contains("I8"),
+        message.contains("tensor q") && message.contains("dtype I8, expected F32, F16 or BF16"),
         "{message}"
     );
+    // An int8 weight where one is expected (a pre-quantized checkpoint) passes.
+    checkpoint
+        .check(
+            &[
+                ("q".into(), vec![2], Element::Exactly(DType::I8)),
+                float("w", vec![1]),
+            ],
+            |n| n == "d",
+        )
+        .unwrap();
     assert!(
         message.contains(&weights.display().to_string()),
         "{message}"
@@ -685,18 +698,40 @@ fn unsupported_dtypes_are_named() {
     let err = checkpoint.read("w", DType::I32).unwrap_err();
     assert!(matches!(err, CheckpointError::Unsupported(_)), "{err}");
     checkpoint
-        .check(&[("w".into(), vec![1])], |n| n != "w")
+        .check(&[float("w", vec![1])], |n| n != "w")
         .unwrap();
 
-    // FP8 weights (DeepSeek-V3's release) have no Burn dtype: refused when opened.
+    // FP8 e4m3 weights (DeepSeek-V3's release) have no Burn dtype: held as their bytes, read
+    // by the FP8 loader only, never as float.
     write_raw(
         &weights,
         &[("w8", Dtype::F8_E4M3, vec![2], vec![0x38, 0x40])],
     );
+    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let info = checkpoint.info("w8").unwrap();
+    assert!(info.float8 && info.dtype == DType::U8, "{info:?}");
+    let err = checkpoint.read("w8", DType::F32).unwrap_err();
+    assert!(err.to_string().contains("F8_E4M3"), "{err}");
+    let err = checkpoint
+        .check(&[float("w8", vec![2])], |_| false)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("dtype F8_E4M3, expected F32, F16 or BF16"),
+        "{err}"
+    );
+    checkpoint
+        .check(&[("w8".into(), vec![2], Element::Float8)], |_| false)
+        .unwrap();
+    // Other FP8 formats are refused when opened, by name.
+    write_raw(
+        &weights,
+        &[("w5", Dtype::F8_E5M2, vec![2], vec![0x38, 0x40])],
+    );
     let (err, message) = open_err(dir.path());
     assert!(matches!(err, CheckpointError::Dtype { .. }), "{message}");
     assert!(
-        message.contains("w8") && message.contains("F8_E4M3"),
+        message.contains("w5") && message.contains("F8_E5M2"),
         "{message}"
     );
 }

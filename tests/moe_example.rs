@@ -438,6 +438,75 @@ fn a_fine_tuned_checkpoint_is_saved_and_serves_again_as_it_served_after_training
     assert_eq!(tuned, again, "the saved checkpoint is the fine-tuned model");
 }
 
+/// A pre-quantized checkpoint (msModelSlim's layout: W8A16 attention, W8A8_DYNAMIC experts)
+/// serves as stored with no option naming its format: the reference's greedy tokens (its
+/// dequantized model in transformers) up to its first near tie or EOS. Quantizing it again and
+/// fine-tuning it are refused before the device is used.
+#[test]
+#[serial]
+fn a_pre_quantized_checkpoint_serves_as_stored_and_refuses_quantize_and_training() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/prequant/modelslim_w8a16_mixtral")
+        .display()
+        .to_string();
+    let text = std::fs::read_to_string(format!("{dir}/reference.json")).expect("reference.json");
+    let reference: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let prompts = reference["prompts"].as_array().expect("prompts");
+    let device = common::device().to_string();
+    // A cache of one longest request's pages, not sized from the device's memory.
+    let mut options = vec![
+        "--device",
+        &device,
+        "--model",
+        &dir,
+        "--new-tokens",
+        "32",
+        "--pages",
+        "64",
+    ];
+    for p in prompts {
+        options.extend(["--prompt", p["text"].as_str().expect("text")]);
+    }
+    options.push("--json");
+    let out = run(&options).expect("the pre-quantized checkpoint serves");
+    let mut compared = 0;
+    for (o, p) in out.iter().zip(prompts) {
+        let want: Vec<u64> = p["greedy"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect();
+        let got: Vec<u64> = o["token_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect();
+        // Up to the first step the reference decides by less than 0.5 (a near tie the int8
+        // arithmetic may decide either way), and up to Mixtral's EOS (id 2), kept.
+        let tie = p["margins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|m| m.as_f64().unwrap() < 0.5)
+            .unwrap_or(want.len());
+        let eos = want
+            .iter()
+            .position(|&t| t == 2)
+            .map_or(want.len(), |e| e + 1);
+        let n = tie.min(eos);
+        assert_eq!(got[..n], want[..n], "{}", p["text"]);
+        compared += n;
+    }
+    assert!(compared >= 24, "{compared} tokens compared");
+    fails_saying(
+        &["--model", &dir, "--quantize", "w8a8"],
+        "already quantized",
+    );
+    fails_saying(&["--model", &dir, "--train-steps", "2"], "stored int8");
+}
+
 #[test]
 #[parallel]
 fn quantize_options_are_checked_before_anything_runs() {

@@ -182,6 +182,19 @@ fn run(args: Args) -> Result<(), String> {
                 .unwrap_or_else(|| dir.display().to_string());
             let metrics = Arc::new(Metrics::new(name.clone()));
             let checkpoint = Checkpoint::open(dir).map_err(|e| fail(&e))?;
+            // The format comes from the checkpoint; quantizing an int8 one again is refused
+            // before the device is opened.
+            if let Some(q) = args.quantize {
+                let spec = families::spec_of(checkpoint.config()).map_err(|e| fail(&e))?;
+                let (plan, _) = families::prequant::plan(&checkpoint, &spec.expected())
+                    .map_err(|e| fail(&e))?;
+                if let Some(plan) = plan.filter(|p| p.int8_mode().is_some()) {
+                    return Err(fail(&format!(
+                        "--quantize {q} is refused: the checkpoint is already quantized \
+                         ({plan}); serve it without --quantize"
+                    )));
+                }
+            }
             let max_seq = families::serving_max_seq(&checkpoint, args.max_seq, DEFAULT_MAX_SEQ)?;
             let cfg = serve_config(max_seq)?;
             let limits = limits(&args, max_seq)?;
@@ -196,11 +209,14 @@ fn run(args: Args) -> Result<(), String> {
                     } = families::load_to_serve::<Ascend>(Arc::new(checkpoint), options, &device)
                         .map_err(|e| format!("--model {shown}: {e}"))?;
                     eprintln!(
-                        "burn-ascend-openai: loaded {shown} ({:?}{}) at {:.2} GB/s ({:.2} GB in \
-                         {:.1} s)",
+                        "burn-ascend-openai: loaded {shown} ({:?}{}{}) at {:.2} GB/s ({:.2} GB \
+                         in {:.1} s)",
                         load.dtype,
                         load.quantize
                             .map_or(String::new(), |q| format!(", quantized {q}")),
+                        load.prequantized
+                            .as_ref()
+                            .map_or(String::new(), |p| format!(", pre-quantized {p}")),
                         load.gb_per_s(),
                         load.read_bytes as f64 / 1e9,
                         load.secs

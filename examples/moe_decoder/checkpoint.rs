@@ -48,6 +48,24 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
         dtype: LoadOptions::parse_dtype(&args.dtype).map_err(|e| format!("--{e}"))?,
         quantize: args.quantize,
     };
+    // The format comes from the checkpoint (msModelSlim's description, compressed-tensors' or
+    // FP8's quantization_config): no option names it.
+    let (prequantized, _) =
+        families::prequant::plan(&checkpoint, &spec.expected()).map_err(|e| fail(&e))?;
+    if let Some(mode) = prequantized.as_ref().and_then(|p| p.int8_mode()) {
+        let plan = prequantized.as_ref().expect("a plan");
+        if let Some(q) = args.quantize {
+            return Err(fail(&format!(
+                "--quantize {q} is refused: the checkpoint is already quantized ({plan}); serve \
+                 it without --quantize"
+            )));
+        }
+        if args.train_steps > 0 {
+            return Err(fail(&format!(
+                "--train-steps: the checkpoint is stored int8 ({mode}, {plan}) and serves only"
+            )));
+        }
+    }
     if let (Some(q), true) = (args.quantize, args.train_steps > 0) {
         return Err(format!(
             "--quantize {q} with --train-steps: a quantized model serves only; fine-tune \
@@ -135,12 +153,15 @@ where
             )
             .map_err(|e| format!("--model {dir}: {e}"))?;
             say!(
-                "loaded {dir} ({}, {} layers, {:?}{}) at {:.2} GB/s ({:.2} GB in {:.1} s)",
+                "loaded {dir} ({}, {} layers, {:?}{}{}) at {:.2} GB/s ({:.2} GB in {:.1} s)",
                 model.spec().model_type,
                 model.spec().layers.len(),
                 load.dtype,
                 load.quantize
                     .map_or(String::new(), |q| format!(", quantized {q}")),
+                load.prequantized
+                    .as_ref()
+                    .map_or(String::new(), |p| format!(", pre-quantized {p}")),
                 load.gb_per_s(),
                 load.read_bytes as f64 / 1e9,
                 load.secs

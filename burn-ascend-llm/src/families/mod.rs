@@ -16,6 +16,7 @@ pub mod blocks;
 pub mod config;
 pub mod deepseek;
 pub mod mixtral;
+pub mod prequant;
 pub mod qwen_moe;
 pub mod weights;
 
@@ -37,6 +38,7 @@ use blocks::attention::{Attention, AttentionSpec};
 use blocks::ffn::{Ffn, FfnSpec, RouterStats};
 use blocks::norm::RmsNorm;
 use blocks::quant::Quantize;
+use prequant::CheckedTensors;
 use weights::{Expected, Sink, Source, Tensors};
 
 /// A checkpoint that cannot be loaded (or saved), and why.
@@ -73,6 +75,28 @@ pub enum LoadError {
     /// A model dtype other than F32, F16 and BF16.
     #[error("model dtype {0:?} is not supported (F32, F16 and BF16 are)")]
     Dtype(DType),
+    /// A pre-quantized checkpoint stores a tensor in a way this loader has no exact path for
+    /// (or its description does not say how): the tensor (or file) and why.
+    #[error("{tensor}: {why}")]
+    Quantized {
+        /// The tensor, or the file describing the format.
+        tensor: String,
+        /// What is not read, and why.
+        why: String,
+    },
+    /// `--quantize` asked of a checkpoint already stored int8.
+    #[error(
+        "quantizing {model} ({asked}) is refused: it is already quantized ({format}); serve it \
+         as stored, without quantizing"
+    )]
+    AlreadyQuantized {
+        /// The checkpoint.
+        model: String,
+        /// Its format.
+        format: String,
+        /// The quantization asked for.
+        asked: Quantize,
+    },
     /// The device failed while the weights were uploaded.
     #[error("the device failed while the weights were uploaded: {0}")]
     Device(String),
@@ -159,7 +183,7 @@ impl DecoderSpec {
             layer.ffn.expected(&p, h, &mut out);
         }
         out.tensor("model.norm.weight".into(), vec![h]);
-        out.linear("lm_head", h, self.vocab, false);
+        out.float_linear("lm_head", h, self.vocab, false);
         out
     }
 }
@@ -196,9 +220,13 @@ pub struct Decoder<B: Backend> {
     head: Linear<B>,
     #[module(skip)]
     spec: DecoderSpec,
-    /// How the decoder was quantized for inference, if it was ([`Decoder::quantize`]).
+    /// How the decoder was quantized for inference, if it was ([`Decoder::quantize`]), or
+    /// the int8 mode its pre-quantized checkpoint's layers run in.
     #[module(skip)]
     quantized: Option<Quantize>,
+    /// The pre-quantized checkpoint's format and layers, if it was one ([`prequant`]).
+    #[module(skip)]
+    prequantized: Option<String>,
 }
 
 impl<B: FusedOps> Decoder<B> {
@@ -213,10 +241,24 @@ impl<B: FusedOps> Decoder<B> {
         quantize: Option<Quantize>,
         device: &B::Device,
     ) -> Result<Self, LoadError> {
+        Self::load_planned(spec, tensors, None, dtype, quantize, device)
+    }
+
+    /// [`Decoder::load`] of a pre-quantized checkpoint whose layers `plan` says how are
+    /// stored ([`prequant::plan`]): int8 layers go to the int8 operators as stored, FP8 ones are
+    /// dequantized on the device.
+    pub fn load_planned(
+        spec: &DecoderSpec,
+        tensors: &dyn Tensors,
+        plan: Option<&prequant::Plan>,
+        dtype: DType,
+        quantize: Option<Quantize>,
+        device: &B::Device,
+    ) -> Result<Self, LoadError> {
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
             return Err(LoadError::Dtype(dtype));
         }
-        let src = Source::<B>::new(tensors, dtype, device);
+        let src = Source::<B>::new(tensors, dtype, device).with_plan(plan);
         let norm = |name: &str| -> Result<RmsNorm<B>, LoadError> {
             Ok(RmsNorm::new(src.tensor(name)?, spec.eps))
         };
@@ -238,14 +280,17 @@ impl<B: FusedOps> Decoder<B> {
                 })
             })
             .collect::<Result<_, LoadError>>()?;
-        Ok(Self {
+        let decoder = Self {
             embed: src.embedding("model.embed_tokens.weight")?,
             layers,
             norm: norm("model.norm.weight")?,
             head: src.linear("lm_head", false)?,
             spec: spec.clone(),
-            quantized: quantize,
-        })
+            quantized: quantize.or(plan.and_then(prequant::Plan::int8_mode)),
+            prequantized: plan.map(ToString::to_string),
+        };
+        src.check_zero_offsets()?;
+        Ok(decoder)
     }
 
     /// The decoder for inference with int8 weights: every layer's attention projections
@@ -262,9 +307,14 @@ impl<B: FusedOps> Decoder<B> {
         }
     }
 
-    /// How it was quantized, if it was.
+    /// How it was quantized, if it was (its checkpoint's int8 mode, if it was stored so).
     pub fn quantized(&self) -> Option<Quantize> {
         self.quantized
+    }
+
+    /// The pre-quantized checkpoint's format and its layers' storage, if it was one.
+    pub fn prequantized(&self) -> Option<&str> {
+        self.prequantized.as_deref()
     }
 
     /// What the decoder is.
@@ -523,12 +573,14 @@ impl LoadOptions {
 }
 
 /// How a checkpoint was loaded ([`load_to_serve`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LoadReport {
     /// The dtype the weights are served in.
     pub dtype: DType,
     /// How the layers were quantized as they were loaded, if they were.
     pub quantize: Option<Quantize>,
+    /// The pre-quantized checkpoint's format and its layers' storage, if it was one.
+    pub prequantized: Option<String>,
     /// Bytes of tensor data read from the checkpoint's files.
     pub read_bytes: u64,
     /// Seconds from the first read to the last weight on the device.
@@ -565,17 +617,16 @@ pub fn load_to_serve<B: FusedOps>(
     let start = Instant::now();
     let model = load_from::<B>(&checkpoint, options, device)?;
     B::sync(device).map_err(|e| LoadError::Device(format!("{e:?}")))?;
-    let read_bytes = model
-        .spec()
-        .expected()
-        .0
+    let (_, _, tensors) = checked_spec(&checkpoint)?;
+    let read_bytes = tensors
         .iter()
-        .filter_map(|(name, _)| checkpoint.bytes(name).ok())
+        .filter_map(|(name, _, _)| checkpoint.bytes(name).ok())
         .map(|(_, bytes)| bytes.len() as u64)
         .sum();
     let report = LoadReport {
         dtype: model.dtype(),
         quantize: options.quantize,
+        prequantized: model.prequantized().map(str::to_string),
         read_bytes,
         secs: start.elapsed().as_secs_f64(),
     };
@@ -616,13 +667,32 @@ pub fn load_from<B: FusedOps>(
         Some(dtype) => dtype,
         None => serving_dtype(checkpoint)?,
     };
-    let spec = checked_spec(checkpoint)?;
-    check_fits::<B>(checkpoint, &spec, dtype, options.quantize, device)?;
-    Decoder::load(&spec, checkpoint, dtype, options.quantize, device)
+    let (spec, plan, tensors) = checked_spec(checkpoint)?;
+    if let (Some(asked), Some(plan)) = (options.quantize, &plan) {
+        if plan.int8_mode().is_some() {
+            return Err(LoadError::AlreadyQuantized {
+                model: checkpoint.dir().display().to_string(),
+                format: plan.to_string(),
+                asked,
+            });
+        }
+    }
+    check_fits::<B>(checkpoint, &tensors, dtype, options.quantize, device)?;
+    Decoder::load_planned(
+        &spec,
+        checkpoint,
+        plan.as_ref(),
+        dtype,
+        options.quantize,
+        device,
+    )
 }
 
-/// The decoder the checkpoint describes, its tensors' names and shapes checked.
-fn checked_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, LoadError> {
+/// The decoder the checkpoint describes, its pre-quantization format (if any) and its tensors,
+/// checked: names, shapes and element types.
+fn checked_spec(
+    checkpoint: &Checkpoint,
+) -> Result<(DecoderSpec, Option<prequant::Plan>, CheckedTensors), LoadError> {
     let mut spec = spec_of(checkpoint.config())?;
     if checkpoint
         .names()
@@ -632,35 +702,40 @@ fn checked_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, LoadError> {
     }
     // Older checkpoints carry rope's inverse frequencies, which the model computes.
     let not_the_decoder = deepseek::ignored(checkpoint.config());
-    checkpoint.check(&spec.expected().0, |name| {
+    let (plan, tensors) = prequant::plan(checkpoint, &spec.expected())?;
+    checkpoint.check(&tensors, |name| {
         name.ends_with(".self_attn.rotary_emb.inv_freq") || not_the_decoder(name)
     })?;
-    Ok(spec)
+    Ok((spec, plan, tensors))
 }
 
 /// Refuses weights that cannot fit an NPU's free memory, before anything is allocated. The
 /// bytes counted are a lower bound (quantized: every matrix of a layer at one byte an element,
-/// scales not counted), so a model that fits is never refused; one that only nearly fits fails
-/// at its allocation with the device's out-of-memory error.
+/// scales not counted; stored int8: the int8 weights at one byte, scales not counted), so a
+/// model that fits is never refused; one that only nearly fits fails at its allocation with
+/// the device's out-of-memory error.
 fn check_fits<B: FusedOps>(
     checkpoint: &Checkpoint,
-    spec: &DecoderSpec,
+    tensors: &CheckedTensors,
     dtype: DType,
     quantize: Option<Quantize>,
     device: &B::Device,
 ) -> Result<(), LoadError> {
+    use crate::hf::Element;
     let Some(npu) = (device as &dyn std::any::Any).downcast_ref::<AscendDevice>() else {
         return Ok(());
     };
-    let needed: u64 = spec
-        .expected()
-        .0
+    let needed: u64 = tensors
         .iter()
-        .map(|(name, shape)| {
+        .map(|(name, shape, element)| {
             let n = shape.iter().product::<usize>() as u64;
             let matrix_in_layer = name.starts_with("model.layers.") && shape.len() >= 2;
-            match quantize {
-                Some(_) if matrix_in_layer => n,
+            match (element, quantize) {
+                (Element::Exactly(DType::I8), _) => n,
+                // pack-quantized: four int8 to an int32 word.
+                (Element::Exactly(DType::I32), _) if shape.len() == 2 => n * 4,
+                (Element::Exactly(_) | Element::FloatOr(_), _) => 0,
+                (_, Some(_)) if matrix_in_layer => n,
                 _ => n * dtype.size() as u64,
             }
         })
@@ -701,6 +776,8 @@ pub fn save<B: FusedOps>(
         other => return Err(LoadError::Dtype(other)),
     };
     if let Some(fields) = config.as_object_mut() {
+        // The weights are written float (a pre-quantized layer as the weight it computes with).
+        fields.remove("quantization_config");
         // transformers 4.56 renamed torch_dtype to dtype; keep whichever the file has.
         for key in ["dtype", "torch_dtype"] {
             if fields.contains_key(key) {

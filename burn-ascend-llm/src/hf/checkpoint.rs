@@ -25,10 +25,49 @@ pub(crate) const CONFIG: &str = "config.json";
 pub struct TensorInfo {
     /// The tensor's shape (row-major).
     pub shape: Vec<usize>,
-    /// The element type stored in the file.
+    /// The element type stored in the file (U8 for FP8 bytes: see `float8`).
     pub dtype: DType,
     /// The safetensors file holding the tensor.
     pub file: PathBuf,
+    /// The elements are FP8 e4m3 (`F8_E4M3`, as DeepSeek-V3 publishes its weights), a type
+    /// Burn has none for: they are held as their bytes (`dtype` U8) and decoded on the device.
+    pub float8: bool,
+}
+
+/// The element types an expected tensor may have ([`Checkpoint::check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Element {
+    /// F32, F16 or BF16.
+    Float,
+    /// Exactly this dtype (int8 weights, int32 biases).
+    Exactly(DType),
+    /// A float type or this one (an offset some writers store as int8, others as float).
+    FloatOr(DType),
+    /// FP8 e4m3 (`F8_E4M3`).
+    Float8,
+}
+
+impl Element {
+    fn admits(self, info: &TensorInfo) -> bool {
+        let float = matches!(info.dtype, DType::F32 | DType::F16 | DType::BF16) && !info.float8;
+        match self {
+            Element::Float => float,
+            Element::Exactly(d) => info.dtype == d && !info.float8,
+            Element::FloatOr(d) => float || (info.dtype == d && !info.float8),
+            Element::Float8 => info.float8,
+        }
+    }
+}
+
+impl std::fmt::Display for Element {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Element::Float => f.write_str("F32, F16 or BF16"),
+            Element::Exactly(d) => write!(f, "{d:?}"),
+            Element::FloatOr(d) => write!(f, "F32, F16, BF16 or {d:?}"),
+            Element::Float8 => f.write_str("F8_E4M3"),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -66,7 +105,7 @@ impl Checkpoint {
     ///
     /// Fails with a [`CheckpointError`] naming the file for a missing or unparsable file, an index
     /// naming a missing shard or disagreeing with the shards' headers, a tensor in two shards, and
-    /// a dtype Burn has no type for (FP8/FP4 formats, complex).
+    /// a dtype Burn has no type for (FP4, FP8 but e4m3, complex).
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
         let dir = dir.as_ref().to_path_buf();
         if !dir.is_dir() {
@@ -146,16 +185,21 @@ impl Checkpoint {
             // read_metadata checked that the offsets tile the data exactly up to the file's end.
             let data_start = 8 + header_len;
             for (name, info) in metadata.tensors() {
-                let dtype = burn_dtype(info.dtype).ok_or_else(|| CheckpointError::Dtype {
-                    name: name.clone(),
-                    file: path.clone(),
-                    dtype: info.dtype.to_string(),
-                })?;
+                let float8 = info.dtype == Dtype::F8_E4M3;
+                let dtype = match float8 {
+                    true => DType::U8,
+                    false => burn_dtype(info.dtype).ok_or_else(|| CheckpointError::Dtype {
+                        name: name.clone(),
+                        file: path.clone(),
+                        dtype: info.dtype.to_string(),
+                    })?,
+                };
                 let entry = Entry {
                     info: TensorInfo {
                         shape: info.shape.clone(),
                         dtype,
                         file: path.clone(),
+                        float8,
                     },
                     stored: info.dtype,
                     shard,
@@ -270,16 +314,16 @@ impl Checkpoint {
     }
 
     /// Checks, before any data is read, that every `expected` tensor is present with its shape and
-    /// a readable dtype (F32, F16, BF16), and that no other tensor is there but those `ignored`
-    /// accepts. The first problem found is returned, expected tensors (in the given order) first,
-    /// then unexpected ones (sorted): its message names the tensor, the file, and the expected and
-    /// found shapes or dtype.
+    /// an element type its [`Element`] admits, and that no other tensor is there but those
+    /// `ignored` accepts. The first problem found is returned, expected tensors (in the given
+    /// order) first, then unexpected ones (sorted): its message names the tensor, the file, and
+    /// the expected and found shapes or dtypes.
     pub fn check(
         &self,
-        expected: &[(String, Vec<usize>)],
+        expected: &[(String, Vec<usize>, Element)],
         ignored: impl Fn(&str) -> bool,
     ) -> Result<(), CheckpointError> {
-        for (name, shape) in expected {
+        for (name, shape, element) in expected {
             let entry = self.entry(name)?;
             if &entry.info.shape != shape {
                 return Err(CheckpointError::Shape {
@@ -289,9 +333,16 @@ impl Checkpoint {
                     found: entry.info.shape.clone(),
                 });
             }
-            readable(name, entry)?;
+            if !element.admits(&entry.info) {
+                return Err(CheckpointError::ElementType {
+                    name: name.clone(),
+                    file: entry.info.file.clone(),
+                    expected: element.to_string(),
+                    found: entry.stored.to_string(),
+                });
+            }
         }
-        let wanted: BTreeSet<&str> = expected.iter().map(|(n, _)| n.as_str()).collect();
+        let wanted: BTreeSet<&str> = expected.iter().map(|(n, _, _)| n.as_str()).collect();
         match self
             .tensors
             .iter()
@@ -359,10 +410,10 @@ impl Checkpoint {
     }
 }
 
-/// Only float weights are read: integer and f64 tensors have no place in these models.
+/// Only float weights are decoded on the host: integer, FP8 and f64 tensors are not.
 fn readable(name: &str, entry: &Entry) -> Result<(), CheckpointError> {
     match entry.info.dtype {
-        DType::F32 | DType::F16 | DType::BF16 => Ok(()),
+        DType::F32 | DType::F16 | DType::BF16 if !entry.info.float8 => Ok(()),
         _ => Err(CheckpointError::Dtype {
             name: name.to_string(),
             file: entry.info.file.clone(),

@@ -73,6 +73,19 @@ pub enum CheckpointError {
         /// The dtype found, as the file names it.
         dtype: String,
     },
+    /// A tensor's element type is not one the model reads it as (an int8 weight stored as
+    /// float, a scale stored as int, a description naming a scheme the file does not hold).
+    #[error("tensor {name} in {}: dtype {found}, expected {expected}", file.display())]
+    ElementType {
+        /// The tensor's name.
+        name: String,
+        /// The file holding it.
+        file: PathBuf,
+        /// The element types the model reads it as.
+        expected: String,
+        /// The dtype found, as the file names it.
+        found: String,
+    },
     /// The tokenizer files could not be loaded, or encoding/decoding failed.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

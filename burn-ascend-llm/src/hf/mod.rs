@@ -10,7 +10,7 @@ mod error;
 mod save;
 mod tokenizer;
 
-pub use checkpoint::{Checkpoint, TensorInfo};
+pub use checkpoint::{Checkpoint, Element, TensorInfo};
 pub use error::CheckpointError;
 pub use save::save;
 pub use tokenizer::TextTokenizer;

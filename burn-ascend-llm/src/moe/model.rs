@@ -341,9 +341,33 @@ pub struct QuantizedProjection<B: Backend> {
     /// The scales in the type the grouped matmul reads them in, when that is not f32
     /// ([`operator_scale_type`]).
     pub operator_scales: Option<Param<Tensor<B, 2>>>,
+    /// W8A16 per-channel weight offsets `[E, N]` in the compute type, the weight being
+    /// `(w + offset) * scale` (an asymmetric pre-quantized checkpoint's; GroupedMatmulV4's
+    /// A16W8 antiquant offset).
+    pub offsets: Option<Param<Tensor<B, 2>>>,
 }
 
 impl<B: Backend> QuantizedProjection<B> {
+    /// int8 `weights [E, K, N]` with f32 per-channel `scales [E, N]` (and W8A16 `offsets`,
+    /// f32), for experts of float type `dtype` run in `mode`.
+    pub fn new(
+        weights: Tensor<B, 3, Int>,
+        scales: Tensor<B, 2>,
+        offsets: Option<Tensor<B, 2>>,
+        mode: Quantize,
+        dtype: DType,
+    ) -> Self {
+        let compute = quant_compute_type(dtype);
+        let scale_type = operator_scale_type(ScaleReader::GroupedMatmul, mode, compute);
+        Self {
+            weights: Param::initialized(ParamId::new(), weights),
+            operator_scales: (scale_type != DType::F32)
+                .then(|| Param::initialized(ParamId::new(), scales.clone().cast(scale_type))),
+            scales: Param::initialized(ParamId::new(), scales),
+            offsets: offsets.map(|o| Param::initialized(ParamId::new(), o.cast(compute))),
+        }
+    }
+
     /// The scales as the grouped matmul takes them.
     fn operator_scales(&self) -> Tensor<B, 2> {
         self.operator_scales.as_ref().unwrap_or(&self.scales).val()
@@ -367,17 +391,9 @@ impl<B: Backend> QuantizedExperts<B> {
     /// Quantises float expert weights `[gate, up, down]` per output channel, on the device.
     pub fn quantize(weights: [Tensor<B, 3>; 3], mode: Quantize) -> Self {
         let dtype = weights[0].dtype();
-        let compute = quant_compute_type(dtype);
-        let scale_type = operator_scale_type(ScaleReader::GroupedMatmul, mode, compute);
         let projections = weights.map(|w| {
             let (weights, scales) = fused::quantize_weight_per_channel::<B, 3, 2>(w);
-            let scales = scales.detach();
-            QuantizedProjection {
-                weights: Param::initialized(ParamId::new(), weights),
-                operator_scales: (scale_type != DType::F32)
-                    .then(|| Param::initialized(ParamId::new(), scales.clone().cast(scale_type))),
-                scales: Param::initialized(ParamId::new(), scales),
-            }
+            QuantizedProjection::new(weights, scales.detach(), None, mode, dtype)
         });
         Self {
             projections,
@@ -390,8 +406,11 @@ impl<B: Backend> QuantizedExperts<B> {
     /// the channel's scale, in f32) and cast to the float type they had.
     pub fn dequantized(&self) -> [Tensor<B, 3>; 3] {
         self.projections.each_ref().map(|p| {
-            let w = p.weights.val().float().cast(DType::F32) * p.scales.val().unsqueeze_dim(1);
-            w.cast(self.dtype)
+            let mut w = p.weights.val().float().cast(DType::F32);
+            if let Some(o) = &p.offsets {
+                w = w + o.val().cast(DType::F32).unsqueeze_dim(1);
+            }
+            (w * p.scales.val().unsqueeze_dim(1)).cast(self.dtype)
         })
     }
 }
@@ -515,7 +534,8 @@ pub fn routed_experts_quantized<B: FusedOps>(
             let sizes = routing.group_sizes.clone();
             let project = |p: &QuantizedProjection<B>, x| {
                 let (w, s) = (p.weights.val(), p.operator_scales().cast(compute));
-                fused::grouped_matmul_antiquant(x, w, s, None, sizes.clone())
+                let offsets = p.offsets.as_ref().map(Param::val);
+                fused::grouped_matmul_antiquant(x, w, s, offsets, sizes.clone())
             };
             let g = project(gate, rows.clone());
             let u = project(up, rows);

@@ -97,10 +97,10 @@ impl AttentionSpec {
                     })
                 };
                 Attention::Gqa(Gqa {
-                    q: src.linear(&p("q_proj"), s.qkv_bias)?.into(),
-                    k: src.linear(&p("k_proj"), s.qkv_bias)?.into(),
-                    v: src.linear(&p("v_proj"), s.qkv_bias)?.into(),
-                    o: src.linear(&p("o_proj"), s.o_bias)?.into(),
+                    q: src.projection(&p("q_proj"), s.qkv_bias)?,
+                    k: src.projection(&p("k_proj"), s.qkv_bias)?,
+                    v: src.projection(&p("v_proj"), s.qkv_bias)?,
+                    o: src.projection(&p("o_proj"), s.o_bias)?,
                     q_norm: norm("q_norm.weight")?,
                     k_norm: norm("k_norm.weight")?,
                     spec: s.clone(),

@@ -75,9 +75,9 @@ impl<B: FusedOps> Mlp<B> {
 
     fn load(prefix: &str, src: &Source<B>) -> Result<Self, LoadError> {
         Ok(Self {
-            gate: src.linear(&format!("{prefix}.gate_proj"), false)?.into(),
-            up: src.linear(&format!("{prefix}.up_proj"), false)?.into(),
-            down: src.linear(&format!("{prefix}.down_proj"), false)?.into(),
+            gate: src.projection(&format!("{prefix}.gate_proj"), false)?,
+            up: src.projection(&format!("{prefix}.up_proj"), false)?,
+            down: src.projection(&format!("{prefix}.down_proj"), false)?,
         })
     }
 
@@ -155,7 +155,7 @@ impl FfnSpec {
                     let prefix = format!("{block}.{}", m.names.shared);
                     expected_mlp(&prefix, hidden, s.hidden, out);
                     if s.gated {
-                        out.linear(&format!("{block}.shared_expert_gate"), hidden, 1, false);
+                        out.float_linear(&format!("{block}.shared_expert_gate"), hidden, 1, false);
                     }
                 }
             }
@@ -169,29 +169,29 @@ impl FfnSpec {
             FfnSpec::Sparse(m) => {
                 let block = format!("{layer}.{}", m.names.block);
                 let e = m.router.experts();
-                let [gate, up, down] = if m.names.fused {
+                let experts = if m.names.fused {
                     let mut gate_up =
                         src.fused_experts(&format!("{block}.experts.gate_up_proj"), 2)?;
                     let mut down = src.fused_experts(&format!("{block}.experts.down_proj"), 1)?;
                     let up = gate_up.pop().expect("two parts");
-                    [
+                    Experts::new(
                         gate_up.pop().expect("two parts"),
                         up,
                         down.pop().expect("one part"),
-                    ]
+                    )
                 } else {
                     let [g, u, d] = &m.names.expert;
-                    let name = |w: &str| expert_names(&block, w);
-                    [
-                        src.experts(name(g), e)?,
-                        src.experts(name(u), e)?,
-                        src.experts(name(d), e)?,
-                    ]
+                    let (g, u, d) = (
+                        expert_names(&block, g),
+                        expert_names(&block, u),
+                        expert_names(&block, d),
+                    );
+                    src.expert_set([&g, &u, &d], e)?
                 };
                 let shared = m.shared.as_ref();
                 Ffn::Sparse(SparseMoe {
                     router: m.router.load(&format!("{block}.gate"), src)?,
-                    experts: Experts::new(gate, up, down),
+                    experts,
                     shared: match shared {
                         Some(_) => Some(Mlp::load(&format!("{block}.{}", m.names.shared), src)?),
                         None => None,

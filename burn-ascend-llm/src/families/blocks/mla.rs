@@ -88,7 +88,7 @@ impl MlaConfig {
         out.linear(&p("kv_a_proj_with_mqa"), h, self.cache_dim(), bias);
         out.tensor(p("kv_a_layernorm.weight"), vec![self.kv_lora_rank]);
         let kv_out = self.heads * (self.qk_nope_head_dim + self.v_head_dim);
-        out.linear(&p("kv_b_proj"), self.kv_lora_rank, kv_out, false);
+        out.float_linear(&p("kv_b_proj"), self.kv_lora_rank, kv_out, false);
         out.linear(&p("o_proj"), self.heads * self.v_head_dim, h, bias);
     }
 
@@ -100,23 +100,23 @@ impl MlaConfig {
             Ok(RmsNorm::new(src.tensor(&p(n))?, self.latent_norm_eps))
         };
         let (q_proj, q_lora) = match self.q_lora_rank {
-            None => (Some(src.linear(&p("q_proj"), false)?.into()), None),
+            None => (Some(src.projection(&p("q_proj"), false)?), None),
             Some(_) => (
                 None,
                 Some(QLora {
-                    q_a_proj: src.linear(&p("q_a_proj"), bias)?.into(),
+                    q_a_proj: src.projection(&p("q_a_proj"), bias)?,
                     q_a_layernorm: norm("q_a_layernorm.weight")?,
-                    q_b_proj: src.linear(&p("q_b_proj"), false)?.into(),
+                    q_b_proj: src.projection(&p("q_b_proj"), false)?,
                 }),
             ),
         };
         Ok(Mla {
             q_proj,
             q_lora,
-            kv_a_proj_with_mqa: src.linear(&p("kv_a_proj_with_mqa"), bias)?.into(),
+            kv_a_proj_with_mqa: src.projection(&p("kv_a_proj_with_mqa"), bias)?,
             kv_a_layernorm: norm("kv_a_layernorm.weight")?,
             kv_b_proj: src.linear(&p("kv_b_proj"), false)?,
-            o_proj: src.linear(&p("o_proj"), bias)?.into(),
+            o_proj: src.projection(&p("o_proj"), bias)?,
             cfg: self.clone(),
         })
     }

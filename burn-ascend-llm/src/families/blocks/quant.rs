@@ -92,6 +92,53 @@ impl fmt::Display for Quantize {
     }
 }
 
+/// Static per-tensor activation quantization (msModelSlim's static W8A8, as vllm-ascend runs it
+/// in vllm_ascend/quantization/methods/w8a8_static.py): `x_q = round(x * recip + offset)`
+/// saturated to int8, then `(x_q @ w + quant_bias) * deq_scale`.
+#[derive(Module, Debug)]
+pub struct StaticInput<B: Backend> {
+    /// `1 / input_scale` `[1]` f32, rounded to the layer's float type first as vllm-ascend
+    /// keeps it (`aclnn_input_scale_reciprocal` in the model's dtype).
+    recip: Param<Tensor<B, 1>>,
+    /// `input_offset` `[1]` f32.
+    offset: Param<Tensor<B, 1>>,
+    /// `deq_scale` `[N]` f32 (`input_scale * weight_scale`).
+    deq_scale: Param<Tensor<B, 1>>,
+    /// `quant_bias * deq_scale` `[N]` f32: aclnnQuantMatmulV4 adds the int32 `quant_bias` to
+    /// the accumulator before dequantizing; here it is added after, in f32, to the output.
+    bias: Param<Tensor<B, 1>>,
+}
+
+impl<B: Backend> StaticInput<B> {
+    /// From the checkpoint's `input_scale [1]`, `input_offset [1]`, `deq_scale [N]` and
+    /// `quant_bias [N]` (as f32), for a layer computing in `dtype`.
+    pub fn new(
+        input_scale: Tensor<B, 1>,
+        input_offset: Tensor<B, 1>,
+        deq_scale: Tensor<B, 1>,
+        quant_bias: Tensor<B, 1>,
+        dtype: DType,
+    ) -> Self {
+        let recip = input_scale.recip().cast(dtype).cast(DType::F32);
+        Self {
+            recip: Param::initialized(ParamId::new(), recip),
+            offset: Param::initialized(ParamId::new(), input_offset),
+            bias: Param::initialized(ParamId::new(), quant_bias * deq_scale.clone()),
+            deq_scale: Param::initialized(ParamId::new(), deq_scale),
+        }
+    }
+
+    /// `x [M, K]` quantized to int8 with the calibrated scale and offset.
+    ///
+    /// ASSUMPTION (aclnnAscendQuantV3's `round` mode is not documented further): to nearest,
+    /// ties to even, as the emulator's aclnnDynamicQuant rounds; computed in f32.
+    fn quantize(&self, x: Tensor<B, 2>) -> Tensor<B, 2, Int> {
+        let scaled = x.cast(DType::F32) * self.recip.val().unsqueeze_dim::<2>(0)
+            + self.offset.val().unsqueeze_dim::<2>(0);
+        scaled.round().clamp(-128.0, 127.0).int().cast(DType::I8)
+    }
+}
+
 /// A `Linear` quantized per output channel: int8 `[K, N]`, f32 scales `[N]`, the bias kept
 /// in float.
 #[derive(Module, Debug)]
@@ -106,6 +153,12 @@ pub struct QuantLinear<B: Backend> {
     /// weight's rows were multiplied by `s`).
     smooth: Option<Param<Tensor<B, 1>>>,
     bias: Option<Param<Tensor<B, 1>>>,
+    /// W8A16 with a weight offset (an asymmetric checkpoint's): `offset * scale` `[N]` f32,
+    /// the weight being `(w + offset) * scale`.
+    offset_term: Option<Param<Tensor<B, 1>>>,
+    /// W8A8 with static activation scales (a pre-quantized checkpoint's); dynamic per token
+    /// when `None`.
+    static_input: Option<StaticInput<B>>,
     #[module(skip)]
     mode: Quantize,
     /// The float type the layer had (what [`Projection::save`] writes).
@@ -151,6 +204,8 @@ impl<B: FusedOps> QuantLinear<B> {
             scale: Param::initialized(ParamId::new(), scale),
             smooth: smooth.map(|s| Param::initialized(ParamId::new(), s.detach())),
             bias: linear.bias,
+            offset_term: None,
+            static_input: None,
             mode,
             dtype,
         }
@@ -164,9 +219,29 @@ impl<B: FusedOps> QuantLinear<B> {
         let x = x.reshape([rows, k]);
         let w = self.weight.val();
         let s = self.operator_scale.as_ref().unwrap_or(&self.scale).val();
-        let y = match self.mode {
-            Quantize::W8A16 => fused::weight_quant_matmul(x, w, s, 0),
-            Quantize::W8A8 => {
+        let y = match (self.mode, &self.static_input) {
+            (Quantize::W8A16, _) => {
+                let y = fused::weight_quant_matmul(x.clone(), w, s, 0);
+                match &self.offset_term {
+                    // sum_k x_k (w_kn + o_n) s_n = (x @ (w s))_n + (sum_k x_k) o_n s_n: the
+                    // offset's term in f32 beside the operator, which takes no offset here.
+                    Some(t) => {
+                        let dtype = y.dtype();
+                        let sums = x.cast(DType::F32).sum_dim(1);
+                        y + (sums * t.val().unsqueeze_dim(0)).cast(dtype)
+                    }
+                    None => y,
+                }
+            }
+            (Quantize::W8A8, Some(st)) => {
+                let dtype = FloatDType::from(x.dtype());
+                let q = st.quantize(x);
+                let unit = Tensor::ones([1], (&q.device(), DType::F32));
+                let y = fused::quant_matmul(q, w, st.deq_scale.val(), unit, dtype);
+                let out = y.dtype();
+                y + st.bias.val().unsqueeze_dim(0).cast(out)
+            }
+            (Quantize::W8A8, None) => {
                 let dtype = FloatDType::from(x.dtype());
                 let smooth = self.smooth.as_ref().map(Param::val);
                 let (q, x_scale) = fused::dynamic_quant::<B, 2, 1>(x, smooth);
@@ -188,10 +263,42 @@ impl<B: FusedOps> QuantLinear<B> {
     /// smoothed weight's rows divided back by `s`).
     fn dequantized(&self) -> Tensor<B, 2> {
         let mut w = self.weight.val().float().cast(DType::F32) * self.scale.val().unsqueeze_dim(0);
+        if let Some(t) = &self.offset_term {
+            w = w + t.val().unsqueeze_dim(0);
+        }
         if let Some(smooth) = &self.smooth {
             w = w * smooth.val().cast(DType::F32).unsqueeze_dim(1);
         }
         w.cast(self.dtype)
+    }
+}
+
+impl<B: Backend> QuantLinear<B> {
+    /// A layer a checkpoint stores quantized: int8 `weight [K, N]` with f32 per-channel `scale
+    /// [N]`, computing in `dtype`; W8A16 with an optional per-channel `offset [N]` (f32, the
+    /// weight being `(w + offset) * scale`), W8A8 with dynamic activations or `static_input`.
+    pub fn stored(
+        weight: Tensor<B, 2, Int>,
+        scale: Tensor<B, 1>,
+        offset: Option<Tensor<B, 1>>,
+        static_input: Option<StaticInput<B>>,
+        bias: Option<Param<Tensor<B, 1>>>,
+        mode: Quantize,
+        dtype: DType,
+    ) -> Self {
+        let scale_type = operator_scale_type(ScaleReader::Matmul, mode, dtype);
+        Self {
+            weight: Param::initialized(ParamId::new(), weight),
+            operator_scale: (scale_type != DType::F32)
+                .then(|| Param::initialized(ParamId::new(), scale.clone().cast(scale_type))),
+            offset_term: offset.map(|o| Param::initialized(ParamId::new(), o * scale.clone())),
+            scale: Param::initialized(ParamId::new(), scale),
+            smooth: None,
+            bias,
+            static_input,
+            mode,
+            dtype,
+        }
     }
 }
 

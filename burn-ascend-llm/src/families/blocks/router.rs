@@ -55,7 +55,7 @@ impl RouterSpec {
     /// The router's tensors, under `prefix` (the MoE block's `gate`).
     pub fn expected(&self, prefix: &str, hidden: usize, out: &mut Expected) {
         match self {
-            RouterSpec::Softmax(s) => out.linear(prefix, hidden, s.experts, false),
+            RouterSpec::Softmax(s) => out.float_linear(prefix, hidden, s.experts, false),
             RouterSpec::Deepseek(d) => d.expected(prefix, hidden, out),
         }
     }
