@@ -6,8 +6,15 @@
 //! The layouts are changed on the host as the bytes leave the file's map (a permutation of
 //! elements, no arithmetic), so each weight is uploaded once, contiguous; a dtype conversion
 //! happens on the device.
+//!
+//! A model split across NPUs ([`super::parallel`]) reads parts of tensors: a linear layer's
+//! output or input features ([`Cut`]), an embedding's rows, a range of experts. Each part is
+//! copied from the map straight into the upload of the NPU that holds it, so no NPU's weights
+//! pass through the memory of another's, and the host holds one part at a time.
 
 use std::borrow::Cow;
+use std::cell::Cell;
+use std::ops::Range;
 
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
@@ -62,6 +69,24 @@ pub struct Stored<'a> {
     pub bytes: Cow<'a, [u8]>,
 }
 
+/// The part of a linear layer (transformers' weight `[out, in]`) a shard reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cut {
+    /// The whole layer.
+    Whole,
+    /// The output features `range` (column parallel: rows of the stored weight, and of the
+    /// bias), padded with zero features to `width` (at least `range.len()`).
+    Out {
+        /// The features read.
+        range: Range<usize>,
+        /// The layer's width on the shard.
+        width: usize,
+    },
+    /// The input features `range` (row parallel: columns of the stored weight; the bias, if
+    /// read, whole).
+    In(Range<usize>),
+}
+
 /// Where a model's tensors come from, by the checkpoint's names: a checkpoint's files
 /// ([`crate::hf::Checkpoint`]), or tensors made up by a bench.
 pub trait Tensors {
@@ -95,6 +120,8 @@ pub struct Source<'a, B: Backend> {
     tensors: &'a dyn Tensors,
     dtype: DType,
     device: &'a B::Device,
+    /// Bytes of tensor data copied out of the source so far.
+    read: Cell<u64>,
 }
 
 impl<'a, B: Backend> Source<'a, B> {
@@ -104,7 +131,22 @@ impl<'a, B: Backend> Source<'a, B> {
             tensors,
             dtype,
             device,
+            read: Cell::new(0),
         }
+    }
+
+    /// The dtype the tensors are uploaded in.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Bytes of tensor data read so far (as stored: the parts read, not the whole tensors).
+    pub fn read_bytes(&self) -> u64 {
+        self.read.get()
+    }
+
+    fn count(&self, bytes: usize) {
+        self.read.set(self.read.get() + bytes as u64);
     }
 
     /// `data` on the device in the model's dtype: uploaded as it is, converted there.
@@ -125,6 +167,7 @@ impl<'a, B: Backend> Source<'a, B> {
     /// The tensor `name` as it is stored.
     pub fn tensor<const D: usize>(&self, name: &str) -> Result<Param<Tensor<B, D>>, LoadError> {
         let t = self.tensors.stored(name)?;
+        self.count(t.bytes.len());
         Ok(self.param(TensorData::from_bytes_vec(
             t.bytes.into_owned(),
             t.shape,
@@ -132,19 +175,52 @@ impl<'a, B: Backend> Source<'a, B> {
         )))
     }
 
+    /// Rows `rows` (along dim 0) of the tensor `name`, followed by zero rows up to `pad_to`
+    /// rows (at least `rows.len()`).
+    pub fn tensor_rows<const D: usize>(
+        &self,
+        name: &str,
+        rows: Range<usize>,
+        pad_to: usize,
+    ) -> Result<Param<Tensor<B, D>>, LoadError> {
+        let t = self.tensors.stored(name)?;
+        let row = t.shape[1..].iter().product::<usize>() * t.dtype.size();
+        let mut bytes = vec![0u8; pad_to * row];
+        bytes[..rows.len() * row].copy_from_slice(&t.bytes[rows.start * row..rows.end * row]);
+        self.count(rows.len() * row);
+        let mut shape = t.shape.clone();
+        shape[0] = pad_to;
+        Ok(self.param(TensorData::from_bytes_vec(bytes, shape, t.dtype)))
+    }
+
     /// The linear layer `prefix.weight` (and `prefix.bias`).
     pub fn linear(&self, prefix: &str, bias: bool) -> Result<Linear<B>, LoadError> {
+        self.linear_part(prefix, bias, Cut::Whole)
+    }
+
+    /// The part `cut` of the linear layer `prefix.weight` (and `prefix.bias`), in Burn's
+    /// `[in, out]` layout: only the part's elements are read and laid out.
+    pub fn linear_part(&self, prefix: &str, bias: bool, cut: Cut) -> Result<Linear<B>, LoadError> {
         let w = self.tensors.stored(&format!("{prefix}.weight"))?;
         let [out, d_in] = matrix(&w.shape);
+        let (rows, cols, width) = match &cut {
+            Cut::Whole => (0..out, 0..d_in, out),
+            Cut::Out { range, width } => (range.clone(), 0..d_in, *width),
+            Cut::In(range) => (0..out, range.clone(), out),
+        };
         let size = w.dtype.size();
-        let mut to = vec![0u8; w.bytes.len()];
-        transpose_into(&w.bytes, &mut to, out, d_in, size);
+        let mut to = vec![0u8; cols.len() * width * size];
+        self.count(rows.len() * cols.len() * size);
+        transpose_part(&w.bytes, d_in, rows, cols.clone(), width, size, &mut to);
+        let bias_name = format!("{prefix}.bias");
         Ok(Linear {
-            weight: self.param(TensorData::from_bytes_vec(to, [d_in, out], w.dtype)),
-            bias: if bias {
-                Some(self.tensor(&format!("{prefix}.bias"))?)
-            } else {
-                None
+            weight: self.param(TensorData::from_bytes_vec(to, [cols.len(), width], w.dtype)),
+            bias: match (bias, cut) {
+                (false, _) => None,
+                (true, Cut::Out { range, width }) => {
+                    Some(self.tensor_rows(&bias_name, range, width)?)
+                }
+                (true, _) => Some(self.tensor(&bias_name)?),
             },
         })
     }
@@ -156,26 +232,28 @@ impl<'a, B: Backend> Source<'a, B> {
         })
     }
 
-    /// The experts' weights `name(e) [out, in]` stacked `[E, in, out]`.
+    /// The weights `name(e) [out, in]` of the experts `experts` (a range of the layer's),
+    /// stacked `[experts.len(), in, out]`.
     pub fn experts(
         &self,
         name: impl Fn(usize) -> String,
-        experts: usize,
+        experts: Range<usize>,
     ) -> Result<Param<Tensor<B, 3>>, LoadError> {
         let mut chunks = Vec::new();
         let mut chunk = Vec::new();
         let mut layout = None;
         let mut in_chunk = 0;
-        for e in 0..experts {
+        for e in experts.clone() {
             let w = self.tensors.stored(&name(e))?;
             let [out, d_in] = matrix(&w.shape);
             let (dtype, size) = (w.dtype, w.dtype.size());
             layout = Some((d_in, out, dtype));
             let at = chunk.len();
+            self.count(w.bytes.len());
             chunk.resize(at + w.bytes.len(), 0u8);
-            transpose_into(&w.bytes, &mut chunk[at..], out, d_in, size);
+            transpose_part(&w.bytes, d_in, 0..out, 0..d_in, out, size, &mut chunk[at..]);
             in_chunk += 1;
-            if chunk.len() >= EXPERT_CHUNK_BYTES || e + 1 == experts {
+            if chunk.len() >= EXPERT_CHUNK_BYTES || e + 1 == experts.end {
                 let data = TensorData::from_bytes_vec(
                     std::mem::take(&mut chunk),
                     [in_chunk, d_in, out],
@@ -187,28 +265,35 @@ impl<'a, B: Backend> Source<'a, B> {
         }
         layout.ok_or_else(|| LoadError::Config {
             model_type: "(experts)".into(),
-            why: format!("{} names no expert (0 experts)", name(0)),
+            why: format!(
+                "{} names no expert (experts {experts:?})",
+                name(experts.start)
+            ),
         })?;
         Ok(Param::from_tensor(join(chunks)))
     }
 
     /// The experts' weights of the fused layout transformers 5.x can write: one tensor `name`
     /// `[E, parts * out, in]` whose rows are `parts` weights `[out, in]` of each expert one after
-    /// the other (`gate_up_proj`: the gate's rows, then the up projection's). Each part stacked
-    /// `[E, in, out]`.
+    /// the other (`gate_up_proj`: the gate's rows, then the up projection's). Each part of the
+    /// experts `experts` (a range of the E) stacked `[experts.len(), in, out]`.
     pub fn fused_experts(
         &self,
         name: &str,
         parts: usize,
+        experts: Range<usize>,
     ) -> Result<Vec<Param<Tensor<B, 3>>>, LoadError> {
         let t = self.tensors.stored(name)?;
-        let (e, rows, d_in) = match t.shape[..] {
-            [e, rows, d_in] if rows % parts == 0 => (e, rows, d_in),
+        let (rows, d_in) = match t.shape[..] {
+            [e, rows, d_in] if rows % parts == 0 && experts.end <= e && !experts.is_empty() => {
+                (rows, d_in)
+            }
             _ => {
                 return Err(LoadError::Config {
                     model_type: "(experts)".into(),
                     why: format!(
-                        "{name} of shape {:?} is not [experts, {parts} x out, in]",
+                        "{name} of shape {:?} is not [experts, {parts} x out, in] holding \
+                         experts {experts:?}",
                         t.shape
                     ),
                 })
@@ -219,14 +304,17 @@ impl<'a, B: Backend> Source<'a, B> {
         let per_chunk = (EXPERT_CHUNK_BYTES / matrix_bytes.max(1)).max(1);
         Ok((0..parts)
             .map(|part| {
-                let chunks = (0..e)
+                let chunks = experts
+                    .clone()
                     .step_by(per_chunk)
                     .map(|first| {
-                        let n = per_chunk.min(e - first);
+                        let n = per_chunk.min(experts.end - first);
                         let mut bytes = vec![0u8; n * matrix_bytes];
+                        self.count(bytes.len());
                         for (i, to) in bytes.chunks_exact_mut(matrix_bytes).enumerate() {
                             let at = ((first + i) * parts + part) * matrix_bytes;
-                            transpose_into(&t.bytes[at..at + matrix_bytes], to, out, d_in, size);
+                            let from = &t.bytes[at..at + matrix_bytes];
+                            transpose_part(from, d_in, 0..out, 0..d_in, out, size, to);
                         }
                         self.upload::<3>(TensorData::from_bytes_vec(bytes, [n, d_in, out], t.dtype))
                     })
@@ -254,23 +342,35 @@ fn matrix(shape: &[usize]) -> [usize; 2] {
     }
 }
 
-/// Rows of a `[r, c]` matrix of `size`-byte elements, written as its `[c, r]` transpose into
-/// `to`: tiles that stay in cache, the row bands shared among the host's cores.
-fn transpose_into(from: &[u8], to: &mut [u8], r: usize, c: usize, size: usize) {
-    debug_assert_eq!(from.len(), r * c * size);
-    debug_assert_eq!(to.len(), r * c * size);
+/// The block `rows x cols` of a row-major matrix `from` of `stride` columns of `size`-byte
+/// elements, written transposed into `to`: a `[cols.len(), width]` matrix (`width` at least
+/// `rows.len()`; the columns past `rows.len()` are left as they are). Tiles that stay in cache,
+/// the output's row bands shared among the host's cores.
+fn transpose_part(
+    from: &[u8],
+    stride: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+    width: usize,
+    size: usize,
+    to: &mut [u8],
+) {
+    debug_assert!(rows.end * stride * size <= from.len() && cols.end <= stride);
+    debug_assert_eq!(to.len(), cols.len() * width * size);
+    debug_assert!(width >= rows.len());
     const TILE: usize = 32;
+    let r = rows.len();
     // Output rows (one per input column) in bands of TILE, each band written by one task.
-    to.par_chunks_mut(TILE * r * size)
+    to.par_chunks_mut(TILE * width * size)
         .enumerate()
         .for_each(|(band, out)| {
-            let j0 = band * TILE;
-            let cols = out.len() / (r * size);
+            let j0 = cols.start + band * TILE;
+            let n = out.len() / (width * size);
             for i0 in (0..r).step_by(TILE) {
                 for i in i0..(i0 + TILE).min(r) {
-                    let src = &from[(i * c + j0) * size..(i * c + j0 + cols) * size];
-                    for (dj, element) in src.chunks_exact(size).enumerate() {
-                        let dst = (dj * r + i) * size;
+                    let at = ((rows.start + i) * stride + j0) * size;
+                    for (dj, element) in from[at..at + n * size].chunks_exact(size).enumerate() {
+                        let dst = (dj * width + i) * size;
                         out[dst..dst + size].copy_from_slice(element);
                     }
                 }
@@ -341,6 +441,14 @@ impl Sink {
 pub fn transpose(data: TensorData) -> TensorData {
     let (r, c) = (data.shape[0], data.shape[1]);
     let mut to = vec![0u8; data.as_bytes().len()];
-    transpose_into(data.as_bytes(), &mut to, r, c, data.dtype.size());
+    transpose_part(
+        data.as_bytes(),
+        c,
+        0..r,
+        0..c,
+        r,
+        data.dtype.size(),
+        &mut to,
+    );
     TensorData::from_bytes_vec(to, [c, r], data.dtype)
 }

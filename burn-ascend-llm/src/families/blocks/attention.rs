@@ -13,7 +13,8 @@ use super::norm::RmsNorm;
 use super::quant::{Projection, Quantize};
 use super::rope::Rope;
 use crate::engine::step::PagedAttention;
-use crate::families::weights::{Expected, Sink, Source};
+use crate::families::parallel::Part;
+use crate::families::weights::{Cut, Expected, Sink, Source};
 use crate::families::LoadError;
 
 /// Grouped-query attention (config side).
@@ -81,11 +82,13 @@ impl AttentionSpec {
         }
     }
 
-    /// Loads the block under `layer`.
+    /// Loads the block under `layer`: the heads `part` holds (see
+    /// [`crate::families::parallel`]).
     pub fn load<B: FusedOps>(
         &self,
         layer: &str,
         src: &Source<B>,
+        part: Part,
     ) -> Result<Attention<B>, LoadError> {
         Ok(match self {
             AttentionSpec::Gqa(s) => {
@@ -96,17 +99,36 @@ impl AttentionSpec {
                         false => None,
                     })
                 };
+                let d = s.head_dim;
+                let (q, kv) = (part.share(s.q_heads), part.kv_heads(s.kv_heads));
+                let features = |heads: &std::ops::Range<usize>| heads.start * d..heads.end * d;
+                let heads = |heads: &std::ops::Range<usize>| Cut::Out {
+                    range: features(heads),
+                    width: heads.len() * d,
+                };
+                let bias = s.qkv_bias;
                 Attention::Gqa(Gqa {
-                    q: src.linear(&p("q_proj"), s.qkv_bias)?.into(),
-                    k: src.linear(&p("k_proj"), s.qkv_bias)?.into(),
-                    v: src.linear(&p("v_proj"), s.qkv_bias)?.into(),
-                    o: src.linear(&p("o_proj"), s.o_bias)?.into(),
+                    q: src.linear_part(&p("q_proj"), bias, heads(&q))?.into(),
+                    k: src.linear_part(&p("k_proj"), bias, heads(&kv))?.into(),
+                    v: src.linear_part(&p("v_proj"), bias, heads(&kv))?.into(),
+                    // The ranks' outputs are summed: the bias once.
+                    o: src
+                        .linear_part(
+                            &p("o_proj"),
+                            s.o_bias && part.is_first(),
+                            Cut::In(features(&q)),
+                        )?
+                        .into(),
                     q_norm: norm("q_norm.weight")?,
                     k_norm: norm("k_norm.weight")?,
-                    spec: s.clone(),
+                    spec: GqaSpec {
+                        q_heads: q.len(),
+                        kv_heads: kv.len(),
+                        ..s.clone()
+                    },
                 })
             }
-            AttentionSpec::Mla(m) => Attention::Mla(m.load(layer, src)?),
+            AttentionSpec::Mla(m) => Attention::Mla(m.load(layer, src, part)?),
         })
     }
 }
