@@ -590,6 +590,11 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         self.scheduler.waiting()
     }
 
+    /// The devices a step runs on, each with its own cache (the server's first).
+    pub fn devices(&self) -> &[B::Device] {
+        &self.devices
+    }
+
     /// The server's settings.
     pub fn config(&self) -> &ServeConfig {
         &self.cfg
