@@ -13,22 +13,29 @@
 //! `--drain-secs`), then the server exits with 0. An engine that can no longer serve (a
 //! failure its recovery could not fix) makes `/health` and new requests 503 and the pending
 //! ones 500; after the same drain the server exits with 1, for its supervisor to restart it.
+//!
+//! `--devices N` serves across N NPUs from `--device` on: a checkpoint split by tensor and
+//! expert parallelism (`burn_ascend_llm::families::parallel`), each NPU reading its part of the
+//! files; the built-in decoder with its experts split.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use burn::tensor::backend::Backend;
+use burn_ascend::runtime::device::device_count;
 use burn_ascend::runtime::DeviceContext;
 use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_llm::engine::decode_graph::DECODE_BUCKETS;
 use burn_ascend_llm::engine::serve::{ServeConfig, Server};
 use burn_ascend_llm::engine::step::StepModel;
 use burn_ascend_llm::families::blocks::quant::Quantize;
-use burn_ascend_llm::families::{self, LoadOptions, ToServe};
+use burn_ascend_llm::families::parallel::{self, Placement};
+use burn_ascend_llm::families::{self, LoadOptions, LoadReport, ToServe};
 use burn_ascend_llm::hf::Checkpoint;
 use burn_ascend_llm::hf::TextTokenizer;
 use burn_ascend_llm::moe::config::MoeConfig;
+use burn_ascend_llm::moe::expert_parallel::ExpertParallel;
 use burn_ascend_llm::moe::model::MoeDecoder;
 use burn_ascend_openai::chat::ChatTemplate;
 use burn_ascend_openai::engine::Injected;
@@ -56,6 +63,11 @@ struct Args {
     /// CANN has one).
     #[arg(long)]
     device: Option<String>,
+    /// NPUs to serve on, from --device on: a checkpoint is split across them (attention,
+    /// MLPs and vocabulary by tensor parallelism, routed experts by expert parallelism), the
+    /// built-in decoder's experts are.
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
     /// With --model: the dtype the weights are served in: auto (the checkpoint's own, as its
     /// config.json says), f32, f16 or bf16.
     #[arg(long, default_value = "auto")]
@@ -146,7 +158,10 @@ fn run(args: Args) -> Result<(), String> {
             .ok_or_else(|| format!("--device {d:?} is not npu, npu:N, emulated or emulated:N"))?,
         None => AscendDevice::default(),
     };
-    DeviceContext::get(&device.into()).map_err(|e| format!("cannot open {device:?}: {e}"))?;
+    let devices = npus(device, args.devices)?;
+    for d in &devices {
+        DeviceContext::get(&d.into()).map_err(|e| format!("cannot open {d:?}: {e}"))?;
+    }
     // Without --pages, a cache that holds one longest request, until it is sized from memory.
     let serve_config = |max_seq: usize| {
         let cfg = ServeConfig {
@@ -200,33 +215,48 @@ fn run(args: Args) -> Result<(), String> {
             let limits = limits(&args, max_seq)?;
             let shown = dir.display().to_string();
             let memory = args.pages.is_none().then_some(args.npu_memory_utilization);
-            let (engine, _) = Engine::spawn(
-                move || {
-                    let ToServe {
-                        model,
-                        reload,
-                        report: load,
-                    } = families::load_to_serve::<Ascend>(Arc::new(checkpoint), options, &device)
+            let spec = families::spec_of(checkpoint.config()).map_err(|e| fail(&e))?;
+            if devices.len() > 1 {
+                spec.check_split(devices.len()).map_err(|e| fail(&e))?;
+            }
+            let checkpoint = Arc::new(checkpoint);
+            let (engine, _) = if devices.len() == 1 {
+                Engine::spawn(
+                    move || {
+                        let ToServe {
+                            model,
+                            reload,
+                            report,
+                        } = families::load_to_serve::<Ascend>(checkpoint, options, &device)
+                            .map_err(|e| format!("--model {shown}: {e}"))?;
+                        say_loaded(&shown, &report, "");
+                        let server = Server::with_reload(model, cfg, &device, reload)
+                            .map_err(|e| e.to_string())?;
+                        ready(server, &[device], memory, captured)
+                    },
+                    metrics,
+                )?
+            } else {
+                Engine::spawn(
+                    move || {
+                        let placement = Placement::local(&devices);
+                        let ToServe {
+                            model,
+                            reload,
+                            report,
+                        } = parallel::load_parallel_to_serve::<Ascend>(
+                            checkpoint, options, &placement,
+                        )
                         .map_err(|e| format!("--model {shown}: {e}"))?;
-                    eprintln!(
-                        "burn-ascend-openai: loaded {shown} ({:?}{}{}) at {:.2} GB/s ({:.2} GB \
-                         in {:.1} s)",
-                        load.dtype,
-                        load.quantize
-                            .map_or(String::new(), |q| format!(", quantized {q}")),
-                        load.prequantized
-                            .as_ref()
-                            .map_or(String::new(), |p| format!(", pre-quantized {p}")),
-                        load.gb_per_s(),
-                        load.read_bytes as f64 / 1e9,
-                        load.secs
-                    );
-                    let server = Server::with_reload(model, cfg, &device, reload)
-                        .map_err(|e| e.to_string())?;
-                    ready(server, &device, memory, captured)
-                },
-                metrics,
-            )?;
+                        let split = format!(" split across {}", placement.names());
+                        say_loaded(&shown, &report, &split);
+                        let server = Server::with_reload(model, cfg, &devices[0], reload)
+                            .map_err(|e| e.to_string())?;
+                        ready(server, &devices, memory, captured)
+                    },
+                    metrics,
+                )?
+            };
             let spec = ModelSpec {
                 name,
                 tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer)),
@@ -248,10 +278,14 @@ fn run(args: Args) -> Result<(), String> {
             let (engine, _) = Engine::spawn(
                 move || {
                     Ascend::seed(&device, seed);
-                    let model = MoeDecoder::<Ascend>::new(&model_cfg, &device)
+                    let mut model = MoeDecoder::<Ascend>::new(&model_cfg, &device)
                         .map_err(|e| e.to_string())?;
+                    if devices.len() > 1 {
+                        model =
+                            ExpertParallel::shard(model, &devices).map_err(|e| e.to_string())?;
+                    }
                     let server = Server::new(model, cfg, &device).map_err(|e| e.to_string())?;
-                    ready(server, &device, memory, captured)
+                    ready(server, &devices, memory, captured)
                 },
                 metrics,
             )?;
@@ -322,16 +356,63 @@ fn limits(args: &Args, max_seq: usize) -> Result<Limits, String> {
     Ok(limits)
 }
 
-/// The server made ready to serve: its KV cache sized from the device's memory (given a
-/// utilization), then its decode steps captured unless asked not to; the sizes said on stderr.
+/// `count` NPUs of `first`'s kind from `first` on.
+fn npus(first: AscendDevice, count: usize) -> Result<Vec<AscendDevice>, String> {
+    let available =
+        device_count(&first.into()).map_err(|e| format!("cannot count devices: {e}"))?;
+    if count == 0 || first.index() + count > available {
+        return Err(format!(
+            "--devices {count} from {first}: the machine has {available} (emulated NPUs: \
+             BURN_ASCEND_EMU_DEVICES)"
+        ));
+    }
+    Ok((first.index()..first.index() + count)
+        .map(|i| match first {
+            AscendDevice::Npu(_) => AscendDevice::Npu(i),
+            AscendDevice::Emulated(_) => AscendDevice::Emulated(i),
+        })
+        .collect())
+}
+
+/// Says how a checkpoint loaded (`split`: where it went, when split).
+fn say_loaded(shown: &str, load: &LoadReport, split: &str) {
+    eprintln!(
+        "burn-ascend-openai: loaded {shown} ({:?}{}{}){split} at {:.2} GB/s ({:.2} GB in {:.1} s)",
+        load.dtype,
+        load.quantize
+            .map_or(String::new(), |q| format!(", quantized {q}")),
+        load.prequantized
+            .as_ref()
+            .map_or(String::new(), |p| format!(", pre-quantized {p}")),
+        load.gb_per_s(),
+        load.read_bytes as f64 / 1e9,
+        load.secs
+    );
+}
+
+/// The server made ready to serve: its KV cache sized from the devices' memory (given a
+/// utilization), then its decode steps captured unless asked not to (or the model refuses:
+/// split across NPUs); the sizes said on stderr.
 fn ready<M: StepModel<Ascend>>(
     mut server: Server<Ascend, M>,
-    device: &AscendDevice,
+    devices: &[AscendDevice],
     memory: Option<f64>,
     captured: bool,
 ) -> Result<Server<Ascend, M>, String> {
-    let ctx = DeviceContext::get(&(*device).into()).map_err(|e| e.to_string())?;
-    let weights = ctx.memory_stats().bytes_in_use as u64 - server.cache_bytes();
+    let device = &devices[0];
+    let mut weights = Vec::new();
+    for d in devices {
+        let ctx = DeviceContext::get(&(*d).into()).map_err(|e| e.to_string())?;
+        // Only the NPUs a step runs on hold a cache (not those of the built-in's experts).
+        let cache = if server.devices().contains(d) {
+            server.cache_bytes()
+        } else {
+            0
+        };
+        let held = ctx.memory_stats().bytes_in_use as u64 - cache;
+        weights.push(format!("{:.2} GB on {d}", held as f64 / 1e9));
+    }
+    let weights = weights.join(", ");
     if let Some(utilization) = memory {
         let sizing = server
             .fit_cache_to_memory(utilization)
@@ -346,9 +427,8 @@ fn ready<M: StepModel<Ascend>>(
     }
     let cfg = *server.config();
     eprintln!(
-        "burn-ascend-openai: weights {:.2} GB on {device}; KV cache {} pages of {} slots \
-         ({} tokens); the longest request {} tokens",
-        weights as f64 / 1e9,
+        "burn-ascend-openai: weights {weights}; KV cache {} pages of {} slots ({} tokens) on \
+         each NPU of the step; the longest request {} tokens",
         cfg.pages,
         cfg.page_size,
         cfg.pages * cfg.page_size,

@@ -1,6 +1,8 @@
 //! `--model DIR`: a Hugging Face checkpoint (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3)
 //! served instead of the built-in model, fine-tuned first on the shipped text with
-//! `--train-steps N` and then saved in the same Hugging Face layout (`--save-model`).
+//! `--train-steps N` and then saved in the same Hugging Face layout (`--save-model`); split
+//! across `--devices` NPUs and `--nodes` processes (one per machine, meeting at
+//! `--rendezvous`) to serve.
 //!
 //! Everything that can be checked without a device is checked in [`plan`]: the options, the
 //! checkpoint's config (an unsupported family or option is named), its tokenizer, the prompts'
@@ -13,9 +15,11 @@ use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
-use burn_ascend::{AscendDevice, FusedOps};
+use burn_ascend::{AscendDevice, CollectiveOps, FusedOps};
 use burn_ascend_llm::engine::serve::{Request, Server};
-use burn_ascend_llm::families::{self, Decoder, LoadOptions, ToServe};
+use burn_ascend_llm::engine::step::StepModel;
+use burn_ascend_llm::families::parallel::{self, Placement};
+use burn_ascend_llm::families::{self, Decoder, LoadOptions, LoadReport, ToServe};
 use burn_ascend_llm::hf::{Checkpoint, TextTokenizer};
 use burn_ascend_llm::moe::corpus;
 use burn_ascend_llm::moe::train::{train, TrainConfig};
@@ -30,8 +34,17 @@ pub struct CheckpointPlan {
     train: Option<TrainConfig>,
     /// Without --pages: the fraction of the NPU's memory serving may use.
     memory: Option<f64>,
+    /// With several processes (--nodes): this one's place and where they meet.
+    nodes: Option<Nodes>,
     save: PathBuf,
     serving: Serving,
+}
+
+/// The processes serving a checkpoint together (`--nodes`).
+struct Nodes {
+    count: usize,
+    rank: usize,
+    rendezvous: String,
 }
 
 /// The longest sequence served when the checkpoint allows more: the server's captured decode
@@ -71,6 +84,38 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
             "--quantize {q} with --train-steps: a quantized model serves only; fine-tune \
              first, then serve the saved checkpoint with --quantize"
         ));
+    }
+    let nodes = match (args.nodes, &args.rendezvous) {
+        (0, _) => return Err("--nodes must be at least 1".into()),
+        (1, None) if args.node_rank == 0 => None,
+        (1, _) => return Err("--node-rank and --rendezvous go with --nodes 2 or more".into()),
+        (count, Some(rendezvous)) if args.node_rank < count => Some(Nodes {
+            count,
+            rank: args.node_rank,
+            rendezvous: rendezvous.clone(),
+        }),
+        (count, Some(_)) => {
+            return Err(format!(
+                "--node-rank {} is not one of --nodes {count} (0 to {})",
+                args.node_rank,
+                count - 1
+            ))
+        }
+        (count, None) => {
+            return Err(format!(
+                "--nodes {count}: give --rendezvous HOST:PORT, where node 0 listens for the others"
+            ))
+        }
+    };
+    let ranks = args.devices * args.nodes;
+    if ranks > 1 {
+        if args.train_steps > 0 {
+            return Err(format!(
+                "--train-steps fine-tunes on one NPU, not across {ranks}: fine-tune, then serve \
+                 the saved checkpoint with --devices/--nodes"
+            ));
+        }
+        spec.check_split(ranks).map_err(|e| fail(&e))?;
     }
     let train = (args.train_steps > 0)
         .then(|| {
@@ -119,6 +164,7 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
         options,
         train,
         memory: args.pages.is_none().then_some(args.npu_memory_utilization),
+        nodes,
         save,
         serving: Serving {
             serve,
@@ -130,50 +176,95 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
 }
 
 /// Serves the checkpoint: loaded on the inner backend layer by layer (quantized as it loads,
-/// if asked) with no copy of its weights on the host, or, with `--train-steps`, loaded on `B`
-/// (an autodiff backend over an Ascend backend), fine-tuned, saved, then served.
-pub fn run<B>(plan: &CheckpointPlan, device: &AscendDevice) -> Result<Vec<Outcome>, String>
+/// if asked) with no copy of its weights on the host, split across `devices` (and the other
+/// processes' NPUs, with --nodes) when there are several, or, with `--train-steps`, loaded on
+/// `B` (an autodiff backend over an Ascend backend), fine-tuned, saved, then served.
+pub fn run<B>(plan: &CheckpointPlan, devices: &[AscendDevice]) -> Result<Vec<Outcome>, String>
 where
     B: AutodiffBackend<Device = AscendDevice> + FusedOps,
-    B::InnerBackend: FusedOps,
+    B::InnerBackend: FusedOps + CollectiveOps,
 {
+    let dir = plan.checkpoint.dir().display();
+    let device = &devices[0];
+    if let Some(cfg) = &plan.train {
+        let model = fine_tune::<B>(plan, cfg, device)?;
+        let server = Server::new(model, plan.serving.serve, device).map_err(|e| e.to_string())?;
+        return serve_loaded(server, plan, device, None);
+    }
+    let placement = match &plan.nodes {
+        Some(n) => Placement::node(devices, n.rank, n.count, n.rendezvous.clone()),
+        None => Placement::local(devices),
+    };
+    if placement.ranks == 1 {
+        let ToServe {
+            model,
+            reload,
+            report,
+        } = families::load_to_serve::<B::InnerBackend>(
+            plan.checkpoint.clone(),
+            plan.options,
+            device,
+        )
+        .map_err(|e| format!("--model {dir}: {e}"))?;
+        say_loaded(plan, &report, model.spec(), "");
+        let server = Server::with_reload(model, plan.serving.serve, device, reload)
+            .map_err(|e| e.to_string())?;
+        return serve_loaded(server, plan, device, None);
+    }
+    let ToServe {
+        model,
+        reload,
+        report,
+    } = parallel::load_parallel_to_serve::<B::InnerBackend>(
+        plan.checkpoint.clone(),
+        plan.options,
+        &placement,
+    )
+    .map_err(|e| format!("--model {dir}: {e}"))?;
+    let split = format!(
+        " split across {} NPUs: ranks {}..{} here ({})",
+        placement.ranks,
+        placement.first_rank,
+        placement.first_rank + devices.len(),
+        placement.names()
+    );
+    say_loaded(plan, &report, model.spec(), &split);
+    let eager = model.capture_refusal();
+    let server = Server::with_reload(model, plan.serving.serve, device, reload)
+        .map_err(|e| e.to_string())?;
+    serve_loaded(server, plan, device, eager)
+}
+
+/// Says how the load went (`split`: where the model went, when split).
+fn say_loaded(plan: &CheckpointPlan, load: &LoadReport, spec: &families::DecoderSpec, split: &str) {
+    say!(
+        "loaded {} ({}, {} layers, {:?}{}{}){split} at {:.2} GB/s ({:.2} GB in {:.1} s)",
+        plan.checkpoint.dir().display(),
+        spec.model_type,
+        spec.layers.len(),
+        load.dtype,
+        load.quantize
+            .map_or(String::new(), |q| format!(", quantized {q}")),
+        load.prequantized
+            .as_ref()
+            .map_or(String::new(), |p| format!(", pre-quantized {p}")),
+        load.gb_per_s(),
+        load.read_bytes as f64 / 1e9,
+        load.secs
+    );
+}
+
+/// Sizes the cache from the NPUs' memory (unless --pages) and serves the plan's requests
+/// (eagerly when `eager` says why).
+fn serve_loaded<B: FusedOps<Device = AscendDevice>, M: StepModel<B>>(
+    mut server: Server<B, M>,
+    plan: &CheckpointPlan,
+    device: &AscendDevice,
+    eager: Option<String>,
+) -> Result<Vec<Outcome>, String> {
     let dir = plan.checkpoint.dir().display();
     let tokenizer = &plan.tokenizer;
     let text = |ids: &[u32]| tokenizer.decode(ids).map_err(|e| e.to_string());
-    let mut server = match &plan.train {
-        None => {
-            let ToServe {
-                model,
-                reload,
-                report: load,
-            } = families::load_to_serve::<B::InnerBackend>(
-                plan.checkpoint.clone(),
-                plan.options,
-                device,
-            )
-            .map_err(|e| format!("--model {dir}: {e}"))?;
-            say!(
-                "loaded {dir} ({}, {} layers, {:?}{}{}) at {:.2} GB/s ({:.2} GB in {:.1} s)",
-                model.spec().model_type,
-                model.spec().layers.len(),
-                load.dtype,
-                load.quantize
-                    .map_or(String::new(), |q| format!(", quantized {q}")),
-                load.prequantized
-                    .as_ref()
-                    .map_or(String::new(), |p| format!(", pre-quantized {p}")),
-                load.gb_per_s(),
-                load.read_bytes as f64 / 1e9,
-                load.secs
-            );
-            Server::with_reload(model, plan.serving.serve, device, reload)
-        }
-        Some(cfg) => {
-            let model = fine_tune::<B>(plan, cfg, device)?;
-            Server::new(model, plan.serving.serve, device)
-        }
-    }
-    .map_err(|e| e.to_string())?;
     if let Some(utilization) = plan.memory {
         let sizing = server
             .fit_cache_to_memory(utilization)
@@ -188,7 +279,7 @@ where
             sizing.tokens
         );
     }
-    serve_model(server, &plan.serving, device, None, text).map(|(outcomes, _)| outcomes)
+    serve_model(server, &plan.serving, device, eager, text).map(|(outcomes, _)| outcomes)
 }
 
 /// The checkpoint loaded on `B`, fine-tuned on the shipped text and saved; for inference.

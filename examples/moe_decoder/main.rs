@@ -8,7 +8,9 @@
 //! prints which buckets run captured. `--fusion` runs the same on `Fusion<Ascend>` (lazy
 //! execution with fused element-wise runs, decoding eagerly), with the same outputs.
 //! `--devices N` trains data-parallel and serves expert-parallel across N NPUs
-//! (`parallel.rs`), decoding eagerly.
+//! (`parallel.rs`), decoding eagerly; a `--model` checkpoint is split across them (attention,
+//! MLPs and vocabulary by tensor parallelism, experts by expert parallelism), and across
+//! machines with `--nodes`, one process per machine.
 //!
 //! Every option is checked before the device is touched and before training starts.
 //!
@@ -77,9 +79,25 @@ pub struct Args {
     /// Run on Fusion<Ascend>: ops recorded lazily, element-wise runs fused into one kernel.
     #[arg(long)]
     fusion: bool,
-    /// NPUs to use, from --device on: data-parallel training, expert-parallel serving.
+    /// NPUs to use, from --device on: data-parallel training, expert-parallel serving; a
+    /// --model checkpoint is split across them (tensor-parallel attention, MLPs and vocabulary,
+    /// expert-parallel experts).
     #[arg(long, default_value_t = 1)]
     devices: usize,
+    /// With --model: processes serving the checkpoint together, one per machine, each with
+    /// --devices NPUs (the same number on every machine), meeting at --rendezvous. Each
+    /// process is given the same prompts and prints the same results.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
+    /// With --nodes: this process's place among them, 0 to nodes - 1 (node 0 listens at
+    /// --rendezvous).
+    #[arg(long, default_value_t = 0)]
+    node_rank: usize,
+    /// With --nodes: host:port where node 0 listens for the others, on the machines' private
+    /// network; every process needs the same secret in BURN_ASCEND_RENDEZVOUS_SECRET (or the
+    /// file BURN_ASCEND_RENDEZVOUS_SECRET_FILE names).
+    #[arg(long, value_name = "HOST:PORT")]
+    rendezvous: Option<String>,
     /// Training steps (0 with --load to only serve).
     #[arg(long, default_value_t = 60)]
     steps: usize,
@@ -218,7 +236,6 @@ pub struct Serving {
 
 fn main() {
     let args = Args::parse();
-    JSON.store(args.json, std::sync::atomic::Ordering::Relaxed);
     if let Err(e) = run(args) {
         eprintln!("moe_decoder: {e}");
         std::process::exit(1);
@@ -274,10 +291,13 @@ pub fn plan(args: &Args) -> Result<Plan, String> {
     }
     if args.quantize.is_some() && args.devices > 1 {
         return Err(
-            "--quantize: the quantized model serves on one NPU (its experts are not split \
-             across --devices)"
+            "--quantize: the built-in model quantized serves on one NPU (its experts are not \
+             split across --devices; a --model checkpoint's are)"
                 .into(),
         );
+    }
+    if args.nodes > 1 {
+        return Err("--nodes: processes on several machines serve a --model checkpoint".into());
     }
     let model = MoeConfig::new()
         .with_hidden(args.hidden)
@@ -395,6 +415,7 @@ fn forced_device(args: &Args) -> Result<Option<AscendDevice>, String> {
 
 /// Checks the options, then trains and serves.
 pub fn run(args: Args) -> Result<Vec<Outcome>, String> {
+    JSON.store(args.json, std::sync::atomic::Ordering::Relaxed);
     let forced = forced_device(&args)?;
     if let Some(dir) = &args.model {
         return run_checkpoint(&args, dir, forced);
@@ -422,18 +443,18 @@ fn run_checkpoint(
     dir: &Path,
     forced: Option<AscendDevice>,
 ) -> Result<Vec<Outcome>, String> {
-    if args.devices > 1 {
-        return Err("--devices: a --model checkpoint runs on one NPU".into());
-    }
     let plan = checkpoint::plan(args, dir)?;
     let device = forced.unwrap_or_default();
-    DeviceContext::get(&device.into()).map_err(|e| format!("cannot open {device:?}: {e}"))?;
+    let devices = parallel::devices(device, args.devices)?;
+    for d in &devices {
+        DeviceContext::get(&d.into()).map_err(|e| format!("cannot open {d:?}: {e}"))?;
+    }
     if args.fusion {
         say!("device: {} (Fusion<Ascend>)", Ascend::name(&device));
-        checkpoint::run::<Autodiff<Fusion<Ascend>>>(&plan, &device)
+        checkpoint::run::<Autodiff<Fusion<Ascend>>>(&plan, &devices)
     } else {
         say!("device: {}", Ascend::name(&device));
-        checkpoint::run::<Autodiff<Ascend>>(&plan, &device)
+        checkpoint::run::<Autodiff<Ascend>>(&plan, &devices)
     }
 }
 

@@ -441,48 +441,88 @@ impl Communicator {
         address: &str,
         secret: &[u8],
     ) -> AclResult<Arc<Communicator>> {
-        let device = device.into();
-        if rank >= size {
+        Self::rendezvous_ranks_with_secret(&[device.into()], rank, size, address, secret)
+    }
+
+    /// [`Communicator::rendezvous`] for several ranks of this process: ranks `first_rank ..
+    /// first_rank + devices.len()` on `devices`, in order (one process per machine, each with
+    /// its NPUs). Each rank joins on a thread of its own, as HCCL's init returns only once
+    /// every rank of the communicator has called it.
+    pub fn rendezvous_ranks(
+        devices: &[impl Copy + Into<AscendDevice>],
+        first_rank: u32,
+        size: u32,
+        address: &str,
+    ) -> AclResult<Arc<Communicator>> {
+        let secret = super::rendezvous::secret_from_env()?;
+        Self::rendezvous_ranks_with_secret(devices, first_rank, size, address, &secret)
+    }
+
+    /// [`Communicator::rendezvous_ranks`] with the shared secret given (see
+    /// [`Communicator::rendezvous_with_secret`]).
+    pub fn rendezvous_ranks_with_secret(
+        devices: &[impl Copy + Into<AscendDevice>],
+        first_rank: u32,
+        size: u32,
+        address: &str,
+        secret: &[u8],
+    ) -> AclResult<Arc<Communicator>> {
+        let devices: Vec<AscendDevice> = devices.iter().map(|&d| d.into()).collect();
+        let Some(first) = devices.first() else {
+            return Err(AclError::InvalidArgument(
+                "a communicator needs at least one device".into(),
+            ));
+        };
+        let last = first_rank as usize + devices.len();
+        if last > size as usize {
             return Err(AclError::InvalidArgument(format!(
-                "rank {rank} is not one of {size} ranks"
+                "ranks {first_rank}..{last} are not all among {size} ranks"
             )));
         }
-        let api = hccl_api(&device)?;
-        let ctx = DeviceContext::get(&device)?;
-        let info = super::rendezvous::exchange_root_info(address, rank, size, secret, || {
-            let mut info = HcclRootInfo::default();
-            ctx.bind();
-            // SAFETY: valid out-pointer.
-            let code = unsafe { (api.fns.HcclGetRootInfo)(&mut info) };
-            check(api, &ctx, code, "HcclGetRootInfo").map(|_| info)
-        })?;
-        let mut comm = std::ptr::null_mut();
-        apply_exec_timeout();
-        ctx.bind();
-        let code = match api.optional.HcclCommInitRootInfoConfig {
-            Some(init) => {
-                let capability = api
-                    .optional
-                    .HcclGetCommConfigCapability
-                    // SAFETY: takes no argument.
-                    .map_or(0, |f| unsafe { f() });
-                let config = CommConfig::new(buffer_mb(), false, "", capability);
-                // SAFETY: valid pointers; the config outlives the call.
-                unsafe { init(size, &info, rank, config.as_ptr(), &mut comm) }
+        for (i, d) in devices.iter().enumerate() {
+            if devices[..i].contains(d)
+                || std::mem::discriminant(d) != std::mem::discriminant(first)
+            {
+                return Err(AclError::InvalidArgument(format!(
+                    "{d} is listed twice, or with NPUs of another kind, in the communicator's \
+                     devices"
+                )));
             }
-            // SAFETY: valid pointers.
-            None => unsafe { (api.fns.HcclCommInitRootInfo)(size, &info, rank, &mut comm) },
-        };
-        check(api, &ctx, code, "HcclCommInitRootInfo").map_err(|e| {
-            e.with_context(|| format!("rank {rank} of {size} on {device} (root at {address})"))
-        })?;
+        }
+        let api = hccl_api(first)?;
+        let joined: Vec<AclResult<LocalRank>> = std::thread::scope(|s| {
+            let joins: Vec<_> = devices
+                .iter()
+                .enumerate()
+                .map(|(i, &device)| {
+                    let rank = first_rank + i as u32;
+                    s.spawn(move || join_rank(api, device, rank, size, address, secret))
+                })
+                .collect();
+            joins
+                .into_iter()
+                .map(|j| j.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        if joined.iter().any(Result::is_err) {
+            for rank in joined.iter().flatten() {
+                rank.destroy(api);
+            }
+        }
+        let ranks = joined.into_iter().collect::<AclResult<Vec<_>>>()?;
         Ok(register(Self {
             api,
             size,
-            ranks: vec![LocalRank::new(rank, ctx, comm)],
+            ranks,
             retired: OnceLock::new(),
             order: Mutex::new(()),
         }))
+    }
+
+    /// Why the communicator may no longer be used, if it may not (a reset of one of its devices,
+    /// a partial issue, a failed transfer).
+    pub fn retired(&self) -> Option<&str> {
+        self.retired.get().map(String::as_str)
     }
 
     /// Ranks in the communicator.
@@ -633,6 +673,47 @@ impl Drop for Communicator {
             }
         }
     }
+}
+
+/// Rank `rank` of `size` joining a root-info communicator on `device` (the root info served or
+/// fetched at `address`); returns once every rank has joined.
+fn join_rank(
+    api: &'static HcclApi,
+    device: AscendDevice,
+    rank: u32,
+    size: u32,
+    address: &str,
+    secret: &[u8],
+) -> AclResult<LocalRank> {
+    let ctx = DeviceContext::get(&device)?;
+    let info = super::rendezvous::exchange_root_info(address, rank, size, secret, || {
+        let mut info = HcclRootInfo::default();
+        ctx.bind();
+        // SAFETY: valid out-pointer.
+        let code = unsafe { (api.fns.HcclGetRootInfo)(&mut info) };
+        check(api, &ctx, code, "HcclGetRootInfo").map(|_| info)
+    })?;
+    let mut comm = std::ptr::null_mut();
+    apply_exec_timeout();
+    ctx.bind();
+    let code = match api.optional.HcclCommInitRootInfoConfig {
+        Some(init) => {
+            let capability = api
+                .optional
+                .HcclGetCommConfigCapability
+                // SAFETY: takes no argument.
+                .map_or(0, |f| unsafe { f() });
+            let config = CommConfig::new(buffer_mb(), false, "", capability);
+            // SAFETY: valid pointers; the config outlives the call.
+            unsafe { init(size, &info, rank, config.as_ptr(), &mut comm) }
+        }
+        // SAFETY: valid pointers.
+        None => unsafe { (api.fns.HcclCommInitRootInfo)(size, &info, rank, &mut comm) },
+    };
+    check(api, &ctx, code, "HcclCommInitRootInfo").map_err(|e| {
+        e.with_context(|| format!("rank {rank} of {size} on {device} (root at {address})"))
+    })?;
+    Ok(LocalRank::new(rank, ctx, comm))
 }
 
 /// `HCCL_BUFFSIZE` as the communicator config states it explicitly (older parsers take "not

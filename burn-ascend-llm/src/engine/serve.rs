@@ -440,7 +440,10 @@ pub struct Server<B: FusedOps, M: StepModel<B>> {
     model: M,
     /// Where the weights come back from after a device failure.
     weights: Weights<B, M>,
-    caches: Vec<LayerCache<B>>,
+    /// The paged cache of each step device, in the model's order.
+    caches: Vec<Vec<LayerCache<B>>>,
+    /// The devices a step runs on ([`StepModel::step_devices`]), the server's first.
+    devices: Vec<B::Device>,
     scheduler: Scheduler,
     cfg: ServeConfig,
     device: B::Device,
@@ -514,7 +517,7 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     /// (a checkpoint's model as loaded is served by [`Server::with_reload`]).
     pub fn new(model: M, cfg: ServeConfig, device: &B::Device) -> Result<Self, ServeConfigError> {
         cfg.validate()?;
-        check_memory(&cfg, &model, device)?;
+        check_memory(&cfg, &model, &step_devices(&model, device)?)?;
         let copy = WeightRecorder::default()
             .record(model.clone().into_record(), ())
             .map_err(|e| ServeConfigError(format!("cannot copy the weights to the host: {e}")))?;
@@ -534,7 +537,7 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         reload: Reload<B, M>,
     ) -> Result<Self, ServeConfigError> {
         cfg.validate()?;
-        check_memory(&cfg, &model, device)?;
+        check_memory(&cfg, &model, &step_devices(&model, device)?)?;
         Self::serving(model, Weights::Reload(reload), cfg, device)
     }
 
@@ -547,6 +550,7 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         let pool = PagePool::new(cfg.pages, cfg.page_size);
         let mut server = Self {
             caches: Vec::new(),
+            devices: step_devices(&model, device)?,
             model,
             weights,
             scheduler: Scheduler::new(pool, cfg.step_tokens),
@@ -569,16 +573,22 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         self.cfg.pages + self.decode.as_ref().map_or(0, CapturedDecode::largest)
     }
 
-    fn empty_caches(&self) -> Vec<LayerCache<B>> {
+    /// An empty cache on every step device.
+    fn empty_caches(&self) -> Vec<Vec<LayerCache<B>>> {
         let layout = self.model.cache_layout();
         let slots = self.cache_pages() * self.cfg.page_size;
-        let empty = |dim| {
-            Tensor::<B, 3>::zeros([slots, layout.kv_heads, dim], (&self.device, layout.dtype))
-        };
-        (0..layout.layers)
-            .map(|_| LayerCache {
-                keys: empty(layout.key_dim),
-                values: layout.value_dim.map(empty),
+        self.devices
+            .iter()
+            .map(|device| {
+                let empty = |dim| {
+                    Tensor::<B, 3>::zeros([slots, layout.kv_heads, dim], (device, layout.dtype))
+                };
+                (0..layout.layers)
+                    .map(|_| LayerCache {
+                        keys: empty(layout.key_dim),
+                        values: layout.value_dim.map(empty),
+                    })
+                    .collect()
             })
             .collect()
     }
@@ -596,6 +606,11 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     /// Requests waiting to be admitted (new or preempted).
     pub fn waiting(&self) -> usize {
         self.scheduler.waiting()
+    }
+
+    /// The devices a step runs on, each with its own cache (the server's first).
+    pub fn devices(&self) -> &[B::Device] {
+        &self.devices
     }
 
     /// The server's settings.
@@ -676,23 +691,27 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     /// `--gpu-memory-utilization`): that fraction of the device's total, less the memory in use
     /// now (the weights, other processes) and the largest step's workspace, which is measured
     /// by serving one request of `step_tokens` tokens through the cache the server was built
-    /// with; the cache is then rebuilt with as many pages as that leaves. Refused, with the
-    /// numbers, when they cannot hold one request of `max_seq` tokens; on a backend other than
-    /// `Ascend` (no memory to read); and once a request was submitted or decode captured (size
-    /// the cache first).
+    /// with; the cache is then rebuilt with as many pages as that leaves. A model whose step
+    /// spans several devices gets the pages the fullest of them leaves (each holds a cache of
+    /// as many pages), agreed with the other processes serving it ([`StepModel::agree`]); the
+    /// sizing returned is that device's. Refused, with the numbers, when they cannot hold one
+    /// request of `max_seq` tokens; on a backend other than `Ascend` (no memory to read); and
+    /// once a request was submitted or decode captured (size the cache first).
     pub fn fit_cache_to_memory(
         &mut self,
         utilization: f64,
     ) -> Result<CacheSizing, ServeConfigError> {
-        let Some(device) = (&self.device as &dyn Any)
-            .downcast_ref::<AscendDevice>()
-            .copied()
-        else {
+        let devices: Vec<AscendDevice> = self
+            .devices
+            .iter()
+            .filter_map(|d| (d as &dyn Any).downcast_ref::<AscendDevice>().copied())
+            .collect();
+        if devices.len() != self.devices.len() {
             return Err(ServeConfigError(format!(
                 "sizing the cache from device memory needs an NPU, this server runs on {}",
                 std::any::type_name::<B>()
             )));
-        };
+        }
         if !(utilization > 0.0 && utilization <= 1.0) {
             return Err(ServeConfigError(format!(
                 "the memory utilization {utilization} is not in (0, 1]"
@@ -704,39 +723,65 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
                     .into(),
             ));
         }
-        let ctx = DeviceContext::get(&device.into())
-            .map_err(|e| ServeConfigError(format!("cannot open {device}: {e}")))?;
+        let contexts = devices
+            .iter()
+            .map(|d| {
+                DeviceContext::get(&(*d).into())
+                    .map_err(|e| ServeConfigError(format!("cannot open {d}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let release = || {
-            ctx.release_cache()
-                .map_err(|e| ServeConfigError(format!("{device}: {e}")))
+            contexts.iter().try_for_each(|ctx| {
+                ctx.release_cache()
+                    .map_err(|e| ServeConfigError(format!("{}: {e}", ctx.device())))
+            })
+        };
+        let free = || {
+            devices
+                .iter()
+                .map(memory::device_memory)
+                .collect::<Result<Vec<_>, _>>()
         };
         // What a step takes: the device memory the probe left reserved (the allocators keep
         // the blocks it used, its tensors' and its operators' workspaces).
         release()?;
-        let (free_before, _) = memory::device_memory(&device)?;
+        let before = free()?;
         let probe = self.cfg.step_tokens.min(self.cfg.max_seq - 1).max(1);
         let out = self.generate(&[Request::greedy(vec![0; probe], 1)]);
         if let Err(e) = &out.results[0] {
             return Err(ServeConfigError(format!(
-                "measuring a step of {probe} tokens on {device}: {e}"
+                "measuring a step of {probe} tokens on {}: {e}",
+                devices[0]
             )));
         }
-        ctx.synchronize()
-            .map_err(|e| ServeConfigError(format!("{device}: {e}")))?;
-        let (free_after, _) = memory::device_memory(&device)?;
-        let workspace = free_before.saturating_sub(free_after);
+        for ctx in &contexts {
+            ctx.synchronize()
+                .map_err(|e| ServeConfigError(format!("{}: {e}", ctx.device())))?;
+        }
+        let after = free()?;
         release()?;
         let page_bytes = memory::page_bytes(&self.model.cache_layout(), self.cfg.page_size);
         let cache = self.cache_bytes();
-        let (free, total) = memory::device_memory(&device)?;
-        let in_use = (total - free).saturating_sub(cache);
-        let sizing = memory::pages_for(
-            &self.cfg,
-            page_bytes,
-            (in_use, workspace, total),
-            utilization,
-            &device,
-        )?;
+        let now = free()?;
+        let mut fewest: Option<CacheSizing> = None;
+        for (i, device) in devices.iter().enumerate() {
+            let workspace = before[i].0.saturating_sub(after[i].0);
+            let (free, total) = now[i];
+            let in_use = (total - free).saturating_sub(cache);
+            let sizing = memory::pages_for(
+                &self.cfg,
+                page_bytes,
+                (in_use, workspace, total),
+                utilization,
+                device,
+            )?;
+            if fewest.is_none_or(|f| sizing.pages < f.pages) {
+                fewest = Some(sizing);
+            }
+        }
+        let mut sizing = fewest.expect("a step device");
+        sizing.pages = self.model.agree(sizing.pages);
+        sizing.tokens = sizing.pages * self.cfg.page_size;
         self.cfg.pages = sizing.pages;
         self.cfg.validate()?;
         self.scheduler = Scheduler::new(
@@ -749,8 +794,8 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         Ok(sizing)
     }
 
-    /// Bytes of device memory the KV cache takes (its pages and captured decode's scratch
-    /// pages, every layer).
+    /// Bytes of device memory the KV cache takes on each step device (its pages and captured
+    /// decode's scratch pages, every layer).
     pub fn cache_bytes(&self) -> u64 {
         self.cache_pages() as u64
             * memory::page_bytes(&self.model.cache_layout(), self.cfg.page_size)
@@ -807,7 +852,7 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         let device = *self.ascend_device();
         let (graph, logits) = graph::capture(&device, || {
             let inputs = packed_inputs(&packed, packing);
-            self.forward(&inputs)
+            self.forward(std::slice::from_ref(&inputs))
         })
         .map_err(|e| e.to_string())?;
         Ok(Bucket {
@@ -978,7 +1023,11 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             let (logits, bucket) = match replayed {
                 Some((logits, bucket)) => (logits, Some(bucket)),
                 None => {
-                    let inputs = self.inputs(host, plan);
+                    let inputs: Vec<StepInputs<B>> = self
+                        .devices
+                        .iter()
+                        .map(|d| self.inputs(&host, plan, d))
+                        .collect();
                     (self.forward(&inputs), None)
                 }
             };
@@ -1079,7 +1128,11 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         // Only Ascend devices have sticky faults; `B::Device` is `'static` as `B` is.
         if let Some(device) = (&self.device as &dyn Any).downcast_ref::<AscendDevice>() {
             let mut devices = vec![*device];
-            for d in self.model.other_devices() {
+            let steps = self
+                .devices
+                .iter()
+                .filter_map(|d| (d as &dyn Any).downcast_ref::<AscendDevice>().copied());
+            for d in steps.chain(self.model.other_devices()) {
                 if !devices.contains(&d) {
                     devices.push(d);
                 }
@@ -1167,40 +1220,52 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         }
     }
 
-    /// Uploads the step's inputs.
-    fn inputs(&self, host: HostInputs, plan: &Plan) -> StepInputs<B> {
-        let d = &self.device;
+    /// Uploads the step's inputs to `d`.
+    fn inputs(&self, host: &HostInputs, plan: &Plan, d: &B::Device) -> StepInputs<B> {
         StepInputs {
-            tokens: ints(host.tokens, d),
-            positions: ints::<B>(host.positions, d).float(),
-            prefix_lens: ints(host.prefix_lens, d),
-            seq_lens: ints(host.seq_lens, d),
-            last_loc: ints(host.last_loc, d),
+            tokens: ints(host.tokens.clone(), d),
+            positions: ints::<B>(host.positions.clone(), d).float(),
+            prefix_lens: ints(host.prefix_lens.clone(), d),
+            seq_lens: ints(host.seq_lens.clone(), d),
+            last_loc: ints(host.last_loc.clone(), d),
             free_pages: ints(plan.free_list.clone(), d),
-            kv_indptr: ints(host.indptr, d),
-            kv_indices: ints(host.indices, d),
-            kv_splits: ints(host.splits, d),
-            sample_rows: ints(host.sample_rows, d),
-            prefill: host.prefill.map(|t| t.upload(self.cfg.page_size, d)),
+            kv_indptr: ints(host.indptr.clone(), d),
+            kv_indices: ints(host.indices.clone(), d),
+            kv_splits: ints(host.splits.clone(), d),
+            sample_rows: ints(host.sample_rows.clone(), d),
+            prefill: host
+                .prefill
+                .as_ref()
+                .map(|t| t.upload(self.cfg.page_size, d)),
         }
     }
 
     /// One step of the model over the paged cache: allocates the slots of the step's tokens
     /// (`fused::alloc_extend`), runs the model's step (each attention layer writes its rows
     /// there and attends every token to its cached positions) and returns the logits `[S, V]`
-    /// of the sampled rows.
-    pub fn forward(&mut self, x: &StepInputs<B>) -> Tensor<B, 2> {
-        let t = x.tokens.dims()[0];
-        let slots = fused::alloc_extend(
-            x.prefix_lens.clone(),
-            x.seq_lens.clone(),
-            x.last_loc.clone(),
-            x.free_pages.clone(),
-            self.cfg.page_size,
-            t,
-        )
-        .slots;
-        let mut attention = PagedAttention::new(&mut self.caches, slots, x, self.cfg.max_kv_splits);
+    /// of the sampled rows. `x` holds the step's inputs on each step device, in order (each
+    /// device allocates the same slots in its own cache).
+    pub fn forward(&mut self, x: &[StepInputs<B>]) -> Tensor<B, 2> {
+        let max_kv_splits = self.cfg.max_kv_splits;
+        let page_size = self.cfg.page_size;
+        let mut attention: Vec<PagedAttention<'_, B>> = self
+            .caches
+            .iter_mut()
+            .zip(x)
+            .map(|(caches, x)| {
+                let t = x.tokens.dims()[0];
+                let slots = fused::alloc_extend(
+                    x.prefix_lens.clone(),
+                    x.seq_lens.clone(),
+                    x.last_loc.clone(),
+                    x.free_pages.clone(),
+                    page_size,
+                    t,
+                )
+                .slots;
+                PagedAttention::new(caches, slots, x, max_kv_splits)
+            })
+            .collect();
         self.model.step(x, &mut attention)
     }
 
@@ -1373,15 +1438,35 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
     }
 }
 
-/// [`memory::check_fits`] on Ascend devices, which report their memory.
+/// [`memory::check_fits`] on each of `devices` that is an Ascend device, which reports its
+/// memory.
 fn check_memory<B: FusedOps, M: StepModel<B>>(
     cfg: &ServeConfig,
     model: &M,
-    device: &B::Device,
+    devices: &[B::Device],
 ) -> Result<(), ServeConfigError> {
-    match (device as &dyn Any).downcast_ref::<AscendDevice>() {
-        Some(device) => memory::check_fits(cfg, &model.cache_layout(), device),
-        None => Ok(()),
+    for device in devices {
+        if let Some(device) = (device as &dyn Any).downcast_ref::<AscendDevice>() {
+            memory::check_fits(cfg, &model.cache_layout(), device)?;
+        }
+    }
+    Ok(())
+}
+
+/// The devices a step of `model` runs on when served on `device`: its step devices, which must
+/// start with `device`, else `device` alone.
+fn step_devices<B: FusedOps, M: StepModel<B>>(
+    model: &M,
+    device: &B::Device,
+) -> Result<Vec<B::Device>, ServeConfigError> {
+    let devices = model.step_devices();
+    match devices.first() {
+        None => Ok(vec![device.clone()]),
+        Some(first) if first == device => Ok(devices),
+        Some(first) => Err(ServeConfigError(format!(
+            "the model's step runs on {devices:?} from {first:?}: serve it on {first:?}, not \
+             {device:?}"
+        ))),
     }
 }
 
@@ -1408,7 +1493,7 @@ struct HostPrefill {
 }
 
 impl HostPrefill {
-    fn upload<B: FusedOps>(self, page_size: usize, d: &B::Device) -> PrefillInputs<B> {
+    fn upload<B: FusedOps>(&self, page_size: usize, d: &B::Device) -> PrefillInputs<B> {
         let width = self.rows.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let mut table = vec![0i32; self.rows.len() * width];
         for (r, pages) in self.rows.iter().enumerate() {
@@ -1419,8 +1504,8 @@ impl HostPrefill {
         let rows = self.rows.len();
         PrefillInputs {
             block_table: ints::<B>(table, d).reshape([rows, width]),
-            q_lens: self.q_lens,
-            kv_lens: self.kv_lens,
+            q_lens: self.q_lens.clone(),
+            kv_lens: self.kv_lens.clone(),
             page_size,
         }
     }

@@ -50,8 +50,10 @@ pub trait StepModel<B: FusedOps>: Module<B> {
 
     /// One step: the step's tokens through every layer, each attention layer through
     /// `attention` (layer `i` of [`CacheLayout::layers`] calls [`PagedAttention::attend`] with
-    /// `i`), and the logits `[S, V]` of the rows `x.sample_rows` names.
-    fn step(&self, x: &StepInputs<B>, attention: &mut PagedAttention<'_, B>) -> Tensor<B, 2>;
+    /// `i`), and the logits `[S, V]` of the rows `x.sample_rows` names, on the server's device.
+    /// `x` and `attention` hold one entry per step device ([`StepModel::step_devices`]): the
+    /// step's inputs on that device and its paged cache; one unless the model says otherwise.
+    fn step(&self, x: &[StepInputs<B>], attention: &mut [PagedAttention<'_, B>]) -> Tensor<B, 2>;
 
     /// Logits `[B, S, V]` of whole sequences by causal attention without a cache: the
     /// reference the paged path must agree with.
@@ -62,9 +64,24 @@ pub trait StepModel<B: FusedOps>: Module<B> {
         None
     }
 
+    /// The devices a step runs on when its attention is split across them (by heads): each
+    /// has its own paged cache of [`StepModel::cache_layout`] rows and its own copy of the
+    /// step's inputs, the server's device first. Empty (the default): the server's device
+    /// alone.
+    fn step_devices(&self) -> Vec<B::Device> {
+        Vec::new()
+    }
+
     /// NPUs besides the server's that hold parts of the model: a failed step resets them too.
     fn other_devices(&self) -> Vec<AscendDevice> {
         Vec::new()
+    }
+
+    /// The smallest `pages` of the processes serving the model together (one per machine,
+    /// each with the same requests): their caches must have as many pages for their schedules
+    /// to stay the same. One process (the default): `pages`.
+    fn agree(&self, pages: usize) -> usize {
+        pages
     }
 
     /// The model after its weights were reloaded on reset devices (an expert-parallel model

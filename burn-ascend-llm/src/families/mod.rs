@@ -10,12 +10,15 @@
 //! - [`deepseek`]: DeepSeek-V2 and DeepSeek-V3 (`deepseek_v2`, `deepseek_v3`).
 //!
 //! The decoder is a [`StepModel`]: the engine ([`crate::engine::serve::Server`]) serves it
-//! through the paged cache, with chunked prefill and captured decode.
+//! through the paged cache, with chunked prefill and captured decode. Split across NPUs
+//! ([`parallel`]), each NPU holds a shard: a [`Decoder`] of its part of every tensor, and the
+//! shards run the one step the whole decoder runs ([`Decoder::step_ranks`]).
 
 pub mod blocks;
 pub mod config;
 pub mod deepseek;
 pub mod mixtral;
+pub mod parallel;
 pub mod prequant;
 pub mod qwen_moe;
 pub mod weights;
@@ -38,8 +41,9 @@ use blocks::attention::{Attention, AttentionSpec};
 use blocks::ffn::{Ffn, FfnSpec, RouterStats};
 use blocks::norm::RmsNorm;
 use blocks::quant::Quantize;
+use parallel::{Group, Part};
 use prequant::CheckedTensors;
-use weights::{Expected, Sink, Source, Tensors};
+use weights::{Cut, Expected, Sink, Source, Tensors};
 
 /// A checkpoint that cannot be loaded (or saved), and why.
 #[derive(Debug, thiserror::Error)]
@@ -210,7 +214,8 @@ impl<B: FusedOps> Layer<B> {
     }
 }
 
-/// The decoder every family is.
+/// The decoder every family is: the whole model, or one NPU's shard of a model split across
+/// NPUs ([`parallel`]).
 #[derive(Module, Debug)]
 pub struct Decoder<B: Backend> {
     embed: Embedding<B>,
@@ -227,6 +232,9 @@ pub struct Decoder<B: Backend> {
     /// The pre-quantized checkpoint's format and layers, if it was one ([`prequant`]).
     #[module(skip)]
     prequantized: Option<String>,
+    /// The part of the model it holds ([`Part::WHOLE`] unless split across NPUs).
+    #[module(skip)]
+    part: Part,
 }
 
 impl<B: FusedOps> Decoder<B> {
@@ -241,7 +249,7 @@ impl<B: FusedOps> Decoder<B> {
         quantize: Option<Quantize>,
         device: &B::Device,
     ) -> Result<Self, LoadError> {
-        Self::load_planned(spec, tensors, None, dtype, quantize, device)
+        Self::load_part(spec, tensors, dtype, quantize, device, Part::WHOLE)
     }
 
     /// [`Decoder::load`] of a pre-quantized checkpoint whose layers `plan` says how are
@@ -255,10 +263,39 @@ impl<B: FusedOps> Decoder<B> {
         quantize: Option<Quantize>,
         device: &B::Device,
     ) -> Result<Self, LoadError> {
+        let src = Source::<B>::new(tensors, dtype, device).with_plan(plan);
+        Self::load_source(spec, &src, quantize, Part::WHOLE)
+    }
+
+    /// [`Decoder::load`] of the shard `part` of a model split across NPUs: only the part's
+    /// elements of each tensor are read and uploaded (see [`parallel`]).
+    pub fn load_part(
+        spec: &DecoderSpec,
+        tensors: &dyn Tensors,
+        dtype: DType,
+        quantize: Option<Quantize>,
+        device: &B::Device,
+        part: Part,
+    ) -> Result<Self, LoadError> {
+        Self::load_source(
+            spec,
+            &Source::<B>::new(tensors, dtype, device),
+            quantize,
+            part,
+        )
+    }
+
+    /// [`Decoder::load_part`] from `src` (which counts what it reads).
+    pub(crate) fn load_source(
+        spec: &DecoderSpec,
+        src: &Source<B>,
+        quantize: Option<Quantize>,
+        part: Part,
+    ) -> Result<Self, LoadError> {
+        let dtype = src.dtype();
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
             return Err(LoadError::Dtype(dtype));
         }
-        let src = Source::<B>::new(tensors, dtype, device).with_plan(plan);
         let norm = |name: &str| -> Result<RmsNorm<B>, LoadError> {
             Ok(RmsNorm::new(src.tensor(name)?, spec.eps))
         };
@@ -270,9 +307,9 @@ impl<B: FusedOps> Decoder<B> {
                 let p = format!("model.layers.{i}");
                 let layer = Layer {
                     input_norm: norm(&format!("{p}.input_layernorm.weight"))?,
-                    attention: layer.attention.load(&p, &src)?,
+                    attention: layer.attention.load(&p, src, part)?,
                     post_norm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
-                    ffn: layer.ffn.load(&p, &src)?,
+                    ffn: layer.ffn.load(&p, src, part)?,
                 };
                 Ok(match quantize {
                     Some(mode) => layer.quantize(mode),
@@ -280,14 +317,25 @@ impl<B: FusedOps> Decoder<B> {
                 })
             })
             .collect::<Result<_, LoadError>>()?;
+        let (rows, chunk) = part.vocab(spec.vocab);
         let decoder = Self {
-            embed: src.embedding("model.embed_tokens.weight")?,
+            embed: Embedding {
+                weight: src.tensor_rows("model.embed_tokens.weight", rows.clone(), chunk)?,
+            },
             layers,
             norm: norm("model.norm.weight")?,
-            head: src.linear("lm_head", false)?,
+            head: src.linear_part(
+                "lm_head",
+                false,
+                Cut::Out {
+                    range: rows,
+                    width: chunk,
+                },
+            )?,
             spec: spec.clone(),
-            quantized: quantize.or(plan.and_then(prequant::Plan::int8_mode)),
-            prequantized: plan.map(ToString::to_string),
+            quantized: quantize.or(src.plan().and_then(prequant::Plan::int8_mode)),
+            prequantized: src.plan().map(ToString::to_string),
+            part,
         };
         src.check_zero_offsets()?;
         Ok(decoder)
@@ -317,9 +365,14 @@ impl<B: FusedOps> Decoder<B> {
         self.prequantized.as_deref()
     }
 
-    /// What the decoder is.
+    /// What the decoder is (the whole model's spec, also for a shard).
     pub fn spec(&self) -> &DecoderSpec {
         &self.spec
+    }
+
+    /// The part of the model it holds.
+    pub fn part(&self) -> Part {
+        self.part
     }
 
     /// The dtype of its weights (and of its cache rows).
@@ -349,58 +402,201 @@ impl<B: FusedOps> Decoder<B> {
         out.0
     }
 
-    /// The residual stream `x [T, H]` after a layer's feed-forward block, given its attention
-    /// output `attended [T, H]`.
-    fn feed_forward(
-        layer: &Layer<B>,
-        x: Tensor<B, 2>,
-        attended: Tensor<B, 2>,
-    ) -> (Tensor<B, 2>, Option<RouterStats<B>>) {
-        let (normed, x) = layer.post_norm.add_forward(x, attended);
-        let (y, stats) = layer.ffn.forward(normed);
-        (x + y, stats)
-    }
-
     /// Causal forward pass over whole sequences `tokens [B, S]`: logits `[B, S, V]` and the
     /// load-balancing loss of transformers' `load_balancing_loss_func` (without its
     /// coefficient), over the tokens of every MoE layer together.
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Tensor<B, 1>) {
         let device = tokens.device();
-        let (logits, stats) = self.run(tokens);
+        let (logits, stats) = Self::dense_ranks(&[self], None, vec![tokens]);
         (logits, load_balancing_loss(stats, &device))
     }
 
     /// The router probabilities `[B * S, E]` of the tokens `[B, S]` in each MoE layer, in
     /// order: what the load-balancing loss averages.
     pub fn router_probs(&self, tokens: Tensor<B, 2, Int>) -> Vec<Tensor<B, 2>> {
-        self.run(tokens).1.into_iter().map(|s| s.probs).collect()
+        Self::dense_ranks(&[self], None, vec![tokens])
+            .1
+            .into_iter()
+            .map(|s| s.probs)
+            .collect()
     }
 
-    fn run(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 3>, Vec<RouterStats<B>>) {
-        let [b, s] = tokens.dims();
-        let device = tokens.device();
+    /// Causal forward pass of the shards `shards` (one whole decoder with no group) over whole
+    /// sequences, `tokens[i] [B, S]` on shard i's device: logits `[B, S, V]` on the first
+    /// shard's, and the routing statistics of every MoE layer (a whole decoder's only).
+    pub(crate) fn dense_ranks(
+        shards: &[&Self],
+        group: Option<&Group<B>>,
+        tokens: Vec<Tensor<B, 2, Int>>,
+    ) -> (Tensor<B, 3>, Vec<RouterStats<B>>) {
+        let [b, s] = tokens[0].dims();
+        let hidden = shards[0].spec.hidden;
         // f32 whatever the model's dtype: see `crate::moe::model::rope`.
-        let positions = Tensor::<B, 1>::from_data(
-            TensorData::new((0..s).map(|p| p as f32).collect::<Vec<_>>(), [s]),
-            (&device, DType::F32),
-        );
-        let mut x = self.embed.forward(tokens);
-        let h = self.spec.hidden;
+        let positions: Vec<Tensor<B, 1>> = tokens
+            .iter()
+            .map(|t| {
+                Tensor::<B, 1>::from_data(
+                    TensorData::new((0..s).map(|p| p as f32).collect::<Vec<_>>(), [s]),
+                    (&t.device(), DType::F32),
+                )
+            })
+            .collect();
+        let flat = tokens.into_iter().map(|t| t.reshape([b * s])).collect();
+        let h = Self::embed_ranks(shards, group, flat);
         let mut stats = Vec::new();
-        for layer in &self.layers {
-            let attended = layer
-                .attention
-                .dense(layer.input_norm.forward(x.clone()), positions.clone());
-            let (y, st) =
-                Self::feed_forward(layer, x.reshape([b * s, h]), attended.reshape([b * s, h]));
-            x = y.reshape([b, s, h]);
-            stats.extend(st);
+        let mut attend = |_: usize, r: usize, block: &Attention<B>, x: Tensor<B, 2>| {
+            block
+                .dense(x.reshape([b, s, hidden]), positions[r].clone())
+                .reshape([b * s, hidden])
+        };
+        let h = Self::layers_ranks(shards, group, h, &mut attend, &mut stats);
+        let v = shards[0].spec.vocab;
+        (
+            Self::logits_ranks(shards, group, h).reshape([b, s, v]),
+            stats,
+        )
+    }
+
+    /// One serving step of the shards (one whole decoder with no group): `x[i]` and
+    /// `attention[i]` are shard i's copy of the step's inputs and its paged cache. The logits
+    /// `[S, V]` of the sampled rows, on the first shard's device.
+    pub(crate) fn step_ranks(
+        shards: &[&Self],
+        group: Option<&Group<B>>,
+        x: &[StepInputs<B>],
+        attention: &mut [PagedAttention<'_, B>],
+    ) -> Tensor<B, 2> {
+        let h = Self::embed_ranks(shards, group, x.iter().map(|x| x.tokens.clone()).collect());
+        let mut attend = |layer: usize, r: usize, block: &Attention<B>, normed: Tensor<B, 2>| {
+            block.paged(normed, x[r].positions.clone(), layer, &mut attention[r])
+        };
+        let h = Self::layers_ranks(shards, group, h, &mut attend, &mut Vec::new());
+        let sampled = h
+            .into_iter()
+            .zip(x)
+            .map(|(h, x)| h.select(0, x.sample_rows.clone()))
+            .collect();
+        Self::logits_ranks(shards, group, sampled)
+    }
+
+    /// The rows `[T, H]` of the tokens `[T]` on each shard. Split by vocabulary, each shard
+    /// looks up the tokens its rows hold and gives zero rows for the others; the sum over the
+    /// shards is every token's row (one term non-zero: exact).
+    fn embed_ranks(
+        shards: &[&Self],
+        group: Option<&Group<B>>,
+        tokens: Vec<Tensor<B, 1, Int>>,
+    ) -> Vec<Tensor<B, 2>> {
+        let hidden = shards[0].spec.hidden;
+        let rows = shards
+            .iter()
+            .zip(tokens)
+            .map(|(shard, tokens)| {
+                let t = tokens.dims()[0];
+                if shard.part == Part::WHOLE {
+                    return shard
+                        .embed
+                        .forward(tokens.reshape([1, t]))
+                        .reshape([t, hidden]);
+                }
+                let (rows, chunk) = shard.part.vocab(shard.spec.vocab);
+                let local = tokens - rows.start as i64;
+                let outside = local
+                    .clone()
+                    .lower_elem(0)
+                    .bool_or(local.clone().greater_equal_elem(chunk as i64));
+                let ids = local.mask_fill(outside.clone(), 0);
+                shard
+                    .embed
+                    .forward(ids.reshape([1, t]))
+                    .reshape([t, hidden])
+                    .mask_fill(outside.reshape([t, 1]).expand([t, hidden]), 0.0)
+            })
+            .collect();
+        match group {
+            Some(g) => g.sum(rows),
+            None => rows,
         }
-        let v = self.spec.vocab;
-        let logits = self.head.forward(self.norm.forward(x.reshape([b * s, h])));
-        (logits.reshape([b, s, v]), stats)
+    }
+
+    /// The layers over each shard's residual stream `h[i] [T, H]` (the same on every shard):
+    /// each attention block through `attend(layer, shard, block, normed input)`, which gives
+    /// the shard's part of the block's output; the shards' parts summed. The routing statistics
+    /// of every MoE layer are added to `stats` when the decoder is whole.
+    fn layers_ranks(
+        shards: &[&Self],
+        group: Option<&Group<B>>,
+        mut h: Vec<Tensor<B, 2>>,
+        attend: &mut Attend<'_, B>,
+        stats: &mut Vec<RouterStats<B>>,
+    ) -> Vec<Tensor<B, 2>> {
+        let sum = |parts: Vec<Tensor<B, 2>>| match group {
+            Some(g) => g.sum(parts),
+            None => parts,
+        };
+        for i in 0..shards[0].layers.len() {
+            let attended = shards
+                .iter()
+                .zip(&h)
+                .enumerate()
+                .map(|(r, (shard, h))| {
+                    let layer = &shard.layers[i];
+                    attend(i, r, &layer.attention, layer.input_norm.forward(h.clone()))
+                })
+                .collect();
+            let (normed, residual): (Vec<_>, Vec<_>) = h
+                .into_iter()
+                .zip(sum(attended))
+                .zip(shards)
+                .map(|((h, a), shard)| shard.layers[i].post_norm.add_forward(h, a))
+                .unzip();
+            let ffn = match group {
+                None => {
+                    let x = normed.into_iter().next().expect("one shard");
+                    let (y, st) = shards[0].layers[i].ffn.forward(x);
+                    stats.extend(st);
+                    vec![y]
+                }
+                Some(g) => {
+                    let blocks: Vec<&Ffn<B>> = shards.iter().map(|s| &s.layers[i].ffn).collect();
+                    g.sum(Ffn::forward_ranks(&blocks, normed, g))
+                }
+            };
+            h = residual.into_iter().zip(ffn).map(|(x, y)| x + y).collect();
+        }
+        h
+    }
+
+    /// The logits `[R, V]` of each shard's final hidden states `h[i] [R, H]`, on the first
+    /// shard: split by vocabulary, each shard's chunk of columns, all-gathered.
+    fn logits_ranks(
+        shards: &[&Self],
+        group: Option<&Group<B>>,
+        h: Vec<Tensor<B, 2>>,
+    ) -> Tensor<B, 2> {
+        let mut logits: Vec<Tensor<B, 2>> = shards
+            .iter()
+            .zip(h)
+            .map(|(shard, h)| shard.head.forward(shard.norm.forward(h)))
+            .collect();
+        match group {
+            None => logits.pop().expect("one shard"),
+            Some(g) => {
+                // Gathered along dim 0: each chunk as `[chunk, R]`, then back.
+                let columns = logits.into_iter().map(|l| l.swap_dims(0, 1)).collect();
+                let v = shards[0].spec.vocab;
+                g.gather(columns)
+                    .swap_remove(0)
+                    .narrow(0, 0, v)
+                    .swap_dims(0, 1)
+            }
+        }
     }
 }
+
+/// A layer's attention on one shard: `(layer, shard, block, normed input [T, H])` to the
+/// shard's part of the block's output `[T, H]`.
+type Attend<'a, B> = dyn FnMut(usize, usize, &Attention<B>, Tensor<B, 2>) -> Tensor<B, 2> + 'a;
 
 /// transformers' `load_balancing_loss_func`: experts times the sum over experts of the
 /// fraction of (token, choice) pairs routed to each and its mean router probability, both
@@ -437,23 +633,8 @@ impl<B: FusedOps> StepModel<B> for Decoder<B> {
         }
     }
 
-    fn step(&self, x: &StepInputs<B>, attention: &mut PagedAttention<'_, B>) -> Tensor<B, 2> {
-        let t = x.tokens.dims()[0];
-        let mut h = self
-            .embed
-            .forward(x.tokens.clone().reshape([1, t]))
-            .reshape([t, self.spec.hidden]);
-        for (i, layer) in self.layers.iter().enumerate() {
-            let attended = layer.attention.paged(
-                layer.input_norm.forward(h.clone()),
-                x.positions.clone(),
-                i,
-                attention,
-            );
-            h = Self::feed_forward(layer, h, attended).0;
-        }
-        self.head
-            .forward(self.norm.forward(h.select(0, x.sample_rows.clone())))
+    fn step(&self, x: &[StepInputs<B>], attention: &mut [PagedAttention<'_, B>]) -> Tensor<B, 2> {
+        Self::step_ranks(&[self], None, x, attention)
     }
 
     fn forward_logits(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
@@ -594,15 +775,16 @@ impl LoadReport {
     }
 }
 
-/// A checkpoint's decoder loaded to serve ([`load_to_serve`]).
-pub struct ToServe<B: FusedOps> {
+/// A checkpoint's decoder loaded to serve ([`load_to_serve`]; split across NPUs:
+/// [`parallel::load_parallel_to_serve`]).
+pub struct ToServe<B: FusedOps, M = Decoder<B>> {
     /// The decoder.
-    pub model: Decoder<B>,
+    pub model: M,
     /// What [`Server::with_reload`] needs to load it again after a device reset: the same
     /// files, kept mapped (no copy of the weights on the host).
     ///
     /// [`Server::with_reload`]: crate::engine::serve::Server::with_reload
-    pub reload: Reload<B, Decoder<B>>,
+    pub reload: Reload<B, M>,
     /// How the load went.
     pub report: LoadReport,
 }
@@ -617,17 +799,12 @@ pub fn load_to_serve<B: FusedOps>(
     let start = Instant::now();
     let model = load_from::<B>(&checkpoint, options, device)?;
     B::sync(device).map_err(|e| LoadError::Device(format!("{e:?}")))?;
-    let (_, _, tensors) = checked_spec(&checkpoint)?;
-    let read_bytes = tensors
-        .iter()
-        .filter_map(|(name, _, _)| checkpoint.bytes(name).ok())
-        .map(|(_, bytes)| bytes.len() as u64)
-        .sum();
+    let checked = checked_spec(&checkpoint)?;
     let report = LoadReport {
         dtype: model.dtype(),
         quantize: options.quantize,
         prequantized: model.prequantized().map(str::to_string),
-        read_bytes,
+        read_bytes: stored_bytes(&checkpoint, &checked.tensors),
         secs: start.elapsed().as_secs_f64(),
     };
     let reload: Reload<B, Decoder<B>> =
@@ -637,6 +814,15 @@ pub fn load_to_serve<B: FusedOps>(
         reload,
         report,
     })
+}
+
+/// Bytes the checked `tensors` take in `checkpoint`'s files.
+fn stored_bytes(checkpoint: &Checkpoint, tensors: &CheckedTensors) -> u64 {
+    tensors
+        .iter()
+        .filter_map(|(name, _, _)| checkpoint.bytes(name).ok())
+        .map(|(_, bytes)| bytes.len() as u64)
+        .sum()
 }
 
 /// Loads the checkpoint directory `dir` (config.json, safetensors weights) as the family its
@@ -663,12 +849,9 @@ pub fn load_from<B: FusedOps>(
     device: &B::Device,
 ) -> Result<Decoder<B>, LoadError> {
     let options = options.into();
-    let dtype = match options.dtype {
-        Some(dtype) => dtype,
-        None => serving_dtype(checkpoint)?,
-    };
-    let (spec, plan, tensors) = checked_spec(checkpoint)?;
-    if let (Some(asked), Some(plan)) = (options.quantize, &plan) {
+    let dtype = options_dtype(checkpoint, options)?;
+    let checked = checked_spec(checkpoint)?;
+    if let (Some(asked), Some(plan)) = (options.quantize, &checked.plan) {
         if plan.int8_mode().is_some() {
             return Err(LoadError::AlreadyQuantized {
                 model: checkpoint.dir().display().to_string(),
@@ -677,22 +860,45 @@ pub fn load_from<B: FusedOps>(
             });
         }
     }
-    check_fits::<B>(checkpoint, &tensors, dtype, options.quantize, device)?;
-    Decoder::load_planned(
-        &spec,
+    check_fits::<B>(
         checkpoint,
-        plan.as_ref(),
+        &checked,
+        dtype,
+        options.quantize,
+        device,
+        Part::WHOLE,
+    )?;
+    Decoder::load_planned(
+        &checked.spec,
+        checkpoint,
+        checked.plan.as_ref(),
         dtype,
         options.quantize,
         device,
     )
 }
 
+/// The dtype `options` serve `checkpoint` in: theirs, else the checkpoint's own.
+fn options_dtype(checkpoint: &Checkpoint, options: LoadOptions) -> Result<DType, LoadError> {
+    match options.dtype {
+        Some(dtype) => Ok(dtype),
+        None => serving_dtype(checkpoint),
+    }
+}
+
+/// A checkpoint's decoder, checked against its files.
+struct Checked {
+    /// The decoder the config describes.
+    spec: DecoderSpec,
+    /// The pre-quantization format, if any.
+    plan: Option<prequant::Plan>,
+    /// The tensors, with their names, shapes and element types checked.
+    tensors: CheckedTensors,
+}
+
 /// The decoder the checkpoint describes, its pre-quantization format (if any) and its tensors,
 /// checked: names, shapes and element types.
-fn checked_spec(
-    checkpoint: &Checkpoint,
-) -> Result<(DecoderSpec, Option<prequant::Plan>, CheckedTensors), LoadError> {
+fn checked_spec(checkpoint: &Checkpoint) -> Result<Checked, LoadError> {
     let mut spec = spec_of(checkpoint.config())?;
     if checkpoint
         .names()
@@ -706,49 +912,77 @@ fn checked_spec(
     checkpoint.check(&tensors, |name| {
         name.ends_with(".self_attn.rotary_emb.inv_freq") || not_the_decoder(name)
     })?;
-    Ok((spec, plan, tensors))
+    Ok(Checked {
+        spec,
+        plan,
+        tensors,
+    })
 }
 
-/// Refuses weights that cannot fit an NPU's free memory, before anything is allocated. The
-/// bytes counted are a lower bound (quantized: every matrix of a layer at one byte an element,
-/// scales not counted; stored int8: the int8 weights at one byte, scales not counted), so a
-/// model that fits is never refused; one that only nearly fits fails at its allocation with
-/// the device's out-of-memory error.
+/// Refuses weights that cannot fit an NPU's free memory, before anything is allocated: the
+/// `part` of them the NPU holds. The bytes counted are a lower bound (quantized: every matrix of
+/// a layer at one byte an element, scales not counted; stored int8: the int8 weights at one
+/// byte, scales not counted; a shard: its share of every tensor, the fewest routed experts a
+/// rank holds), so a model that fits is never refused; one that only nearly fits fails at its
+/// allocation with the device's out-of-memory error.
 fn check_fits<B: FusedOps>(
     checkpoint: &Checkpoint,
-    tensors: &CheckedTensors,
+    checked: &Checked,
     dtype: DType,
     quantize: Option<Quantize>,
     device: &B::Device,
+    part: Part,
 ) -> Result<(), LoadError> {
     use crate::hf::Element;
     let Some(npu) = (device as &dyn std::any::Any).downcast_ref::<AscendDevice>() else {
         return Ok(());
     };
-    let needed: u64 = tensors
+    let experts = checked
+        .spec
+        .layers
+        .iter()
+        .find_map(|l| match &l.ffn {
+            FfnSpec::Sparse(m) => Some(m.router.experts()),
+            FfnSpec::Dense(_) => None,
+        })
+        .unwrap_or(1);
+    let needed: u64 = checked
+        .tensors
         .iter()
         .map(|(name, shape, element)| {
             let n = shape.iter().product::<usize>() as u64;
             let matrix_in_layer = name.starts_with("model.layers.") && shape.len() >= 2;
-            match (element, quantize) {
+            let n = match (element, quantize) {
                 (Element::Exactly(DType::I8), _) => n,
                 // pack-quantized: four int8 to an int32 word.
                 (Element::Exactly(DType::I32), _) if shape.len() == 2 => n * 4,
                 (Element::Exactly(_) | Element::FloatOr(_), _) => 0,
                 (_, Some(_)) if matrix_in_layer => n,
                 _ => n * dtype.size() as u64,
+            };
+            // Routed experts (per expert or fused, never the shared ones) by the fewest a rank
+            // holds; every other tensor by at least an even share.
+            if name.contains(".experts.") {
+                n * (experts / part.ranks) as u64 / experts as u64
+            } else {
+                n / part.ranks as u64
             }
         })
         .sum();
     let (free, total) = burn_ascend::runtime::device::memory_info(&(*npu).into())
         .map_err(|e| LoadError::Device(format!("cannot read {npu}'s free memory: {e}")))?;
     if needed > free as u64 {
+        let split = if part.ranks > 1 {
+            format!(", its part as rank {} of {}", part.rank, part.ranks)
+        } else {
+            String::new()
+        };
         return Err(LoadError::DoesNotFit {
             model: checkpoint.dir().display().to_string(),
             device: npu.to_string(),
             what: match quantize {
-                Some(q) => format!("{dtype:?}, layers quantized {q}"),
-                None => format!("{dtype:?}"),
+                Some(q) => format!("{dtype:?}, layers quantized {q}{split}"),
+                None => format!("{dtype:?}{split}"),
             },
             needed,
             free: free as u64,
@@ -768,6 +1002,15 @@ pub fn save<B: FusedOps>(
     from: &Checkpoint,
     max_shard_bytes: Option<usize>,
 ) -> Result<(), LoadError> {
+    if model.part != Part::WHOLE {
+        return Err(LoadError::Config {
+            model_type: model.spec.model_type.clone(),
+            why: format!(
+                "saving one NPU's shard (rank {} of {}): save a whole decoder",
+                model.part.rank, model.part.ranks
+            ),
+        });
+    }
     let mut config = from.config().clone();
     let dtype = match model.dtype() {
         DType::F32 => "float32",

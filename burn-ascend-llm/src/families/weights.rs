@@ -6,11 +6,17 @@
 //! The layouts are changed on the host as the bytes leave the file's map (a permutation of
 //! elements, no arithmetic), so each weight is uploaded once, contiguous; a dtype conversion
 //! happens on the device.
+//!
+//! A model split across NPUs ([`super::parallel`]) reads parts of tensors: a linear layer's
+//! output or input features ([`Cut`]), an embedding's rows, a range of experts. Each part is
+//! copied from the map straight into the upload of the NPU that holds it, so no NPU's weights
+//! pass through the memory of another's, and the host holds one part at a time.
 
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
-use std::cell::{RefCell, RefMut};
+use std::cell::{Cell, RefCell, RefMut};
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
@@ -92,6 +98,87 @@ pub struct Stored<'a> {
 /// `[out]` (added to the weight before scaling) if it has some.
 type Int8Parts<B> = (Tensor<B, 2, Int>, Tensor<B, 1>, Option<Tensor<B, 1>>);
 
+/// The part of a linear layer (transformers' weight `[out, in]`) a shard reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cut {
+    /// The whole layer.
+    Whole,
+    /// The output features `range` (column parallel: rows of the stored weight, and of the
+    /// bias and per-channel scales), padded with zero features to `width` (at least
+    /// `range.len()`).
+    Out {
+        /// The features read.
+        range: Range<usize>,
+        /// The layer's width on the shard.
+        width: usize,
+    },
+    /// The input features `range` (row parallel: columns of the stored weight). The shards'
+    /// outputs are summed, so the layer's constant terms (its bias, a static W8A8 layer's
+    /// `quant_bias`) are added by the `first` shard only.
+    In {
+        /// The features read.
+        range: Range<usize>,
+        /// Whether this shard adds the constant terms.
+        first: bool,
+    },
+}
+
+impl Cut {
+    /// The stored weight's `(rows, columns)` read, and the shard's width, of a layer of
+    /// `out x d_in`.
+    fn extent(&self, out: usize, d_in: usize) -> (Range<usize>, Range<usize>, usize) {
+        match self {
+            Cut::Whole => (0..out, 0..d_in, out),
+            Cut::Out { range, width } => (range.clone(), 0..d_in, *width),
+            Cut::In { range, .. } => (0..out, range.clone(), out),
+        }
+    }
+
+    /// Whether the shard adds the layer's constant terms.
+    fn adds_constants(&self) -> bool {
+        !matches!(self, Cut::In { first: false, .. })
+    }
+
+    /// A per-output-feature vector `[out]` (a bias, scales) cut as the layer is, on the device.
+    fn channels<B: Backend>(&self, v: Tensor<B, 1>) -> Tensor<B, 1> {
+        match self {
+            Cut::Out { range, width } => {
+                let part = v.slice(range.clone());
+                match width - range.len() {
+                    0 => part,
+                    pad => {
+                        let zeros = Tensor::zeros([pad], (&part.device(), part.dtype()));
+                        Tensor::cat(vec![part, zeros], 0)
+                    }
+                }
+            }
+            Cut::Whole | Cut::In { .. } => v,
+        }
+    }
+
+    /// A weight `[in, out]` in Burn's layout cut as the layer is, on the device.
+    fn matrix<B: Backend>(&self, w: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [d_in, _] = w.dims();
+        match self {
+            Cut::Whole => w,
+            Cut::Out { range, width } => {
+                let part = w.slice([0..d_in, range.clone()]);
+                match width - range.len() {
+                    0 => part,
+                    pad => {
+                        let zeros = Tensor::zeros([d_in, pad], (&part.device(), part.dtype()));
+                        Tensor::cat(vec![part, zeros], 1)
+                    }
+                }
+            }
+            Cut::In { range, .. } => {
+                let out = w.dims()[1];
+                w.slice([range.clone(), 0..out])
+            }
+        }
+    }
+}
+
 /// Where a model's tensors come from, by the checkpoint's names: a checkpoint's files
 /// ([`crate::hf::Checkpoint`]), or tensors made up by a bench.
 pub trait Tensors {
@@ -137,6 +224,8 @@ pub struct Source<'a, B: Backend> {
     /// `(tensor, max |value|)` of the weight offsets a W8A8 scheme requires to be zero, read
     /// back once when the load ends ([`Source::check_zero_offsets`]).
     zero_offsets: RefCell<Vec<(String, Tensor<B, 1>)>>,
+    /// Bytes of tensor data copied out of the source so far.
+    read: Cell<u64>,
 }
 
 impl<'a, B: Backend> Source<'a, B> {
@@ -149,13 +238,33 @@ impl<'a, B: Backend> Source<'a, B> {
             scratch: RefCell::new(Vec::new()),
             plan: None,
             zero_offsets: RefCell::new(Vec::new()),
+            read: Cell::new(0),
         }
+    }
+
+    /// The dtype the tensors are uploaded in.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Bytes of tensor data read so far (as stored: the parts read, not the whole tensors).
+    pub fn read_bytes(&self) -> u64 {
+        self.read.get()
+    }
+
+    fn count(&self, bytes: usize) {
+        self.read.set(self.read.get() + bytes as u64);
     }
 
     /// The source of a pre-quantized checkpoint whose layers `plan` says how are stored.
     pub fn with_plan(mut self, plan: Option<&'a Plan>) -> Self {
         self.plan = plan;
         self
+    }
+
+    /// The pre-quantized checkpoint's plan, if it is one.
+    pub fn plan(&self) -> Option<&'a Plan> {
+        self.plan
     }
 
     fn storage(&self, module: &str) -> Storage {
@@ -189,6 +298,7 @@ impl<'a, B: Backend> Source<'a, B> {
     /// The tensor `name` on the device as stored, converted to f32.
     fn f32<const D: usize>(&self, name: &str) -> Result<Tensor<B, D>, LoadError> {
         let t = self.tensors.stored(name)?;
+        self.count(t.bytes.len());
         let data = TensorData::from_bytes_vec(t.bytes.into_owned(), t.shape, t.dtype);
         Ok(match t.dtype {
             DType::F32 | DType::F16 | DType::BF16 => {
@@ -219,43 +329,58 @@ impl<'a, B: Backend> Source<'a, B> {
         Ok(())
     }
 
-    /// An int8 layer's weight `[out, in]` stored as `int8` laid out `[in, out]` on the device.
-    fn int8_weight(&self, module: &str, int8: Int8) -> Result<Tensor<B, 2, Int>, LoadError> {
+    /// The part `cut` of an int8 layer's weight `[out, in]`, stored as `int8` laid out
+    /// `[in, out]` on the device.
+    fn int8_weight(
+        &self,
+        module: &str,
+        int8: Int8,
+        cut: &Cut,
+    ) -> Result<Tensor<B, 2, Int>, LoadError> {
         if let Int8::Compressed { packed: true, .. } = int8 {
-            // pack_to_int32 with 8 bits: word w of a row holds elements 4w..4w+3 at bits 0, 8, 16,
-            // 24 as int8 + 128, so the row's little-endian bytes are its elements (then padding).
+            // pack_to_int32 with 8 bits: word w of a row holds elements 4w..4w+3 at bits 0, 8,
+            // 16, 24 as int8 + 128, so the row's little-endian bytes are its elements (then
+            // padding): the rows read as a `[out, row]` byte matrix of which `in` columns count.
             let t = self.tensors.stored(&format!("{module}.weight_packed"))?;
             let shape = self.tensors.stored(&format!("{module}.weight_shape"))?;
             let at = |i: usize| {
                 i64::from_le_bytes(shape.bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
             };
             let (out, d_in) = (at(0) as usize, at(1) as usize);
-            let row = t.shape[1] * 4;
-            let mut rows = Vec::with_capacity(out * d_in);
-            for r in 0..out {
-                rows.extend_from_slice(&t.bytes[r * row..r * row + d_in]);
-            }
-            let mut to = vec![0u8; rows.len()];
-            transpose_into(&rows, &mut to, out, d_in, 1);
-            let data = TensorData::from_bytes_vec(to, [d_in, out], DType::U8);
+            let (rows, cols, width) = cut.extent(out, d_in);
+            let mut to = vec![0u8; cols.len() * width];
+            self.count(rows.len() * cols.len());
+            transpose_part(
+                &t.bytes,
+                t.shape[1] * 4,
+                rows,
+                cols.clone(),
+                width,
+                1,
+                &mut to,
+            );
+            let data = TensorData::from_bytes_vec(to, [cols.len(), width], DType::U8);
             let biased = Tensor::<B, 2, Int>::from_data(data, (self.device, DType::U8));
+            // Padding features (zero bytes) become -128: their scales are zero.
             return Ok((biased.cast(DType::I32) - 128).cast(DType::I8));
         }
         let w = self.tensors.stored(&format!("{module}.weight"))?;
         let [out, d_in] = matrix(&w.shape);
-        let mut to = vec![0u8; w.bytes.len()];
-        transpose_into(&w.bytes, &mut to, out, d_in, 1);
-        let data = TensorData::from_bytes_vec(to, [d_in, out], DType::I8);
+        let (rows, cols, width) = cut.extent(out, d_in);
+        let mut to = vec![0u8; cols.len() * width];
+        self.count(rows.len() * cols.len());
+        transpose_part(&w.bytes, d_in, rows, cols.clone(), width, 1, &mut to);
+        let data = TensorData::from_bytes_vec(to, [cols.len(), width], DType::I8);
         Ok(Tensor::from_data(data, (self.device, DType::I8)))
     }
 
-    /// A layer stored in `int8` ([`Int8Parts`]).
-    fn int8_parts(&self, module: &str, int8: Int8) -> Result<Int8Parts<B>, LoadError> {
-        let weight = self.int8_weight(module, int8)?;
-        let scale = self.channels(&format!("{module}.weight_scale"))?;
+    /// The part `cut` of a layer stored in `int8` ([`Int8Parts`]).
+    fn int8_parts(&self, module: &str, int8: Int8, cut: &Cut) -> Result<Int8Parts<B>, LoadError> {
+        let weight = self.int8_weight(module, int8, cut)?;
+        let scale = cut.channels(self.channels(&format!("{module}.weight_scale"))?);
         let offset = match int8 {
             Int8::ModelSlim(ModelSlim::W8A16) => {
-                Some(self.channels(&format!("{module}.weight_offset"))?)
+                Some(cut.channels(self.channels(&format!("{module}.weight_offset"))?))
             }
             Int8::ModelSlim(_) => {
                 self.zero_offset(module)?;
@@ -269,30 +394,46 @@ impl<'a, B: Backend> Source<'a, B> {
     /// The projection `prefix` (and `prefix.bias`): float, FP8 dequantized to float, or int8
     /// as stored.
     pub fn projection(&self, prefix: &str, bias: bool) -> Result<Projection<B>, LoadError> {
+        self.projection_part(prefix, bias, Cut::Whole)
+    }
+
+    /// The part `cut` of the projection `prefix` (and `prefix.bias`): float, FP8 dequantized to
+    /// float, or int8 as stored.
+    pub fn projection_part(
+        &self,
+        prefix: &str,
+        bias: bool,
+        cut: Cut,
+    ) -> Result<Projection<B>, LoadError> {
         let Storage::Int8(int8) = self.storage(prefix) else {
-            return Ok(self.linear(prefix, bias)?.into());
+            return Ok(self.linear_part(prefix, bias, cut)?.into());
         };
-        let (weight, scale, offset) = self.int8_parts(prefix, int8)?;
+        let (weight, scale, offset) = self.int8_parts(prefix, int8, &cut)?;
         let static_input = match int8 {
-            Int8::ModelSlim(ModelSlim::W8A8Static) => Some(StaticInput::new(
-                self.f32(&format!("{prefix}.input_scale"))?,
-                self.f32(&format!("{prefix}.input_offset"))?,
-                self.f32(&format!("{prefix}.deq_scale"))?,
-                self.f32(&format!("{prefix}.quant_bias"))?,
-                self.dtype,
-            )),
+            Int8::ModelSlim(ModelSlim::W8A8Static) => {
+                let deq_scale = cut.channels(self.f32(&format!("{prefix}.deq_scale"))?);
+                let quant_bias = cut.channels(self.f32(&format!("{prefix}.quant_bias"))?);
+                // vllm-ascend's row-parallel W8A8 adds quant_bias on TP rank 0 only.
+                let quant_bias = match cut.adds_constants() {
+                    true => quant_bias,
+                    false => quant_bias.zeros_like(),
+                };
+                Some(StaticInput::new(
+                    self.f32(&format!("{prefix}.input_scale"))?,
+                    self.f32(&format!("{prefix}.input_offset"))?,
+                    deq_scale,
+                    quant_bias,
+                    self.dtype,
+                ))
+            }
             _ => None,
-        };
-        let bias = match bias {
-            true => Some(self.tensor(&format!("{prefix}.bias"))?),
-            false => None,
         };
         Ok(Projection::Quantized(QuantLinear::stored(
             weight,
             scale,
             offset,
             static_input,
-            bias,
+            self.bias(prefix, bias, &cut)?,
             int8.mode(),
             self.dtype,
         )))
@@ -325,9 +466,12 @@ impl<'a, B: Backend> Source<'a, B> {
         }
     }
 
-    /// The scratch buffer, `len` bytes long.
-    fn scratch(&self, len: usize) -> RefMut<'_, Vec<u8>> {
+    /// The scratch buffer, `len` bytes long; `zeroed` where not every byte is written.
+    fn scratch(&self, len: usize, zeroed: bool) -> RefMut<'_, Vec<u8>> {
         let mut scratch = self.scratch.borrow_mut();
+        if zeroed {
+            scratch.clear();
+        }
         scratch.resize(len, 0);
         scratch
     }
@@ -335,28 +479,72 @@ impl<'a, B: Backend> Source<'a, B> {
     /// The tensor `name` as it is stored.
     pub fn tensor<const D: usize>(&self, name: &str) -> Result<Param<Tensor<B, D>>, LoadError> {
         let t = self.tensors.stored(name)?;
-        let shape: [usize; D] = t.shape.clone().try_into().map_err(|_| LoadError::Config {
-            model_type: "(weights)".into(),
-            why: format!("{name} of shape {:?} is not {D}-D", t.shape),
-        })?;
+        let shape = dims::<D>(name, &t.shape)?;
+        self.count(t.bytes.len());
         Ok(Param::from_tensor(self.upload(&t.bytes, shape, t.dtype)))
+    }
+
+    /// Rows `rows` (along dim 0) of the tensor `name`, followed by zero rows up to `pad_to`
+    /// rows (at least `rows.len()`).
+    pub fn tensor_rows<const D: usize>(
+        &self,
+        name: &str,
+        rows: Range<usize>,
+        pad_to: usize,
+    ) -> Result<Param<Tensor<B, D>>, LoadError> {
+        let t = self.tensors.stored(name)?;
+        let mut shape = dims::<D>(name, &t.shape)?;
+        let row = t.shape[1..].iter().product::<usize>() * t.dtype.size();
+        let mut bytes = self.scratch(pad_to * row, pad_to > rows.len());
+        bytes[..rows.len() * row].copy_from_slice(&t.bytes[rows.start * row..rows.end * row]);
+        self.count(rows.len() * row);
+        shape[0] = pad_to;
+        Ok(Param::from_tensor(self.upload(&bytes, shape, t.dtype)))
+    }
+
+    /// The bias `prefix.bias` of a layer cut as `cut`, if it has one and the shard adds it.
+    fn bias(
+        &self,
+        prefix: &str,
+        bias: bool,
+        cut: &Cut,
+    ) -> Result<Option<Param<Tensor<B, 1>>>, LoadError> {
+        let name = format!("{prefix}.bias");
+        Ok(match (bias, cut) {
+            (false, _) => None,
+            (true, Cut::Out { range, width }) => {
+                Some(self.tensor_rows(&name, range.clone(), *width)?)
+            }
+            (true, cut) if cut.adds_constants() => Some(self.tensor(&name)?),
+            (true, _) => None,
+        })
     }
 
     /// The float linear layer `prefix.weight` (and `prefix.bias`); an FP8 weight is dequantized
     /// on the device.
     pub fn linear(&self, prefix: &str, bias: bool) -> Result<Linear<B>, LoadError> {
+        self.linear_part(prefix, bias, Cut::Whole)
+    }
+
+    /// The part `cut` of the float linear layer `prefix.weight` (and `prefix.bias`), in Burn's
+    /// `[in, out]` layout: only the part's elements are read and laid out (an FP8 weight is
+    /// dequantized whole on the device, then cut there).
+    pub fn linear_part(&self, prefix: &str, bias: bool, cut: Cut) -> Result<Linear<B>, LoadError> {
         let weight = match self.storage(prefix) {
             Storage::Float => {
                 let w = self.tensors.stored(&format!("{prefix}.weight"))?;
                 let [out, d_in] = matrix(&w.shape);
-                let mut to = self.scratch(w.bytes.len());
-                transpose_into(&w.bytes, &mut to, out, d_in, w.dtype.size());
-                Param::from_tensor(self.upload(&to, [d_in, out], w.dtype))
+                let (rows, cols, width) = cut.extent(out, d_in);
+                let size = w.dtype.size();
+                let mut to = self.scratch(cols.len() * width * size, width > rows.len());
+                self.count(rows.len() * cols.len() * size);
+                transpose_part(&w.bytes, d_in, rows, cols.clone(), width, size, &mut to);
+                Param::from_tensor(self.upload(&to, [cols.len(), width], w.dtype))
             }
             Storage::Fp8 { block } => {
                 let w: Tensor<B, 3> = self.fp8_experts(&[format!("{prefix}.weight")], block)?;
                 let [_, d_in, out] = w.dims();
-                Param::from_tensor(w.reshape([d_in, out]))
+                Param::from_tensor(cut.matrix(w.reshape([d_in, out])))
             }
             Storage::Int8(int8) => {
                 return Err(LoadError::Quantized {
@@ -367,11 +555,7 @@ impl<'a, B: Backend> Source<'a, B> {
         };
         Ok(Linear {
             weight,
-            bias: if bias {
-                Some(self.tensor(&format!("{prefix}.bias"))?)
-            } else {
-                None
-            },
+            bias: self.bias(prefix, bias, &cut)?,
         })
     }
 
@@ -382,25 +566,27 @@ impl<'a, B: Backend> Source<'a, B> {
         })
     }
 
-    /// The routed experts `[gate, up, down]` (`names[i](e)` naming expert `e`'s weight `[out,
-    /// in]`), float (FP8 dequantized) or int8 as stored. Every expert's three projections must
-    /// be stored alike (vllm-ascend's FusedMoE takes one scheme per layer).
+    /// The routed experts `experts` (a range of the layer's) `[gate, up, down]` (`names[i](e)`
+    /// naming expert `e`'s weight `[out, in]`), float (FP8 dequantized) or int8 as stored.
+    /// Every expert's three projections must be stored alike (vllm-ascend's FusedMoE takes one
+    /// scheme per layer).
     pub fn expert_set(
         &self,
         names: [&dyn Fn(usize) -> String; 3],
-        experts: usize,
+        experts: Range<usize>,
     ) -> Result<Experts<B>, LoadError> {
         let module = |w: &str| w.strip_suffix(".weight").unwrap_or(w).to_string();
-        let first = self.storage(&module(&names[0](0)));
+        let first = self.storage(&module(&names[0](experts.start)));
         for name in &names {
-            for e in 0..experts {
+            for e in experts.clone() {
                 let found = self.storage(&module(&name(e)));
                 if found != first {
                     return Err(LoadError::Quantized {
                         tensor: name(e),
                         why: format!(
-                            "stored {found:?}, unlike {} ({first:?}): a layer's experts run one                              scheme",
-                            names[0](0)
+                            "stored {found:?}, unlike {} ({first:?}): a layer's experts run one \
+                             scheme",
+                            names[0](experts.start)
                         ),
                     });
                 }
@@ -408,12 +594,12 @@ impl<'a, B: Backend> Source<'a, B> {
         }
         match first {
             Storage::Float => {
-                let [g, u, d] = names.map(|n| self.experts(n, experts));
+                let [g, u, d] = names.map(|n| self.experts(n, experts.clone()));
                 Ok(Experts::new(g?, u?, d?))
             }
             Storage::Fp8 { block } => {
                 let load = |n: &dyn Fn(usize) -> String| -> Result<_, LoadError> {
-                    let all: Vec<String> = (0..experts).map(n).collect();
+                    let all: Vec<String> = experts.clone().map(n).collect();
                     let chunks = all
                         .chunks(self.fp8_chunk(&all[0])?)
                         .map(|c| self.fp8_experts(c, block))
@@ -429,8 +615,8 @@ impl<'a, B: Backend> Source<'a, B> {
                     let mut weights = Vec::new();
                     let mut scales = Vec::new();
                     let mut offsets = Vec::new();
-                    for e in 0..experts {
-                        let (w, s, o) = self.int8_parts(&module(&n(e)), int8)?;
+                    for e in experts.clone() {
+                        let (w, s, o) = self.int8_parts(&module(&n(e)), int8, &Cut::Whole)?;
                         weights.push(w.unsqueeze_dim::<3>(0));
                         scales.push(s.unsqueeze_dim::<2>(0));
                         offsets.extend(o.map(|o| o.unsqueeze_dim::<2>(0)));
@@ -481,6 +667,7 @@ impl<'a, B: Backend> Source<'a, B> {
             let at = grids.len();
             grids.resize(at + s.bytes.len(), 0u8);
             transpose_into(&s.bytes, &mut grids[at..], gr, gc, 4);
+            self.count(w.bytes.len() + s.bytes.len());
             dims = Some((out, d_in, gr, gc));
         }
         let (out, d_in, gr, gc) = dims.expect("one FP8 weight at least");
@@ -512,34 +699,43 @@ impl<'a, B: Backend> Source<'a, B> {
         })
     }
 
-    /// The experts' weights `name(e) [out, in]` stacked `[E, in, out]`.
+    /// The weights `name(e) [out, in]` of the experts `experts` (a range of the layer's),
+    /// stacked `[experts.len(), in, out]`.
     pub fn experts(
         &self,
         name: impl Fn(usize) -> String,
-        experts: usize,
+        experts: Range<usize>,
     ) -> Result<Param<Tensor<B, 3>>, LoadError> {
-        let first = self.tensors.stored(&name(0))?;
+        if experts.is_empty() {
+            return Err(LoadError::Config {
+                model_type: "(experts)".into(),
+                why: format!("{} names no expert (experts {experts:?})", name(0)),
+            });
+        }
+        let first = self.tensors.stored(&name(experts.start))?;
         let [out, d_in] = matrix(&first.shape);
         let (dtype, matrix_bytes) = (first.dtype, first.bytes.len());
-        let per_chunk = (EXPERT_CHUNK_BYTES / matrix_bytes.max(1)).clamp(1, experts);
+        let per_chunk = (EXPERT_CHUNK_BYTES / matrix_bytes.max(1)).clamp(1, experts.len());
         let mut chunks = Vec::new();
-        for start in (0..experts).step_by(per_chunk) {
-            let n = per_chunk.min(experts - start);
-            let mut bytes = self.scratch(n * matrix_bytes);
+        for start in experts.clone().step_by(per_chunk) {
+            let n = per_chunk.min(experts.end - start);
+            let mut bytes = self.scratch(n * matrix_bytes, false);
             for (i, to) in bytes.chunks_exact_mut(matrix_bytes).enumerate() {
                 let w = self.tensors.stored(&name(start + i))?;
                 if w.shape != first.shape || w.dtype != dtype {
                     return Err(LoadError::Config {
                         model_type: "(experts)".into(),
                         why: format!(
-                            "{} is {:?} {:?}, expert 0 is {:?} {dtype:?}",
+                            "{} is {:?} {:?}, {} is {:?} {dtype:?}",
                             name(start + i),
                             w.shape,
                             w.dtype,
+                            name(experts.start),
                             first.shape
                         ),
                     });
                 }
+                self.count(matrix_bytes);
                 transpose_into(&w.bytes, to, out, d_in, dtype.size());
             }
             chunks.push(self.upload::<3>(&bytes, [n, d_in, out], dtype));
@@ -549,21 +745,25 @@ impl<'a, B: Backend> Source<'a, B> {
 
     /// The experts' weights of the fused layout transformers 5.x can write: one tensor `name`
     /// `[E, parts * out, in]` whose rows are `parts` weights `[out, in]` of each expert one after
-    /// the other (`gate_up_proj`: the gate's rows, then the up projection's). Each part stacked
-    /// `[E, in, out]`.
+    /// the other (`gate_up_proj`: the gate's rows, then the up projection's). Each part of the
+    /// experts `experts` (a range of the E) stacked `[experts.len(), in, out]`.
     pub fn fused_experts(
         &self,
         name: &str,
         parts: usize,
+        experts: Range<usize>,
     ) -> Result<Vec<Param<Tensor<B, 3>>>, LoadError> {
         let t = self.tensors.stored(name)?;
-        let (e, rows, d_in) = match t.shape[..] {
-            [e, rows, d_in] if rows % parts == 0 => (e, rows, d_in),
+        let (rows, d_in) = match t.shape[..] {
+            [e, rows, d_in] if rows % parts == 0 && experts.end <= e && !experts.is_empty() => {
+                (rows, d_in)
+            }
             _ => {
                 return Err(LoadError::Config {
                     model_type: "(experts)".into(),
                     why: format!(
-                        "{name} of shape {:?} is not [experts, {parts} x out, in]",
+                        "{name} of shape {:?} is not [experts, {parts} x out, in] holding \
+                         experts {experts:?}",
                         t.shape
                     ),
                 })
@@ -571,14 +771,16 @@ impl<'a, B: Backend> Source<'a, B> {
         };
         let (out, size) = (rows / parts, t.dtype.size());
         let matrix_bytes = out * d_in * size;
-        let per_chunk = (EXPERT_CHUNK_BYTES / matrix_bytes.max(1)).clamp(1, e.max(1));
+        let per_chunk = (EXPERT_CHUNK_BYTES / matrix_bytes.max(1)).clamp(1, experts.len());
         Ok((0..parts)
             .map(|part| {
-                let chunks = (0..e)
+                let chunks = experts
+                    .clone()
                     .step_by(per_chunk)
                     .map(|first| {
-                        let n = per_chunk.min(e - first);
-                        let mut bytes = self.scratch(n * matrix_bytes);
+                        let n = per_chunk.min(experts.end - first);
+                        let mut bytes = self.scratch(n * matrix_bytes, false);
+                        self.count(bytes.len());
                         for (i, to) in bytes.chunks_exact_mut(matrix_bytes).enumerate() {
                             let at = ((first + i) * parts + part) * matrix_bytes;
                             transpose_into(&t.bytes[at..at + matrix_bytes], to, out, d_in, size);
@@ -620,6 +822,14 @@ fn join<B: Backend>(mut chunks: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
     }
 }
 
+/// `shape` as `D` dims, or the error naming the tensor.
+fn dims<const D: usize>(name: &str, shape: &[usize]) -> Result<[usize; D], LoadError> {
+    shape.try_into().map_err(|_| LoadError::Config {
+        model_type: "(weights)".into(),
+        why: format!("{name} of shape {shape:?} is not {D}-D"),
+    })
+}
+
 /// The `[rows, cols]` of a matrix's shape (the expected shapes were checked before loading).
 fn matrix(shape: &[usize]) -> [usize; 2] {
     match shape {
@@ -628,23 +838,40 @@ fn matrix(shape: &[usize]) -> [usize; 2] {
     }
 }
 
-/// Rows of a `[r, c]` matrix of `size`-byte elements, written as its `[c, r]` transpose into
-/// `to`: tiles that stay in cache, the row bands shared among the host's cores.
+/// A `[r, c]` matrix of `size`-byte elements written as its `[c, r]` transpose into `to`.
 fn transpose_into(from: &[u8], to: &mut [u8], r: usize, c: usize, size: usize) {
-    debug_assert_eq!(from.len(), r * c * size);
-    debug_assert_eq!(to.len(), r * c * size);
+    transpose_part(from, c, 0..r, 0..c, r, size, to);
+}
+
+/// The block `rows x cols` of a row-major matrix `from` of `stride` columns of `size`-byte
+/// elements, written transposed into `to`: a `[cols.len(), width]` matrix (`width` at least
+/// `rows.len()`; the columns past `rows.len()` are left as they are). Tiles that stay in cache,
+/// the output's row bands shared among the host's cores.
+fn transpose_part(
+    from: &[u8],
+    stride: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+    width: usize,
+    size: usize,
+    to: &mut [u8],
+) {
+    debug_assert!(rows.end * stride * size <= from.len() && cols.end <= stride);
+    debug_assert_eq!(to.len(), cols.len() * width * size);
+    debug_assert!(width >= rows.len());
     const TILE: usize = 32;
+    let r = rows.len();
     // Output rows (one per input column) in bands of TILE, each band written by one task.
-    to.par_chunks_mut(TILE * r * size)
+    to.par_chunks_mut(TILE * width * size)
         .enumerate()
         .for_each(|(band, out)| {
-            let j0 = band * TILE;
-            let cols = out.len() / (r * size);
+            let j0 = cols.start + band * TILE;
+            let n = out.len() / (width * size);
             for i0 in (0..r).step_by(TILE) {
                 for i in i0..(i0 + TILE).min(r) {
-                    let src = &from[(i * c + j0) * size..(i * c + j0 + cols) * size];
-                    for (dj, element) in src.chunks_exact(size).enumerate() {
-                        let dst = (dj * r + i) * size;
+                    let at = ((rows.start + i) * stride + j0) * size;
+                    for (dj, element) in from[at..at + n * size].chunks_exact(size).enumerate() {
+                        let dst = (dj * width + i) * size;
                         out[dst..dst + size].copy_from_slice(element);
                     }
                 }

@@ -1,19 +1,22 @@
-//! Expert parallelism for serving: the experts of every MoE layer are split across NPUs in
-//! contiguous ranges (with N NPUs and E experts, NPU r holds experts `r*E/N .. (r+1)*E/N`), and
-//! every NPU holds a copy of the layer's router. The rest of the model runs where it is (the
-//! server's device, rank 0 of the communicator).
+//! Expert parallelism: the routed experts of every MoE layer split across the ranks of a
+//! communicator in contiguous ranges (with N ranks and E experts, rank r holds experts
+//! `r*E/N .. (r+1)*E/N`), token rows dispatched to the rank holding their expert and combined
+//! back. [`ExpertDispatch`] is the one implementation, used by the built-in decoder
+//! ([`ExpertParallel`]: its experts split, the rest on the first NPU) and by every Hugging Face
+//! family split across NPUs ([`crate::families::parallel`]).
 //!
-//! One layer over tokens held by some of the NPUs (the server's: rank 0):
-//! 1. each NPU with tokens routes them and gathers their rows in expert order
-//!    (`fused::moe_gather`): the rows bound for each NPU are then contiguous, in destination
-//!    order, which is the layout HCCL's AlltoAllV sends;
-//! 2. an all-gather of every NPU's rows per expert gives each NPU the whole count matrix, which
-//!    is read back to the host (HCCL takes AlltoAllV's counts as host arrays, and they size the
-//!    receiving buffers);
-//! 3. AlltoAllV sends every row, and its expert id, to the NPU holding that expert;
-//! 4. each NPU orders the rows it received by expert (a stable argsort, so the rows of one
-//!    source keep their order), runs its experts (one grouped matmul per projection) and
-//!    restores the received order;
+//! One layer over the tokens each rank holds (some ranks may hold none), already routed:
+//! 1. each rank with tokens gathers their rows in expert order (`fused::moe_gather`): the rows
+//!    bound for each rank are then contiguous, in destination order, which is the layout HCCL's
+//!    AlltoAllV sends;
+//! 2. an all-gather of every rank's rows per expert gives each rank the whole count matrix,
+//!    which is read back to the host (HCCL takes AlltoAllV's counts as host arrays, and they
+//!    size the receiving buffers): the one read of the step before its logits, and why a step
+//!    with expert parallelism is not captured into a graph;
+//! 3. AlltoAllV sends every row, and its expert id, to the rank holding that expert;
+//! 4. each rank orders the rows it received by expert (a stable argsort, so the rows of one
+//!    source keep their order), runs its experts (one grouped matmul per projection, float or
+//!    int8: [`Experts::grouped`]) and restores the received order;
 //! 5. AlltoAllV with the counts transposed sends every row back to its source, where
 //!    `fused::moe_scatter` combines each token's k rows with their routing weights.
 //!
@@ -28,7 +31,7 @@ use burn::tensor::{DType, Int, Tensor};
 use burn_ascend::collective::{self, CollectiveOps, Communicator, RowCounts};
 use burn_ascend::{AscendDevice, FusedOps};
 
-use super::model::{swiglu_experts, Dims, Experts, Moe, MoeDecoder};
+use super::model::{Dims, Experts, Moe, MoeDecoder, Routing};
 use super::parallel::Parallel;
 
 /// Why a model cannot be split across NPUs.
@@ -40,17 +43,206 @@ type AllGatherInt<B> = fn(&Communicator, Vec<Tensor<B, 1, Int>>) -> Vec<Tensor<B
 type AllToAllV<B> = fn(&Communicator, Vec<Tensor<B, 2>>, &RowCounts) -> Vec<Tensor<B, 2>>;
 type Shard<B> = fn(MoeDecoder<B>, &[AscendDevice]) -> Result<MoeDecoder<B>, ExpertParallelError>;
 
-/// One MoE layer split across NPUs: for every rank, a layer holding the router and that rank's
-/// experts, on the rank's device.
-pub struct ExpertParallel<B: FusedOps> {
+/// The experts rank `rank` of `ranks` holds, of `experts`.
+pub fn experts_of(rank: usize, ranks: usize, experts: usize) -> Range<usize> {
+    rank * experts / ranks..(rank + 1) * experts / ranks
+}
+
+/// Dispatch and combine of routed rows across the ranks of a communicator (see the module
+/// doc); the expert weights are the caller's, one shard per local rank.
+pub struct ExpertDispatch<B: FusedOps> {
     comm: Arc<Communicator>,
-    devices: Vec<AscendDevice>,
-    layers: Vec<Moe<B>>,
-    experts: Vec<Range<usize>>,
-    // The collectives of `B` and `shard` itself, bound where `B: CollectiveOps` is known (the
-    // layer's forward and the server only know `B: FusedOps`).
+    /// The communicator's rank of each of this process's ranks, in `local_ranks` order.
+    ranks: Vec<usize>,
+    // The collectives of `B`, bound where `B: CollectiveOps` is known (the layers' forward and
+    // the server only know `B: FusedOps`).
     all_gather_int: AllGatherInt<B>,
     all_to_all_v: AllToAllV<B>,
+}
+
+impl<B: FusedOps> Clone for ExpertDispatch<B> {
+    fn clone(&self) -> Self {
+        Self {
+            comm: self.comm.clone(),
+            ranks: self.ranks.clone(),
+            all_gather_int: self.all_gather_int,
+            all_to_all_v: self.all_to_all_v,
+        }
+    }
+}
+
+impl<B: FusedOps + CollectiveOps> ExpertDispatch<B> {
+    /// Dispatch over `comm`, whose ranks in this process hold the expert shards the forward
+    /// passes are given, in rank order.
+    pub fn new(comm: Arc<Communicator>) -> Self {
+        let ranks = comm.local_ranks().iter().map(|r| r.rank as usize).collect();
+        Self {
+            comm,
+            ranks,
+            all_gather_int: |c, t| collective::all_gather_int(c, t),
+            all_to_all_v: |c, t, r| collective::all_to_all_v(c, t, r),
+        }
+    }
+}
+
+impl<B: FusedOps> ExpertDispatch<B> {
+    /// The communicator.
+    pub fn comm(&self) -> &Arc<Communicator> {
+        &self.comm
+    }
+
+    /// Ranks in the communicator (in every process).
+    pub fn size(&self) -> usize {
+        self.comm.size()
+    }
+
+    /// The communicator's rank of each of this process's ranks.
+    pub fn ranks(&self) -> &[usize] {
+        &self.ranks
+    }
+
+    /// The layer's rows of every local rank through the experts, each row on the rank that
+    /// holds its expert: `inputs[i]` are local rank i's tokens `x [T_i, H]` on its device and
+    /// their routing (`top_k` experts per token, of `experts` in the layer), or `None` for a
+    /// rank without tokens; `shards[i]` are the experts local rank i holds
+    /// ([`experts_of`] its rank). Rows are `dtype`, `width` wide. Returns each local rank's
+    /// combined output `[T_i, H]` (`None` where it had no tokens).
+    ///
+    /// Every rank of the communicator, in every process, must call this for the same layer.
+    pub fn forward(
+        &self,
+        inputs: Vec<Option<(Tensor<B, 2>, &Routing<B>)>>,
+        top_k: usize,
+        experts: usize,
+        shards: &[&Experts<B>],
+        (dtype, width): (DType, usize),
+    ) -> Vec<Option<Tensor<B, 2>>> {
+        let (k, e) = (top_k, experts);
+        assert_eq!(
+            (inputs.len(), shards.len()),
+            (self.ranks.len(), self.ranks.len()),
+            "expert dispatch: one input and one expert shard per local rank"
+        );
+        let devices: Vec<B::Device> = shards.iter().map(|s| s.device()).collect();
+        // Rows in expert order, and each row's expert id (exact as an f32).
+        let (rows, ids): (Vec<_>, Vec<_>) = inputs
+            .iter()
+            .zip(&devices)
+            .map(|(input, device)| match input {
+                Some((x, r)) => {
+                    let rows = burn_ascend::fused::moe_gather(x.clone(), r.order.clone(), k);
+                    let n = rows.dims()[0];
+                    let ids = r
+                        .ids
+                        .clone()
+                        .select(0, r.order.clone())
+                        .float()
+                        .cast(DType::F32)
+                        .reshape([n, 1]);
+                    (rows, ids)
+                }
+                None => (
+                    Tensor::zeros([0, width], (device, dtype)),
+                    Tensor::zeros([0, 1], (device, DType::F32)),
+                ),
+            })
+            .unzip();
+        let sizes = inputs
+            .iter()
+            .zip(&devices)
+            .map(|(input, device)| match input {
+                Some((_, r)) => r.group_sizes.clone(),
+                None => Tensor::<B, 1, Int>::zeros([e], (device, DType::I32)),
+            })
+            .collect();
+        let counts = (self.all_gather_int)(&self.comm, sizes).swap_remove(0);
+        let counts: Vec<i64> = counts
+            .into_data()
+            .convert::<i64>()
+            .to_vec()
+            .expect("row counts");
+        let matrix = self.row_counts(&counts, e);
+        let received = (self.all_to_all_v)(&self.comm, rows, &matrix);
+        let received_ids = (self.all_to_all_v)(&self.comm, ids, &matrix);
+        let computed = received
+            .into_iter()
+            .zip(received_ids)
+            .enumerate()
+            .map(|(i, (rows, ids))| self.run_experts(i, rows, ids, e, shards[i]))
+            .collect();
+        let transposed: Vec<Vec<usize>> = (0..matrix.len())
+            .map(|dst| matrix.iter().map(|from| from[dst]).collect())
+            .collect();
+        let returned = (self.all_to_all_v)(&self.comm, computed, &transposed);
+        returned
+            .into_iter()
+            .zip(inputs)
+            .map(|(y, input)| {
+                input.map(|(_, r)| {
+                    burn_ascend::fused::moe_scatter(y, r.order.clone(), Some(r.weights.clone()), k)
+                })
+            })
+            .collect()
+    }
+
+    /// Rows from rank `src` to rank `dst`: `src`'s rows for the experts `dst` holds, from every
+    /// rank's rows per expert (`per_expert[src * experts + j]`).
+    fn row_counts(&self, per_expert: &[i64], experts: usize) -> Vec<Vec<usize>> {
+        let n = self.size();
+        (0..n)
+            .map(|src| {
+                (0..n)
+                    .map(|dst| {
+                        experts_of(dst, n, experts)
+                            .map(|j| per_expert[src * experts + j] as usize)
+                            .sum()
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Local rank `i`'s experts `shard` over the rows it received (`ids [R, 1]` their experts,
+    /// of `experts`), in the order received.
+    fn run_experts(
+        &self,
+        i: usize,
+        rows: Tensor<B, 2>,
+        ids: Tensor<B, 2>,
+        experts: usize,
+        shard: &Experts<B>,
+    ) -> Tensor<B, 2> {
+        let n = rows.dims()[0];
+        if n == 0 {
+            return rows;
+        }
+        let held = experts_of(self.ranks[i], self.size(), experts);
+        let local = ids.reshape([n]).int() - held.start as i64;
+        let order = local.clone().argsort(0).cast(DType::I32);
+        // Rows per expert by comparison with the expert ids, as routing counts them.
+        let ids = Tensor::<B, 1, Int>::arange(0..held.len() as i64, &rows.device());
+        let sizes = local
+            .reshape([n, 1])
+            .equal(ids.reshape([1, held.len()]))
+            .float()
+            .sum_dim(0)
+            .reshape([held.len()])
+            .int()
+            .cast(DType::I32);
+        let grouped = burn_ascend::fused::moe_gather(rows, order.clone(), 1);
+        let y = shard.grouped(grouped, sizes);
+        burn_ascend::fused::moe_scatter(y, order, None, 1)
+    }
+}
+
+/// The built-in decoder's MoE layer split across NPUs: for every rank, a layer holding the
+/// router and that rank's experts, on the rank's device; the rest of the model runs on the
+/// first NPU.
+pub struct ExpertParallel<B: FusedOps> {
+    dispatch: ExpertDispatch<B>,
+    devices: Vec<AscendDevice>,
+    layers: Vec<Moe<B>>,
+    // `shard` itself, bound where `B: CollectiveOps` is known.
     shard: Shard<B>,
 }
 
@@ -82,17 +274,16 @@ impl<B: FusedOps + CollectiveOps> ExpertParallel<B> {
             ));
         }
         let comm = Communicator::local(devices).map_err(|e| ExpertParallelError(e.to_string()))?;
+        let dispatch = ExpertDispatch::new(comm);
         let n = devices.len();
-        let ranges: Vec<Range<usize>> = (0..n)
-            .map(|r| r * experts / n..(r + 1) * experts / n)
-            .collect();
         for block in &mut model.blocks {
             let moe = &block.moe;
             let float = moe.experts.float().expect("checked above: not quantized");
             let layers = devices
                 .iter()
-                .zip(&ranges)
-                .map(|(device, range)| {
+                .enumerate()
+                .map(|(r, device)| {
+                    let range = experts_of(r, n, experts);
                     let part = |p: &Param<Tensor<B, 3>>| {
                         Param::from_tensor(
                             p.val()
@@ -112,12 +303,9 @@ impl<B: FusedOps + CollectiveOps> ExpertParallel<B> {
                 })
                 .collect();
             block.moe.parallel = Parallel::new(ExpertParallel {
-                comm: comm.clone(),
+                dispatch: dispatch.clone(),
                 devices: devices.to_vec(),
                 layers,
-                experts: ranges.clone(),
-                all_gather_int: |c, t| collective::all_gather_int(c, t),
-                all_to_all_v: |c, t, r| collective::all_to_all_v(c, t, r),
                 shard: Self::shard,
             });
         }
@@ -162,131 +350,29 @@ impl<B: FusedOps> ExpertParallel<B> {
         xs: Vec<Option<Tensor<B, 2>>>,
         dims: &Dims,
     ) -> Vec<Option<(Tensor<B, 2>, Tensor<B, 1>)>> {
-        let k = dims.top_k;
-        let e = dims.experts;
-        let width = self.layers[0].experts.weights()[2].dims()[2];
-        let devices: Vec<_> = self
-            .layers
-            .iter()
-            .map(|l| l.router.weight.device())
-            .collect();
+        // Every rank is in this process: with no tokens anywhere there is nothing to exchange.
+        let Some([_, width]) = xs.iter().flatten().next().map(Tensor::dims) else {
+            return vec![None; xs.len()];
+        };
+        let dtype = xs.iter().flatten().next().map(Tensor::dtype);
         let routings: Vec<_> = xs
             .iter()
             .zip(&self.layers)
             .map(|(x, layer)| x.as_ref().map(|x| layer.route(x.clone(), dims)))
             .collect();
-        // Rows in expert order, and each row's expert id (exact as a float).
-        let (rows, ids): (Vec<_>, Vec<_>) = xs
+        let inputs = xs
             .into_iter()
             .zip(&routings)
-            .zip(&devices)
-            .map(|((x, routing), device)| match (x, routing) {
-                (Some(x), Some(r)) => {
-                    let rows = burn_ascend::fused::moe_gather(x, r.order.clone(), k);
-                    let n = rows.dims()[0];
-                    let ids = r
-                        .ids
-                        .clone()
-                        .select(0, r.order.clone())
-                        .float()
-                        .reshape([n, 1]);
-                    (rows, ids)
-                }
-                _ => (
-                    Tensor::zeros([0, width], device),
-                    Tensor::zeros([0, 1], device),
-                ),
-            })
-            .unzip();
-        let sizes = routings
-            .iter()
-            .zip(&devices)
-            .map(|(r, device)| match r {
-                Some(r) => r.group_sizes.clone(),
-                None => Tensor::<B, 1, Int>::zeros([e], device).cast(DType::I32),
-            })
+            .map(|(x, r)| x.zip(r.as_ref()))
             .collect();
-        let counts = (self.all_gather_int)(&self.comm, sizes).swap_remove(0);
-        let counts: Vec<i64> = counts
-            .into_data()
-            .convert::<i64>()
-            .to_vec()
-            .expect("row counts");
-        let matrix = self.row_counts(&counts, e);
-        let received = (self.all_to_all_v)(&self.comm, rows, &matrix);
-        let received_ids = (self.all_to_all_v)(&self.comm, ids, &matrix);
-        let computed = received
-            .into_iter()
-            .zip(received_ids)
-            .enumerate()
-            .map(|(r, (rows, ids))| self.run_experts(r, rows, ids))
-            .collect();
-        let transposed: Vec<Vec<usize>> = (0..matrix.len())
-            .map(|dst| matrix.iter().map(|from| from[dst]).collect())
-            .collect();
-        let returned = (self.all_to_all_v)(&self.comm, computed, &transposed);
-        returned
+        let shards: Vec<&Experts<B>> = self.layers.iter().map(|l| &l.experts).collect();
+        let dtype = dtype.expect("a rank holds tokens");
+        self.dispatch
+            .forward(inputs, dims.top_k, dims.experts, &shards, (dtype, width))
             .into_iter()
             .zip(routings)
-            .map(|(y, routing)| {
-                routing.map(|r| {
-                    let out = burn_ascend::fused::moe_scatter(
-                        y,
-                        r.order.clone(),
-                        Some(r.weights.clone()),
-                        k,
-                    );
-                    (out, Moe::aux_loss(&r, dims))
-                })
-            })
+            .map(|(y, routing)| y.zip(routing).map(|(y, r)| (y, Moe::aux_loss(&r, dims))))
             .collect()
-    }
-
-    /// Rows from rank `src` to rank `dst`: `src`'s rows for the experts `dst` holds.
-    fn row_counts(&self, per_expert: &[i64], experts: usize) -> Vec<Vec<usize>> {
-        let n = self.layers.len();
-        (0..n)
-            .map(|src| {
-                self.experts
-                    .iter()
-                    .map(|range| {
-                        range
-                            .clone()
-                            .map(|j| per_expert[src * experts + j] as usize)
-                            .sum()
-                    })
-                    .collect()
-            })
-            .collect()
-    }
-
-    /// Rank `r`'s experts over the rows it received (`ids [R, 1]` their experts), in the order
-    /// received.
-    fn run_experts(&self, r: usize, rows: Tensor<B, 2>, ids: Tensor<B, 2>) -> Tensor<B, 2> {
-        let n = rows.dims()[0];
-        if n == 0 {
-            return rows;
-        }
-        let layer = &self.layers[r];
-        let held = self.experts[r].len();
-        let local = ids.reshape([n]).int() - self.experts[r].start as i64;
-        let order = local.clone().argsort(0).cast(DType::I32);
-        let sizes = if held == 1 {
-            // Every row is for the one expert (Burn's one_hot needs two classes).
-            Tensor::<B, 1, Int>::from_ints([n as i32], &rows.device()).cast(DType::I32)
-        } else {
-            local
-                .one_hot::<2>(held)
-                .float()
-                .sum_dim(0)
-                .reshape([held])
-                .int()
-                .cast(DType::I32)
-        };
-        let grouped = burn_ascend::fused::moe_gather(rows, order.clone(), 1);
-        let [gate, up, down] = layer.experts.weights();
-        let y = swiglu_experts(grouped, gate, up, down, sizes);
-        burn_ascend::fused::moe_scatter(y, order, None, 1)
     }
 }
 
@@ -299,7 +385,7 @@ pub fn dispatch_rows(ids: &[u32], top_k: usize, experts: usize, devices: usize) 
     // The NPU whose range `r*E/N .. (r+1)*E/N` holds expert `e`.
     let owner = |e: u32| {
         (0..devices)
-            .find(|&r| (r * experts / devices..(r + 1) * experts / devices).contains(&(e as usize)))
+            .find(|&r| experts_of(r, devices, experts).contains(&(e as usize)))
             .unwrap_or(devices)
     };
     let mut sent = 0;

@@ -470,6 +470,14 @@ impl<B: Backend> Experts<B> {
         }
     }
 
+    /// The device the weights are on.
+    pub fn device(&self) -> B::Device {
+        match self {
+            Experts::Float(w) => w.gate.val().device(),
+            Experts::Quantized(q) => q.projections[0].weights.val().device(),
+        }
+    }
+
     /// The weights `[gate, up, down]` the experts compute with, in their float type: quantized
     /// ones dequantized on the device.
     pub fn weights(&self) -> [Tensor<B, 3>; 3] {
@@ -488,6 +496,30 @@ impl<B: FusedOps> Experts<B> {
                 routed_experts(x, routing, k, [w.gate.val(), w.up.val(), w.down.val()])
             }
             Experts::Quantized(q) => routed_experts_quantized(x, routing, k, q),
+        }
+    }
+
+    /// Rows already grouped by expert (`group_sizes [E]` I32 rows for each of these experts,
+    /// in expert order: what expert parallelism receives) through their experts' SwiGLU, in
+    /// the rows' dtype.
+    pub fn grouped(&self, rows: Tensor<B, 2>, group_sizes: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+        match self {
+            Experts::Float(w) => {
+                swiglu_experts(rows, w.gate.val(), w.up.val(), w.down.val(), group_sizes)
+            }
+            Experts::Quantized(q) => {
+                let dtype = rows.dtype();
+                let compute = quant_compute_type(dtype);
+                let y = match q.mode {
+                    Quantize::W8A8 => {
+                        let (x, x_scale) =
+                            fused::dynamic_quant::<B, 2, 1>(rows.cast(compute), None);
+                        quantized_swiglu_a8(q, x, x_scale, group_sizes, compute)
+                    }
+                    Quantize::W8A16 => quantized_swiglu_a16(q, rows.cast(compute), group_sizes),
+                };
+                y.cast(dtype)
+            }
         }
     }
 }
@@ -514,32 +546,15 @@ pub fn routed_experts_quantized<B: FusedOps>(
 ) -> Tensor<B, 2> {
     let dtype = x.dtype();
     let compute = quant_compute_type(dtype);
-    let [gate, up, down] = &experts.projections;
     let y = match experts.mode {
         Quantize::W8A8 => {
-            let e = gate.weights.val().dims()[0];
+            let e = experts.projections[0].weights.val().dims()[0];
             let rows = fused::moe_gather_quant(x, routing.ids.clone(), k, e);
-            let sizes = rows.group_sizes;
-            let project = |p: &QuantizedProjection<B>, x, x_scale| {
-                let (w, s) = (p.weights.val(), p.operator_scales());
-                fused::grouped_matmul_quant(x, w, s, Some(x_scale), sizes.clone(), compute)
-            };
-            let g = project(gate, rows.rows.clone(), rows.scales.clone());
-            let u = project(up, rows.rows, rows.scales);
-            let (h, h_scale) = fused::dynamic_quant::<B, 2, 1>(silu(g) * u, None);
-            project(down, h, h_scale)
+            quantized_swiglu_a8(experts, rows.rows, rows.scales, rows.group_sizes, compute)
         }
         Quantize::W8A16 => {
             let rows = fused::moe_gather(x, routing.order.clone(), k).cast(compute);
-            let sizes = routing.group_sizes.clone();
-            let project = |p: &QuantizedProjection<B>, x| {
-                let (w, s) = (p.weights.val(), p.operator_scales().cast(compute));
-                let offsets = p.offsets.as_ref().map(Param::val);
-                fused::grouped_matmul_antiquant(x, w, s, offsets, sizes.clone())
-            };
-            let g = project(gate, rows.clone());
-            let u = project(up, rows);
-            project(down, silu(g) * u)
+            quantized_swiglu_a16(experts, rows, routing.group_sizes.clone())
         }
     };
     fused::moe_scatter(
@@ -548,6 +563,46 @@ pub fn routed_experts_quantized<B: FusedOps>(
         Some(routing.weights.clone()),
         k,
     )
+}
+
+/// W8A8 experts' SwiGLU over int8 rows grouped by expert (`x_scale [R]` their per-row scales,
+/// `group_sizes [E]`): the int8 grouped matmuls, the SwiGLU's output quantized per row for the
+/// down projection; in `compute`.
+fn quantized_swiglu_a8<B: FusedOps>(
+    experts: &QuantizedExperts<B>,
+    x: Tensor<B, 2, Int>,
+    x_scale: Tensor<B, 1>,
+    group_sizes: Tensor<B, 1, Int>,
+    compute: DType,
+) -> Tensor<B, 2> {
+    let [gate, up, down] = &experts.projections;
+    let project = |p: &QuantizedProjection<B>, x, x_scale| {
+        let (w, s) = (p.weights.val(), p.operator_scales());
+        fused::grouped_matmul_quant(x, w, s, Some(x_scale), group_sizes.clone(), compute)
+    };
+    let g = project(gate, x.clone(), x_scale.clone());
+    let u = project(up, x, x_scale);
+    let (h, h_scale) = fused::dynamic_quant::<B, 2, 1>(silu(g) * u, None);
+    project(down, h, h_scale)
+}
+
+/// W8A16 experts' SwiGLU over float rows (in `compute`) grouped by expert: the antiquant
+/// grouped matmuls.
+fn quantized_swiglu_a16<B: FusedOps>(
+    experts: &QuantizedExperts<B>,
+    rows: Tensor<B, 2>,
+    group_sizes: Tensor<B, 1, Int>,
+) -> Tensor<B, 2> {
+    let compute = rows.dtype();
+    let [gate, up, down] = &experts.projections;
+    let project = |p: &QuantizedProjection<B>, x| {
+        let (w, s) = (p.weights.val(), p.operator_scales().cast(compute));
+        let offsets = p.offsets.as_ref().map(Param::val);
+        fused::grouped_matmul_antiquant(x, w, s, offsets, group_sizes.clone())
+    };
+    let g = project(gate, rows.clone());
+    let u = project(up, rows);
+    project(down, silu(g) * u)
 }
 
 /// The experts' SwiGLU over `rows [R, H]` grouped by expert (`group_sizes [E]`): one grouped
@@ -791,7 +846,9 @@ impl<B: FusedOps> StepModel<B> for MoeDecoder<B> {
         }
     }
 
-    fn step(&self, x: &StepInputs<B>, attention: &mut PagedAttention<'_, B>) -> Tensor<B, 2> {
+    fn step(&self, x: &[StepInputs<B>], attention: &mut [PagedAttention<'_, B>]) -> Tensor<B, 2> {
+        // The step runs on the server's device (only the experts are spread).
+        let (x, attention) = (&x[0], &mut attention[0]);
         let t = x.tokens.dims()[0];
         let dims = self.dims;
         let rows = |v: Tensor<B, 4>| v.reshape([t, dims.kv_heads, dims.head_dim]);

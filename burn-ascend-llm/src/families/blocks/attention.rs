@@ -13,7 +13,8 @@ use super::norm::RmsNorm;
 use super::quant::{Projection, Quantize};
 use super::rope::Rope;
 use crate::engine::step::PagedAttention;
-use crate::families::weights::{Expected, Sink, Source};
+use crate::families::parallel::Part;
+use crate::families::weights::{Cut, Expected, Sink, Source};
 use crate::families::LoadError;
 
 /// Grouped-query attention (config side).
@@ -81,11 +82,13 @@ impl AttentionSpec {
         }
     }
 
-    /// Loads the block under `layer`.
+    /// Loads the block under `layer`: the heads `part` holds (see
+    /// [`crate::families::parallel`]).
     pub fn load<B: FusedOps>(
         &self,
         layer: &str,
         src: &Source<B>,
+        part: Part,
     ) -> Result<Attention<B>, LoadError> {
         Ok(match self {
             AttentionSpec::Gqa(s) => {
@@ -96,17 +99,36 @@ impl AttentionSpec {
                         false => None,
                     })
                 };
+                let d = s.head_dim;
+                let (q, kv) = (part.share(s.q_heads), part.kv_heads(s.kv_heads));
+                let features = |heads: &std::ops::Range<usize>| heads.start * d..heads.end * d;
+                let heads = |heads: &std::ops::Range<usize>| Cut::Out {
+                    range: features(heads),
+                    width: heads.len() * d,
+                };
+                let bias = s.qkv_bias;
                 Attention::Gqa(Gqa {
-                    q: src.projection(&p("q_proj"), s.qkv_bias)?,
-                    k: src.projection(&p("k_proj"), s.qkv_bias)?,
-                    v: src.projection(&p("v_proj"), s.qkv_bias)?,
-                    o: src.projection(&p("o_proj"), s.o_bias)?,
+                    q: src.projection_part(&p("q_proj"), bias, heads(&q))?,
+                    k: src.projection_part(&p("k_proj"), bias, heads(&kv))?,
+                    v: src.projection_part(&p("v_proj"), bias, heads(&kv))?,
+                    o: src.projection_part(
+                        &p("o_proj"),
+                        s.o_bias,
+                        Cut::In {
+                            range: features(&q),
+                            first: part.is_first(),
+                        },
+                    )?,
                     q_norm: norm("q_norm.weight")?,
                     k_norm: norm("k_norm.weight")?,
-                    spec: s.clone(),
+                    spec: GqaSpec {
+                        q_heads: q.len(),
+                        kv_heads: kv.len(),
+                        ..s.clone()
+                    },
                 })
             }
-            AttentionSpec::Mla(m) => Attention::Mla(m.load(layer, src)?),
+            AttentionSpec::Mla(m) => Attention::Mla(m.load(layer, src, part)?),
         })
     }
 }

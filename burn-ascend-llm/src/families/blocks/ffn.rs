@@ -1,5 +1,7 @@
 //! Feed-forward blocks: a dense SwiGLU MLP, or a sparse mixture of SwiGLU experts.
 
+use std::ops::Range;
+
 use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::{sigmoid, silu};
@@ -8,8 +10,9 @@ use burn::tensor::Tensor;
 use burn_ascend::FusedOps;
 
 use super::quant::{Projection, Quantize};
-use super::router::{Router, RouterSpec};
-use crate::families::weights::{Expected, Sink, Source};
+use super::router::{Router, RouterSpec, Routing};
+use crate::families::parallel::{Group, Part};
+use crate::families::weights::{Cut, Expected, Sink, Source};
 use crate::families::LoadError;
 use crate::moe::model::Experts;
 
@@ -73,11 +76,30 @@ impl<B: FusedOps> Mlp<B> {
             .forward(silu(self.gate.forward(x.clone())) * self.up.forward(x))
     }
 
-    fn load(prefix: &str, src: &Source<B>) -> Result<Self, LoadError> {
+    /// The MLP's intermediate features `inner` (all of them, or a rank's share: gate and up
+    /// by columns, down by rows; the ranks' outputs are summed, the `first` adding the
+    /// constant terms).
+    fn load(
+        prefix: &str,
+        src: &Source<B>,
+        inner: Range<usize>,
+        first: bool,
+    ) -> Result<Self, LoadError> {
+        let columns = Cut::Out {
+            width: inner.len(),
+            range: inner.clone(),
+        };
         Ok(Self {
-            gate: src.projection(&format!("{prefix}.gate_proj"), false)?,
-            up: src.projection(&format!("{prefix}.up_proj"), false)?,
-            down: src.projection(&format!("{prefix}.down_proj"), false)?,
+            gate: src.projection_part(&format!("{prefix}.gate_proj"), false, columns.clone())?,
+            up: src.projection_part(&format!("{prefix}.up_proj"), false, columns)?,
+            down: src.projection_part(
+                &format!("{prefix}.down_proj"),
+                false,
+                Cut::In {
+                    range: inner,
+                    first,
+                },
+            )?,
         })
     }
 
@@ -162,17 +184,31 @@ impl FfnSpec {
         }
     }
 
-    /// Loads the block under `layer`.
-    pub fn load<B: FusedOps>(&self, layer: &str, src: &Source<B>) -> Result<Ffn<B>, LoadError> {
+    /// Loads the block under `layer`: the part `part` holds (its share of a dense MLP's and a
+    /// shared expert's features, its range of the routed experts; see
+    /// [`crate::families::parallel`]).
+    pub fn load<B: FusedOps>(
+        &self,
+        layer: &str,
+        src: &Source<B>,
+        part: Part,
+    ) -> Result<Ffn<B>, LoadError> {
         Ok(match self {
-            FfnSpec::Dense(_) => Ffn::Dense(Mlp::load(&format!("{layer}.mlp"), src)?),
+            FfnSpec::Dense(inner) => Ffn::Dense(Mlp::load(
+                &format!("{layer}.mlp"),
+                src,
+                part.share(*inner),
+                part.is_first(),
+            )?),
             FfnSpec::Sparse(m) => {
                 let block = format!("{layer}.{}", m.names.block);
-                let e = m.router.experts();
+                let e = part.experts(m.router.experts());
                 let experts = if m.names.fused {
-                    let mut gate_up =
-                        src.fused_experts(&format!("{block}.experts.gate_up_proj"), 2)?;
-                    let mut down = src.fused_experts(&format!("{block}.experts.down_proj"), 1)?;
+                    let fused = |name: &str, parts| {
+                        src.fused_experts(&format!("{block}.experts.{name}"), parts, e.clone())
+                    };
+                    let mut gate_up = fused("gate_up_proj", 2)?;
+                    let mut down = fused("down_proj", 1)?;
                     let up = gate_up.pop().expect("two parts");
                     Experts::new(
                         gate_up.pop().expect("two parts"),
@@ -181,11 +217,8 @@ impl FfnSpec {
                     )
                 } else {
                     let [g, u, d] = &m.names.expert;
-                    let (g, u, d) = (
-                        expert_names(&block, g),
-                        expert_names(&block, u),
-                        expert_names(&block, d),
-                    );
+                    let name = |w: &str| expert_names(&block, w);
+                    let (g, u, d) = (name(g), name(u), name(d));
                     src.expert_set([&g, &u, &d], e)?
                 };
                 let shared = m.shared.as_ref();
@@ -193,7 +226,12 @@ impl FfnSpec {
                     router: m.router.load(&format!("{block}.gate"), src)?,
                     experts,
                     shared: match shared {
-                        Some(_) => Some(Mlp::load(&format!("{block}.{}", m.names.shared), src)?),
+                        Some(s) => Some(Mlp::load(
+                            &format!("{block}.{}", m.names.shared),
+                            src,
+                            part.share(s.hidden),
+                            part.is_first(),
+                        )?),
                         None => None,
                     },
                     shared_gate: match shared {
@@ -231,6 +269,87 @@ impl<B: FusedOps> Ffn<B> {
                 (y, Some(stats))
             }
         }
+    }
+
+    /// The shards' parts of the block over the step's tokens `xs[i] [T, H]` (the same on every
+    /// shard, shard i's `blocks[i]`), to be summed over every rank: a dense MLP's share of the
+    /// features; for a MoE block, the routed experts' output of the shard's chunk of the tokens
+    /// (routed here, dispatched to the ranks holding their experts) placed among zero rows, plus
+    /// its share of the shared expert.
+    pub fn forward_ranks(
+        blocks: &[&Self],
+        xs: Vec<Tensor<B, 2>>,
+        group: &Group<B>,
+    ) -> Vec<Tensor<B, 2>> {
+        let moes: Vec<&SparseMoe<B>> = match blocks
+            .iter()
+            .map(|b| match b {
+                Ffn::Sparse(m) => Some(m),
+                Ffn::Dense(_) => None,
+            })
+            .collect::<Option<Vec<_>>>()
+        {
+            Some(moes) => moes,
+            None => {
+                return blocks
+                    .iter()
+                    .zip(xs)
+                    .map(|(b, x)| match b {
+                        Ffn::Dense(mlp) => mlp.forward(x),
+                        Ffn::Sparse(_) => unreachable!("every shard has the layer's kind"),
+                    })
+                    .collect()
+            }
+        };
+        let [t, hidden] = xs[0].dims();
+        let dtype = xs[0].dtype();
+        let spec = &moes[0].spec;
+        let chunks: Vec<Range<usize>> = group.parts().iter().map(|p| p.tokens(t)).collect();
+        let routed: Vec<Option<(Tensor<B, 2>, Routing<B>)>> = xs
+            .iter()
+            .zip(&moes)
+            .zip(&chunks)
+            .map(|((x, moe), chunk)| {
+                (!chunk.is_empty()).then(|| {
+                    let x = x.clone().narrow(0, chunk.start, chunk.len());
+                    let routing = moe.router.route(x.clone());
+                    (x, routing)
+                })
+            })
+            .collect();
+        let inputs = routed
+            .iter()
+            .map(|r| r.as_ref().map(|(x, routing)| (x.clone(), routing)))
+            .collect();
+        let shards: Vec<&Experts<B>> = moes.iter().map(|m| &m.experts).collect();
+        let experts = group.dispatch().forward(
+            inputs,
+            spec.router.top_k(),
+            spec.router.experts(),
+            &shards,
+            (dtype, hidden),
+        );
+        experts
+            .into_iter()
+            .zip(xs)
+            .zip(&moes)
+            .zip(&chunks)
+            .map(|(((y, x), moe), chunk)| {
+                let device = x.device();
+                let zeros = |rows: usize| Tensor::<B, 2>::zeros([rows, hidden], (&device, dtype));
+                let mut out = match y {
+                    Some(y) => {
+                        let pieces = [zeros(chunk.start), y, zeros(t - chunk.end)];
+                        Tensor::cat(pieces.into_iter().filter(|p| p.dims()[0] > 0).collect(), 0)
+                    }
+                    None => zeros(t),
+                };
+                if let Some(shared) = &moe.shared {
+                    out = out + moe.gated_shared(shared, x);
+                }
+                out
+            })
+            .collect()
     }
 
     /// The block quantized for inference: dense MLPs, the shared expert and the routed
@@ -279,18 +398,23 @@ impl<B: FusedOps> Ffn<B> {
 }
 
 impl<B: FusedOps> SparseMoe<B> {
+    /// The shared expert over `x`, times its sigmoid gate when it has one (a gate of `x`
+    /// scales the shards' parts alike, so their sum is the whole expert's).
+    fn gated_shared(&self, shared: &Mlp<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let s = shared.forward(x.clone());
+        match &self.shared_gate {
+            Some(gate) => sigmoid(gate.forward(x)) * s,
+            None => s,
+        }
+    }
+
     fn forward(&self, x: Tensor<B, 2>) -> (Tensor<B, 2>, RouterStats<B>) {
         let t = x.dims()[0];
         let k = self.spec.router.top_k();
         let routing = self.router.route(x.clone());
         let mut out = self.experts.forward(x.clone(), &routing, k);
         if let Some(shared) = &self.shared {
-            let s = shared.forward(x.clone());
-            out = out
-                + match &self.shared_gate {
-                    Some(gate) => sigmoid(gate.forward(x)) * s,
-                    None => s,
-                };
+            out = out + self.gated_shared(shared, x);
         }
         let stats = RouterStats {
             counts: routing.fraction * (t * k) as f64,

@@ -30,7 +30,8 @@ use super::norm::RmsNorm;
 use super::quant::{Projection, Quantize};
 use super::yarn::Rotary;
 use crate::engine::step::PagedAttention;
-use crate::families::weights::{Expected, Sink, Source};
+use crate::families::parallel::Part;
+use crate::families::weights::{Cut, Expected, Sink, Source};
 use crate::families::LoadError;
 
 /// The sizes and constants of an MLA layer.
@@ -92,32 +93,57 @@ impl MlaConfig {
         out.linear(&p("o_proj"), self.heads * self.v_head_dim, h, bias);
     }
 
-    /// Loads the layer under `layer`.
-    pub fn load<B: FusedOps>(&self, layer: &str, src: &Source<B>) -> Result<Mla<B>, LoadError> {
+    /// Loads the layer under `layer`: the heads `part` holds (the latent projections and
+    /// norms, which every head reads, whole; see [`crate::families::parallel`]).
+    pub fn load<B: FusedOps>(
+        &self,
+        layer: &str,
+        src: &Source<B>,
+        part: Part,
+    ) -> Result<Mla<B>, LoadError> {
         let p = |n: &str| format!("{layer}.self_attn.{n}");
         let bias = self.attention_bias;
         let norm = |n: &str| -> Result<RmsNorm<B>, LoadError> {
             Ok(RmsNorm::new(src.tensor(&p(n))?, self.latent_norm_eps))
         };
+        let heads = part.share(self.heads);
+        // Each head's block of `per_head` output features.
+        let by_heads = |per_head: usize| Cut::Out {
+            range: heads.start * per_head..heads.end * per_head,
+            width: heads.len() * per_head,
+        };
+        let q_out = by_heads(self.qk_head_dim());
         let (q_proj, q_lora) = match self.q_lora_rank {
-            None => (Some(src.projection(&p("q_proj"), false)?), None),
+            None => (Some(src.projection_part(&p("q_proj"), false, q_out)?), None),
             Some(_) => (
                 None,
                 Some(QLora {
                     q_a_proj: src.projection(&p("q_a_proj"), bias)?,
                     q_a_layernorm: norm("q_a_layernorm.weight")?,
-                    q_b_proj: src.projection(&p("q_b_proj"), false)?,
+                    q_b_proj: src.projection_part(&p("q_b_proj"), false, q_out)?,
                 }),
             ),
         };
+        let values = heads.start * self.v_head_dim..heads.end * self.v_head_dim;
+        let kv_b = by_heads(self.qk_nope_head_dim + self.v_head_dim);
         Ok(Mla {
             q_proj,
             q_lora,
             kv_a_proj_with_mqa: src.projection(&p("kv_a_proj_with_mqa"), bias)?,
             kv_a_layernorm: norm("kv_a_layernorm.weight")?,
-            kv_b_proj: src.linear(&p("kv_b_proj"), false)?,
-            o_proj: src.projection(&p("o_proj"), bias)?,
-            cfg: self.clone(),
+            kv_b_proj: src.linear_part(&p("kv_b_proj"), false, kv_b)?,
+            o_proj: src.projection_part(
+                &p("o_proj"),
+                bias,
+                Cut::In {
+                    range: values,
+                    first: part.is_first(),
+                },
+            )?,
+            cfg: MlaConfig {
+                heads: heads.len(),
+                ..self.clone()
+            },
         })
     }
 }
