@@ -425,8 +425,10 @@ fn bad_requests_and_sampling_parameters_fail_alone() {
         },
         stop: Vec::new(),
     };
+    // The longest sequence the cache holds (a longer max_seq is refused at configuration).
     let cache = ServeConfig {
         pages: 10,
+        max_seq: 40,
         ..serve_config()
     };
     let mut batch = good.clone();
@@ -436,7 +438,7 @@ fn bad_requests_and_sampling_parameters_fail_alone() {
         random(0.0, 4),
         random(1.0, 0),
         Request::greedy(prompt("The sea"), 0),
-        // 24 + 20 - 1 positions need 11 pages of 4 slots: more than the whole cache.
+        // 24 + 20 tokens: more than the cache's 40 slots hold.
         Request::greedy(vec![65; 24], 20),
     ]);
     let out = Server::new(model.clone(), cache, &device())
@@ -452,7 +454,7 @@ fn bad_requests_and_sampling_parameters_fail_alone() {
         "temperature 0 must be positive and finite",
         "top_k is 0",
         "new_tokens is 0",
-        "needs 11 cache pages of 4 slots, the whole cache has 10",
+        "prompt of 24 tokens plus 20 new tokens exceeds the maximum sequence of 40",
     ]) {
         assert!(error.contains(says), "{error:?} should say {says:?}");
     }
@@ -491,6 +493,7 @@ fn serving_settings_are_checked() {
         (
             // 2^32 keys in one step's kv_indices: past what int32 kv_indptr offsets reach.
             ServeConfig {
+                pages: 1 << 14,
                 step_tokens: 1 << 16,
                 max_seq: 1 << 16,
                 ..serve_config()
@@ -532,6 +535,7 @@ fn a_step_whose_attention_workspace_exceeds_the_device_is_refused_at_configurati
         burn_ascend::runtime::device::memory_info(&device().into()).expect("memory size");
     assert!(total < 100 << 30, "the device has {total} bytes");
     let serve = ServeConfig {
+        pages: 1 << 14,
         step_tokens: 1 << 14,
         max_seq: 1 << 16,
         ..serve_config()
@@ -539,7 +543,11 @@ fn a_step_whose_attention_workspace_exceeds_the_device_is_refused_at_configurati
     let err = Server::new(model, serve, &device())
         .err()
         .expect("rejected");
-    for says in ["buffers of the largest step", "16 query heads", "memory"] {
+    for says in [
+        "buffers of the largest step",
+        "16 query heads",
+        "bytes free",
+    ] {
         assert!(err.to_string().contains(says), "{err}");
     }
 }

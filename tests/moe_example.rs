@@ -379,7 +379,10 @@ fn bad_checkpoint_options_are_named_before_the_device_is_used() {
     );
     fails_saying(&["--model", "/nonexistent/model"], "/nonexistent/model");
     fails_saying(&["--model", &dir, "--dtype", "f64"], "--dtype \"f64\"");
-    fails_saying(&["--model", &dir, "--devices", "2"], "runs on one NPU");
+    fails_saying(
+        &["--model", &dir, "--devices", "3"],
+        "cannot split over 3 NPUs",
+    );
     fails_saying(
         &["--model", &dir, "--max-seq", "100000"],
         "exceeds the 512 positions",

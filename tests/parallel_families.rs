@@ -57,10 +57,14 @@ const ENV_NODE: &str = "BURN_ASCEND_TEST_NODE";
 const ENV_ADDRESS: &str = "BURN_ASCEND_TEST_RENDEZVOUS";
 const SECRET: &str = "the secret of this test's two nodes";
 
+/// A family fixture (`tests/fixtures/hf/NAME`), or another by its path under
+/// `tests/fixtures` (`prequant/NAME`).
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/hf")
-        .join(name)
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    match name.contains('/') {
+        true => fixtures.join(name),
+        false => fixtures.join("hf").join(name),
+    }
 }
 
 /// `n` NPUs of the suite's kind from its device on, or `None` (after saying so) when the machine
@@ -286,6 +290,45 @@ fn split_tokens() {
             "{dtype:?}: only {compared} of {total} positions agree before a near tie"
         );
     }
+}
+
+/// Pre-quantized checkpoints split too: their int8 layers are cut as float ones are (a static
+/// W8A8 layer's `quant_bias` added by the first row-parallel shard only), FP8 ones dequantized
+/// and cut on the device. Split in bf16, each shard quantizes its own activations, so the
+/// runs are compared as bf16 ones are.
+#[test]
+fn pre_quantized_checkpoints_split_over_two_npus_give_the_tokens_of_one() {
+    let Some(devices) = npus(
+        "pre_quantized_checkpoints_split_over_two_npus_give_the_tokens_of_one",
+        2,
+    ) else {
+        return;
+    };
+    let (mut compared, mut total) = (0, 0);
+    for name in [
+        "prequant/modelslim_w8a8_deepseek_v3",
+        "prequant/modelslim_w8a16_mixtral",
+        "prequant/ct_w8a8_qwen3_moe",
+        "prequant/ct_w8a16_qwen2_moe",
+        "prequant/fp8_deepseek_v3",
+    ] {
+        let one = served(name, DType::BF16, &devices[..1]);
+        let two = served(name, DType::BF16, &devices);
+        for (i, (want, got)) in one.iter().zip(&two).enumerate() {
+            let what = format!("{name} on 2 NPUs, prompt {i}");
+            let (same, worst) = compare(&what, want, got, 0.25, 0.5, false);
+            eprintln!(
+                "{what}: {same} of {} tokens agree, logits within {worst}",
+                want.tokens.len()
+            );
+            compared += same;
+            total += want.tokens.len();
+        }
+    }
+    assert!(
+        compared as f64 >= 0.6 * total as f64,
+        "only {compared} of {total} positions agree before a near tie"
+    );
 }
 
 /// A Qwen3-MoE checkpoint whose routed experts are most of its bytes (2 layers, 16 experts of

@@ -45,7 +45,7 @@
 //! };
 //! let mut server = Server::new(model, serving, &device)?;
 //! let out = server.generate(&[Request::greedy(b"Hello".map(u32::from).to_vec(), 4)]);
-//! let generation = out.results[0].as_ref()?;
+//! let generation = out.results[0].as_ref().map_err(ToString::to_string)?;
 //! assert_eq!(generation.tokens.len(), 4);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -54,7 +54,8 @@ fn small_cache() -> ServeConfig {
     ServeConfig {
         pages: 5,
         page_size: 12,
-        max_seq: 64,
+        // The longest sequence the cache holds: one request takes it all.
+        max_seq: 60,
         ..config()
     }
 }

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::DType;
 use burn_ascend::{AscendDevice, CollectiveOps, FusedOps};
 use burn_ascend_llm::engine::serve::{Request, Server};
 use burn_ascend_llm::engine::step::StepModel;
@@ -57,8 +58,15 @@ pub fn plan(args: &Args, dir: &Path) -> Result<CheckpointPlan, String> {
     let checkpoint = Checkpoint::open(dir).map_err(|e| fail(&e))?;
     let spec = families::spec_of(checkpoint.config()).map_err(|e| fail(&e))?;
     let tokenizer = TextTokenizer::from_dir(dir).map_err(|e| fail(&e))?;
+    let dtype = LoadOptions::parse_dtype(&args.dtype).map_err(|e| format!("--{e}"))?;
     let options = LoadOptions {
-        dtype: LoadOptions::parse_dtype(&args.dtype).map_err(|e| format!("--{e}"))?,
+        // Fine-tuning trains in f32 unless told otherwise: half-precision weights and optimizer
+        // state without loss scaling lose the small updates (and overflow), as Burn's and
+        // PyTorch's mixed-precision guides warn.
+        dtype: match (dtype, args.train_steps > 0) {
+            (None, true) => Some(DType::F32),
+            (dtype, _) => dtype,
+        },
         quantize: args.quantize,
     };
     // The format comes from the checkpoint (msModelSlim's description, compressed-tensors' or

@@ -187,7 +187,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     train_steps: usize,
     /// With --model: the dtype the weights are loaded (and served) in: auto (the checkpoint's
-    /// own, as its config.json says), f32, f16 or bf16.
+    /// own, as its config.json says; f32 with --train-steps), f32, f16 or bf16.
     #[arg(long, default_value = "auto")]
     dtype: String,
     /// With --model and --train-steps: the directory the fine-tuned checkpoint is saved to, in

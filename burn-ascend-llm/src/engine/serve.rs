@@ -681,7 +681,9 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
             );
         }
         self.decode = Some(CapturedDecode::new(used));
-        // The cache grows by the scratch pages and keeps its address from now on.
+        // The cache grows by the scratch pages and keeps its address from now on. The old one
+        // goes first: a cache sized to the device's memory cannot be held twice.
+        self.caches = Vec::new();
         self.caches = self.empty_caches();
         self.capture_decode();
         Ok(())
@@ -1155,6 +1157,7 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
                 .map_err(|e| format!("reloading the weights from their source failed: {e}"))?,
         };
         self.model = model.after_reset();
+        self.caches = Vec::new();
         self.caches = self.empty_caches();
         self.capture_decode();
         Ok(())
