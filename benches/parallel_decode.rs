@@ -32,9 +32,9 @@ use criterion::{criterion_group, criterion_main, Criterion};
 
 const NPUS: [usize; 4] = [1, 2, 4, 8];
 const BATCHES: [usize; 4] = [1, 8, 32, 64];
-/// Prompt tokens per request: decode reads this much context (short, so that prefilling 64
-/// requests at real shapes stays within the bench's time on the host).
-const PROMPT: usize = 16;
+/// Prompt tokens per request: decode reads this much context (short: the emulator prefills
+/// 105 requests at real shapes for each split, on the host's cores).
+const PROMPT: usize = 4;
 /// One collective round's latency on HCCS. ASSUMED: the fact sheets give none
 /// (`../shared/ascend/hccl-abi.md` states only the API); a few microseconds per round is the
 /// order vendors quote for small messages between NPUs of one server.
@@ -244,6 +244,7 @@ fn bench(c: &mut Criterion) {
                 })
             });
             let Some(steps) = figures else { continue };
+            eprintln!("{key}: measured");
             let n = npus as f64;
             // The LM head (vocab rows split over the NPUs) read once a step, at HBM rate:
             // the part of the step that does not scale with the layers.
@@ -301,8 +302,8 @@ fn bench(c: &mut Criterion) {
             ROUND_LATENCY_S * 1e6
         ),
         "whole model: the layers run times the published layer count, plus the LM head once \
-         (its rows per NPU at HBM rate); prompts of 16 tokens (decode attention over a short \
-         context)"
+         (its rows per NPU at HBM rate); prompts of 4 tokens (decode attention over a short \
+         context: its cache reads are left out)"
             .to_string(),
         format!(
             "vllm-ascend: {VLLM_ASCEND_TOK_S} output tok/s for Qwen3-30B-A3B W8A8 on one A3 die \

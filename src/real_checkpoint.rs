@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use burn_ascend_llm::hf::dummy::{self, Written};
+use burn_ascend_llm::hf::dummy::{self, Precision, Written};
 use serde_json::{json, Value};
 
 /// A published checkpoint whose layer shapes a test or bench reproduces.
@@ -133,5 +133,17 @@ pub fn write(
     max_shard_bytes: u64,
     seed: u64,
 ) -> std::io::Result<Written> {
-    dummy::write(&model.config(layers), dir, max_shard_bytes, seed)
+    write_as(model, layers, dir, max_shard_bytes, seed, Precision::Bf16)
+}
+
+/// [`write`] in `precision` (W8A8: the linear layers int8 as LLM Compressor stores them).
+pub fn write_as(
+    model: Published,
+    layers: usize,
+    dir: &Path,
+    max_shard_bytes: u64,
+    seed: u64,
+    precision: Precision,
+) -> std::io::Result<Written> {
+    dummy::write_as(&model.config(layers), dir, max_shard_bytes, seed, precision)
 }

@@ -17,7 +17,7 @@ use burn_ascend::{Ascend, AscendDevice};
 use burn_ascend_llm::engine::serve::{Request, ServeConfig, Server};
 use burn_ascend_llm::families::blocks::quant::Quantize;
 use burn_ascend_llm::families::{self, Decoder, LoadError, LoadOptions, ToServe};
-use burn_ascend_llm::hf::dummy::Written;
+use burn_ascend_llm::hf::dummy::{Precision, Written};
 use burn_ascend_llm::hf::Checkpoint;
 use burn_ascend_suite::real_checkpoint::{self, Published};
 use serial_test::serial;
@@ -221,6 +221,72 @@ fn loads_and_serves_in_its_own_dtype_within_a_quarter_of_its_size_of_host_memory
     assert!(
         (0.85..=0.902).contains(&used),
         "{used} of the device in use after sizing the cache at 0.9 and serving"
+    );
+}
+
+/// The same model stored W8A8 as LLM Compressor writes it: loaded as stored (its format read
+/// from config.json, its dtype bf16), served, within the same host budget (a quarter of its
+/// own, smaller, size and 1 GiB), holding on the device little more than its files' bytes.
+#[test]
+#[serial]
+fn a_pre_quantized_w8a8_checkpoint_serves_within_a_quarter_of_its_size_of_host_memory() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let written = real_checkpoint::write_as(
+        Published::Qwen3_30bA3b,
+        LAYERS,
+        dir.path(),
+        2_000_000_000,
+        7,
+        Precision::W8A8,
+    )
+    .expect("the checkpoint is written");
+    let float = checkpoint();
+    // The layers' half in int8; the embedding and LM head (a third of two layers' bytes) bf16.
+    assert!(
+        written.tensor_bytes < float.tensor_bytes * 7 / 10,
+        "int8 layers: {} bytes against {} in bf16",
+        written.tensor_bytes,
+        float.tensor_bytes
+    );
+    let budget = host_budget(&written);
+    let device = device();
+    let ctx = DeviceContext::get(&device.into()).unwrap();
+    ctx.release_cache().unwrap();
+    let before = ctx.memory_stats().bytes_in_use as u64;
+    let ((tokens, format, on_device, load), peak) = host_peak(|| {
+        let checkpoint = Arc::new(Checkpoint::open(&written.dir).unwrap());
+        let ToServe {
+            model,
+            reload,
+            report,
+        } = families::load_to_serve::<Ascend>(checkpoint, LoadOptions::default(), &device)
+            .expect("the checkpoint loads as stored");
+        assert_eq!(model.dtype(), DType::BF16, "config.json's torch_dtype");
+        assert_eq!(model.quantized(), Some(Quantize::W8A8));
+        ctx.synchronize().unwrap();
+        let on_device = ctx.memory_stats().bytes_in_use as u64 - before;
+        let format = model.prequantized().map(str::to_string);
+        let mut server = Server::with_reload(model, serve_config(), &device, reload).unwrap();
+        (tokens(&mut server), format, on_device, report)
+    });
+    eprintln!(
+        "W8A8 as stored ({:.2} GB): loaded at {:.2} GB/s, {:.2} GB on the device, host heap \
+         peak {:.2} GB (budget {:.2})",
+        gb(written.tensor_bytes),
+        load.gb_per_s(),
+        gb(on_device),
+        gb(peak),
+        gb(budget)
+    );
+    assert!(format.is_some_and(|f| f.contains("compressed-tensors")));
+    assert_eq!(load.read_bytes, written.tensor_bytes);
+    assert!(peak <= budget, "{peak} bytes of host memory, over {budget}");
+    assert!(tokens.iter().all(|t| t.len() == 4));
+    // The weights as stored (scales widened to f32 beside them), not a float copy.
+    assert!(
+        on_device < written.tensor_bytes * 12 / 10,
+        "{on_device} bytes on the device for {} of files",
+        written.tensor_bytes
     );
 }
 

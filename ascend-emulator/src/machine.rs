@@ -290,7 +290,8 @@ impl Machine {
             return Err(fault(
                 ACL_ERROR_RT_CONTEXT_NULL,
                 format!(
-                    "device {id} was reset since this thread bound it (aclrtResetDevice                      destroyed that context): call aclrtSetDevice again"
+                    "device {id} was reset since this thread bound it (aclrtResetDevice \
+                     destroyed that context): call aclrtSetDevice again"
                 ),
             ));
         }

@@ -288,7 +288,8 @@ impl<'a, B: Backend> Source<'a, B> {
             Some((name, m)) => Err(LoadError::Quantized {
                 tensor: name.clone(),
                 why: format!(
-                    "a W8A8 layer's weight offset must be zero (its kernels read symmetric int8                      weights and ignore the offset), found |offset| up to {m}"
+                    "a W8A8 layer's weight offset must be zero (its kernels read symmetric int8 \
+                     weights and ignore the offset), found |offset| up to {m}"
                 ),
             }),
             None => Ok(()),
