@@ -136,7 +136,7 @@ pub fn write(
     write_as(model, layers, dir, max_shard_bytes, seed, Precision::Bf16)
 }
 
-/// [`write`] in `precision` (W8A8: the linear layers int8 as LLM Compressor stores them).
+/// [`write()`] in `precision` (W8A8: the linear layers int8 as LLM Compressor stores them).
 pub fn write_as(
     model: Published,
     layers: usize,

@@ -12,7 +12,7 @@
 //! The decoder is a [`StepModel`]: the engine ([`crate::engine::serve::Server`]) serves it
 //! through the paged cache, with chunked prefill and captured decode. Split across NPUs
 //! ([`parallel`]), each NPU holds a shard: a [`Decoder`] of its part of every tensor, and the
-//! shards run the one step the whole decoder runs ([`Decoder::step_ranks`]).
+//! shards run the one step the whole decoder runs (`Decoder::step_ranks`).
 
 pub mod blocks;
 pub mod config;

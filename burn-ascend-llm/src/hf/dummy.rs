@@ -37,7 +37,7 @@ pub enum Precision {
 /// A tensor to write: name, shape, stored in int8 (else bf16).
 type Planned = (String, Vec<usize>, bool);
 
-/// What [`write`] wrote.
+/// What [`write()`] wrote.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Written {
     /// The directory.
@@ -60,7 +60,7 @@ pub fn write(
     write_as(config, dir, max_shard_bytes, seed, Precision::Bf16)
 }
 
-/// [`write`] in `precision` (for W8A8, config.json gains its `quantization_config`).
+/// [`write()`] in `precision` (for W8A8, config.json gains its `quantization_config`).
 pub fn write_as(
     config: &Value,
     dir: &Path,
