@@ -71,23 +71,18 @@ static ALLOCATOR: Counting = Counting;
 const GIB: u64 = 1 << 30;
 const LAYERS: usize = 2;
 
-/// The checkpoint, written once per run (in shards of at most 2 GB, so that it has an index).
+/// The checkpoint, written once per run (in shards of at most 2 GB, so that it has an index)
+/// under cargo's directory for test files: a static's temporary directory is never removed, and
+/// each run would leave 3.7 GB behind.
 fn checkpoint() -> &'static Written {
-    static WRITTEN: OnceLock<(tempfile::TempDir, Written)> = OnceLock::new();
-    &WRITTEN
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().expect("a temporary directory");
-            let written = real_checkpoint::write(
-                Published::Qwen3_30bA3b,
-                LAYERS,
-                dir.path(),
-                2_000_000_000,
-                7,
-            )
-            .expect("the checkpoint is written");
-            (dir, written)
-        })
-        .1
+    static WRITTEN: OnceLock<Written> = OnceLock::new();
+    WRITTEN.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("real_size_qwen3_30b_a3b");
+        // Whatever an interrupted run left is written anew.
+        let _ = std::fs::remove_dir_all(&dir);
+        real_checkpoint::write(Published::Qwen3_30bA3b, LAYERS, &dir, 2_000_000_000, 7)
+            .expect("the checkpoint is written")
+    })
 }
 
 /// The host memory a run may take: a quarter of the checkpoint and 1 GiB.

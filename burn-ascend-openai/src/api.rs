@@ -1,6 +1,9 @@
 //! OpenAI's request, response, chunk and error objects, and the checks of a request's fields
 //! (each error names its field, as OpenAI's `param`).
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -205,9 +208,8 @@ pub enum Prompt {
     Batches(Vec<Vec<u32>>),
 }
 
-/// `stream_options`.
+/// `stream_options` (other options, such as vLLM's `continuous_usage_stats`, are ignored).
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     /// Send a last chunk with the usage.
     #[serde(default)]
@@ -216,7 +218,6 @@ pub struct StreamOptions {
 
 /// The sampling fields both endpoints share.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Common {
     /// The model's name (`/v1/models`).
     pub model: String,
@@ -252,7 +253,6 @@ pub struct Common {
 
 /// `POST /v1/completions`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct CompletionRequest {
     /// The prompt.
     pub prompt: Prompt,
@@ -268,7 +268,6 @@ pub struct CompletionRequest {
 
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ChatRequest {
     /// The conversation.
     pub messages: Vec<ChatMessage>,
@@ -310,7 +309,9 @@ const COMMON_FIELDS: [&str; 15] = [
 ];
 
 /// Parses a JSON body into the endpoint's own fields and the shared ones, naming the field at
-/// fault (an unknown field is an error too: nothing is silently ignored).
+/// fault. Fields the server does not know (those OpenAI's SDKs and frameworks send: `store`,
+/// `metadata`, `parallel_tool_calls`, `service_tier`...) are ignored, each name said once in
+/// the log, as vLLM does.
 pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<(T, Common), ApiError> {
     let fields: serde_json::Map<String, Value> = serde_json::from_slice(body).map_err(|e| {
         let mut error = ApiError::invalid("", format!("the body is not a JSON object: {e}"));
@@ -320,16 +321,40 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<(T, Common),
     let (common, own): (serde_json::Map<_, _>, serde_json::Map<_, _>) = fields
         .into_iter()
         .partition(|(k, _)| COMMON_FIELDS.contains(&k.as_str()));
-    Ok((typed(own)?, typed(common)?))
+    let mut ignored = Vec::new();
+    let own = typed(own, &mut ignored)?;
+    let common = typed(common, &mut ignored)?;
+    warn_once(&ignored);
+    Ok((own, common))
 }
 
+/// Says, once per field name for the process's life, that a request's field was ignored.
+fn warn_once(fields: &[String]) {
+    static SAID: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+    for field in fields {
+        if said.insert(field.clone()) {
+            eprintln!(
+                "burn-ascend-openai: the request field `{field}` is not supported and is ignored \
+                 (said once)"
+            );
+        }
+    }
+}
+
+/// The typed fields of `fields`, the names of those the type does not read added to `ignored`
+/// (nested ones by their path: `stream_options.x`); a type error names its field.
 fn typed<T: serde::de::DeserializeOwned>(
     fields: serde_json::Map<String, Value>,
+    ignored: &mut Vec<String>,
 ) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(Value::Object(fields)).map_err(|e| {
+    let value = Value::Object(fields);
+    let mut note = |path: serde_ignored::Path| ignored.push(path.to_string());
+    let unread = serde_ignored::Deserializer::new(&value, &mut note);
+    serde_path_to_error::deserialize(unread).map_err(|e| {
         let path = e.path().to_string();
         let message = format!("invalid request body: {}", e.into_inner());
-        let param = match unknown_field(&message) {
+        let param = match missing_field(&message) {
             Some(field) => Some(field),
             None if path != "." => Some(path),
             None => None,
@@ -340,12 +365,9 @@ fn typed<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// The field an "unknown field `x`" or "missing field `x`" message names.
-fn unknown_field(message: &str) -> Option<String> {
-    let rest = message
-        .split("unknown field `")
-        .nth(1)
-        .or_else(|| message.split("missing field `").nth(1))?;
+/// The field a "missing field `x`" message names.
+fn missing_field(message: &str) -> Option<String> {
+    let rest = message.split("missing field `").nth(1)?;
     Some(rest.split('`').next()?.to_string())
 }
 

@@ -42,8 +42,40 @@ const TEMPLATE_NAME: &str = "chat_template";
 pub struct ChatMessage {
     /// `system`, `user`, `assistant`, `tool`...: the template decides which it accepts.
     pub role: String,
-    /// The message text.
+    /// The message text: a string, the text parts of a content array joined by newlines (as
+    /// vLLM joins them), or empty for `null` or no content (an assistant turn that only calls
+    /// tools).
+    #[serde(default, deserialize_with = "content_text")]
     pub content: String,
+}
+
+/// A message's `content` as text; a part other than text (`image_url`, `input_audio`, `file`)
+/// is refused, naming its type: the models served read text only.
+fn content_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    use serde::de::Error;
+    match Option::<serde_json::Value>::deserialize(d)? {
+        None | Some(serde_json::Value::Null) => Ok(String::new()),
+        Some(serde_json::Value::String(text)) => Ok(text),
+        Some(serde_json::Value::Array(parts)) => {
+            let texts = parts
+                .iter()
+                .map(|part| match part.get("type").and_then(|t| t.as_str()) {
+                    Some("text") => part.get("text").and_then(|t| t.as_str()).ok_or_else(|| {
+                        D::Error::custom("a text content part has no `text` string")
+                    }),
+                    Some(other) => Err(D::Error::custom(format!(
+                        "content parts of type `{other}` are not supported: the model reads text \
+                         parts only"
+                    ))),
+                    None => Err(D::Error::custom("a content part has no `type`")),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(texts.join("\n"))
+        }
+        Some(other) => Err(D::Error::custom(format!(
+            "content is {other}: a string, an array of content parts or null"
+        ))),
+    }
 }
 
 impl ChatMessage {
