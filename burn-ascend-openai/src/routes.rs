@@ -239,6 +239,7 @@ impl App {
         let mut stop = self.model.tokenizer.eos_ids().to_vec();
         stop.extend(&checked.stop_token_ids);
         let prompt_tokens = prompt.len();
+        let text = Detokenizer::after(&prompt, checked.stop.clone());
         let request = Request {
             prompt,
             new_tokens,
@@ -254,7 +255,7 @@ impl App {
             engine: self.engine.clone(),
             id,
             events,
-            text: Detokenizer::new(checked.stop.clone()),
+            text,
             prompt_tokens,
             done: false,
         })

@@ -77,7 +77,14 @@ pub struct Detokenizer {
     read: usize,
     /// Bytes of `text` + `pending` already given out.
     sent: usize,
+    /// The prompt's last tokens at the start of `ids`, decoded before the first generated one
+    /// and never given out.
+    primed: usize,
 }
+
+/// Prompt tokens a detokenizer decodes before the first generated one (vLLM's
+/// `INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET`).
+const PRIMING_TOKENS: usize = 5;
 
 /// What one token added.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,12 +106,27 @@ impl Detokenizer {
             prefix: 0,
             read: 0,
             sent: 0,
+            primed: 0,
         }
     }
 
-    /// Tokens taken so far.
+    /// [`Detokenizer::new`] continuing `prompt`: its last tokens are decoded before the first
+    /// generated one, as vLLM does, so that the first token's text is what it adds after them
+    /// (a SentencePiece decoder drops the space of a token that starts the text it decodes:
+    /// `"Paris"` where the continuation is `" Paris"`).
+    pub fn after(prompt: &[u32], stops: Vec<String>) -> Self {
+        let tail = &prompt[prompt.len().saturating_sub(PRIMING_TOKENS)..];
+        Self {
+            ids: tail.to_vec(),
+            read: tail.len(),
+            primed: tail.len(),
+            ..Self::new(stops)
+        }
+    }
+
+    /// Generated tokens taken so far.
     pub fn tokens(&self) -> usize {
-        self.ids.len()
+        self.ids.len() - self.primed
     }
 
     /// Takes one generated token.
@@ -229,6 +251,73 @@ mod tests {
             "/../tests/fixtures/hf/qwen3_moe"
         );
         Tokenizer::Checkpoint(Box::new(TextTokenizer::from_dir(dir).unwrap()))
+    }
+
+    /// A generated token's text is what it adds after the prompt: the leading space of a
+    /// SentencePiece word is kept. The tokenizer is Llama's and Mixtral's kind (Metaspace
+    /// pieces, a decoder that strips the space a decoded text starts with); transformers decodes
+    /// `prompt + generated` and takes what follows the prompt's text.
+    #[test]
+    fn the_first_token_keeps_what_it_adds_after_the_prompt() {
+        let dir = tempfile::tempdir().unwrap();
+        let words = [
+            "<unk>",
+            "▁The",
+            "▁lighthouse",
+            "▁keeper",
+            "▁rose",
+            "▁before",
+            "▁tide",
+        ];
+        let vocab: serde_json::Map<String, serde_json::Value> = words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.to_string(), i.into()))
+            .collect();
+        let tokenizer_json = serde_json::json!({
+            "version": "1.0",
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
+            "pre_tokenizer": {"type": "Metaspace", "replacement": "▁",
+                              "prepend_scheme": "first", "split": true},
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "Fuse"},
+                {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+            "added_tokens": [], "normalizer": null, "post_processor": null,
+            "truncation": null, "padding": null,
+        });
+        std::fs::write(
+            dir.path().join("tokenizer.json"),
+            tokenizer_json.to_string(),
+        )
+        .unwrap();
+        let text = TextTokenizer::from_dir(dir.path()).unwrap();
+        let prompt = text.encode("The lighthouse keeper").unwrap();
+        let whole = text
+            .encode("The lighthouse keeper rose before The tide")
+            .unwrap();
+        assert_eq!(
+            whole[..prompt.len()],
+            prompt[..],
+            "the prompt's tokens start the text"
+        );
+        let generated = &whole[prompt.len()..];
+        let tokenizer = Tokenizer::Checkpoint(Box::new(text));
+        let mut primed = Detokenizer::after(&prompt, Vec::new());
+        let mut plain = Detokenizer::new(Vec::new());
+        let (mut got, mut unprimed) = (String::new(), String::new());
+        for &id in generated {
+            got += &primed.push(&tokenizer, id).text;
+            unprimed += &plain.push(&tokenizer, id).text;
+        }
+        got += &primed.finish();
+        unprimed += &plain.finish();
+        assert_eq!(got, " rose before The tide");
+        assert_eq!(
+            unprimed, "rose before The tide",
+            "what an unprimed decoder loses"
+        );
+        assert_eq!(primed.tokens(), generated.len());
     }
 
     /// Pushes `ids` one by one and checks, at each token, that the text given out is the text
