@@ -189,6 +189,7 @@ fn http(c: &mut Criterion) {
         name: NAME.into(),
         tokenizer: Tokenizer::Bytes,
         chat: None,
+        sampling: Default::default(),
     };
     let app = App::new(engine, spec);
     let listener = runtime

@@ -83,6 +83,7 @@ impl Running {
             name: MODEL.into(),
             tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer())),
             chat,
+            sampling: Default::default(),
         };
         let app = App::new(engine, spec);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -371,6 +371,67 @@ fn missing_field(message: &str) -> Option<String> {
     Some(rest.split('`').next()?.to_string())
 }
 
+/// The sampling a request gets for the fields it leaves out: the checkpoint's
+/// `generation_config.json` (as vLLM's default `--generation-config auto` reads it), else
+/// OpenAI's defaults (temperature 1, top_p 1, every token).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SamplingDefaults {
+    /// `temperature`.
+    pub temperature: Option<f64>,
+    /// `top_p`.
+    pub top_p: Option<f64>,
+    /// `top_k`.
+    pub top_k: Option<i64>,
+}
+
+impl SamplingDefaults {
+    /// The defaults of `generation_config.json` in `dir` (none when the file is absent);
+    /// a field of the wrong type is an error naming the file and the field.
+    pub fn from_dir(dir: &std::path::Path) -> Result<Self, String> {
+        let path = dir.join("generation_config.json");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let config: Value = serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+        let field = |name: &str| -> Result<Option<f64>, String> {
+            match config.get(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_f64()
+                    .map(Some)
+                    .ok_or_else(|| format!("{}: {name} is {v}, not a number", path.display())),
+            }
+        };
+        Ok(Self {
+            temperature: field("temperature")?,
+            top_p: field("top_p")?,
+            top_k: field("top_k")?.map(|k| k as i64),
+        })
+    }
+
+    /// Whether any is set.
+    pub fn is_set(&self) -> bool {
+        *self != Self::default()
+    }
+}
+
+impl std::fmt::Display for SamplingDefaults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = [
+            self.temperature.map(|t| format!("temperature {t}")),
+            self.top_p.map(|p| format!("top_p {p}")),
+            self.top_k.map(|k| format!("top_k {k}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        f.write_str(&parts.join(", "))
+    }
+}
+
 /// The checked sampling fields.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checked {
@@ -398,8 +459,9 @@ pub struct Checked {
 const MAX_STOPS: usize = 4;
 
 impl Common {
-    /// Checks the shared fields; `served` is the model's name.
-    pub fn check(&self, served: &str) -> Result<Checked, ApiError> {
+    /// Checks the shared fields; `served` is the model's name, `defaults` the sampling of the
+    /// fields left out.
+    pub fn check(&self, served: &str, defaults: &SamplingDefaults) -> Result<Checked, ApiError> {
         if self.model != served {
             return Err(ApiError::unknown_model(&self.model, served));
         }
@@ -430,21 +492,21 @@ impl Common {
             }
             m => m.map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
         };
-        let temperature = self.temperature.unwrap_or(1.0);
+        let temperature = self.temperature.or(defaults.temperature).unwrap_or(1.0);
         if !(0.0..=2.0).contains(&temperature) {
             return Err(ApiError::invalid(
                 "temperature",
                 format!("temperature {temperature} is not in [0, 2]"),
             ));
         }
-        let top_p = self.top_p.unwrap_or(1.0);
+        let top_p = self.top_p.or(defaults.top_p).unwrap_or(1.0);
         if !(top_p > 0.0 && top_p <= 1.0) {
             return Err(ApiError::invalid(
                 "top_p",
                 format!("top_p {top_p} is not in (0, 1]"),
             ));
         }
-        let top_k = match self.top_k {
+        let top_k = match self.top_k.or(defaults.top_k) {
             None | Some(-1) | Some(0) => None,
             Some(k) if k > 0 => Some(usize::try_from(k).unwrap_or(usize::MAX)),
             Some(k) => {
@@ -594,4 +656,66 @@ pub struct ModelCard {
     pub owned_by: String,
     /// The longest sequence a request may reach (vLLM's field).
     pub max_model_len: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn common(body: Value) -> Common {
+        let mut body = body;
+        body["model"] = "m".into();
+        serde_json::from_value(body).unwrap()
+    }
+
+    #[test]
+    fn generation_config_sampling_fills_the_fields_a_request_leaves_out() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            SamplingDefaults::from_dir(dir.path()).unwrap(),
+            SamplingDefaults::default(),
+            "no generation_config.json"
+        );
+        let file = dir.path().join("generation_config.json");
+        std::fs::write(
+            &file,
+            r#"{"do_sample": true, "temperature": 0.6, "top_p": 0.95, "top_k": 20}"#,
+        )
+        .unwrap();
+        let defaults = SamplingDefaults::from_dir(dir.path()).unwrap();
+        assert_eq!(
+            defaults.to_string(),
+            "temperature 0.6, top_p 0.95, top_k 20"
+        );
+        let left_out = common(json_object("{}")).check("m", &defaults).unwrap();
+        assert_eq!(
+            (left_out.temperature, left_out.top_p, left_out.top_k),
+            (0.6, 0.95, Some(20))
+        );
+        // What the request says wins; with no defaults, OpenAI's.
+        let given = common(json_object(r#"{"temperature": 0, "top_k": -1}"#))
+            .check("m", &defaults)
+            .unwrap();
+        assert_eq!(
+            (given.temperature, given.top_p, given.top_k),
+            (0.0, 0.95, None)
+        );
+        let plain = common(json_object("{}"))
+            .check("m", &SamplingDefaults::default())
+            .unwrap();
+        assert_eq!(
+            (plain.temperature, plain.top_p, plain.top_k),
+            (1.0, 1.0, None)
+        );
+        std::fs::write(&file, r#"{"temperature": "hot"}"#).unwrap();
+        let e = SamplingDefaults::from_dir(dir.path()).unwrap_err();
+        assert!(
+            e.contains("generation_config.json: temperature is \"hot\""),
+            "{e}"
+        );
+    }
+
+    fn json_object(text: &str) -> Value {
+        serde_json::from_str(text).unwrap()
+    }
 }

@@ -37,6 +37,7 @@ use burn_ascend_llm::hf::TextTokenizer;
 use burn_ascend_llm::moe::config::MoeConfig;
 use burn_ascend_llm::moe::expert_parallel::ExpertParallel;
 use burn_ascend_llm::moe::model::MoeDecoder;
+use burn_ascend_openai::api::SamplingDefaults;
 use burn_ascend_openai::chat::ChatTemplate;
 use burn_ascend_openai::engine::Injected;
 use burn_ascend_openai::metrics::Metrics;
@@ -191,6 +192,15 @@ fn run(args: Args) -> Result<(), String> {
                     dir.display()
                 );
             }
+            // As vLLM's default `--generation-config auto`: the checkpoint's sampling for the
+            // fields a request leaves out.
+            let sampling = SamplingDefaults::from_dir(dir).map_err(|e| fail(&e))?;
+            if sampling.is_set() {
+                eprintln!(
+                    "burn-ascend-openai: generation_config.json's sampling for the fields a \
+                     request leaves out: {sampling}"
+                );
+            }
             let name = args
                 .served_model_name
                 .clone()
@@ -261,6 +271,7 @@ fn run(args: Args) -> Result<(), String> {
                 name,
                 tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer)),
                 chat: chat.map(Arc::new),
+                sampling,
             };
             (engine, spec, limits)
         }
@@ -293,6 +304,7 @@ fn run(args: Args) -> Result<(), String> {
                 name,
                 tokenizer: Tokenizer::Bytes,
                 chat: None,
+                sampling: SamplingDefaults::default(),
             };
             (engine, spec, limits)
         }

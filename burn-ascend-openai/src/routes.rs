@@ -25,7 +25,9 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
-use crate::api::{self, ApiError, ChatRequest, Checked, CompletionRequest, Prompt};
+use crate::api::{
+    self, ApiError, ChatRequest, Checked, CompletionRequest, Prompt, SamplingDefaults,
+};
 use crate::chat::ChatTemplate;
 use crate::engine::{Engine, Event};
 use crate::metrics;
@@ -42,6 +44,8 @@ pub struct ModelSpec {
     pub tokenizer: Tokenizer,
     /// Its chat template (without one, `/v1/chat/completions` is a 400).
     pub chat: Option<Arc<ChatTemplate>>,
+    /// The sampling of the fields a request leaves out.
+    pub sampling: SamplingDefaults,
 }
 
 /// Tokens a completion generates when `max_tokens` is not given (OpenAI's default).
@@ -461,7 +465,7 @@ impl App {
     /// A completion request's prompt tokens and checked fields.
     fn completion_prompt(&self, body: &[u8]) -> Result<(Vec<u32>, Checked), ApiError> {
         let (request, common): (CompletionRequest, _) = api::parse(body)?;
-        let checked = common.check(&self.model.name)?;
+        let checked = common.check(&self.model.name, &self.model.sampling)?;
         request.check_unsupported()?;
         let encode = |text: &str| {
             self.model
@@ -488,7 +492,7 @@ impl App {
     /// checked fields.
     fn chat_prompt(&self, body: &[u8]) -> Result<(Vec<u32>, Checked), ApiError> {
         let (request, common): (ChatRequest, _) = api::parse(body)?;
-        let mut checked = common.check(&self.model.name)?;
+        let mut checked = common.check(&self.model.name, &self.model.sampling)?;
         request.check_unsupported()?;
         checked.max_tokens = match request.max_completion_tokens {
             Some(0) => {

@@ -86,6 +86,7 @@ pub fn app(cfg: ServeConfig, limits: Option<Limits>) -> Arc<App> {
         name: MODEL.into(),
         tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer())),
         chat: Some(chatml()),
+        sampling: Default::default(),
     };
     let limits = limits.unwrap_or_else(|| Limits::new(cfg.max_seq));
     App::with_limits(engine, spec, limits)
