@@ -451,7 +451,7 @@ async fn bad_requests_get_openai_errors_naming_the_field() {
         ),
         (with("top_p", json!(0.0)), 400, "top_p", "not in (0, 1]"),
         (with("top_k", json!(-2)), 400, "top_k", "top_k -2"),
-        (with("n", json!(2)), 400, "n", "not supported"),
+        (with("n", json!(0)), 400, "n", "n is 0"),
         (with("best_of", json!(2)), 400, "best_of", "not supported"),
         (with("logprobs", json!(1)), 400, "logprobs", "not supported"),
         (with("echo", json!(true)), 400, "echo", "not supported"),
@@ -468,7 +468,7 @@ async fn bad_requests_get_openai_errors_naming_the_field() {
             "at most 4",
         ),
         (with("prompt", json!("")), 400, "prompt", "empty"),
-        (with("prompt", json!(["a", "b"])), 400, "prompt", "batch"),
+        (with("prompt", json!([])), 400, "prompt", "empty"),
         (
             with("prompt", json!([1, 2, 999])),
             400,

@@ -194,7 +194,7 @@ pub enum Stop {
     Many(Vec<String>),
 }
 
-/// `prompt`: text or token ids, or a batch of either (refused: one prompt per request).
+/// `prompt`: text or token ids, or a batch of either.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum Prompt {
@@ -239,7 +239,7 @@ pub struct Common {
     pub stream: Option<bool>,
     /// Stream options.
     pub stream_options: Option<StreamOptions>,
-    /// Choices: only 1.
+    /// Choices per prompt (1 to [`MAX_CHOICES`]).
     pub n: Option<u64>,
     /// Refused unless 0.
     pub presence_penalty: Option<f64>,
@@ -256,7 +256,7 @@ pub struct Common {
 pub struct CompletionRequest {
     /// The prompt.
     pub prompt: Prompt,
-    /// Refused unless 1.
+    /// Refused unless it is `n` (choosing the best of more needs log-probabilities).
     pub best_of: Option<u64>,
     /// Refused.
     pub logprobs: Option<Value>,
@@ -432,9 +432,14 @@ impl std::fmt::Display for SamplingDefaults {
     }
 }
 
+/// The most choices a request may ask for (`n`), as OpenAI's API.
+pub const MAX_CHOICES: u64 = 128;
+
 /// The checked sampling fields.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checked {
+    /// Choices per prompt.
+    pub n: usize,
     /// Tokens to generate at most, if given.
     pub max_tokens: Option<usize>,
     /// Temperature (0: greedy).
@@ -465,9 +470,15 @@ impl Common {
         if self.model != served {
             return Err(ApiError::unknown_model(&self.model, served));
         }
-        if self.n.is_some_and(|n| n != 1) {
-            return Err(ApiError::unsupported("n", "more than one choice (n > 1)"));
-        }
+        let n = match self.n.unwrap_or(1) {
+            n @ 1..=MAX_CHOICES => n as usize,
+            n => {
+                return Err(ApiError::invalid(
+                    "n",
+                    format!("n is {n}: from 1 to {MAX_CHOICES} choices"),
+                ))
+            }
+        };
         if self.presence_penalty.is_some_and(|p| p != 0.0) {
             return Err(ApiError::unsupported(
                 "presence_penalty",
@@ -541,6 +552,7 @@ impl Common {
             ));
         }
         Ok(Checked {
+            n,
             max_tokens,
             temperature,
             top_p,
@@ -559,9 +571,12 @@ impl Common {
 
 impl CompletionRequest {
     /// Refuses the options this server does not implement.
-    pub fn check_unsupported(&self) -> Result<(), ApiError> {
-        if self.best_of.is_some_and(|b| b != 1) {
-            return Err(ApiError::unsupported("best_of", "best_of > 1"));
+    pub fn check_unsupported(&self, n: usize) -> Result<(), ApiError> {
+        if self.best_of.is_some_and(|b| b != n as u64) {
+            return Err(ApiError::unsupported(
+                "best_of",
+                "best_of other than n (ranking choices by log-probability)",
+            ));
         }
         if self.logprobs.as_ref().is_some_and(|l| !l.is_null()) {
             return Err(ApiError::unsupported(

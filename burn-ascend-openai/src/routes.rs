@@ -17,6 +17,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures_util::StreamExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -205,14 +206,17 @@ impl App {
         .map_err(|e| ApiError::internal(format!("preparing the prompt failed: {e}")))?
     }
 
-    /// Submits `prompt` (from field `param`) with the checked fields; `max_tokens` when not
-    /// given is `default` (`None`: up to the longest sequence).
+    /// Submits `prompt` (from field `param`) with the checked fields as choice `choice` of the
+    /// request (its seed is the request's plus `choice`, so that choices differ and a seeded
+    /// request repeats); `max_tokens` when not given is `default` (`None`: up to the longest
+    /// sequence).
     async fn start(
         &self,
         prompt: Vec<u32>,
         param: &str,
         checked: &Checked,
         default: Option<usize>,
+        choice: usize,
     ) -> Result<Live, ApiError> {
         let max_seq = self.engine.config().max_seq;
         if prompt.is_empty() {
@@ -237,7 +241,9 @@ impl App {
                 temperature: checked.temperature,
                 top_k: checked.top_k.unwrap_or(self.engine.vocab()),
                 top_p: checked.top_p,
-                seed: checked.seed.unwrap_or_else(|| self.fresh_seed()),
+                seed: checked
+                    .seed
+                    .map_or_else(|| self.fresh_seed(), |s| s.wrapping_add(choice as u64)),
             }
         };
         let mut stop = self.model.tokenizer.eos_ids().to_vec();
@@ -439,13 +445,28 @@ async fn completions(State(app): State<Arc<App>>, Body(body): Body) -> Response 
     let run = async {
         let flight = app.admit()?;
         let prepared = app.clone();
-        let (prompt, checked) = app
+        let (prompts, checked) = app
             .off_workers(move || prepared.completion_prompt(&body))
             .await?;
-        let live = app
-            .start(prompt, "prompt", &checked, Some(DEFAULT_MAX_TOKENS))
-            .await?;
-        Ok(respond(app.clone(), Kind::Completion, live, checked, flight).await)
+        // Choice i * n + j is prompt i's j-th, as OpenAI orders a batch's choices. A choice the
+        // engine refuses drops (and so cancels) those already submitted.
+        let mut lives = Vec::with_capacity(prompts.len() * checked.n);
+        for prompt in prompts {
+            for _ in 0..checked.n {
+                let choice = lives.len();
+                let live = app
+                    .start(
+                        prompt.clone(),
+                        "prompt",
+                        &checked,
+                        Some(DEFAULT_MAX_TOKENS),
+                        choice,
+                    )
+                    .await?;
+                lives.push(live);
+            }
+        }
+        Ok(respond(app.clone(), Kind::Completion, lives, checked, flight).await)
     };
     run.await.unwrap_or_else(ApiError::into_response)
 }
@@ -455,37 +476,40 @@ async fn chat_completions(State(app): State<Arc<App>>, Body(body): Body) -> Resp
         let flight = app.admit()?;
         let prepared = app.clone();
         let (prompt, checked) = app.off_workers(move || prepared.chat_prompt(&body)).await?;
-        let live = app.start(prompt, "messages", &checked, None).await?;
-        Ok(respond(app.clone(), Kind::Chat, live, checked, flight).await)
+        let mut lives = Vec::with_capacity(checked.n);
+        for choice in 0..checked.n {
+            lives.push(
+                app.start(prompt.clone(), "messages", &checked, None, choice)
+                    .await?,
+            );
+        }
+        Ok(respond(app.clone(), Kind::Chat, lives, checked, flight).await)
     };
     run.await.unwrap_or_else(ApiError::into_response)
 }
 
 impl App {
-    /// A completion request's prompt tokens and checked fields.
-    fn completion_prompt(&self, body: &[u8]) -> Result<(Vec<u32>, Checked), ApiError> {
+    /// A completion request's prompts' tokens (one, or a batch) and checked fields.
+    fn completion_prompt(&self, body: &[u8]) -> Result<(Vec<Vec<u32>>, Checked), ApiError> {
         let (request, common): (CompletionRequest, _) = api::parse(body)?;
         let checked = common.check(&self.model.name, &self.model.sampling)?;
-        request.check_unsupported()?;
+        request.check_unsupported(checked.n)?;
         let encode = |text: &str| {
             self.model
                 .tokenizer
                 .encode(text)
                 .map_err(|e| ApiError::invalid("prompt", e))
         };
-        let prompt = match request.prompt {
-            Prompt::Text(text) => encode(&text)?,
-            Prompt::Tokens(ids) => ids,
-            Prompt::Texts(v) if v.len() == 1 => encode(&v[0])?,
-            Prompt::Batches(mut v) if v.len() == 1 => v.swap_remove(0),
-            Prompt::Texts(_) | Prompt::Batches(_) => {
-                return Err(ApiError::unsupported(
-                    "prompt",
-                    "a batch of several prompts in one request",
-                ))
-            }
+        let prompts = match request.prompt {
+            Prompt::Text(text) => vec![encode(&text)?],
+            Prompt::Tokens(ids) => vec![ids],
+            Prompt::Texts(v) => v.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
+            Prompt::Batches(v) => v,
         };
-        Ok((prompt, checked))
+        if prompts.is_empty() {
+            return Err(ApiError::invalid("prompt", "the batch of prompts is empty"));
+        }
+        Ok((prompts, checked))
     }
 
     /// A chat request's prompt tokens (its conversation rendered by the chat template) and
@@ -527,11 +551,11 @@ impl App {
     }
 }
 
-/// The whole answer, or its stream.
+/// The whole answer, or its stream: one choice per live request, in order.
 async fn respond(
     app: Arc<App>,
     kind: Kind,
-    mut live: Live,
+    lives: Vec<Live>,
     checked: Checked,
     flight: InFlight,
 ) -> Response {
@@ -545,36 +569,66 @@ async fn respond(
         model: app.model.name.clone(),
         kind,
     };
+    let n = checked.n;
     if checked.stream {
-        return stream(app, head, live, checked.include_usage, flight);
+        return stream(app, head, lives, n, checked.include_usage, flight);
     }
-    let mut text = String::new();
-    let finish = loop {
-        match live.next(&app.model.tokenizer).await {
-            Output::Text(t) => text.push_str(&t),
-            Output::Done(t, finish) => {
-                text.push_str(&t);
-                break finish;
+    let mut choices = Vec::with_capacity(lives.len());
+    let mut usage = Usage::default();
+    for (index, mut live) in lives.into_iter().enumerate() {
+        let mut text = String::new();
+        let finish = loop {
+            match live.next(&app.model.tokenizer).await {
+                Output::Text(t) => text.push_str(&t),
+                Output::Done(t, finish) => {
+                    text.push_str(&t);
+                    break finish;
+                }
+                // The other choices are dropped, and so cancelled.
+                Output::Failed(e) => return e.into_response(),
             }
-            Output::Failed(e) => return e.into_response(),
-        }
-    };
-    let choice = match kind {
-        Kind::Completion => json!({
-            "index": 0, "text": text, "logprobs": null, "finish_reason": finish,
-        }),
-        Kind::Chat => json!({
-            "index": 0,
-            "message": { "role": "assistant", "content": text },
-            "logprobs": null,
-            "finish_reason": finish,
-        }),
-    };
+        };
+        usage.add(&live, index, n);
+        choices.push(match kind {
+            Kind::Completion => json!({
+                "index": index, "text": text, "logprobs": null, "finish_reason": finish,
+            }),
+            Kind::Chat => json!({
+                "index": index,
+                "message": { "role": "assistant", "content": text },
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+        });
+    }
     let mut body = head.object(false);
-    body["choices"] = json!([choice]);
-    body["usage"] = json!(live.usage());
+    body["choices"] = json!(choices);
+    body["usage"] = json!(usage.total());
     drop(flight);
     Json(body).into_response()
+}
+
+/// The usage of a request's choices: each prompt's tokens once (its `n` choices share it, as
+/// OpenAI counts them), every choice's generated tokens.
+#[derive(Debug, Default)]
+struct Usage {
+    prompt: usize,
+    completion: usize,
+}
+
+impl Usage {
+    /// Adds choice `index` (of `n` per prompt).
+    fn add(&mut self, live: &Live, index: usize, n: usize) {
+        let usage = live.usage();
+        if index % n == 0 {
+            self.prompt += usage.prompt_tokens;
+        }
+        self.completion += usage.completion_tokens;
+    }
+
+    fn total(&self) -> api::Usage {
+        api::Usage::new(self.prompt, self.completion)
+    }
 }
 
 /// The fields every response and chunk of a request share.
@@ -595,14 +649,21 @@ impl Head {
         json!({ "id": self.id, "object": object, "created": self.created, "model": self.model })
     }
 
-    /// A chunk of `text`, with the finish reason on the last.
-    fn chunk(&self, text: Option<&str>, finish: Option<&str>, usage: bool) -> SseEvent {
+    /// A chunk of choice `index`'s `text`, with the finish reason on its last.
+    fn chunk(
+        &self,
+        index: usize,
+        text: Option<&str>,
+        finish: Option<&str>,
+        usage: bool,
+    ) -> SseEvent {
         let choice = match self.kind {
             Kind::Completion => json!({
-                "index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish,
+                "index": index, "text": text.unwrap_or(""), "logprobs": null,
+                "finish_reason": finish,
             }),
             Kind::Chat => json!({
-                "index": 0,
+                "index": index,
                 "delta": text.map_or(json!({}), |t| json!({ "content": t })),
                 "logprobs": null,
                 "finish_reason": finish,
@@ -617,29 +678,63 @@ impl Head {
     }
 }
 
-/// The answer as server-sent events: OpenAI's chunks, the usage chunk if asked, then
-/// `[DONE]`. An error after the stream began is sent as an `{"error": ...}` event (vLLM's
-/// way). The client going away drops the stream, which cancels the request.
-fn stream(app: Arc<App>, head: Head, live: Live, usage: bool, flight: InFlight) -> Response {
+/// What one choice's stream yields: its index, the output, and at its end the choice's
+/// request (for its usage).
+type ChoiceEvent = (usize, Output, Option<Live>);
+
+/// The answer as server-sent events: OpenAI's chunks (the choices' interleaved as their tokens
+/// come), the usage chunk if asked, then `[DONE]`. An error after the stream began is sent as
+/// an `{"error": ...}` event (vLLM's way) and ends the stream. The client going away drops the
+/// stream, which cancels the requests.
+fn stream(
+    app: Arc<App>,
+    head: Head,
+    lives: Vec<Live>,
+    n: usize,
+    usage: bool,
+    flight: InFlight,
+) -> Response {
     let mut queue = VecDeque::new();
     if head.kind == Kind::Chat {
-        let mut first = head.object(true);
-        first["choices"] = json!([{
-            "index": 0,
-            "delta": { "role": "assistant", "content": "" },
-            "logprobs": null,
-            "finish_reason": null,
-        }]);
-        if usage {
-            first["usage"] = Value::Null;
+        for index in 0..lives.len() {
+            let mut first = head.object(true);
+            first["choices"] = json!([{
+                "index": index,
+                "delta": { "role": "assistant", "content": "" },
+                "logprobs": null,
+                "finish_reason": null,
+            }]);
+            if usage {
+                first["usage"] = Value::Null;
+            }
+            queue.push_back(SseEvent::default().data(first.to_string()));
         }
-        queue.push_back(SseEvent::default().data(first.to_string()));
     }
+    let choices =
+        futures_util::stream::select_all(lives.into_iter().enumerate().map(|(index, live)| {
+            let app = app.clone();
+            let choice: ChoiceStream =
+                Box::pin(futures_util::stream::unfold(Some(live), move |live| {
+                    let app = app.clone();
+                    async move {
+                        let mut live = live?;
+                        let output = live.next(&app.model.tokenizer).await;
+                        Some(match output {
+                            Output::Text(_) => ((index, output, None), Some(live)),
+                            Output::Done(..) | Output::Failed(_) => {
+                                ((index, output, Some(live)), None)
+                            }
+                        })
+                    }
+                }));
+            choice
+        }));
     let state = Streaming {
-        app,
         head,
-        live,
+        choices,
+        n,
         usage,
+        counted: Usage::default(),
         queue,
         ended: false,
         _flight: flight,
@@ -652,24 +747,31 @@ fn stream(app: Arc<App>, head: Head, live: Live, usage: bool, flight: InFlight) 
             if s.ended {
                 return None;
             }
-            match s.live.next(&s.app.model.tokenizer).await {
+            let Some((index, output, ended)) = s.choices.next().await else {
+                // Every choice ended.
+                if s.usage {
+                    let mut last = s.head.object(true);
+                    last["choices"] = json!([]);
+                    last["usage"] = json!(s.counted.total());
+                    s.queue
+                        .push_back(SseEvent::default().data(last.to_string()));
+                }
+                s.queue.push_back(SseEvent::default().data("[DONE]"));
+                s.ended = true;
+                continue;
+            };
+            match output {
                 Output::Text(t) => {
-                    let chunk = s.head.chunk(Some(&t), None, s.usage);
+                    let chunk = s.head.chunk(index, Some(&t), None, s.usage);
                     s.queue.push_back(chunk);
                 }
                 Output::Done(t, finish) => {
                     let text = (!t.is_empty() || s.head.kind == Kind::Completion).then_some(t);
-                    let chunk = s.head.chunk(text.as_deref(), Some(finish), s.usage);
+                    let chunk = s.head.chunk(index, text.as_deref(), Some(finish), s.usage);
                     s.queue.push_back(chunk);
-                    if s.usage {
-                        let mut last = s.head.object(true);
-                        last["choices"] = json!([]);
-                        last["usage"] = json!(s.live.usage());
-                        s.queue
-                            .push_back(SseEvent::default().data(last.to_string()));
+                    if let Some(live) = &ended {
+                        s.counted.add(live, index, s.n);
                     }
-                    s.queue.push_back(SseEvent::default().data("[DONE]"));
-                    s.ended = true;
                 }
                 Output::Failed(e) => {
                     let mut error = json!({ "error": e.body });
@@ -685,11 +787,19 @@ fn stream(app: Arc<App>, head: Head, live: Live, usage: bool, flight: InFlight) 
     Sse::new(events).into_response()
 }
 
+/// One choice's stream.
+type ChoiceStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = ChoiceEvent> + Send>>;
+
+/// The choices' streams, merged.
+type Choices = futures_util::stream::SelectAll<ChoiceStream>;
+
 struct Streaming {
-    app: Arc<App>,
     head: Head,
-    live: Live,
+    choices: Choices,
+    /// Choices per prompt.
+    n: usize,
     usage: bool,
+    counted: Usage,
     queue: VecDeque<SseEvent>,
     ended: bool,
     _flight: InFlight,

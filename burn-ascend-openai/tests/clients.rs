@@ -116,3 +116,99 @@ async fn content_parts_and_null_content_are_read_as_text() {
     let message = e["error"]["message"].as_str().unwrap();
     assert!(message.contains("`image_url`"), "{message}");
 }
+
+/// The texts of an answer's choices, by index.
+fn texts(answer: &Value) -> Vec<String> {
+    let choices = answer["choices"].as_array().unwrap();
+    let mut out = vec![String::new(); choices.len()];
+    for c in choices {
+        let i = c["index"].as_u64().unwrap() as usize;
+        out[i] = c["text"]
+            .as_str()
+            .or_else(|| c["message"]["content"].as_str())
+            .unwrap()
+            .to_string();
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[parallel]
+async fn several_choices_and_prompts_answer_as_single_requests_do() {
+    if skipped_on_npu("several_choices_and_prompts_answer_as_single_requests_do") {
+        return;
+    }
+    let server = Serving::start(app(config(), None)).await;
+    let one = |prompt: &str, seed: u64| {
+        json!({"model": MODEL, "prompt": prompt, "max_tokens": 6, "temperature": 1.0,
+               "seed": seed})
+    };
+    // n choices of a seeded request: choice j is the request seeded seed + j.
+    let mut three = one("The sea", 7);
+    three["n"] = json!(3);
+    let (status, got) = post(&server, "/v1/completions", &three).await;
+    assert_eq!(status, 200, "{got}");
+    let mut want = Vec::new();
+    for j in 0..3 {
+        let (_, single) = post(&server, "/v1/completions", &one("The sea", 7 + j)).await;
+        want.push(text(&single));
+    }
+    assert_eq!(texts(&got), want);
+    let (_, single) = post(&server, "/v1/completions", &one("The sea", 7)).await;
+    assert_eq!(
+        got["usage"]["prompt_tokens"], single["usage"]["prompt_tokens"],
+        "the prompt counted once"
+    );
+    assert_eq!(got["usage"]["completion_tokens"], 18);
+    // A batch of two prompts, two choices each: prompt i's choice j at index 2i + j.
+    let batch = json!({"model": MODEL, "prompt": ["The sea", "A lighthouse"], "n": 2,
+                       "max_tokens": 5, "temperature": 0});
+    let (status, got) = post(&server, "/v1/completions", &batch).await;
+    assert_eq!(status, 200, "{got}");
+    let mut want = Vec::new();
+    for prompt in ["The sea", "A lighthouse"] {
+        let greedy = json!({"model": MODEL, "prompt": prompt, "max_tokens": 5,
+                            "temperature": 0});
+        let (_, single) = post(&server, "/v1/completions", &greedy).await;
+        want.extend([text(&single), text(&single)]);
+    }
+    assert_eq!(texts(&got), want);
+    // Streamed, the choices' chunks interleave; each index's text is the same, and the usage
+    // chunk adds them up.
+    let mut streamed = batch.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let body = reqwest::Client::new()
+        .post(format!("{}/v1/completions", server.base))
+        .json(&streamed)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(events.last(), Some(&"[DONE]"));
+    let mut joined = vec![String::new(); 4];
+    let mut finished = 0;
+    for event in &events[..events.len() - 2] {
+        let chunk: Value = serde_json::from_str(event).unwrap();
+        let choice = &chunk["choices"][0];
+        joined[choice["index"].as_u64().unwrap() as usize] += choice["text"].as_str().unwrap();
+        finished += usize::from(!choice["finish_reason"].is_null());
+    }
+    assert_eq!(joined, want);
+    assert_eq!(finished, 4, "one last chunk per choice");
+    let usage: Value = serde_json::from_str(events[events.len() - 2]).unwrap();
+    assert_eq!(
+        usage["usage"]["completion_tokens"],
+        got["usage"]["completion_tokens"]
+    );
+    assert_eq!(
+        usage["usage"]["prompt_tokens"],
+        got["usage"]["prompt_tokens"]
+    );
+}
