@@ -620,7 +620,7 @@ impl Usage {
     /// Adds choice `index` (of `n` per prompt).
     fn add(&mut self, live: &Live, index: usize, n: usize) {
         let usage = live.usage();
-        if index % n == 0 {
+        if index.is_multiple_of(n) {
             self.prompt += usage.prompt_tokens;
         }
         self.completion += usage.completion_tokens;
