@@ -326,10 +326,11 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<(T, Common),
 fn typed<T: serde::de::DeserializeOwned>(
     fields: serde_json::Map<String, Value>,
 ) -> Result<T, ApiError> {
+    let names: Vec<String> = fields.keys().cloned().collect();
     serde_path_to_error::deserialize(Value::Object(fields)).map_err(|e| {
         let path = e.path().to_string();
         let message = format!("invalid request body: {}", e.into_inner());
-        let param = match unknown_field(&message) {
+        let param = match named_field(&message, &names) {
             Some(field) => Some(field),
             None if path != "." => Some(path),
             None => None,
@@ -340,12 +341,16 @@ fn typed<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// The field an "unknown field `x`" or "missing field `x`" message names.
-fn unknown_field(message: &str) -> Option<String> {
-    let rest = message
-        .split("unknown field `")
-        .nth(1)
-        .or_else(|| message.split("missing field `").nth(1))?;
+/// The field an "unknown field `x`" (one of the body's `names`, which may hold backquotes) or
+/// "missing field `x`" message names.
+fn named_field(message: &str, names: &[String]) -> Option<String> {
+    if let Some(name) = names
+        .iter()
+        .find(|n| message.contains(&format!("unknown field `{n}`")))
+    {
+        return Some(name.clone());
+    }
+    let rest = message.split("missing field `").nth(1)?;
     Some(rest.split('`').next()?.to_string())
 }
 
