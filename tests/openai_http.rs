@@ -543,7 +543,7 @@ async fn a_full_waiting_queue_is_a_429_with_retry_after_and_loses_nothing_admitt
     let cfg = ServeConfig {
         pages: 5,
         page_size: 12,
-        max_seq: 64,
+        max_seq: 60,
         max_waiting: 1,
         ..config()
     };

@@ -54,7 +54,7 @@ fn small_cache() -> ServeConfig {
     ServeConfig {
         pages: 5,
         page_size: 12,
-        max_seq: 64,
+        max_seq: 60,
         ..config()
     }
 }
