@@ -293,6 +293,66 @@ fn assert_names(message: &str, words: &[&str]) {
 
 #[test]
 #[parallel]
+fn sizes_past_any_published_model_are_refused_by_field_before_anything_is_built() {
+    type Edit = fn(&mut serde_json::Map<String, serde_json::Value>);
+    let cases: [(&str, Edit, &[&str]); 5] = [
+        (
+            "mixtral",
+            // A vec of this many layers would abort the process (the fuzzer's first find).
+            |c| {
+                c.insert("num_hidden_layers".into(), 2147483647.into());
+            },
+            &["mixtral", "num_hidden_layers 2147483647", "1024"],
+        ),
+        (
+            "qwen3_moe",
+            |c| {
+                c.insert("num_experts".into(), 1_000_000_000.into());
+            },
+            &["qwen3_moe", "num_experts 1000000000", "16384"],
+        ),
+        (
+            "deepseek_v3",
+            // Its rotary frequencies are a table of half this size.
+            |c| {
+                c.insert("qk_rope_head_dim".into(), 1_000_000_000_000u64.into());
+            },
+            &["deepseek_v3", "qk_rope_head_dim 1000000000000", "16777216"],
+        ),
+        (
+            "qwen2_moe",
+            |c| {
+                c.insert("vocab_size".into(), u64::MAX.into());
+            },
+            &["qwen2_moe", "vocab_size", "16777216"],
+        ),
+        (
+            "deepseek_v2",
+            // Each within its bound, too many together: 4.2 million routed experts.
+            |c| {
+                c.insert("num_hidden_layers".into(), 1024.into());
+                c.insert("first_k_dense_replace".into(), 0.into());
+                c.insert("n_routed_experts".into(), 4096.into());
+                c.insert("n_group".into(), 1.into());
+                c.insert("topk_group".into(), 1.into());
+            },
+            &["deepseek_v2", "1024 layers", "4194304 experts", "262144"],
+        ),
+    ];
+    for (name, edit, words) in cases {
+        let dir = copy_fixture(name);
+        edit_config(dir.path(), edit);
+        let config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("config.json")).unwrap())
+                .unwrap();
+        let err = families::spec_of(&config).unwrap_err().to_string();
+        assert_names(&err, words);
+        assert_names(&load_err(dir.path()), words);
+    }
+}
+
+#[test]
+#[parallel]
 fn unsupported_config_options_are_named() {
     type Edit = fn(&mut serde_json::Map<String, serde_json::Value>);
     let cases: [(&str, Edit, &[&str]); 10] = [

@@ -540,6 +540,24 @@ fn index_naming_a_missing_shard_is_named() {
     );
 }
 
+#[test]
+fn an_index_naming_no_tensor_is_named() {
+    // Before, it opened with no file at all, and each tensor was then "missing: not in " (no
+    // file named): found by fuzzing (tests/fuzz.rs).
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path());
+    write_index(dir.path(), json!({}));
+    let (err, message) = open_err(dir.path());
+    assert!(
+        matches!(err, CheckpointError::Unreadable { .. }),
+        "{message}"
+    );
+    assert!(
+        message.contains("model.safetensors.index.json") && message.contains("weight_map is empty"),
+        "{message}"
+    );
+}
+
 fn write_index(dir: &Path, weight_map: serde_json::Value) {
     let index = json!({ "metadata": { "total_size": 0 }, "weight_map": weight_map });
     std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
@@ -863,6 +881,40 @@ fn tokenizer_files_missing_or_broken_are_named() {
     let err = TextTokenizer::from_dir(dir.path()).unwrap_err();
     assert!(matches!(err, CheckpointError::Unreadable { .. }), "{err}");
     assert!(err.to_string().contains("tokenizer.json"), "{err}");
+}
+
+#[test]
+fn tokenizer_files_the_library_panics_on_are_errors_naming_them() {
+    // Found by fuzzing (tests/fuzz.rs): the tokenizers library panics on these rather than
+    // return an error, the first while reading the file, the second at the first encoding.
+    let fixture = std::fs::read_to_string(fixture("qwen3_moe").join("tokenizer.json")).unwrap();
+    let cut = fixture.find("\"decoder\"").unwrap() + "\"decoder\": {\n    \"type\"".len();
+    let mut template: serde_json::Value = serde_json::from_str(&fixture).unwrap();
+    template["post_processor"] = json!({
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<nowhere>", "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {}
+    });
+    for (what, text) in [
+        ("cut inside its decoder", fixture[..cut].to_string()),
+        ("a template naming no token", template.to_string()),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tokenizer.json"), text).unwrap();
+        let err = TextTokenizer::from_dir(dir.path()).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            matches!(err, CheckpointError::Unreadable { .. }),
+            "{what}: {message}"
+        );
+        assert!(
+            message.contains(&dir.path().join("tokenizer.json").display().to_string())
+                && message.contains("the tokenizers library panicked"),
+            "{what}: {message}"
+        );
+    }
 }
 
 /// The pre-tokenizer regexes of published checkpoints run on the pure-Rust engine (fancy-regex,

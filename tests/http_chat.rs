@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use burn_ascend_openai::chat::{ChatError, ChatMessage, ChatTemplate};
+use burn_ascend_openai::chat::{ChatError, ChatMessage, ChatTemplate, FUEL};
 use serde_json::{json, Value};
 
 const FIXTURE: &str = concat!(
@@ -302,4 +302,172 @@ fn a_template_is_shared_between_threads() {
     for h in handles {
         assert_eq!(h.join().unwrap(), expected);
     }
+}
+
+/// Renders on a thread with the stack of tokio's blocking threads (2 MiB), where the server
+/// renders: the result and how long it took.
+fn render_on_a_server_thread(
+    t: ChatTemplate,
+    messages: Vec<ChatMessage>,
+) -> (Result<String, ChatError>, std::time::Duration) {
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let start = std::time::Instant::now();
+            (t.render(&messages, true), start.elapsed())
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+#[test]
+fn a_template_that_loops_without_end_is_refused_quickly() {
+    // 10^10 iterations unbounded; each loop alone is within minijinja's range limit.
+    let source = "{% for i in range(100000) %}{% for j in range(100000) %}{{ i }}{% endfor %}\
+                  {% endfor %}";
+    let t = ChatTemplate::from_source(source, [], "inline").unwrap();
+    let messages = vec![ChatMessage::new("user", "hi")];
+    let (result, took) = render_on_a_server_thread(t, messages);
+    let err = result.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ChatError::TooMuchWork {
+                messages: 1,
+                bytes: 6
+            }
+        ),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("loop without end") && msg.contains(&FUEL.to_string()),
+        "{msg}"
+    );
+    assert!(took.as_secs_f64() < 5.0, "refused after {took:?}");
+
+    // Data built without end is the same: a string doubled at each turn.
+    let t = ChatTemplate::from_source(
+        "{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}\
+         {% endfor %}{{ ns.s | length }}",
+        [],
+        "inline",
+    )
+    .unwrap();
+    let (result, _) = render_on_a_server_thread(t, vec![]);
+    assert!(
+        matches!(result, Err(ChatError::TooMuchWork { .. })),
+        "{result:?}"
+    );
+    // And text written without end: a list holding itself twice, doubled 40 times, printed.
+    let t = ChatTemplate::from_source(
+        "{% set ns = namespace(x=[]) %}{% for i in range(40) %}{% set ns.x = [ns.x, ns.x] %}\
+         {% endfor %}{{ ns.x }}",
+        [],
+        "inline",
+    )
+    .unwrap();
+    let (result, took) = render_on_a_server_thread(t, vec![]);
+    assert!(
+        matches!(result, Err(ChatError::TooMuchWork { .. })),
+        "{result:?}"
+    );
+    assert!(took.as_secs_f64() < 5.0, "refused after {took:?}");
+}
+
+#[test]
+fn a_template_that_recurses_without_end_is_refused() {
+    let source = "{% macro down(n) %}{{ down(n + 1) }}{% endmacro %}{{ down(0) }}";
+    let t = ChatTemplate::from_source(source, [], "inline").unwrap();
+    let (result, took) = render_on_a_server_thread(t, vec![]);
+    let msg = result.unwrap_err().to_string();
+    assert!(msg.contains("recursion limit exceeded"), "{msg}");
+    assert!(took.as_secs_f64() < 5.0, "refused after {took:?}");
+
+    // A loop that recurses (`loop(...)`) into its own items, each level a list deeper.
+    let source = "{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}\
+                  {% endfor %}{% for x in [ns.x] recursive %}[{{ loop(x) }}]{% endfor %}";
+    let t = ChatTemplate::from_source(source, [], "inline").unwrap();
+    let (result, _) = render_on_a_server_thread(t, vec![]);
+    let msg = result.unwrap_err().to_string();
+    assert!(msg.contains("recursion limit exceeded"), "{msg}");
+}
+
+#[test]
+fn the_deepest_value_the_budget_builds_is_formatted_serialized_and_dropped() {
+    // 40 levels a turn (the parser refuses literals much deeper), 1.6 fuel a level: about the
+    // cheapest nesting there is; 1200 turns are 48 000 levels, 5000 run out of fuel. A 2 MiB
+    // stack overflows at 2000 levels in a debug build, printing or dropping them.
+    let nest = format!("{}ns.x{}", "[".repeat(40), "]".repeat(40));
+    for (turns, tail) in [
+        (1200, "{{ ns.x }}"),
+        (1200, "{{ (ns.x ~ '') | length }}"),
+        (1200, "{{ ns.x | tojson }}"),
+        (800, "{{ ns.x | tojson(sort_keys=true) }}"),
+        (5000, "{{ ns.x | length }}"),
+    ] {
+        let source = format!(
+            "{{% set ns = namespace(x=[]) %}}{{% for i in range({turns}) %}}\
+             {{% set ns.x = {nest} %}}{{% endfor %}}{tail}"
+        );
+        let t = ChatTemplate::from_source(source, [], "inline").unwrap();
+        let (result, _) = render_on_a_server_thread(t, vec![]);
+        match (turns, result) {
+            (5000, Err(ChatError::TooMuchWork { .. })) => {}
+            // The text of 48 000 levels, or its length.
+            (_, Ok(text)) => assert!(
+                text.len() > 48_000 || text.parse::<usize>().is_ok_and(|n| n > 48_000),
+                "{tail}: {text}"
+            ),
+            (_, result) => panic!("{turns} turns, {tail}: {result:?}"),
+        }
+    }
+}
+
+#[test]
+fn tojson_cannot_be_made_to_allocate_past_the_budget() {
+    for indent in ["1000000000000", "100000000"] {
+        let source = format!("{{{{ messages | tojson(indent={indent}) }}}}");
+        let t = ChatTemplate::from_source(source, [], "inline").unwrap();
+        let messages = vec![ChatMessage::new("user", "hi"); 4];
+        let (result, _) = render_on_a_server_thread(t, messages);
+        let msg = result.unwrap_err().to_string();
+        assert!(
+            msg.contains("tojson: the text would be longer than"),
+            "indent {indent}: {msg}"
+        );
+    }
+    // Within the budget, the same filter renders as Python's json.dumps.
+    let t = ChatTemplate::from_source("{{ [1, [2]] | tojson(indent=2) }}", [], "inline").unwrap();
+    assert_eq!(t.render(&[], false).unwrap(), "[\n  1,\n  [\n    2\n  ]\n]");
+}
+
+#[test]
+fn the_published_templates_render_long_conversations_within_the_budget() {
+    let fixture = fixture();
+    // 1000 messages, alternating, 500 kB of text: about 128k tokens, the longest prompts.
+    let long = "word ".repeat(100);
+    let messages: Vec<ChatMessage> = (0..1000)
+        .map(|i| ChatMessage::new(["user", "assistant"][i % 2], long.as_str()))
+        .collect();
+    for name in ["qwen2", "qwen3", "mixtral", "deepseek_r1"] {
+        let t = template(&fixture, name);
+        let (result, _) = render_on_a_server_thread(t, messages.clone());
+        let text = result.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(text.len() > 1000 * long.len(), "{name}");
+    }
+    // Ten times more is past the budget: refused, naming the conversation's size.
+    let many: Vec<ChatMessage> = (0..10_000)
+        .map(|i| ChatMessage::new(["user", "assistant"][i % 2], long.as_str()))
+        .collect();
+    let t = template(&fixture, "qwen3");
+    let msg = render_on_a_server_thread(t, many)
+        .0
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("a conversation of 10000 messages and 5065000 bytes"),
+        "{msg}"
+    );
 }

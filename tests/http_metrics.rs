@@ -176,10 +176,11 @@ fn histogram(exp: &Exposition, name: &str, model: &str) -> (Vec<(f64, f64)>, f64
 }
 
 const MODEL: &str = "qwen3-moe";
-const COUNTERS: [&str; 3] = [
+const COUNTERS: [&str; 4] = [
     "vllm:num_preemptions_total",
     "vllm:prompt_tokens_total",
     "vllm:generation_tokens_total",
+    "burn_ascend:requests_admitted_total",
 ];
 
 #[test]
@@ -198,7 +199,10 @@ fn a_fresh_registry_has_every_series_at_zero() {
     for counter in COUNTERS.into_iter().chain(["vllm:request_success_total"]) {
         assert_eq!(exp.types[counter], "counter");
     }
-    for reason in ["stop", "length", "abort"] {
+    for counter in COUNTERS {
+        assert_eq!(exp.get(counter, &m), 0.0);
+    }
+    for reason in ["stop", "length", "abort", "error"] {
         let labels = [("model_name", MODEL), ("finished_reason", reason)];
         assert_eq!(exp.get("vllm:request_success_total", &labels), 0.0);
     }
@@ -226,10 +230,19 @@ fn values_follow_the_engine_reports() {
     for ms in [20, 20, 20, 120] {
         metrics.on_token(Duration::from_millis(ms));
     }
-    metrics.on_finish(FinishReason::Stop, 10, 4);
-    metrics.on_finish(FinishReason::Length, 7, 16);
-    metrics.on_finish(FinishReason::Stop, 3, 1);
-    metrics.on_finish(FinishReason::Abort, 2, 0);
+    for (reason, prompt, generated) in [
+        (FinishReason::Stop, 10, 4),
+        (FinishReason::Length, 7, 16),
+        (FinishReason::Stop, 3, 1),
+        (FinishReason::Abort, 2, 0),
+        (FinishReason::Error, 5, 3),
+    ] {
+        metrics.on_finish(reason);
+        metrics.on_tokens(prompt, generated);
+    }
+    for _ in 0..6 {
+        metrics.on_admitted();
+    }
     metrics.on_preemptions(2);
     metrics.on_preemptions(1);
     let exp = parse(&metrics.render());
@@ -238,9 +251,16 @@ fn values_follow_the_engine_reports() {
     assert_eq!(exp.get("vllm:num_requests_waiting", &m), 5.0);
     assert_eq!(exp.get("vllm:gpu_cache_usage_perc", &m), 0.25);
     assert_eq!(exp.get("vllm:num_preemptions_total", &m), 3.0);
-    assert_eq!(exp.get("vllm:prompt_tokens_total", &m), 22.0);
-    assert_eq!(exp.get("vllm:generation_tokens_total", &m), 21.0);
-    for (reason, n) in [("stop", 2.0), ("length", 1.0), ("abort", 1.0)] {
+    assert_eq!(exp.get("vllm:prompt_tokens_total", &m), 27.0);
+    assert_eq!(exp.get("vllm:generation_tokens_total", &m), 24.0);
+    // One admitted request still runs.
+    assert_eq!(exp.get("burn_ascend:requests_admitted_total", &m), 6.0);
+    for (reason, n) in [
+        ("stop", 2.0),
+        ("length", 1.0),
+        ("abort", 1.0),
+        ("error", 1.0),
+    ] {
         let labels = [("model_name", MODEL), ("finished_reason", reason)];
         assert_eq!(
             exp.get("vllm:request_success_total", &labels),
@@ -325,7 +345,8 @@ fn counters_are_monotone_and_histograms_cumulative_under_concurrent_reads() {
                 metrics.on_step((i % 7) as usize, (i % 3) as usize, (i % 11) as f64 / 10.0);
                 metrics.on_first_token(Duration::from_micros(next() % 5_000_000));
                 metrics.on_token(Duration::from_micros(next() % 200_000));
-                metrics.on_finish(FinishReason::ALL[(i % 3) as usize], 5, 2);
+                metrics.on_finish(FinishReason::ALL[(i % 4) as usize]);
+                metrics.on_tokens(5, 2);
                 metrics.on_preemptions((i % 2) as usize);
             }
         })
@@ -353,7 +374,7 @@ fn counters_are_monotone_and_histograms_cumulative_under_concurrent_reads() {
         last.get("vllm:time_to_first_token_seconds_count", &m),
         STEPS as f64
     );
-    let finished: f64 = ["stop", "length", "abort"]
+    let finished: f64 = ["stop", "length", "abort", "error"]
         .iter()
         .map(|r| {
             last.get(

@@ -14,13 +14,24 @@
 //!
 //! Not supported: transformers' `{% generation %}` tag (it only marks assistant tokens for training
 //! masks); a template using it fails to load with a syntax error naming the tag.
+//!
+//! Limits (transformers has none): a render may do [`FUEL`] units of work (minijinja's fuel: an
+//! instruction, or 64 bytes of data made), write [`MAX_RENDERED_BYTES`], and nest loops, calls
+//! and macros [`RECURSION_LIMIT`] deep; it runs on a thread of its own whose stack holds the
+//! deepest value that budget can build. A template that loops or recurses without end is
+//! refused ([`ChatError::TooMuchWork`], or a rendering error naming the recursion limit) in
+//! milliseconds. Not bounded: minijinja formats lists and maps as text without charging fuel, so
+//! a template that builds a list holding itself twice, over and over (through a `namespace`),
+//! then converts it to text (`~`, `string`, `join`, `pprint`, string filters) runs until memory
+//! runs out. Only a template can build such a value, never a conversation (its messages are
+//! strings); the template is the checkpoint's, trusted as its weights are.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use minijinja::value::{Kwargs, Serde, Value, ValueKind};
-use minijinja::{Environment, Error, ErrorKind};
+use minijinja::{Environment, Error, ErrorKind, State};
 use serde::{Deserialize, Serialize};
 
 /// The special tokens transformers hands to a template (its `special_tokens_map`, less the list of
@@ -36,6 +47,27 @@ const SPECIAL_TOKENS: [&str; 7] = [
 ];
 
 const TEMPLATE_NAME: &str = "chat_template";
+
+/// The work a render may do (minijinja's fuel: an instruction costs one, as does every 64
+/// bytes of data made). The published templates (tests/fixtures/chat) use about 64 a message and
+/// one per 16 bytes of text: this is about 2000 messages or 2 MB of text, more than a prompt of
+/// 128k tokens holds.
+pub const FUEL: u64 = 1 << 17;
+
+/// The most bytes a render may write: what [`FUEL`] pays for.
+pub const MAX_RENDERED_BYTES: usize = (FUEL * 64) as usize;
+
+/// The stack of the thread a render runs on. A value nested one level deeper costs at least one
+/// fuel, and formatting, serializing or dropping it takes at most about 2.2 kB of stack a level
+/// (measured in a debug build: minijinja's formatting 1.3 kB, `tojson(sort_keys=true)` 2.2 kB,
+/// a drop 0.3 kB), so the deepest value [`FUEL`] can build needs about 290 MB. Only the pages a
+/// render touches are ever mapped.
+const RENDER_STACK: usize = 512 << 20;
+
+/// How deep loops, calls and macros may nest while rendering (minijinja counts a macro call as
+/// 4 levels): minijinja's own limit, made explicit; a template that recurses without end stops
+/// there.
+pub const RECURSION_LIMIT: usize = 500;
 
 /// One message of a conversation, as OpenAI's chat API and transformers take it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,9 +168,27 @@ pub enum ChatError {
     /// raises `TemplateError(message)`): a bad request, e.g. roles that do not alternate.
     #[error("the chat template rejected the conversation: {0}")]
     Rejected(String),
-    /// Rendering failed otherwise (e.g. an attribute of an undefined value, a bad argument).
+    /// Rendering failed otherwise (e.g. an attribute of an undefined value, a bad argument, the
+    /// recursion limit).
     #[error("chat template: rendering failed: {0}")]
     Render(String),
+    /// Rendering did more work, or wrote more, than a render may ([`FUEL`],
+    /// [`MAX_RENDERED_BYTES`]): the template loops (or builds data) without end, or the
+    /// conversation is far longer than any prompt.
+    #[error(
+        "chat template: rendering stopped at its budget of {FUEL} units of work and \
+         {MAX_RENDERED_BYTES} bytes, on a conversation of {messages} messages and {bytes} bytes \
+         (does the template loop without end?)"
+    )]
+    TooMuchWork {
+        /// The conversation's messages.
+        messages: usize,
+        /// The conversation's bytes.
+        bytes: usize,
+    },
+    /// The thread a render runs on could not be started.
+    #[error("chat template: cannot start a thread to render on: {0}")]
+    Thread(String),
 }
 
 /// The marker `raise_exception` attaches to its error, so that a template's own refusal is told
@@ -248,6 +298,8 @@ impl ChatTemplate {
                 .build()
                 .expect("the default delimiters are valid"),
         );
+        env.set_recursion_limit(RECURSION_LIMIT);
+        env.set_fuel(Some(FUEL));
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", tojson);
@@ -315,17 +367,51 @@ impl ChatTemplate {
             Value::from(add_generation_prompt),
         );
         let template = self.env.get_template(TEMPLATE_NAME).expect("added in new");
-        template.render(vars).map_err(|e| {
-            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-            while let Some(c) = cause {
-                if let Some(Raised(message)) = c.downcast_ref::<Raised>() {
-                    return ChatError::Rejected(message.clone());
-                }
-                cause = c.source();
+        let out_of_budget = ChatError::TooMuchWork {
+            messages: messages.len(),
+            bytes: messages
+                .iter()
+                .map(|m| m.role.len() + m.content.len())
+                .sum(),
+        };
+        let mut out = Bounded::new(MAX_RENDERED_BYTES);
+        // minijinja's errors hold the template's variables (to print them): they are turned
+        // into ours on the rendering thread, which drops them there, where a value nested as
+        // deep as the budget allows fits the stack.
+        let render = || match template.render_captured_to(vars, &mut out) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::OutOfFuel || out.full => Err(None),
+            Err(e) => Err(Some(rendering_error(&e))),
+        };
+        let rendered = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("chat template".into())
+                .stack_size(RENDER_STACK)
+                .spawn_scoped(scope, render)
+                .map(|thread| thread.join())
+        });
+        match rendered {
+            Err(e) => Err(ChatError::Thread(e.to_string())),
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Ok(Ok(Ok(()))) => {
+                String::from_utf8(out.bytes).map_err(|e| ChatError::Render(e.to_string()))
             }
-            ChatError::Render(describe(&e))
-        })
+            Ok(Ok(Err(None))) => Err(out_of_budget),
+            Ok(Ok(Err(Some(e)))) => Err(e),
+        }
     }
+}
+
+/// A rendering failure: the template's own refusal (`raise_exception`), or minijinja's message.
+fn rendering_error(e: &Error) -> ChatError {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(Raised(message)) = c.downcast_ref::<Raised>() {
+            return ChatError::Rejected(message.clone());
+        }
+        cause = c.source();
+    }
+    ChatError::Render(describe(e))
 }
 
 /// minijinja's message with the line it points at.
@@ -435,8 +521,19 @@ fn strftime_now(format: String) -> Result<String, Error> {
 }
 
 /// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=None, separators=None,
-/// sort_keys=False)` with those keyword arguments.
-fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+/// sort_keys=False)` with those keyword arguments. Its text may be as long as the render's
+/// remaining fuel pays for (64 bytes a fuel), no longer: a huge `indent` is an error, not an
+/// allocation that aborts the process.
+fn tojson(state: &State, value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let limit = state.fuel_levels().map_or(usize::MAX, |(_, remaining)| {
+        usize::try_from(remaining.saturating_mul(64)).unwrap_or(usize::MAX)
+    });
+    let too_long = || {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("tojson: the text would be longer than the {limit} bytes the render has left"),
+        )
+    };
     let ensure_ascii: bool = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
     let sort_keys: bool = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
     let indent = match kwargs.get::<Option<Value>>("indent")? {
@@ -451,7 +548,11 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
                         format!("tojson: indent must be an integer or a string, got {v}"),
                     )
                 })?;
-                " ".repeat(n.max(0) as usize)
+                let n = usize::try_from(n.max(0)).unwrap_or(usize::MAX);
+                if n > limit {
+                    return Err(too_long());
+                }
+                " ".repeat(n)
             }
         }),
     };
@@ -474,8 +575,12 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
         _ => (", ".to_string(), ": ".to_string()),
     };
     kwargs.assert_all_used()?;
-    let value = if sort_keys { sorted(value)? } else { value };
-    let mut buf = Vec::new();
+    let value = if sort_keys {
+        sorted(state, value)?
+    } else {
+        value
+    };
+    let mut buf = Bounded::new(limit);
     let formatter = PyJson {
         indent,
         item_sep,
@@ -487,10 +592,45 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
     let mut ser = serde_json::Serializer::with_formatter(&mut buf, formatter);
     value
         .serialize(&mut ser)
-        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+        .map_err(|e| match e.io_error_kind() {
+            Some(std::io::ErrorKind::OutOfMemory) => too_long(),
+            _ => Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")),
+        })?;
     Ok(Value::from(
-        String::from_utf8(buf).expect("serde_json writes UTF-8"),
+        String::from_utf8(buf.bytes).expect("serde_json writes UTF-8"),
     ))
+}
+
+/// Bytes written up to a limit; past it, writes fail (`OutOfMemory`) and it is `full`.
+struct Bounded {
+    bytes: Vec<u8>,
+    limit: usize,
+    full: bool,
+}
+
+impl Bounded {
+    fn new(limit: usize) -> Self {
+        Self {
+            bytes: Vec::new(),
+            limit,
+            full: false,
+        }
+    }
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len().saturating_add(buf.len()) > self.limit {
+            self.full = true;
+            return Err(std::io::ErrorKind::OutOfMemory.into());
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn separators_error(v: &Value) -> Error {
@@ -500,21 +640,23 @@ fn separators_error(v: &Value) -> Error {
     )
 }
 
-/// `sort_keys=True`: maps rebuilt in key order, recursively.
-fn sorted(value: Value) -> Result<Value, Error> {
+/// `sort_keys=True`: maps rebuilt in key order, recursively, each value visited paying a fuel
+/// (a list holding itself twice, doubled n times, has 2^n of them).
+fn sorted(state: &State, value: Value) -> Result<Value, Error> {
+    state.consume_fuel(1)?;
     match value.kind() {
         ValueKind::Map => {
             let mut entries = BTreeMap::new();
             for key in value.try_iter()? {
                 let item = value.get_item(&key)?;
-                entries.insert(key.to_string(), sorted(item)?);
+                entries.insert(key.to_string(), sorted(state, item)?);
             }
             Ok(Value::from(entries))
         }
         ValueKind::Seq => Ok(Value::from(
             value
                 .try_iter()?
-                .map(sorted)
+                .map(|item| sorted(state, item))
                 .collect::<Result<Vec<_>, _>>()?,
         )),
         _ => Ok(value),

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -34,11 +34,83 @@ pub enum Event {
     End(Result<FinishReason, ServeError>),
 }
 
+/// Whether a request's end was counted in the metrics (`vllm:request_success_total`): shared by
+/// the engine and the request's [`Events`], so that it is counted once, by the side that
+/// decided it (see [`Events`]).
+#[derive(Debug, Clone, Default)]
+struct Counted(Arc<AtomicBool>);
+
+impl Counted {
+    /// Counts the end as `reason`, unless it was counted already.
+    fn count(&self, metrics: &Metrics, reason: metrics::FinishReason) {
+        if !self.0.swap(true, Ordering::SeqCst) {
+            metrics.on_finish(reason);
+        }
+    }
+}
+
+/// The finish reason the metrics count a request's end as.
+fn reason(result: &Result<FinishReason, ServeError>) -> metrics::FinishReason {
+    match result {
+        Ok(FinishReason::Stop) => metrics::FinishReason::Stop,
+        Ok(FinishReason::Length) => metrics::FinishReason::Length,
+        Err(_) => metrics::FinishReason::Error,
+    }
+}
+
+/// A submitted request's events: its tokens, then its end. Its end is counted in the metrics
+/// once, as its client learns it: as the engine ended it when the end is received (or found
+/// waiting when they are dropped), as a stop when its text reached a stop string first
+/// ([`Events::stopped`]), as an abort when the engine cancels it before its end (its client
+/// went away), and as the engine ended it when nobody is left to receive the end.
+#[derive(Debug)]
+pub struct Events {
+    receiver: tokio_mpsc::UnboundedReceiver<Event>,
+    counted: Counted,
+    metrics: Arc<Metrics>,
+}
+
+impl Events {
+    /// The next event; `None` once the engine dropped the request without an end (it is gone).
+    pub async fn recv(&mut self) -> Option<Event> {
+        let event = self.receiver.recv().await;
+        match &event {
+            Some(Event::End(result)) => self.counted.count(&self.metrics, reason(result)),
+            None => self
+                .counted
+                .count(&self.metrics, metrics::FinishReason::Error),
+            Some(Event::Token(_)) => {}
+        }
+        event
+    }
+
+    /// Its text reached a stop string: it ends as a stop, whatever the engine does with it
+    /// now.
+    pub fn stopped(&self) {
+        self.counted
+            .count(&self.metrics, metrics::FinishReason::Stop);
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        // No end can come in any more (the engine then counts it itself); one that came is
+        // counted as it is.
+        self.receiver.close();
+        while let Ok(event) = self.receiver.try_recv() {
+            if let Event::End(result) = event {
+                self.counted.count(&self.metrics, reason(&result));
+            }
+        }
+    }
+}
+
 enum Command {
     Submit {
         request: Request,
         arrived: Instant,
         events: tokio_mpsc::UnboundedSender<Event>,
+        counted: Counted,
         reply: oneshot::Sender<Result<RequestId, ServeError>>,
     },
     /// `stopped`: its text reached a stop string (else its client went away).
@@ -68,6 +140,7 @@ pub enum Injected {
 /// A request the engine serves, as the HTTP side and the metrics follow it.
 struct Followed {
     events: tokio_mpsc::UnboundedSender<Event>,
+    counted: Counted,
     arrived: Instant,
     last: Option<Instant>,
     prompt: usize,
@@ -186,23 +259,27 @@ impl Engine {
         Ok((engine, thread))
     }
 
-    /// Queues `request`: its id and the channel of its tokens and end, or why it is refused
+    /// Queues `request`: its id and its tokens and end, or why it is refused
     /// ([`ServeError::Overloaded`] when the waiting queue is full,
     /// [`ServeError::Unrecoverable`] when the engine can no longer serve).
-    pub async fn submit(
-        &self,
-        request: Request,
-    ) -> Result<(RequestId, tokio_mpsc::UnboundedReceiver<Event>), ServeError> {
+    pub async fn submit(&self, request: Request) -> Result<(RequestId, Events), ServeError> {
         let (events, receiver) = tokio_mpsc::unbounded_channel();
         let (reply, replied) = oneshot::channel();
+        let counted = Counted::default();
         self.send(Command::Submit {
             request,
             arrived: Instant::now(),
             events,
+            counted: counted.clone(),
             reply,
         })?;
         let id = replied.await.map_err(|_| self.gone())??;
-        Ok((id, receiver))
+        let events = Events {
+            receiver,
+            counted,
+            metrics: self.metrics.clone(),
+        };
+        Ok((id, events))
     }
 
     /// Cancels request `id` before its next step: it leaves the server and its pages return.
@@ -211,8 +288,8 @@ impl Engine {
         let _ = self.send(Command::Cancel { id, stopped: false });
     }
 
-    /// Ends request `id` because its text reached a stop string (a cancellation counted as a
-    /// stop, not an abort).
+    /// Ends request `id` because its text reached a stop string (not counted as an abort: its
+    /// [`Events::stopped`] counted the stop).
     pub fn stop(&self, id: RequestId) {
         let _ = self.send(Command::Cancel { id, stopped: true });
     }
@@ -302,13 +379,16 @@ fn run<B: FusedOps, M: StepModel<B>>(
                     request,
                     arrived,
                     events,
+                    counted,
                     reply,
                 } => {
                     let prompt = request.prompt.len();
                     let submitted = server.submit(request);
                     if let Ok(id) = submitted {
+                        metrics.on_admitted();
                         let f = Followed {
                             events,
+                            counted,
                             arrived,
                             last: None,
                             prompt,
@@ -397,15 +477,14 @@ fn step<B: FusedOps, M: StepModel<B>>(
     }
 }
 
-/// Sends a request its end, counted in the metrics.
+/// Sends a request its end; its tokens are counted in the metrics, and its end too when
+/// nobody is left to receive it (see [`Events`]).
 fn end(f: Followed, result: Result<FinishReason, ServeError>, metrics: &Metrics) {
-    let reason = match &result {
-        Ok(FinishReason::Stop) => metrics::FinishReason::Stop,
-        Ok(FinishReason::Length) => metrics::FinishReason::Length,
-        Err(_) => metrics::FinishReason::Abort,
-    };
-    metrics.on_finish(reason, f.prompt, f.generated);
-    let _ = f.events.send(Event::End(result));
+    metrics.on_tokens(f.prompt, f.generated);
+    let reason = reason(&result);
+    if f.events.send(Event::End(result)).is_err() {
+        f.counted.count(metrics, reason);
+    }
 }
 
 /// A panic's message.
@@ -430,12 +509,11 @@ fn cancel<B: FusedOps, M: StepModel<B>>(
     if server.cancel(id).is_some() {
         stats.cancelled.fetch_add(1, Ordering::Relaxed);
         if let Some(f) = f {
-            let reason = if stopped {
-                metrics::FinishReason::Stop
-            } else {
-                metrics::FinishReason::Abort
-            };
-            metrics.on_finish(reason, f.prompt, f.generated);
+            metrics.on_tokens(f.prompt, f.generated);
+            // A stop was counted when its text reached the stop string.
+            if !stopped {
+                f.counted.count(metrics, metrics::FinishReason::Abort);
+            }
         }
     }
 }

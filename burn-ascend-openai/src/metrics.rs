@@ -9,7 +9,8 @@
 //! | `vllm:num_preemptions_total` | counter | requests preempted (their pages freed, recomputed later) |
 //! | `vllm:prompt_tokens_total` | counter | prompt tokens of finished requests |
 //! | `vllm:generation_tokens_total` | counter | generated tokens of finished requests |
-//! | `vllm:request_success_total` | counter | finished requests, by `finished_reason` (`stop`, `length`, `abort`) |
+//! | `vllm:request_success_total` | counter | finished requests, by `finished_reason` (`stop`, `length`; `abort`: cancelled, its client gone; `error`: failed, as vLLM counts a request-level error) |
+//! | `burn_ascend:requests_admitted_total` | counter | requests the engine admitted (not refused): once none runs or waits, the sum of `vllm:request_success_total` (this server's own; vLLM has none) |
 //! | `vllm:time_to_first_token_seconds` | histogram | arrival to first token (vLLM's buckets) |
 //! | `vllm:time_per_output_token_seconds` | histogram | interval between successive tokens of a request (vLLM's buckets) |
 //!
@@ -41,13 +42,15 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` or the model's context length.
     Length,
-    /// Cancelled (client disconnect) or failed.
+    /// Cancelled: its client went away.
     Abort,
+    /// Failed: its step failed (a device fault, a panic), or the engine could no longer serve.
+    Error,
 }
 
 impl FinishReason {
     /// All reasons: each has a series from the start, at 0, as in vLLM.
-    pub const ALL: [FinishReason; 3] = [Self::Stop, Self::Length, Self::Abort];
+    pub const ALL: [FinishReason; 4] = [Self::Stop, Self::Length, Self::Abort, Self::Error];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
@@ -55,6 +58,7 @@ impl FinishReason {
             Self::Stop => "stop",
             Self::Length => "length",
             Self::Abort => "abort",
+            Self::Error => "error",
         }
     }
 }
@@ -90,6 +94,7 @@ struct State {
     waiting: u64,
     cache_usage: f64,
     preemptions: u64,
+    admitted: u64,
     prompt_tokens: u64,
     generation_tokens: u64,
     success: BTreeMap<FinishReason, u64>,
@@ -115,6 +120,7 @@ impl Metrics {
                 waiting: 0,
                 cache_usage: 0.0,
                 preemptions: 0,
+                admitted: 0,
                 prompt_tokens: 0,
                 generation_tokens: 0,
                 success: FinishReason::ALL.iter().map(|&r| (r, 0)).collect(),
@@ -149,11 +155,20 @@ impl Metrics {
         self.state().tpot.observe(elapsed.as_secs_f64());
     }
 
-    /// A request finished (aborted ones included: their tokens were computed too), with its
-    /// prompt and generated token counts.
-    pub fn on_finish(&self, reason: FinishReason, prompt_tokens: usize, generated: usize) {
+    /// The engine admitted a request (it will finish with [`Metrics::on_finish`]).
+    pub fn on_admitted(&self) {
+        self.state().admitted += 1;
+    }
+
+    /// A request finished, as its client was told (aborted ones included).
+    pub fn on_finish(&self, reason: FinishReason) {
+        *self.state().success.entry(reason).or_insert(0) += 1;
+    }
+
+    /// A request left the engine, having had `prompt_tokens` and generated `generated` tokens
+    /// (all were computed, those after a stop string and an abort too).
+    pub fn on_tokens(&self, prompt_tokens: usize, generated: usize) {
         let mut s = self.state();
-        *s.success.entry(reason).or_insert(0) += 1;
         s.prompt_tokens += prompt_tokens as u64;
         s.generation_tokens += generated as u64;
     }
@@ -208,6 +223,12 @@ impl Metrics {
             "counter",
             "Number of generation tokens processed.",
             s.generation_tokens as f64,
+        );
+        scalar(
+            "burn_ascend:requests_admitted_total",
+            "counter",
+            "Requests the engine admitted; once none runs or waits, the sum of vllm:request_success_total.",
+            s.admitted as f64,
         );
         let name = "vllm:request_success_total";
         header(

@@ -24,13 +24,13 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch, Semaphore};
 
 use crate::api::{
     self, ApiError, ChatRequest, Checked, CompletionRequest, Prompt, SamplingDefaults,
 };
 use crate::chat::ChatTemplate;
-use crate::engine::{Engine, Event};
+use crate::engine::{Engine, Event, Events};
 use crate::metrics;
 use crate::text::{Detokenizer, Tokenizer};
 use burn_ascend_llm::engine::scheduler::RequestId;
@@ -320,7 +320,7 @@ enum Output {
 struct Live {
     engine: Engine,
     id: RequestId,
-    events: mpsc::UnboundedReceiver<Event>,
+    events: Events,
     text: Detokenizer,
     prompt_tokens: usize,
     done: bool,
@@ -335,6 +335,7 @@ impl Live {
                     let delta = self.text.push(tokenizer, token);
                     if delta.stopped {
                         // The engine may have more tokens of it queued: it stops now.
+                        self.events.stopped();
                         self.engine.stop(self.id);
                         self.done = true;
                         return Output::Done(delta.text, "stop");

@@ -7,6 +7,21 @@ use super::blocks::attention::GqaSpec;
 use super::blocks::rope::Rope;
 use super::LoadError;
 
+/// The most decoder layers a config.json may give: far past every published model (DeepSeek-V3
+/// has 61, the largest dense models about 130), as llama.cpp bounds them (`LLAMA_MAX_LAYERS`).
+/// The decoder is built from config.json before any tensor is read: a number past this is
+/// refused by name instead of being allocated for.
+pub const MAX_LAYERS: usize = 1024;
+/// The most routed experts a layer may have (DeepSeek-V3 has 256, Kimi K2 384).
+pub const MAX_EXPERTS: usize = 1 << 14;
+/// The most routed experts of all layers together (DeepSeek-V3: 58 x 256 = 14 848), each of
+/// which names tensors the checkpoint must hold.
+pub const MAX_ROUTED_EXPERTS: usize = 1 << 18;
+/// The largest size (vocabulary, hidden size, heads, head dims, intermediate sizes, ranks) a
+/// config.json may give: the largest published vocabularies are about 2^18, hidden sizes 2^14.
+/// Within it, products of two sizes cannot overflow.
+pub const MAX_SIZE: usize = 1 << 24;
+
 /// Fields every family's config.json has (transformers' names).
 #[derive(Debug, Clone, Deserialize)]
 pub struct Common {
@@ -77,6 +92,17 @@ impl Common {
         }
     }
 
+    /// Refuses `value` of `field` past `max` (see [`MAX_SIZE`]).
+    pub fn at_most(&self, field: &str, value: usize, max: usize) -> Result<(), LoadError> {
+        if value > max {
+            return Err(self.invalid(format!(
+                "{field} {value} is more than {max}, past any published model: nothing of that \
+                 size is built"
+            )));
+        }
+        Ok(())
+    }
+
     /// An error for sizes that do not fit.
     pub fn invalid(&self, why: String) -> LoadError {
         LoadError::Config {
@@ -85,10 +111,21 @@ impl Common {
         }
     }
 
-    /// Refuses the options no family here implements: an activation other than SiLU, tied
-    /// embeddings, rope scaling, a sliding attention window (`sliding_window` applies when set
-    /// unless `use_sliding_window` says it does not).
+    /// Refuses sizes past [`MAX_LAYERS`] and [`MAX_SIZE`], and the options no family here
+    /// implements: an activation other than SiLU, tied embeddings, rope scaling, a sliding
+    /// attention window (`sliding_window` applies when set unless `use_sliding_window` says it
+    /// does not).
     pub fn check(&self) -> Result<(), LoadError> {
+        self.at_most("num_hidden_layers", self.num_hidden_layers, MAX_LAYERS)?;
+        for (field, value) in [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.kv_heads()),
+            ("head_dim", self.head_dim()),
+        ] {
+            self.at_most(field, value, MAX_SIZE)?;
+        }
         if self.hidden_act != "silu" {
             return Err(self.unsupported(
                 "hidden_act",
@@ -203,8 +240,14 @@ impl Common {
         })
     }
 
-    /// Checks `top_k` of `experts`.
-    pub fn check_experts(&self, experts: usize, top_k: usize) -> Result<(), LoadError> {
+    /// Checks `top_k` of `experts` (config.json's `field`).
+    pub fn check_experts(
+        &self,
+        field: &str,
+        experts: usize,
+        top_k: usize,
+    ) -> Result<(), LoadError> {
+        self.at_most(field, experts, MAX_EXPERTS)?;
         if experts == 0 || top_k == 0 || top_k > experts {
             return Err(self.invalid(format!(
                 "experts per token {top_k} must be in 1..={experts} (the experts)"

@@ -31,7 +31,7 @@ use super::blocks::ffn::{FfnSpec, MoeNames, MoeSpec, SharedSpec};
 use super::blocks::mla::MlaConfig;
 use super::blocks::router::RouterSpec;
 use super::blocks::yarn::{Rotary, Yarn};
-use super::config::{parse, Common};
+use super::config::{parse, Common, MAX_EXPERTS, MAX_SIZE};
 use super::{DecoderSpec, LayerSpec, LoadError};
 
 #[derive(Deserialize)]
@@ -192,6 +192,24 @@ pub fn spec(config: &serde_json::Value, v3: bool) -> Result<DecoderSpec, LoadErr
     let model_type = if v3 { "deepseek_v3" } else { "deepseek_v2" };
     let c: Config = parse(model_type, config)?;
     let common = &c.common;
+    // Before the shared checks, which see qk_rope_head_dim as head_dim.
+    for (field, value) in [
+        ("intermediate_size", c.intermediate_size),
+        ("moe_intermediate_size", c.moe_intermediate_size),
+        ("q_lora_rank", c.q_lora_rank.unwrap_or(0)),
+        ("kv_lora_rank", c.kv_lora_rank),
+        ("qk_nope_head_dim", c.qk_nope_head_dim),
+        ("qk_rope_head_dim", c.qk_rope_head_dim),
+        ("v_head_dim", c.v_head_dim),
+    ] {
+        common.at_most(field, value, MAX_SIZE)?;
+    }
+    common.at_most("n_routed_experts", c.n_routed_experts, MAX_EXPERTS)?;
+    common.at_most(
+        "n_shared_experts",
+        c.n_shared_experts.unwrap_or(0),
+        MAX_EXPERTS,
+    )?;
     let theta = common.rope_theta()?;
     // The shared checks, but the rope scaling, which DeepSeek reads itself (YaRN).
     Common {

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use super::blocks::attention::AttentionSpec;
 use super::blocks::ffn::{FfnSpec, MoeNames, MoeSpec};
 use super::blocks::router::{RouterSpec, SoftmaxSpec};
-use super::config::{parse, Common};
+use super::config::{parse, Common, MAX_SIZE};
 use super::{DecoderSpec, LayerSpec, LoadError};
 
 #[derive(Deserialize)]
@@ -25,7 +25,12 @@ pub fn spec(config: &serde_json::Value) -> Result<DecoderSpec, LoadError> {
     let c: Config = parse("mixtral", config)?;
     let common = &c.common;
     common.check()?;
-    common.check_experts(c.num_local_experts, c.num_experts_per_tok)?;
+    common.check_experts(
+        "num_local_experts",
+        c.num_local_experts,
+        c.num_experts_per_tok,
+    )?;
+    common.at_most("intermediate_size", c.intermediate_size, MAX_SIZE)?;
     if c.router_jitter_noise != 0.0 {
         // transformers multiplies the router's input by noise while training.
         return Err(common.unsupported(

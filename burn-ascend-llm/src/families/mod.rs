@@ -666,7 +666,9 @@ pub fn serving_max_seq(
     }
 }
 
-/// The decoder a config.json describes, by its `model_type`.
+/// The decoder a config.json describes, by its `model_type`. Sizes past those of
+/// [`config`] (`MAX_LAYERS`, `MAX_SIZE`...) are refused by field before anything is built from
+/// them.
 pub fn spec_of(config: &serde_json::Value) -> Result<DecoderSpec, LoadError> {
     let model_type = config
         .get("model_type")
@@ -675,14 +677,35 @@ pub fn spec_of(config: &serde_json::Value) -> Result<DecoderSpec, LoadError> {
             model_type: "(unknown)".into(),
             why: "config.json has no model_type string".into(),
         })?;
-    match model_type {
+    let spec = match model_type {
         "mixtral" => mixtral::spec(config),
         "qwen2_moe" => qwen_moe::spec(config, false),
         "qwen3_moe" => qwen_moe::spec(config, true),
         "deepseek_v2" => deepseek::spec(config, false),
         "deepseek_v3" => deepseek::spec(config, true),
         other => Err(LoadError::UnknownModelType(other.into())),
+    }?;
+    // Each routed expert names tensors: their list is built before any is read.
+    let routed: usize = spec
+        .layers
+        .iter()
+        .map(|l| match &l.ffn {
+            FfnSpec::Sparse(m) => m.router.experts(),
+            FfnSpec::Dense(_) => 0,
+        })
+        .sum();
+    if routed > config::MAX_ROUTED_EXPERTS {
+        return Err(LoadError::Config {
+            model_type: spec.model_type,
+            why: format!(
+                "{} layers of routed experts make {routed} experts, more than {}, past any \
+                 published model",
+                spec.layers.len(),
+                config::MAX_ROUTED_EXPERTS
+            ),
+        });
     }
+    Ok(spec)
 }
 
 impl<B: AutodiffBackend + FusedOps> TrainModel<B> for Decoder<B> {

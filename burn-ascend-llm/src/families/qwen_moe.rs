@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::blocks::attention::AttentionSpec;
 use super::blocks::ffn::{FfnSpec, MoeNames, MoeSpec, SharedSpec};
 use super::blocks::router::{RouterSpec, SoftmaxSpec};
-use super::config::{parse, Common};
+use super::config::{parse, Common, MAX_SIZE};
 use super::{DecoderSpec, LayerSpec, LoadError};
 
 #[derive(Deserialize)]
@@ -49,6 +49,16 @@ pub fn spec(config: &serde_json::Value, qwen3: bool) -> Result<DecoderSpec, Load
     let c: Config = parse(model_type, config)?;
     let common = &c.common;
     common.check()?;
+    for (field, value) in [
+        ("moe_intermediate_size", c.moe_intermediate_size),
+        ("intermediate_size", c.intermediate_size),
+        (
+            "shared_expert_intermediate_size",
+            c.shared_expert_intermediate_size.unwrap_or(0),
+        ),
+    ] {
+        common.at_most(field, value, MAX_SIZE)?;
+    }
     if c.decoder_sparse_step == 0 {
         return Err(common.invalid("decoder_sparse_step must be at least 1".into()));
     }
@@ -74,7 +84,7 @@ pub fn spec(config: &serde_json::Value, qwen3: bool) -> Result<DecoderSpec, Load
     let layers = (0..common.num_hidden_layers)
         .map(|i| {
             let ffn = if sparse(i) {
-                common.check_experts(c.num_experts, c.num_experts_per_tok)?;
+                common.check_experts("num_experts", c.num_experts, c.num_experts_per_tok)?;
                 FfnSpec::Sparse(MoeSpec {
                     router: RouterSpec::Softmax(SoftmaxSpec {
                         experts: c.num_experts,

@@ -129,6 +129,12 @@ impl Checkpoint {
             (vec![single], None)
         } else if index_path.is_file() {
             let index: Index = read_json(&index_path, "sharded weights need it")?;
+            if index.weight_map.is_empty() {
+                return Err(CheckpointError::unreadable(
+                    &index_path,
+                    "its weight_map is empty: it names no tensor and no shard",
+                ));
+            }
             let mut files = BTreeSet::new();
             for shard in index.weight_map.values() {
                 // A shard is a file beside the index, never a path leading elsewhere.

@@ -40,7 +40,8 @@ impl TextTokenizer {
                 why: "the tokenizer is read from it".into(),
             });
         }
-        let mut tokenizer = Tokenizer::from_file(&path)
+        let mut tokenizer = unpanicked(|| Tokenizer::from_file(&path))
+            .and_then(|read| read.map_err(|e| e.to_string()))
             .map_err(|e| CheckpointError::unreadable(&path, format!("not a tokenizer: {e}")))?;
         // transformers' tokenizer(text) without padding/truncation arguments turns both off,
         // whatever tokenizer.json stored.
@@ -48,6 +49,14 @@ impl TextTokenizer {
             .with_truncation(None)
             .map_err(|e| CheckpointError::Tokenizer(e.to_string()))?;
         tokenizer.with_padding(None);
+        // The tokenizers library checks some parts only when it first encodes (a post-processor
+        // naming a special token the vocabulary lacks panics there): a text is encoded now, so
+        // that such a file fails here, named, not at a request.
+        unpanicked(|| tokenizer.encode("a", true))
+            .and_then(|encoded| encoded.map(drop).map_err(|e| e.to_string()))
+            .map_err(|e| {
+                CheckpointError::unreadable(&path, format!("not a tokenizer: encoding fails: {e}"))
+            })?;
 
         let tokenizer_config = optional_json(&dir.join("tokenizer_config.json"))?;
         let clean_up_spaces = tokenizer_config
@@ -104,9 +113,12 @@ impl TextTokenizer {
     /// The ids of `text`, with the special tokens (BOS...) the tokenizer's post-processor adds, as
     /// transformers' `tokenizer(text)` returns them.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, CheckpointError> {
-        let encoding = self
-            .tokenizer
-            .encode(text, true)
+        self.encoded(text, true)
+    }
+
+    fn encoded(&self, text: &str, special: bool) -> Result<Vec<u32>, CheckpointError> {
+        let encoding = unpanicked(|| self.tokenizer.encode(text, special))
+            .and_then(|encoded| encoded.map_err(|e| e.to_string()))
             .map_err(|e| CheckpointError::Tokenizer(format!("encoding {text:?}: {e}")))?;
         Ok(encoding.get_ids().to_vec())
     }
@@ -115,20 +127,15 @@ impl TextTokenizer {
     /// `tokenizer(text, add_special_tokens=False)`: for text that holds them already (a rendered
     /// chat template).
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, CheckpointError> {
-        let encoding = self
-            .tokenizer
-            .encode(text, false)
-            .map_err(|e| CheckpointError::Tokenizer(format!("encoding {text:?}: {e}")))?;
-        Ok(encoding.get_ids().to_vec())
+        self.encoded(text, false)
     }
 
     /// The text of `ids`, special tokens skipped, as transformers'
     /// `decode(ids, skip_special_tokens=True)` gives it (with its clean-up of spaces before
     /// punctuation when `tokenizer_config.json` asks for it).
     pub fn decode(&self, ids: &[u32]) -> Result<String, CheckpointError> {
-        let text = self
-            .tokenizer
-            .decode(ids, true)
+        let text = unpanicked(|| self.tokenizer.decode(ids, true))
+            .and_then(|decoded| decoded.map_err(|e| e.to_string()))
             .map_err(|e| CheckpointError::Tokenizer(format!("decoding {ids:?}: {e}")))?;
         Ok(if self.clean_up_spaces {
             clean_up_tokenization(&text)
@@ -146,6 +153,20 @@ impl TextTokenizer {
     pub fn vocab_size(&self) -> usize {
         self.tokenizer.get_vocab_size(true)
     }
+}
+
+/// `work`'s result, or the message of its panic: the tokenizers library panics on some
+/// malformed files (an `expect` while reading a decoder, a missing special token when
+/// encoding), which is an error of the file here, not of the program.
+fn unpanicked<T>(work: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("no message");
+        format!("the tokenizers library panicked: {message}")
+    })
 }
 
 /// transformers' `clean_up_tokenization`, the same replacements in the same order.
