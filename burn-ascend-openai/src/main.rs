@@ -388,18 +388,7 @@ fn npus(first: AscendDevice, count: usize) -> Result<Vec<AscendDevice>, String> 
 
 /// Says how a checkpoint loaded (`split`: where it went, when split).
 fn say_loaded(shown: &str, load: &LoadReport, split: &str) {
-    eprintln!(
-        "burn-ascend-openai: loaded {shown} ({:?}{}{}){split} at {:.2} GB/s ({:.2} GB in {:.1} s)",
-        load.dtype,
-        load.quantize
-            .map_or(String::new(), |q| format!(", quantized {q}")),
-        load.prequantized
-            .as_ref()
-            .map_or(String::new(), |p| format!(", pre-quantized {p}")),
-        load.gb_per_s(),
-        load.read_bytes as f64 / 1e9,
-        load.secs
-    );
+    eprintln!("burn-ascend-openai: loaded {shown}{split}: {load}");
 }
 
 /// The server made ready to serve: its KV cache sized from the devices' memory (given a

@@ -246,19 +246,10 @@ where
 /// Says how the load went (`split`: where the model went, when split).
 fn say_loaded(plan: &CheckpointPlan, load: &LoadReport, spec: &families::DecoderSpec, split: &str) {
     say!(
-        "loaded {} ({}, {} layers, {:?}{}{}){split} at {:.2} GB/s ({:.2} GB in {:.1} s)",
+        "loaded {} ({}, {} layers){split}: {load}",
         plan.checkpoint.dir().display(),
         spec.model_type,
         spec.layers.len(),
-        load.dtype,
-        load.quantize
-            .map_or(String::new(), |q| format!(", quantized {q}")),
-        load.prequantized
-            .as_ref()
-            .map_or(String::new(), |p| format!(", pre-quantized {p}")),
-        load.gb_per_s(),
-        load.read_bytes as f64 / 1e9,
-        load.secs
     );
 }
 

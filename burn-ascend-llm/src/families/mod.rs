@@ -798,6 +798,26 @@ impl LoadReport {
     }
 }
 
+/// `BF16, quantized W8A8 at 0.35 GB/s (2.49 GB in 7.1 s)`: what both programs' logs say.
+impl std::fmt::Display for LoadReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.dtype)?;
+        if let Some(q) = self.quantize {
+            write!(f, ", quantized {q}")?;
+        }
+        if let Some(p) = &self.prequantized {
+            write!(f, ", pre-quantized {p}")?;
+        }
+        write!(
+            f,
+            " at {:.2} GB/s ({:.2} GB in {:.1} s)",
+            self.gb_per_s(),
+            self.read_bytes as f64 / 1e9,
+            self.secs
+        )
+    }
+}
+
 /// A checkpoint's decoder loaded to serve ([`load_to_serve`]; split across NPUs:
 /// [`parallel::load_parallel_to_serve`]).
 pub struct ToServe<B: FusedOps, M = Decoder<B>> {
