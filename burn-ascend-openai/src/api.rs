@@ -287,6 +287,9 @@ pub struct ChatRequest {
     pub function_call: Option<Value>,
     /// Refused unless `{"type": "text"}`.
     pub response_format: Option<Value>,
+    /// Variables for the chat template (vLLM's extension, as transformers'
+    /// `apply_chat_template(**kwargs)`): Qwen3's `enable_thinking`, say.
+    pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
 }
 
 /// The fields of [`Common`].

@@ -539,8 +539,9 @@ impl App {
                 ),
             ));
         };
+        let kwargs = request.chat_template_kwargs.unwrap_or_default();
         let text = template
-            .render(&request.messages, true)
+            .render_with(&request.messages, true, &kwargs)
             .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
         // The template writes the special tokens (BOS...) itself.
         let prompt = self

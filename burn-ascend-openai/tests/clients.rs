@@ -212,3 +212,62 @@ async fn several_choices_and_prompts_answer_as_single_requests_do() {
         got["usage"]["prompt_tokens"]
     );
 }
+
+/// `chat_template_kwargs` reach the template as its variables (Qwen3's templates read
+/// `enable_thinking` so): a template that opens the reply with an empty think block when it is
+/// false answers as a completion of that text does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[parallel]
+async fn chat_template_kwargs_are_the_templates_variables() {
+    if skipped_on_npu("chat_template_kwargs_are_the_templates_variables") {
+        return;
+    }
+    use burn_ascend_llm::engine::serve::Server;
+    use burn_ascend_openai::chat::ChatTemplate;
+    use burn_ascend_openai::metrics::Metrics;
+    use burn_ascend_openai::text::Tokenizer;
+    use burn_ascend_openai::{App, Engine, ModelSpec};
+    use std::sync::Arc;
+    let source = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}\
+                  assistant:{% if enable_thinking is defined and not enable_thinking %} \
+                  <think></think>{% endif %}";
+    let template = ChatTemplate::from_source(source, [], "thinking").unwrap();
+    let cfg = config();
+    let (engine, _) = Engine::spawn(
+        move || Server::new(load(), cfg, &device()).map_err(|e| e.to_string()),
+        Arc::new(Metrics::new(MODEL)),
+    )
+    .unwrap();
+    let spec = ModelSpec {
+        name: MODEL.into(),
+        tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer())),
+        chat: Some(Arc::new(template)),
+        sampling: Default::default(),
+    };
+    let server = Serving::start(App::new(engine, spec)).await;
+    let chat = json!({"model": MODEL, "max_tokens": 6, "temperature": 0,
+                      "messages": [{"role": "user", "content": "The sea"}],
+                      "chat_template_kwargs": {"enable_thinking": false}});
+    let (status, got) = post(&server, "/v1/chat/completions", &chat).await;
+    assert_eq!(status, 200, "{got}");
+    // The same prompt as text: the template's rendering, with the empty think block.
+    let rendered = json!({"model": MODEL, "max_tokens": 6, "temperature": 0,
+                          "prompt": "user: The sea\nassistant: <think></think>"});
+    let (_, want) = post(&server, "/v1/completions", &rendered).await;
+    assert_eq!(text(&got), text(&want));
+    assert_eq!(
+        got["usage"]["prompt_tokens"],
+        want["usage"]["prompt_tokens"]
+    );
+    // Without the variable, the block is not there: another prompt.
+    let mut plain = chat.clone();
+    plain
+        .as_object_mut()
+        .unwrap()
+        .remove("chat_template_kwargs");
+    let (_, without) = post(&server, "/v1/chat/completions", &plain).await;
+    assert_ne!(
+        without["usage"]["prompt_tokens"],
+        want["usage"]["prompt_tokens"]
+    );
+}
