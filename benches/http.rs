@@ -190,6 +190,7 @@ fn http(c: &mut Criterion) {
         tokenizer: Tokenizer::Bytes,
         chat: None,
         sampling: Default::default(),
+        reasoning: None,
     };
     let app = App::new(engine, spec);
     let listener = runtime

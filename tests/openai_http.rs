@@ -84,6 +84,7 @@ impl Running {
             tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer())),
             chat,
             sampling: Default::default(),
+            reasoning: None,
         };
         let app = App::new(engine, spec);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -41,6 +41,7 @@ use burn_ascend_openai::api::SamplingDefaults;
 use burn_ascend_openai::chat::ChatTemplate;
 use burn_ascend_openai::engine::Injected;
 use burn_ascend_openai::metrics::Metrics;
+use burn_ascend_openai::text::Reasoning;
 use burn_ascend_openai::{serve, App, Engine, Limits, ModelSpec, Tokenizer};
 use clap::Parser;
 
@@ -54,6 +55,10 @@ struct Args {
     /// The model name clients send (default: --model as given, else "moe-decoder").
     #[arg(long)]
     served_model_name: Option<String>,
+    /// Split a chat reply's reasoning (its think block) into `reasoning_content`, as vLLM's
+    /// `--reasoning-parser`: qwen3 or deepseek_r1 (default: none, the think block is content).
+    #[arg(long)]
+    reasoning_parser: Option<Reasoning>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -272,6 +277,7 @@ fn run(args: Args) -> Result<(), String> {
                 tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer)),
                 chat: chat.map(Arc::new),
                 sampling,
+                reasoning: args.reasoning_parser,
             };
             (engine, spec, limits)
         }
@@ -305,6 +311,7 @@ fn run(args: Args) -> Result<(), String> {
                 tokenizer: Tokenizer::Bytes,
                 chat: None,
                 sampling: SamplingDefaults::default(),
+                reasoning: None,
             };
             (engine, spec, limits)
         }

@@ -32,7 +32,7 @@ use crate::api::{
 use crate::chat::ChatTemplate;
 use crate::engine::{Engine, Event, Events};
 use crate::metrics;
-use crate::text::{Detokenizer, Tokenizer};
+use crate::text::{Detokenizer, Piece, Reasoning, ReasoningSplit, Tokenizer};
 use burn_ascend_llm::engine::scheduler::RequestId;
 use burn_ascend_llm::engine::serve::{Request, Sampling, ServeError};
 
@@ -47,6 +47,9 @@ pub struct ModelSpec {
     pub chat: Option<Arc<ChatTemplate>>,
     /// The sampling of the fields a request leaves out.
     pub sampling: SamplingDefaults,
+    /// The parser that splits a chat reply's reasoning from its answer (`reasoning_content`),
+    /// if any (vLLM's `--reasoning-parser`).
+    pub reasoning: Option<Reasoning>,
 }
 
 /// Tokens a completion generates when `max_tokens` is not given (OpenAI's default).
@@ -266,6 +269,7 @@ impl App {
             id,
             events,
             text,
+            reasoning: None,
             prompt_tokens,
             done: false,
         })
@@ -308,9 +312,9 @@ impl IntoResponse for ApiError {
 /// What the HTTP side takes from a request's events.
 enum Output {
     /// Text now final.
-    Text(String),
+    Text(Piece),
     /// The last text and OpenAI's finish reason.
-    Done(String, &'static str),
+    Done(Piece, &'static str),
     /// It failed.
     Failed(ApiError),
 }
@@ -322,6 +326,8 @@ struct Live {
     id: RequestId,
     events: Events,
     text: Detokenizer,
+    /// A chat reply's splitter of reasoning and answer, when the server has a parser.
+    reasoning: Option<ReasoningSplit>,
     prompt_tokens: usize,
     done: bool,
 }
@@ -338,15 +344,17 @@ impl Live {
                         self.events.stopped();
                         self.engine.stop(self.id);
                         self.done = true;
-                        return Output::Done(delta.text, "stop");
+                        return Output::Done(self.last(delta.text), "stop");
                     }
-                    if !delta.text.is_empty() {
-                        return Output::Text(delta.text);
+                    let piece = self.split(&delta.text);
+                    if !piece.is_empty() {
+                        return Output::Text(piece);
                     }
                 }
                 Some(Event::End(Ok(finish))) => {
                     self.done = true;
-                    return Output::Done(self.text.finish(), api::finish_reason(finish));
+                    let rest = self.text.finish();
+                    return Output::Done(self.last(rest), api::finish_reason(finish));
                 }
                 Some(Event::End(Err(e))) => {
                     self.done = true;
@@ -362,6 +370,23 @@ impl Live {
                 }
             }
         }
+    }
+
+    /// `text` split into reasoning and answer (all answer without a parser).
+    fn split(&mut self, text: &str) -> Piece {
+        match &mut self.reasoning {
+            Some(r) => r.push(text),
+            None => Piece::content(text.to_string()),
+        }
+    }
+
+    /// The reply's last `text`, with what the parser held back.
+    fn last(&mut self, text: String) -> Piece {
+        let mut piece = self.split(&text);
+        if let Some(r) = &mut self.reasoning {
+            piece.push(r.finish());
+        }
+        piece
     }
 
     fn usage(&self) -> api::Usage {
@@ -479,10 +504,11 @@ async fn chat_completions(State(app): State<Arc<App>>, Body(body): Body) -> Resp
         let (prompt, checked) = app.off_workers(move || prepared.chat_prompt(&body)).await?;
         let mut lives = Vec::with_capacity(checked.n);
         for choice in 0..checked.n {
-            lives.push(
-                app.start(prompt.clone(), "messages", &checked, None, choice)
-                    .await?,
-            );
+            let mut live = app
+                .start(prompt.clone(), "messages", &checked, None, choice)
+                .await?;
+            live.reasoning = app.model.reasoning.map(ReasoningSplit::new);
+            lives.push(live);
         }
         Ok(respond(app.clone(), Kind::Chat, lives, checked, flight).await)
     };
@@ -578,12 +604,12 @@ async fn respond(
     let mut choices = Vec::with_capacity(lives.len());
     let mut usage = Usage::default();
     for (index, mut live) in lives.into_iter().enumerate() {
-        let mut text = String::new();
+        let mut text = Piece::default();
         let finish = loop {
             match live.next(&app.model.tokenizer).await {
-                Output::Text(t) => text.push_str(&t),
+                Output::Text(t) => text.push(t),
                 Output::Done(t, finish) => {
-                    text.push_str(&t);
+                    text.push(t);
                     break finish;
                 }
                 // The other choices are dropped, and so cancelled.
@@ -593,14 +619,21 @@ async fn respond(
         usage.add(&live, index, n);
         choices.push(match kind {
             Kind::Completion => json!({
-                "index": index, "text": text, "logprobs": null, "finish_reason": finish,
+                "index": index, "text": text.content, "logprobs": null, "finish_reason": finish,
             }),
-            Kind::Chat => json!({
-                "index": index,
-                "message": { "role": "assistant", "content": text },
-                "logprobs": null,
-                "finish_reason": finish,
-            }),
+            Kind::Chat => {
+                let mut message = json!({ "role": "assistant", "content": text.content });
+                if app.model.reasoning.is_some() {
+                    message["reasoning_content"] =
+                        json!((!text.reasoning.is_empty()).then_some(text.reasoning));
+                }
+                json!({
+                    "index": index,
+                    "message": message,
+                    "logprobs": null,
+                    "finish_reason": finish,
+                })
+            }
         });
     }
     let mut body = head.object(false);
@@ -652,24 +685,27 @@ impl Head {
     }
 
     /// A chunk of choice `index`'s `text`, with the finish reason on its last.
-    fn chunk(
-        &self,
-        index: usize,
-        text: Option<&str>,
-        finish: Option<&str>,
-        usage: bool,
-    ) -> SseEvent {
+    fn chunk(&self, index: usize, text: &Piece, finish: Option<&str>, usage: bool) -> SseEvent {
         let choice = match self.kind {
             Kind::Completion => json!({
-                "index": index, "text": text.unwrap_or(""), "logprobs": null,
+                "index": index, "text": text.content, "logprobs": null,
                 "finish_reason": finish,
             }),
-            Kind::Chat => json!({
-                "index": index,
-                "delta": text.map_or(json!({}), |t| json!({ "content": t })),
-                "logprobs": null,
-                "finish_reason": finish,
-            }),
+            Kind::Chat => {
+                let mut delta = json!({});
+                if !text.reasoning.is_empty() {
+                    delta["reasoning_content"] = json!(text.reasoning);
+                }
+                if !text.content.is_empty() {
+                    delta["content"] = json!(text.content);
+                }
+                json!({
+                    "index": index,
+                    "delta": delta,
+                    "logprobs": null,
+                    "finish_reason": finish,
+                })
+            }
         };
         let mut chunk = self.object(true);
         chunk["choices"] = json!([choice]);
@@ -764,12 +800,11 @@ fn stream(
             };
             match output {
                 Output::Text(t) => {
-                    let chunk = s.head.chunk(index, Some(&t), None, s.usage);
+                    let chunk = s.head.chunk(index, &t, None, s.usage);
                     s.queue.push_back(chunk);
                 }
                 Output::Done(t, finish) => {
-                    let text = (!t.is_empty() || s.head.kind == Kind::Completion).then_some(t);
-                    let chunk = s.head.chunk(index, text.as_deref(), Some(finish), s.usage);
+                    let chunk = s.head.chunk(index, &t, Some(finish), s.usage);
                     s.queue.push_back(chunk);
                     if let Some(live) = &ended {
                         s.counted.add(live, index, s.n);

@@ -399,3 +399,207 @@ mod tests {
         assert_eq!(out, whole[..whole.find(stop).unwrap()]);
     }
 }
+
+/// Which reasoning parser splits a chat reply's thinking from its answer (vLLM's
+/// `--reasoning-parser`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reasoning {
+    /// Qwen3: a reply that opens with `<think>` reasons until `</think>`; one that does not
+    /// (thinking turned off) is all answer.
+    Qwen3,
+    /// DeepSeek-R1: the template opens the think block, so a reply reasons until `</think>`.
+    DeepSeekR1,
+}
+
+impl std::str::FromStr for Reasoning {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "qwen3" => Ok(Self::Qwen3),
+            "deepseek_r1" => Ok(Self::DeepSeekR1),
+            other => Err(format!("reasoning parser {other:?}: qwen3 or deepseek_r1")),
+        }
+    }
+}
+
+const THINK_START: &str = "<think>";
+const THINK_END: &str = "</think>";
+
+/// A reply's text as it comes, split into its reasoning and its answer: the text before
+/// `</think>` (less an opening `<think>`) and the text after it. A tag split across deltas is
+/// held back until it shows.
+#[derive(Debug)]
+pub struct ReasoningSplit {
+    parser: Reasoning,
+    /// Text not yet given out (it may start a tag).
+    held: String,
+    /// Whether the reply is past its reasoning (or has none).
+    answering: bool,
+    /// Whether the start of the reply was looked at (for an opening `<think>`).
+    opened: bool,
+}
+
+/// Text of a chat reply: the model's reasoning and its answer.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Piece {
+    /// Reasoning (`reasoning_content`).
+    pub reasoning: String,
+    /// Answer (`content`).
+    pub content: String,
+}
+
+impl Piece {
+    /// All of `text` is answer.
+    pub fn content(text: String) -> Self {
+        Self {
+            reasoning: String::new(),
+            content: text,
+        }
+    }
+
+    /// Whether it holds no text.
+    pub fn is_empty(&self) -> bool {
+        self.reasoning.is_empty() && self.content.is_empty()
+    }
+
+    /// `other` appended.
+    pub fn push(&mut self, other: Piece) {
+        self.reasoning.push_str(&other.reasoning);
+        self.content.push_str(&other.content);
+    }
+}
+
+impl ReasoningSplit {
+    /// A reply not yet begun.
+    pub fn new(parser: Reasoning) -> Self {
+        Self {
+            parser,
+            held: String::new(),
+            answering: false,
+            opened: false,
+        }
+    }
+
+    /// The next text of the reply, split.
+    pub fn push(&mut self, text: &str) -> Piece {
+        if self.answering {
+            return Piece::content(text.to_string());
+        }
+        self.held.push_str(text);
+        if !self.opened {
+            let trimmed = self.held.trim_start();
+            if trimmed.len() < THINK_START.len() && THINK_START.starts_with(trimmed) {
+                // Too little to tell whether the reply opens a think block.
+                return Piece::default();
+            }
+            self.opened = true;
+            if let Some(rest) = trimmed.strip_prefix(THINK_START) {
+                self.held = rest.to_string();
+            } else if self.parser == Reasoning::Qwen3 {
+                self.answering = true;
+                return Piece::content(std::mem::take(&mut self.held));
+            }
+        }
+        if let Some(at) = self.held.find(THINK_END) {
+            self.answering = true;
+            let content = self.held[at + THINK_END.len()..].to_string();
+            self.held.truncate(at);
+            return Piece {
+                reasoning: std::mem::take(&mut self.held),
+                content,
+            };
+        }
+        // Hold back the longest end of the text that could begin `</think>`.
+        let keep = (1..THINK_END.len())
+            .rev()
+            .find(|&n| {
+                self.held.len() >= n
+                    && self.held.is_char_boundary(self.held.len() - n)
+                    && THINK_END.starts_with(&self.held[self.held.len() - n..])
+            })
+            .unwrap_or(0);
+        let out = self.held[..self.held.len() - keep].to_string();
+        self.held.drain(..self.held.len() - keep);
+        Piece {
+            reasoning: out,
+            content: String::new(),
+        }
+    }
+
+    /// The rest when the reply ended: held text is reasoning if the reply was still reasoning
+    /// (or answer, for a Qwen3 reply too short to have opened a think block).
+    pub fn finish(&mut self) -> Piece {
+        let held = std::mem::take(&mut self.held);
+        if self.answering || (!self.opened && self.parser == Reasoning::Qwen3) {
+            Piece::content(held)
+        } else {
+            Piece {
+                reasoning: held,
+                content: String::new(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod reasoning_tests {
+    use super::*;
+
+    /// `deltas` through a splitter, and what the whole reply gives.
+    fn split(parser: Reasoning, deltas: &[&str]) -> Piece {
+        let mut s = ReasoningSplit::new(parser);
+        let mut all = Piece::default();
+        for d in deltas {
+            all.push(s.push(d));
+        }
+        all.push(s.finish());
+        all
+    }
+
+    #[test]
+    fn thinking_before_the_end_tag_and_the_answer_after_whatever_the_deltas() {
+        let want = Piece {
+            reasoning: "\nThe sea is big.\n".into(),
+            content: "\n\nIt is.".into(),
+        };
+        let text = "<think>\nThe sea is big.\n</think>\n\nIt is.";
+        // Every way of cutting the text in two, and byte by byte.
+        for cut in 0..=text.len() {
+            let got = split(Reasoning::Qwen3, &[&text[..cut], &text[cut..]]);
+            assert_eq!(got, want, "cut at {cut}");
+        }
+        let bytes: Vec<String> = text.chars().map(String::from).collect();
+        let deltas: Vec<&str> = bytes.iter().map(String::as_str).collect();
+        assert_eq!(split(Reasoning::Qwen3, &deltas), want);
+    }
+
+    #[test]
+    fn a_qwen3_reply_without_a_think_block_is_all_answer() {
+        let got = split(Reasoning::Qwen3, &["Hello", " there </think> x"]);
+        assert_eq!(got, Piece::content("Hello there </think> x".into()));
+        assert_eq!(
+            split(Reasoning::Qwen3, &["<th"]),
+            Piece::content("<th".into())
+        );
+    }
+
+    #[test]
+    fn a_deepseek_r1_reply_reasons_until_the_end_tag_even_without_the_opening_one() {
+        let got = split(
+            Reasoning::DeepSeekR1,
+            &["Let me think", ".</thi", "nk>Yes."],
+        );
+        assert_eq!(
+            got,
+            Piece {
+                reasoning: "Let me think.".into(),
+                content: "Yes.".into(),
+            }
+        );
+        // Never closed: all reasoning.
+        let got = split(Reasoning::DeepSeekR1, &["<think>still </th"]);
+        assert_eq!(got.reasoning, "still </th");
+        assert!(got.content.is_empty());
+    }
+}

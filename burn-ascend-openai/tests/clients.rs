@@ -4,9 +4,34 @@
 
 mod common;
 
+use std::sync::Arc;
+
+use burn_ascend_llm::engine::serve::Server;
+use burn_ascend_openai::chat::ChatTemplate;
+use burn_ascend_openai::metrics::Metrics;
+use burn_ascend_openai::text::{Reasoning, Tokenizer};
+use burn_ascend_openai::{App, Engine, ModelSpec};
 use common::*;
 use serde_json::{json, Value};
 use serial_test::parallel;
+
+/// The fixture served with `template` and the reasoning parser `reasoning`.
+fn app_with(template: ChatTemplate, reasoning: Option<Reasoning>) -> Arc<App> {
+    let cfg = config();
+    let (engine, _) = Engine::spawn(
+        move || Server::new(load(), cfg, &device()).map_err(|e| e.to_string()),
+        Arc::new(Metrics::new(MODEL)),
+    )
+    .unwrap();
+    let spec = ModelSpec {
+        name: MODEL.into(),
+        tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer())),
+        chat: Some(Arc::new(template)),
+        sampling: Default::default(),
+        reasoning,
+    };
+    App::new(engine, spec)
+}
 
 /// The answer to `body` at `path`: status and JSON.
 async fn post(server: &Serving, path: &str, body: &Value) -> (u16, Value) {
@@ -222,29 +247,11 @@ async fn chat_template_kwargs_are_the_templates_variables() {
     if skipped_on_npu("chat_template_kwargs_are_the_templates_variables") {
         return;
     }
-    use burn_ascend_llm::engine::serve::Server;
-    use burn_ascend_openai::chat::ChatTemplate;
-    use burn_ascend_openai::metrics::Metrics;
-    use burn_ascend_openai::text::Tokenizer;
-    use burn_ascend_openai::{App, Engine, ModelSpec};
-    use std::sync::Arc;
     let source = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}\
                   assistant:{% if enable_thinking is defined and not enable_thinking %} \
                   <think></think>{% endif %}";
     let template = ChatTemplate::from_source(source, [], "thinking").unwrap();
-    let cfg = config();
-    let (engine, _) = Engine::spawn(
-        move || Server::new(load(), cfg, &device()).map_err(|e| e.to_string()),
-        Arc::new(Metrics::new(MODEL)),
-    )
-    .unwrap();
-    let spec = ModelSpec {
-        name: MODEL.into(),
-        tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer())),
-        chat: Some(Arc::new(template)),
-        sampling: Default::default(),
-    };
-    let server = Serving::start(App::new(engine, spec)).await;
+    let server = Serving::start(app_with(template, None)).await;
     let chat = json!({"model": MODEL, "max_tokens": 6, "temperature": 0,
                       "messages": [{"role": "user", "content": "The sea"}],
                       "chat_template_kwargs": {"enable_thinking": false}});
@@ -269,5 +276,73 @@ async fn chat_template_kwargs_are_the_templates_variables() {
     assert_ne!(
         without["usage"]["prompt_tokens"],
         want["usage"]["prompt_tokens"]
+    );
+}
+
+/// A reasoning parser splits a reply's think block into `reasoning_content`: DeepSeek-R1's
+/// template opens the block, so a reply that never closes it is all reasoning; a Qwen3 reply
+/// that does not open one is all answer. Streamed, the deltas say the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[parallel]
+async fn a_reasoning_parser_splits_the_think_block_from_the_answer() {
+    if skipped_on_npu("a_reasoning_parser_splits_the_think_block_from_the_answer") {
+        return;
+    }
+    let chatml = || {
+        ChatTemplate::from_source(
+            "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:",
+            [],
+            "plain",
+        )
+        .unwrap()
+    };
+    let chat = json!({"model": MODEL, "max_tokens": 8, "temperature": 0,
+                      "messages": [{"role": "user", "content": "The sea"}]});
+    let plain = Serving::start(app_with(chatml(), None)).await;
+    let (_, want) = post(&plain, "/v1/chat/completions", &chat).await;
+    let reply = text(&want);
+    assert!(
+        !reply.contains("</think>"),
+        "the fixture's reply: {reply:?}"
+    );
+    assert!(want["choices"][0]["message"]
+        .get("reasoning_content")
+        .is_none());
+    let r1 = Serving::start(app_with(chatml(), Some(Reasoning::DeepSeekR1))).await;
+    let (status, got) = post(&r1, "/v1/chat/completions", &chat).await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(
+        got["choices"][0]["message"]["reasoning_content"],
+        json!(reply)
+    );
+    assert_eq!(got["choices"][0]["message"]["content"], "");
+    let mut streamed = chat.clone();
+    streamed["stream"] = json!(true);
+    let body = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", r1.base))
+        .json(&streamed)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for event in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if event == "[DONE]" {
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(event).unwrap();
+        let delta = &chunk["choices"][0]["delta"];
+        reasoning += delta["reasoning_content"].as_str().unwrap_or("");
+        content += delta["content"].as_str().unwrap_or("");
+    }
+    assert_eq!((reasoning.as_str(), content.as_str()), (reply.as_str(), ""));
+    let qwen3 = Serving::start(app_with(chatml(), Some(Reasoning::Qwen3))).await;
+    let (_, got) = post(&qwen3, "/v1/chat/completions", &chat).await;
+    assert_eq!(got["choices"][0]["message"]["content"], json!(reply));
+    assert_eq!(
+        got["choices"][0]["message"]["reasoning_content"],
+        Value::Null
     );
 }

@@ -89,6 +89,7 @@ fn soak_app() -> Arc<App> {
         tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer())),
         chat: Some(chatml()),
         sampling: Default::default(),
+        reasoning: None,
     };
     App::with_limits(engine, spec, soak_limits())
 }

@@ -87,6 +87,7 @@ pub fn app(cfg: ServeConfig, limits: Option<Limits>) -> Arc<App> {
         tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer())),
         chat: Some(chatml()),
         sampling: Default::default(),
+        reasoning: None,
     };
     let limits = limits.unwrap_or_else(|| Limits::new(cfg.max_seq));
     App::with_limits(engine, spec, limits)
