@@ -9,8 +9,8 @@ use std::sync::Arc;
 use burn_ascend_llm::engine::serve::Server;
 use burn_ascend_openai::chat::ChatTemplate;
 use burn_ascend_openai::metrics::Metrics;
-use burn_ascend_openai::text::{Reasoning, Tokenizer};
-use burn_ascend_openai::{App, Engine, ModelSpec};
+use burn_ascend_openai::text::Reasoning;
+use burn_ascend_openai::{App, Engine};
 use common::*;
 use serde_json::{json, Value};
 use serial_test::parallel;
@@ -23,14 +23,23 @@ fn app_with(template: ChatTemplate, reasoning: Option<Reasoning>) -> Arc<App> {
         Arc::new(Metrics::new(MODEL)),
     )
     .unwrap();
-    let spec = ModelSpec {
-        name: MODEL.into(),
-        tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer())),
-        chat: Some(Arc::new(template)),
-        sampling: Default::default(),
-        reasoning,
-    };
-    App::new(engine, spec)
+    App::new(engine, spec(Arc::new(template), reasoning))
+}
+
+/// The `data:` events of a streamed answer to `body` at `path`, `[DONE]` included.
+async fn events(server: &Serving, path: &str, body: &Value) -> Vec<String> {
+    reqwest::Client::new()
+        .post(format!("{}{path}", server.base))
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: ").map(str::to_string))
+        .collect()
 }
 
 /// The answer to `body` at `path`: status and JSON.
@@ -203,20 +212,8 @@ async fn several_choices_and_prompts_answer_as_single_requests_do() {
     let mut streamed = batch.clone();
     streamed["stream"] = json!(true);
     streamed["stream_options"] = json!({"include_usage": true});
-    let body = reqwest::Client::new()
-        .post(format!("{}/v1/completions", server.base))
-        .json(&streamed)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let events: Vec<&str> = body
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .collect();
-    assert_eq!(events.last(), Some(&"[DONE]"));
+    let events = events(&server, "/v1/completions", &streamed).await;
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
     let mut joined = vec![String::new(); 4];
     let mut finished = 0;
     for event in &events[..events.len() - 2] {
@@ -227,7 +224,7 @@ async fn several_choices_and_prompts_answer_as_single_requests_do() {
     }
     assert_eq!(joined, want);
     assert_eq!(finished, 4, "one last chunk per choice");
-    let usage: Value = serde_json::from_str(events[events.len() - 2]).unwrap();
+    let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
     assert_eq!(
         usage["usage"]["completion_tokens"],
         got["usage"]["completion_tokens"]
@@ -318,21 +315,12 @@ async fn a_reasoning_parser_splits_the_think_block_from_the_answer() {
     assert_eq!(got["choices"][0]["message"]["content"], "");
     let mut streamed = chat.clone();
     streamed["stream"] = json!(true);
-    let body = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", r1.base))
-        .json(&streamed)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
     let (mut reasoning, mut content) = (String::new(), String::new());
-    for event in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
+    for event in events(&r1, "/v1/chat/completions", &streamed).await {
         if event == "[DONE]" {
             continue;
         }
-        let chunk: Value = serde_json::from_str(event).unwrap();
+        let chunk: Value = serde_json::from_str(&event).unwrap();
         let delta = &chunk["choices"][0]["delta"];
         reasoning += delta["reasoning_content"].as_str().unwrap_or("");
         content += delta["content"].as_str().unwrap_or("");

@@ -28,7 +28,7 @@ use burn_ascend_llm::engine::decode_graph::DECODE_BUCKETS;
 use burn_ascend_llm::engine::serve::{ServeConfig, Server};
 use burn_ascend_openai::engine::Injected;
 use burn_ascend_openai::metrics::Metrics;
-use burn_ascend_openai::{App, Engine, Limits, ModelSpec, Tokenizer};
+use burn_ascend_openai::{App, Engine, Limits};
 use common::*;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -84,14 +84,7 @@ fn soak_app() -> Arc<App> {
         Arc::new(Metrics::new(MODEL)),
     )
     .expect("the engine starts");
-    let spec = ModelSpec {
-        name: MODEL.into(),
-        tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer())),
-        chat: Some(chatml()),
-        sampling: Default::default(),
-        reasoning: None,
-    };
-    App::with_limits(engine, spec, soak_limits())
+    App::with_limits(engine, spec(chatml(), None), soak_limits())
 }
 
 /// The valid requests: (endpoint, body). Each is served alone first, for its reference text.

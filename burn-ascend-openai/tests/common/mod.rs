@@ -15,6 +15,7 @@ use burn_ascend_llm::families::{self, Decoder};
 use burn_ascend_llm::hf::TextTokenizer;
 use burn_ascend_openai::chat::ChatTemplate;
 use burn_ascend_openai::metrics::Metrics;
+use burn_ascend_openai::text::Reasoning;
 use burn_ascend_openai::{serve, App, Engine, Limits, ModelSpec, Served, Tokenizer};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -82,15 +83,20 @@ pub fn app(cfg: ServeConfig, limits: Option<Limits>) -> Arc<App> {
         Arc::new(Metrics::new(MODEL)),
     )
     .expect("the engine starts");
-    let spec = ModelSpec {
+    let limits = limits.unwrap_or_else(|| Limits::new(cfg.max_seq));
+    App::with_limits(engine, spec(chatml(), None), limits)
+}
+
+/// The fixture's model as the server names it, with the chat template `chat` and the reasoning
+/// parser `reasoning`.
+pub fn spec(chat: Arc<ChatTemplate>, reasoning: Option<Reasoning>) -> ModelSpec {
+    ModelSpec {
         name: MODEL.into(),
         tokenizer: Tokenizer::Checkpoint(Box::new(tokenizer())),
-        chat: Some(chatml()),
+        chat: Some(chat),
         sampling: Default::default(),
-        reasoning: None,
-    };
-    let limits = limits.unwrap_or_else(|| Limits::new(cfg.max_seq));
-    App::with_limits(engine, spec, limits)
+        reasoning,
+    }
 }
 
 /// `app` served by [`serve`] on 127.0.0.1 until [`Serving::stop`] (or the engine fails).
