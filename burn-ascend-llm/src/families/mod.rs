@@ -840,9 +840,9 @@ pub fn load_to_serve<B: FusedOps>(
 ) -> Result<ToServe<B>, LoadError> {
     let options = options.into();
     let start = Instant::now();
-    let model = load_from::<B>(&checkpoint, options, device)?;
-    B::sync(device).map_err(|e| LoadError::Device(format!("{e:?}")))?;
     let checked = checked_spec(&checkpoint)?;
+    let model = load_checked::<B>(&checkpoint, &checked, options, device)?;
+    B::sync(device).map_err(|e| LoadError::Device(format!("{e:?}")))?;
     let report = LoadReport {
         dtype: model.dtype(),
         quantize: options.quantize,
@@ -891,9 +891,22 @@ pub fn load_from<B: FusedOps>(
     options: impl Into<LoadOptions>,
     device: &B::Device,
 ) -> Result<Decoder<B>, LoadError> {
-    let options = options.into();
+    load_checked(
+        checkpoint,
+        &checked_spec(checkpoint)?,
+        options.into(),
+        device,
+    )
+}
+
+/// [`load_from`] of a checkpoint already checked.
+fn load_checked<B: FusedOps>(
+    checkpoint: &Checkpoint,
+    checked: &Checked,
+    options: LoadOptions,
+    device: &B::Device,
+) -> Result<Decoder<B>, LoadError> {
     let dtype = options_dtype(checkpoint, options)?;
-    let checked = checked_spec(checkpoint)?;
     if let (Some(asked), Some(plan)) = (options.quantize, &checked.plan) {
         if plan.int8_mode().is_some() {
             return Err(LoadError::AlreadyQuantized {
@@ -905,7 +918,7 @@ pub fn load_from<B: FusedOps>(
     }
     check_fits::<B>(
         checkpoint,
-        &checked,
+        checked,
         dtype,
         options.quantize,
         device,
