@@ -15,6 +15,32 @@ pub fn from_bytes(
     dtype: DataType,
     bytes: &[u8],
 ) -> AclResult<AscendTensor> {
+    let out = sized_for(ctx, shape, dtype, bytes)?;
+    ctx.upload(out.storage()?, bytes)?;
+    Ok(out)
+}
+
+/// [`from_bytes`] with a blocking copy straight from `bytes` (pageable memory), after the
+/// device's queued work: for bulk loads, where staging would copy every byte again on the host
+/// and the caller does not overlap the copy with its own work anyway.
+pub fn from_bytes_blocking(
+    ctx: &Arc<DeviceContext>,
+    shape: Vec<usize>,
+    dtype: DataType,
+    bytes: &[u8],
+) -> AclResult<AscendTensor> {
+    let out = sized_for(ctx, shape, dtype, bytes)?;
+    ctx.upload_blocking(out.storage()?, bytes)?;
+    Ok(out)
+}
+
+/// An empty tensor `shape` of `dtype` that `bytes` fill exactly.
+fn sized_for(
+    ctx: &Arc<DeviceContext>,
+    shape: Vec<usize>,
+    dtype: DataType,
+    bytes: &[u8],
+) -> AclResult<AscendTensor> {
     let out = AscendTensor::empty(ctx, shape, dtype)?;
     if bytes.len() != out.layout.numel() * dtype.size() {
         return Err(crate::acl::AclError::InvalidArgument(format!(
@@ -23,7 +49,6 @@ pub fn from_bytes(
             out.shape()
         )));
     }
-    ctx.upload(out.storage()?, bytes)?;
     Ok(out)
 }
 

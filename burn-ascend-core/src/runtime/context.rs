@@ -644,16 +644,58 @@ impl DeviceContext {
         )
     }
 
-    fn upload_now(&self, dst: &DeviceStorage, bytes: &[u8]) -> AclResult<()> {
-        self.check_alive()?;
-        if bytes.len() > dst.bytes {
+    /// Copies host bytes into `dst` with a blocking copy from pageable memory, for bulk loads
+    /// (a checkpoint's weights): through the page-locked ring every byte would be copied twice
+    /// more on the host. `aclrtMemcpy` is not ordered with stream work (acl-abi.md §3 and trap
+    /// 13), so the stream is drained first, as torch_npu does before a blocking copy: `dst` may
+    /// be a cached block that work queued earlier still uses. Recorded in a capture, the copy
+    /// goes through the capture's own staging, as [`DeviceContext::upload`]'s does.
+    pub fn upload_blocking(&self, dst: &DeviceStorage, bytes: &[u8]) -> AclResult<()> {
+        if self.capturing().is_some() {
+            return self.upload(dst, bytes);
+        }
+        self.defer(self.check_fault().and_then(|()| {
+            self.check_alive()?;
+            Self::check_fits("upload", dst, bytes.len(), &self.device)?;
+            if bytes.is_empty() {
+                return Ok(());
+            }
+            self.drain()?;
+            let api = self.bind();
+            // SAFETY: `dst` holds `dst.bytes` bytes, no queued work touches it (drained), and
+            // `bytes` is live host memory for the whole (blocking) call.
+            let status = unsafe {
+                (api.core.aclrtMemcpy)(
+                    dst.block.ptr,
+                    dst.bytes,
+                    bytes.as_ptr() as *const c_void,
+                    bytes.len(),
+                    crate::acl::types::memcpy_kind::ACL_MEMCPY_HOST_TO_DEVICE,
+                )
+            };
+            api.check(status, "aclrtMemcpy")
+        }))
+    }
+
+    /// An upload of `len` bytes into `dst` fits it.
+    fn check_fits(
+        what: &str,
+        dst: &DeviceStorage,
+        len: usize,
+        device: &impl std::fmt::Display,
+    ) -> AclResult<()> {
+        if len > dst.bytes {
             return Err(AclError::Library(format!(
-                "upload of {} bytes into a buffer of {} bytes on {}",
-                bytes.len(),
-                dst.bytes,
-                self.device
+                "{what} of {len} bytes into a buffer of {} bytes on {device}",
+                dst.bytes
             )));
         }
+        Ok(())
+    }
+
+    fn upload_now(&self, dst: &DeviceStorage, bytes: &[u8]) -> AclResult<()> {
+        self.check_alive()?;
+        Self::check_fits("upload", dst, bytes.len(), &self.device)?;
         if bytes.is_empty() {
             return Ok(());
         }

@@ -158,6 +158,26 @@ fn from_bytes(
     device: &AscendDevice,
     kind: Kind,
 ) -> AscendTensor {
+    from_bytes_with(bytes, shape, dtype, device, kind, Upload::Staged)
+}
+
+/// How host bytes reach the device.
+enum Upload {
+    /// Through the page-locked staging ring, in stream order, without waiting.
+    Staged,
+    /// A blocking copy from the bytes where they are, after the queued work.
+    Blocking,
+}
+
+/// [`from_bytes`], uploading as `upload` says.
+fn from_bytes_with(
+    bytes: &[u8],
+    shape: Vec<usize>,
+    dtype: DType,
+    device: &AscendDevice,
+    kind: Kind,
+    upload: Upload,
+) -> AscendTensor {
     let data_type = data_type(dtype);
     let fits = match kind {
         Kind::Float => data_type.is_float(),
@@ -170,9 +190,13 @@ fn from_bytes(
             format!("a {kind:?} tensor cannot be created from {dtype:?} data"),
         ));
     }
+    let ctx = context(device);
     run(
         "from_data",
-        creation::from_bytes(&context(device), shape, data_type, bytes),
+        match upload {
+            Upload::Staged => creation::from_bytes(&ctx, shape, data_type, bytes),
+            Upload::Blocking => creation::from_bytes_blocking(&ctx, shape, data_type, bytes),
+        },
     )
 }
 
@@ -197,15 +221,24 @@ fn random(
 impl Ascend {
     /// A float tensor of `shape` and `dtype` holding `bytes` (row-major, little-endian),
     /// uploaded from wherever they are (a memory-mapped file, a reused buffer) without the
-    /// owned copy `Tensor::from_data` takes: a loader streaming gigabytes of weights wants one
-    /// copy less. A size that does not match is an error naming both, as from_data's.
+    /// owned copy `Tensor::from_data` takes, and with a blocking copy after the device's queued
+    /// work rather than through the page-locked staging `from_data` uses: a loader streaming
+    /// gigabytes of weights wants no host copy it can avoid. A size that does not match is an
+    /// error naming both, as from_data's.
     pub fn float_from_bytes<const D: usize>(
         bytes: &[u8],
         shape: [usize; D],
         dtype: DType,
         device: &AscendDevice,
     ) -> burn_tensor::Tensor<Ascend, D> {
-        let t = from_bytes(bytes, shape.to_vec(), dtype, device, Kind::Float);
+        let t = from_bytes_with(
+            bytes,
+            shape.to_vec(),
+            dtype,
+            device,
+            Kind::Float,
+            Upload::Blocking,
+        );
         burn_tensor::Tensor::from_primitive(burn_tensor::TensorPrimitive::Float(t))
     }
 
