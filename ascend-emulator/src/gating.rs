@@ -27,7 +27,7 @@ use std::sync::Arc;
 use super::fault::{fault, Fault};
 use super::meta::{tensor_arg, Kernel, TensorDesc};
 use super::numerics::{Arith, Blocked, Domain, Elem};
-use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
+use super::ops::{check_dtype_of, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
 use super::reduce::{along, lanes, normalize_dim, order};
 use super::routing::{optional_arg, output, tiling};
 use super::view::map;
@@ -193,11 +193,11 @@ unsafe fn gating_common(
         tensor_arg(op, "yOut", y_out)?,
         tensor_arg(op, "expertIdxOut", expert_idx_out)?,
     );
-    check_dtype(op, "x", &x, GATING)?;
-    check_dtype(op, "yOut", &y, GATING)?;
-    check_dtype(op, "expertIdxOut", &idx, &[I32])?;
+    check_dtype_of(op, "x", &x, GATING)?;
+    check_dtype_of(op, "yOut", &y, GATING)?;
+    check_dtype_of(op, "expertIdxOut", &idx, &[I32])?;
     if let Some(f) = &finished {
-        check_dtype(op, "finishedOptional", f, &[Bool])?;
+        check_dtype_of(op, "finishedOptional", f, &[Bool])?;
     }
     if !(2..=3).contains(&x.shape.len()) {
         return Err(tiling(op, format!("x {} must be 2-D or 3-D", x.describe())));
@@ -255,7 +255,7 @@ pub unsafe extern "C" fn aclnnMoeGatingTopKSoftmaxGetWorkspaceSize(
         let (x, finished, k, y, expert_idx) =
             gating_common(OP, x, finished_optional, k, y_out, expert_idx_out)?;
         let row_idx = tensor_arg(OP, "rowIdxOut", row_idx_out)?;
-        check_dtype(OP, "rowIdxOut", &row_idx, &[I32])?;
+        check_dtype_of(OP, "rowIdxOut", &row_idx, &[I32])?;
         output(OP, "rowIdxOut", &row_idx, &y.shape, I32)?;
         let call = Gating {
             op: OP,
@@ -348,9 +348,9 @@ pub unsafe extern "C" fn aclnnTopkGetWorkspaceSize(
             tensor_arg(OP, "valuesOut", values_out)?,
             tensor_arg(OP, "indicesOut", indices_out)?,
         );
-        check_dtype(OP, "self", &x, TOPK)?;
-        check_dtype(OP, "valuesOut", &values, TOPK)?;
-        check_dtype(OP, "indicesOut", &indices, &[I64])?;
+        check_dtype_of(OP, "self", &x, TOPK)?;
+        check_dtype_of(OP, "valuesOut", &values, TOPK)?;
+        check_dtype_of(OP, "indicesOut", &indices, &[I64])?;
         if !(1..=8).contains(&x.shape.len()) {
             return Err(invalid(
                 OP,
@@ -359,7 +359,10 @@ pub unsafe extern "C" fn aclnnTopkGetWorkspaceSize(
         }
         // §9.2: "`sorted` must be true" (the doc); the unsorted order is not emulated.
         if !sorted {
-            return Err(invalid(OP, "sorted must be true"));
+            return Err(invalid(
+                OP,
+                format!("sorted must be true (self {})", x.describe()),
+            ));
         }
         let d = normalize_dim(OP, dim, x.shape.len())?;
         let n = x.shape[d];

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use super::fault::{fault, Fault};
 use super::meta::{tensor_arg, Kernel, TensorDesc};
-use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
+use super::ops::{check_dtype_of, invalid, phase1, phase2_entry_points, Ex, Ws};
 use super::rope::UB_BYTES;
 use super::routing::{read_all, tiling};
 use super::view::map;
@@ -60,9 +60,9 @@ pub unsafe extern "C" fn aclnnInplaceScatterUpdateGetWorkspaceSize(
             tensor_arg(OP, "indices", indices)?,
             tensor_arg(OP, "updates", updates)?,
         );
-        check_dtype(OP, "data", &data, SCATTER_UPDATE)?;
-        check_dtype(OP, "updates", &updates, SCATTER_UPDATE)?;
-        check_dtype(OP, "indices", &indices, INDICES)?;
+        check_dtype_of(OP, "data", &data, SCATTER_UPDATE)?;
+        check_dtype_of(OP, "updates", &updates, SCATTER_UPDATE)?;
+        check_dtype_of(OP, "indices", &indices, INDICES)?;
         let shapes = || {
             format!(
                 "data {}, indices {}, updates {}, axis {axis}",

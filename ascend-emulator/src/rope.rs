@@ -33,7 +33,7 @@ use std::sync::Arc;
 use super::fault::{fault, Fault};
 use super::meta::{tensor_arg, Kernel, TensorDesc};
 use super::numerics::round_to;
-use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
+use super::ops::{check_dtype_of, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
 use super::routing::{dense, tiling};
 use super::view::map;
 use ascend_acl::dtype::DataType::{self, *};
@@ -87,7 +87,7 @@ pub unsafe extern "C" fn aclnnApplyRotaryPosEmbGetWorkspaceSize(
             ("sin", &sin),
         ];
         for (name, t) in all {
-            check_dtype(OP, name, t, ROPE)?;
+            check_dtype_of(OP, name, t, ROPE)?;
         }
         if all.iter().any(|(_, t)| t.dtype != q.dtype) {
             return Err(invalid(
@@ -104,7 +104,11 @@ pub unsafe extern "C" fn aclnnApplyRotaryPosEmbGetWorkspaceSize(
         if layout != LAYOUT_BSND {
             return Err(invalid(
                 OP,
-                format!("layout {layout} is not supported: only 1 (BSND)"),
+                format!(
+                    "layout {layout} is not supported: only 1 (BSND) (queryRef {}, keyRef {})",
+                    q.describe(),
+                    k.describe()
+                ),
             ));
         }
         let shapes = || {
@@ -243,7 +247,7 @@ pub unsafe extern "C" fn aclnnRopeWithSinCosCacheGetWorkspaceSize(
             tensor_arg(OP, "queryOut", query_out)?,
             tensor_arg(OP, "keyOut", key_out)?,
         );
-        check_dtype(OP, "positions", &pos, &[I64])?;
+        check_dtype_of(OP, "positions", &pos, &[I64])?;
         for (name, t) in [
             ("queryIn", &q),
             ("keyIn", &k),
@@ -251,7 +255,7 @@ pub unsafe extern "C" fn aclnnRopeWithSinCosCacheGetWorkspaceSize(
             ("queryOut", &qo),
             ("keyOut", &ko),
         ] {
-            check_dtype(OP, name, t, ROPE)?;
+            check_dtype_of(OP, name, t, ROPE)?;
             if t.dtype != q.dtype {
                 return Err(invalid(
                     OP,
@@ -266,7 +270,11 @@ pub unsafe extern "C" fn aclnnRopeWithSinCosCacheGetWorkspaceSize(
         if !mrope_section.is_null() {
             return Err(invalid(
                 OP,
-                "mropeSection (M-RoPE) is not emulated: pass NULL for plain RoPE",
+                format!(
+                    "mropeSection (M-RoPE) is not emulated: pass NULL for plain RoPE (positions {}, queryIn {})",
+                    pos.describe(),
+                    q.describe()
+                ),
             ));
         }
         dense(OP, "queryOut", &qo)?;

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use super::meta::{tensor_arg, Kernel};
-use super::ops::{check_dtype, invalid, phase1, phase2_entry_points, Ex, Ws};
+use super::ops::{check_dtype_of, invalid, phase1, phase2_entry_points, Ex, Ws};
 use super::routing::dense;
 use super::view::map;
 use ascend_acl::dtype::DataType::{self, *};
@@ -38,8 +38,8 @@ pub unsafe extern "C" fn aclnnSwiGluGetWorkspaceSize(
     const OP: &str = "aclnnSwiGlu";
     phase1(OP, ws, ex, || {
         let (x, out) = (tensor_arg(OP, "x", x)?, tensor_arg(OP, "out", out)?);
-        check_dtype(OP, "x", &x, SWIGLU)?;
-        check_dtype(OP, "out", &out, SWIGLU)?;
+        check_dtype_of(OP, "x", &x, SWIGLU)?;
+        check_dtype_of(OP, "out", &out, SWIGLU)?;
         if out.dtype != x.dtype {
             return Err(invalid(
                 OP,
