@@ -15,9 +15,9 @@
 //!   data.shape[axis]`; no empty tensor;
 //! - the indices within the unified buffer (the doc's `indices bytes + 224 <= UB`).
 //!
-//! A negative index, or one whose rows run past data's axis (`indices[i] + updates.shape[axis]
-//! > data.shape[axis]`), is an AI Core error naming it (the doc: "index data cannot be out of
-//! bounds"). Elements are copied as they are (no conversion).
+//! A negative index, or one whose rows run past data's axis (when `indices[i] +
+//! updates.shape[axis]` exceeds `data.shape[axis]`), is an AI Core error naming it (the doc:
+//! "index data cannot be out of bounds"). Elements are copied as they are (no conversion).
 #![allow(
     missing_docs,
     non_snake_case,
@@ -169,8 +169,8 @@ fn scatter_update(
         updates.shape[2],
         updates.shape[3],
     ];
-    for i in 0..a {
-        let start = starts[i] as usize;
+    for (i, &start) in starts.iter().enumerate().take(a) {
+        let start = start as usize;
         for j in 0..b {
             for k in 0..c {
                 for l in 0..d {

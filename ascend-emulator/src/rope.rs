@@ -313,13 +313,13 @@ pub unsafe extern "C" fn aclnnRopeWithSinCosCacheGetWorkspaceSize(
         let rotary = cache.shape[1];
         let hs = head_size.max(0) as usize;
         let fits = head_size > 0
-            && hs % align == 0
-            && rotary % align == 0
+            && hs.is_multiple_of(align)
+            && rotary.is_multiple_of(align)
             && rotary <= hs
             && q.shape[0] == tokens
             && k.shape[0] == tokens
-            && q.shape[1] % hs == 0
-            && k.shape[1] % hs == 0;
+            && q.shape[1].is_multiple_of(hs)
+            && k.shape[1].is_multiple_of(hs);
         if !fits {
             return Err(tiling(
                 OP,

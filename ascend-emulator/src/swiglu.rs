@@ -62,7 +62,7 @@ pub unsafe extern "C" fn aclnnSwiGluGetWorkspaceSize(
         }
         let d = if dim < 0 { dim + rank } else { dim } as usize;
         let n = x.shape[d];
-        if n % 2 != 0 {
+        if !n.is_multiple_of(2) {
             return Err(invalid(
                 OP,
                 format!("x {} has an odd size {n} along dim {dim}", x.describe()),

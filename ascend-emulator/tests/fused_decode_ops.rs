@@ -521,6 +521,7 @@ fn gating_v1_refuses_a_row_index_of_another_shape_or_dtype() {
 // aclnnTopk
 // ---------------------------------------------------------------------------------------------
 
+#[allow(clippy::too_many_arguments)]
 fn topk(
     api: &'static AclApi,
     x: &TensorDesc,
@@ -738,7 +739,13 @@ fn silu(a: f64) -> f64 {
 }
 
 fn swiglu(api: &'static AclApi, x: &TensorDesc, dim: i64, out: &TensorDesc) -> Result<(), Failure> {
-    op!(api, aclnnSwiGlu, |f, ws, ex| f(x.as_ptr(), dim, out.as_ptr(), ws, ex))
+    op!(api, aclnnSwiGlu, |f, ws, ex| f(
+        x.as_ptr(),
+        dim,
+        out.as_ptr(),
+        ws,
+        ex
+    ))
 }
 
 #[test]
@@ -814,7 +821,11 @@ fn swiglu_refuses_a_dim_out_of_range() {
     let _lock = serial();
     for dim in [2, -3] {
         let r = swiglu_refusal(spec(F32, &[2, 8]), dim, spec(F32, &[2, 4]));
-        refused(r, INVALID, &["aclnnSwiGlu", &format!("dim {dim}"), "[2, 8]"]);
+        refused(
+            r,
+            INVALID,
+            &["aclnnSwiGlu", &format!("dim {dim}"), "[2, 8]"],
+        );
     }
 }
 
@@ -829,7 +840,11 @@ fn swiglu_refuses_an_integer_x() {
 fn swiglu_refuses_an_out_of_another_dtype() {
     let _lock = serial();
     let r = swiglu_refusal(spec(BF16, &[2, 8]), -1, spec(F32, &[2, 4]));
-    refused(r, INVALID, &["aclnnSwiGlu", "out", "[2, 4] DT_FLOAT", "[2, 8] DT_BF16"]);
+    refused(
+        r,
+        INVALID,
+        &["aclnnSwiGlu", "out", "[2, 4] DT_FLOAT", "[2, 8] DT_BF16"],
+    );
 }
 
 #[test]
@@ -880,15 +895,26 @@ fn apply_rope(
     ))
 }
 
-/// Reference rotate-half of one row in f64.
-fn rotate_half_row(x: &[f64], cos: &[f64], sin: &[f64]) -> Vec<f64> {
+/// Reference rotate-half of one row, each of its three operations rounded by `step` (the
+/// identity: the f64 value).
+fn rotate_half_row(x: &[f64], cos: &[f64], sin: &[f64], step: impl Fn(f64) -> f64) -> Vec<f64> {
     let h = x.len() / 2;
     (0..x.len())
         .map(|j| {
             let r = if j < h { -x[j + h] } else { x[j - h] };
-            x[j] * cos[j] + r * sin[j]
+            step(step(x[j] * cos[j]) + step(r * sin[j]))
         })
         .collect()
+}
+
+/// ApplyRotaryPosEmb's precision per dtype: the op doc's unified-buffer formula casts only BF16
+/// to f32, so F16 computes in F16 (each step rounded to F16) and F32 in F32; BF16 computes in
+/// f32 and is rounded once when stored.
+fn apply_rope_step(dtype: DataType) -> impl Fn(f64) -> f64 {
+    move |v| match dtype {
+        F16 => stored(F16, v),
+        _ => v as f32 as f64,
+    }
 }
 
 #[test]
@@ -928,15 +954,21 @@ fn apply_rope_rotates_q_and_k_in_place_in_one_launch() {
                     .collect();
                 for ni in 0..n {
                     let at = (si * n + ni) * D;
-                    let row: Vec<f64> = vals[at..at + D].iter().map(|&v| stored(dtype, v)).collect();
-                    want.extend(rotate_half_row(&row, &c, &sn));
+                    let row: Vec<f64> =
+                        vals[at..at + D].iter().map(|&v| stored(dtype, v)).collect();
+                    let exact = rotate_half_row(&row, &c, &sn, |v| v);
+                    let modelled = rotate_half_row(&row, &c, &sn, apply_rope_step(dtype));
+                    want.extend(exact.into_iter().zip(modelled));
                 }
             }
-            // F16 rounds each of its three steps: allow three roundings of the largest term.
-            let scale = if dtype == F16 { 3.0 } else { 1.0 };
-            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
-                let bound = scale * tol(dtype) * w.abs().max(4.0);
-                assert!((g - w).abs() <= bound, "{name} [{i}] ({dtype}): {g} vs {w}");
+            for (i, (&g, &(exact, modelled))) in got.iter().zip(&want).enumerate() {
+                // Bit for bit the documented precision, and close to the exact value.
+                assert_eq!(g, stored(dtype, modelled), "{name} [{i}] ({dtype})");
+                let bound = 3.0 * tol(dtype) * exact.abs().max(4.0);
+                assert!(
+                    (g - exact).abs() <= bound,
+                    "{name} [{i}] ({dtype}): {g} vs {exact}"
+                );
             }
         }
     }
@@ -960,15 +992,31 @@ fn apply_rope_with_cos_0_and_sin_1_is_exactly_rotate_half_on_a_strided_q() {
             let row = &storage[head * D..(head + 1) * D];
             let want: Vec<f64> = if head == 1 || head == 2 {
                 (0..D)
-                    .map(|j| if j < D / 2 { -row[j + D / 2] } else { row[j - D / 2] })
+                    .map(|j| {
+                        if j < D / 2 {
+                            -row[j + D / 2]
+                        } else {
+                            row[j - D / 2]
+                        }
+                    })
                     .collect()
             } else {
                 row.to_vec()
             };
-            assert_eq!(&got[head * D..(head + 1) * D], &want[..], "head {head} ({dtype})");
+            assert_eq!(
+                &got[head * D..(head + 1) * D],
+                &want[..],
+                "head {head} ({dtype})"
+            );
         }
         let want_k: Vec<f64> = (0..D)
-            .map(|j| if j < D / 2 { -storage[j + D / 2] } else { storage[j - D / 2] })
+            .map(|j| {
+                if j < D / 2 {
+                    -storage[j + D / 2]
+                } else {
+                    storage[j - D / 2]
+                }
+            })
             .collect();
         assert_eq!(read(api, &bk), want_k, "k ({dtype})");
     }
@@ -1013,7 +1061,11 @@ fn apply_rope_refuses_layouts_other_than_bsnd() {
     let _lock = serial();
     for layout in [0, 2, 3, 4] {
         let r = apply_rope_refusal(|c| c.layout = layout);
-        refused(r, INVALID, &[APPLY_ROPE, &format!("layout {layout}"), "[2, 3, 4, 128]"]);
+        refused(
+            r,
+            INVALID,
+            &[APPLY_ROPE, &format!("layout {layout}"), "[2, 3, 4, 128]"],
+        );
     }
 }
 
@@ -1055,14 +1107,22 @@ fn apply_rope_refuses_q_and_k_of_other_batch_or_sequence() {
 fn apply_rope_refuses_mixed_dtypes() {
     let _lock = serial();
     let r = apply_rope_refusal(|c| c.cos.dtype = F32);
-    refused(r, INVALID, &[APPLY_ROPE, "cos [2, 3, 1, 128] DT_FLOAT", "one dtype"]);
+    refused(
+        r,
+        INVALID,
+        &[APPLY_ROPE, "cos [2, 3, 1, 128] DT_FLOAT", "one dtype"],
+    );
 }
 
 #[test]
 fn apply_rope_refuses_an_integer_q() {
     let _lock = serial();
     let r = apply_rope_refusal(|c| c.q.dtype = I32);
-    refused(r, INVALID, &[APPLY_ROPE, "queryRef", "[2, 3, 4, 128] DT_INT32"]);
+    refused(
+        r,
+        INVALID,
+        &[APPLY_ROPE, "queryRef", "[2, 3, 4, 128] DT_INT32"],
+    );
 }
 
 #[test]
@@ -1089,7 +1149,16 @@ fn apply_rope_refuses_more_heads_than_the_unified_buffer_holds() {
     };
     apply_rope_refusal(heads(68, 8)).unwrap();
     let r = apply_rope_refusal(heads(69, 8));
-    refused(r, TILING, &[APPLY_ROPE, "[1, 1, 69, 128]", "77 q and k heads", "unified buffer"]);
+    refused(
+        r,
+        TILING,
+        &[
+            APPLY_ROPE,
+            "[1, 1, 69, 128]",
+            "77 q and k heads",
+            "unified buffer",
+        ],
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1130,7 +1199,11 @@ fn rope_head(x: &[f64], cos: &[f64], sin: &[f64], neox: bool) -> Vec<f64> {
     let half = cos.len();
     let mut out = x.to_vec();
     for i in 0..half {
-        let (a, b) = if neox { (i, half + i) } else { (2 * i, 2 * i + 1) };
+        let (a, b) = if neox {
+            (i, half + i)
+        } else {
+            (2 * i, 2 * i + 1)
+        };
         out[a] = x[a] * cos[i] - x[b] * sin[i];
         out[b] = x[b] * cos[i] + x[a] * sin[i];
     }
@@ -1171,8 +1244,19 @@ fn rope_with_sin_cos_cache_gathers_cos_and_sin_by_position_neox_and_gptj() {
             let (_bc, cache) = make(api, &spec(dtype, &[max_seq, rot]), &cache_vals);
             let (bqo, qo) = make(api, &spec(dtype, &[t, nq * hs]), &[]);
             let (bko, ko) = make(api, &spec(dtype, &[t, nk * hs]), &[]);
-            rope_cache(api, &pos, &q, &k, &cache, std::ptr::null(), hs as i64, neox, &qo, &ko)
-                .unwrap();
+            rope_cache(
+                api,
+                &pos,
+                &q,
+                &k,
+                &cache,
+                std::ptr::null(),
+                hs as i64,
+                neox,
+                &qo,
+                &ko,
+            )
+            .unwrap();
             for (name, got, vals, n) in [
                 ("query", read(api, &bqo), &q_vals, nq),
                 ("key", read(api, &bko), &k_vals, nk),
@@ -1184,8 +1268,10 @@ fn rope_with_sin_cos_cache_gathers_cos_and_sin_by_position_neox_and_gptj() {
                     let (c, s) = row.split_at(rot / 2);
                     for h in 0..n {
                         let at = (ti * n + h) * hs;
-                        let x: Vec<f64> =
-                            vals[at..at + hs].iter().map(|&v| stored(dtype, v)).collect();
+                        let x: Vec<f64> = vals[at..at + hs]
+                            .iter()
+                            .map(|&v| stored(dtype, v))
+                            .collect();
                         want.extend(rope_head(&x, c, s, neox));
                     }
                 }
@@ -1217,8 +1303,23 @@ fn rope_with_sin_cos_cache_faults_on_a_position_outside_the_cache() {
         let (_bc, cache) = make(api, &spec(F32, &[8, 16]), &[]);
         let (_bqo, qo) = make(api, &spec(F32, &[2, 32]), &[]);
         let (_bko, ko) = make(api, &spec(F32, &[2, 32]), &[]);
-        let r = rope_cache(api, &pos, &q, &k, &cache, std::ptr::null(), 32, true, &qo, &ko);
-        refused(r, AICORE, &["aclnnRopeWithSinCosCache", "positions[1] = 8", "8 rows"]);
+        let r = rope_cache(
+            api,
+            &pos,
+            &q,
+            &k,
+            &cache,
+            std::ptr::null(),
+            32,
+            true,
+            &qo,
+            &ko,
+        );
+        refused(
+            r,
+            AICORE,
+            &["aclnnRopeWithSinCosCache", "positions[1] = 8", "8 rows"],
+        );
     });
 }
 
@@ -1260,7 +1361,18 @@ fn rope_cache_refusal(change: impl FnOnce(&mut CacheCall)) -> Result<(), Failure
     } else {
         std::ptr::null()
     };
-    rope_cache(api, &pos, &q, &k, &cache, mrope, c.head_size, true, &qo, &ko)
+    rope_cache(
+        api,
+        &pos,
+        &q,
+        &k,
+        &cache,
+        mrope,
+        c.head_size,
+        true,
+        &qo,
+        &ko,
+    )
 }
 
 const ROPE_CACHE: &str = "aclnnRopeWithSinCosCache";
@@ -1289,7 +1401,15 @@ fn rope_cache_refuses_int32_positions() {
 fn rope_cache_refuses_a_cache_of_another_dtype() {
     let _lock = serial();
     let r = rope_cache_refusal(|c| c.cache.dtype = F32);
-    refused(r, INVALID, &[ROPE_CACHE, "cosSinCache [16, 32] DT_FLOAT", "[4, 128] DT_FLOAT16"]);
+    refused(
+        r,
+        INVALID,
+        &[
+            ROPE_CACHE,
+            "cosSinCache [16, 32] DT_FLOAT",
+            "[4, 128] DT_FLOAT16",
+        ],
+    );
 }
 
 #[test]
@@ -1310,7 +1430,11 @@ fn rope_cache_refuses_a_head_size_off_the_alignment() {
 fn rope_cache_refuses_a_rotary_dim_above_the_head_size() {
     let _lock = serial();
     let r = rope_cache_refusal(|c| c.cache.shape[1] = 96);
-    refused(r, TILING, &[ROPE_CACHE, "cosSinCache [16, 96]", "rotaryDim 96"]);
+    refused(
+        r,
+        TILING,
+        &[ROPE_CACHE, "cosSinCache [16, 96]", "rotaryDim 96"],
+    );
 }
 
 #[test]
@@ -1320,7 +1444,11 @@ fn rope_cache_refuses_q_rows_other_than_the_positions() {
         c.q.shape[0] = 3;
         c.qo.shape[0] = 3;
     });
-    refused(r, TILING, &[ROPE_CACHE, "positions [4]", "queryIn [3, 128]"]);
+    refused(
+        r,
+        TILING,
+        &[ROPE_CACHE, "positions [4]", "queryIn [3, 128]"],
+    );
 }
 
 #[test]
@@ -1337,7 +1465,11 @@ fn rope_cache_refuses_a_q_width_not_a_multiple_of_the_head_size() {
 fn rope_cache_refuses_a_non_contiguous_output() {
     let _lock = serial();
     let r = rope_cache_refusal(|c| c.qo = strided(F16, &[4, 128], &[1, 4]));
-    refused(r, INVALID, &[ROPE_CACHE, "queryOut", "[4, 128]", "contiguous"]);
+    refused(
+        r,
+        INVALID,
+        &[ROPE_CACHE, "queryOut", "[4, 128]", "contiguous"],
+    );
 }
 
 #[test]
@@ -1395,12 +1527,12 @@ fn scatter_reference(
     let mut out = data.to_vec();
     let ds = dense_strides(&dshape);
     let mut u = 0;
-    for i in 0..ushape[0] {
+    for (i, &start) in indices.iter().enumerate().take(ushape[0]) {
         for j in 0..ushape[1] {
             for k in 0..ushape[2] {
                 for l in 0..ushape[3] {
                     let mut at = [i, j, k, l];
-                    at[ax] += indices[i];
+                    at[ax] += start;
                     let o: usize = at.iter().zip(&ds).map(|(a, s)| a * s).sum();
                     out[o] = updates[u];
                     u += 1;
@@ -1411,6 +1543,9 @@ fn scatter_reference(
     out
 }
 
+/// data shape, updates shape, indices, axis, the axis as a dim.
+type ScatterCase = ([usize; 4], [usize; 4], Vec<usize>, i64, usize);
+
 #[test]
 fn scatter_update_writes_each_batch_row_at_its_index_along_axis_2_or_3() {
     let _lock = serial();
@@ -1420,7 +1555,7 @@ fn scatter_update_writes_each_batch_row_at_its_index_along_axis_2_or_3() {
             // Axis -2, one new row per sequence (decode): data [2, 2, 6, 4], updates [2, 2, 1, 4].
             // Axis 2, a chunk of 3 rows for the first batch row only: updates [1, 2, 3, 4].
             // Axis -1: data [2, 1, 3, 8], updates [2, 1, 3, 2].
-            let cases: [([usize; 4], [usize; 4], Vec<usize>, i64, usize); 3] = [
+            let cases: [ScatterCase; 3] = [
                 ([2, 2, 6, 4], [2, 2, 1, 4], vec![5, 0], -2, 2),
                 ([2, 2, 6, 4], [1, 2, 3, 4], vec![2], 2, 2),
                 ([2, 1, 3, 8], [2, 1, 3, 2], vec![6, 3], -1, 3),
@@ -1474,7 +1609,11 @@ fn scatter_update_faults_on_an_index_past_the_axis() {
             let (_bi, indices) = make(api, &spec(I64, &[2]), &[0.0, idx]);
             let (_bu, updates) = make(api, &spec(F16, &[2, 1, 2, 4]), &[]);
             let r = scatter_update(api, &data, &indices, &updates, -2);
-            refused(r, AICORE, &["aclnnInplaceScatterUpdate", needle, "[2, 1, 6, 4]"]);
+            refused(
+                r,
+                AICORE,
+                &["aclnnInplaceScatterUpdate", needle, "[2, 1, 6, 4]"],
+            );
         });
     }
 }
@@ -1531,7 +1670,11 @@ fn scatter_update_refuses_axes_other_than_the_last_two() {
     let _lock = serial();
     for axis in [0, 1, -3, -4, 4] {
         let r = scatter_refusal(|c| c.axis = axis);
-        refused(r, INVALID, &[SCATTER, &format!("axis {axis}"), "[2, 4, 8, 16]"]);
+        refused(
+            r,
+            INVALID,
+            &[SCATTER, &format!("axis {axis}"), "[2, 4, 8, 16]"],
+        );
     }
 }
 
@@ -1551,7 +1694,11 @@ fn scatter_update_refuses_dtypes_outside_the_header() {
 fn scatter_update_refuses_updates_of_another_dtype() {
     let _lock = serial();
     let r = scatter_refusal(|c| c.updates.dtype = F32);
-    refused(r, INVALID, &[SCATTER, "updates [2, 4, 1, 16] DT_FLOAT", "data's dtype"]);
+    refused(
+        r,
+        INVALID,
+        &[SCATTER, "updates [2, 4, 1, 16] DT_FLOAT", "data's dtype"],
+    );
 }
 
 #[test]
@@ -1559,13 +1706,21 @@ fn scatter_update_refuses_mismatched_shapes() {
     let _lock = serial();
     // One index per batch row of updates.
     let r = scatter_refusal(|c| c.indices.shape = vec![3]);
-    refused(r, INVALID, &[SCATTER, "indices [3]", "updates [2, 4, 1, 16]"]);
+    refused(
+        r,
+        INVALID,
+        &[SCATTER, "indices [3]", "updates [2, 4, 1, 16]"],
+    );
     // More batch rows than data.
     let r = scatter_refusal(|c| {
         c.updates.shape[0] = 3;
         c.indices.shape = vec![3];
     });
-    refused(r, INVALID, &[SCATTER, "updates [3, 4, 1, 16]", "data [2, 4, 8, 16]"]);
+    refused(
+        r,
+        INVALID,
+        &[SCATTER, "updates [3, 4, 1, 16]", "data [2, 4, 8, 16]"],
+    );
     // Another head count.
     let r = scatter_refusal(|c| c.updates.shape[1] = 2);
     refused(r, INVALID, &[SCATTER, "updates [2, 2, 1, 16]"]);
@@ -1621,8 +1776,14 @@ fn the_newer_decode_operators_are_exported_from_8_1_rc1_on() {
         "aclnnInplaceScatterUpdate",
     ] {
         let phase1 = format!("{op}GetWorkspaceSize");
-        assert!(old.lookup(&phase1).is_none() && old.lookup(op).is_none(), "{op}");
-        assert!(current.lookup(&phase1).is_some() && current.lookup(op).is_some(), "{op}");
+        assert!(
+            old.lookup(&phase1).is_none() && old.lookup(op).is_none(),
+            "{op}"
+        );
+        assert!(
+            current.lookup(&phase1).is_some() && current.lookup(op).is_some(),
+            "{op}"
+        );
     }
     for op in [
         "aclnnMoeGatingTopKSoftmax",
@@ -1630,7 +1791,10 @@ fn the_newer_decode_operators_are_exported_from_8_1_rc1_on() {
         "aclnnSwiGlu",
         "aclnnApplyRotaryPosEmb",
     ] {
-        assert!(old.lookup(&format!("{op}GetWorkspaceSize")).is_some(), "{op}");
+        assert!(
+            old.lookup(&format!("{op}GetWorkspaceSize")).is_some(),
+            "{op}"
+        );
         assert!(old.lookup(op).is_some(), "{op}");
     }
 }
