@@ -105,6 +105,25 @@ pub const NEWER_FUNCTIONS: &[(&str, CannRelease)] = &[
         "aclnnFusedInferAttentionScoreV3GetWorkspaceSize",
         CannRelease::V8_1_RC1,
     ),
+    // aclnn-fused-decode-ops.md §3.2: declared by the 8.1.RC1 headers (aclnn-ops.tsv calls its
+    // availability before 8.5 UNCERTAIN; the fact sheet corrects it). ASSUMPTION (the stricter
+    // reading): first declared by 8.1.RC1.
+    (
+        "aclnnMoeGatingTopKSoftmaxV2GetWorkspaceSize",
+        CannRelease::V8_1_RC1,
+    ),
+    // aclnn-fused-decode-ops.md §2.2: declared by 8.1.RC1 under `aclnnop/level2/` only.
+    // ASSUMPTION (stricter): first declared by 8.1.RC1.
+    (
+        "aclnnRopeWithSinCosCacheGetWorkspaceSize",
+        CannRelease::V8_1_RC1,
+    ),
+    // aclnn-fused-decode-ops.md §9.1: declared by 8.1.RC1's `aclnn_scatter_update.h`; the sheets
+    // say nothing of 8.0. ASSUMPTION (stricter): first declared by 8.1.RC1.
+    (
+        "aclnnInplaceScatterUpdateGetWorkspaceSize",
+        CannRelease::V8_1_RC1,
+    ),
     // Absent from the CANN 8.1.RC1 operator headers (checked for issue 21); aclnn-ops.tsv:
     // used by op-plugin from 8.5 on. ASSUMPTION: first declared by 8.5.0.
     ("aclnnRightShiftGetWorkspaceSize", CannRelease::V8_5_0),

@@ -21,12 +21,14 @@ mod elementwise;
 mod fault;
 mod fia;
 mod flash;
+mod gating;
 mod graph;
 mod grouped;
 pub mod hccl;
 mod index;
 pub mod kernel_runner;
 mod kernels;
+mod kv_cache;
 mod machine;
 mod memory;
 mod meta;
@@ -38,10 +40,12 @@ pub(crate) mod ops;
 mod quant;
 mod random;
 mod reduce;
+mod rope;
 mod routing;
 mod runtime_api;
 mod sample;
 mod stream;
+mod swiglu;
 mod view;
 
 use std::ffi::c_void;
@@ -61,18 +65,22 @@ pub mod exports {
     pub use super::elementwise::*;
     pub use super::fia::*;
     pub use super::flash::*;
+    pub use super::gating::*;
     pub use super::graph::*;
     pub use super::grouped::*;
     pub use super::index::*;
+    pub use super::kv_cache::*;
     pub use super::nn::*;
     pub use super::norm::*;
     pub use super::ops::*;
     pub use super::quant::*;
     pub use super::random::*;
     pub use super::reduce::*;
+    pub use super::rope::*;
     pub use super::routing::*;
     pub use super::runtime_api::*;
     pub use super::sample::*;
+    pub use super::swiglu::*;
 }
 
 /// Page-locked host buffers (`aclrtMallocHost`) allocated and not freed, so that tests can see

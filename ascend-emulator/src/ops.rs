@@ -68,6 +68,20 @@ pub(crate) fn check_dtype(
     }
 }
 
+/// [`check_dtype`], naming the tensor's shape as well (the decode-step operators' refusals name
+/// the shapes they were given).
+pub(crate) fn check_dtype_of(
+    op: &str,
+    name: &str,
+    t: &TensorDesc,
+    allowed: &[DataType],
+) -> Result<(), Fault> {
+    check_dtype(op, name, t, allowed).map_err(|f| Fault {
+        code: f.code,
+        message: format!("{} ({name} is {})", f.message, t.describe()),
+    })
+}
+
 pub(crate) fn invalid(op: &str, message: impl std::fmt::Display) -> Fault {
     fault(ACLNN_ERR_PARAM_INVALID, format!("{op}: {message}"))
 }

@@ -127,7 +127,7 @@ pub(crate) fn reduce_dims(
 
 /// The lanes of a view: for each position of the dims not marked in `along` (row-major), a
 /// walk over the marked dims (row-major).
-struct Lanes {
+pub(crate) struct Lanes {
     bases: Walk,
     shape: Vec<usize>,
     strides: Vec<isize>,
@@ -141,7 +141,7 @@ impl Iterator for Lanes {
     }
 }
 
-fn lanes(desc: &TensorDesc, along: &[bool]) -> Lanes {
+pub(crate) fn lanes(desc: &TensorDesc, along: &[bool]) -> Lanes {
     let (mut outer, mut outer_strides) = (Vec::new(), Vec::new());
     let (mut shape, mut strides) = (Vec::new(), Vec::new());
     for ((&n, &st), &a) in desc.shape.iter().zip(&desc.strides).zip(along) {
@@ -491,7 +491,7 @@ pub unsafe extern "C" fn aclnnAllGetWorkspaceSize(
 /// NaN-aware total order: NaN is the largest value (as torch sorts and arg-reduces); integers
 /// never compare as NaN (`x != x` is false for them).
 #[allow(clippy::eq_op)]
-fn order<T: Elem>(a: T, b: T) -> Ordering {
+pub(crate) fn order<T: Elem>(a: T, b: T) -> Ordering {
     match (a != a, b != b) {
         (true, true) => Ordering::Equal,
         (true, false) => Ordering::Greater,
@@ -523,7 +523,7 @@ fn arg_best<T: Elem>(lane: impl Iterator<Item = T>, max: bool) -> i128 {
 }
 
 /// The dims of a view of rank `rank` marked when they are `dim` (a rank-0 view has none).
-fn along(rank: usize, dim: usize) -> Vec<bool> {
+pub(crate) fn along(rank: usize, dim: usize) -> Vec<bool> {
     (0..rank).map(|i| i == dim).collect()
 }
 

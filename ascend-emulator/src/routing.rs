@@ -43,11 +43,11 @@ phase2_entry_points!(
 );
 
 /// InitRoutingV2 reports its attribute and shape checks from tiling (op doc).
-fn tiling(op: &str, message: impl std::fmt::Display) -> Fault {
+pub(crate) fn tiling(op: &str, message: impl std::fmt::Display) -> Fault {
     fault(ACLNN_ERR_INNER_TILING_ERROR, format!("{op}: {message}"))
 }
 
-fn dense(op: &str, name: &str, t: &TensorDesc) -> Result<(), Fault> {
+pub(crate) fn dense(op: &str, name: &str, t: &TensorDesc) -> Result<(), Fault> {
     if t.is_contiguous() {
         Ok(())
     } else {
@@ -59,7 +59,7 @@ fn dense(op: &str, name: &str, t: &TensorDesc) -> Result<(), Fault> {
 }
 
 /// An output of `shape` and `dtype`, contiguous.
-fn output(
+pub(crate) fn output(
     op: &str,
     name: &str,
     t: &TensorDesc,
@@ -95,7 +95,7 @@ fn pick_rows(src: &Mapped, dst: &Mapped, from: &[Option<usize>]) {
 }
 
 /// The elements of a small operand (indices, probabilities), read whole in `T`.
-fn read_all<T: Elem>(op: &str, name: &str, t: &TensorDesc) -> Result<Vec<T>, Fault> {
+pub(crate) fn read_all<T: Elem>(op: &str, name: &str, t: &TensorDesc) -> Result<Vec<T>, Fault> {
     let m = map(op, name, t)?;
     let get = m.getter::<T>();
     Ok(Walk::of(t).map(get).collect())
@@ -238,7 +238,7 @@ fn write_all(op: &str, name: &str, t: &TensorDesc, values: Vec<i64>) -> Result<(
 }
 
 /// An optional output: `None` when the pointer is NULL.
-unsafe fn optional_arg(
+pub(crate) unsafe fn optional_arg(
     op: &str,
     name: &str,
     p: *const aclTensor,

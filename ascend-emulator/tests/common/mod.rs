@@ -12,19 +12,27 @@ use ascend_acl::types::*;
 use ascend_acl::AclApi;
 use ascend_emulator::EmulatedRuntime;
 
+pub mod ops;
+
 /// The table over the emulated runtime, initialised once per test binary, with emulated NPU 0
 /// bound to the calling thread (AscendCL binds devices per thread).
 pub fn api() -> &'static AclApi {
+    let api = table();
+    bind(api);
+    api
+}
+
+/// The table over the emulated runtime, initialised once per test binary, leaving the calling
+/// thread's device binding as it is.
+pub fn table() -> &'static AclApi {
     static API: OnceLock<AclApi> = OnceLock::new();
-    let api = API.get_or_init(|| {
+    API.get_or_init(|| {
         let api = AclApi::new(Box::new(EmulatedRuntime)).expect("the emulator exports the list");
         // SAFETY: NULL means "no configuration file".
         api.check(unsafe { (api.core.aclInit)(std::ptr::null()) }, "aclInit")
             .unwrap();
         api
-    });
-    bind(api);
-    api
+    })
 }
 
 /// Binds emulated NPU 0 to the calling thread.
