@@ -373,3 +373,127 @@ fn bad_inputs_are_clear_errors() {
     assert!(text.contains("moe_gather"), "{text}");
     common::reset_fault_device();
 }
+
+/// Router logits `[t, e]` with distinct values per row (no ties to break), drawn on the host.
+fn router_logits(t: usize, e: usize, seed: u64) -> TensorData {
+    let values: Vec<f32> = (0..t * e)
+        .map(|i| {
+            let x = (i as u64 * 2654435761 + seed * 97) % 10007;
+            (x as f32 / 10007.0 - 0.5) * 6.0 + (i % e) as f32 * 1e-3
+        })
+        .collect();
+    TensorData::new(values, [t, e])
+}
+
+/// A softmax router's choice in one launch (aclnnMoeGatingTopKSoftmaxV2) equals transformers'
+/// composition on burn-flex: the same experts in the same order, weights and probabilities
+/// within the dtype's tolerance, with and without renormalisation.
+#[test]
+#[serial]
+fn moe_gating_softmax_is_one_launch_and_matches_the_composition() {
+    use burn_ascend::emulator::aclnn_launches_of;
+    use burn_ascend::FusedOps;
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (t, e, k) in [(1, 8, 2), (7, 64, 6), (33, 128, 8), (5, 60, 4)] {
+            for renormalize in [false, true] {
+                let logits = router_logits(t, e, (t * e + k) as u64);
+                // The reference routes the logits as the device holds them (rounded to dtype).
+                let rounded = logits.clone().convert_dtype(dtype);
+                let want = burn_flex::Flex::moe_gating_softmax(
+                    float::<burn_flex::Flex, 2>(&rounded, dtype, &flex())
+                        .into_primitive()
+                        .tensor(),
+                    k,
+                    renormalize,
+                );
+                let before = aclnn_launches_of("aclnnMoeGatingTopKSoftmaxV2");
+                let got = Ascend::moe_gating_softmax(
+                    float::<Ascend, 2>(&rounded, dtype, &ascend())
+                        .into_primitive()
+                        .tensor(),
+                    k,
+                    renormalize,
+                );
+                assert_eq!(
+                    aclnn_launches_of("aclnnMoeGatingTopKSoftmaxV2") - before,
+                    1,
+                    "{dtype:?} [{t}, {e}] top {k}"
+                );
+                let case = format!("{dtype:?} [{t}, {e}] top {k} renormalised {renormalize}");
+                assert_eq!(
+                    int_data::<Ascend>(got.ids),
+                    int_data::<burn_flex::Flex>(want.ids),
+                    "{case}: experts"
+                );
+                let (gw, ww) = (
+                    float_data::<Ascend>(got.weights),
+                    float_data::<burn_flex::Flex>(want.weights),
+                );
+                assert_eq!(gw.dtype, dtype, "{case}: weights keep the logits' dtype");
+                assert_close(&format!("{case}: weights"), gw, ww, tolerance(dtype));
+                let (gp, wp) = (
+                    float_data::<Ascend>(got.probs),
+                    float_data::<burn_flex::Flex>(want.probs),
+                );
+                assert_eq!(gp.dtype, DType::F32, "{case}: probabilities in f32");
+                assert_close(&format!("{case}: probabilities"), gp, wp, 1e-6);
+            }
+        }
+    }
+}
+
+/// Logits that are not `[T, E]` or a top-k past the experts are refused at the call, with an
+/// error naming the op and the shape.
+#[test]
+fn moe_gating_softmax_refuses_bad_input_naming_the_shape() {
+    use burn::tensor::TensorPrimitive;
+    use burn_ascend::FusedOps;
+    let logits = router_logits(4, 8, 1);
+    let too_many = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Ascend::moe_gating_softmax(
+            float::<Ascend, 2>(&logits, DType::F32, &ascend())
+                .into_primitive()
+                .tensor(),
+            9,
+            true,
+        )
+    }));
+    let message = panic_text(too_many.err().expect("top_k 9 of 8 experts is refused"));
+    assert!(
+        message.contains("moe_gating_softmax")
+            && message.contains("[4, 8]")
+            && message.contains("top_k 9"),
+        "{message}"
+    );
+    let flat = std::panic::catch_unwind(|| {
+        let t: Tensor<Ascend, 1> =
+            Tensor::from_data(TensorData::new(vec![0.0f32; 8], [8]), &ascend());
+        match t.into_primitive() {
+            TensorPrimitive::Float(p) => Ascend::moe_gating_softmax(p, 2, false),
+            TensorPrimitive::QFloat(_) => unreachable!(),
+        }
+    });
+    let message = panic_text(flat.err().expect("1-D logits are refused"));
+    assert!(
+        message.contains("moe_gating_softmax") && message.contains("[8]"),
+        "{message}"
+    );
+}
+
+fn int_data<B: burn::tensor::backend::Backend>(p: B::IntTensorPrimitive) -> TensorData {
+    Tensor::<B, 2, Int>::from_primitive(p)
+        .into_data()
+        .convert::<i64>()
+}
+
+fn float_data<B: burn::tensor::backend::Backend>(p: B::FloatTensorPrimitive) -> TensorData {
+    Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(p)).into_data()
+}
+
+fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}

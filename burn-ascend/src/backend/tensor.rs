@@ -54,6 +54,7 @@ unchanged!(
     burn_ascend_kernels::tiling::ExtendShape,
     ops::fused::DecodeAttentionTensors,
     ops::fused::QuantRouting,
+    ops::fused::Gating,
     ops::flash_attention::FlashSaved,
     ops::deform::DeformGrads
 );

@@ -6,6 +6,7 @@
 
 mod elementwise;
 mod extend;
+mod gating;
 mod grouped;
 mod moe;
 mod norm;
@@ -26,6 +27,8 @@ pub use elementwise::check_vector_add;
 pub use elementwise::vector_add;
 pub use extend::check_extend_attention;
 pub use extend::{extend_attention, extend_attention_plan, ExtendLens};
+pub use gating::{check_moe_gating_softmax, gating_available, gating_fits};
+pub use gating::{moe_gating_softmax, Gating};
 pub use grouped::{check_grouped_matmul, check_grouped_matmul_weight_grad};
 pub use grouped::{grouped_matmul, grouped_matmul_available, grouped_matmul_weight_grad};
 pub use moe::{check_moe_gather, check_moe_scatter, check_token_rearrange};

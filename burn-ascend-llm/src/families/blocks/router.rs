@@ -5,9 +5,9 @@
 
 use burn::module::Module;
 use burn::nn::Linear;
-use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Tensor};
+use burn::tensor::{Tensor, TensorPrimitive};
+use burn_ascend::FusedOps;
 
 use super::deepseek_router::{DeepseekRouter, RouterConfig};
 use crate::families::weights::{Expected, Sink, Source};
@@ -89,23 +89,21 @@ pub enum Router<B: Backend> {
     Deepseek(DeepseekRouter<B>),
 }
 
-impl<B: Backend> Router<B> {
+impl<B: FusedOps> Router<B> {
     /// Routes `x [T, H]`.
     pub fn route(&self, x: Tensor<B, 2>) -> Routing<B> {
         match self {
             Router::Softmax(r) => {
                 // As transformers: the softmax, the choice and the renormalisation in f32, the
                 // weights in the model's dtype (a half-precision softmax would tie or swap
-                // close experts).
-                let dtype = x.dtype();
-                let probs = softmax(r.gate.forward(x).cast(DType::F32), 1);
-                let (top, ids) = probs.clone().topk_with_indices(r.spec.top_k, 1);
-                let weights = if r.spec.renormalize {
-                    top.clone() / top.sum_dim(1)
-                } else {
-                    top
-                };
-                Routing::from_choices(probs, ids, weights.cast(dtype))
+                // close experts); one launch on Ascend.
+                let logits = r.gate.forward(x).into_primitive().tensor();
+                let g = B::moe_gating_softmax(logits, r.spec.top_k, r.spec.renormalize);
+                Routing::from_choices(
+                    Tensor::from_primitive(TensorPrimitive::Float(g.probs)),
+                    Tensor::from_primitive(g.ids),
+                    Tensor::from_primitive(TensorPrimitive::Float(g.weights)),
+                )
             }
             Router::Deepseek(r) => r.route(x),
         }

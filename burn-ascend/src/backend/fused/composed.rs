@@ -180,6 +180,29 @@ pub fn moe_gather<B: Backend>(
     prim(float::<B, 2>(x).select(0, rows))
 }
 
+/// The composed default of [`FusedOps::moe_gating_softmax`]: transformers' routing (softmax
+/// and choice in f32, the weights rounded once to the logits' dtype).
+pub fn moe_gating_softmax<B: Backend>(
+    logits: FloatTensor<B>,
+    top_k: usize,
+    renormalize: bool,
+) -> MoeGating<B> {
+    let logits: Float2<B> = float(logits);
+    let dtype = logits.dtype();
+    let probs = burn_tensor::activation::softmax(logits.cast(DType::F32), 1);
+    let (top, ids) = probs.clone().topk_with_indices(top_k, 1);
+    let weights = if renormalize {
+        top.clone() / top.sum_dim(1)
+    } else {
+        top
+    };
+    MoeGating {
+        weights: prim(weights.cast(dtype)),
+        ids: ids.into_primitive(),
+        probs: prim(probs),
+    }
+}
+
 /// The composed default of [`FusedOps::moe_scatter`].
 pub fn moe_scatter<B: Backend>(
     y: FloatTensor<B>,

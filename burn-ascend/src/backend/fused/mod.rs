@@ -62,6 +62,16 @@ pub struct LayerNormGrads<B: Backend> {
     pub dbeta: FloatTensor<B>,
 }
 
+/// A MoE router's choice, from [`FusedOps::moe_gating_softmax`].
+pub struct MoeGating<B: Backend> {
+    /// `[T, K]` in the logits' dtype: the chosen experts' probabilities.
+    pub weights: FloatTensor<B>,
+    /// `[T, K]` integers: the chosen experts, most probable first.
+    pub ids: IntTensor<B>,
+    /// `[T, E]` f32: the softmax over all experts (for load-balancing statistics).
+    pub probs: FloatTensor<B>,
+}
+
 /// RMS-norm results: normalised rows and the f32 row statistic.
 pub struct RmsNormOutput<B: Backend> {
     /// `x * rstd * gamma`, x's shape and dtype.
@@ -255,6 +265,23 @@ pub trait FusedOps: Backend {
         gamma: FloatTensor<Self>,
     ) -> RmsNormGrads<Self> {
         composed::rms_norm_backward::<Self>(dy, x, rstd, gamma)
+    }
+
+    /// A softmax MoE router's choice from its logits `[T, E]`: the softmax over the experts
+    /// in f32, each token's `top_k` experts (most probable first) and their probabilities,
+    /// divided by their sum when `renormalize` (Mixtral; Qwen's `norm_topk_prob`), as
+    /// transformers computes them. On `Ascend` one aclnnMoeGatingTopKSoftmaxV2 (CANN 8.1.RC1
+    /// on), which breaks ties towards the lower expert id.
+    ///
+    /// Invalid input: logits that are not 2-D float, or `top_k` outside `1..=E`, fail at the call
+    /// with an error naming `moe_gating_softmax` and the shape on `Ascend`; the composed default
+    /// leaves them to the backend's ops.
+    fn moe_gating_softmax(
+        logits: FloatTensor<Self>,
+        top_k: usize,
+        renormalize: bool,
+    ) -> MoeGating<Self> {
+        composed::moe_gating_softmax::<Self>(logits, top_k, renormalize)
     }
 
     /// `out[i] = x[indices[i] / top_k]` for `x [T, H]` and a permutation `indices [T*K]`.
@@ -693,6 +720,40 @@ impl FusedOps for Ascend {
             fused::rms_norm_backward(&dy, &x, &rstd, &gamma),
         );
         RmsNormGrads { dx, dgamma }
+    }
+
+    fn moe_gating_softmax(
+        logits: FloatTensor<Self>,
+        top_k: usize,
+        renormalize: bool,
+    ) -> MoeGating<Self> {
+        run(
+            "moe_gating_softmax",
+            fused::check_moe_gating_softmax(&logits, top_k),
+        );
+        if !fused::gating_fits(&logits, top_k) || !fused::gating_available(&logits) {
+            return composed::moe_gating_softmax::<Self>(logits, top_k, renormalize);
+        }
+        let g = run(
+            "moe_gating_softmax",
+            fused::moe_gating_softmax(&logits, top_k, renormalize),
+        );
+        let probs = match g.probs {
+            Some(p) => p.into(),
+            // Renormalised, the operator gives no softmax over all experts: composed (two
+            // launches; the load-balancing statistics read it, serving drops it).
+            None => {
+                let logits = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(logits));
+                burn_tensor::activation::softmax(logits.cast(burn_tensor::DType::F32), 1)
+                    .into_primitive()
+                    .tensor()
+            }
+        };
+        MoeGating {
+            weights: g.weights.into(),
+            ids: g.ids.into(),
+            probs,
+        }
     }
 
     fn moe_gather(
