@@ -470,10 +470,17 @@ impl<'a, B: Backend> Source<'a, B> {
     /// The scratch buffer, `len` bytes long; `zeroed` where not every byte is written.
     fn scratch(&self, len: usize, zeroed: bool) -> RefMut<'_, Vec<u8>> {
         let mut scratch = self.scratch.borrow_mut();
-        if zeroed {
-            scratch.clear();
+        if len > scratch.capacity() {
+            // A new buffer rather than a grown one: growing would copy the old, stale bytes,
+            // and a fresh zeroed allocation is the operating system's zero pages, not a fill.
+            *scratch = Vec::new();
+            *scratch = vec![0; len];
+        } else {
+            if zeroed {
+                scratch.clear();
+            }
+            scratch.resize(len, 0);
         }
-        scratch.resize(len, 0);
         scratch
     }
 
