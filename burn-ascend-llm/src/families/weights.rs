@@ -920,8 +920,9 @@ impl Block {
             let mut tile = [[[0u8; N]; E]; E];
             for j0 in (0..c).step_by(E) {
                 let nj = E.min(c - j0);
-                for di in 0..ni {
-                    let at = (self.rows.start + i0 + di) * self.stride + self.cols.start + j0;
+                let starts = (self.rows.start + i0..self.rows.start + i0 + ni)
+                    .map(|i| i * self.stride + self.cols.start + j0);
+                for (di, at) in starts.enumerate() {
                     for (dj, &element) in from[at..at + nj].iter().enumerate() {
                         tile[dj][di] = element;
                     }
