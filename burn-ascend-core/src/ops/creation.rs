@@ -8,6 +8,17 @@ use crate::acl::handles::{HostScalar, ScalarDesc};
 use crate::acl::{AclResult, DataType};
 use crate::runtime::DeviceContext;
 
+/// How host bytes reach the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upload {
+    /// Through the page-locked staging ring, in stream order, without waiting.
+    Staged,
+    /// A blocking copy straight from the bytes (pageable memory), after the device's queued
+    /// work: for bulk loads, where staging would copy every byte again on the host and the
+    /// caller does not overlap the copy with its own work anyway.
+    Blocking,
+}
+
 /// A tensor holding little-endian element `bytes` in row-major order.
 pub fn from_bytes(
     ctx: &Arc<DeviceContext>,
@@ -15,31 +26,16 @@ pub fn from_bytes(
     dtype: DataType,
     bytes: &[u8],
 ) -> AclResult<AscendTensor> {
-    let out = sized_for(ctx, shape, dtype, bytes)?;
-    ctx.upload(out.storage()?, bytes)?;
-    Ok(out)
+    from_bytes_by(ctx, shape, dtype, bytes, Upload::Staged)
 }
 
-/// [`from_bytes`] with a blocking copy straight from `bytes` (pageable memory), after the
-/// device's queued work: for bulk loads, where staging would copy every byte again on the host
-/// and the caller does not overlap the copy with its own work anyway.
-pub fn from_bytes_blocking(
+/// [`from_bytes`], the bytes reaching the device as `upload` says.
+pub fn from_bytes_by(
     ctx: &Arc<DeviceContext>,
     shape: Vec<usize>,
     dtype: DataType,
     bytes: &[u8],
-) -> AclResult<AscendTensor> {
-    let out = sized_for(ctx, shape, dtype, bytes)?;
-    ctx.upload_blocking(out.storage()?, bytes)?;
-    Ok(out)
-}
-
-/// An empty tensor `shape` of `dtype` that `bytes` fill exactly.
-fn sized_for(
-    ctx: &Arc<DeviceContext>,
-    shape: Vec<usize>,
-    dtype: DataType,
-    bytes: &[u8],
+    upload: Upload,
 ) -> AclResult<AscendTensor> {
     let out = AscendTensor::empty(ctx, shape, dtype)?;
     if bytes.len() != out.layout.numel() * dtype.size() {
@@ -48,6 +44,10 @@ fn sized_for(
             bytes.len(),
             out.shape()
         )));
+    }
+    match upload {
+        Upload::Staged => ctx.upload(out.storage()?, bytes)?,
+        Upload::Blocking => ctx.upload_blocking(out.storage()?, bytes)?,
     }
     Ok(out)
 }

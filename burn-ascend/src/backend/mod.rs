@@ -158,15 +158,7 @@ fn from_bytes(
     device: &AscendDevice,
     kind: Kind,
 ) -> AscendTensor {
-    from_bytes_with(bytes, shape, dtype, device, kind, Upload::Staged)
-}
-
-/// How host bytes reach the device.
-enum Upload {
-    /// Through the page-locked staging ring, in stream order, without waiting.
-    Staged,
-    /// A blocking copy from the bytes where they are, after the queued work.
-    Blocking,
+    from_bytes_with(bytes, shape, dtype, device, kind, creation::Upload::Staged)
 }
 
 /// [`from_bytes`], uploading as `upload` says.
@@ -176,7 +168,7 @@ fn from_bytes_with(
     dtype: DType,
     device: &AscendDevice,
     kind: Kind,
-    upload: Upload,
+    upload: creation::Upload,
 ) -> AscendTensor {
     let data_type = data_type(dtype);
     let fits = match kind {
@@ -190,13 +182,9 @@ fn from_bytes_with(
             format!("a {kind:?} tensor cannot be created from {dtype:?} data"),
         ));
     }
-    let ctx = context(device);
     run(
         "from_data",
-        match upload {
-            Upload::Staged => creation::from_bytes(&ctx, shape, data_type, bytes),
-            Upload::Blocking => creation::from_bytes_blocking(&ctx, shape, data_type, bytes),
-        },
+        creation::from_bytes_by(&context(device), shape, data_type, bytes, upload),
     )
 }
 
@@ -237,7 +225,7 @@ impl Ascend {
             dtype,
             device,
             Kind::Float,
-            Upload::Blocking,
+            creation::Upload::Blocking,
         );
         burn_tensor::Tensor::from_primitive(burn_tensor::TensorPrimitive::Float(t))
     }
