@@ -28,7 +28,7 @@ use super::fault::{fault, Fault};
 use super::meta::{tensor_arg, Kernel, TensorDesc};
 use super::numerics::{Arith, Blocked, Domain, Elem};
 use super::ops::{check_dtype_of, invalid, phase1, phase2_entry_points, Ex, Ws, SCRATCH_WORKSPACE};
-use super::reduce::{along, lanes, normalize_dim, order};
+use super::reduce::{along, lanes, normalize_dim, order, value_index_lanes};
 use super::routing::{optional_arg, output, tiling};
 use super::view::map;
 use ascend_acl::dtype::DataType::{self, *};
@@ -404,7 +404,7 @@ pub unsafe extern "C" fn aclnnTopkGetWorkspaceSize(
     })
 }
 
-/// Top k of each lane along `d`: the lane is the one host copy the kernel holds.
+/// Top k of each lane along `d`.
 fn topk_run<T: Elem>(
     x: &TensorDesc,
     d: usize,
@@ -413,32 +413,14 @@ fn topk_run<T: Elem>(
     values: &TensorDesc,
     indices: &TensorDesc,
 ) -> Result<(), Fault> {
-    const OP: &str = "aclnnTopk";
     if k == 0 {
         return Ok(());
     }
-    let (mv, mi) = (
-        map(OP, "valuesOut", values)?,
-        map(OP, "indicesOut", indices)?,
-    );
-    let mut mx = map(OP, "self", x)?;
-    mx.detach_from(&mv, false);
-    mx.detach_from(&mi, false);
-    let (get, set_v, set_i) = (mx.getter::<T>(), mv.setter::<T>(), mi.setter::<i128>());
-    let marked = along(x.shape.len(), d);
-    let mut lane: Vec<T> = Vec::new();
-    for ((lx, lv), li) in lanes(x, &marked)
-        .zip(lanes(values, &marked))
-        .zip(lanes(indices, &marked))
-    {
-        lane.clear();
-        lane.extend(lx.map(&get));
-        for ((e, o), p) in top_k(&lane, k, largest).into_iter().zip(lv).zip(li) {
-            set_v(o, lane[e]);
-            set_i(p, e as i128);
+    value_index_lanes::<T>("aclnnTopk", x, d, values, indices, |lane, emit| {
+        for e in top_k(lane, k, largest) {
+            emit(lane[e], e as i128);
         }
-    }
-    Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -527,6 +527,44 @@ pub(crate) fn along(rank: usize, dim: usize) -> Vec<bool> {
     (0..rank).map(|i| i == dim).collect()
 }
 
+/// The frame of the operators that give values and their indices along `d` (aclnnSort,
+/// aclnnTopk, the running extremes): each lane of `x` read as `T` into `lane` (the one host
+/// copy the kernel holds), then `fill(lane, emit)`, where `emit(value, index)` writes the
+/// matching lanes of `values` (x's dtype) and `indices` (integers) position by position.
+pub(crate) fn value_index_lanes<T: Elem>(
+    op: &str,
+    x: &TensorDesc,
+    d: usize,
+    values: &TensorDesc,
+    indices: &TensorDesc,
+    mut fill: impl FnMut(&[T], &mut dyn FnMut(T, i128)),
+) -> Result<(), Fault> {
+    let (mv, mi) = (
+        map(op, "valuesOut", values)?,
+        map(op, "indicesOut", indices)?,
+    );
+    let mut mx = map(op, "self", x)?;
+    mx.detach_from(&mv, false);
+    mx.detach_from(&mi, false);
+    let (get, set_v, set_i) = (mx.getter::<T>(), mv.setter::<T>(), mi.setter::<i128>());
+    let marked = along(x.shape.len(), d);
+    let lanes = lanes(x, &marked)
+        .zip(lanes(values, &marked))
+        .zip(lanes(indices, &marked));
+    let mut lane: Vec<T> = Vec::new();
+    for ((lx, mut lv), mut li) in lanes {
+        lane.clear();
+        lane.extend(lx.map(&get));
+        fill(&lane, &mut |v, k| {
+            if let (Some(o), Some(p)) = (lv.next(), li.next()) {
+                set_v(o, v);
+                set_i(p, k);
+            }
+        });
+    }
+    Ok(())
+}
+
 unsafe fn arg_reduction(
     op: &'static str,
     self_: *const aclTensor,
@@ -754,22 +792,9 @@ fn running_run<T: Elem>(
     indices: &TensorDesc,
     max: bool,
 ) -> Result<(), Fault> {
-    let (mv, mi) = (
-        map(op, "valuesOut", values)?,
-        map(op, "indicesOut", indices)?,
-    );
-    let mut mx = map(op, "self", x)?;
-    mx.detach_from(&mv, false);
-    mx.detach_from(&mi, false);
-    let (get, set_v, set_i) = (mx.getter::<T>(), mv.setter::<T>(), mi.setter::<i128>());
-    let marked = along(x.shape.len(), d);
-    let lanes = lanes(x, &marked)
-        .zip(lanes(values, &marked))
-        .zip(lanes(indices, &marked));
-    for ((lx, lv), li) in lanes {
+    value_index_lanes::<T>(op, x, d, values, indices, |lane, emit| {
         let mut best: Option<(T, i128)> = None;
-        for (k, ((i, v), o)) in lx.zip(lv).zip(li).enumerate() {
-            let a = get(i);
+        for (k, &a) in lane.iter().enumerate() {
             let take = match best {
                 None => true,
                 // NaN wins and stays; ties move to the latest index.
@@ -779,11 +804,9 @@ fn running_run<T: Elem>(
                 best = Some((a, k as i128));
             }
             let (bv, bk) = best.expect("set on the first element");
-            set_v(v, bv);
-            set_i(o, bk);
+            emit(bv, bk);
         }
-    }
-    Ok(())
+    })
 }
 
 pub unsafe extern "C" fn aclnnCummaxGetWorkspaceSize(
@@ -934,7 +957,7 @@ pub unsafe extern "C" fn aclnnSortGetWorkspaceSize(
     })
 }
 
-/// Sorts each lane stably; the lane is the one host copy the kernel holds.
+/// Sorts each lane stably.
 fn sort_run<T: Elem>(
     x: &TensorDesc,
     d: usize,
@@ -942,24 +965,11 @@ fn sort_run<T: Elem>(
     values: &TensorDesc,
     indices: &TensorDesc,
 ) -> Result<(), Fault> {
-    const OP: &str = "aclnnSort";
-    let (mv, mi) = (
-        map(OP, "valuesOut", values)?,
-        map(OP, "indicesOut", indices)?,
-    );
-    let mut mx = map(OP, "self", x)?;
-    mx.detach_from(&mv, false);
-    mx.detach_from(&mi, false);
-    let (get, set_v, set_i) = (mx.getter::<T>(), mv.setter::<T>(), mi.setter::<i128>());
-    let marked = along(x.shape.len(), d);
-    let lanes = lanes(x, &marked)
-        .zip(lanes(values, &marked))
-        .zip(lanes(indices, &marked));
-    let mut lane: Vec<(T, i128)> = Vec::new();
-    for ((lx, lv), li) in lanes {
-        lane.clear();
-        lane.extend(lx.enumerate().map(|(k, i)| (get(i), k as i128)));
-        lane.sort_by(|a, b| {
+    let mut keyed: Vec<(T, i128)> = Vec::new();
+    value_index_lanes::<T>("aclnnSort", x, d, values, indices, |lane, emit| {
+        keyed.clear();
+        keyed.extend(lane.iter().enumerate().map(|(k, &v)| (v, k as i128)));
+        keyed.sort_by(|a, b| {
             let c = order(a.0, b.0);
             if descending {
                 c.reverse()
@@ -967,12 +977,10 @@ fn sort_run<T: Elem>(
                 c
             }
         });
-        for ((&(v, k), o), p) in lane.iter().zip(lv).zip(li) {
-            set_v(o, v);
-            set_i(p, k);
+        for &(v, k) in &keyed {
+            emit(v, k);
         }
-    }
-    Ok(())
+    })
 }
 
 phase2_entry_points!(
