@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::panic_message;
+
 use std::sync::Arc;
 
 use burn::tensor::Tensor;
@@ -43,11 +45,6 @@ fn raw_desc(
 
 fn code(e: &AclError) -> i32 {
     e.code().unwrap_or_else(|| panic!("not a call error: {e}"))
-}
-
-fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
-    let err = std::panic::catch_unwind(f).expect_err("the operation should fail");
-    err.downcast_ref::<String>().cloned().unwrap_or_default()
 }
 
 #[test]

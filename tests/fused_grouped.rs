@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::panic_message;
+
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{s, DType, IndexingUpdateOp, Int, Tensor, TensorData, TensorPrimitive};
 use burn_ascend::acl::aclnn;
@@ -82,18 +84,6 @@ fn tolerance(dtype: DType) -> f64 {
         DType::BF16 => 2e-2,
         _ => 2e-5,
     }
-}
-
-/// The message of a panic raised by `f`.
-fn panic_message<T>(f: impl FnOnce() -> T) -> String {
-    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .err()
-        .expect("the call should fail");
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::panic_message;
+
 use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
@@ -101,17 +103,6 @@ fn assert_ulps(what: &str, got: TensorData, want: TensorData, dtype: DType, max:
             "{what}: element {i} is {a}, the reference gives {b}"
         );
     }
-}
-
-fn panic_message<T>(f: impl FnOnce() -> T) -> String {
-    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .err()
-        .expect("the call should fail");
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 /// Token-major expert ids `[T*K]`, distinct per token, leaving expert `E - 1` without rows.

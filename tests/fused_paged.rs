@@ -10,6 +10,8 @@
 
 mod common;
 
+use common::panic_message;
+
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_ascend::emulator::kernel_runner::{clear_launch_log, launch_log};
 use burn_ascend::fused::{self, DecodeAttentionOptions, DecodePath};
@@ -70,15 +72,6 @@ fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
         };
         assert!(ok, "{what}: element {i} is {a}, the reference gives {b}");
     }
-}
-
-/// A panic's message.
-fn panic_text(f: impl FnOnce()) -> String {
-    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("must fail");
-    err.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 // ---- alloc_extend ----
@@ -1130,7 +1123,7 @@ fn decode_attention_cube_path_runs_its_kernels_where_asked_or_modelled() {
         dtype: DType::F32,
         ..cube
     };
-    let text = panic_text(|| {
+    let text = panic_message(|| {
         let _ = float.run::<Ascend>(&float.inputs(), &ascend());
     });
     assert!(
@@ -1196,7 +1189,7 @@ fn paged_kernels_write_each_output_once_and_use_every_core() {
 fn bad_inputs_are_clear_errors() {
     let d = ascend();
     let i32s = |v: &[i64]| ints::<Ascend>(v, DType::I32, &d);
-    let text = panic_text(|| {
+    let text = panic_message(|| {
         let _ = fused::alloc_extend(
             i32s(&[0]),
             i32s(&[4]),
@@ -1212,14 +1205,14 @@ fn bad_inputs_are_clear_errors() {
             && text.contains("DT_INT64"),
         "{text}"
     );
-    let text = panic_text(|| {
+    let text = panic_message(|| {
         let _ = fused::alloc_extend(i32s(&[0, 1]), i32s(&[4]), i32s(&[0]), i32s(&[1]), 4, 4);
     });
     assert!(
         text.contains("must be [B]") && text.contains("[2]"),
         "{text}"
     );
-    let text = panic_text(|| {
+    let text = panic_message(|| {
         let _ = fused::alloc_extend(i32s(&[0]), i32s(&[4]), i32s(&[0]), i32s(&[1]), 0, 4);
     });
     assert!(text.contains("page_size"), "{text}");
@@ -1242,7 +1235,7 @@ fn bad_inputs_are_clear_errors() {
                   v: Option<Tensor<Ascend, 3>>,
                   indptr: Tensor<Ascend, 1, Int>,
                   options: DecodeAttentionOptions| {
-        panic_text(|| {
+        panic_message(|| {
             let _ = fused::decode_attention(q, k, v, indptr, i32s(&[0, 1]), i32s(&[1]), options);
         })
     };

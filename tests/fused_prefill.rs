@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::panic_message;
+
 use std::ffi::CStr;
 
 use burn::tensor::backend::Backend;
@@ -262,21 +264,13 @@ fn the_causal_mask_is_built_once_per_device() {
     }
 }
 
-fn panic_text(f: impl FnOnce()) -> String {
-    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("must fail");
-    err.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
-
 #[test]
 #[serial]
 fn paged_prefill_refuses_what_the_operator_refuses() {
     let base = || case(&[(10, 6), (0, 4)], 4, 2, DType::F16);
     let run = |c: Case, dtype: DType| {
         let x = c.inputs();
-        panic_text(move || {
+        panic_message(move || {
             c.run::<Ascend>(&x, dtype, &ascend());
         })
     };
@@ -307,7 +301,7 @@ fn a_block_table_entry_outside_the_cache_is_a_device_error() {
     // The fault stops its device until reset: a device of its own, reset after.
     common::reset_fault_device();
     let d = common::fault_device();
-    let err = panic_text(|| {
+    let err = panic_message(|| {
         c.run::<Ascend>(&x, DType::F16, &d);
     });
     common::reset_fault_device();

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::panic_message;
+
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor, TensorData};
 use burn_ascend::acl::aclnn;
@@ -297,18 +299,6 @@ fn gradients_match_autodiff_on_flex() {
             }
         }
     }
-}
-
-/// The message of a panic raised by `f`.
-fn panic_message<T>(f: impl FnOnce() -> T) -> String {
-    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .err()
-        .expect("the call should fail");
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 /// A bad call, why it is bad, and the words its error must hold.

@@ -49,14 +49,6 @@ fn argwhere_frees_the_array_nnopbase_returns() {
         .assert_eq(&TensorData::from([[0i64, 0], [0, 2], [1, 2]]), false);
 }
 
-fn panic_text(f: impl FnOnce()) -> String {
-    let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("it fails");
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
-
 /// A fault is sticky: no output of the faulting op, nor of anything queued after it, ever reads
 /// back as Ok, on any thread, and each failure names the original fault. A reset brings the
 /// device back: tensors of the old context fail clearly, new work runs.
@@ -85,14 +77,14 @@ fn a_device_fault_is_sticky_until_the_device_is_reset() {
             Box::new(move || drop((after * 3.0).into_data())),
         ),
     ] {
-        let text = panic_text(read);
+        let text = panic_message(read);
         assert!(
             text.contains("aclnnInplaceOne kernel") && text.contains("out-of-bounds"),
             "{what}: {text}"
         );
     }
     let on_another_thread =
-        std::thread::spawn(move || panic_text(move || drop(before.into_data())))
+        std::thread::spawn(move || panic_message(move || drop(before.into_data())))
             .join()
             .unwrap();
     assert!(
@@ -101,7 +93,7 @@ fn a_device_fault_is_sticky_until_the_device_is_reset() {
     );
 
     burn_ascend::reset_device(&device).unwrap();
-    let text = panic_text(move || drop((old + 1.0).into_data()));
+    let text = panic_message(move || drop((old + 1.0).into_data()));
     assert!(text.contains("was reset after a fault"), "{text}");
     let fresh = Tensor::<Ascend, 1>::from_floats([1.0, 2.0], &device) * 3.0;
     fresh
@@ -136,7 +128,7 @@ const CHILD_ENV_TEST: &str = "child_reads_a_bad_emulator_variable";
 #[test]
 #[ignore = "run by a_configuration_variable_that_does_not_parse_is_an_error_naming_it"]
 fn child_reads_a_bad_emulator_variable() {
-    let text = panic_text(|| drop(Tensor::<Ascend, 1>::zeros([4], &AscendDevice::Emulated(0))));
+    let text = panic_message(|| drop(Tensor::<Ascend, 1>::zeros([4], &AscendDevice::Emulated(0))));
     println!("CHILD SAW: {text}");
 }
 
@@ -186,7 +178,7 @@ fn a_configuration_variable_that_does_not_parse_is_an_error_naming_it() {
 /// used to wrap to 0, and the sum of a [2^32, 2^32] tensor was 0).
 #[test]
 fn a_shape_too_large_to_address_is_an_error() {
-    let text = panic_text(|| {
+    let text = panic_message(|| {
         drop(Tensor::<Ascend, 2>::zeros(
             [1usize << 32, 1usize << 32],
             &device(),
@@ -214,7 +206,7 @@ fn operands_on_two_devices_are_a_clear_error_naming_both() {
     let b = Tensor::<Ascend, 1>::from_floats([3.0, 4.0], &there);
     // Burn's tensor API checks some ops itself; the backend checks every op it is given.
     let prim = |t: &Tensor<Ascend, 1>| t.clone().into_primitive().tensor();
-    let text = panic_text(|| {
+    let text = panic_message(|| {
         use burn::tensor::ops::FloatTensorOps;
         drop(Ascend::float_add(prim(&a), prim(&b)))
     });
@@ -229,7 +221,7 @@ fn operands_on_two_devices_are_a_clear_error_naming_both() {
         TensorData::from([1i32, 0]),
         (&there, burn::tensor::DType::I32),
     );
-    let text = panic_text(|| drop(burn_ascend::fused::moe_gather(x, indices, 1)));
+    let text = panic_message(|| drop(burn_ascend::fused::moe_gather(x, indices, 1)));
     assert!(
         text.contains("moe_gather")
             && text.contains("different devices")

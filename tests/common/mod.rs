@@ -708,6 +708,14 @@ fn guarded<T>(what: &str, backend: &str, f: impl FnOnce() -> T) -> T {
         .unwrap_or_else(|e| panic!("{what}: {backend} panicked: {}", message(e.as_ref())))
 }
 
+/// The message of the panic `f` must raise (a test of a refused call).
+pub fn panic_message<T>(f: impl FnOnce() -> T) -> String {
+    let payload = catch_unwind(AssertUnwindSafe(f))
+        .err()
+        .expect("the call should fail");
+    message(payload.as_ref()).to_string()
+}
+
 fn message(payload: &(dyn Any + Send)) -> &str {
     payload
         .downcast_ref::<String>()
