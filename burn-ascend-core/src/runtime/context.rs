@@ -656,7 +656,7 @@ impl DeviceContext {
         }
         self.defer(self.check_fault().and_then(|()| {
             self.check_alive()?;
-            Self::check_fits("upload", dst, bytes.len(), &self.device)?;
+            self.check_upload_fits(dst, bytes.len())?;
             if bytes.is_empty() {
                 return Ok(());
             }
@@ -678,16 +678,11 @@ impl DeviceContext {
     }
 
     /// An upload of `len` bytes into `dst` fits it.
-    fn check_fits(
-        what: &str,
-        dst: &DeviceStorage,
-        len: usize,
-        device: &impl std::fmt::Display,
-    ) -> AclResult<()> {
+    fn check_upload_fits(&self, dst: &DeviceStorage, len: usize) -> AclResult<()> {
         if len > dst.bytes {
             return Err(AclError::Library(format!(
-                "{what} of {len} bytes into a buffer of {} bytes on {device}",
-                dst.bytes
+                "upload of {len} bytes into a buffer of {} bytes on {}",
+                dst.bytes, self.device
             )));
         }
         Ok(())
@@ -695,7 +690,7 @@ impl DeviceContext {
 
     fn upload_now(&self, dst: &DeviceStorage, bytes: &[u8]) -> AclResult<()> {
         self.check_alive()?;
-        Self::check_fits("upload", dst, bytes.len(), &self.device)?;
+        self.check_upload_fits(dst, bytes.len())?;
         if bytes.is_empty() {
             return Ok(());
         }

@@ -727,11 +727,11 @@ impl FusedOps for Ascend {
         top_k: usize,
         renormalize: bool,
     ) -> MoeGating<Self> {
-        run(
-            "moe_gating_softmax",
-            fused::check_moe_gating_softmax(&logits, top_k),
-        );
         if !fused::gating_fits(&logits, top_k) || !fused::gating_available(&logits) {
+            run(
+                "moe_gating_softmax",
+                fused::check_moe_gating_softmax(&logits, top_k),
+            );
             return composed::moe_gating_softmax::<Self>(logits, top_k, renormalize);
         }
         let g = run(
