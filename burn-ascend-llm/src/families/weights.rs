@@ -471,8 +471,9 @@ impl<'a, B: Backend> Source<'a, B> {
     fn scratch(&self, len: usize, zeroed: bool) -> RefMut<'_, Vec<u8>> {
         let mut scratch = self.scratch.borrow_mut();
         if len > scratch.capacity() {
-            // A new buffer rather than a grown one: growing would copy the old, stale bytes,
-            // and a fresh zeroed allocation is the operating system's zero pages, not a fill.
+            // A new buffer rather than a grown one (the old one freed first): growing would copy
+            // the old, stale bytes, and a fresh zeroed allocation is the operating system's zero
+            // pages, not a fill.
             *scratch = Vec::new();
             *scratch = vec![0; len];
         } else {
