@@ -317,6 +317,9 @@ fn binary_run<T: Elem>(
     Ok(())
 }
 
+/// Values of a transposed mat2 read per band when the emulated matmul lays it out (64 KB of f32).
+const TRANSPOSE_BAND: usize = 16 << 10;
+
 /// torch.matmul semantics for ranks 1 to 6, computed on f32 as the cube unit accumulates.
 pub(crate) fn matmul(
     op: &'static str,
@@ -452,6 +455,23 @@ pub(crate) fn matmul_add(
             }
             None => None,
         };
+        // A transposed mat2 (a weight kept `[n, k]` in memory) is read in its memory order, a
+        // band of rows at a time, and laid out `[k, n]` here: the same values, without an
+        // element-at-a-time strided gather, and the same product as a contiguous mat2 (gemm
+        // sees one layout, so its summation order cannot depend on the operand's).
+        let rb = vb.shape.len();
+        let b_transposed = k > 1 && n > 1 && vb.strides[rb - 2] == 1 && vb.strides[rb - 1] == k;
+        let (vb, full_b) = if b_transposed {
+            let (mut vt, mut ft) = (vb.clone(), full_b.clone());
+            vt.shape.swap(rb - 2, rb - 1);
+            vt.strides.swap(rb - 2, rb - 1);
+            let r = ft.len();
+            ft.swap(r - 2, r - 1);
+            (vt, ft)
+        } else {
+            (vb, full_b)
+        };
+        let mut band = Vec::new();
         // One batch matrix at a time: the walks list every batch's elements in turn.
         let (mut wa, mut wb) = (
             Walk::broadcast(&va, &full_a)?,
@@ -466,7 +486,23 @@ pub(crate) fn matmul_add(
         let mut mc = mc;
         for _ in 0..nb {
             take_f32(&mut x, &ma, &mut wa, m * k);
-            take_f32(&mut y, &mb, &mut wb, k * n);
+            if b_transposed {
+                y.clear();
+                y.resize(k * n, 0.0);
+                // Rows of the memory-order `[n, k]` matrix, a band that stays in cache.
+                let rows = (TRANSPOSE_BAND / k).max(1);
+                for r0 in (0..n).step_by(rows) {
+                    let rows = rows.min(n - r0);
+                    take_f32(&mut band, &mb, &mut wb, rows * k);
+                    for c in 0..k {
+                        for r in 0..rows {
+                            y[c * n + r0 + r] = band[r * k + c];
+                        }
+                    }
+                }
+            } else {
+                take_f32(&mut y, &mb, &mut wb, k * n);
+            }
             cube_operands(&mut x, a.dtype, cube);
             cube_operands(&mut y, b.dtype, cube);
             super::nn::gemm(m, n, k, &mut z, (&x, k, 1), (&y, n, 1), false);

@@ -68,7 +68,7 @@ macro_rules! adapter_bool_ops {
         }
 
         fn bool_reshape(tensor: BoolTensor<Ascend>, shape: Shape) -> BoolTensor<Ascend> {
-            run("bool_reshape", copy::reshape(&tensor, shape.to_vec()))
+            run("bool_reshape", copy::reshape_view(&tensor, shape.to_vec()))
         }
 
         fn bool_slice(tensor: BoolTensor<Ascend>, slices: &[Slice]) -> BoolTensor<Ascend> {

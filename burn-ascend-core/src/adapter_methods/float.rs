@@ -182,7 +182,7 @@ macro_rules! adapter_float_ops {
         }
 
         fn float_reshape(tensor: FloatTensor<Ascend>, shape: Shape) -> FloatTensor<Ascend> {
-            run("float_reshape", copy::reshape(&tensor, shape.to_vec()))
+            run("float_reshape", copy::reshape_view(&tensor, shape.to_vec()))
         }
 
         fn float_gather(

@@ -27,7 +27,7 @@ macro_rules! adapter_int_ops {
         }
 
         fn int_reshape(tensor: IntTensor<Ascend>, shape: Shape) -> IntTensor<Ascend> {
-            run("int_reshape", copy::reshape(&tensor, shape.to_vec()))
+            run("int_reshape", copy::reshape_view(&tensor, shape.to_vec()))
         }
 
         fn int_slice(tensor: IntTensor<Ascend>, slices: &[Slice]) -> IntTensor<Ascend> {

@@ -68,6 +68,16 @@ pub fn reshape(t: &AscendTensor, shape: Vec<usize>) -> AclResult<AscendTensor> {
     }
 }
 
+/// A reshape that stays a view wherever the strides allow ([`Layout::view`]), as Burn's
+/// `reshape` is; [`reshape`] instead always returns contiguous data, which callers that hand
+/// the result to an operator refusing strided views rely on.
+pub fn reshape_view(t: &AscendTensor, shape: Vec<usize>) -> AclResult<AscendTensor> {
+    match t.layout.view(shape.clone()) {
+        Some(layout) => Ok(t.with_layout(layout)),
+        None => reshape(t, shape),
+    }
+}
+
 /// Dtypes aclnnCat does not take on Atlas A2; they are concatenated by strided copies.
 const CAT_UNSUPPORTED: [DataType; 3] = [DataType::U16, DataType::U32, DataType::U64];
 

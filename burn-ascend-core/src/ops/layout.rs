@@ -1,6 +1,6 @@
 //! Strided layouts: shape, element strides and element offset into a storage buffer. View
-//! operations (reshape of contiguous data, permute, slice with positive steps, expand) only
-//! change the layout; aclnn takes such views directly through `aclCreateTensor`.
+//! operations (reshape where the strides allow it, permute, slice with positive steps, expand)
+//! only change the layout; aclnn takes such views directly through `aclCreateTensor`.
 
 /// The layout of a tensor view.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +47,49 @@ impl Layout {
         self.is_contiguous().then(|| Self {
             strides: contiguous_strides(&shape),
             shape,
+            offset: self.offset,
+        })
+    }
+
+    /// The same elements under a new shape without a copy, if the strides allow it: contiguous
+    /// data, or a strided view in which each run of new dims falls inside a run of old dims
+    /// laid out as one block (the rule of torch's `view`). A transposed matrix takes leading
+    /// size-1 dims, and a matrix whose columns are a narrowed range folds its rows, as views.
+    pub fn view(&self, shape: Vec<usize>) -> Option<Self> {
+        debug_assert_eq!(self.numel(), shape.iter().product::<usize>());
+        if self.is_contiguous() {
+            return self.reshape(shape);
+        }
+        let mut strides = vec![0; shape.len()];
+        // Old dims are grouped, from the last, into chunks whose elements are one strided
+        // block: `base` is the chunk's innermost stride, `old` and `new` the element counts
+        // of the chunk and of the new dims given to it so far.
+        let mut next = shape.len();
+        let mut base = *self.strides.last()?;
+        let (mut old, mut new) = (1, 1);
+        for d in (0..self.shape.len()).rev() {
+            old *= self.shape[d];
+            let chunk_ends =
+                d == 0 || (self.shape[d - 1] != 1 && self.strides[d - 1] != old * base);
+            if !chunk_ends {
+                continue;
+            }
+            while next > 0 && (new < old || shape[next - 1] == 1) {
+                next -= 1;
+                strides[next] = new * base;
+                new *= shape[next];
+            }
+            if new != old {
+                return None;
+            }
+            if d > 0 {
+                base = self.strides[d - 1];
+                (old, new) = (1, 1);
+            }
+        }
+        (next == 0).then(|| Self {
+            shape,
+            strides,
             offset: self.offset,
         })
     }
@@ -112,6 +155,56 @@ mod tests {
         assert_eq!(l.strides, vec![1, 3]);
         assert!(!l.is_contiguous());
         assert!(l.reshape(vec![6]).is_none());
+    }
+
+    /// The storage element of row-major index `i` of the view.
+    fn element(l: &Layout, mut i: usize) -> usize {
+        let mut at = l.offset;
+        for (&d, &s) in l.shape.iter().zip(&l.strides).rev() {
+            at += (i % d) * s;
+            i /= d;
+        }
+        at
+    }
+
+    /// `view` of `l` as `shape`, checked element by element when it is a view.
+    fn viewed(l: &Layout, shape: &[usize]) -> Option<Layout> {
+        let v = l.view(shape.to_vec())?;
+        for i in 0..l.numel() {
+            assert_eq!(
+                element(&v, i),
+                element(l, i),
+                "{l:?} as {shape:?}: element {i}"
+            );
+        }
+        Some(v)
+    }
+
+    #[test]
+    fn strided_views_reshape_without_a_copy_where_their_strides_allow() {
+        let t = Layout::contiguous(vec![4, 6]).permute(&[1, 0]);
+        // A transposed weight takes leading ones (whose strides do not matter).
+        assert_eq!(viewed(&t, &[1, 6, 4]).unwrap().strides[1..], [1, 6]);
+        assert!(viewed(&t, &[1, 1, 6, 1, 4]).is_some());
+        // Its first dim splits (MLA's kv_b_proj into heads), but the two do not merge.
+        assert_eq!(viewed(&t, &[2, 3, 4]).unwrap().strides, vec![3, 1, 6]);
+        assert!(viewed(&t, &[24]).is_none());
+        assert!(viewed(&t, &[4, 6]).is_none());
+        // Narrowed columns fold the rows above them, not the columns.
+        let n = Layout::contiguous(vec![2, 3, 8]).narrow(2, 2, 6, 1);
+        assert_eq!(viewed(&n, &[6, 4]).unwrap().strides, vec![8, 1]);
+        assert!(viewed(&n, &[2, 12]).is_none());
+        // Broadcast dims stay broadcast; they cannot merge with a real one.
+        let e = Layout::contiguous(vec![3, 1]).expand(&[3, 4]).unwrap();
+        assert_eq!(viewed(&e, &[3, 2, 2]).unwrap().strides, vec![1, 0, 0]);
+        assert!(viewed(&e, &[12]).is_none());
+        // Every split and merge of a permuted 3-D view that exists is element-exact.
+        let p = Layout::contiguous(vec![2, 3, 4]).permute(&[2, 0, 1]);
+        let shapes: [&[usize]; 6] = [&[4, 6], &[2, 2, 6], &[4, 2, 3], &[24, 1], &[8, 3], &[1, 24]];
+        for shape in shapes {
+            viewed(&p, shape);
+        }
+        assert!(viewed(&p, &[4, 2, 3]).is_some());
     }
 
     #[test]

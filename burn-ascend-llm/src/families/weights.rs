@@ -536,8 +536,10 @@ impl<'a, B: Backend> Source<'a, B> {
     }
 
     /// The part `cut` of the float linear layer `prefix.weight` (and `prefix.bias`), in Burn's
-    /// `[in, out]` layout: only the part's elements are read and laid out (an FP8 weight is
-    /// dequantized whole on the device, then cut there).
+    /// `[in, out]` layout: only the part's elements are read (an FP8 weight is dequantized
+    /// whole on the device, then cut there). A float weight keeps the checkpoint's `[out, in]`
+    /// rows on the device and is their transposed view, which the matmul operators take as it
+    /// is (aclnnMatmul and aclnnAddmm read transposed operands): no host pass lays it out.
     pub fn linear_part(&self, prefix: &str, bias: bool, cut: Cut) -> Result<Linear<B>, LoadError> {
         let weight = match self.storage(prefix) {
             Storage::Float => {
@@ -545,10 +547,18 @@ impl<'a, B: Backend> Source<'a, B> {
                 let [out, d_in] = matrix(&w.shape);
                 let (rows, cols, width) = cut.extent(out, d_in);
                 let size = w.dtype.size();
-                let mut to = self.scratch(cols.len() * width * size, width > rows.len());
                 self.count(rows.len() * cols.len() * size);
-                transpose_part(&w.bytes, d_in, rows, cols.clone(), width, size, &mut to);
-                Param::from_tensor(self.upload(&to, [cols.len(), width], w.dtype))
+                let shape = [width, cols.len()];
+                let stored = if rows.len() == width && cols.len() == d_in {
+                    let row = d_in * size;
+                    let bytes = &w.bytes[rows.start * row..rows.end * row];
+                    self.upload(bytes, shape, w.dtype)
+                } else {
+                    let mut to = self.scratch(width * cols.len() * size, width > rows.len());
+                    copy_part(&w.bytes, d_in, rows, cols, size, &mut to);
+                    self.upload(&to, shape, w.dtype)
+                };
+                Param::from_tensor(stored.transpose())
             }
             Storage::Fp8 { block } => {
                 let w: Tensor<B, 3> = self.fp8_experts(&[format!("{prefix}.weight")], block)?;
@@ -709,7 +719,8 @@ impl<'a, B: Backend> Source<'a, B> {
     }
 
     /// The weights `name(e) [out, in]` of the experts `experts` (a range of the layer's),
-    /// stacked `[experts.len(), in, out]`.
+    /// stacked `[experts.len(), in, out]`: a view of them stacked as stored, which the grouped
+    /// matmul takes transposed (aclnnGroupedMatmulV4, "支持weight转置").
     pub fn experts(
         &self,
         name: impl Fn(usize) -> String,
@@ -745,17 +756,18 @@ impl<'a, B: Backend> Source<'a, B> {
                     });
                 }
                 self.count(matrix_bytes);
-                transpose_into(&w.bytes, to, out, d_in, dtype.size());
+                to.copy_from_slice(&w.bytes);
             }
-            chunks.push(self.upload::<3>(&bytes, [n, d_in, out], dtype));
+            chunks.push(self.upload::<3>(&bytes, [n, out, d_in], dtype));
         }
-        Ok(Param::from_tensor(join(chunks)))
+        Ok(Param::from_tensor(join(chunks).swap_dims(1, 2)))
     }
 
     /// The experts' weights of the fused layout transformers 5.x can write: one tensor `name`
     /// `[E, parts * out, in]` whose rows are `parts` weights `[out, in]` of each expert one after
     /// the other (`gate_up_proj`: the gate's rows, then the up projection's). Each part of the
-    /// experts `experts` (a range of the E) stacked `[experts.len(), in, out]`.
+    /// experts `experts` (a range of the E) stacked `[experts.len(), in, out]`, as a transposed
+    /// view like [`Self::experts`].
     pub fn fused_experts(
         &self,
         name: &str,
@@ -792,12 +804,12 @@ impl<'a, B: Backend> Source<'a, B> {
                         self.count(bytes.len());
                         for (i, to) in bytes.chunks_exact_mut(matrix_bytes).enumerate() {
                             let at = ((first + i) * parts + part) * matrix_bytes;
-                            transpose_into(&t.bytes[at..at + matrix_bytes], to, out, d_in, size);
+                            to.copy_from_slice(&t.bytes[at..at + matrix_bytes]);
                         }
-                        self.upload::<3>(&bytes, [n, d_in, out], t.dtype)
+                        self.upload::<3>(&bytes, [n, out, d_in], t.dtype)
                     })
                     .collect();
-                Param::from_tensor(join(chunks))
+                Param::from_tensor(join(chunks).swap_dims(1, 2))
             })
             .collect())
     }
@@ -844,6 +856,23 @@ fn matrix(shape: &[usize]) -> [usize; 2] {
     match shape {
         [r, c] => [*r, *c],
         other => panic!("a matrix was checked to be 2-D, found {other:?}"),
+    }
+}
+
+/// The block `rows x cols` of a row-major matrix of `row_len` `size`-byte elements per row,
+/// written row-major into `to` (rows beyond the block's left as they are: padding).
+fn copy_part(
+    from: &[u8],
+    row_len: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+    size: usize,
+    to: &mut [u8],
+) {
+    let part = cols.len() * size;
+    for (r, to) in rows.zip(to.chunks_exact_mut(part)) {
+        let at = (r * row_len + cols.start) * size;
+        to.copy_from_slice(&from[at..at + part]);
     }
 }
 
@@ -1011,7 +1040,31 @@ pub fn transpose(data: TensorData) -> TensorData {
 
 #[cfg(test)]
 mod tests {
-    use super::transpose_part;
+    use super::{copy_part, transpose_part};
+
+    /// A block of a matrix (a tensor-parallel shard's rows or columns) copied row by row,
+    /// against the index formula, rows past the block untouched.
+    #[test]
+    fn copy_part_copies_the_block_row_major() {
+        let (r, c, size) = (7usize, 9usize, 2usize);
+        let from: Vec<u8> = (0..r * c * size).map(|b| (b * 13 + 1) as u8).collect();
+        for (rows, cols) in [(0..r, 0..c), (2..5, 0..c), (0..r, 3..8), (1..2, 8..9)] {
+            let mut to = vec![0xAB; (rows.len() + 2) * cols.len() * size];
+            copy_part(&from, c, rows.clone(), cols.clone(), size, &mut to);
+            for (i, row) in to.chunks_exact(cols.len() * size).enumerate() {
+                if i < rows.len() {
+                    let at = ((rows.start + i) * c + cols.start) * size;
+                    assert_eq!(
+                        row,
+                        &from[at..at + row.len()],
+                        "{rows:?} x {cols:?} row {i}"
+                    );
+                } else {
+                    assert!(row.iter().all(|&b| b == 0xAB), "padding overwritten");
+                }
+            }
+        }
+    }
 
     /// Every block of small matrices, every element size a checkpoint stores, odd shapes and
     /// padded widths, against the transpose written out index by index.
