@@ -487,3 +487,93 @@ fn int_data<B: burn::tensor::backend::Backend>(p: B::IntTensorPrimitive) -> Tens
 fn float_data<B: burn::tensor::backend::Backend>(p: B::FloatTensorPrimitive) -> TensorData {
     Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(p)).into_data()
 }
+
+/// `[n]` values in about [-1, 1), deterministic in `seed`.
+fn waves(n: usize, seed: u64) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i as u64 * 2654435761 + seed * 40503) % 20011) as f32 / 10005.5 - 1.0)
+        .collect()
+}
+
+/// A cos/sin table `[p, d]` of positions `0..p`: each row the cosines of its `d / 2` angles
+/// (`theta` 10000's frequencies), then their sines, rounded to `dtype`.
+fn cos_sin_table(p: usize, d: usize, dtype: DType) -> TensorData {
+    let half = d / 2;
+    let mut v = Vec::with_capacity(p * d);
+    for pos in 0..p {
+        let angle = |i: usize| pos as f32 * 10000f32.powf(-(2.0 * i as f32) / d as f32);
+        v.extend((0..half).map(|i| angle(i).cos()));
+        v.extend((0..half).map(|i| angle(i).sin()));
+    }
+    TensorData::new(v, [p, d]).convert_dtype(dtype)
+}
+
+/// q and k turned in one aclnnRopeWithSinCosCache where it takes the head dim (and composed,
+/// with no launch of it, where it does not), equal to burn-flex's composition in every float
+/// type; tokens pick their rows in any order, repeats included.
+#[test]
+fn rotary_embedding_is_one_launch_where_it_fits_and_matches_the_composition() {
+    use burn_ascend::emulator::aclnn_launches_of;
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (t, nq, nk, d, p) in [
+            (1, 4, 1, 128, 9),
+            (7, 8, 2, 64, 7),
+            (5, 2, 2, 32, 40),
+            (3, 2, 1, 8, 5),
+        ] {
+            let q = TensorData::new(waves(t * nq * d, 1), [t, nq, d]).convert_dtype(dtype);
+            let k = TensorData::new(waves(t * nk * d, 2), [t, nk, d]).convert_dtype(dtype);
+            let table = cos_sin_table(p, d, dtype);
+            let rows: Vec<i64> = (0..t).map(|i| ((i * 5 + 3) % p) as i64).collect();
+            let rows = TensorData::new(rows, [t]);
+            let want = fused::rotary_embedding::<burn_flex::Flex>(
+                float(&q, dtype, &flex()),
+                float(&k, dtype, &flex()),
+                float(&table, dtype, &flex()),
+                Tensor::from_data(rows.clone(), &flex()),
+            );
+            let before = aclnn_launches_of("aclnnRopeWithSinCosCache");
+            let got = fused::rotary_embedding::<Ascend>(
+                float(&q, dtype, &ascend()),
+                float(&k, dtype, &ascend()),
+                float(&table, dtype, &ascend()),
+                Tensor::from_data(rows, &ascend()),
+            );
+            let case = format!("{dtype:?} t {t}, heads {nq}/{nk}, dim {d}");
+            let fits = d % if dtype == DType::F32 { 16 } else { 32 } == 0;
+            assert_eq!(
+                aclnn_launches_of("aclnnRopeWithSinCosCache") - before,
+                if fits { 1 } else { 0 },
+                "{case}"
+            );
+            for (name, g, w) in [("q", got.0, want.0), ("k", got.1, want.1)] {
+                let g = g.into_data();
+                assert_eq!(g.dtype, dtype, "{case}: {name} keeps its dtype");
+                assert_close(
+                    &format!("{case}: {name}"),
+                    g,
+                    w.into_data(),
+                    tolerance(dtype),
+                );
+            }
+        }
+    }
+}
+
+/// Operands that disagree are refused at the call, naming the op and the shapes.
+#[test]
+fn rotary_embedding_refuses_operands_that_disagree_naming_the_shapes() {
+    let (q, k) = (
+        Tensor::<Ascend, 3>::zeros([2, 4, 64], &ascend()),
+        Tensor::<Ascend, 3>::zeros([2, 1, 32], &ascend()),
+    );
+    let table = Tensor::<Ascend, 2>::zeros([8, 64], &ascend());
+    let rows = Tensor::<Ascend, 1, Int>::zeros([2], &ascend());
+    let message = panic_message(|| fused::rotary_embedding(q, k, table, rows));
+    assert!(
+        message.contains("rotary_embedding")
+            && message.contains("[2, 4, 64]")
+            && message.contains("[2, 1, 32]"),
+        "{message}"
+    );
+}

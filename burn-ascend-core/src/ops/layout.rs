@@ -87,7 +87,7 @@ impl Layout {
                 (old, new) = (1, 1);
             }
         }
-        (next == 0).then(|| Self {
+        (next == 0).then_some(Self {
             shape,
             strides,
             offset: self.offset,

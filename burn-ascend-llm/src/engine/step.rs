@@ -97,6 +97,8 @@ pub struct PagedAttention<'a, B: FusedOps> {
     slots: Tensor<B, 1, Int>,
     inputs: &'a StepInputs<B>,
     max_kv_splits: usize,
+    /// What [`PagedAttention::shared`] built, with its key.
+    shared: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl<'a, B: FusedOps> PagedAttention<'a, B> {
@@ -113,7 +115,30 @@ impl<'a, B: FusedOps> PagedAttention<'a, B> {
             slots,
             inputs,
             max_kv_splits,
+            shared: Vec::new(),
         }
+    }
+
+    /// A value the step's layers share, built by the first layer that asks for `key` (a
+    /// model's rotary rows of the step's positions, for one: built once per step rather than
+    /// once per layer). The engine does not know what it holds.
+    pub fn shared<K, T>(&mut self, key: K, build: impl FnOnce() -> T) -> T
+    where
+        K: PartialEq + Send + 'static,
+        T: Clone + Send + 'static,
+    {
+        let found = self
+            .shared
+            .iter()
+            .find_map(|v| match v.downcast_ref::<(K, T)>() {
+                Some((k, v)) if *k == key => Some(v.clone()),
+                _ => None,
+            });
+        found.unwrap_or_else(|| {
+            let v = build();
+            self.shared.push(Box::new((key, v.clone())));
+            v
+        })
     }
 
     /// Writes the step's key rows `keys [T, HKV, Dk]` (and value rows `values [T, HKV, Dv]`,

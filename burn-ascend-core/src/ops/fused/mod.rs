@@ -16,6 +16,7 @@ pub mod preflight;
 mod program;
 mod quant;
 mod rms_norm;
+mod rope;
 mod routing;
 
 use std::ffi::c_void;
@@ -53,6 +54,7 @@ pub use quant::{
 };
 pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_backward};
 pub use rms_norm::{check_add_rms_norm, check_rms_norm, check_rms_norm_backward};
+pub use rope::{check_rotary_embedding, rope_available, rope_fits, rotary_embedding};
 pub use routing::{cann_moe_init_routing, cann_moe_token_unpermute, CannRouting};
 
 use super::broadcast::invalid_input;

@@ -11,7 +11,7 @@ use burn_ascend::FusedOps;
 use super::mla::{Mla, MlaConfig};
 use super::norm::RmsNorm;
 use super::quant::{Projection, Quantize};
-use super::rope::Rope;
+use super::rope::{Rope, RotaryRows};
 use crate::engine::step::PagedAttention;
 use crate::families::parallel::Part;
 use crate::families::weights::{Cut, Expected, Sink, Source};
@@ -148,11 +148,11 @@ pub struct Gqa<B: Backend> {
 
 impl<B: FusedOps> Gqa<B> {
     /// Projects `x [B, S, H]` to rotated queries `[B, S, HQ, D]`, rotated keys and values
-    /// `[B, S, HKV, D]` of the tokens at `positions [S]`.
+    /// `[B, S, HKV, D]` of the tokens whose rotary rows are `rotary`.
     fn project(
         &self,
         x: Tensor<B, 3>,
-        positions: Tensor<B, 1>,
+        rotary: &RotaryRows<B>,
     ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
         let s = &self.spec;
         let [b, t, _] = x.dims();
@@ -164,11 +164,8 @@ impl<B: FusedOps> Gqa<B> {
             q = qn.forward(q);
             k = kn.forward(k);
         }
-        (
-            s.rope.apply(q, positions.clone()),
-            s.rope.apply(k, positions),
-            v,
-        )
+        let (q, k) = s.rope.turn(q, k, rotary);
+        (q, k, v)
     }
 
     fn sm_scale(&self) -> f64 {
@@ -222,7 +219,8 @@ impl<B: FusedOps> Attention<B> {
         match self {
             Attention::Gqa(a) => {
                 let [b, s, _] = x.dims();
-                let (q, k, v) = a.project(x, positions);
+                let rotary = a.spec.rope.rows(positions, a.spec.head_dim, x.dtype());
+                let (q, k, v) = a.project(x, &rotary);
                 let out = causal_attention(q, k, v, a.sm_scale());
                 a.o.forward(out.reshape([b, s, a.spec.q_heads * a.spec.head_dim]))
             }
@@ -243,7 +241,12 @@ impl<B: FusedOps> Attention<B> {
             Attention::Gqa(a) => {
                 let s = &a.spec;
                 let t = x.dims()[0];
-                let (q, k, v) = a.project(x.unsqueeze_dim(0), positions);
+                // The step's rotary rows, built by its first layer and shared by the rest.
+                let (rope, dim, dtype) = (s.rope.clone(), s.head_dim, x.dtype());
+                let rotary = cache.shared((rope.clone(), dim, dtype), || {
+                    rope.rows(positions, dim, dtype)
+                });
+                let (q, k, v) = a.project(x.unsqueeze_dim(0), &rotary);
                 let rows = |r: Tensor<B, 4>, n| r.reshape([t, n, s.head_dim]);
                 let out = cache.attend(
                     layer,

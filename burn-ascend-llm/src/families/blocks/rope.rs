@@ -1,7 +1,8 @@
 //! Rotary position embeddings, by the kind config.json's `rope_scaling` names.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn_ascend::FusedOps;
 
 /// How an attention block turns its queries and keys by position.
 #[derive(Debug, Clone, PartialEq)]
@@ -14,16 +15,69 @@ pub enum Rope {
     },
 }
 
+/// The cos/sin rows of a step's tokens for one rotary embedding, what
+/// [`FusedOps::rotary_embedding`] takes: `cos_sin [T, D]` in the model's dtype (each token's
+/// `D / 2` cosines, then its sines) and `rows [T]` (I64) indexing it.
+#[derive(Debug, Clone)]
+pub struct RotaryRows<B: Backend> {
+    /// `[T, D]`.
+    pub cos_sin: Tensor<B, 2>,
+    /// `[T]`: the row of each token.
+    pub rows: Tensor<B, 1, Int>,
+}
+
 impl Rope {
-    /// `x [.., S, heads, D]` turned by the angles of `positions [S]` (f32).
-    pub fn apply<B: Backend, const D: usize>(
+    /// The rows of the tokens at `positions [T]` (f32) for heads of `dim`, in `dtype`: built
+    /// once per step and shared by its layers. The angles are computed in f32 whatever the
+    /// dtype, and only cos and sin take it: f16 holds whole numbers exactly only up to 2048 and
+    /// bf16 up to 256, so positions (or frequencies) in the model's dtype would turn later
+    /// tokens by a neighbour's angle.
+    pub fn rows<B: Backend>(
         &self,
-        x: Tensor<B, D>,
         positions: Tensor<B, 1>,
-    ) -> Tensor<B, D> {
-        match self {
-            Rope::Default { theta } => crate::moe::model::rope(x, positions, *theta),
-        }
+        dim: usize,
+        dtype: DType,
+    ) -> RotaryRows<B> {
+        let Rope::Default { theta } = self;
+        let half = dim / 2;
+        let device = positions.device();
+        let inv_freq: Vec<f32> = (0..half)
+            .map(|i| theta.powf(-(2.0 * i as f64) / dim as f64) as f32)
+            .collect();
+        let inv_freq =
+            Tensor::<B, 1>::from_data(TensorData::new(inv_freq, [half]), (&device, DType::F32));
+        let t = positions.dims()[0];
+        let angles = positions.cast(DType::F32).reshape([t, 1]) * inv_freq.reshape([1, half]);
+        let cos_sin = Tensor::cat(vec![angles.clone().cos(), angles.sin()], 1).cast(dtype);
+        let rows = Tensor::<B, 1, Int>::arange(0..t as i64, &device).cast(DType::I64);
+        RotaryRows { cos_sin, rows }
+    }
+
+    /// `q [B, S, Nq, D]` and `k [B, S, Nk, D]` turned by `rows` (of the S positions): one
+    /// [`FusedOps::rotary_embedding`].
+    pub fn turn<B: FusedOps>(
+        &self,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        rows: &RotaryRows<B>,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        let ([b, s, nq, d], nk) = (q.dims(), k.dims()[2]);
+        let index = match b {
+            1 => rows.rows.clone(),
+            _ => rows
+                .rows
+                .clone()
+                .unsqueeze_dim::<2>(0)
+                .expand([b, s])
+                .reshape([b * s]),
+        };
+        let (q, k) = burn_ascend::fused::rotary_embedding(
+            q.reshape([b * s, nq, d]),
+            k.reshape([b * s, nk, d]),
+            rows.cos_sin.clone(),
+            index,
+        );
+        (q.reshape([b, s, nq, d]), k.reshape([b, s, nk, d]))
     }
 
     /// The factor of the attention's softmax scale `head_dim^-0.5` the scaling asks for.

@@ -203,6 +203,30 @@ pub fn moe_gating_softmax<B: Backend>(
     }
 }
 
+/// The composed default of [`FusedOps::rotary_embedding`]: transformers' `apply_rotary_pos_emb`
+/// in q's dtype, each token's cos and sin rows broadcast to its heads.
+pub fn rotary_embedding<B: Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    cos_sin: FloatTensor<B>,
+    rows: IntTensor<B>,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let picked = float::<B, 2>(cos_sin).select(0, int::<B, 1>(rows));
+    let [t, d] = picked.dims();
+    let half = d / 2;
+    let both = |x: Float2<B>| Tensor::cat(vec![x.clone(), x], 1).reshape([t, 1, d]);
+    let cos = both(picked.clone().narrow(1, 0, half));
+    let sin = both(picked.narrow(1, half, half));
+    let turn = |x: FloatTensor<B>| {
+        let x = float::<B, 3>(x);
+        let x1 = x.clone().narrow(2, 0, half);
+        let x2 = x.clone().narrow(2, half, half);
+        let rotated = Tensor::cat(vec![x2.neg(), x1], 2);
+        prim(x * cos.clone() + rotated * sin.clone())
+    };
+    (turn(q), turn(k))
+}
+
 /// The composed default of [`FusedOps::moe_scatter`].
 pub fn moe_scatter<B: Backend>(
     y: FloatTensor<B>,

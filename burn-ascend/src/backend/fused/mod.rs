@@ -284,6 +284,25 @@ pub trait FusedOps: Backend {
         composed::moe_gating_softmax::<Self>(logits, top_k, renormalize)
     }
 
+    /// Rotate-half (GPT-NeoX) rotary position embedding of `q [T, Nq, D]` and `k [T, Nk, D]`,
+    /// as transformers' `apply_rotary_pos_emb`: token `t` turned by row `rows[t]` of `cos_sin
+    /// [P, D]` (the cosines of its `D / 2` angles, then their sines, in q's dtype), `x * [cos,
+    /// cos] + [-x2, x1] * [sin, sin]`. On `Ascend` one aclnnRopeWithSinCosCache (CANN 8.1.RC1
+    /// on) where it takes the head dim (a multiple of 32, of 16 in f32), computing in f32 with
+    /// one rounding; the composed default rounds each step in q's dtype.
+    ///
+    /// Invalid input: shapes or dtypes that disagree fail at the call with an error naming
+    /// `rotary_embedding` and the shapes on `Ascend`; a row outside `cos_sin` is an AI Core error
+    /// naming it there (the composed default leaves both to the backend's ops).
+    fn rotary_embedding(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        cos_sin: FloatTensor<Self>,
+        rows: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        composed::rotary_embedding::<Self>(q, k, cos_sin, rows)
+    }
+
     /// `out[i] = x[indices[i] / top_k]` for `x [T, H]` and a permutation `indices [T*K]`.
     ///
     /// Invalid input: on `Ascend` an index outside `[0, T*K)` is an AI Core error naming it
@@ -754,6 +773,25 @@ impl FusedOps for Ascend {
             ids: g.ids.into(),
             probs,
         }
+    }
+
+    fn rotary_embedding(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        cos_sin: FloatTensor<Self>,
+        rows: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        if !fused::rope_fits(&q, &k) || !fused::rope_available(&q) {
+            run(
+                "rotary_embedding",
+                fused::check_rotary_embedding(&q, &k, &cos_sin, &rows),
+            );
+            return composed::rotary_embedding::<Self>(q, k, cos_sin, rows);
+        }
+        run(
+            "rotary_embedding",
+            fused::rotary_embedding(&q, &k, &cos_sin, &rows),
+        )
     }
 
     fn moe_gather(
@@ -1253,6 +1291,18 @@ pub fn rms_norm<B: FusedOps, const D: usize>(
 ) -> (Tensor<B, D>, Tensor<B, 1>) {
     let out = B::rms_norm(prim(x), prim(gamma), eps);
     (float(out.y), float(out.rstd))
+}
+
+/// `q [T, Nq, D]` and `k [T, Nk, D]` turned by rotate-half rotary embedding, token `t` by row
+/// `rows[t]` of `cos_sin [P, D]`. See [`FusedOps::rotary_embedding`].
+pub fn rotary_embedding<B: FusedOps>(
+    q: Tensor<B, 3>,
+    k: Tensor<B, 3>,
+    cos_sin: Tensor<B, 2>,
+    rows: Tensor<B, 1, Int>,
+) -> (Tensor<B, 3>, Tensor<B, 3>) {
+    let (q, k) = B::rotary_embedding(prim(q), prim(k), prim(cos_sin), rows.into_primitive());
+    (float(q), float(k))
 }
 
 /// Residual add and RMS norm over the last dim: `(y, rstd, x)` where `x = x1 + x2` is the
