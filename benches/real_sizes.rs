@@ -435,7 +435,7 @@ fn families_step(
     norms: &(RmsNorm<B>, RmsNorm<B>),
     st: &StepState,
     inputs: &StepInputs<B>,
-) -> (Tensor<B, 2>, Tensor<B, 1>) {
+) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
     let layer = &layer.layers[0];
     let x = st.x.clone();
     let h = p.op("input_layernorm", || norms.0.forward(x.clone()));

@@ -851,3 +851,54 @@ fn serve_on_cann_8_0() {
         println!("SERVED {}", serde_json::to_string(&(tokens, keys)).unwrap());
     }
 }
+
+/// The launches (aclnn operators and Ascend C kernels, counted by the emulated runtime) of one
+/// eager decode step of a single request on each family fixture, at most: a change that adds
+/// launches to the step fails here. Issue 36 lowers them (targets: 18 per layer for Mixtral
+/// and Qwen3-MoE, 24 for Qwen2-MoE, 28 for DeepSeek); measured 2026-12-07 on the fixtures
+/// (2-3 layers, plus the embedding, final norm, LM head and the step's shared inputs).
+const DECODE_STEP_LAUNCHES: [(&str, u64); 6] = [
+    ("mixtral", 85),
+    ("qwen2_moe", 121),
+    ("qwen3_moe", 113),
+    ("qwen3_moe_fused", 113),
+    ("deepseek_v2", 140),
+    ("deepseek_v3", 153),
+];
+
+#[test]
+#[serial]
+fn a_decode_step_launches_no_more_than_its_recorded_count() {
+    use burn_ascend::emulator::{aclnn_launches_by_op, work_counters};
+    let device = device();
+    for (name, most) in DECODE_STEP_LAUNCHES {
+        let r = &references(name)[0];
+        let mut server = Server::new(
+            load::<Ascend>(&fixture(name), &device),
+            serve_config(),
+            &device,
+        )
+        .unwrap();
+        server.submit(Request::greedy(r.ids.clone(), 8)).unwrap();
+        // Past the prefill and the first decode step (which may warm caches).
+        let mut decodes = 0;
+        while decodes < 2 {
+            decodes += usize::from(server.step().decode_only);
+        }
+        let (work, ops) = (work_counters(), aclnn_launches_by_op());
+        let report = server.step();
+        let launches = work_counters().since(&work).launches();
+        assert!(report.decode_only, "{name}: the measured step decodes");
+        let mut by_op: Vec<(&str, u64)> = aclnn_launches_by_op()
+            .into_iter()
+            .map(|(op, n)| (op, n - ops.iter().find(|o| o.0 == op).map_or(0, |o| o.1)))
+            .filter(|o| o.1 > 0)
+            .collect();
+        by_op.sort_by_key(|o| std::cmp::Reverse(o.1));
+        eprintln!("{name}: {launches} launches per decode step: {by_op:?}");
+        assert!(
+            launches <= most,
+            "{name}: a decode step launches {launches}, more than {most}: {by_op:?}"
+        );
+    }
+}

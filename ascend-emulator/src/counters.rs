@@ -162,6 +162,13 @@ pub fn aclnn_launches_of(op: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Launches of every aclnn operator queued on the emulated devices of this process so far, by
+/// name (graph replays included): what a step's launches are made of, for tests and benches.
+pub fn aclnn_launches_by_op() -> Vec<(&'static str, u64)> {
+    let by_op = LAUNCHES_BY_OP.lock().unwrap_or_else(|e| e.into_inner());
+    by_op.iter().map(|(&op, &n)| (op, n)).collect()
+}
+
 /// Work queued on the emulated devices of this process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkCounters {

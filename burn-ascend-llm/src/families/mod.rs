@@ -612,7 +612,7 @@ fn load_balancing_loss<B: Backend>(stats: Vec<RouterStats<B>>, device: &B::Devic
         .reduce(|(c, p), (c2, p2)| (c + c2, p + p2))
         .expect("one MoE layer at least");
     let n = tokens as f64;
-    let counts = counts.cast(probs.dtype());
+    let counts = counts.float().cast(probs.dtype());
     ((counts / n) * (probs / n)).sum() * experts as f64
 }
 

@@ -371,7 +371,10 @@ impl<B: FusedOps> ExpertParallel<B> {
             .forward(inputs, dims.top_k, dims.experts, &shards, (dtype, width))
             .into_iter()
             .zip(routings)
-            .map(|(y, routing)| y.zip(routing).map(|(y, r)| (y, Moe::aux_loss(&r, dims))))
+            .map(|(y, routing)| {
+                y.zip(routing)
+                    .map(|(y, r)| (y, Moe::aux_loss(&r.probs, r.fraction(), dims)))
+            })
             .collect()
     }
 }

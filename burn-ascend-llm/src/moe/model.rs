@@ -10,7 +10,7 @@ use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
 use burn_ascend::{fused, AscendDevice, FusedOps};
 
 use super::config::{ConfigError, MoeConfig};
@@ -273,8 +273,6 @@ pub struct Routing<B: Backend> {
     pub order: Tensor<B, 1, Int>,
     /// `[E]` I32: rows per expert.
     pub group_sizes: Tensor<B, 1, Int>,
-    /// `[E]` the fraction of rows routed to each expert (detached).
-    pub fraction: Tensor<B, 1>,
 }
 
 impl<B: Backend> Routing<B> {
@@ -290,30 +288,32 @@ impl<B: Backend> Routing<B> {
         let ids = ids.reshape([t * k]);
         // Rows routed to the same expert become contiguous, in token order within an expert.
         let order = ids.clone().argsort(0).cast(DType::I32);
-        // One-hot by comparison with the expert ids: Burn's `one_hot` first reads the largest
-        // id back to check it, a host synchronisation inside the step that a captured decode
-        // step cannot have (the ids come from top-k, so they are in range).
-        let experts = Tensor::<B, 1, Int>::arange(0..e as i64, &ids.device());
-        let routed = ids
-            .clone()
-            .reshape([t * k, 1])
-            .equal(experts.reshape([1, e]))
-            .float();
-        let group_sizes = routed
-            .clone()
-            .sum_dim(0)
-            .reshape([e])
-            .int()
-            .cast(DType::I32);
-        let fraction = (routed.sum_dim(0).reshape([e]) / (t * k) as f64).detach();
+        // A one added at each choice's expert: one scatter-add, where a one-hot `[T * k, E]`
+        // summed over its rows took five launches (the ids come from top-k, so they are in
+        // range; Burn's `one_hot` would read the largest back to check, a host synchronisation
+        // a captured decode step cannot have).
+        let device = ids.device();
+        let ones = Tensor::<B, 1, Int>::ones([t * k], (&device, DType::I32));
+        let group_sizes = Tensor::<B, 1, Int>::zeros([e], (&device, DType::I32)).scatter(
+            0,
+            ids.clone(),
+            ones,
+            IndexingUpdateOp::Add,
+        );
         Routing {
             probs,
             ids,
             weights: weights.reshape([t * k]),
             order,
             group_sizes,
-            fraction,
         }
+    }
+
+    /// `[E]` the fraction of rows routed to each expert (detached): what the load-balancing
+    /// loss weighs, computed when asked (serving does not).
+    pub fn fraction(&self) -> Tensor<B, 1> {
+        let rows = self.ids.dims()[0];
+        (self.group_sizes.clone().float().cast(DType::F32) / rows as f64).detach()
     }
 }
 
@@ -647,10 +647,10 @@ impl<B: FusedOps> Moe<B> {
 
     /// The load-balancing loss of a routing (Switch style: experts times the dot product of
     /// each expert's routed fraction and mean router probability).
-    pub fn aux_loss(routing: &Routing<B>, dims: &Dims) -> Tensor<B, 1> {
+    pub fn aux_loss(probs: &Tensor<B, 2>, fraction: Tensor<B, 1>, dims: &Dims) -> Tensor<B, 1> {
         let e = dims.experts;
-        let mean_prob = routing.probs.clone().mean_dim(0).reshape([e]);
-        (routing.fraction.clone() * mean_prob).sum() * e as f64
+        let mean_prob = probs.clone().mean_dim(0).reshape([e]);
+        (fraction * mean_prob).sum() * e as f64
     }
 
     /// `x [T, H]` through the experts; also the load-balancing loss.
@@ -659,12 +659,13 @@ impl<B: FusedOps> Moe<B> {
             return experts.forward(x, dims);
         }
         let k = dims.top_k;
-        let mut routing = self.route(x.clone(), dims);
-        if let Some(replicas) = self.parallel.get::<DataParallel<B>>() {
-            routing.fraction = replicas.global_fraction(routing.fraction);
-        }
+        let routing = self.route(x.clone(), dims);
+        let fraction = match self.parallel.get::<DataParallel<B>>() {
+            Some(replicas) => replicas.global_fraction(routing.fraction()),
+            None => routing.fraction(),
+        };
         let out = self.experts.forward(x, &routing, k);
-        (out, Self::aux_loss(&routing, dims))
+        (out, Self::aux_loss(&routing.probs, fraction, dims))
     }
 }
 

@@ -6,7 +6,7 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::{sigmoid, silu};
 use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor};
 use burn_ascend::FusedOps;
 
 use super::quant::{Projection, Quantize};
@@ -133,8 +133,8 @@ pub struct SparseMoe<B: Backend> {
 /// What a MoE block's routing contributes to the load-balancing loss (transformers'
 /// `load_balancing_loss_func`, which averages over the tokens of every MoE layer together).
 pub struct RouterStats<B: Backend> {
-    /// `[E]` (token, choice) pairs routed to each expert (no gradient).
-    pub counts: Tensor<B, 1>,
+    /// `[E]` I32: (token, choice) pairs routed to each expert.
+    pub counts: Tensor<B, 1, Int>,
     /// `[T, E]` the router probabilities of each token.
     pub probs: Tensor<B, 2>,
 }
@@ -409,7 +409,6 @@ impl<B: FusedOps> SparseMoe<B> {
     }
 
     fn forward(&self, x: Tensor<B, 2>) -> (Tensor<B, 2>, RouterStats<B>) {
-        let t = x.dims()[0];
         let k = self.spec.router.top_k();
         let routing = self.router.route(x.clone());
         let mut out = self.experts.forward(x.clone(), &routing, k);
@@ -417,7 +416,7 @@ impl<B: FusedOps> SparseMoe<B> {
             out = out + self.gated_shared(shared, x);
         }
         let stats = RouterStats {
-            counts: routing.fraction * (t * k) as f64,
+            counts: routing.group_sizes,
             probs: routing.probs,
         };
         (out, stats)
