@@ -152,7 +152,7 @@ impl<B: FusedOps> ExpertDispatch<B> {
             .zip(&devices)
             .map(|(input, device)| match input {
                 Some((_, r)) => r.group_sizes.clone(),
-                None => Tensor::<B, 1, Int>::zeros([e], (device, DType::I32)),
+                None => Tensor::<B, 1, Int>::zeros([e], (device, DType::I64)),
             })
             .collect();
         let counts = (self.all_gather_int)(&self.comm, sizes).swap_remove(0);
@@ -219,16 +219,7 @@ impl<B: FusedOps> ExpertDispatch<B> {
         let held = experts_of(self.ranks[i], self.size(), experts);
         let local = ids.reshape([n]).int() - held.start as i64;
         let order = local.clone().argsort(0).cast(DType::I32);
-        // Rows per expert by comparison with the expert ids, as routing counts them.
-        let ids = Tensor::<B, 1, Int>::arange(0..held.len() as i64, &rows.device());
-        let sizes = local
-            .reshape([n, 1])
-            .equal(ids.reshape([1, held.len()]))
-            .float()
-            .sum_dim(0)
-            .reshape([held.len()])
-            .int()
-            .cast(DType::I32);
+        let sizes = super::model::rows_per_expert(local, held.len());
         let grouped = burn_ascend::fused::moe_gather(rows, order.clone(), 1);
         let y = shard.grouped(grouped, sizes);
         burn_ascend::fused::moe_scatter(y, order, None, 1)

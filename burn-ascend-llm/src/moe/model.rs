@@ -271,7 +271,8 @@ pub struct Routing<B: Backend> {
     /// `[T * k]` I32: the (token, choice) pairs in expert order, token order within an expert:
     /// the row layout `fused::moe_gather` produces.
     pub order: Tensor<B, 1, Int>,
-    /// `[E]` I32: rows per expert.
+    /// `[E]` I64: rows per expert (the type of aclnnGroupedMatmulV4's group list, so the
+    /// grouped matmuls take it without a cast).
     pub group_sizes: Tensor<B, 1, Int>,
 }
 
@@ -288,18 +289,7 @@ impl<B: Backend> Routing<B> {
         let ids = ids.reshape([t * k]);
         // Rows routed to the same expert become contiguous, in token order within an expert.
         let order = ids.clone().argsort(0).cast(DType::I32);
-        // A one added at each choice's expert: one scatter-add, where a one-hot `[T * k, E]`
-        // summed over its rows took five launches (the ids come from top-k, so they are in
-        // range; Burn's `one_hot` would read the largest back to check, a host synchronisation
-        // a captured decode step cannot have).
-        let device = ids.device();
-        let ones = Tensor::<B, 1, Int>::ones([t * k], (&device, DType::I32));
-        let group_sizes = Tensor::<B, 1, Int>::zeros([e], (&device, DType::I32)).scatter(
-            0,
-            ids.clone(),
-            ones,
-            IndexingUpdateOp::Add,
-        );
+        let group_sizes = rows_per_expert(ids.clone(), e);
         Routing {
             probs,
             ids,
@@ -315,6 +305,22 @@ impl<B: Backend> Routing<B> {
         let rows = self.ids.dims()[0];
         (self.group_sizes.clone().float().cast(DType::F32) / rows as f64).detach()
     }
+}
+
+/// Rows per expert `[experts]` of rows routed to `ids [R]` (each in `0..experts`), in I64, the
+/// type of aclnnGroupedMatmulV4's group list: a one added at each row's expert, one scatter-add
+/// (a one-hot `[R, E]` summed over its rows took five launches; Burn's `one_hot` would also
+/// read the largest id back to check it, a host synchronisation a captured decode step cannot
+/// have).
+pub fn rows_per_expert<B: Backend>(ids: Tensor<B, 1, Int>, experts: usize) -> Tensor<B, 1, Int> {
+    let (device, rows) = (ids.device(), ids.dims()[0]);
+    let ones = Tensor::<B, 1, Int>::ones([rows], (&device, DType::I64));
+    Tensor::<B, 1, Int>::zeros([experts], (&device, DType::I64)).scatter(
+        0,
+        ids,
+        ones,
+        IndexingUpdateOp::Add,
+    )
 }
 
 /// `x [T, H]` through the experts `routing` chose (`k` per token): its rows gathered by expert,
@@ -499,7 +505,7 @@ impl<B: FusedOps> Experts<B> {
         }
     }
 
-    /// Rows already grouped by expert (`group_sizes [E]` I32 rows for each of these experts,
+    /// Rows already grouped by expert (`group_sizes [E]` I64 rows for each of these experts,
     /// in expert order: what expert parallelism receives) through their experts' SwiGLU, in
     /// the rows' dtype.
     pub fn grouped(&self, rows: Tensor<B, 2>, group_sizes: Tensor<B, 1, Int>) -> Tensor<B, 2> {

@@ -133,7 +133,7 @@ pub struct SparseMoe<B: Backend> {
 /// What a MoE block's routing contributes to the load-balancing loss (transformers'
 /// `load_balancing_loss_func`, which averages over the tokens of every MoE layer together).
 pub struct RouterStats<B: Backend> {
-    /// `[E]` I32: (token, choice) pairs routed to each expert.
+    /// `[E]` I64: (token, choice) pairs routed to each expert.
     pub counts: Tensor<B, 1, Int>,
     /// `[T, E]` the router probabilities of each token.
     pub probs: Tensor<B, 2>,
