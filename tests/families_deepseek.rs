@@ -705,7 +705,7 @@ fn deepseek_router_routes_rows_in_expert_order() {
     // Rows (token, choice) flattened, stably sorted by expert.
     assert_eq!(ints(routing.order), [0, 1, 2, 4, 3, 5]);
     let probs: Vec<f64> = scores.iter().flatten().copied().collect();
-    assert_near("scores", &floats(routing.probs), &probs, 1e-5);
+    assert_near("scores", &floats(routing.probs.get()), &probs, 1e-5);
 }
 
 // ---------------------------------------------------------------------------------------------

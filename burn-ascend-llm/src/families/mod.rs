@@ -417,7 +417,7 @@ impl<B: FusedOps> Decoder<B> {
         Self::dense_ranks(&[self], None, vec![tokens])
             .1
             .into_iter()
-            .map(|s| s.probs)
+            .map(|s| s.probs.get())
             .collect()
     }
 
@@ -602,13 +602,17 @@ type Attend<'a, B> = dyn FnMut(usize, usize, &Attention<B>, Tensor<B, 2>) -> Ten
 /// fraction of (token, choice) pairs routed to each and its mean router probability, both
 /// over the tokens of all MoE layers together.
 fn load_balancing_loss<B: Backend>(stats: Vec<RouterStats<B>>, device: &B::Device) -> Tensor<B, 1> {
-    let tokens: usize = stats.iter().map(|s| s.probs.dims()[0]).sum();
     let Some(experts) = stats.first().map(|s| s.counts.dims()[0]) else {
         return Tensor::zeros([1], device);
     };
+    let stats: Vec<_> = stats
+        .into_iter()
+        .map(|s| (s.counts, s.probs.get()))
+        .collect();
+    let tokens: usize = stats.iter().map(|(_, p)| p.dims()[0]).sum();
     let (counts, probs) = stats
         .into_iter()
-        .map(|s| (s.counts, s.probs.sum_dim(0).reshape([experts])))
+        .map(|(c, p)| (c, p.sum_dim(0).reshape([experts])))
         .reduce(|(c, p), (c2, p2)| (c + c2, p + p2))
         .expect("one MoE layer at least");
     let n = tokens as f64;

@@ -364,7 +364,7 @@ impl<B: FusedOps> ExpertParallel<B> {
             .zip(routings)
             .map(|(y, routing)| {
                 y.zip(routing)
-                    .map(|(y, r)| (y, Moe::aux_loss(&r.probs, r.fraction(), dims)))
+                    .map(|(y, r)| (y, Moe::aux_loss(&r.probs.clone().get(), r.fraction(), dims)))
             })
             .collect()
     }

@@ -260,10 +260,37 @@ pub struct Moe<B: Backend> {
     pub parallel: Parallel,
 }
 
+/// A router's probabilities `[T, E]` over the experts, or the logits whose softmax (in f32)
+/// they are, taken when asked: serving never asks (only the load-balancing loss reads them),
+/// so a router whose fused operator does not give them launches nothing for them.
+#[derive(Debug, Clone)]
+pub enum RouterProbs<B: Backend> {
+    /// The probabilities.
+    Probs(Tensor<B, 2>),
+    /// The logits.
+    Logits(Tensor<B, 2>),
+}
+
+impl<B: Backend> RouterProbs<B> {
+    /// The probabilities, f32 from logits.
+    pub fn get(self) -> Tensor<B, 2> {
+        match self {
+            RouterProbs::Probs(p) => p,
+            RouterProbs::Logits(l) => softmax(l.cast(DType::F32), 1),
+        }
+    }
+}
+
+impl<B: Backend> From<Tensor<B, 2>> for RouterProbs<B> {
+    fn from(probs: Tensor<B, 2>) -> Self {
+        RouterProbs::Probs(probs)
+    }
+}
+
 /// Where a MoE layer sends its tokens.
 pub struct Routing<B: Backend> {
     /// `[T, E]` router probabilities.
-    pub probs: Tensor<B, 2>,
+    pub probs: RouterProbs<B>,
     /// `[T * k]` the expert of each (token, choice), token-major.
     pub ids: Tensor<B, 1, Int>,
     /// `[T * k]` the weight of each (token, choice).
@@ -281,11 +308,15 @@ impl<B: Backend> Routing<B> {
     /// whose probabilities over the experts are `probs [T, E]`: the flattened choices, the
     /// expert-sorted row order and the rows per expert, all on the device.
     pub fn from_choices(
-        probs: Tensor<B, 2>,
+        probs: impl Into<RouterProbs<B>>,
         ids: Tensor<B, 2, Int>,
         weights: Tensor<B, 2>,
     ) -> Self {
-        let ([t, k], [_, e]) = (ids.dims(), probs.dims());
+        let probs = probs.into();
+        let e = match &probs {
+            RouterProbs::Probs(t) | RouterProbs::Logits(t) => t.dims()[1],
+        };
+        let [t, k] = ids.dims();
         let ids = ids.reshape([t * k]);
         // Rows routed to the same expert become contiguous, in token order within an expert.
         let order = ids.clone().argsort(0).cast(DType::I32);
@@ -671,7 +702,10 @@ impl<B: FusedOps> Moe<B> {
             None => routing.fraction(),
         };
         let out = self.experts.forward(x, &routing, k);
-        (out, Self::aux_loss(&routing.probs, fraction, dims))
+        (
+            out,
+            Self::aux_loss(&routing.probs.clone().get(), fraction, dims),
+        )
     }
 }
 

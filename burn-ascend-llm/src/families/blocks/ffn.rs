@@ -10,7 +10,7 @@ use burn::tensor::{Int, Tensor};
 use burn_ascend::FusedOps;
 
 use super::quant::{Projection, Quantize};
-use super::router::{Router, RouterSpec, Routing};
+use super::router::{Router, RouterProbs, RouterSpec, Routing};
 use crate::families::parallel::{Group, Part};
 use crate::families::weights::{Cut, Expected, Sink, Source};
 use crate::families::LoadError;
@@ -135,8 +135,8 @@ pub struct SparseMoe<B: Backend> {
 pub struct RouterStats<B: Backend> {
     /// `[E]` I64: (token, choice) pairs routed to each expert.
     pub counts: Tensor<B, 1, Int>,
-    /// `[T, E]` the router probabilities of each token.
-    pub probs: Tensor<B, 2>,
+    /// `[T, E]` the router probabilities of each token (taken when asked).
+    pub probs: RouterProbs<B>,
 }
 
 /// A layer's feed-forward block.

@@ -12,7 +12,7 @@ use burn_ascend::FusedOps;
 use super::deepseek_router::{DeepseekRouter, RouterConfig};
 use crate::families::weights::{Expected, Sink, Source};
 use crate::families::LoadError;
-pub use crate::moe::model::Routing;
+pub use crate::moe::model::{RouterProbs, Routing};
 
 /// Softmax over the router's logits, then each token's top-k.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,10 +97,20 @@ impl<B: FusedOps> Router<B> {
                 // As transformers: the softmax, the choice and the renormalisation in f32, the
                 // weights in the model's dtype (a half-precision softmax would tie or swap
                 // close experts); one launch on Ascend.
-                let logits = r.gate.forward(x).into_primitive().tensor();
-                let g = B::moe_gating_softmax(logits, r.spec.top_k, r.spec.renormalize);
+                let logits = r.gate.forward(x);
+                let g = B::moe_gating_softmax(
+                    logits.clone().into_primitive().tensor(),
+                    r.spec.top_k,
+                    r.spec.renormalize,
+                );
+                let probs = match g.probs {
+                    Some(p) => {
+                        RouterProbs::Probs(Tensor::from_primitive(TensorPrimitive::Float(p)))
+                    }
+                    None => RouterProbs::Logits(logits),
+                };
                 Routing::from_choices(
-                    Tensor::from_primitive(TensorPrimitive::Float(g.probs)),
+                    probs,
                     Tensor::from_primitive(g.ids),
                     Tensor::from_primitive(TensorPrimitive::Float(g.weights)),
                 )

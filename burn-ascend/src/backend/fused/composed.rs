@@ -199,7 +199,7 @@ pub fn moe_gating_softmax<B: Backend>(
     MoeGating {
         weights: prim(weights.cast(dtype)),
         ids: ids.into_primitive(),
-        probs: prim(probs),
+        probs: Some(prim(probs)),
     }
 }
 

@@ -68,8 +68,11 @@ pub struct MoeGating<B: Backend> {
     pub weights: FloatTensor<B>,
     /// `[T, K]` integers: the chosen experts, most probable first.
     pub ids: IntTensor<B>,
-    /// `[T, E]` f32: the softmax over all experts (for load-balancing statistics).
-    pub probs: FloatTensor<B>,
+    /// `[T, E]` f32: the softmax over all experts (for load-balancing statistics), when the
+    /// computation gives it: the composed default always, `Ascend`'s one operator only without
+    /// renormalisation (§3.2: it does not write the softmax with `renorm = 1`). A caller that
+    /// needs it then takes the softmax of the logits, only when it does.
+    pub probs: Option<FloatTensor<B>>,
 }
 
 /// RMS-norm results: normalised rows and the f32 row statistic.
@@ -271,7 +274,7 @@ pub trait FusedOps: Backend {
     /// in f32, each token's `top_k` experts (most probable first) and their probabilities,
     /// divided by their sum when `renormalize` (Mixtral; Qwen's `norm_topk_prob`), as
     /// transformers computes them. On `Ascend` one aclnnMoeGatingTopKSoftmaxV2 (CANN 8.1.RC1
-    /// on), which breaks ties towards the lower expert id.
+    /// on), which breaks ties towards the lower expert id and, renormalising, gives no `probs`.
     ///
     /// Invalid input: logits that are not 2-D float, or `top_k` outside `1..=E`, fail at the call
     /// with an error naming `moe_gating_softmax` and the shape on `Ascend`; the composed default
@@ -757,21 +760,10 @@ impl FusedOps for Ascend {
             "moe_gating_softmax",
             fused::moe_gating_softmax(&logits, top_k, renormalize),
         );
-        let probs = match g.probs {
-            Some(p) => p.into(),
-            // Renormalised, the operator gives no softmax over all experts: composed (two
-            // launches; the load-balancing statistics read it, serving drops it).
-            None => {
-                let logits = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(logits));
-                burn_tensor::activation::softmax(logits.cast(burn_tensor::DType::F32), 1)
-                    .into_primitive()
-                    .tensor()
-            }
-        };
         MoeGating {
             weights: g.weights.into(),
             ids: g.ids.into(),
-            probs,
+            probs: g.probs.map(Into::into),
         }
     }
 
