@@ -84,10 +84,14 @@ pub fn rope<B: Backend, const D: usize>(
     theta: f64,
 ) -> Tensor<B, D> {
     let d = x.dims()[D - 1];
-    let inv_freq: Vec<f32> = (0..d / 2)
+    rotate(x, positions, &rope_frequencies(theta, d), 1.0)
+}
+
+/// The rotary frequencies `theta^(-2i/d)`, `i < d / 2`, of heads of `d` dims (computed in f64).
+pub fn rope_frequencies(theta: f64, d: usize) -> Vec<f32> {
+    (0..d / 2)
         .map(|i| theta.powf(-(2.0 * i as f64) / d as f64) as f32)
-        .collect();
-    rotate(x, positions, &inv_freq, 1.0)
+        .collect()
 }
 
 /// Rotates the halves of `x [.., S, heads, D]` (`D = 2 * inv_freq.len()`) by the angles

@@ -28,10 +28,8 @@ pub struct RotaryRows<B: Backend> {
 
 impl Rope {
     /// The rows of the tokens at `positions [T]` (f32) for heads of `dim`, in `dtype`: built
-    /// once per step and shared by its layers. The angles are computed in f32 whatever the
-    /// dtype, and only cos and sin take it: f16 holds whole numbers exactly only up to 2048 and
-    /// bf16 up to 256, so positions (or frequencies) in the model's dtype would turn later
-    /// tokens by a neighbour's angle.
+    /// once per step and shared by its layers. The angles are computed in f32 and only cos and
+    /// sin take the dtype, as in [`crate::moe::model::rotate`] (which says why).
     pub fn rows<B: Backend>(
         &self,
         positions: Tensor<B, 1>,
@@ -41,11 +39,8 @@ impl Rope {
         let Rope::Default { theta } = self;
         let half = dim / 2;
         let device = positions.device();
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| theta.powf(-(2.0 * i as f64) / dim as f64) as f32)
-            .collect();
-        let inv_freq =
-            Tensor::<B, 1>::from_data(TensorData::new(inv_freq, [half]), (&device, DType::F32));
+        let inv_freq = TensorData::new(crate::moe::model::rope_frequencies(*theta, dim), [half]);
+        let inv_freq = Tensor::<B, 1>::from_data(inv_freq, (&device, DType::F32));
         let t = positions.dims()[0];
         let angles = positions.cast(DType::F32).reshape([t, 1]) * inv_freq.reshape([1, half]);
         let cos_sin = Tensor::cat(vec![angles.clone().cos(), angles.sin()], 1).cast(dtype);
