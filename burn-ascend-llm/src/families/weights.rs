@@ -142,41 +142,32 @@ impl Cut {
     /// A per-output-feature vector `[out]` (a bias, scales) cut as the layer is, on the device.
     fn channels<B: Backend>(&self, v: Tensor<B, 1>) -> Tensor<B, 1> {
         match self {
-            Cut::Out { range, width } => {
-                let part = v.slice(range.clone());
-                match width - range.len() {
-                    0 => part,
-                    pad => {
-                        let zeros = Tensor::zeros([pad], (&part.device(), part.dtype()));
-                        Tensor::cat(vec![part, zeros], 0)
-                    }
-                }
-            }
+            Cut::Out { range, width } => padded(v.slice(range.clone()), 0, *width),
             Cut::Whole | Cut::In { .. } => v,
         }
     }
 
     /// A weight `[in, out]` in Burn's layout cut as the layer is, on the device.
     fn matrix<B: Backend>(&self, w: Tensor<B, 2>) -> Tensor<B, 2> {
-        let [d_in, _] = w.dims();
+        let [d_in, out] = w.dims();
         match self {
             Cut::Whole => w,
-            Cut::Out { range, width } => {
-                let part = w.slice([0..d_in, range.clone()]);
-                match width - range.len() {
-                    0 => part,
-                    pad => {
-                        let zeros = Tensor::zeros([d_in, pad], (&part.device(), part.dtype()));
-                        Tensor::cat(vec![part, zeros], 1)
-                    }
-                }
-            }
-            Cut::In { range, .. } => {
-                let out = w.dims()[1];
-                w.slice([range.clone(), 0..out])
-            }
+            Cut::Out { range, width } => padded(w.slice([0..d_in, range.clone()]), 1, *width),
+            Cut::In { range, .. } => w.slice([range.clone(), 0..out]),
         }
     }
+}
+
+/// `t` followed by zeros along `dim` up to `width` (at least its size there): a shard's padding
+/// features.
+fn padded<B: Backend, const D: usize>(t: Tensor<B, D>, dim: usize, width: usize) -> Tensor<B, D> {
+    let mut pad = t.dims();
+    pad[dim] = width - pad[dim];
+    if pad[dim] == 0 {
+        return t;
+    }
+    let zeros = Tensor::zeros(pad, (&t.device(), t.dtype()));
+    Tensor::cat(vec![t, zeros], dim)
 }
 
 /// Where a model's tensors come from, by the checkpoint's names: a checkpoint's files
