@@ -363,8 +363,10 @@ impl<B: FusedOps> ExpertParallel<B> {
             .into_iter()
             .zip(routings)
             .map(|(y, routing)| {
-                y.zip(routing)
-                    .map(|(y, r)| (y, Moe::aux_loss(&r.probs.clone().get(), r.fraction(), dims)))
+                y.zip(routing).map(|(y, r)| {
+                    let fraction = r.fraction();
+                    (y, Moe::aux_loss(r.probs.get(), fraction, dims))
+                })
             })
             .collect()
     }

@@ -688,9 +688,9 @@ impl<B: FusedOps> Moe<B> {
 
     /// The load-balancing loss of a routing (Switch style: experts times the dot product of
     /// each expert's routed fraction and mean router probability).
-    pub fn aux_loss(probs: &Tensor<B, 2>, fraction: Tensor<B, 1>, dims: &Dims) -> Tensor<B, 1> {
+    pub fn aux_loss(probs: Tensor<B, 2>, fraction: Tensor<B, 1>, dims: &Dims) -> Tensor<B, 1> {
         let e = dims.experts;
-        let mean_prob = probs.clone().mean_dim(0).reshape([e]);
+        let mean_prob = probs.mean_dim(0).reshape([e]);
         (fraction * mean_prob).sum() * e as f64
     }
 
@@ -706,10 +706,7 @@ impl<B: FusedOps> Moe<B> {
             None => routing.fraction(),
         };
         let out = self.experts.forward(x, &routing, k);
-        (
-            out,
-            Self::aux_loss(&routing.probs.clone().get(), fraction, dims),
-        )
+        (out, Self::aux_loss(routing.probs.get(), fraction, dims))
     }
 }
 

@@ -77,10 +77,7 @@ pub fn rotary_embedding(
     check_rotary_embedding(q, k, cos_sin, rows)?;
     let ([t, nq, d], nk) = ([q.shape()[0], q.shape()[1], q.shape()[2]], k.shape()[1]);
     let ctx = q.ctx();
-    let rows = match rows.dtype {
-        DataType::I64 => rows.clone(),
-        _ => crate::ops::copy::cast(rows, DataType::I64)?,
-    };
+    let rows = crate::ops::copy::cast(rows, DataType::I64)?;
     let (q2, k2) = (
         reshape_view(q, vec![t, nq * d])?,
         reshape_view(k, vec![t, nk * d])?,
