@@ -582,3 +582,48 @@ fn rotary_embedding_refuses_operands_that_disagree_naming_the_shapes() {
         "{message}"
     );
 }
+
+/// SwiGLU of gate and up features side by side is one aclnnSwiGlu, equal to burn-flex's
+/// composition in every float type, on a strided input too (a transposed matmul result).
+#[test]
+fn swiglu_is_one_launch_and_matches_the_composition() {
+    use burn_ascend::emulator::aclnn_launches_of;
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (rows, n) in [(1, 2 * 768), (5, 2 * 96), (3, 2)] {
+            // Values up to about 6 in magnitude: silu's curve and its saturation both show.
+            let x: Vec<f32> = waves(rows * n, 3).into_iter().map(|v| 6.0 * v).collect();
+            let x = TensorData::new(x, [rows, n]).convert_dtype(dtype);
+            let want = fused::swiglu(float::<burn_flex::Flex, 2>(&x, dtype, &flex()));
+            let before = aclnn_launches_of("aclnnSwiGlu");
+            let got = fused::swiglu(float::<Ascend, 2>(&x, dtype, &ascend()));
+            let case = format!("{dtype:?} [{rows}, {n}]");
+            assert_eq!(aclnn_launches_of("aclnnSwiGlu") - before, 1, "{case}");
+            let got = got.into_data();
+            assert_eq!(got.dtype, dtype, "{case}: keeps its dtype");
+            assert_eq!(got.shape.to_vec(), vec![rows, n / 2], "{case}");
+            assert_close(&case, got, want.into_data(), tolerance(dtype));
+        }
+        // `[n, rows]` transposed: the operator takes contiguous operands, the op copies first.
+        let x = TensorData::new(waves(64 * 3, 4), [64, 3]).convert_dtype(dtype);
+        let want = fused::swiglu(float::<burn_flex::Flex, 2>(&x, dtype, &flex()).transpose());
+        let got = fused::swiglu(float::<Ascend, 2>(&x, dtype, &ascend()).transpose());
+        assert_close(
+            &format!("{dtype:?} transposed"),
+            got.into_data(),
+            want.into_data(),
+            tolerance(dtype),
+        );
+    }
+}
+
+/// An odd feature count cannot be split into gate and up halves: refused at the call, naming
+/// the op and the shape.
+#[test]
+fn swiglu_refuses_an_odd_last_dim_naming_the_shape() {
+    let x = Tensor::<Ascend, 2>::zeros([2, 7], &ascend());
+    let message = panic_message(|| fused::swiglu(x));
+    assert!(
+        message.contains("swiglu") && message.contains("[2, 7]"),
+        "{message}"
+    );
+}

@@ -18,6 +18,7 @@ mod quant;
 mod rms_norm;
 mod rope;
 mod routing;
+mod swiglu;
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -56,6 +57,7 @@ pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_backward};
 pub use rms_norm::{check_add_rms_norm, check_rms_norm, check_rms_norm_backward};
 pub use rope::{check_rotary_embedding, rope_available, rope_fits, rotary_embedding};
 pub use routing::{cann_moe_init_routing, cann_moe_token_unpermute, CannRouting};
+pub use swiglu::{check_swiglu, swiglu, swiglu_available, swiglu_fits};
 
 use super::broadcast::invalid_input;
 use super::tensor::AscendTensor;

@@ -3,6 +3,7 @@
 //! directly to run the reference composition on the same device as the kernel it checks.
 
 use super::*;
+use burn_tensor::activation::silu;
 
 pub use super::paged::{
     composed_alloc_extend as alloc_extend, composed_decode_attention as decode_attention,
@@ -225,6 +226,19 @@ pub fn rotary_embedding<B: Backend>(
         prim(x * cos.clone() + rotated * sin.clone())
     };
     (turn(q), turn(k))
+}
+
+/// The composed default of [`FusedOps::swiglu`]: x's rows as a matrix, silu of the first
+/// half of each times the second.
+pub fn swiglu<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+    let mut shape = x.shape().to_vec();
+    let n = shape.pop().unwrap_or(0);
+    let rows = shape.iter().product::<usize>();
+    let x = float::<B, 2>(x).reshape([rows, n]);
+    let half = n / 2;
+    let y = silu(x.clone().narrow(1, 0, half)) * x.narrow(1, half, half);
+    shape.push(half);
+    B::float_reshape(prim(y), shape.into())
 }
 
 /// The composed default of [`FusedOps::moe_scatter`].

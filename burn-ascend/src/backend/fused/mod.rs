@@ -306,6 +306,19 @@ pub trait FusedOps: Backend {
         composed::rotary_embedding::<Self>(q, k, cos_sin, rows)
     }
 
+    /// SwiGLU of gate and up projections computed side by side: `silu(x[.., :N]) * x[.., N:]`
+    /// for `x [.., 2N]` (one matmul by the gate and up weights concatenated along their
+    /// outputs, gate first, as vLLM's `gate_up_proj`), `[.., N]` in x's dtype. On `Ascend` one
+    /// aclnnSwiGlu (CANN 8.1.RC1 on), computing each element in f32 with one rounding; the
+    /// composed default rounds each step in x's dtype.
+    ///
+    /// Invalid input: a non-float x, or one whose last dim is odd, fails at the call with an
+    /// error naming `swiglu` and the shape on `Ascend`; the composed default leaves it to the
+    /// backend's ops.
+    fn swiglu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        composed::swiglu::<Self>(x)
+    }
+
     /// `out[i] = x[indices[i] / top_k]` for `x [T, H]` and a permutation `indices [T*K]`.
     ///
     /// Invalid input: on `Ascend` an index outside `[0, T*K)` is an AI Core error naming it
@@ -784,6 +797,14 @@ impl FusedOps for Ascend {
             "rotary_embedding",
             fused::rotary_embedding(&q, &k, &cos_sin, &rows),
         )
+    }
+
+    fn swiglu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        if !fused::swiglu_fits(&x) || !fused::swiglu_available(&x) {
+            run("swiglu", fused::check_swiglu(&x));
+            return composed::swiglu::<Self>(x);
+        }
+        run("swiglu", fused::swiglu(&x))
     }
 
     fn moe_gather(
@@ -1295,6 +1316,11 @@ pub fn rotary_embedding<B: FusedOps>(
 ) -> (Tensor<B, 3>, Tensor<B, 3>) {
     let (q, k) = B::rotary_embedding(prim(q), prim(k), prim(cos_sin), rows.into_primitive());
     (float(q), float(k))
+}
+
+/// `silu(x[.., :N]) * x[.., N:]` for `x [.., 2N]`: see [`FusedOps::swiglu`].
+pub fn swiglu<B: FusedOps, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    float(B::swiglu(prim(x)))
 }
 
 /// Residual add and RMS norm over the last dim: `(y, rstd, x)` where `x = x1 + x2` is the
