@@ -21,7 +21,7 @@ use burn_ascend::ops::AscendTensor;
 use burn_ascend::{fused, Ascend, AscendDevice};
 use burn_ascend_llm::families::blocks::quant::Quantize;
 use burn_ascend_llm::moe::model::{
-    routed_experts, routed_experts_quantized, QuantizedExperts, Routing,
+    gate_up, routed_experts, routed_experts_quantized, QuantizedExperts, Routing,
 };
 use burn_ascend_suite::host_values::host_values;
 use burn_flex::{Flex, FlexDevice};
@@ -936,7 +936,8 @@ fn quantised_experts_follow_the_float_experts_within_the_quantisation_error() {
     let x = float::<Ascend, 2>(&host_values(vec![t, h], 41), DType::F32, &d);
     let r = routing::<Ascend>(t, e, k, &d);
     let weights = expert_weights::<Ascend>(e, h, f, &d);
-    let reference = routed_experts(x.clone(), &r, k, weights.clone()).into_data();
+    let [gate, up, down] = weights.clone();
+    let reference = routed_experts(x.clone(), &r, k, [gate_up(gate, up), down]).into_data();
     // Error budget, relative to the output's norm: each int8 quantisation of a row or channel
     // with max |v| errs by at most max|v| / 254 per element, for these near-uniform values a
     // relative RMS error of at most (1/254) * (max / rms) ~ 0.7%; bf16 rounds each of the
@@ -969,12 +970,16 @@ fn quantised_experts_on_the_npu_equal_their_composition_on_flex() {
         let reference = routed_experts_quantized(x, &routing::<Flex>(t, e, k, &fd), k, &q);
         (npu.into_data(), reference.into_data())
     };
-    for mode in [Quantize::W8A8, Quantize::W8A16] {
+    // The same integer math; only bf16 roundings of the float steps in another order: the
+    // NPU's SwiGLU (aclnnSwiGlu) rounds once from f32 where the composition rounds the silu and
+    // the product, and the weighted sum. W8A8 then quantises the SwiGLU's output per row: an
+    // element a bf16 ulp (2^-8) moved across a rounding boundary moves one int8 step, 1/127 of
+    // its row's largest, which with these near-uniform rows errs by up to about 1% at worst.
+    for (mode, bound) in [(Quantize::W8A8, 1e-2), (Quantize::W8A16, 4e-3)] {
         let (got, want) = run(mode);
-        // The same integer math; only bf16 roundings of the float steps (SwiGLU, the weighted
-        // sum) in another order, and the int8 steps a one-ulp bf16 difference may move by one.
         let err = relative(got, want);
-        assert!(err < 4e-3, "{mode:?}: relative difference {err}");
+        eprintln!("{mode:?}: relative difference {err}");
+        assert!(err < bound, "{mode:?}: relative difference {err}");
     }
 }
 

@@ -179,8 +179,9 @@ fn modelslim_w8a8_static_and_dynamic_agree_with_the_dequantized_reference() {
     // Static W8A8 quantizes its activations with the calibrated scale (Burn ops), dynamic
     // W8A8 with aclnnDynamicQuant: fewer DynamicQuant than QuantMatmulV4 runs, none of W8A16.
     assert!(qmm > 0 && dq < qmm && wqbmm == 0, "{a:?}");
-    // The routed experts run W8A8_DYNAMIC: rows gathered and quantized in one operator.
-    assert!(init_q > 0 && gmm == 3 * init_q, "{a:?}");
+    // The routed experts run W8A8_DYNAMIC: rows gathered and quantized in one operator, then
+    // two grouped matmuls (gate and up side by side, down).
+    assert!(init_q > 0 && gmm == 2 * init_q, "{a:?}");
 }
 
 #[test]
@@ -195,7 +196,7 @@ fn modelslim_w8a16_with_offsets_agrees_with_the_dequantized_reference() {
     // Attention on WeightQuantBatchMatmulV2 (but layer 0's FLOAT o_proj), experts W8A8_DYNAMIC:
     // QuantMatmulV4 never runs (no dense W8A8 layer), one DynamicQuant per MoE layer.
     assert!(wqbmm > 0 && qmm == 0 && init_q > 0 && dq == init_q, "{a:?}");
-    assert_eq!(gmm, 3 * init_q, "{a:?}");
+    assert_eq!(gmm, 2 * init_q, "{a:?}");
 }
 
 #[test]
@@ -209,7 +210,7 @@ fn compressed_tensors_w8a8_agrees_with_the_dequantized_reference() {
     let [qmm, dq, wqbmm, init_q, gmm, _] = a.runs;
     // Every projection dynamic per token: one DynamicQuant per QuantMatmulV4 and per MoE layer.
     assert!(qmm > 0 && wqbmm == 0 && dq == qmm + init_q, "{a:?}");
-    assert_eq!(gmm, 3 * init_q, "{a:?}");
+    assert_eq!(gmm, 2 * init_q, "{a:?}");
 }
 
 #[test]
@@ -231,7 +232,10 @@ fn fp8_blocks_dequantize_to_the_reference_and_quantize_to_w8a8() {
     let a = check("fp8_deepseek_v3", "FP8", LoadOptions::default());
     let [qmm, dq, wqbmm, init_q, _, _] = a.runs;
     assert_eq!(qmm + dq + wqbmm + init_q, 0, "FP8 serves float: {a:?}");
-    assert!(a.prompts == 1.0 && a.ppl_increase.abs() < 1e-2, "{a:?}");
+    // Perplexity within 2 %: measured -1.3 % since the SwiGLU rounds once from f32
+    // (aclnnSwiGlu) where the reference rounds the silu and the product to bf16; within 1 %
+    // with the composed SwiGLU.
+    assert!(a.prompts == 1.0 && a.ppl_increase.abs() < 2e-2, "{a:?}");
     // With --quantize w8a8: each layer quantized as it loads, on the int8 operators.
     let options = LoadOptions {
         dtype: None,

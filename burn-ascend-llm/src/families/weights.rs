@@ -29,7 +29,7 @@ use rayon::prelude::*;
 use super::blocks::quant::{Projection, QuantLinear, StaticInput};
 use super::prequant::{Int8, LinearKind, ModelSlim, Plan, Storage};
 use super::LoadError;
-use crate::moe::model::{Experts, QuantizedExperts, QuantizedProjection};
+use crate::moe::model::{gate_up, Experts, QuantizedExperts, QuantizedProjection};
 
 /// The tensors a model is made of: `(name, shape)` as a float checkpoint stores them, and which
 /// of them are linear layers' weights (a pre-quantized checkpoint stores those in its format:
@@ -577,7 +577,8 @@ impl<'a, B: Backend> Source<'a, B> {
     }
 
     /// The routed experts `experts` (a range of the layer's) `[gate, up, down]` (`names[i](e)`
-    /// naming expert `e`'s weight `[out, in]`), float (FP8 dequantized) or int8 as stored.
+    /// naming expert `e`'s weight `[out, in]`), float (FP8 dequantized) or int8 as stored, gate
+    /// and up side by side (`moe::model::gate_up`).
     /// Every expert's three projections must be stored alike (vllm-ascend's FusedMoE takes one
     /// scheme per layer).
     pub fn expert_set(
@@ -604,8 +605,9 @@ impl<'a, B: Backend> Source<'a, B> {
         }
         match first {
             Storage::Float => {
-                let [g, u, d] = names.map(|n| self.experts(n, experts.clone()));
-                Ok(Experts::new(g?, u?, d?))
+                let [g, u, d] = names;
+                let gate_up = self.experts(&[g, u], experts.clone())?;
+                Ok(Experts::new(gate_up, self.experts(&[d], experts)?))
             }
             Storage::Fp8 { block } => {
                 let load = |n: &dyn Fn(usize) -> String| -> Result<_, LoadError> {
@@ -617,7 +619,8 @@ impl<'a, B: Backend> Source<'a, B> {
                     Ok(Param::from_tensor(join(chunks)))
                 };
                 let [g, u, d] = names.map(load);
-                Ok(Experts::new(g?, u?, d?))
+                let gate_up = gate_up(g?.val(), u?.val());
+                Ok(Experts::new(Param::from_tensor(gate_up), d?))
             }
             Storage::Int8(int8) => {
                 let mode = int8.mode();
@@ -641,8 +644,19 @@ impl<'a, B: Backend> Source<'a, B> {
                     ))
                 };
                 let [g, u, d] = names.map(load);
+                let (g, u) = (g?, u?);
+                if g.offsets.is_some() != u.offsets.is_some() {
+                    return Err(LoadError::Quantized {
+                        tensor: names[1](experts.start),
+                        why: format!(
+                            "weight offsets stored for only one of it and {}: a layer's gate and \
+                             up projections are quantized alike",
+                            names[0](experts.start)
+                        ),
+                    });
+                }
                 Ok(Experts::Quantized(QuantizedExperts {
-                    projections: [g?, u?, d?],
+                    projections: [QuantizedProjection::gate_up(g, u), d?],
                     mode,
                     dtype: self.dtype,
                 }))
@@ -709,100 +723,90 @@ impl<'a, B: Backend> Source<'a, B> {
         })
     }
 
-    /// The weights `name(e) [out, in]` of the experts `experts` (a range of the layer's),
-    /// stacked `[experts.len(), in, out]`: a view of them stacked as stored, which the grouped
-    /// matmul takes transposed (aclnnGroupedMatmulV4, "支持weight转置").
+    /// The weights `names[j](e) [out, in]` of the experts `experts` (a range of the layer's),
+    /// each expert's weights one after the other along their outputs (`[gate, up]`: its gate
+    /// rows, then its up rows), stacked `[experts.len(), in, names.len() * out]`: a view of them
+    /// stacked as stored, which the grouped matmul takes transposed (aclnnGroupedMatmulV4,
+    /// "支持weight转置").
     pub fn experts(
         &self,
-        name: impl Fn(usize) -> String,
+        names: &[&dyn Fn(usize) -> String],
         experts: Range<usize>,
     ) -> Result<Param<Tensor<B, 3>>, LoadError> {
+        let first_name = names[0](experts.start);
         if experts.is_empty() {
             return Err(LoadError::Config {
                 model_type: "(experts)".into(),
-                why: format!("{} names no expert (experts {experts:?})", name(0)),
+                why: format!("{first_name} names no expert (experts {experts:?})"),
             });
         }
-        let first = self.tensors.stored(&name(experts.start))?;
+        let first = self.tensors.stored(&first_name)?;
         let [out, d_in] = matrix(&first.shape);
         let (dtype, matrix_bytes) = (first.dtype, first.bytes.len());
-        let per_chunk = (EXPERT_CHUNK_BYTES / matrix_bytes.max(1)).clamp(1, experts.len());
+        let expert_bytes = names.len() * matrix_bytes;
+        let per_chunk = (EXPERT_CHUNK_BYTES / expert_bytes.max(1)).clamp(1, experts.len());
         let mut chunks = Vec::new();
         for start in experts.clone().step_by(per_chunk) {
             let n = per_chunk.min(experts.end - start);
-            let mut bytes = self.scratch(n * matrix_bytes, false);
+            let mut bytes = self.scratch(n * expert_bytes, false);
             for (i, to) in bytes.chunks_exact_mut(matrix_bytes).enumerate() {
-                let w = self.tensors.stored(&name(start + i))?;
+                let name = names[i % names.len()](start + i / names.len());
+                let w = self.tensors.stored(&name)?;
                 if w.shape != first.shape || w.dtype != dtype {
                     return Err(LoadError::Config {
                         model_type: "(experts)".into(),
                         why: format!(
-                            "{} is {:?} {:?}, {} is {:?} {dtype:?}",
-                            name(start + i),
-                            w.shape,
-                            w.dtype,
-                            name(experts.start),
-                            first.shape
+                            "{name} is {:?} {:?}, {first_name} is {:?} {dtype:?}",
+                            w.shape, w.dtype, first.shape
                         ),
                     });
                 }
                 self.count(matrix_bytes);
                 to.copy_from_slice(&w.bytes);
             }
-            chunks.push(self.upload::<3>(&bytes, [n, out, d_in], dtype));
+            let rows = names.len() * out;
+            chunks.push(self.upload::<3>(&bytes, [n, rows, d_in], dtype));
         }
         Ok(Param::from_tensor(join(chunks).swap_dims(1, 2)))
     }
 
     /// The experts' weights of the fused layout transformers 5.x can write: one tensor `name`
-    /// `[E, parts * out, in]` whose rows are `parts` weights `[out, in]` of each expert one after
-    /// the other (`gate_up_proj`: the gate's rows, then the up projection's). Each part of the
-    /// experts `experts` (a range of the E) stacked `[experts.len(), in, out]`, as a transposed
-    /// view like [`Self::experts`].
+    /// `[E, rows, in]` (`gate_up_proj`: each expert's gate rows, then its up rows, the layout
+    /// `moe::model::gate_up` computes with). The experts `experts` (a range of the E) stacked
+    /// `[experts.len(), in, rows]`, as a transposed view like [`Self::experts`]: their bytes lie
+    /// together in the file, uploaded as they are.
     pub fn fused_experts(
         &self,
         name: &str,
-        parts: usize,
         experts: Range<usize>,
-    ) -> Result<Vec<Param<Tensor<B, 3>>>, LoadError> {
+    ) -> Result<Param<Tensor<B, 3>>, LoadError> {
         let t = self.tensors.stored(name)?;
         let (rows, d_in) = match t.shape[..] {
-            [e, rows, d_in] if rows % parts == 0 && experts.end <= e && !experts.is_empty() => {
-                (rows, d_in)
-            }
+            [e, rows, d_in] if experts.end <= e && !experts.is_empty() => (rows, d_in),
             _ => {
                 return Err(LoadError::Config {
                     model_type: "(experts)".into(),
                     why: format!(
-                        "{name} of shape {:?} is not [experts, {parts} x out, in] holding \
-                         experts {experts:?}",
+                        "{name} of shape {:?} is not [experts, out, in] holding experts \
+                         {experts:?}",
                         t.shape
                     ),
                 })
             }
         };
-        let (out, size) = (rows / parts, t.dtype.size());
-        let matrix_bytes = out * d_in * size;
+        let matrix_bytes = rows * d_in * t.dtype.size();
         let per_chunk = (EXPERT_CHUNK_BYTES / matrix_bytes.max(1)).clamp(1, experts.len());
-        Ok((0..parts)
-            .map(|part| {
-                let chunks = experts
-                    .clone()
-                    .step_by(per_chunk)
-                    .map(|first| {
-                        let n = per_chunk.min(experts.end - first);
-                        let mut bytes = self.scratch(n * matrix_bytes, false);
-                        self.count(bytes.len());
-                        for (i, to) in bytes.chunks_exact_mut(matrix_bytes).enumerate() {
-                            let at = ((first + i) * parts + part) * matrix_bytes;
-                            to.copy_from_slice(&t.bytes[at..at + matrix_bytes]);
-                        }
-                        self.upload::<3>(&bytes, [n, out, d_in], t.dtype)
-                    })
-                    .collect();
-                Param::from_tensor(join(chunks).swap_dims(1, 2))
+        let chunks = experts
+            .clone()
+            .step_by(per_chunk)
+            .map(|first| {
+                let n = per_chunk.min(experts.end - first);
+                let bytes = &t.bytes[first * matrix_bytes..(first + n) * matrix_bytes];
+                self.count(bytes.len());
+                self.upload::<3>(bytes, [n, rows, d_in], t.dtype)
             })
-            .collect())
+            .collect();
+        Ok(Param::from_tensor(join(chunks).swap_dims(1, 2)))
     }
 }
 

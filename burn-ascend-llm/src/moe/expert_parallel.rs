@@ -284,11 +284,7 @@ impl<B: FusedOps + CollectiveOps> ExpertParallel<B> {
                     };
                     Moe {
                         router: moe.router.clone().to_device(device),
-                        experts: Experts::new(
-                            part(&float.gate),
-                            part(&float.up),
-                            part(&float.down),
-                        ),
+                        experts: Experts::new(part(&float.gate_up), part(&float.down)),
                         parallel: Parallel::default(),
                     }
                 })

@@ -7,7 +7,7 @@
 
 use burn::module::{Module, Param, ParamId};
 use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
-use burn::tensor::activation::{silu, softmax};
+use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
@@ -359,16 +359,32 @@ pub fn rows_per_expert<B: Backend>(ids: Tensor<B, 1, Int>, experts: usize) -> Te
 }
 
 /// `x [T, H]` through the experts `routing` chose (`k` per token): its rows gathered by expert,
-/// the experts' SwiGLU, the results scattered back to their tokens, weighted.
+/// the experts' SwiGLU (`gate_up [E, H, 2F]` as [`gate_up`] lays them out, `down [E, F, H]`),
+/// the results scattered back to their tokens, weighted.
 pub fn routed_experts<B: FusedOps>(
     x: Tensor<B, 2>,
     routing: &Routing<B>,
     k: usize,
-    [gate, up, down]: [Tensor<B, 3>; 3],
+    [gate_up, down]: [Tensor<B, 3>; 2],
 ) -> Tensor<B, 2> {
     let rows = fused::moe_gather(x, routing.order.clone(), k);
-    let y = swiglu_experts(rows, gate, up, down, routing.group_sizes.clone());
+    let y = swiglu_experts(rows, gate_up, down, routing.group_sizes.clone());
     fused::moe_scatter(y, routing.order.clone(), Some(routing.weights.clone()), k)
+}
+
+/// Gate and up weights `[E, H, F]` side by side, `[E, H, 2F]`: each expert's gate features,
+/// then its up features (vLLM's `w13` order), so one grouped matmul computes both and
+/// [`fused::swiglu`] joins them. Stacked along the features of their `[E, F, H]` views: a
+/// loaded weight (a transposed view of the checkpoint's rows) is copied as it lies and stays
+/// a transposed view.
+pub fn gate_up<B: Backend>(gate: Tensor<B, 3>, up: Tensor<B, 3>) -> Tensor<B, 3> {
+    Tensor::cat(vec![gate.swap_dims(1, 2), up.swap_dims(1, 2)], 1).swap_dims(1, 2)
+}
+
+/// The gate and up halves `[E, H, F]` of [`gate_up`]'s `[E, H, 2F]` (views).
+pub fn split_gate_up<B: Backend>(gate_up: Tensor<B, 3>) -> [Tensor<B, 3>; 2] {
+    let f = gate_up.dims()[2] / 2;
+    [gate_up.clone().narrow(2, 0, f), gate_up.narrow(2, f, f)]
 }
 
 /// One projection's experts quantised per output channel: int8 `[E, K, N]` and f32 `[E, N]`.
@@ -409,17 +425,42 @@ impl<B: Backend> QuantizedProjection<B> {
         }
     }
 
+    /// Gate and up projections side by side ([`gate_up`]'s layout): weights, scales and
+    /// offsets joined along their output channels, on the device (each channel keeps its
+    /// scale). Both have offsets or neither.
+    pub fn gate_up(gate: Self, up: Self) -> Self {
+        let param = |t| Param::initialized(ParamId::new(), t);
+        let join = |a: Param<Tensor<B, 2>>, b: Param<Tensor<B, 2>>| {
+            param(Tensor::cat(vec![a.val(), b.val()], 1))
+        };
+        let pair = |a: Option<Param<Tensor<B, 2>>>, b: Option<Param<Tensor<B, 2>>>| match (a, b) {
+            (Some(a), Some(b)) => Some(join(a, b)),
+            (None, None) => None,
+            _ => panic!("gate and up projections of one layer are quantized alike"),
+        };
+        Self {
+            weights: Param::initialized(
+                ParamId::new(),
+                Tensor::cat(vec![gate.weights.val(), up.weights.val()], 2),
+            ),
+            scales: join(gate.scales, up.scales),
+            operator_scales: pair(gate.operator_scales, up.operator_scales),
+            offsets: pair(gate.offsets, up.offsets),
+        }
+    }
+
     /// The scales as the grouped matmul takes them.
     fn operator_scales(&self) -> Tensor<B, 2> {
         self.operator_scales.as_ref().unwrap_or(&self.scales).val()
     }
 }
 
-/// The experts' gate, up and down projections quantised for [`routed_experts_quantized`].
+/// The experts' gate and up projections (side by side, [`gate_up`]) and down projection
+/// quantised for [`routed_experts_quantized`].
 #[derive(Module, Debug)]
 pub struct QuantizedExperts<B: Backend> {
-    /// `[E, H, F]`, `[E, H, F]` and `[E, F, H]` quantised.
-    pub projections: [QuantizedProjection<B>; 3],
+    /// `[E, H, 2F]` and `[E, F, H]` quantised.
+    pub projections: [QuantizedProjection<B>; 2],
     /// Which quantised path the experts run.
     #[module(skip)]
     pub mode: Quantize,
@@ -430,7 +471,14 @@ pub struct QuantizedExperts<B: Backend> {
 
 impl<B: Backend> QuantizedExperts<B> {
     /// Quantises float expert weights `[gate, up, down]` per output channel, on the device.
-    pub fn quantize(weights: [Tensor<B, 3>; 3], mode: Quantize) -> Self {
+    pub fn quantize([gate, up, down]: [Tensor<B, 3>; 3], mode: Quantize) -> Self {
+        Self::quantize_gate_up([gate_up(gate, up), down], mode)
+    }
+
+    /// Quantises float expert weights `[gate_up, down]` ([`gate_up`]'s layout) per output
+    /// channel, on the device: each channel has its own scale, so gate and up quantise as
+    /// they would apart.
+    pub fn quantize_gate_up(weights: [Tensor<B, 3>; 2], mode: Quantize) -> Self {
         let dtype = weights[0].dtype();
         let projections = weights.map(|w| {
             let (weights, scales) = fused::quantize_weight_per_channel::<B, 3, 2>(w);
@@ -443,9 +491,9 @@ impl<B: Backend> QuantizedExperts<B> {
         }
     }
 
-    /// The weights `[gate, up, down]` they compute with, dequantized on the device (int8 times
+    /// The weights `[gate_up, down]` they compute with, dequantized on the device (int8 times
     /// the channel's scale, in f32) and cast to the float type they had.
-    pub fn dequantized(&self) -> [Tensor<B, 3>; 3] {
+    pub fn dequantized(&self) -> [Tensor<B, 3>; 2] {
         self.projections.each_ref().map(|p| {
             let mut w = p.weights.val().float().cast(DType::F32);
             if let Some(o) = &p.offsets {
@@ -459,10 +507,8 @@ impl<B: Backend> QuantizedExperts<B> {
 /// Routed experts' stacked float weights.
 #[derive(Module, Debug)]
 pub struct ExpertWeights<B: Backend> {
-    /// `[E, H, F]`
-    pub gate: Param<Tensor<B, 3>>,
-    /// `[E, H, F]`
-    pub up: Param<Tensor<B, 3>>,
+    /// `[E, H, 2F]`: gate and up side by side ([`gate_up`]).
+    pub gate_up: Param<Tensor<B, 3>>,
     /// `[E, F, H]`
     pub down: Param<Tensor<B, 3>>,
 }
@@ -482,21 +528,17 @@ pub enum Experts<B: Backend> {
 }
 
 impl<B: Backend> Experts<B> {
-    /// Float experts `gate [E, H, F]`, `up [E, H, F]`, `down [E, F, H]`.
-    pub fn new(
-        gate: Param<Tensor<B, 3>>,
-        up: Param<Tensor<B, 3>>,
-        down: Param<Tensor<B, 3>>,
-    ) -> Self {
-        Experts::Float(ExpertWeights { gate, up, down })
+    /// Float experts `gate_up [E, H, 2F]` ([`gate_up`]'s layout) and `down [E, F, H]`.
+    pub fn new(gate_up: Param<Tensor<B, 3>>, down: Param<Tensor<B, 3>>) -> Self {
+        Experts::Float(ExpertWeights { gate_up, down })
     }
 
     /// The experts quantized per output channel on the device (quantized ones stay as they
     /// are).
     pub fn quantize(self, mode: Quantize) -> Self {
         match self {
-            Experts::Float(w) => Experts::Quantized(QuantizedExperts::quantize(
-                [w.gate.val(), w.up.val(), w.down.val()],
+            Experts::Float(w) => Experts::Quantized(QuantizedExperts::quantize_gate_up(
+                [w.gate_up.val(), w.down.val()],
                 mode,
             )),
             q => q,
@@ -514,7 +556,7 @@ impl<B: Backend> Experts<B> {
     /// The device the weights are on.
     pub fn device(&self) -> B::Device {
         match self {
-            Experts::Float(w) => w.gate.val().device(),
+            Experts::Float(w) => w.gate_up.val().device(),
             Experts::Quantized(q) => q.projections[0].weights.val().device(),
         }
     }
@@ -522,10 +564,12 @@ impl<B: Backend> Experts<B> {
     /// The weights `[gate, up, down]` the experts compute with, in their float type: quantized
     /// ones dequantized on the device.
     pub fn weights(&self) -> [Tensor<B, 3>; 3] {
-        match self {
-            Experts::Float(w) => [w.gate.val(), w.up.val(), w.down.val()],
+        let [gate_up, down] = match self {
+            Experts::Float(w) => [w.gate_up.val(), w.down.val()],
             Experts::Quantized(q) => q.dequantized(),
-        }
+        };
+        let [gate, up] = split_gate_up(gate_up);
+        [gate, up, down]
     }
 }
 
@@ -533,9 +577,7 @@ impl<B: FusedOps> Experts<B> {
     /// `x [T, H]` through the experts `routing` chose (`k` per token), weighted, per token.
     pub fn forward(&self, x: Tensor<B, 2>, routing: &Routing<B>, k: usize) -> Tensor<B, 2> {
         match self {
-            Experts::Float(w) => {
-                routed_experts(x, routing, k, [w.gate.val(), w.up.val(), w.down.val()])
-            }
+            Experts::Float(w) => routed_experts(x, routing, k, [w.gate_up.val(), w.down.val()]),
             Experts::Quantized(q) => routed_experts_quantized(x, routing, k, q),
         }
     }
@@ -545,9 +587,7 @@ impl<B: FusedOps> Experts<B> {
     /// the rows' dtype.
     pub fn grouped(&self, rows: Tensor<B, 2>, group_sizes: Tensor<B, 1, Int>) -> Tensor<B, 2> {
         match self {
-            Experts::Float(w) => {
-                swiglu_experts(rows, w.gate.val(), w.up.val(), w.down.val(), group_sizes)
-            }
+            Experts::Float(w) => swiglu_experts(rows, w.gate_up.val(), w.down.val(), group_sizes),
             Experts::Quantized(q) => {
                 let dtype = rows.dtype();
                 let compute = quant_compute_type(dtype);
@@ -616,14 +656,13 @@ fn quantized_swiglu_a8<B: FusedOps>(
     group_sizes: Tensor<B, 1, Int>,
     compute: DType,
 ) -> Tensor<B, 2> {
-    let [gate, up, down] = &experts.projections;
+    let [gate_up, down] = &experts.projections;
     let project = |p: &QuantizedProjection<B>, x, x_scale| {
         let (w, s) = (p.weights.val(), p.operator_scales());
         fused::grouped_matmul_quant(x, w, s, Some(x_scale), group_sizes.clone(), compute)
     };
-    let g = project(gate, x.clone(), x_scale.clone());
-    let u = project(up, x, x_scale);
-    let (h, h_scale) = fused::dynamic_quant::<B, 2, 1>(silu(g) * u, None);
+    let gu = project(gate_up, x, x_scale);
+    let (h, h_scale) = fused::dynamic_quant::<B, 2, 1>(fused::swiglu(gu), None);
     project(down, h, h_scale)
 }
 
@@ -635,29 +674,26 @@ fn quantized_swiglu_a16<B: FusedOps>(
     group_sizes: Tensor<B, 1, Int>,
 ) -> Tensor<B, 2> {
     let compute = rows.dtype();
-    let [gate, up, down] = &experts.projections;
+    let [gate_up, down] = &experts.projections;
     let project = |p: &QuantizedProjection<B>, x| {
         let (w, s) = (p.weights.val(), p.operator_scales().cast(compute));
         let offsets = p.offsets.as_ref().map(Param::val);
         fused::grouped_matmul_antiquant(x, w, s, offsets, group_sizes.clone())
     };
-    let g = project(gate, rows.clone());
-    let u = project(up, rows);
-    project(down, silu(g) * u)
+    project(down, fused::swiglu(project(gate_up, rows)))
 }
 
 /// The experts' SwiGLU over `rows [R, H]` grouped by expert (`group_sizes [E]`): one grouped
-/// matmul per projection.
+/// matmul by the gate and up weights side by side (`gate_up [E, H, 2F]`, [`gate_up`]), one
+/// SwiGLU, one grouped matmul by `down [E, F, H]`.
 pub fn swiglu_experts<B: FusedOps>(
     rows: Tensor<B, 2>,
-    gate: Tensor<B, 3>,
-    up: Tensor<B, 3>,
+    gate_up: Tensor<B, 3>,
     down: Tensor<B, 3>,
     group_sizes: Tensor<B, 1, Int>,
 ) -> Tensor<B, 2> {
-    let g = fused::grouped_matmul(rows.clone(), gate, group_sizes.clone());
-    let u = fused::grouped_matmul(rows, up, group_sizes.clone());
-    fused::grouped_matmul(silu(g) * u, down, group_sizes)
+    let gu = fused::grouped_matmul(rows, gate_up, group_sizes.clone());
+    fused::grouped_matmul(fused::swiglu(gu), down, group_sizes)
 }
 
 impl<B: FusedOps> Moe<B> {
@@ -672,7 +708,7 @@ impl<B: FusedOps> Moe<B> {
         };
         Self {
             router: LinearConfig::new(h, e).with_bias(false).init(device),
-            experts: Experts::new(init([e, h, f], h), init([e, h, f], h), init([e, f, h], f)),
+            experts: Experts::new(init([e, h, 2 * f], h), init([e, f, h], f)),
             parallel: Parallel::default(),
         }
     }

@@ -11,7 +11,9 @@ use burn_ascend_llm::engine::serve::{Request, ServeConfig};
 use burn_ascend_llm::families::blocks::quant::ProjectionRecord;
 use burn_ascend_llm::moe::config::MoeConfig;
 use burn_ascend_llm::moe::corpus;
-use burn_ascend_llm::moe::model::{ExpertsRecord, MoeDecoder as MoeDecoder21, NormRecord};
+use burn_ascend_llm::moe::model::{
+    split_gate_up, ExpertsRecord, MoeDecoder as MoeDecoder21, NormRecord,
+};
 use burn_ascend_llm::moe::train::{train, TrainConfig};
 use burn_ascend_remote_suite::moe::{BlockWeights, MoeSizes, NormWeights, Weights};
 use burn_autodiff::Autodiff;
@@ -115,6 +117,8 @@ pub fn weights(model: MoeDecoder21<Ascend>) -> Weights<TensorData> {
                 let ExpertsRecord::Float(experts) = b.moe.experts else {
                     panic!("the test's model is not quantized")
                 };
+                // Burn 0.21's experts keep gate and up side by side; the 0.22 program apart.
+                let [gate, up] = split_gate_up(experts.gate_up.val()).map(Param::from_tensor);
                 BlockWeights {
                     attn_norm: norm(b.attn_norm),
                     q: projection(b.attn.q),
@@ -123,8 +127,8 @@ pub fn weights(model: MoeDecoder21<Ascend>) -> Weights<TensorData> {
                     o: projection(b.attn.o),
                     ffn_norm: norm(b.ffn_norm),
                     router: data(b.moe.router.weight),
-                    gate: data(experts.gate),
-                    up: data(experts.up),
+                    gate: data(gate),
+                    up: data(up),
                     down: data(experts.down),
                 }
             })

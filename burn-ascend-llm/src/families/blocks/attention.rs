@@ -10,7 +10,7 @@ use burn_ascend::FusedOps;
 
 use super::mla::{Mla, MlaConfig};
 use super::norm::RmsNorm;
-use super::quant::{Projection, Quantize};
+use super::quant::{Projection, Projections, Quantize};
 use super::rope::{Rope, RotaryRows};
 use crate::engine::step::PagedAttention;
 use crate::families::parallel::Part;
@@ -108,9 +108,11 @@ impl AttentionSpec {
                 };
                 let bias = s.qkv_bias;
                 Attention::Gqa(Gqa {
-                    q: src.projection_part(&p("q_proj"), bias, heads(&q))?,
-                    k: src.projection_part(&p("k_proj"), bias, heads(&kv))?,
-                    v: src.projection_part(&p("v_proj"), bias, heads(&kv))?,
+                    qkv: Projections::new(vec![
+                        src.projection_part(&p("q_proj"), bias, heads(&q))?,
+                        src.projection_part(&p("k_proj"), bias, heads(&kv))?,
+                        src.projection_part(&p("v_proj"), bias, heads(&kv))?,
+                    ]),
                     o: src.projection_part(
                         &p("o_proj"),
                         s.o_bias,
@@ -136,9 +138,8 @@ impl AttentionSpec {
 /// Grouped-query attention with rope, optional q/k/v bias and per-head q/k RMS norms.
 #[derive(Module, Debug)]
 pub struct Gqa<B: Backend> {
-    q: Projection<B>,
-    k: Projection<B>,
-    v: Projection<B>,
+    /// q, k and v, side by side where they join (one matmul).
+    qkv: Projections<B>,
     o: Projection<B>,
     q_norm: Option<RmsNorm<B>>,
     k_norm: Option<RmsNorm<B>>,
@@ -156,10 +157,14 @@ impl<B: FusedOps> Gqa<B> {
     ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
         let s = &self.spec;
         let [b, t, _] = x.dims();
-        let heads =
-            |l: &Projection<B>, n: usize| l.forward(x.clone()).reshape([b, t, n, s.head_dim]);
-        let (mut q, mut k) = (heads(&self.q, s.q_heads), heads(&self.k, s.kv_heads));
-        let v = heads(&self.v, s.kv_heads);
+        let [q, k, v]: [Tensor<B, 3>; 3] = self
+            .qkv
+            .forward(x)
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("q, k and v"));
+        let heads = |y: Tensor<B, 3>, n: usize| y.reshape([b, t, n, s.head_dim]);
+        let (mut q, mut k) = (heads(q, s.q_heads), heads(k, s.kv_heads));
+        let v = heads(v, s.kv_heads);
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = qn.forward(q);
             k = kn.forward(k);
@@ -191,9 +196,7 @@ impl<B: FusedOps> Attention<B> {
         let gamma = || input_norm.weight.val();
         match self {
             Attention::Gqa(a) => Attention::Gqa(Gqa {
-                q: a.q.quantize_after_norm(mode, gamma()),
-                k: a.k.quantize_after_norm(mode, gamma()),
-                v: a.v.quantize_after_norm(mode, gamma()),
+                qkv: a.qkv.quantize_after_norm(mode, gamma()),
                 o: a.o.quantize(mode),
                 ..a
             }),
@@ -267,9 +270,7 @@ impl<B: FusedOps> Attention<B> {
         match self {
             Attention::Gqa(a) => {
                 let p = |n: &str| format!("{layer}.self_attn.{n}");
-                a.q.save(&p("q_proj"), out);
-                a.k.save(&p("k_proj"), out);
-                a.v.save(&p("v_proj"), out);
+                a.qkv.save(&["q_proj", "k_proj", "v_proj"].map(p), out);
                 a.o.save(&p("o_proj"), out);
                 if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
                     out.tensor(p("q_norm.weight"), &qn.weight);

@@ -7,9 +7,9 @@ use burn::nn::Linear;
 use burn::tensor::activation::{sigmoid, silu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
-use burn_ascend::FusedOps;
+use burn_ascend::{fused, FusedOps};
 
-use super::quant::{Projection, Quantize};
+use super::quant::{Projection, Projections, Quantize};
 use super::router::{Router, RouterProbs, RouterSpec, Routing};
 use crate::families::parallel::{Group, Part};
 use crate::families::weights::{Cut, Expected, Sink, Source};
@@ -62,18 +62,28 @@ pub enum FfnSpec {
     Sparse(MoeSpec),
 }
 
-/// A SwiGLU MLP: `down(silu(gate(x)) * up(x))`.
+/// A SwiGLU MLP: `down(silu(gate(x)) * up(x))`, gate and up side by side where they join
+/// (one matmul and one [`fused::swiglu`]).
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {
-    gate: Projection<B>,
-    up: Projection<B>,
+    gate_up: Projections<B>,
     down: Projection<B>,
 }
 
 impl<B: FusedOps> Mlp<B> {
     fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        self.down
-            .forward(silu(self.gate.forward(x.clone())) * self.up.forward(x))
+        let h = match self.gate_up.joined() {
+            Some(p) => fused::swiglu(p.forward(x)),
+            None => {
+                let [g, u]: [Tensor<B, 2>; 2] = self
+                    .gate_up
+                    .forward(x)
+                    .try_into()
+                    .unwrap_or_else(|_| unreachable!("gate and up"));
+                silu(g) * u
+            }
+        };
+        self.down.forward(h)
     }
 
     /// The MLP's intermediate features `inner` (all of them, or a rank's share: gate and up
@@ -89,9 +99,10 @@ impl<B: FusedOps> Mlp<B> {
             width: inner.len(),
             range: inner.clone(),
         };
+        let gate = src.projection_part(&format!("{prefix}.gate_proj"), false, columns.clone())?;
+        let up = src.projection_part(&format!("{prefix}.up_proj"), false, columns)?;
         Ok(Self {
-            gate: src.projection_part(&format!("{prefix}.gate_proj"), false, columns.clone())?,
-            up: src.projection_part(&format!("{prefix}.up_proj"), false, columns)?,
+            gate_up: Projections::new(vec![gate, up]),
             down: src.projection_part(
                 &format!("{prefix}.down_proj"),
                 false,
@@ -105,15 +116,14 @@ impl<B: FusedOps> Mlp<B> {
 
     fn quantize(self, mode: Quantize) -> Self {
         Self {
-            gate: self.gate.quantize(mode),
-            up: self.up.quantize(mode),
+            gate_up: self.gate_up.quantize(mode),
             down: self.down.quantize(mode),
         }
     }
 
     fn save(&self, prefix: &str, out: &mut Sink) {
-        self.gate.save(&format!("{prefix}.gate_proj"), out);
-        self.up.save(&format!("{prefix}.up_proj"), out);
+        let names = ["gate_proj", "up_proj"].map(|n| format!("{prefix}.{n}"));
+        self.gate_up.save(&names, out);
         self.down.save(&format!("{prefix}.down_proj"), out);
     }
 }
@@ -204,17 +214,10 @@ impl FfnSpec {
                 let block = format!("{layer}.{}", m.names.block);
                 let e = part.experts(m.router.experts());
                 let experts = if m.names.fused {
-                    let fused = |name: &str, parts| {
-                        src.fused_experts(&format!("{block}.experts.{name}"), parts, e.clone())
+                    let fused = |name: &str| {
+                        src.fused_experts(&format!("{block}.experts.{name}"), e.clone())
                     };
-                    let mut gate_up = fused("gate_up_proj", 2)?;
-                    let mut down = fused("down_proj", 1)?;
-                    let up = gate_up.pop().expect("two parts");
-                    Experts::new(
-                        gate_up.pop().expect("two parts"),
-                        up,
-                        down.pop().expect("one part"),
-                    )
+                    Experts::new(fused("gate_up_proj")?, fused("down_proj")?)
                 } else {
                     let [g, u, d] = &m.names.expert;
                     let name = |w: &str| expert_names(&block, w);

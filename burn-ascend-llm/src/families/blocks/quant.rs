@@ -20,6 +20,7 @@
 //! on the vector and float cube units), so f32 models are correct but gain no speed.
 
 use std::fmt;
+use std::ops::Range;
 use std::str::FromStr;
 
 use burn::module::{Module, Param, ParamId};
@@ -357,14 +358,190 @@ impl<B: FusedOps> Projection<B> {
     /// Writes `{prefix}.weight` (and bias): a quantized projection writes the dequantized
     /// weight it computes with, in its float type.
     pub fn save(&self, prefix: &str, out: &mut Sink) {
+        out.linear(prefix, &self.float_linear());
+    }
+
+    /// Writes the output features `features` of the projection as the layer `{prefix}` (a
+    /// part of projections joined by [`Projection::side_by_side`]).
+    pub fn save_features(&self, prefix: &str, features: Range<usize>, out: &mut Sink) {
+        let linear = self.float_linear();
+        let (start, len) = (features.start, features.len());
+        let linear = Linear {
+            weight: Param::from_tensor(linear.weight.val().narrow(1, start, len)),
+            bias: linear
+                .bias
+                .map(|b| Param::from_tensor(b.val().narrow(0, start, len))),
+        };
+        out.linear(prefix, &linear);
+    }
+
+    /// The output features.
+    pub fn features(&self) -> usize {
         match self {
-            Projection::Float(l) => out.linear(prefix, l),
-            Projection::Quantized(q) => {
-                let linear = Linear {
-                    weight: Param::from_tensor(q.dequantized()),
-                    bias: q.bias.clone(),
-                };
-                out.linear(prefix, &linear)
+            Projection::Float(l) => l.weight.dims()[1],
+            Projection::Quantized(q) => q.weight.dims()[1],
+        }
+    }
+
+    /// The float layer, or the dequantized one a quantized projection computes with.
+    fn float_linear(&self) -> Linear<B> {
+        match self {
+            Projection::Float(l) => l.clone(),
+            Projection::Quantized(q) => Linear {
+                weight: Param::from_tensor(q.dequantized()),
+                bias: q.bias.clone(),
+            },
+        }
+    }
+}
+
+impl<B: Backend> Projection<B> {
+    /// Whether [`Projection::side_by_side`] can join the two: both float with a bias or both
+    /// without; or both quantized alike, neither with a smoothed input nor a pre-quantized
+    /// checkpoint's static activation scales (those are each layer's own).
+    fn joins_with(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Projection::Float(a), Projection::Float(b)) => a.bias.is_some() == b.bias.is_some(),
+            (Projection::Quantized(a), Projection::Quantized(b)) => {
+                a.mode == b.mode
+                    && a.dtype == b.dtype
+                    && [a, b]
+                        .iter()
+                        .all(|q| q.static_input.is_none() && q.smooth.is_none())
+                    && a.operator_scale.is_some() == b.operator_scale.is_some()
+                    && a.bias.is_some() == b.bias.is_some()
+                    && a.offset_term.is_some() == b.offset_term.is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// Two projections of one input ([`Projection::joins_with`]) side by side, `a`'s output
+    /// features then `b`'s, so that one matmul computes both (vLLM's merged column layers):
+    /// float layers have their checkpoint rows stacked on the device (a transposed view, as
+    /// loaded), quantized ones their int8 columns and per-channel scales joined (each channel
+    /// keeps its scale).
+    fn side_by_side(a: Self, b: Self) -> Self {
+        fn param<T: burn::module::Parameter>(t: T) -> Param<T> {
+            Param::initialized(ParamId::new(), t)
+        }
+        fn join<B: Backend>(
+            a: Option<Param<Tensor<B, 1>>>,
+            b: Option<Param<Tensor<B, 1>>>,
+        ) -> Option<Param<Tensor<B, 1>>> {
+            Some(param(Tensor::cat(vec![a?.val(), b?.val()], 0)))
+        }
+        match (a, b) {
+            (Projection::Float(a), Projection::Float(b)) => {
+                let rows = |w: Param<Tensor<B, 2>>| w.val().transpose();
+                let weight = Tensor::cat(vec![rows(a.weight), rows(b.weight)], 0).transpose();
+                Projection::Float(Linear {
+                    weight: param(weight),
+                    bias: join(a.bias, b.bias),
+                })
+            }
+            (Projection::Quantized(a), Projection::Quantized(b)) => {
+                Projection::Quantized(QuantLinear {
+                    weight: param(Tensor::cat(vec![a.weight.val(), b.weight.val()], 1)),
+                    scale: param(Tensor::cat(vec![a.scale.val(), b.scale.val()], 0)),
+                    operator_scale: join(a.operator_scale, b.operator_scale),
+                    smooth: None,
+                    bias: join(a.bias, b.bias),
+                    offset_term: join(a.offset_term, b.offset_term),
+                    static_input: None,
+                    mode: a.mode,
+                    dtype: a.dtype,
+                })
+            }
+            _ => unreachable!("joins_with holds"),
+        }
+    }
+}
+
+/// Projections of one input (an attention's q, k and v; an MLP's gate and up): side by side
+/// in one projection, one matmul whose output's columns are theirs in order, where they join
+/// ([`Projection::joins_with`]); else apart, one matmul each.
+#[derive(Module, Debug)]
+pub struct Projections<B: Backend> {
+    /// The joined projection, or each one.
+    parts: Vec<Projection<B>>,
+    /// Each projection's output features.
+    #[module(skip)]
+    widths: Vec<usize>,
+}
+
+impl<B: FusedOps> Projections<B> {
+    /// The projections `parts`, joined where they can be.
+    pub fn new(parts: Vec<Projection<B>>) -> Self {
+        let widths = parts.iter().map(Projection::features).collect();
+        let parts = if parts.iter().all(|p| parts[0].joins_with(p)) {
+            let mut parts = parts.into_iter();
+            let first = parts.next().expect("one projection at least");
+            vec![parts.fold(first, Projection::side_by_side)]
+        } else {
+            parts
+        };
+        Self { parts, widths }
+    }
+
+    /// The joined projection, if they are joined.
+    pub fn joined(&self) -> Option<&Projection<B>> {
+        (self.parts.len() == 1).then(|| &self.parts[0])
+    }
+
+    /// `x [.., K]` through each projection: `[.., N_i]` each (views of one product's columns
+    /// where joined).
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Vec<Tensor<B, D>> {
+        match self.joined() {
+            Some(p) => {
+                let y = p.forward(x);
+                let mut start = 0;
+                self.widths
+                    .iter()
+                    .map(|&w| {
+                        start += w;
+                        y.clone().narrow(D - 1, start - w, w)
+                    })
+                    .collect()
+            }
+            None => self.parts.iter().map(|p| p.forward(x.clone())).collect(),
+        }
+    }
+
+    /// The projections quantized (see [`Projection::quantize`]), joined ones with one scale
+    /// per output channel as apart.
+    pub fn quantize(self, mode: Quantize) -> Self {
+        self.map(|p| p.quantize(mode))
+    }
+
+    /// The projections quantized, reading the output of a norm of scale `norm_scale [K]`
+    /// (see [`Projection::quantize_after_norm`]): joined ones share one smoothing of their
+    /// input, which one activation quantization then serves.
+    pub fn quantize_after_norm(self, mode: Quantize, norm_scale: Tensor<B, 1>) -> Self {
+        self.map(|p| p.quantize_after_norm(mode, norm_scale.clone()))
+    }
+
+    fn map(self, f: impl Fn(Projection<B>) -> Projection<B>) -> Self {
+        Self {
+            parts: self.parts.into_iter().map(f).collect(),
+            widths: self.widths,
+        }
+    }
+
+    /// Writes projection `i` as the layer `prefixes[i]` (see [`Projection::save`]).
+    pub fn save(&self, prefixes: &[String], out: &mut Sink) {
+        match self.joined() {
+            Some(p) => {
+                let mut start = 0;
+                for (prefix, &w) in prefixes.iter().zip(&self.widths) {
+                    p.save_features(prefix, start..start + w, out);
+                    start += w;
+                }
+            }
+            None => {
+                for (prefix, p) in prefixes.iter().zip(&self.parts) {
+                    p.save(prefix, out);
+                }
             }
         }
     }
