@@ -362,7 +362,7 @@ impl<B: FusedOps> Projection<B> {
     }
 
     /// Writes the output features `features` of the projection as the layer `{prefix}` (a
-    /// part of projections joined by [`Projection::side_by_side`]).
+    /// part of joined [`Projections`]).
     pub fn save_features(&self, prefix: &str, features: Range<usize>, out: &mut Sink) {
         let linear = self.float_linear();
         let (start, len) = (features.start, features.len());
@@ -460,7 +460,8 @@ impl<B: Backend> Projection<B> {
 
 /// Projections of one input (an attention's q, k and v; an MLP's gate and up): side by side
 /// in one projection, one matmul whose output's columns are theirs in order, where they join
-/// ([`Projection::joins_with`]); else apart, one matmul each.
+/// (float layers with biases alike; quantized ones alike, their inputs quantized per token
+/// without smoothing); else apart, one matmul each.
 #[derive(Module, Debug)]
 pub struct Projections<B: Backend> {
     /// The joined projection, or each one.
