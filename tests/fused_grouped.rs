@@ -1199,3 +1199,161 @@ fn layer_norm_backward_kernel_matches_the_default() {
         "layer_norm_backward moved {moved} bytes, minimum {minimum}: {stats:?}"
     );
 }
+
+/// A routing's tokens grouped by expert in one aclnnMoeInitRoutingV2 (and its counts cast to
+/// int64), weighted back in one aclnnMoeTokenUnpermute: equal to burn-flex's composition in
+/// every float type, ties between a token's choices and empty experts included.
+#[test]
+#[serial]
+fn moe_permute_and_unpermute_are_one_launch_each_and_match_the_composition() {
+    use burn_ascend::emulator::aclnn_launches_of;
+    let (t, h, k, e) = (7, 48, 3, 6);
+    // Token-major choices; expert 4 is never chosen, expert 1 by most tokens.
+    let ids = [
+        1, 3, 0, 1, 5, 2, 3, 1, 0, 1, 2, 5, 0, 1, 3, 5, 1, 2, 1, 0, 3,
+    ];
+    let flex_ids = || ints::<Flex, 1>(&ids, [t * k], &flex());
+    let npu_ids = || ints::<Ascend, 1>(&ids, [t * k], &ascend());
+    let x = host_values(vec![t, h], 81);
+    let w = host_values(vec![t * k], 82);
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let case = format!("{dtype:?}");
+        let want = fused::moe_permute(float::<Flex, 2>(&x, dtype, &flex()), flex_ids(), k, e);
+        let before = aclnn_launches_of("aclnnMoeInitRoutingV2");
+        let got = fused::moe_permute(float::<Ascend, 2>(&x, dtype, &ascend()), npu_ids(), k, e);
+        assert_eq!(
+            aclnn_launches_of("aclnnMoeInitRoutingV2") - before,
+            1,
+            "{case}"
+        );
+        assert_eq!(
+            got.group_sizes.dtype(),
+            DType::I64,
+            "{case}: the group list type"
+        );
+        assert_eq!(got.row_idx.dtype(), DType::I32, "{case}");
+        assert_eq!(
+            to_i64(got.group_sizes.into_data()),
+            to_i64(want.group_sizes.into_data()),
+            "{case}: rows per expert"
+        );
+        assert_eq!(
+            to_i64(got.row_idx.clone().into_data()),
+            to_i64(want.row_idx.clone().into_data()),
+            "{case}: each slot's row (a stable sort)"
+        );
+        // A gather: bit-equal.
+        assert_close(
+            &case,
+            got.rows.clone().into_data(),
+            want.rows.clone().into_data(),
+            0.0,
+        );
+
+        let before = aclnn_launches_of("aclnnMoeTokenUnpermute");
+        let out = fused::moe_unpermute(
+            got.rows,
+            got.row_idx,
+            float::<Ascend, 1>(&w, dtype, &ascend()),
+            k,
+        );
+        assert_eq!(
+            aclnn_launches_of("aclnnMoeTokenUnpermute") - before,
+            1,
+            "{case}"
+        );
+        let reference = fused::moe_unpermute(
+            want.rows,
+            want.row_idx,
+            float::<Flex, 1>(&w, dtype, &flex()),
+            k,
+        );
+        assert_eq!(out.dims(), [t, h]);
+        assert_close(
+            &case,
+            out.into_data(),
+            reference.into_data(),
+            tolerance(dtype),
+        );
+    }
+}
+
+/// Operands that disagree are refused at the call, naming the op and the shapes.
+#[test]
+#[serial]
+fn moe_permute_and_unpermute_refuse_operands_that_disagree_naming_the_shapes() {
+    let x = Tensor::<Ascend, 2>::zeros([4, 16], &ascend());
+    let ids = ints::<Ascend, 1>(&[0, 1, 2, 3, 0, 1, 2], [7], &ascend());
+    let message = panic_message(|| fused::moe_permute(x, ids, 2, 4));
+    assert!(
+        message.contains("moe_permute") && message.contains("[4, 16]") && message.contains("[7]"),
+        "{message}"
+    );
+    let rows = Tensor::<Ascend, 2>::zeros([8, 16], &ascend());
+    let idx = ints::<Ascend, 1>(&[0, 1, 2, 3, 4, 5, 6, 7], [8], &ascend());
+    let w = Tensor::<Ascend, 1>::zeros([6], &ascend());
+    let message = panic_message(|| fused::moe_unpermute(rows, idx, w, 2));
+    assert!(
+        message.contains("moe_unpermute") && message.contains("[8]") && message.contains("[6]"),
+        "{message}"
+    );
+}
+
+/// Where the groups cover every row, the grouped matmul skips its output's zero fill and
+/// gives the same result to the bit.
+#[test]
+#[serial]
+fn a_covered_grouped_matmul_skips_the_fill_and_equals_the_plain_one() {
+    use burn_ascend::emulator::aclnn_launches_of;
+    let (e, kk, n) = (4, 32, 24);
+    let sizes = [3, 0, 5, 2];
+    let rows: i32 = sizes.iter().sum();
+    let x = host_values(vec![rows as usize, kk], 91);
+    let w = host_values(vec![e, kk, n], 92);
+    let d = ascend();
+    let run = |covered: bool| {
+        let (x, w) = (
+            float::<Ascend, 2>(&x, DType::BF16, &d),
+            float::<Ascend, 3>(&w, DType::BF16, &d),
+        );
+        let sizes = ints::<Ascend, 1>(&sizes, [e], &d).cast(DType::I64);
+        let zeros = aclnn_launches_of("aclnnInplaceZero");
+        let y = match covered {
+            true => fused::grouped_matmul_covered(x, w, sizes),
+            false => fused::grouped_matmul(x, w, sizes),
+        };
+        (y.into_data(), aclnn_launches_of("aclnnInplaceZero") - zeros)
+    };
+    let (plain, plain_fills) = run(false);
+    let (covered, covered_fills) = run(true);
+    assert_eq!((plain_fills, covered_fills), (1, 0));
+    assert_close("covered", covered, plain, 0.0);
+}
+
+/// What `grouped_matmul_covered` relies on (the sizes adding up to the rows exactly), checked
+/// on the device: the check the backend runs under `BURN_ASCEND_VALIDATE=1` refuses a smaller
+/// total, naming it.
+#[test]
+#[serial]
+fn the_covered_grouped_matmuls_check_refuses_sizes_short_of_the_rows() {
+    let d = ascend();
+    let x = primitive(Tensor::<Ascend, 2>::zeros([10, 32], (&d, DType::BF16)));
+    let w = primitive(Tensor::<Ascend, 3>::zeros([4, 32, 24], (&d, DType::BF16)));
+    let sizes = |v: &[i32]| {
+        ints::<Ascend, 1>(v, [4], &d)
+            .cast(DType::I64)
+            .into_primitive()
+            .into_inner()
+    };
+    device::preflight::grouped_matmul_covered(&x, &w, &sizes(&[3, 0, 5, 2]))
+        .expect("sizes adding up to the rows pass");
+    let err = device::preflight::grouped_matmul_covered(&x, &w, &sizes(&[3, 0, 5, 1]))
+        .expect_err("9 of 10 rows");
+    let message = err.to_string();
+    assert!(
+        message.contains("grouped_matmul_covered")
+            && message.contains("add up to exactly 10")
+            && message.contains("[10, 32]"),
+        "{message}"
+    );
+}

@@ -515,11 +515,14 @@ fn cos_sin_table(p: usize, d: usize, dtype: DType) -> TensorData {
 
 /// q and k turned in one aclnnRopeWithSinCosCache where it takes the head dim (and composed,
 /// with no launch of it, where it does not), equal to burn-flex's composition in every float
-/// type; tokens pick their rows in any order, repeats included.
+/// type, rotate-half and interleaved; tokens pick their rows in any order, repeats included.
 #[test]
 fn rotary_embedding_is_one_launch_where_it_fits_and_matches_the_composition() {
     use burn_ascend::emulator::aclnn_launches_of;
-    for dtype in [DType::F32, DType::F16, DType::BF16] {
+    for (dtype, interleaved) in [DType::F32, DType::F16, DType::BF16]
+        .into_iter()
+        .flat_map(|d| [(d, false), (d, true)])
+    {
         for (t, nq, nk, d, p) in [
             (1, 4, 1, 128, 9),
             (7, 8, 2, 64, 7),
@@ -536,6 +539,7 @@ fn rotary_embedding_is_one_launch_where_it_fits_and_matches_the_composition() {
                 float(&k, dtype, &flex()),
                 float(&table, dtype, &flex()),
                 Tensor::from_data(rows.clone(), &flex()),
+                interleaved,
             );
             let before = aclnn_launches_of("aclnnRopeWithSinCosCache");
             let got = fused::rotary_embedding::<Ascend>(
@@ -543,8 +547,9 @@ fn rotary_embedding_is_one_launch_where_it_fits_and_matches_the_composition() {
                 float(&k, dtype, &ascend()),
                 float(&table, dtype, &ascend()),
                 Tensor::from_data(rows, &ascend()),
+                interleaved,
             );
-            let case = format!("{dtype:?} t {t}, heads {nq}/{nk}, dim {d}");
+            let case = format!("{dtype:?} t {t}, heads {nq}/{nk}, dim {d}, {interleaved}");
             let fits = d % if dtype == DType::F32 { 16 } else { 32 } == 0;
             assert_eq!(
                 aclnn_launches_of("aclnnRopeWithSinCosCache") - before,
@@ -574,7 +579,7 @@ fn rotary_embedding_refuses_operands_that_disagree_naming_the_shapes() {
     );
     let table = Tensor::<Ascend, 2>::zeros([8, 64], &ascend());
     let rows = Tensor::<Ascend, 1, Int>::zeros([2], &ascend());
-    let message = panic_message(|| fused::rotary_embedding(q, k, table, rows));
+    let message = panic_message(|| fused::rotary_embedding(q, k, table, rows, false));
     assert!(
         message.contains("rotary_embedding")
             && message.contains("[2, 4, 64]")

@@ -49,11 +49,13 @@ macro_rules! unchanged {
 
 unchanged!(
     (),
+    bool,
     Arc<DeviceContext>,
     ops::fused::DecodeDims,
     burn_ascend_kernels::tiling::ExtendShape,
     ops::fused::DecodeAttentionTensors,
     ops::fused::QuantRouting,
+    ops::fused::Permuted,
     ops::fused::Gating,
     ops::flash_attention::FlashSaved,
     ops::deform::DeformGrads

@@ -60,8 +60,8 @@ fn same_float(op: &str, a: &impl Operand, b: &impl Operand) -> AclResult<()> {
     Ok(())
 }
 
-/// Calls the operator on single-tensor lists; `out` was zero-filled, since the operator leaves
-/// what the groups do not cover untouched.
+/// Calls the operator on single-tensor lists; the operator leaves what the groups do not cover
+/// untouched (a caller zero-fills `out` first where that may be some of it).
 fn launch(
     op: &str,
     x: &AscendTensor,
@@ -169,13 +169,39 @@ pub fn grouped_matmul(
     weights: &AscendTensor,
     group_sizes: &AscendTensor,
 ) -> AclResult<AscendTensor> {
-    const OP: &str = "grouped_matmul";
+    product("grouped_matmul", x, weights, group_sizes, true)
+}
+
+/// [`grouped_matmul`] of rows the groups cover exactly (`sum(group_sizes) = R`, the rows of a
+/// dropless routing such as [`super::moe_permute`]'s): the output is not zero-filled first,
+/// one launch fewer. A smaller total leaves the rows past it unwritten (whatever the memory
+/// held): [`super::preflight::grouped_matmul_covered`] refuses one.
+pub fn grouped_matmul_covered(
+    x: &AscendTensor,
+    weights: &AscendTensor,
+    group_sizes: &AscendTensor,
+) -> AclResult<AscendTensor> {
+    product("grouped_matmul_covered", x, weights, group_sizes, false)
+}
+
+/// The grouped product, its output zero-filled first if `fill`.
+fn product(
+    op: &str,
+    x: &AscendTensor,
+    weights: &AscendTensor,
+    group_sizes: &AscendTensor,
+    fill: bool,
+) -> AclResult<AscendTensor> {
     check_grouped_matmul(x, weights, group_sizes)?;
     let (rows, k) = (x.shape()[0], x.shape()[1]);
     let (groups, n) = (weights.shape()[0], weights.shape()[2]);
     let list = group_list(group_sizes)?;
-    let out = zeros(x.ctx(), vec![rows, n], x.dtype)?;
-    if out.layout.numel() == 0 || k == 0 || groups == 0 {
+    let empty = rows * n == 0 || k == 0 || groups == 0;
+    let out = match fill || empty {
+        true => zeros(x.ctx(), vec![rows, n], x.dtype)?,
+        false => AscendTensor::empty(x.ctx(), vec![rows, n], x.dtype)?,
+    };
+    if empty {
         return Ok(out);
     }
     let weights =
@@ -184,7 +210,7 @@ pub fn grouped_matmul(
         } else {
             contiguous(weights)?
         };
-    launch(OP, &contiguous(x)?, &weights, &list, SPLIT_M, &out)?;
+    launch(op, &contiguous(x)?, &weights, &list, SPLIT_M, &out)?;
     Ok(out)
 }
 

@@ -31,6 +31,7 @@ pub use extend::check_extend_attention;
 pub use extend::{extend_attention, extend_attention_plan, ExtendLens};
 pub use gating::{check_moe_gating_softmax, gating_available, gating_fits};
 pub use gating::{moe_gating_softmax, Gating};
+pub use grouped::grouped_matmul_covered;
 pub use grouped::{check_grouped_matmul, check_grouped_matmul_weight_grad};
 pub use grouped::{grouped_matmul, grouped_matmul_available, grouped_matmul_weight_grad};
 pub use moe::{check_moe_gather, check_moe_scatter, check_token_rearrange};
@@ -57,6 +58,10 @@ pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_backward};
 pub use rms_norm::{check_add_rms_norm, check_rms_norm, check_rms_norm_backward};
 pub use rope::{check_rotary_embedding, rope_available, rope_fits, rotary_embedding};
 pub use routing::{cann_moe_init_routing, cann_moe_token_unpermute, CannRouting};
+pub use routing::{
+    check_moe_permute, check_moe_unpermute, moe_permute_available, moe_permute_fits,
+};
+pub use routing::{moe_permute, moe_unpermute, Permuted};
 pub use swiglu::{check_swiglu, swiglu, swiglu_available, swiglu_fits};
 
 use super::broadcast::invalid_input;
@@ -178,7 +183,7 @@ pub(crate) fn norm_rows(op: &str, name: &str, x: &impl Operand) -> AclResult<(us
 
 /// Whether `op`'s kernels run their costly device-side checks (`BURN_ASCEND_VALIDATE`); a value
 /// the switch does not understand is an error of the op, naming the variable.
-pub(crate) fn validation(op: &str) -> AclResult<bool> {
+pub fn validation(op: &str) -> AclResult<bool> {
     burn_ascend_kernels::checks::validation().map_err(|reason| invalid_input(op, reason))
 }
 

@@ -177,8 +177,28 @@ pub fn grouped_matmul(
     weights: &AscendTensor,
     group_sizes: &AscendTensor,
 ) -> AclResult<()> {
-    const OP: &str = "grouped_matmul";
-    same_device(OP, &[Some(x), Some(weights), Some(group_sizes)])?;
+    group_conditions("grouped_matmul", x, weights, group_sizes, false)
+}
+
+/// What [`super::grouped_matmul_covered`] relies on: [`grouped_matmul`]'s conditions, and the
+/// sizes adding up to exactly the rows of `x` (a smaller total would leave rows unwritten).
+pub fn grouped_matmul_covered(
+    x: &AscendTensor,
+    weights: &AscendTensor,
+    group_sizes: &AscendTensor,
+) -> AclResult<()> {
+    group_conditions("grouped_matmul_covered", x, weights, group_sizes, true)
+}
+
+/// The conditions of the grouped matmuls' group sizes, the total `exact` or at most R.
+fn group_conditions(
+    op: &str,
+    x: &AscendTensor,
+    weights: &AscendTensor,
+    group_sizes: &AscendTensor,
+    exact: bool,
+) -> AclResult<()> {
+    same_device(op, &[Some(x), Some(weights), Some(group_sizes)])?;
     check_grouped_matmul(x, weights, group_sizes)?;
     let (rows, k) = (x.shape()[0], x.shape()[1]);
     let (groups, n) = (weights.shape()[0], weights.shape()[2]);
@@ -196,6 +216,10 @@ pub fn grouped_matmul(
     // In int64, as the operator reads them; no size above R keeps the sum from overflowing.
     let sizes = cast(group_sizes, DataType::I64)?;
     let rows = rows as i64;
+    let (total, bound) = match exact {
+        true => (Compare::Eq, "exactly"),
+        false => (Compare::Le, "at most"),
+    };
     let conditions = vec![
         Condition::new(
             all(&logical(
@@ -207,14 +231,14 @@ pub fn grouped_matmul(
         ),
         Condition::new(
             compare_scalar(
-                Compare::Le,
+                total,
                 &reduce(Reduce::Sum, &sizes, None)?,
                 HostScalar::Int(rows),
             )?,
-            format!("the group sizes must add up to at most {rows} (the rows of x)"),
+            format!("the group sizes must add up to {bound} {rows} (the rows of x)"),
         ),
     ];
-    require(OP, operands, conditions)
+    require(op, operands, conditions)
 }
 
 /// A condition on index values: its verdict on the device (`[1]` bool) and what it demands.

@@ -45,28 +45,7 @@ pub fn check_moe_init_routing_quant<T: Operand>(
     top_k: usize,
     num_experts: usize,
 ) -> AclResult<()> {
-    const OP: &str = "moe_gather_quant";
-    super::norm_type(OP, x)?;
-    let (xd, id) = (x.dims(), expert_ids.dims());
-    let dt = expert_ids.data_type();
-    if xd.len() != 2
-        || id.len() != 1
-        || dt.is_float()
-        || dt == DataType::Bool
-        || top_k == 0
-        || num_experts == 0
-        || id[0] != xd[0] * top_k
-    {
-        return Err(invalid_input(
-            OP,
-            format!(
-                "needs x [T, H], expert_ids [T*top_k] integers, top_k > 0 and num_experts > 0; got x {}, expert_ids {}, top_k {top_k}, num_experts {num_experts}",
-                x.describe(),
-                expert_ids.describe()
-            ),
-        ));
-    }
-    Ok(())
+    super::routing::check_expert_ids("moe_gather_quant", x, expert_ids, top_k, num_experts)
 }
 
 /// aclnnMoeInitRoutingQuantV2, dynamic and dropless: `x [T, H]` routed by the token-major

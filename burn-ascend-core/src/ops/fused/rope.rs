@@ -63,15 +63,17 @@ pub fn rope_fits(q: &AscendTensor, k: &AscendTensor) -> bool {
         && k.layout.numel() > 0
 }
 
-/// `q` and `k` turned by rotate-half (GPT-NeoX) rotary embedding: token `t` by the row
-/// `rows[t]` of `cos_sin`, which holds the cosines of the `D / 2` angles then their sines
-/// (`x * [cos, cos] + [-x2, x1] * [sin, sin]`). One aclnnRopeWithSinCosCache; the outputs are
-/// new contiguous tensors of q's and k's shapes.
+/// `q` and `k` turned by rotary embedding: token `t` by the row `rows[t]` of `cos_sin`, which
+/// holds the cosines of the `D / 2` angles then their sines. Rotate-half (GPT-NeoX) pairs dims
+/// `(i, i + D/2)` (`x * [cos, cos] + [-x2, x1] * [sin, sin]`); `interleaved` (GPT-J) pairs
+/// `(2i, 2i + 1)`, turned by angle `i`. One aclnnRopeWithSinCosCache (`isNeoxStyle` false for
+/// GPT-J); the outputs are new contiguous tensors of q's and k's shapes.
 pub fn rotary_embedding(
     q: &AscendTensor,
     k: &AscendTensor,
     cos_sin: &AscendTensor,
     rows: &AscendTensor,
+    interleaved: bool,
 ) -> AclResult<(AscendTensor, AscendTensor)> {
     const OP: &str = "rotary_embedding";
     check_rotary_embedding(q, k, cos_sin, rows)?;
@@ -95,7 +97,7 @@ pub fn rotary_embedding(
             cos_sin.desc()?,
             Absent,
             d as i64,
-            true,
+            !interleaved,
             qo.desc()?,
             ko.desc()?
         )

@@ -1,4 +1,6 @@
 //! CANN's own MoE routing operators, aclnnMoeInitRoutingV2 and aclnnMoeTokenUnpermute: the
+//! token permutation a MoE layer serves with ([`moe_permute`], [`moe_unpermute`]: one launch
+//! for the sort, the gather and the rows per expert, one for the weighted sum back), and the
 //! baselines that the `moe_gather` and `moe_scatter` kernels are measured against.
 //!
 //! They index the other way round from our kernels: `moe_gather`/`moe_scatter` take the sorting
@@ -9,8 +11,11 @@ use crate::acl::aclnn;
 use crate::acl::handles::Absent;
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
-use crate::ops::copy::cast;
+use crate::ops::copy::{cast, contiguous, reshape_view};
+use crate::ops::creation::zeros;
 use crate::ops::tensor::AscendTensor;
+
+use super::Operand;
 
 /// expertTokensCountOrCumsumFlag: count the tokens of each expert.
 const COUNTS: i64 = 2;
@@ -156,4 +161,159 @@ pub fn cann_moe_token_unpermute(
         })
     })?;
     Ok(out)
+}
+
+/// Checks a routing's operands: float `x [T, H]`, integer token-major `expert_ids [T*top_k]`,
+/// `top_k > 0`, `num_experts > 0`; errors name `op`.
+pub(super) fn check_expert_ids<T: Operand>(
+    op: &str,
+    x: &T,
+    expert_ids: &T,
+    top_k: usize,
+    num_experts: usize,
+) -> AclResult<()> {
+    super::norm_type(op, x)?;
+    let (xd, id) = (x.dims(), expert_ids.dims());
+    let dt = expert_ids.data_type();
+    if xd.len() != 2
+        || id.len() != 1
+        || dt.is_float()
+        || dt == DataType::Bool
+        || top_k == 0
+        || num_experts == 0
+        || id[0] != xd[0] * top_k
+    {
+        return Err(invalid_input(
+            op,
+            format!(
+                "needs x [T, H], expert_ids [T*top_k] integers, top_k > 0 and num_experts > 0; \
+                 got x {}, expert_ids {}, top_k {top_k}, num_experts {num_experts}",
+                x.describe(),
+                expert_ids.describe()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The contract of [`moe_permute`]: float `x [T, H]`, integer `expert_ids [T*top_k]`.
+pub fn check_moe_permute<T: Operand>(
+    x: &T,
+    expert_ids: &T,
+    top_k: usize,
+    num_experts: usize,
+) -> AclResult<()> {
+    check_expert_ids("moe_permute", x, expert_ids, top_k, num_experts)
+}
+
+/// The contract of [`moe_unpermute`]: float `rows [R, H]`, integer `row_idx [T*top_k]`,
+/// float `weights [T*top_k]`, `top_k > 0`.
+pub fn check_moe_unpermute<T: Operand>(
+    rows: &T,
+    row_idx: &T,
+    weights: &T,
+    top_k: usize,
+) -> AclResult<()> {
+    const OP: &str = "moe_unpermute";
+    super::norm_type(OP, rows)?;
+    let (rd, id, wd) = (rows.dims(), row_idx.dims(), weights.dims());
+    let it = row_idx.data_type();
+    if rd.len() != 2
+        || id.len() != 1
+        || wd != id
+        || it.is_float()
+        || it == DataType::Bool
+        || !weights.data_type().is_float()
+        || top_k == 0
+        || id[0] % top_k != 0
+    {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "needs rows [R, H], row_idx [T*top_k] integers and weights [T*top_k] floats, \
+                 top_k > 0; got rows {}, row_idx {}, weights {}, top_k {top_k}",
+                rows.describe(),
+                row_idx.describe(),
+                weights.describe()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `t`'s CANN exports the two operators of [`moe_permute`] and [`moe_unpermute`]
+/// (8.1.RC1 on, `ascend_acl::release`).
+pub fn moe_permute_available(t: &AscendTensor) -> bool {
+    let api = t.ctx().bind();
+    ascend_acl::aclnn_exported!(api, aclnnMoeInitRoutingV2).is_ok()
+        && ascend_acl::aclnn_exported!(api, aclnnMoeTokenUnpermute).is_ok()
+}
+
+/// Whether the operators take rows of `x`'s type: F16, BF16 or F32 (§4.3).
+pub fn moe_permute_fits(x: &AscendTensor) -> bool {
+    matches!(x.dtype, DataType::F16 | DataType::BF16 | DataType::F32)
+}
+
+/// What [`moe_permute`] produces.
+#[derive(Debug, Clone)]
+pub struct Permuted {
+    /// `[T*K, H]` x's dtype: row `i` is `x[s_i / K]`, for the token-major slots `s_i` sorted
+    /// stably by expert.
+    pub rows: AscendTensor,
+    /// `[T*K]` I32: for each token-major slot `t*K + k`, its row (the inverse of the sort).
+    pub row_idx: AscendTensor,
+    /// `[E]` I64: the rows of each expert, the grouped matmul's group list type.
+    pub group_sizes: AscendTensor,
+}
+
+/// A MoE layer's tokens `x [T, H]` routed dropless by the token-major expert ids `expert_ids
+/// [T*K]` (values in `0..num_experts`): one aclnnMoeInitRoutingV2 sorting, gathering and
+/// counting, and a cast of its INT32 counts to the INT64 aclnnGroupedMatmulV4 takes (as
+/// vllm-ascend casts `expert_tokens`).
+pub fn moe_permute(
+    x: &AscendTensor,
+    expert_ids: &AscendTensor,
+    top_k: usize,
+    num_experts: usize,
+) -> AclResult<Permuted> {
+    check_moe_permute(x, expert_ids, top_k, num_experts)?;
+    let (t, h) = (x.shape()[0], x.shape()[1]);
+    let ctx = x.ctx();
+    if t == 0 {
+        return Ok(Permuted {
+            rows: AscendTensor::empty(ctx, vec![0, h], x.dtype)?,
+            row_idx: AscendTensor::empty(ctx, vec![0], DataType::I32)?,
+            group_sizes: zeros(ctx, vec![num_experts], DataType::I64)?,
+        });
+    }
+    let ids = reshape_view(
+        &contiguous(&cast(expert_ids, DataType::I32)?)?,
+        vec![t, top_k],
+    )?;
+    let r = cann_moe_init_routing(&contiguous(x)?, &ids, num_experts, None)?;
+    Ok(Permuted {
+        rows: r.expanded_x,
+        row_idx: r.expanded_row_idx,
+        group_sizes: cast(&r.expert_tokens, DataType::I64)?,
+    })
+}
+
+/// `out [T, H]` with `out[t] = sum_k weights[t*K + k] * rows[row_idx[t*K + k]]`, summed in f32
+/// and rounded once to the rows' dtype: one aclnnMoeTokenUnpermute, the weights taken in the
+/// rows' dtype (ASSUMPTION, §4.5 leaves the pairing open: the stricter reading, one cast
+/// where they differ).
+pub fn moe_unpermute(
+    rows: &AscendTensor,
+    row_idx: &AscendTensor,
+    weights: &AscendTensor,
+    top_k: usize,
+) -> AclResult<AscendTensor> {
+    check_moe_unpermute(rows, row_idx, weights, top_k)?;
+    let slots = row_idx.shape()[0];
+    let t = slots / top_k;
+    if t == 0 {
+        return AscendTensor::empty(rows.ctx(), vec![0, rows.shape()[1]], rows.dtype);
+    }
+    let probs = reshape_view(&contiguous(&cast(weights, rows.dtype)?)?, vec![t, top_k])?;
+    cann_moe_token_unpermute(&contiguous(rows)?, row_idx, Some(&probs))
 }

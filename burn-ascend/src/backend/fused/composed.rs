@@ -205,19 +205,42 @@ pub fn moe_gating_softmax<B: Backend>(
 }
 
 /// The composed default of [`FusedOps::rotary_embedding`]: transformers' `apply_rotary_pos_emb`
-/// in q's dtype, each token's cos and sin rows broadcast to its heads.
+/// (or, `interleaved`, DeepSeek's pairs `(2i, 2i + 1)` turned in place) in q's dtype, each
+/// token's cos and sin rows broadcast to its heads.
 pub fn rotary_embedding<B: Backend>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     cos_sin: FloatTensor<B>,
     rows: IntTensor<B>,
+    interleaved: bool,
 ) -> (FloatTensor<B>, FloatTensor<B>) {
     let picked = float::<B, 2>(cos_sin).select(0, int::<B, 1>(rows));
     let [t, d] = picked.dims();
     let half = d / 2;
+    let (cos, sin) = (
+        picked.clone().narrow(1, 0, half),
+        picked.narrow(1, half, half),
+    );
+    if interleaved {
+        let (cos, sin) = (cos.reshape([t, 1, half, 1]), sin.reshape([t, 1, half, 1]));
+        let turn = |x: FloatTensor<B>| {
+            let x = float::<B, 3>(x);
+            let n = x.dims()[1];
+            let pairs = x.reshape([t, n, half, 2]);
+            let (even, odd) = (pairs.clone().narrow(3, 0, 1), pairs.narrow(3, 1, 1));
+            let turned = Tensor::cat(
+                vec![
+                    even.clone() * cos.clone() - odd.clone() * sin.clone(),
+                    odd * cos.clone() + even * sin.clone(),
+                ],
+                3,
+            );
+            prim(turned.reshape([t, n, d]))
+        };
+        return (turn(q), turn(k));
+    }
     let both = |x: Float2<B>| Tensor::cat(vec![x.clone(), x], 1).reshape([t, 1, d]);
-    let cos = both(picked.clone().narrow(1, 0, half));
-    let sin = both(picked.narrow(1, half, half));
+    let (cos, sin) = (both(cos), both(sin));
     let turn = |x: FloatTensor<B>| {
         let x = float::<B, 3>(x);
         let x1 = x.clone().narrow(2, 0, half);
@@ -342,6 +365,26 @@ pub fn moe_gather_quant<B: Backend>(
     top_k: usize,
     num_experts: usize,
 ) -> MoeQuantRows<B> {
+    let p = moe_permute::<B>(x, expert_ids, top_k, num_experts);
+    let rows = float::<B, 2>(p.rows).cast(DType::F32);
+    let slots = rows.dims()[0];
+    let (q, scales) = quantize_along(rows, 1);
+    MoeQuantRows {
+        rows: q.into_primitive(),
+        scales: prim(scales.reshape([slots])),
+        row_idx: p.row_idx,
+        group_sizes: int::<B, 1>(p.group_sizes).cast(DType::I32).into_primitive(),
+    }
+}
+
+/// The composed default of [`FusedOps::moe_permute`]: a sort by a key unique per slot, a
+/// gather, a one-hot count.
+pub fn moe_permute<B: Backend>(
+    x: FloatTensor<B>,
+    expert_ids: IntTensor<B>,
+    top_k: usize,
+    num_experts: usize,
+) -> MoePermuted<B> {
     let ids: Ints<B> = int::<B, 1>(expert_ids).cast(DType::I64);
     let slots = ids.dims()[0];
     let device = ids.device();
@@ -349,10 +392,7 @@ pub fn moe_gather_quant<B: Backend>(
     // A key unique per slot, expert-major and in slot order within an expert: any sort of it
     // is the stable sort by expert.
     let order = (ids.clone() * slots as i64 + slot).argsort(0);
-    let rows = float::<B, 2>(x)
-        .select(0, order.clone() / top_k as i64)
-        .cast(DType::F32);
-    let (q, scales) = quantize_along(rows, 1);
+    let rows = float::<B, 2>(x).select(0, order.clone() / top_k as i64);
     let experts = Ints::<B>::arange(0..num_experts as i64, &device).cast(DType::I64);
     let group_sizes = ids
         .reshape([slots, 1])
@@ -360,14 +400,37 @@ pub fn moe_gather_quant<B: Backend>(
         .int()
         .sum_dim(0)
         .reshape([num_experts])
-        .cast(DType::I32);
-    MoeQuantRows {
-        rows: q.into_primitive(),
-        scales: prim(scales.reshape([slots])),
+        .cast(DType::I64);
+    MoePermuted {
+        rows: prim(rows),
         // The inverse of a permutation is its argsort.
         row_idx: order.argsort(0).cast(DType::I32).into_primitive(),
         group_sizes: group_sizes.into_primitive(),
     }
+}
+
+/// The composed default of [`FusedOps::moe_unpermute`]: each slot's row gathered, weighted and
+/// summed per token in f32.
+pub fn moe_unpermute<B: Backend>(
+    rows: FloatTensor<B>,
+    row_idx: IntTensor<B>,
+    weights: FloatTensor<B>,
+    top_k: usize,
+) -> FloatTensor<B> {
+    let rows: Float2<B> = float(rows);
+    let (dtype, h) = (rows.dtype(), rows.dims()[1]);
+    let idx: Ints<B> = int(row_idx);
+    let slots = idx.dims()[0];
+    let weights = float::<B, 1>(weights).cast(DType::F32).reshape([slots, 1]);
+    let picked = rows.select(0, idx).cast(DType::F32) * weights;
+    let tokens = slots / top_k;
+    prim(
+        picked
+            .reshape([tokens, top_k, h])
+            .sum_dim(1)
+            .reshape([tokens, h])
+            .cast(dtype),
+    )
 }
 
 /// The composed default of [`FusedOps::grouped_matmul_quant`]: the int32 products by Burn's

@@ -143,6 +143,18 @@ pub struct MoeQuantRows<B: Backend> {
     pub group_sizes: IntTensor<B>,
 }
 
+/// A MoE layer's tokens grouped by expert, from [`FusedOps::moe_permute`].
+pub struct MoePermuted<B: Backend> {
+    /// `[T*K, H]` in x's dtype: row `i` is token `s_i / K`, for the token-major slots `s_i`
+    /// sorted stably by expert (the rows [`FusedOps::moe_gather`] gives for that sort).
+    pub rows: FloatTensor<B>,
+    /// `[T*K]` int32: for each token-major slot `t*K + k`, its row (the inverse of the sort).
+    pub row_idx: IntTensor<B>,
+    /// `[E]` int64: the rows of each expert (the group list type of
+    /// [`FusedOps::grouped_matmul`]'s operator).
+    pub group_sizes: IntTensor<B>,
+}
+
 /// Fused operations.
 pub trait FusedOps: Backend {
     /// `x + y` over 1-D float tensors of equal length.
@@ -287,12 +299,14 @@ pub trait FusedOps: Backend {
         composed::moe_gating_softmax::<Self>(logits, top_k, renormalize)
     }
 
-    /// Rotate-half (GPT-NeoX) rotary position embedding of `q [T, Nq, D]` and `k [T, Nk, D]`,
-    /// as transformers' `apply_rotary_pos_emb`: token `t` turned by row `rows[t]` of `cos_sin
-    /// [P, D]` (the cosines of its `D / 2` angles, then their sines, in q's dtype), `x * [cos,
-    /// cos] + [-x2, x1] * [sin, sin]`. On `Ascend` one aclnnRopeWithSinCosCache (CANN 8.1.RC1
-    /// on) where it takes the head dim (a multiple of 32, of 16 in f32), computing in f32 with
-    /// one rounding; the composed default rounds each step in q's dtype.
+    /// Rotary position embedding of `q [T, Nq, D]` and `k [T, Nk, D]`: token `t` turned by row
+    /// `rows[t]` of `cos_sin [P, D]` (the cosines of its `D / 2` angles, then their sines, in
+    /// q's dtype). Rotate-half (GPT-NeoX, transformers' `apply_rotary_pos_emb`) turns the
+    /// pairs `(i, i + D/2)`: `x * [cos, cos] + [-x2, x1] * [sin, sin]`; `interleaved` (GPT-J,
+    /// DeepSeek's `rope_interleave`) turns the adjacent pairs `(2i, 2i + 1)` by angle `i`, and
+    /// leaves them in place. On `Ascend` one aclnnRopeWithSinCosCache (CANN 8.1.RC1 on) where
+    /// it takes the head dim (a multiple of 32, of 16 in f32), computing in f32 with one
+    /// rounding; the composed default rounds each step in q's dtype.
     ///
     /// Invalid input: shapes or dtypes that disagree fail at the call with an error naming
     /// `rotary_embedding` and the shapes on `Ascend`; a row outside `cos_sin` is an AI Core error
@@ -302,8 +316,9 @@ pub trait FusedOps: Backend {
         k: FloatTensor<Self>,
         cos_sin: FloatTensor<Self>,
         rows: IntTensor<Self>,
+        interleaved: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        composed::rotary_embedding::<Self>(q, k, cos_sin, rows)
+        composed::rotary_embedding::<Self>(q, k, cos_sin, rows, interleaved)
     }
 
     /// SwiGLU of gate and up projections computed side by side: `silu(x[.., :N]) * x[.., N:]`
@@ -349,6 +364,42 @@ pub trait FusedOps: Backend {
         top_k: usize,
     ) -> FloatTensor<Self> {
         composed::moe_scatter::<Self>(y, indices, weights, top_k)
+    }
+
+    /// A MoE layer's tokens `x [T, H]` grouped by expert for the token-major expert ids
+    /// `expert_ids [T*K]` (values in `0..num_experts`): the rows sorted stably by expert, each
+    /// slot's row and the rows per expert (see [`MoePermuted`]), for
+    /// [`FusedOps::grouped_matmul`] and then [`FusedOps::moe_unpermute`]. On `Ascend` one
+    /// aclnnMoeInitRoutingV2 (CANN 8.1.RC1 on) and a cast of its counts to int64, where a
+    /// composition takes a sort, a gather and a count.
+    ///
+    /// Invalid input: operands of other shapes or types fail at the call with an error naming
+    /// `moe_permute` and the shapes on `Ascend`; an id outside `0..num_experts` is an AI Core
+    /// error naming it there (reported at the next synchronisation or read). The composed
+    /// default counts no row for such an id and sorts it by value.
+    fn moe_permute(
+        x: FloatTensor<Self>,
+        expert_ids: IntTensor<Self>,
+        top_k: usize,
+        num_experts: usize,
+    ) -> MoePermuted<Self> {
+        composed::moe_permute::<Self>(x, expert_ids, top_k, num_experts)
+    }
+
+    /// The inverse of [`FusedOps::moe_permute`], weighted: `out [T, H]` with `out[t] = sum_k
+    /// weights[t*K + k] * rows[row_idx[t*K + k]]` for `rows [R, H]`, summed in f32 and rounded
+    /// once to the rows' dtype. On `Ascend` one aclnnMoeTokenUnpermute (CANN 8.1.RC1 on).
+    ///
+    /// Invalid input: operands of other shapes or types fail at the call with an error naming
+    /// `moe_unpermute` and the shapes on `Ascend`; a row index outside `rows` is an AI Core
+    /// error there. The composed default leaves both to the backend's ops.
+    fn moe_unpermute(
+        rows: FloatTensor<Self>,
+        row_idx: IntTensor<Self>,
+        weights: FloatTensor<Self>,
+        top_k: usize,
+    ) -> FloatTensor<Self> {
+        composed::moe_unpermute::<Self>(rows, row_idx, weights, top_k)
     }
 
     /// `out[i] = x[perm[i]]` for `x [S, D]`; repeated values are a valid gather.
@@ -504,6 +555,20 @@ pub trait FusedOps: Backend {
         group_sizes: IntTensor<Self>,
     ) -> FloatTensor<Self> {
         composed::grouped_matmul::<Self>(x, weights, group_sizes)
+    }
+
+    /// [`FusedOps::grouped_matmul`] of rows the groups cover exactly, `sum(group_sizes) = R`
+    /// (the rows [`FusedOps::moe_permute`] gives): on `Ascend` the output is not zero-filled
+    /// first (one launch fewer), so rows past a smaller total are left unwritten there; under
+    /// `BURN_ASCEND_VALIDATE=1` such a total is refused at the call, naming it (a read of the
+    /// sizes). The default is [`FusedOps::grouped_matmul`] (rows past the total zero), which
+    /// `Autodiff` differentiates.
+    fn grouped_matmul_covered(
+        x: FloatTensor<Self>,
+        weights: FloatTensor<Self>,
+        group_sizes: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        Self::grouped_matmul(x, weights, group_sizes)
     }
 
     /// Weight gradient of [`FusedOps::grouped_matmul`]: `[E, K, N]` with `dw[e] = x_e^T @
@@ -785,17 +850,61 @@ impl FusedOps for Ascend {
         k: FloatTensor<Self>,
         cos_sin: FloatTensor<Self>,
         rows: IntTensor<Self>,
+        interleaved: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         if !fused::rope_fits(&q, &k) || !fused::rope_available(&q) {
             run(
                 "rotary_embedding",
                 fused::check_rotary_embedding(&q, &k, &cos_sin, &rows),
             );
-            return composed::rotary_embedding::<Self>(q, k, cos_sin, rows);
+            return composed::rotary_embedding::<Self>(q, k, cos_sin, rows, interleaved);
         }
         run(
             "rotary_embedding",
-            fused::rotary_embedding(&q, &k, &cos_sin, &rows),
+            fused::rotary_embedding(&q, &k, &cos_sin, &rows, interleaved),
+        )
+    }
+
+    fn moe_permute(
+        x: FloatTensor<Self>,
+        expert_ids: IntTensor<Self>,
+        top_k: usize,
+        num_experts: usize,
+    ) -> MoePermuted<Self> {
+        if !fused::moe_permute_fits(&x) || !fused::moe_permute_available(&x) {
+            run(
+                "moe_permute",
+                fused::check_moe_permute(&x, &expert_ids, top_k, num_experts),
+            );
+            return composed::moe_permute::<Self>(x, expert_ids, top_k, num_experts);
+        }
+        let p = run(
+            "moe_permute",
+            fused::moe_permute(&x, &expert_ids, top_k, num_experts),
+        );
+        MoePermuted {
+            rows: p.rows.into(),
+            row_idx: p.row_idx.into(),
+            group_sizes: p.group_sizes.into(),
+        }
+    }
+
+    fn moe_unpermute(
+        rows: FloatTensor<Self>,
+        row_idx: IntTensor<Self>,
+        weights: FloatTensor<Self>,
+        top_k: usize,
+    ) -> FloatTensor<Self> {
+        if !fused::moe_permute_fits(&rows) || !fused::moe_permute_available(&rows) {
+            run(
+                "moe_unpermute",
+                fused::check_moe_unpermute(&rows, &row_idx, &weights, top_k),
+            );
+            return composed::moe_unpermute::<Self>(rows, row_idx, weights, top_k);
+        }
+        run(
+            "moe_unpermute",
+            fused::moe_unpermute(&rows, &row_idx, &weights, top_k),
         )
     }
 
@@ -1089,6 +1198,27 @@ impl FusedOps for Ascend {
         )
     }
 
+    fn grouped_matmul_covered(
+        x: FloatTensor<Self>,
+        weights: FloatTensor<Self>,
+        group_sizes: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        const OP: &str = "grouped_matmul_covered";
+        if !fused::grouped_matmul_available(&x) {
+            return Self::grouped_matmul(x, weights, group_sizes);
+        }
+        if run(OP, fused::validation(OP)) {
+            run(
+                OP,
+                fused::preflight::grouped_matmul_covered(&x, &weights, &group_sizes),
+            );
+        }
+        run(
+            OP,
+            fused::grouped_matmul_covered(&x, &weights, &group_sizes),
+        )
+    }
+
     fn grouped_matmul_weight_grad(
         x: FloatTensor<Self>,
         dy: FloatTensor<Self>,
@@ -1306,16 +1436,57 @@ pub fn rms_norm<B: FusedOps, const D: usize>(
     (float(out.y), float(out.rstd))
 }
 
-/// `q [T, Nq, D]` and `k [T, Nk, D]` turned by rotate-half rotary embedding, token `t` by row
-/// `rows[t]` of `cos_sin [P, D]`. See [`FusedOps::rotary_embedding`].
+/// `q [T, Nq, D]` and `k [T, Nk, D]` turned by rotary embedding (rotate-half, or GPT-J's
+/// adjacent pairs if `interleaved`), token `t` by row `rows[t]` of `cos_sin [P, D]`. See
+/// [`FusedOps::rotary_embedding`].
 pub fn rotary_embedding<B: FusedOps>(
     q: Tensor<B, 3>,
     k: Tensor<B, 3>,
     cos_sin: Tensor<B, 2>,
     rows: Tensor<B, 1, Int>,
+    interleaved: bool,
 ) -> (Tensor<B, 3>, Tensor<B, 3>) {
-    let (q, k) = B::rotary_embedding(prim(q), prim(k), prim(cos_sin), rows.into_primitive());
+    let rows = rows.into_primitive();
+    let (q, k) = B::rotary_embedding(prim(q), prim(k), prim(cos_sin), rows, interleaved);
     (float(q), float(k))
+}
+
+/// A MoE layer's tokens grouped by expert, from [`moe_permute`].
+pub struct PermutedRows<B: Backend> {
+    /// `[T*K, H]`: the rows sorted stably by expert.
+    pub rows: Tensor<B, 2>,
+    /// `[T*K]` int32: each token-major slot's row.
+    pub row_idx: Tensor<B, 1, Int>,
+    /// `[E]` int64: the rows of each expert.
+    pub group_sizes: Tensor<B, 1, Int>,
+}
+
+/// `x [T, H]` grouped by expert for the token-major `expert_ids [T*K]`: see
+/// [`FusedOps::moe_permute`].
+pub fn moe_permute<B: FusedOps>(
+    x: Tensor<B, 2>,
+    expert_ids: Tensor<B, 1, Int>,
+    top_k: usize,
+    num_experts: usize,
+) -> PermutedRows<B> {
+    let p = B::moe_permute(prim(x), expert_ids.into_primitive(), top_k, num_experts);
+    PermutedRows {
+        rows: float(p.rows),
+        row_idx: int(p.row_idx),
+        group_sizes: int(p.group_sizes),
+    }
+}
+
+/// `[T, H]`: each token's rows `rows[row_idx[t*K + k]]` summed with their `weights [T*K]`:
+/// see [`FusedOps::moe_unpermute`].
+pub fn moe_unpermute<B: FusedOps>(
+    rows: Tensor<B, 2>,
+    row_idx: Tensor<B, 1, Int>,
+    weights: Tensor<B, 1>,
+    top_k: usize,
+) -> Tensor<B, 2> {
+    let (idx, w) = (row_idx.into_primitive(), prim(weights));
+    float(B::moe_unpermute(prim(rows), idx, w, top_k))
 }
 
 /// `silu(x[.., :N]) * x[.., N:]` for `x [.., 2N]`: see [`FusedOps::swiglu`].
@@ -1388,6 +1559,17 @@ pub fn grouped_matmul<B: FusedOps>(
         prim(weights),
         group_sizes.into_primitive(),
     ))
+}
+
+/// [`grouped_matmul`] of rows the groups cover exactly (`sum(group_sizes) = R`): see
+/// [`FusedOps::grouped_matmul_covered`].
+pub fn grouped_matmul_covered<B: FusedOps>(
+    x: Tensor<B, 2>,
+    weights: Tensor<B, 3>,
+    group_sizes: Tensor<B, 1, Int>,
+) -> Tensor<B, 2> {
+    let sizes = group_sizes.into_primitive();
+    float(B::grouped_matmul_covered(prim(x), prim(weights), sizes))
 }
 
 /// The weight gradient of [`grouped_matmul`]: `dw[e] = x_e^T @ dy_e` over the rows of group
