@@ -229,7 +229,7 @@ fn layer_step(
     assert_eq!(out.dims(), [batch, layer_hidden(st)]);
     let counts = stats
         .expect("a MoE layer")
-        .counts
+        .counts()
         .into_data()
         .convert::<f32>()
         .to_vec::<f32>()

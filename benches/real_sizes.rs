@@ -451,7 +451,7 @@ fn families_step(
         layer.ffn.forward(h)
     });
     let out = p.op("residual add", || residual + y);
-    (out, stats.expect("a MoE layer").counts)
+    (out, stats.expect("a MoE layer").counts())
 }
 
 /// What one probed step found.

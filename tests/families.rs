@@ -857,17 +857,20 @@ fn serve_on_cann_8_0() {
 /// launches to the step fails here. Issue 36 lowers them (targets: 18 per layer for Mixtral
 /// and Qwen3-MoE, 24 for Qwen2-MoE, 28 for DeepSeek); measured 2026-12-07 on the fixtures
 /// (2-3 layers, plus the embedding, final norm, LM head and the step's shared inputs): 126,
-/// 181, 130, 130, 144 and 157 before that day's rotary and routing changes, 77, 115, 105, 105,
-/// 137 and 150 before q/k/v and gate/up ran as one matmul each with aclnnSwiGlu. The Qwen3
-/// fixture's head dim (24) is one aclnnRopeWithSinCosCache does not take: its rotary stays
-/// composed here, unlike Qwen3's real 128.
+/// 181, 130, 130, 144 and 157 before that day's rotary and routing changes; 77, 115, 105, 105,
+/// 137 and 150 before q/k/v and gate/up ran as one matmul each with aclnnSwiGlu; 65, 92, 93,
+/// 93, 127 and 140 before the tokens were grouped by aclnnMoeInitRoutingV2 and summed back by
+/// aclnnMoeTokenUnpermute, the grouped matmuls stopped zero-filling rows their groups cover,
+/// and MLA's rotary rows were built once per step. The Qwen3 fixture's head dim (24) and the
+/// DeepSeek fixtures' rotary dim (8) are ones aclnnRopeWithSinCosCache does not take: their
+/// rotary stays composed here, unlike the real models' 128 and 64.
 const DECODE_STEP_LAUNCHES: [(&str, u64); 6] = [
-    ("mixtral", 65),
-    ("qwen2_moe", 92),
-    ("qwen3_moe", 93),
-    ("qwen3_moe_fused", 93),
-    ("deepseek_v2", 127),
-    ("deepseek_v3", 140),
+    ("mixtral", 49),
+    ("qwen2_moe", 76),
+    ("qwen3_moe", 77),
+    ("qwen3_moe_fused", 77),
+    ("deepseek_v2", 103),
+    ("deepseek_v3", 116),
 ];
 
 #[test]

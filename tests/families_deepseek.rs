@@ -496,34 +496,34 @@ fn paged_decode(
         let new_slots = int((start..start + len).map(slot).collect());
         let (indptr, indices, splits) = (int(indptr), int(indices), int(splits));
         let chunk = x.clone().narrow(0, start, len);
-        let out = mla.decode(
-            chunk,
-            positions(start..start + len),
-            |q, rows, sm_scale, value_dim| {
-                assert_eq!(rows.dims(), [len, 1, mla.cfg.cache_dim()]);
-                cache = cache.clone().scatter_nd(
-                    new_slots.reshape([len, 1]),
-                    rows,
-                    IndexingUpdateOp::Assign,
-                );
-                fused::decode_attention(
-                    q,
-                    cache.clone(),
-                    None,
-                    indptr,
-                    indices,
-                    splits,
-                    DecodeAttentionOptions {
-                        max_kv_splits: 3,
-                        sm_scale,
-                        logit_cap: None,
-                        value_dim,
-                        path,
-                    },
-                )
-                .0
-            },
-        );
+        let rotary = mla
+            .cfg
+            .rotary
+            .rows(positions(start..start + len), chunk.dtype());
+        let out = mla.decode(chunk, &rotary, |q, rows, sm_scale, value_dim| {
+            assert_eq!(rows.dims(), [len, 1, mla.cfg.cache_dim()]);
+            cache = cache.clone().scatter_nd(
+                new_slots.reshape([len, 1]),
+                rows,
+                IndexingUpdateOp::Assign,
+            );
+            fused::decode_attention(
+                q,
+                cache.clone(),
+                None,
+                indptr,
+                indices,
+                splits,
+                DecodeAttentionOptions {
+                    max_kv_splits: 3,
+                    sm_scale,
+                    logit_cap: None,
+                    value_dim,
+                    path,
+                },
+            )
+            .0
+        });
         outs.push(out);
         start += len;
     }
@@ -697,13 +697,13 @@ fn deepseek_router_routes_rows_in_expert_order() {
     assert_eq!(ints(routing.ids.clone()), [0, 1, 2, 3, 2, 3]);
     assert_near(
         "weights",
-        &floats(routing.weights),
+        &floats(routing.weights.clone()),
         &[0.8, 0.7, 0.6, 0.4, 0.5, 0.2],
         1e-5,
     );
-    assert_eq!(ints(routing.group_sizes), [1, 1, 2, 2]);
+    assert_eq!(ints(routing.group_sizes()), [1, 1, 2, 2]);
     // Rows (token, choice) flattened, stably sorted by expert.
-    assert_eq!(ints(routing.order), [0, 1, 2, 4, 3, 5]);
+    assert_eq!(ints(routing.order()), [0, 1, 2, 4, 3, 5]);
     let probs: Vec<f64> = scores.iter().flatten().copied().collect();
     assert_near("scores", &floats(routing.probs.get()), &probs, 1e-5);
 }

@@ -417,7 +417,7 @@ impl<B: FusedOps> Decoder<B> {
         Self::dense_ranks(&[self], None, vec![tokens])
             .1
             .into_iter()
-            .map(|s| s.probs.get())
+            .map(|s| s.probs())
             .collect()
     }
 
@@ -602,13 +602,10 @@ type Attend<'a, B> = dyn FnMut(usize, usize, &Attention<B>, Tensor<B, 2>) -> Ten
 /// fraction of (token, choice) pairs routed to each and its mean router probability, both
 /// over the tokens of all MoE layers together.
 fn load_balancing_loss<B: Backend>(stats: Vec<RouterStats<B>>, device: &B::Device) -> Tensor<B, 1> {
-    let Some(experts) = stats.first().map(|s| s.counts.dims()[0]) else {
+    let Some(experts) = stats.first().map(|s| s.routing.experts) else {
         return Tensor::zeros([1], device);
     };
-    let stats: Vec<_> = stats
-        .into_iter()
-        .map(|s| (s.counts, s.probs.get()))
-        .collect();
+    let stats: Vec<_> = stats.into_iter().map(|s| (s.counts(), s.probs())).collect();
     let tokens: usize = stats.iter().map(|(_, p)| p.dims()[0]).sum();
     let (counts, probs) = stats
         .into_iter()

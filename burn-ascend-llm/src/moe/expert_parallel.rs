@@ -124,24 +124,29 @@ impl<B: FusedOps> ExpertDispatch<B> {
             "expert dispatch: one input and one expert shard per local rank"
         );
         let devices: Vec<B::Device> = shards.iter().map(|s| s.device()).collect();
+        let orders: Vec<Option<Tensor<B, 1, Int>>> = inputs
+            .iter()
+            .map(|input| input.as_ref().map(|(_, r)| r.order()))
+            .collect();
         // Rows in expert order, and each row's expert id (exact as an f32).
         let (rows, ids): (Vec<_>, Vec<_>) = inputs
             .iter()
+            .zip(&orders)
             .zip(&devices)
-            .map(|(input, device)| match input {
-                Some((x, r)) => {
-                    let rows = burn_ascend::fused::moe_gather(x.clone(), r.order.clone(), k);
+            .map(|((input, order), device)| match (input, order) {
+                (Some((x, r)), Some(order)) => {
+                    let rows = burn_ascend::fused::moe_gather(x.clone(), order.clone(), k);
                     let n = rows.dims()[0];
                     let ids = r
                         .ids
                         .clone()
-                        .select(0, r.order.clone())
+                        .select(0, order.clone())
                         .float()
                         .cast(DType::F32)
                         .reshape([n, 1]);
                     (rows, ids)
                 }
-                None => (
+                _ => (
                     Tensor::zeros([0, width], (device, dtype)),
                     Tensor::zeros([0, 1], (device, DType::F32)),
                 ),
@@ -151,7 +156,7 @@ impl<B: FusedOps> ExpertDispatch<B> {
             .iter()
             .zip(&devices)
             .map(|(input, device)| match input {
-                Some((_, r)) => r.group_sizes.clone(),
+                Some((_, r)) => r.group_sizes(),
                 None => Tensor::<B, 1, Int>::zeros([e], (device, DType::I64)),
             })
             .collect();
@@ -177,10 +182,15 @@ impl<B: FusedOps> ExpertDispatch<B> {
         returned
             .into_iter()
             .zip(inputs)
-            .map(|(y, input)| {
-                input.map(|(_, r)| {
-                    burn_ascend::fused::moe_scatter(y, r.order.clone(), Some(r.weights.clone()), k)
-                })
+            .zip(orders)
+            .map(|((y, input), order)| {
+                let ((_, r), order) = (input?, order?);
+                Some(burn_ascend::fused::moe_scatter(
+                    y,
+                    order,
+                    Some(r.weights.clone()),
+                    k,
+                ))
             })
             .collect()
     }

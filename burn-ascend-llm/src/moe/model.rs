@@ -299,46 +299,50 @@ pub struct Routing<B: Backend> {
     pub ids: Tensor<B, 1, Int>,
     /// `[T * k]` the weight of each (token, choice).
     pub weights: Tensor<B, 1>,
-    /// `[T * k]` I32: the (token, choice) pairs in expert order, token order within an expert:
-    /// the row layout `fused::moe_gather` produces.
-    pub order: Tensor<B, 1, Int>,
-    /// `[E]` I64: rows per expert (the type of aclnnGroupedMatmulV4's group list, so the
-    /// grouped matmuls take it without a cast).
-    pub group_sizes: Tensor<B, 1, Int>,
+    /// The experts chosen among (E).
+    pub experts: usize,
 }
 
 impl<B: Backend> Routing<B> {
     /// The routing of tokens to the experts `ids [T, k]` with `weights [T, k]`, by a router
-    /// whose probabilities over the experts are `probs [T, E]`: the flattened choices, the
-    /// expert-sorted row order and the rows per expert, all on the device.
+    /// whose probabilities over the experts are `probs [T, E]`: the flattened choices. The
+    /// row order and the rows per expert are computed where asked ([`Routing::order`],
+    /// [`Routing::group_sizes`]): the experts' forward groups its rows with
+    /// `fused::moe_permute`, which computes both itself.
     pub fn from_choices(
         probs: impl Into<RouterProbs<B>>,
         ids: Tensor<B, 2, Int>,
         weights: Tensor<B, 2>,
     ) -> Self {
         let probs = probs.into();
-        let e = match &probs {
+        let experts = match &probs {
             RouterProbs::Probs(t) | RouterProbs::Logits(t) => t.dims()[1],
         };
         let [t, k] = ids.dims();
-        let ids = ids.reshape([t * k]);
-        // Rows routed to the same expert become contiguous, in token order within an expert.
-        let order = ids.clone().argsort(0).cast(DType::I32);
-        let group_sizes = rows_per_expert(ids.clone(), e);
         Routing {
             probs,
-            ids,
+            ids: ids.reshape([t * k]),
             weights: weights.reshape([t * k]),
-            order,
-            group_sizes,
+            experts,
         }
+    }
+
+    /// `[T * k]` I32: the (token, choice) pairs in expert order, token order within an expert:
+    /// the row layout `fused::moe_gather` produces.
+    pub fn order(&self) -> Tensor<B, 1, Int> {
+        self.ids.clone().argsort(0).cast(DType::I32)
+    }
+
+    /// `[E]` I64: rows per expert ([`rows_per_expert`]).
+    pub fn group_sizes(&self) -> Tensor<B, 1, Int> {
+        rows_per_expert(self.ids.clone(), self.experts)
     }
 
     /// `[E]` the fraction of rows routed to each expert (detached): what the load-balancing
     /// loss weighs, computed when asked (serving does not).
     pub fn fraction(&self) -> Tensor<B, 1> {
         let rows = self.ids.dims()[0];
-        (self.group_sizes.clone().float().cast(DType::F32) / rows as f64).detach()
+        (self.group_sizes().float().cast(DType::F32) / rows as f64).detach()
     }
 }
 
@@ -358,18 +362,19 @@ pub fn rows_per_expert<B: Backend>(ids: Tensor<B, 1, Int>, experts: usize) -> Te
     )
 }
 
-/// `x [T, H]` through the experts `routing` chose (`k` per token): its rows gathered by expert,
-/// the experts' SwiGLU (`gate_up [E, H, 2F]` as [`gate_up`] lays them out, `down [E, F, H]`),
-/// the results scattered back to their tokens, weighted.
+/// `x [T, H]` through the experts `routing` chose (`k` per token): its rows grouped by expert
+/// (`fused::moe_permute`), the experts' SwiGLU (`gate_up [E, H, 2F]` as [`gate_up`] lays them
+/// out, `down [E, F, H]`), the results summed back to their tokens, weighted
+/// (`fused::moe_unpermute`).
 pub fn routed_experts<B: FusedOps>(
     x: Tensor<B, 2>,
     routing: &Routing<B>,
     k: usize,
     [gate_up, down]: [Tensor<B, 3>; 2],
 ) -> Tensor<B, 2> {
-    let rows = fused::moe_gather(x, routing.order.clone(), k);
-    let y = swiglu_experts(rows, gate_up, down, routing.group_sizes.clone());
-    fused::moe_scatter(y, routing.order.clone(), Some(routing.weights.clone()), k)
+    let p = fused::moe_permute(x, routing.ids.clone(), k, routing.experts);
+    let y = swiglu_experts(p.rows, gate_up, down, p.group_sizes);
+    fused::moe_unpermute(y, p.row_idx, routing.weights.clone(), k)
 }
 
 /// Gate and up weights `[E, H, F]` side by side, `[E, H, 2F]`: each expert's gate features,
@@ -627,23 +632,20 @@ pub fn routed_experts_quantized<B: FusedOps>(
 ) -> Tensor<B, 2> {
     let dtype = x.dtype();
     let compute = quant_compute_type(dtype);
-    let y = match experts.mode {
+    let e = routing.experts;
+    let (y, row_idx) = match experts.mode {
         Quantize::W8A8 => {
-            let e = experts.projections[0].weights.val().dims()[0];
             let rows = fused::moe_gather_quant(x, routing.ids.clone(), k, e);
-            quantized_swiglu_a8(experts, rows.rows, rows.scales, rows.group_sizes, compute)
+            let y = quantized_swiglu_a8(experts, rows.rows, rows.scales, rows.group_sizes, compute);
+            (y, rows.row_idx)
         }
         Quantize::W8A16 => {
-            let rows = fused::moe_gather(x, routing.order.clone(), k).cast(compute);
-            quantized_swiglu_a16(experts, rows, routing.group_sizes.clone())
+            let p = fused::moe_permute(x, routing.ids.clone(), k, e);
+            let y = quantized_swiglu_a16(experts, p.rows.cast(compute), p.group_sizes);
+            (y, p.row_idx)
         }
     };
-    fused::moe_scatter(
-        y.cast(dtype),
-        routing.order.clone(),
-        Some(routing.weights.clone()),
-        k,
-    )
+    fused::moe_unpermute(y.cast(dtype), row_idx, routing.weights.clone(), k)
 }
 
 /// W8A8 experts' SwiGLU over int8 rows grouped by expert (`x_scale [R]` their per-row scales,
@@ -683,17 +685,18 @@ fn quantized_swiglu_a16<B: FusedOps>(
     project(down, fused::swiglu(project(gate_up, rows)))
 }
 
-/// The experts' SwiGLU over `rows [R, H]` grouped by expert (`group_sizes [E]`): one grouped
-/// matmul by the gate and up weights side by side (`gate_up [E, H, 2F]`, [`gate_up`]), one
-/// SwiGLU, one grouped matmul by `down [E, F, H]`.
+/// The experts' SwiGLU over `rows [R, H]` grouped by expert (`group_sizes [E]`, adding up to
+/// R): one grouped matmul by the gate and up weights side by side (`gate_up [E, H, 2F]`,
+/// [`gate_up`]), one SwiGLU, one grouped matmul by `down [E, F, H]`; the groups cover every
+/// row, so no output is zero-filled first (`fused::grouped_matmul_covered`).
 pub fn swiglu_experts<B: FusedOps>(
     rows: Tensor<B, 2>,
     gate_up: Tensor<B, 3>,
     down: Tensor<B, 3>,
     group_sizes: Tensor<B, 1, Int>,
 ) -> Tensor<B, 2> {
-    let gu = fused::grouped_matmul(rows, gate_up, group_sizes.clone());
-    fused::grouped_matmul(fused::swiglu(gu), down, group_sizes)
+    let gu = fused::grouped_matmul_covered(rows, gate_up, group_sizes.clone());
+    fused::grouped_matmul_covered(fused::swiglu(gu), down, group_sizes)
 }
 
 impl<B: FusedOps> Moe<B> {

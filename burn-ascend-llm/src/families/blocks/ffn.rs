@@ -10,7 +10,7 @@ use burn::tensor::{Int, Tensor};
 use burn_ascend::{fused, FusedOps};
 
 use super::quant::{Projection, Projections, Quantize};
-use super::router::{Router, RouterProbs, RouterSpec, Routing};
+use super::router::{Router, RouterSpec, Routing};
 use crate::families::parallel::{Group, Part};
 use crate::families::weights::{Cut, Expected, Sink, Source};
 use crate::families::LoadError;
@@ -143,10 +143,20 @@ pub struct SparseMoe<B: Backend> {
 /// What a MoE block's routing contributes to the load-balancing loss (transformers'
 /// `load_balancing_loss_func`, which averages over the tokens of every MoE layer together).
 pub struct RouterStats<B: Backend> {
+    /// The routing, whose counts and probabilities are computed when asked (serving does not).
+    pub routing: Routing<B>,
+}
+
+impl<B: Backend> RouterStats<B> {
     /// `[E]` I64: (token, choice) pairs routed to each expert.
-    pub counts: Tensor<B, 1, Int>,
-    /// `[T, E]` the router probabilities of each token (taken when asked).
-    pub probs: RouterProbs<B>,
+    pub fn counts(&self) -> Tensor<B, 1, Int> {
+        self.routing.group_sizes()
+    }
+
+    /// `[T, E]` the router probabilities of each token.
+    pub fn probs(self) -> Tensor<B, 2> {
+        self.routing.probs.get()
+    }
 }
 
 /// A layer's feed-forward block.
@@ -418,10 +428,6 @@ impl<B: FusedOps> SparseMoe<B> {
         if let Some(shared) = &self.shared {
             out = out + self.gated_shared(shared, x);
         }
-        let stats = RouterStats {
-            counts: routing.group_sizes,
-            probs: routing.probs,
-        };
-        (out, stats)
+        (out, RouterStats { routing })
     }
 }

@@ -28,6 +28,7 @@ use burn_ascend::FusedOps;
 use super::attention::CacheRows;
 use super::norm::RmsNorm;
 use super::quant::{Projection, Quantize};
+use super::rope::RotaryRows;
 use super::yarn::Rotary;
 use crate::engine::step::PagedAttention;
 use crate::families::parallel::Part;
@@ -225,6 +226,13 @@ impl<B: FusedOps> Mla<B> {
         x: Tensor<B, 3>,
         positions: Tensor<B, 1>,
     ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        let (q_nope, q_pe) = self.project_queries(x);
+        (q_nope, self.cfg.rotary.apply(q_pe, positions))
+    }
+
+    /// `q_nope [B, S, heads, nope]` and `q_pe [B, S, heads, rope]` of `x [B, S, hidden]`, before
+    /// the rotary embedding.
+    fn project_queries(&self, x: Tensor<B, 3>) -> (Tensor<B, 4>, Tensor<B, 4>) {
         let [b, s, _] = x.dims();
         let c = &self.cfg;
         let q = match (&self.q_proj, &self.q_lora) {
@@ -237,12 +245,19 @@ impl<B: FusedOps> Mla<B> {
         .reshape([b, s, c.heads, c.qk_head_dim()]);
         let q_nope = q.clone().narrow(3, 0, c.qk_nope_head_dim);
         let q_pe = q.narrow(3, c.qk_nope_head_dim, c.qk_rope_head_dim);
-        (q_nope, c.rotary.apply(q_pe, positions))
+        (q_nope, q_pe)
     }
 
     /// The cache rows of `x [B, S, hidden]` at `positions [S]`: the normalised latent
     /// `[B, S, kv_lora_rank]` and the roped shared key `k_pe [B, S, 1, rope]`.
     pub fn latent(&self, x: Tensor<B, 3>, positions: Tensor<B, 1>) -> (Tensor<B, 3>, Tensor<B, 4>) {
+        let (latent, k_pe) = self.project_latent(x);
+        (latent, self.cfg.rotary.apply(k_pe, positions))
+    }
+
+    /// The normalised latent `[B, S, kv_lora_rank]` and the shared key `k_pe [B, S, 1, rope]`
+    /// of `x [B, S, hidden]`, before the rotary embedding.
+    fn project_latent(&self, x: Tensor<B, 3>) -> (Tensor<B, 3>, Tensor<B, 4>) {
         let [b, s, _] = x.dims();
         let c = &self.cfg;
         let compressed = self.kv_a_proj_with_mqa.forward(x);
@@ -250,10 +265,7 @@ impl<B: FusedOps> Mla<B> {
         let k_pe = compressed
             .narrow(2, c.kv_lora_rank, c.qk_rope_head_dim)
             .reshape([b, s, 1, c.qk_rope_head_dim]);
-        (
-            self.kv_a_layernorm.forward(latent),
-            c.rotary.apply(k_pe, positions),
-        )
+        (self.kv_a_layernorm.forward(latent), k_pe)
     }
 
     /// Causal attention over whole sequences `x [B, S, hidden]` at `positions [S]`, through
@@ -305,7 +317,9 @@ impl<B: FusedOps> Mla<B> {
         (w_uk, w_uv)
     }
 
-    /// One serving step of `x [T, hidden]` at `positions [T]` in the absorbed form.
+    /// One serving step of `x [T, hidden]` in the absorbed form, its tokens' rotary rows
+    /// `rotary` ([`Rotary::rows`](super::yarn::Rotary::rows) of their positions; q and k turned
+    /// by [`Rotary::turn`](super::yarn::Rotary::turn) in one launch).
     ///
     /// `attend(q [T, heads, D], rows [T, 1, D], sm_scale, value_dim)` (D = [`MlaConfig::cache_dim`])
     /// must cache the step's rows and attend each query to its token's cached rows, taking
@@ -314,32 +328,28 @@ impl<B: FusedOps> Mla<B> {
     pub fn decode(
         &self,
         x: Tensor<B, 2>,
-        positions: Tensor<B, 1>,
+        rotary: &RotaryRows<B>,
         attend: impl FnOnce(Tensor<B, 3>, Tensor<B, 3>, f32, usize) -> Tensor<B, 3>,
     ) -> Tensor<B, 2> {
         let [t, hidden] = x.dims();
         let c = &self.cfg;
-        let (heads, r, vd) = (c.heads, c.kv_lora_rank, c.v_head_dim);
+        let (heads, r, vd, rope) = (c.heads, c.kv_lora_rank, c.v_head_dim, c.qk_rope_head_dim);
         let x = x.reshape([1, t, hidden]);
-        let (q_nope, q_pe) = self.queries(x.clone(), positions.clone());
-        let (latent, k_pe) = self.latent(x, positions);
+        let (q_nope, q_pe) = self.project_queries(x.clone());
+        let (latent, k_pe) = self.project_latent(x);
+        let (q_pe, k_pe) = c.rotary.turn(
+            q_pe.reshape([t, heads, rope]),
+            k_pe.reshape([t, 1, rope]),
+            rotary,
+        );
         let (w_uk, w_uv) = self.absorbed();
         let q_latent = q_nope
             .reshape([t, heads, c.qk_nope_head_dim])
             .swap_dims(0, 1)
             .matmul(w_uk)
             .swap_dims(0, 1);
-        let q = Tensor::cat(
-            vec![q_latent, q_pe.reshape([t, heads, c.qk_rope_head_dim])],
-            2,
-        );
-        let rows = Tensor::cat(
-            vec![
-                latent.reshape([t, 1, r]),
-                k_pe.reshape([t, 1, c.qk_rope_head_dim]),
-            ],
-            2,
-        );
+        let q = Tensor::cat(vec![q_latent, q_pe], 2);
+        let rows = Tensor::cat(vec![latent.reshape([t, 1, r]), k_pe], 2);
         let attended = attend(q, rows, c.sm_scale as f32, r);
         let values = attended.swap_dims(0, 1).matmul(w_uv).swap_dims(0, 1);
         self.o_proj.forward(values.reshape([t, heads * vd]))
@@ -380,7 +390,10 @@ impl<B: FusedOps> Mla<B> {
         layer: usize,
         cache: &mut PagedAttention<'_, B>,
     ) -> Tensor<B, 2> {
-        self.decode(x, positions, |q, rows, sm_scale, value_dim| {
+        // The step's rotary rows, built by its first layer and shared by the rest.
+        let (rotary, dtype) = (self.cfg.rotary.clone(), x.dtype());
+        let rows = cache.shared((rotary.clone(), dtype), || rotary.rows(positions, dtype));
+        self.decode(x, &rows, |q, rows, sm_scale, value_dim| {
             cache.attend(layer, q, rows, None, sm_scale, value_dim)
         })
     }

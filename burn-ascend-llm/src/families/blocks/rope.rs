@@ -26,10 +26,35 @@ pub struct RotaryRows<B: Backend> {
     pub rows: Tensor<B, 1, Int>,
 }
 
+impl<B: Backend> RotaryRows<B> {
+    /// The rows of the tokens at `positions [T]` (f32) for the frequencies `inv_freq`, cos and
+    /// sin times `factor` (YaRN's attention factor; 1 for plain rope), in `dtype`: built once
+    /// per step and shared by its layers. The angles, and the factor's product, are computed in
+    /// f32 and only cos and sin take the dtype, as in [`crate::moe::model::rotate`] (which says
+    /// why).
+    pub fn new(positions: Tensor<B, 1>, inv_freq: &[f32], factor: f32, dtype: DType) -> Self {
+        let half = inv_freq.len();
+        let device = positions.device();
+        let inv_freq = TensorData::new(inv_freq.to_vec(), [half]);
+        let inv_freq = Tensor::<B, 1>::from_data(inv_freq, (&device, DType::F32));
+        let t = positions.dims()[0];
+        let angles = positions.cast(DType::F32).reshape([t, 1]) * inv_freq.reshape([1, half]);
+        let cos_sin = Tensor::cat(vec![angles.clone().cos(), angles.sin()], 1);
+        let cos_sin = match factor {
+            1.0 => cos_sin,
+            f => cos_sin.mul_scalar(f),
+        };
+        let rows = Tensor::<B, 1, Int>::arange(0..t as i64, &device).cast(DType::I64);
+        RotaryRows {
+            cos_sin: cos_sin.cast(dtype),
+            rows,
+        }
+    }
+}
+
 impl Rope {
-    /// The rows of the tokens at `positions [T]` (f32) for heads of `dim`, in `dtype`: built
-    /// once per step and shared by its layers. The angles are computed in f32 and only cos and
-    /// sin take the dtype, as in [`crate::moe::model::rotate`] (which says why).
+    /// The rows of the tokens at `positions [T]` (f32) for heads of `dim`, in `dtype` (see
+    /// [`RotaryRows::new`]).
     pub fn rows<B: Backend>(
         &self,
         positions: Tensor<B, 1>,
@@ -37,15 +62,8 @@ impl Rope {
         dtype: DType,
     ) -> RotaryRows<B> {
         let Rope::Default { theta } = self;
-        let half = dim / 2;
-        let device = positions.device();
-        let inv_freq = TensorData::new(crate::moe::model::rope_frequencies(*theta, dim), [half]);
-        let inv_freq = Tensor::<B, 1>::from_data(inv_freq, (&device, DType::F32));
-        let t = positions.dims()[0];
-        let angles = positions.cast(DType::F32).reshape([t, 1]) * inv_freq.reshape([1, half]);
-        let cos_sin = Tensor::cat(vec![angles.clone().cos(), angles.sin()], 1).cast(dtype);
-        let rows = Tensor::<B, 1, Int>::arange(0..t as i64, &device).cast(DType::I64);
-        RotaryRows { cos_sin, rows }
+        let inv_freq = crate::moe::model::rope_frequencies(*theta, dim);
+        RotaryRows::new(positions, &inv_freq, 1.0, dtype)
     }
 
     /// `q [B, S, Nq, D]` and `k [B, S, Nk, D]` turned by `rows` (of the S positions): one
@@ -71,6 +89,7 @@ impl Rope {
             k.reshape([b * s, nk, d]),
             rows.cos_sin.clone(),
             index,
+            false,
         );
         (q.reshape([b, s, nq, d]), k.reshape([b, s, nk, d]))
     }

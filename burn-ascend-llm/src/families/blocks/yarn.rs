@@ -7,8 +7,10 @@
 //! transformers' to the bit where the f32 operations do.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor};
+use burn_ascend::FusedOps;
 
+use super::rope::RotaryRows;
 use crate::moe::model::rotate;
 
 /// A `rope_scaling` of type `yarn` (the keys transformers 4.57.1 reads).
@@ -134,6 +136,27 @@ impl Rotary {
     /// The rotated dims.
     pub fn dim(&self) -> usize {
         2 * self.inv_freq.len()
+    }
+
+    /// The cos/sin rows of the tokens at `positions [T]` (f32) in `dtype`, the attention factor
+    /// applied: what [`Rotary::turn`] takes, built once per step.
+    pub fn rows<B: Backend>(&self, positions: Tensor<B, 1>, dtype: DType) -> RotaryRows<B> {
+        RotaryRows::new(positions, &self.inv_freq, self.attention_factor, dtype)
+    }
+
+    /// `q [T, Nq, D]` and `k [T, Nk, D]` turned by the rows `rows` of their tokens, in one
+    /// [`FusedOps::rotary_embedding`]. Interleaved pairs are turned in place (GPT-J), where
+    /// [`Rotary::apply`] first gathers them into halves: the two give each q and k the same
+    /// permutation of the same values, so every `q . k` agrees; a cache holds one or the
+    /// other, never both.
+    pub fn turn<B: FusedOps>(
+        &self,
+        q: Tensor<B, 3>,
+        k: Tensor<B, 3>,
+        rows: &RotaryRows<B>,
+    ) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let (cos_sin, index) = (rows.cos_sin.clone(), rows.rows.clone());
+        burn_ascend::fused::rotary_embedding(q, k, cos_sin, index, self.interleaved)
     }
 
     /// Rotates `x [.., S, heads, D]` at `positions [S]` (f32).
