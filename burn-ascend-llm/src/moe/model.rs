@@ -483,14 +483,20 @@ impl<B: Backend> QuantizedExperts<B> {
     /// Quantises float expert weights `[gate_up, down]` ([`gate_up`]'s layout) per output
     /// channel, on the device: each channel has its own scale, so gate and up quantise as
     /// they would apart.
-    pub fn quantize_gate_up(weights: [Tensor<B, 3>; 2], mode: Quantize) -> Self {
-        let dtype = weights[0].dtype();
-        let projections = weights.map(|w| {
+    pub fn quantize_gate_up([gate_up, down]: [Tensor<B, 3>; 2], mode: Quantize) -> Self {
+        let dtype = gate_up.dtype();
+        let quantize = |w| {
             let (weights, scales) = fused::quantize_weight_per_channel::<B, 3, 2>(w);
             QuantizedProjection::new(weights, scales.detach(), None, mode, dtype)
-        });
+        };
+        // Gate and up one at a time, then their int8 columns joined: quantizing `[E, H, 2F]`
+        // whole would hold f32 temporaries of both at once (quantizing as a model loads keeps
+        // the device's peak to the int8 model and about one float layer).
+        let [gate, up] = split_gate_up(gate_up);
+        let gate = quantize(gate);
+        let gate_up = QuantizedProjection::gate_up(gate, quantize(up));
         Self {
-            projections,
+            projections: [gate_up, quantize(down)],
             mode,
             dtype,
         }
