@@ -428,7 +428,8 @@ fn step(
 }
 
 /// One decode step of the families' layer, block by block, as `Decoder::step` runs a layer;
-/// returns its output and the (token, choice) pairs per expert.
+/// returns its feed-forward output (which the next norm adds to the residual stream) and the
+/// (token, choice) pairs per expert.
 fn families_step(
     p: &mut Probe,
     layer: &Decoder<B>,
@@ -437,8 +438,11 @@ fn families_step(
     inputs: &StepInputs<B>,
 ) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
     let layer = &layer.layers[0];
-    let x = st.x.clone();
-    let h = p.op("input_layernorm", || norms.0.forward(x.clone()));
+    // The layer before's residual add runs fused with this input norm, as the decoder runs it
+    // (the step's input stands for both the residual stream and the last feed-forward output).
+    let (h, x) = p.op("input add_rms_norm (the residual add before)", || {
+        norms.0.add_forward(st.x.clone(), st.x.clone())
+    });
     let mut caches = vec![st.cache.clone()];
     let mut paged = PagedAttention::new(&mut caches, st.slots.clone(), inputs, MAX_KV_SPLITS);
     let a = p.op("attention block (paged)", || {
@@ -446,12 +450,12 @@ fn families_step(
             .attention
             .paged(h, st.positions.clone(), 0, &mut paged)
     });
-    let (h, residual) = p.op("post_attention add_rms_norm", || norms.1.add_forward(x, a));
+    // The residual stream after attention: the next layer's input norm adds `y` to it.
+    let (h, _residual) = p.op("post_attention add_rms_norm", || norms.1.add_forward(x, a));
     let (y, stats) = p.op("feed-forward block (router, experts, shared)", || {
         layer.ffn.forward(h)
     });
-    let out = p.op("residual add", || residual + y);
-    (out, stats.expect("a MoE layer").counts())
+    (y, stats.expect("a MoE layer").counts())
 }
 
 /// What one probed step found.

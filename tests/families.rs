@@ -861,16 +861,17 @@ fn serve_on_cann_8_0() {
 /// 137 and 150 before q/k/v and gate/up ran as one matmul each with aclnnSwiGlu; 65, 92, 93,
 /// 93, 127 and 140 before the tokens were grouped by aclnnMoeInitRoutingV2 and summed back by
 /// aclnnMoeTokenUnpermute, the grouped matmuls stopped zero-filling rows their groups cover,
-/// and MLA's rotary rows were built once per step. The Qwen3 fixture's head dim (24) and the
+/// MLA's rotary rows were built once per step and each residual add ran fused with the norm
+/// after it. The Qwen3 fixture's head dim (24) and the
 /// DeepSeek fixtures' rotary dim (8) are ones aclnnRopeWithSinCosCache does not take: their
 /// rotary stays composed here, unlike the real models' 128 and 64.
 const DECODE_STEP_LAUNCHES: [(&str, u64); 6] = [
-    ("mixtral", 49),
-    ("qwen2_moe", 76),
-    ("qwen3_moe", 77),
-    ("qwen3_moe_fused", 77),
-    ("deepseek_v2", 103),
-    ("deepseek_v3", 116),
+    ("mixtral", 47),
+    ("qwen2_moe", 73),
+    ("qwen3_moe", 75),
+    ("qwen3_moe_fused", 75),
+    ("deepseek_v2", 101),
+    ("deepseek_v3", 114),
 ];
 
 #[test]

@@ -449,10 +449,10 @@ impl<B: FusedOps> Decoder<B> {
                 .dense(x.reshape([b, s, hidden]), positions[r].clone())
                 .reshape([b * s, hidden])
         };
-        let h = Self::layers_ranks(shards, group, h, &mut attend, &mut stats);
+        let (h, ffn) = Self::layers_ranks(shards, group, h, &mut attend, &mut stats);
         let v = shards[0].spec.vocab;
         (
-            Self::logits_ranks(shards, group, h).reshape([b, s, v]),
+            Self::logits_ranks(shards, group, Self::final_norm(shards, h, ffn)).reshape([b, s, v]),
             stats,
         )
     }
@@ -470,8 +470,9 @@ impl<B: FusedOps> Decoder<B> {
         let mut attend = |layer: usize, r: usize, block: &Attention<B>, normed: Tensor<B, 2>| {
             block.paged(normed, x[r].positions.clone(), layer, &mut attention[r])
         };
-        let h = Self::layers_ranks(shards, group, h, &mut attend, &mut Vec::new());
-        let sampled = h
+        let (h, ffn) = Self::layers_ranks(shards, group, h, &mut attend, &mut Vec::new());
+        // Every row normed (one launch with the last residual add), the sampled ones kept.
+        let sampled = Self::final_norm(shards, h, ffn)
             .into_iter()
             .zip(x)
             .map(|(h, x)| h.select(0, x.sample_rows.clone()))
@@ -522,29 +523,43 @@ impl<B: FusedOps> Decoder<B> {
     /// The layers over each shard's residual stream `h[i] [T, H]` (the same on every shard):
     /// each attention block through `attend(layer, shard, block, normed input)`, which gives
     /// the shard's part of the block's output; the shards' parts summed. The routing statistics
-    /// of every MoE layer are added to `stats` when the decoder is whole.
+    /// of every MoE layer are added to `stats` when the decoder is whole. Returns the residual
+    /// stream before the last layer's feed-forward output and that output (none without
+    /// layers): each feed-forward's residual add runs fused with the norm after it, the next
+    /// layer's input norm or the final one (one aclnnAddRmsNorm, as vLLM passes the residual).
     fn layers_ranks(
         shards: &[&Self],
         group: Option<&Group<B>>,
         mut h: Vec<Tensor<B, 2>>,
         attend: &mut Attend<'_, B>,
         stats: &mut Vec<RouterStats<B>>,
-    ) -> Vec<Tensor<B, 2>> {
+    ) -> (Vec<Tensor<B, 2>>, Option<Vec<Tensor<B, 2>>>) {
         let sum = |parts: Vec<Tensor<B, 2>>| match group {
             Some(g) => g.sum(parts),
             None => parts,
         };
+        let mut ffn_out: Option<Vec<Tensor<B, 2>>> = None;
         for i in 0..shards[0].layers.len() {
+            let (inputs, stream): (Vec<_>, Vec<_>) = match ffn_out.take() {
+                Some(ys) => h
+                    .into_iter()
+                    .zip(ys)
+                    .zip(shards)
+                    .map(|((h, y), shard)| shard.layers[i].input_norm.add_forward(h, y))
+                    .unzip(),
+                None => h
+                    .into_iter()
+                    .zip(shards)
+                    .map(|(h, shard)| (shard.layers[i].input_norm.forward(h.clone()), h))
+                    .unzip(),
+            };
             let attended = shards
                 .iter()
-                .zip(&h)
+                .zip(inputs)
                 .enumerate()
-                .map(|(r, (shard, h))| {
-                    let layer = &shard.layers[i];
-                    attend(i, r, &layer.attention, layer.input_norm.forward(h.clone()))
-                })
+                .map(|(r, (shard, x))| attend(i, r, &shard.layers[i].attention, x))
                 .collect();
-            let (normed, residual): (Vec<_>, Vec<_>) = h
+            let (normed, residual): (Vec<_>, Vec<_>) = stream
                 .into_iter()
                 .zip(sum(attended))
                 .zip(shards)
@@ -562,22 +577,45 @@ impl<B: FusedOps> Decoder<B> {
                     g.sum(Ffn::forward_ranks(&blocks, normed, g))
                 }
             };
-            h = residual.into_iter().zip(ffn).map(|(x, y)| x + y).collect();
+            h = residual;
+            ffn_out = Some(ffn);
         }
-        h
+        (h, ffn_out)
     }
 
-    /// The logits `[R, V]` of each shard's final hidden states `h[i] [R, H]`, on the first
+    /// Each shard's final hidden states `h[i] + ffn[i]` (`h[i]` alone without `ffn`) through
+    /// the final norm.
+    fn final_norm(
+        shards: &[&Self],
+        h: Vec<Tensor<B, 2>>,
+        ffn: Option<Vec<Tensor<B, 2>>>,
+    ) -> Vec<Tensor<B, 2>> {
+        match ffn {
+            Some(ys) => h
+                .into_iter()
+                .zip(ys)
+                .zip(shards)
+                .map(|((h, y), shard)| shard.norm.add_forward(h, y).0)
+                .collect(),
+            None => h
+                .into_iter()
+                .zip(shards)
+                .map(|(h, shard)| shard.norm.forward(h))
+                .collect(),
+        }
+    }
+
+    /// The logits `[R, V]` of each shard's normed final hidden states `[R, H]`, on the first
     /// shard: split by vocabulary, each shard's chunk of columns, all-gathered.
     fn logits_ranks(
         shards: &[&Self],
         group: Option<&Group<B>>,
-        h: Vec<Tensor<B, 2>>,
+        normed: Vec<Tensor<B, 2>>,
     ) -> Tensor<B, 2> {
         let mut logits: Vec<Tensor<B, 2>> = shards
             .iter()
-            .zip(h)
-            .map(|(shard, h)| shard.head.forward(shard.norm.forward(h)))
+            .zip(normed)
+            .map(|(shard, x)| shard.head.forward(x))
             .collect();
         match group {
             None => logits.pop().expect("one shard"),
