@@ -874,39 +874,113 @@ const DECODE_STEP_LAUNCHES: [(&str, u64); 6] = [
     ("deepseek_v3", 114),
 ];
 
+/// The launches of one eager decode step of a single request served by `model` (past its
+/// prefill and first decode step, which may warm caches), with the operators named.
+fn decode_step_launches(
+    model: Decoder<Ascend>,
+    prompt: Vec<u32>,
+) -> (u64, Vec<(&'static str, u64)>) {
+    use burn_ascend::emulator::{aclnn_launches_by_op, work_counters};
+    let mut server = Server::new(model, serve_config(), &device()).unwrap();
+    server.submit(Request::greedy(prompt, 8)).unwrap();
+    let mut decodes = 0;
+    while decodes < 2 {
+        decodes += usize::from(server.step().decode_only);
+    }
+    let (work, ops) = (work_counters(), aclnn_launches_by_op());
+    let report = server.step();
+    let launches = work_counters().since(&work).launches();
+    assert!(report.decode_only, "the measured step decodes");
+    let mut by_op: Vec<(&str, u64)> = aclnn_launches_by_op()
+        .into_iter()
+        .map(|(op, n)| (op, n - ops.iter().find(|o| o.0 == op).map_or(0, |o| o.1)))
+        .filter(|o| o.1 > 0)
+        .collect();
+    by_op.sort_by_key(|o| std::cmp::Reverse(o.1));
+    (launches, by_op)
+}
+
 #[test]
 #[serial]
 fn a_decode_step_launches_no_more_than_its_recorded_count() {
-    use burn_ascend::emulator::{aclnn_launches_by_op, work_counters};
-    let device = device();
     for (name, most) in DECODE_STEP_LAUNCHES {
         let r = &references(name)[0];
-        let mut server = Server::new(
-            load::<Ascend>(&fixture(name), &device),
-            serve_config(),
-            &device,
-        )
-        .unwrap();
-        server.submit(Request::greedy(r.ids.clone(), 8)).unwrap();
-        // Past the prefill and the first decode step (which may warm caches).
-        let mut decodes = 0;
-        while decodes < 2 {
-            decodes += usize::from(server.step().decode_only);
-        }
-        let (work, ops) = (work_counters(), aclnn_launches_by_op());
-        let report = server.step();
-        let launches = work_counters().since(&work).launches();
-        assert!(report.decode_only, "{name}: the measured step decodes");
-        let mut by_op: Vec<(&str, u64)> = aclnn_launches_by_op()
-            .into_iter()
-            .map(|(op, n)| (op, n - ops.iter().find(|o| o.0 == op).map_or(0, |o| o.1)))
-            .filter(|o| o.1 > 0)
-            .collect();
-        by_op.sort_by_key(|o| std::cmp::Reverse(o.1));
+        let model = load::<Ascend>(&fixture(name), &device());
+        let (launches, by_op) = decode_step_launches(model, r.ids.clone());
         eprintln!("{name}: {launches} launches per decode step: {by_op:?}");
         assert!(
             launches <= most,
             "{name}: a decode step launches {launches}, more than {most}: {by_op:?}"
+        );
+    }
+}
+
+/// The launches of one decoder layer's decode step at a published model's real attention
+/// shapes (its head dims, which decide the fused rotary, and its widths), as the difference of
+/// a decode step with two layers and with one; the experts few and narrow, which changes no
+/// launch. Bounds as measured on 2026-12-07 (Qwen3-MoE 19: 17 aclnn operators and decode
+/// attention's 2 kernels; DeepSeek-V2-Lite 30); issue 36's targets are 18 and 28: the Qwen3
+/// layer's q and k norms are two launches, DeepSeek's router computes its logits from an f32
+/// copy of its weight made each step.
+#[test]
+#[serial]
+fn a_real_shaped_layer_decodes_in_its_recorded_launches() {
+    use burn_ascend_suite::real_checkpoint::Published;
+    let small_experts = |model: Published, tweaks: &[(&str, u64)]| {
+        let mut config = model.config(1);
+        config["vocab_size"] = 512.into();
+        for (key, value) in tweaks {
+            config[*key] = (*value).into();
+        }
+        config
+    };
+    let cases = [
+        (
+            small_experts(
+                Published::Qwen3_30bA3b,
+                &[("num_experts", 8), ("moe_intermediate_size", 64)],
+            ),
+            19,
+        ),
+        (
+            // Layer 0 is dense: the second layer is the MoE one measured.
+            small_experts(
+                Published::DeepseekV2Lite,
+                &[
+                    ("n_routed_experts", 8),
+                    ("moe_intermediate_size", 64),
+                    ("intermediate_size", 128),
+                ],
+            ),
+            30,
+        ),
+    ];
+    for (config, most) in cases {
+        let name = config["architectures"][0].as_str().unwrap().to_string();
+        let step = |layers: u64| {
+            let mut config = config.clone();
+            config["num_hidden_layers"] = layers.into();
+            let dir = tempfile::tempdir().unwrap();
+            burn_ascend_llm::hf::dummy::write(&config, dir.path(), u64::MAX, 5).unwrap();
+            let model = families::load::<Ascend>(dir.path(), DType::BF16, &device())
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .model;
+            decode_step_launches(model, (1..20).collect())
+        };
+        let ((one, one_ops), (two, two_ops)) = (step(1), step(2));
+        let layer = two - one;
+        let by_op: Vec<(&str, i64)> = two_ops
+            .iter()
+            .map(|&(op, n)| {
+                let before = one_ops.iter().find(|o| o.0 == op).map_or(0, |o| o.1);
+                (op, n as i64 - before as i64)
+            })
+            .filter(|o| o.1 != 0)
+            .collect();
+        eprintln!("{name}: {layer} launches per layer: {by_op:?}");
+        assert!(
+            layer <= most,
+            "{name}: a layer's decode step launches {layer}, more than {most}: {by_op:?}"
         );
     }
 }

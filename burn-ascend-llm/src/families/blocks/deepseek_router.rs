@@ -6,11 +6,12 @@
 use burn::module::{Module, Param};
 use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, DType, Int, Tensor};
+use burn::tensor::{Bool, DType, Int, Tensor, TensorPrimitive};
+use burn_ascend::FusedOps;
 
 use crate::families::weights::{Expected, Sink, Source};
 use crate::families::LoadError;
-use crate::moe::model::Routing;
+use crate::moe::model::{RouterProbs, Routing};
 
 /// How a DeepSeek router chooses a token's experts (`topk_method`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,26 +235,52 @@ impl<B: Backend> DeepseekRouter<B> {
         }
     }
 
-    /// Routes `x [T, hidden]`: the scores (f32) are the routing's `probs`, the weights take
-    /// x's dtype.
-    pub fn route(&self, x: Tensor<B, 2>) -> Routing<B> {
-        let dtype = x.dtype();
-        let logits = x
-            .cast(DType::F32)
-            .matmul(self.weight.val().cast(DType::F32).transpose());
-        let scores = self.cfg.scores(logits);
-        let (ids, weights) = self.cfg.choose(
-            scores.clone(),
-            self.e_score_correction_bias.as_ref().map(Param::val),
-        );
-        Routing::from_choices(scores, ids, weights.cast(dtype))
-    }
-
     /// Writes the gate's tensors under `prefix`.
     pub fn save(&self, prefix: &str, out: &mut Sink) {
         out.tensor(format!("{prefix}.weight"), &self.weight);
         if let Some(bias) = &self.e_score_correction_bias {
             out.tensor(format!("{prefix}.e_score_correction_bias"), bias);
         }
+    }
+}
+
+impl<B: FusedOps> DeepseekRouter<B> {
+    /// Routes `x [T, hidden]`: the scores (f32) are the routing's `probs`, the weights take
+    /// x's dtype. DeepSeek-V2's `greedy` softmax top-k is the softmax routers' operator
+    /// without renormalisation (`FusedOps::moe_gating_softmax`, one
+    /// aclnnMoeGatingTopKSoftmaxV2 on `Ascend`), its weights times `routed_scaling_factor`.
+    pub fn route(&self, x: Tensor<B, 2>) -> Routing<B> {
+        let dtype = x.dtype();
+        let logits = x
+            .cast(DType::F32)
+            .matmul(self.weight.val().cast(DType::F32).transpose());
+        if matches!(self.cfg.method, TopkMethod::Greedy) {
+            let g = B::moe_gating_softmax(
+                logits.clone().into_primitive().tensor(),
+                self.cfg.top_k,
+                false,
+            );
+            let float = |t| Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t));
+            let probs = match g.probs {
+                Some(p) => RouterProbs::Probs(float(p)),
+                None => RouterProbs::Logits(logits),
+            };
+            let factor = self.cfg.routed_scaling_factor;
+            let weights = match factor {
+                1.0 => float(g.weights),
+                f => float(g.weights) * f,
+            };
+            return Routing::from_choices(
+                probs,
+                Tensor::from_primitive(g.ids),
+                weights.cast(dtype),
+            );
+        }
+        let scores = self.cfg.scores(logits);
+        let (ids, weights) = self.cfg.choose(
+            scores.clone(),
+            self.e_score_correction_bias.as_ref().map(Param::val),
+        );
+        Routing::from_choices(scores, ids, weights.cast(dtype))
     }
 }
