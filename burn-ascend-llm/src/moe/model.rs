@@ -475,24 +475,17 @@ pub struct QuantizedExperts<B: Backend> {
 }
 
 impl<B: Backend> QuantizedExperts<B> {
-    /// Quantises float expert weights `[gate, up, down]` per output channel, on the device.
+    /// Quantises float expert weights `[gate, up, down]` per output channel, on the device,
+    /// gate and up one at a time, then their int8 columns joined ([`gate_up`]'s layout; each
+    /// channel has its own scale, so they quantise as they would apart). Quantizing the float
+    /// `[E, H, 2F]` whole would hold f32 temporaries of both at once (quantizing as a model
+    /// loads keeps the device's peak to the int8 model and about one float layer).
     pub fn quantize([gate, up, down]: [Tensor<B, 3>; 3], mode: Quantize) -> Self {
-        Self::quantize_gate_up([gate_up(gate, up), down], mode)
-    }
-
-    /// Quantises float expert weights `[gate_up, down]` ([`gate_up`]'s layout) per output
-    /// channel, on the device: each channel has its own scale, so gate and up quantise as
-    /// they would apart.
-    pub fn quantize_gate_up([gate_up, down]: [Tensor<B, 3>; 2], mode: Quantize) -> Self {
-        let dtype = gate_up.dtype();
+        let dtype = gate.dtype();
         let quantize = |w| {
             let (weights, scales) = fused::quantize_weight_per_channel::<B, 3, 2>(w);
             QuantizedProjection::new(weights, scales.detach(), None, mode, dtype)
         };
-        // Gate and up one at a time, then their int8 columns joined: quantizing `[E, H, 2F]`
-        // whole would hold f32 temporaries of both at once (quantizing as a model loads keeps
-        // the device's peak to the int8 model and about one float layer).
-        let [gate, up] = split_gate_up(gate_up);
         let gate = quantize(gate);
         let gate_up = QuantizedProjection::gate_up(gate, quantize(up));
         Self {
@@ -500,6 +493,13 @@ impl<B: Backend> QuantizedExperts<B> {
             mode,
             dtype,
         }
+    }
+
+    /// [`QuantizedExperts::quantize`] of float expert weights `[gate_up, down]` ([`gate_up`]'s
+    /// layout).
+    pub fn quantize_gate_up([gate_up, down]: [Tensor<B, 3>; 2], mode: Quantize) -> Self {
+        let [gate, up] = split_gate_up(gate_up);
+        Self::quantize([gate, up, down], mode)
     }
 
     /// The weights `[gate_up, down]` they compute with, dequantized on the device (int8 times
@@ -594,8 +594,8 @@ impl<B: FusedOps> Experts<B> {
     }
 
     /// Rows already grouped by expert (`group_sizes [E]` I64 rows for each of these experts,
-    /// in expert order: what expert parallelism receives) through their experts' SwiGLU, in
-    /// the rows' dtype.
+    /// in expert order, adding up to the rows: what expert parallelism receives) through their
+    /// experts' SwiGLU, in the rows' dtype.
     pub fn grouped(&self, rows: Tensor<B, 2>, group_sizes: Tensor<B, 1, Int>) -> Tensor<B, 2> {
         match self {
             Experts::Float(w) => swiglu_experts(rows, w.gate_up.val(), w.down.val(), group_sizes),

@@ -60,12 +60,7 @@ pub fn moe_init_routing_quant(
 ) -> AclResult<QuantRouting> {
     check_moe_init_routing_quant(x, expert_ids, top_k, num_experts)?;
     let (t, h) = (x.shape()[0], x.shape()[1]);
-    let ids = contiguous(&cast(expert_ids, DataType::I32)?)?;
-    let ids = ids.with_layout(
-        ids.layout
-            .reshape(vec![t, top_k])
-            .expect("a contiguous tensor reshapes"),
-    );
+    let ids = super::routing::expert_idx(expert_ids, t, top_k)?;
     let ctx = x.ctx();
     let slots = t * top_k;
     let routing = QuantRouting {

@@ -196,6 +196,19 @@ pub(super) fn check_expert_ids<T: Operand>(
     Ok(())
 }
 
+/// Token-major expert ids `[T*K]` as the routing operators take them: `expertIdx [T, K]`,
+/// INT32, contiguous.
+pub(super) fn expert_idx(
+    expert_ids: &AscendTensor,
+    t: usize,
+    top_k: usize,
+) -> AclResult<AscendTensor> {
+    reshape_view(
+        &contiguous(&cast(expert_ids, DataType::I32)?)?,
+        vec![t, top_k],
+    )
+}
+
 /// The contract of [`moe_permute`]: float `x [T, H]`, integer `expert_ids [T*top_k]`.
 pub fn check_moe_permute<T: Operand>(
     x: &T,
@@ -286,10 +299,7 @@ pub fn moe_permute(
             group_sizes: zeros(ctx, vec![num_experts], DataType::I64)?,
         });
     }
-    let ids = reshape_view(
-        &contiguous(&cast(expert_ids, DataType::I32)?)?,
-        vec![t, top_k],
-    )?;
+    let ids = expert_idx(expert_ids, t, top_k)?;
     let r = cann_moe_init_routing(&contiguous(x)?, &ids, num_experts, None)?;
     Ok(Permuted {
         rows: r.expanded_x,
