@@ -16,7 +16,7 @@ use burn_ascend::emulator::kernel_runner::launch_log;
 use burn_ascend::emulator::work_counters;
 use burn_ascend::fused::{self, DecodeAttentionOptions};
 // The engine's cache write on `Ascend` (`moe::step::PagedAttention`): the rows, in place.
-use burn_ascend::graph::write_rows;
+use burn_ascend::graph::{write_cache, CacheWrite};
 use burn_ascend_llm::engine::serve::StepInputs;
 use burn_ascend_llm::engine::step::PagedAttention;
 use burn_ascend_llm::families::blocks::norm::RmsNorm;
@@ -254,8 +254,20 @@ fn attention(
             });
             p.op("cache write", || {
                 let values = st.cache.values.as_ref().expect("a GQA cache has values");
-                write_rows(&st.cache.keys, &st.slots, &k.reshape([t, kv_heads, d]));
-                write_rows(values, &st.slots, &v.reshape([t, kv_heads, d]));
+                let (k, v) = ([k.reshape([t, kv_heads, d])], [v.reshape([t, kv_heads, d])]);
+                write_cache(
+                    &st.slots,
+                    &[
+                        CacheWrite {
+                            cache: &st.cache.keys,
+                            rows: &k,
+                        },
+                        CacheWrite {
+                            cache: values,
+                            rows: &v,
+                        },
+                    ],
+                );
             });
             let out = p.op("decode_attention", || {
                 fused::decode_attention(
@@ -307,11 +319,14 @@ fn attention(
                 )
             });
             p.op("cache write", || {
-                let row = Tensor::cat(
-                    vec![latent.reshape([t, 1, lora]), k_pe.reshape([t, 1, rd])],
-                    2,
+                let rows = [latent.reshape([t, 1, lora]), k_pe.reshape([t, 1, rd])];
+                write_cache(
+                    &st.slots,
+                    &[CacheWrite {
+                        cache: &st.cache.keys,
+                        rows: &rows,
+                    }],
                 );
-                write_rows(&st.cache.keys, &st.slots, &row);
             });
             // The query's no-rope part in the latent space, beside its rope part.
             let q = p.op("q absorb (kv_b_proj W_UK)", || {

@@ -501,6 +501,7 @@ fn paged_decode(
             .rotary
             .rows(positions(start..start + len), chunk.dtype());
         let out = mla.decode(chunk, &rotary, |q, rows, sm_scale, value_dim| {
+            let rows = Tensor::cat(rows, 2);
             assert_eq!(rows.dims(), [len, 1, mla.cfg.cache_dim()]);
             cache = cache.clone().scatter_nd(
                 new_slots.reshape([len, 1]),

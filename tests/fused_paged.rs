@@ -1,12 +1,14 @@
 //! The paged KV-cache ops on the emulated NPU (their Ascend C kernels run by the emulation):
-//! `alloc_extend` and split-KV `decode_attention`, each checked three ways on the same inputs:
+//! `alloc_extend`, the cache write `kv_cache_write` (against burn-flex's scatter of the joined
+//! rows) and split-KV `decode_attention`, the first and last checked three ways on the same inputs:
 //! the kernels on `Ascend`, the composed defaults on burn-flex, and a closed-form reference
 //! computed here on the host (contract 4's per-token slot formula; dense softmax attention over
 //! the gathered keys, and contract 5's per-split formula for stage 1). Seed sizes of the
 //! fused-ops specification, the edge cases of both contracts, and the errors on bad inputs.
 //!
-//! Every test is serial: the counter test reads the global launch log, which the other tests
-//! would otherwise append to concurrently.
+//! Every test is serial (one lock, the fault-device tests too): the counting tests read the
+//! global launch log and work counters, which the other tests would otherwise add to
+//! concurrently.
 
 mod common;
 
@@ -292,7 +294,7 @@ fn kernel_rejects_composed_marks(case: &AllocCase, total: usize, want: Vec<i64>,
 }
 
 #[test]
-#[serial(fault_device)]
+#[serial]
 fn alloc_extend_rejects_lengths_short_of_extend_total() {
     // extend_total larger than the lengths add up to: the composed default writes -1 past them.
     let case = AllocCase {
@@ -314,7 +316,7 @@ fn alloc_extend_rejects_lengths_short_of_extend_total() {
 }
 
 #[test]
-#[serial(fault_device)]
+#[serial]
 fn alloc_extend_rejects_a_batch_past_the_free_list() {
     // 5 new pages needed, 3 in the list: the composed default marks the last two pages' slots
     // -1 and reports the need in its totals.
@@ -1320,4 +1322,257 @@ fn bad_inputs_are_clear_errors() {
         },
     );
     assert!(text.contains("logit_cap must be positive"), "{text}");
+}
+
+/// A KV-cache write case: caches `[slots, heads, width]` and, per cache, the widths of the row
+/// tensors that make up its rows side by side.
+struct CacheCase {
+    name: &'static str,
+    slots: usize,
+    heads: usize,
+    caches: Vec<Vec<usize>>,
+    written: Vec<i64>,
+}
+
+/// Each cache and the row tensors that make up its rows.
+type CacheWrites<B> = Vec<(Tensor<B, 3>, Vec<Tensor<B, 3>>)>;
+
+impl CacheCase {
+    /// The caches after `write`, which either writes them in place (returning `None`) or returns
+    /// the written copies.
+    fn run<B: burn::tensor::backend::Backend>(
+        &self,
+        dtype: DType,
+        index: DType,
+        d: &B::Device,
+        write: impl FnOnce(&Tensor<B, 1, Int>, &CacheWrites<B>) -> Option<Vec<Tensor<B, 3>>>,
+    ) -> Vec<Vec<f64>> {
+        let t = self.written.len();
+        let float3 = |shape: [usize; 3], seed| {
+            Tensor::<B, 3>::from_data(
+                host_values(shape.to_vec(), seed).convert_dtype(dtype),
+                (d, dtype),
+            )
+        };
+        let writes: CacheWrites<B> = self
+            .caches
+            .iter()
+            .enumerate()
+            .map(|(c, widths)| {
+                let width = widths.iter().sum();
+                let cache = float3([self.slots, self.heads, width], 10 + c as u64);
+                let rows = widths
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &w)| float3([t, self.heads, w], 20 + (c * 4 + i) as u64))
+                    .collect();
+                (cache, rows)
+            })
+            .collect();
+        let caches = write(&ints::<B>(&self.written, index, d), &writes)
+            .unwrap_or_else(|| writes.into_iter().map(|(cache, _)| cache).collect());
+        caches.into_iter().map(|c| floats(c.into_data())).collect()
+    }
+}
+
+fn cache_cases() -> Vec<CacheCase> {
+    vec![
+        CacheCase {
+            name: "GQA keys and values, 7 tokens",
+            slots: 40,
+            heads: 2,
+            caches: vec![vec![64], vec![64]],
+            written: vec![5, 39, 0, 17, 18, 3, 22],
+        },
+        CacheCase {
+            // 20 and 12 elements a row: tails of less than 32 bytes, rows that start mid-block.
+            name: "narrow rows",
+            slots: 9,
+            heads: 1,
+            caches: vec![vec![20], vec![12]],
+            written: vec![8, 2],
+        },
+        CacheCase {
+            // 33 tokens over 33 slots in a shuffled order: several tokens per block.
+            name: "MLA latent and rotary rows side by side",
+            slots: 33,
+            heads: 1,
+            caches: vec![vec![512, 64]],
+            written: (0..33).map(|i| (i * 7 % 33) as i64).collect(),
+        },
+        CacheCase {
+            name: "keys only, rows wider than the unified buffer",
+            slots: 3,
+            heads: 4,
+            caches: vec![vec![16_384]],
+            written: vec![2, 0],
+        },
+    ]
+}
+
+#[test]
+#[serial]
+fn kv_cache_write_writes_every_part_in_place_in_one_launch() {
+    use burn::tensor::backend::Backend;
+    use burn::tensor::IndexingUpdateOp;
+    use burn_ascend::emulator::work_counters;
+    use burn_ascend::graph::{self, CacheWrite};
+    for case in cache_cases() {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            for index in [DType::I32, DType::I64] {
+                let what = format!("{} ({dtype:?}, {index:?} slots)", case.name);
+                let mut counted = None;
+                let got = case.run::<Ascend>(dtype, index, &ascend(), |slots, writes| {
+                    let writes: Vec<CacheWrite<'_>> = writes
+                        .iter()
+                        .map(|(cache, rows)| CacheWrite { cache, rows })
+                        .collect();
+                    let before = work_counters();
+                    clear_launch_log();
+                    graph::write_cache(slots, &writes);
+                    // The counters count work the stream has run.
+                    Ascend::sync(&ascend()).unwrap();
+                    counted = Some((work_counters().since(&before), launch_log()));
+                    None
+                });
+                let (counted, log) = counted.unwrap();
+                // The reference: the rows joined, then scattered into a copy on burn-flex.
+                let want = case.run::<Flex>(dtype, index, &flex(), |slots, writes| {
+                    let n = slots.dims()[0];
+                    let index = slots.clone().reshape([n, 1]);
+                    let written = writes.iter().map(|(cache, rows)| {
+                        let rows = Tensor::cat(rows.clone(), 2);
+                        cache
+                            .clone()
+                            .scatter_nd(index.clone(), rows, IndexingUpdateOp::Assign)
+                    });
+                    Some(written.collect())
+                });
+                assert_eq!(got, want, "{what}");
+                if common::skipped_on_npu("kv_cache_write's launch count") {
+                    continue;
+                }
+                assert_eq!(
+                    (counted.aclnn_launches, counted.kernel_launches),
+                    (0, 1),
+                    "{what}: one kernel launch and no operator: {log:?}"
+                );
+                assert_eq!(log[0].kernel, "kv_cache_write", "{what}");
+                let moved: u64 = case.caches.iter().flatten().sum::<usize>() as u64
+                    * (case.heads * case.written.len()) as u64
+                    * dtype.size() as u64;
+                assert_eq!(
+                    log[0].gm_bytes_written, moved,
+                    "{what}: only the rows written move"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[serial]
+fn kv_cache_write_traps_on_a_slot_outside_the_cache_and_on_a_slot_written_twice() {
+    use burn_ascend::graph::{self, CacheWrite};
+    for (slots, needle) in [
+        (
+            vec![3i64, 9],
+            "kv_cache_write: slots[1] = 9 is outside [0, 9)",
+        ),
+        (
+            vec![3i64, -1],
+            "kv_cache_write: slots[1] = -1 is outside [0, 9)",
+        ),
+        // 96 tokens over the cores, two each, into 9 slots: blocks write the same rows.
+        ((0..96).map(|i| i % 9).collect(), "race between blocks"),
+    ] {
+        common::reset_fault_device();
+        let d = common::fault_device();
+        let cache = Tensor::<Ascend, 3>::zeros([9, 1, 16], &d);
+        let rows = [Tensor::<Ascend, 3>::ones([slots.len(), 1, 16], &d)];
+        let err = burn_ascend::try_run(|| {
+            graph::write_cache(
+                &ints::<Ascend>(&slots, DType::I32, &d),
+                &[CacheWrite {
+                    cache: &cache,
+                    rows: &rows,
+                }],
+            );
+            cache.clone().into_data()
+        })
+        .expect_err("the kernel refuses it");
+        common::reset_fault_device();
+        let err = err.to_string();
+        assert!(
+            err.contains("AICORE")
+                && (matches!(common::device(), AscendDevice::Npu(_)) || err.contains(needle)),
+            "{needle}: {err}"
+        );
+    }
+}
+
+#[test]
+#[serial]
+fn kv_cache_write_refuses_rows_that_do_not_make_up_the_cache_rows() {
+    use burn_ascend::graph::{self, CacheWrite};
+    use burn_ascend::ops::fused::{kv_cache_write, CachePart};
+    let d = ascend();
+    let slots = ints::<Ascend>(&[1, 2], DType::I32, &d);
+    let cache = Tensor::<Ascend, 3>::zeros([4, 1, 16], &d);
+    let short = [Tensor::<Ascend, 3>::zeros([2, 1, 12], &d)];
+    let text = panic_message(|| {
+        graph::write_cache(
+            &slots,
+            &[CacheWrite {
+                cache: &cache,
+                rows: &short,
+            }],
+        );
+    });
+    assert!(
+        text.contains("write_cache") && text.contains("[2, 1, 12]") && text.contains("[4, 1, 16]"),
+        "{text}"
+    );
+    // The kernel's own contract, below the Burn API: caches of one type, columns apart.
+    let core = |t: &Tensor<Ascend, 2>| t.clone().into_primitive().tensor().into_inner();
+    let (cache, slots) = (
+        core(&Tensor::zeros([4, 16], &d)),
+        slots.into_primitive().into_inner(),
+    );
+    let rows = core(&Tensor::zeros([2, 10], &d));
+    let overlapping = [
+        CachePart {
+            cache: &cache,
+            rows: &rows,
+            offset: 0,
+        },
+        CachePart {
+            cache: &cache,
+            rows: &rows,
+            offset: 6,
+        },
+    ];
+    let err = kv_cache_write(&slots, &overlapping).expect_err("columns 6..10 twice");
+    assert!(
+        err.to_string().contains("kv_cache_write") && err.to_string().contains("columns apart"),
+        "{err}"
+    );
+    let half = core(&Tensor::<Ascend, 2>::zeros([4, 16], &d).cast(DType::F16));
+    let mixed = [
+        CachePart {
+            cache: &cache,
+            rows: &rows,
+            offset: 0,
+        },
+        CachePart {
+            cache: &half,
+            rows: &rows,
+            offset: 0,
+        },
+    ];
+    let err = kv_cache_write(&slots, &mixed).expect_err("caches of two types");
+    assert!(
+        err.to_string().contains("one type") && err.to_string().contains("DT_FLOAT16"),
+        "{err}"
+    );
 }

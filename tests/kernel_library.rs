@@ -52,6 +52,38 @@ fn child_runs_fused_ops_without_kernels() {
             println!("{backend} output {i} equals the reference");
         }
     }
+    // The KV-cache write (Ascend only: it writes in place) joins MLA-like pieces and writes them
+    // with aclnnInplaceIndexCopy.
+    let pieces = |d: &_| {
+        let piece = |width, seed| {
+            Tensor::<Ascend, 3>::from_data(host_values(vec![2, 1, width], seed), (d, DType::F32))
+        };
+        [piece(4, 2), piece(2, 3)]
+    };
+    let cache = Tensor::<Ascend, 3>::zeros([4, 1, 6], &device);
+    let slots = Tensor::<Ascend, 1, Int>::from_data(
+        TensorData::new(vec![3i32, 0], [2]),
+        (&device, DType::I32),
+    );
+    let rows = pieces(&device);
+    burn_ascend::graph::write_cache(
+        &slots,
+        &[burn_ascend::graph::CacheWrite {
+            cache: &cache,
+            rows: &rows,
+        }],
+    );
+    let joined = Tensor::<Flex, 3>::from_data(
+        Tensor::cat(rows.to_vec(), 2).into_data(),
+        &Default::default(),
+    );
+    let want = Tensor::<Flex, 3>::zeros([4, 1, 6], &Default::default()).scatter_nd(
+        Tensor::<Flex, 2, Int>::from_ints([[3], [0]], &Default::default()),
+        joined,
+        burn::tensor::IndexingUpdateOp::Assign,
+    );
+    cache.into_data().assert_eq(&want.into_data(), true);
+    println!("the cache write equals the reference");
     assert!(
         launch_log().is_empty(),
         "no kernel may run without a library: {:?}",
@@ -81,6 +113,7 @@ fn a_device_without_a_kernel_library_runs_the_composed_defaults() {
         "moe_scatter",
         "layer_norm",
         "elementwise_program",
+        "kv_cache_write",
     ] {
         let notice = format!(
             "emulated:0 cannot run the fused kernel {kernel}: it has no kernel library: the \

@@ -16,7 +16,7 @@ use ascend_acl::table::SymbolSource;
 use crate::tiling::{
     AllocExtendTiling, DecodePlan, DecodeScoresTiling, DecodeSoftmaxTiling, DecodeStage1,
     DecodeStage1Tiling, DecodeStage2Tiling, DecodeValuesTiling, ElementwiseTiling, ExtendKernels,
-    ExtendPlan, ExtendScoresTiling, ExtendSoftmaxTiling, ExtendValuesTiling,
+    ExtendPlan, ExtendScoresTiling, ExtendSoftmaxTiling, ExtendValuesTiling, KvCacheWriteTiling,
     LayerNormBackwardTiling, LayerNormTiling, MoeInverseTiling, MoeScatterTiling, Plan,
     RowGatherTiling, VectorAddTiling,
 };
@@ -35,6 +35,7 @@ macro_rules! kernel_function_list {
             moe_scatter_inverse(indices, inv; MoeInverseTiling);
             moe_scatter(y, inv, weights, out; MoeScatterTiling);
             alloc_extend(prefix_lens, seq_lens, last_loc, free_pages, out_slots, totals; AllocExtendTiling);
+            kv_cache_write(slots, k, v, k_cache, v_cache; KvCacheWriteTiling);
             decode_attention_stage1(q, k, v, indptr, kv_indices, splits, part_out, part_lse; DecodeStage1Tiling);
             decode_attention_stage2(part_out, part_lse, out, lse; DecodeStage2Tiling);
             decode_attention_scores(q, k, indptr, kv_indices, splits, scores; DecodeScoresTiling);
@@ -250,6 +251,21 @@ pub struct AllocExtendBuffers {
     pub totals: *mut c_void,
 }
 
+/// Device buffers of one `kv_cache_write` launch.
+#[derive(Debug, Clone, Copy)]
+pub struct KvCacheWriteBuffers {
+    /// slots `[T]`, int32 or int64 (the tiling's index type).
+    pub slots: *mut c_void,
+    /// The keys part's rows `[T, cols[0]]`.
+    pub k: *mut c_void,
+    /// The values part's rows `[T, cols[1]]`, or null with one part.
+    pub v: *mut c_void,
+    /// The keys part's cache `[cache_rows[0], stride[0]]`, written in place.
+    pub k_cache: *mut c_void,
+    /// The values part's cache (may be `k_cache` itself), or null with one part.
+    pub v_cache: *mut c_void,
+}
+
 /// Device buffers of one decode-attention launch (both stages).
 #[derive(Debug, Clone, Copy)]
 pub struct DecodeBuffers {
@@ -418,6 +434,32 @@ impl KernelApi {
             b.dx,
             b.dgamma,
             b.dbeta,
+            &mut tiling
+        )
+    }
+
+    /// Queues a KV-cache write: each token's rows of every part into its slot's row of the
+    /// part's cache, at the part's column offset.
+    ///
+    /// # Safety
+    /// As [`KernelApi::vector_add`], for buffers of the sizes the tiling describes.
+    pub unsafe fn kv_cache_write(
+        &self,
+        stream: *mut c_void,
+        plan: Plan<KvCacheWriteTiling>,
+        b: KvCacheWriteBuffers,
+    ) -> Result<(), LaunchError> {
+        let mut tiling = plan.tiling;
+        launch!(
+            self,
+            kv_cache_write,
+            plan.block_dim,
+            stream,
+            b.slots,
+            b.k,
+            b.v,
+            b.k_cache,
+            b.v_cache,
             &mut tiling
         )
     }

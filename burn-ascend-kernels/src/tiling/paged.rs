@@ -1,4 +1,5 @@
-//! Tiling of the paged-KV kernels: `alloc_extend` and split-KV `decode_attention`.
+//! Tiling of the paged-KV kernels: `alloc_extend`, `kv_cache_write` and split-KV
+//! `decode_attention`.
 
 use super::{align8, align_type, ub_align, DeviceProps, NormType, Plan};
 
@@ -74,6 +75,99 @@ pub fn alloc_extend(
 pub fn alloc_extend_ub_bytes(t: &AllocExtendTiling) -> u64 {
     let a = |elems: u32| ub_align(elems as u64 * t.index_bytes as u64);
     3 * a(t.len_tile) + a(t.page_tile) + 2 * a(t.slot_tile) + 32
+}
+
+/// Mirrors `BurnKvCacheWriteTiling` in `kernels/kv_cache_write.cpp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvCacheWriteTiling {
+    /// Tokens (rows of each source, entries of the slots).
+    pub tokens: u32,
+    /// Parts written: 1 (keys) or 2 (keys and values).
+    pub parts: u32,
+    /// Tokens per block.
+    pub rows_per_core: u32,
+    /// Elements per copy, a multiple of 32 bytes.
+    pub chunk: u32,
+    /// Slots loaded at a time, a multiple of 8.
+    pub idx_chunk: u32,
+    /// Bytes per element (2 or 4).
+    pub elem_bytes: u32,
+    /// Bytes per slot (4 or 8).
+    pub index_bytes: u32,
+    /// Rows (slots) of each part's cache.
+    pub cache_rows: [u32; 2],
+    /// Elements per cache row of each part.
+    pub stride: [u32; 2],
+    /// First column each part writes.
+    pub offset: [u32; 2],
+    /// Elements each part writes per token.
+    pub cols: [u32; 2],
+}
+
+/// One part of a `kv_cache_write`: a cache of `cache_rows` rows of `stride` elements, of which
+/// each token writes `cols` from column `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CachePart {
+    /// Rows (slots) of the cache.
+    pub cache_rows: u64,
+    /// Elements per cache row.
+    pub stride: u64,
+    /// First column written.
+    pub offset: u64,
+    /// Elements written per token.
+    pub cols: u64,
+}
+
+/// Most slots a `kv_cache_write` block loads at once.
+const MAX_SLOT_CHUNK: u64 = 1024;
+
+/// Tokens evenly over the vector cores; each part's row moves through two ping-pong buffers of
+/// the largest chunk the unified buffer holds beside the slots (a decode step's rows, a few KB,
+/// move in one piece). `parts` holds one or two parts.
+pub fn kv_cache_write(
+    tokens: u64,
+    parts: &[CachePart],
+    elem_bytes: u64,
+    index_bytes: u64,
+    props: &DeviceProps,
+) -> Plan<KvCacheWriteTiling> {
+    let rows_per_core = tokens.div_ceil(props.vector_cores as u64).max(1);
+    let idx_chunk = align8(rows_per_core.min(MAX_SLOT_CHUNK));
+    let align = super::UB_ALIGN / elem_bytes;
+    let max_chunk =
+        (props.ub_bytes as u64 - ub_align(idx_chunk * index_bytes)) / (2 * elem_bytes) / align
+            * align;
+    let widest = parts.iter().map(|p| p.cols).max().unwrap_or(0);
+    let field = |f: fn(&CachePart) -> u64| {
+        let mut out = [0u32; 2];
+        for (o, p) in out.iter_mut().zip(parts) {
+            *o = f(p) as u32;
+        }
+        out
+    };
+    Plan {
+        block_dim: tokens.div_ceil(rows_per_core).max(1) as u32,
+        tiling: KvCacheWriteTiling {
+            tokens: tokens as u32,
+            parts: parts.len() as u32,
+            rows_per_core: rows_per_core as u32,
+            chunk: align_type(widest.max(1), elem_bytes).min(max_chunk) as u32,
+            idx_chunk: idx_chunk as u32,
+            elem_bytes: elem_bytes as u32,
+            index_bytes: index_bytes as u32,
+            cache_rows: field(|p| p.cache_rows),
+            stride: field(|p| p.stride),
+            offset: field(|p| p.offset),
+            cols: field(|p| p.cols),
+        },
+    }
+}
+
+/// The unified-buffer bytes `kv_cache_write`'s kernel allocates for a tiling (its `InitBuffer`s).
+pub fn kv_cache_write_ub_bytes(t: &KvCacheWriteTiling) -> u64 {
+    ub_align(t.idx_chunk as u64 * t.index_bytes as u64)
+        + ub_align(2 * t.chunk as u64 * t.elem_bytes as u64)
 }
 
 /// Mirrors `DecodeStage1Tiling` in `kernels/decode_attention_stage1.cpp`.
@@ -872,6 +966,55 @@ pub fn decode_attention(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kv_cache_write_fits_the_unified_buffer_and_covers_every_token() {
+        let a2 = DeviceProps::ATLAS_A2;
+        let gqa = |cols| CachePart {
+            cache_rows: 1 << 20,
+            stride: cols,
+            offset: 0,
+            cols,
+        };
+        let mla = [
+            CachePart {
+                cache_rows: 4096,
+                stride: 576,
+                offset: 0,
+                cols: 512,
+            },
+            CachePart {
+                cache_rows: 4096,
+                stride: 576,
+                offset: 512,
+                cols: 64,
+            },
+        ];
+        let cases: [(u64, Vec<CachePart>); 4] = [
+            (1, vec![gqa(512), gqa(512)]),
+            (8192, vec![gqa(1024), gqa(1024)]),
+            (33, mla.to_vec()),
+            (5, vec![gqa(1 << 20)]),
+        ];
+        for (tokens, parts) in cases {
+            for (elem, index) in [(2, 4), (4, 8)] {
+                let plan = kv_cache_write(tokens, &parts, elem, index, &a2);
+                let t = plan.tiling;
+                assert!(plan.block_dim <= a2.vector_cores, "{t:?}");
+                assert!(
+                    plan.block_dim as u64 * t.rows_per_core as u64 >= tokens,
+                    "{t:?}"
+                );
+                assert_eq!((t.chunk as u64 * elem) % 32, 0, "{t:?}");
+                assert_eq!(t.idx_chunk % 8, 0, "{t:?}");
+                assert!(kv_cache_write_ub_bytes(&t) <= a2.ub_bytes as u64, "{t:?}");
+                assert_eq!(
+                    t.cols[..parts.len()],
+                    parts.iter().map(|p| p.cols as u32).collect::<Vec<_>>()[..]
+                );
+            }
+        }
+    }
 
     fn decode_shape(
         batch: u64,

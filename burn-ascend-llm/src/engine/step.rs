@@ -141,24 +141,23 @@ impl<'a, B: FusedOps> PagedAttention<'a, B> {
         })
     }
 
-    /// Writes the step's key rows `keys [T, HKV, Dk]` (and value rows `values [T, HKV, Dv]`,
-    /// when the layout has them) to `layer`'s cache, then attends each of the step's queries
+    /// Writes the step's key rows `[T, HKV, Dk]` (given whole or as pieces side by side along
+    /// the last dim, such as MLA's latent and rotary rows, which the write places without joining
+    /// them) and value rows `values [T, HKV, Dv]` (when the layout has them) to `layer`'s cache,
+    /// in one launch on `Ascend` (`graph::write_cache`), then attends each of the step's queries
     /// `q [T, HQ, Dk]` to its token's cached positions: `[T, HQ, Dv]`, with `Dv` the layout's
     /// value dim, or `value_dim` leading dims of the key rows when the layout has no values.
     pub fn attend(
         &mut self,
         layer: usize,
         q: Tensor<B, 3>,
-        keys: Tensor<B, 3>,
+        keys: Vec<Tensor<B, 3>>,
         values: Option<Tensor<B, 3>>,
         sm_scale: f32,
         value_dim: usize,
     ) -> Tensor<B, 3> {
         let cache = &mut self.caches[layer];
-        write_rows(&mut cache.keys, self.slots.clone(), keys);
-        if let (Some(cached), Some(values)) = (cache.values.as_mut(), values) {
-            write_rows(cached, self.slots.clone(), values);
-        }
+        write_cache(cache, self.slots.clone(), keys, values);
         if let Some(prefill) = &self.inputs.prefill {
             return fused::extend_attention(
                 q,
@@ -195,17 +194,47 @@ impl<'a, B: FusedOps> PagedAttention<'a, B> {
     }
 }
 
-/// Writes `rows [n, ..]` at `slots [n]` of `cache`. On `Ascend` into the cache's own buffer
-/// (aclnnInplaceIndexCopy): only the rows written move, and a captured step reads and writes
-/// the cache at the address it had at capture. Other backends scatter into a copy.
-fn write_rows<B: FusedOps>(cache: &mut Tensor<B, 3>, slots: Tensor<B, 1, Int>, rows: Tensor<B, 3>) {
+/// Writes the step's key rows (`keys`, pieces side by side along the last dim) and value rows at
+/// `slots [T]` of `cache`. On `Ascend` into the caches' own buffers (`graph::write_cache`: one
+/// `kv_cache_write` launch for keys and values, or for MLA's two key pieces): only the rows
+/// written move, and a captured step reads and writes the cache at the address it had at
+/// capture. Other backends join the pieces and scatter into a copy.
+fn write_cache<B: FusedOps>(
+    cache: &mut LayerCache<B>,
+    slots: Tensor<B, 1, Int>,
+    keys: Vec<Tensor<B, 3>>,
+    values: Option<Tensor<B, 3>>,
+) {
     let ascend = |t: &dyn Any| t.downcast_ref::<Tensor<Ascend, 3>>().cloned();
-    match (
-        (&slots as &dyn Any).downcast_ref::<Tensor<Ascend, 1, Int>>(),
-        ascend(cache),
-        ascend(&rows),
-    ) {
-        (Some(slots), Some(cache), Some(rows)) => graph::write_rows(&cache, slots, &rows),
-        _ => LayerCache::write_rows(cache, slots, rows),
+    let on_ascend = (&slots as &dyn Any)
+        .downcast_ref::<Tensor<Ascend, 1, Int>>()
+        .zip(ascend(&cache.keys))
+        .zip(keys.iter().map(|k| ascend(k)).collect::<Option<Vec<_>>>());
+    if let Some(((slots, cached_keys), key_rows)) = on_ascend {
+        let values = cache
+            .values
+            .as_ref()
+            .and_then(|v| ascend(v))
+            .zip(values.as_ref().and_then(|v| ascend(v)));
+        let value_rows = values.as_ref().map(|(_, rows)| [rows.clone()]);
+        let mut writes = vec![graph::CacheWrite {
+            cache: &cached_keys,
+            rows: &key_rows,
+        }];
+        if let (Some((cached, _)), Some(rows)) = (&values, &value_rows) {
+            writes.push(graph::CacheWrite {
+                cache: cached,
+                rows,
+            });
+        }
+        return graph::write_cache(slots, &writes);
+    }
+    let keys = match keys.len() {
+        1 => keys.into_iter().next().expect("one piece"),
+        _ => Tensor::cat(keys, 2),
+    };
+    LayerCache::write_rows(&mut cache.keys, slots.clone(), keys);
+    if let (Some(cached), Some(values)) = (cache.values.as_mut(), values) {
+        LayerCache::write_rows(cached, slots, values);
     }
 }

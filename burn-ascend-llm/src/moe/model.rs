@@ -951,7 +951,7 @@ impl<B: FusedOps> StepModel<B> for MoeDecoder<B> {
             let attended = attention.attend(
                 layer,
                 q.reshape([t, dims.q_heads, dims.head_dim]),
-                rows(k),
+                vec![rows(k)],
                 Some(rows(v)),
                 sm_scale,
                 dims.head_dim,

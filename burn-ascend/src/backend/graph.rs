@@ -115,3 +115,94 @@ pub fn write_rows<const D: usize>(
     })();
     super::run("write_rows", written);
 }
+
+/// The rows a step writes to one cache: each token's cache row is `rows` side by side along the
+/// last dim (one tensor, or several that make it up, such as MLA's latent and rotary rows).
+#[derive(Debug, Clone, Copy)]
+pub struct CacheWrite<'a> {
+    /// The cache `[slots, heads, width]`, written in place.
+    pub cache: &'a Tensor<Ascend, 3>,
+    /// The step's rows `[T, heads, w_i]`, the `w_i` adding up to `width`.
+    pub rows: &'a [Tensor<Ascend, 3>],
+}
+
+/// Writes the step's rows at `slots [T]` (int32 or int64, distinct) of each cache, in place and
+/// in stream order, as [`write_rows`] does for one. With one or two row tensors in all (keys and
+/// values, or MLA's latent and rotary rows of one cache of one head) this is one launch of the
+/// `kv_cache_write` kernel, which writes the rows of several tensors straight into their columns
+/// of the cache rows; otherwise, or on a device without the kernel, each cache's rows are joined
+/// and written by aclnnInplaceIndexCopy. Fails as the backend's tensor ops do (a panic that
+/// [`crate::try_run`] returns as the error), naming the shapes.
+pub fn write_cache(slots: &Tensor<Ascend, 1, Int>, writes: &[CacheWrite<'_>]) {
+    super::run("write_cache", cache_write(slots, writes));
+}
+
+fn cache_write(slots: &Tensor<Ascend, 1, Int>, writes: &[CacheWrite<'_>]) -> AclResult<()> {
+    use crate::ops::copy::{cat, reshape_view};
+    use crate::ops::fused::{kv_cache_write, CachePart};
+    use crate::ops::index::index_copy_in_place;
+    use crate::ops::AscendTensor as Core;
+    let core = |t: &dyn StaticTensor| t.device_tensor().map(AscendTensor::into_inner);
+    let slots = core(slots)?;
+    let mut caches = Vec::with_capacity(writes.len());
+    let mut rows = Vec::with_capacity(writes.len());
+    for w in writes {
+        let cache = core(w.cache)?;
+        let parts: Vec<Core> = w.rows.iter().map(|r| core(r)).collect::<AclResult<_>>()?;
+        let (heads, width) = (cache.shape()[1], cache.shape()[2]);
+        let fits = !parts.is_empty()
+            && parts.iter().all(|r| r.shape()[1] == heads)
+            && parts.iter().map(|r| r.shape()[2]).sum::<usize>() == width;
+        if !fits {
+            let shapes: Vec<String> = parts.iter().map(Core::describe).collect();
+            return Err(AclError::InvalidArgument(format!(
+                "write_cache: rows {} side by side do not make up the rows of the cache {}",
+                shapes.join(", "),
+                cache.describe()
+            )));
+        }
+        caches.push(cache);
+        rows.push(parts);
+    }
+    let tensors: usize = rows.iter().map(Vec::len).sum();
+    // The kernel writes column ranges of flattened cache rows: a cache of several row tensors
+    // qualifies only with one head, where each tensor's columns are one range.
+    let columns = rows
+        .iter()
+        .zip(&caches)
+        .all(|(r, c)| r.len() == 1 || c.shape()[1] == 1);
+    if tensors <= 2 && columns && slots.ctx().has_kernel("kv_cache_write") {
+        let flat = |t: &Core| {
+            let s = t.shape();
+            reshape_view(t, vec![s[0], s[1] * s[2]])
+        };
+        let flat_caches: Vec<Core> = caches.iter().map(flat).collect::<AclResult<_>>()?;
+        let mut owned = Vec::with_capacity(tensors);
+        for (cache, parts) in flat_caches.iter().zip(&rows) {
+            let mut offset = 0;
+            for part in parts {
+                let part = flat(part)?;
+                let cols = part.shape()[1];
+                owned.push((cache, part, offset));
+                offset += cols;
+            }
+        }
+        let parts: Vec<CachePart<'_, Core>> = owned
+            .iter()
+            .map(|(cache, rows, offset)| CachePart {
+                cache: *cache,
+                rows,
+                offset: *offset,
+            })
+            .collect();
+        return kv_cache_write(&slots, &parts);
+    }
+    for (cache, parts) in caches.iter().zip(&rows) {
+        let joined = match parts.as_slice() {
+            [one] => one.clone(),
+            many => cat(many, 2)?,
+        };
+        index_copy_in_place(cache, 0, &slots, &joined)?;
+    }
+    Ok(())
+}

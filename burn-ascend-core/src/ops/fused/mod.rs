@@ -39,10 +39,10 @@ pub use moe::{moe_gather, moe_scatter, token_rearrange};
 pub use norm::{check_layer_norm, check_layer_norm_backward};
 pub use norm::{layer_norm, layer_norm_backward};
 pub use paged::{
-    alloc_extend, decode_attention, decode_attention_plan, DecodeAttentionOptions,
-    DecodeAttentionTensors, DecodePath,
+    alloc_extend, decode_attention, decode_attention_plan, kv_cache_write, CachePart,
+    DecodeAttentionOptions, DecodeAttentionTensors, DecodePath,
 };
-pub use paged::{check_alloc_extend, check_decode_attention, DecodeDims};
+pub use paged::{check_alloc_extend, check_decode_attention, check_kv_cache_write, DecodeDims};
 pub use prefill::check_paged_prefill_attention;
 pub use prefill::{
     paged_prefill_attention, paged_prefill_missing, paged_prefill_refusal, CAUSAL_MASK_SIDE,

@@ -1,6 +1,7 @@
-//! The paged KV-cache kernels: `alloc_extend` (slot allocation for growing requests) and
-//! split-KV `decode_attention` (one query token per request over a slot-indexed cache). Both
-//! read every length, index and split count on the device; nothing here waits for the host.
+//! The paged KV-cache kernels: `alloc_extend` (slot allocation for growing requests),
+//! `kv_cache_write` (a step's key and value rows into their slots, one launch) and split-KV
+//! `decode_attention` (one query token per request over a slot-indexed cache). All read every
+//! length, slot, index and split count on the device; nothing here waits for the host.
 
 use burn_ascend_kernels::launch;
 use burn_ascend_kernels::tiling::{self, DecodePlan, DecodeShape, DecodeStage1};
@@ -10,7 +11,7 @@ pub use burn_ascend_kernels::tiling::DecodePath;
 use super::{check_index, data_ptr, device_props, norm_type, Operand};
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
-use crate::ops::copy::contiguous;
+use crate::ops::copy::{cast, contiguous};
 use crate::ops::tensor::AscendTensor;
 
 /// The kernels keep token positions and key counts in int32 on the scalar unit.
@@ -179,6 +180,161 @@ pub fn alloc_extend(
     })
     .map_err(|e| e.with_context(|| format!("{OP} of {}", inputs())))?;
     Ok((slots, totals))
+}
+
+/// One part of a [`kv_cache_write`]: `rows [T, cols]` go to columns `offset..offset + cols` of
+/// the rows of `cache [S, stride]`, which is written in place.
+#[derive(Debug, Clone, Copy)]
+pub struct CachePart<'a, T> {
+    /// The cache `[S, stride]`.
+    pub cache: &'a T,
+    /// The step's rows `[T, cols]`.
+    pub rows: &'a T,
+    /// The first column written.
+    pub offset: usize,
+}
+
+/// The contract of [`kv_cache_write`]: one or two parts, `slots [T]` int32 or int64, each part's
+/// `rows [T, cols]` and `cache [S, stride]` 2-D of one 2- or 4-byte float type (the caches all of
+/// one), `offset + cols <= stride`, sizes within the kernel's 32-bit fields, and two parts of one
+/// cache on columns apart (checked by [`kv_cache_write`], which sees the buffers).
+pub fn check_kv_cache_write<T: Operand>(slots: &T, parts: &[CachePart<'_, T>]) -> AclResult<()> {
+    const OP: &str = "kv_cache_write";
+    let inputs = || {
+        let parts: Vec<String> = parts
+            .iter()
+            .map(|p| {
+                format!(
+                    "rows {} into cache {} at column {}",
+                    p.rows.describe(),
+                    p.cache.describe(),
+                    p.offset
+                )
+            })
+            .collect();
+        format!("slots {}, {}", slots.describe(), parts.join(", "))
+    };
+    let bad = |why: &str| Err(invalid_input(OP, format!("{why}, got {}", inputs())));
+    if !(1..=2).contains(&parts.len()) {
+        return bad("it writes one or two parts");
+    }
+    let tokens = slots.dims().first().copied().unwrap_or(0);
+    check_index(OP, "slots", slots, tokens, true)?;
+    let dtype = parts[0].cache.data_type();
+    for p in parts {
+        let (c, r) = (p.cache.dims(), p.rows.dims());
+        if c.len() != 2 || r.len() != 2 || r[0] != tokens {
+            return bad(
+                "each part is rows [T, cols] into a cache [S, stride], T the slots' length",
+            );
+        }
+        if p.cache.data_type() != dtype
+            || !matches!(dtype, DataType::F32 | DataType::F16 | DataType::BF16)
+            || !matches!(
+                p.rows.data_type(),
+                DataType::F32 | DataType::F16 | DataType::BF16
+            )
+        {
+            return bad("the caches are all f32, f16 or bf16 of one type, and the rows float");
+        }
+        if p.offset + r[1] > c[1] {
+            return bad("a part's columns lie inside its cache's rows");
+        }
+        if c[0] > I32_LIMIT || c[1] > I32_LIMIT || tokens > I32_LIMIT {
+            return bad("the caches' rows and widths and the tokens stay below 2^31");
+        }
+    }
+    Ok(())
+}
+
+/// Writes each token's rows of every part into row `slots[t]` of the part's cache, at the part's
+/// columns, in place and in one launch of the `kv_cache_write` kernel (rows of another float
+/// type are cast to the caches' first). Two parts may name one cache (MLA's latent and rotary
+/// rows, written side by side without joining them first). A slot outside a cache's rows is an
+/// AI Core error naming it; slots must be distinct (the scheduler's), as two tokens of one slot
+/// race. The caches must be dense tensors of their own (not views that skip elements).
+pub fn kv_cache_write(
+    slots: &AscendTensor,
+    parts: &[CachePart<'_, AscendTensor>],
+) -> AclResult<()> {
+    const OP: &str = "kv_cache_write";
+    let mut all: Vec<Option<&AscendTensor>> = vec![Some(slots)];
+    all.extend(parts.iter().flat_map(|p| [Some(p.cache), Some(p.rows)]));
+    super::same_device(OP, &all)?;
+    check_kv_cache_write(slots, parts)?;
+    if let Some(view) = parts.iter().find(|p| !p.cache.layout.is_contiguous()) {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "the cache {} is a strided view: the kernel writes whole rows of a dense cache",
+                view.cache.describe()
+            ),
+        ));
+    }
+    if let [a, b] = parts {
+        let start = |p: &CachePart<'_, AscendTensor>| p.cache.layout.offset + p.offset;
+        let (sa, sb) = (start(a), start(b));
+        let apart = sa + a.rows.shape()[1] <= sb || sb + b.rows.shape()[1] <= sa;
+        if a.cache.storage_ptr() == b.cache.storage_ptr() && !apart {
+            return Err(invalid_input(
+                OP,
+                format!(
+                    "two parts of one cache must write columns apart, got {} at column {} and {} at column {} of {}",
+                    a.rows.describe(),
+                    a.offset,
+                    b.rows.describe(),
+                    b.offset,
+                    a.cache.describe()
+                ),
+            ));
+        }
+    }
+    let tokens = slots.shape()[0];
+    if tokens == 0 {
+        return Ok(());
+    }
+    let dtype = parts[0].cache.dtype;
+    let rows: Vec<AscendTensor> = parts
+        .iter()
+        .map(|p| contiguous(&cast(p.rows, dtype)?))
+        .collect::<AclResult<_>>()?;
+    let slots = contiguous(slots)?;
+    let ctx = slots.ctx();
+    let shape: Vec<tiling::CachePart> = parts
+        .iter()
+        .map(|p| tiling::CachePart {
+            cache_rows: p.cache.shape()[0] as u64,
+            stride: p.cache.shape()[1] as u64,
+            offset: p.offset as u64,
+            cols: p.rows.shape()[1] as u64,
+        })
+        .collect();
+    let plan = tiling::kv_cache_write(
+        tokens as u64,
+        &shape,
+        dtype.size() as u64,
+        slots.dtype.size() as u64,
+        &device_props(ctx)?,
+    );
+    let second = |t: Option<&AscendTensor>| t.map_or(std::ptr::null_mut(), data_ptr);
+    let buffers = launch::KvCacheWriteBuffers {
+        slots: data_ptr(&slots),
+        k: data_ptr(&rows[0]),
+        v: second(rows.get(1)),
+        k_cache: data_ptr(parts[0].cache),
+        v_cache: second(parts.get(1).map(|p| p.cache)),
+    };
+    // SAFETY: as in `alloc_extend`; the kernel checks every slot before it writes.
+    ctx.launch_kernel(OP, |kernels, stream| unsafe {
+        kernels.kv_cache_write(stream, plan, buffers)
+    })
+    .map_err(|e| {
+        let parts: Vec<String> = parts
+            .iter()
+            .map(|p| format!("{} into {}", p.rows.describe(), p.cache.describe()))
+            .collect();
+        e.with_context(|| format!("{OP} at slots {} of {}", slots.describe(), parts.join(", ")))
+    })
 }
 
 /// The scalar parameters of [`decode_attention`].

@@ -254,7 +254,7 @@ impl<B: FusedOps> Attention<B> {
                 let out = cache.attend(
                     layer,
                     rows(q, s.q_heads),
-                    rows(k, s.kv_heads),
+                    vec![rows(k, s.kv_heads)],
                     Some(rows(v, s.kv_heads)),
                     a.sm_scale() as f32,
                     s.head_dim,

@@ -116,10 +116,13 @@ impl RouterConfig {
             ),
             false => None,
         };
+        let weight: Param<Tensor<B, 2>> = src.tensor(&format!("{prefix}.weight"))?;
+        let saved = weight.val().dtype();
         Ok(DeepseekRouter {
-            weight: src.tensor(&format!("{prefix}.weight"))?,
+            weight: weight.map(|w| w.cast(DType::F32)),
             e_score_correction_bias: bias,
             cfg: *self,
+            saved,
         })
     }
 
@@ -205,15 +208,23 @@ fn keep_groups<B: Backend>(
 
 /// A DeepSeek MoE gate: `weight [E, hidden]` (transformers' layout: `mlp.gate.weight`) and,
 /// for `noaux_tc`, `e_score_correction_bias [E]` (a buffer: it takes no gradient).
+///
+/// The weight is held in f32 whatever the model's dtype: transformers computes the gate's
+/// logits in f32 (`F.linear(x.float(), weight.float())`), so holding it so spares every step a
+/// cast of the weight, and the values are the checkpoint's exactly. It is saved in the dtype it
+/// was loaded in.
 #[derive(Module, Debug)]
 pub struct DeepseekRouter<B: Backend> {
-    /// `[E, hidden]`
+    /// `[E, hidden]`, f32.
     pub weight: Param<Tensor<B, 2>>,
     /// `[E]` the selection-only bias of `noaux_tc`.
     pub e_score_correction_bias: Option<Param<Tensor<B, 1>>>,
     /// The settings.
     #[module(skip)]
     pub cfg: RouterConfig,
+    /// The dtype the weight is saved in: the checkpoint's.
+    #[module(skip)]
+    pub saved: DType,
 }
 
 impl<B: Backend> DeepseekRouter<B> {
@@ -228,16 +239,19 @@ impl<B: Backend> DeepseekRouter<B> {
         let e_score_correction_bias = cfg.noaux().then(|| {
             Param::from_tensor(Tensor::zeros([cfg.experts], device)).set_require_grad(false)
         });
+        let saved = weight.val().dtype();
         Self {
-            weight,
+            weight: weight.map(|w| w.cast(DType::F32)),
             e_score_correction_bias,
             cfg,
+            saved,
         }
     }
 
     /// Writes the gate's tensors under `prefix`.
     pub fn save(&self, prefix: &str, out: &mut Sink) {
-        out.tensor(format!("{prefix}.weight"), &self.weight);
+        let weight = self.weight.val().cast(self.saved).into_data();
+        out.0.push((format!("{prefix}.weight"), weight));
         if let Some(bias) = &self.e_score_correction_bias {
             out.tensor(format!("{prefix}.e_score_correction_bias"), bias);
         }
@@ -251,9 +265,7 @@ impl<B: FusedOps> DeepseekRouter<B> {
     /// aclnnMoeGatingTopKSoftmaxV2 on `Ascend`), its weights times `routed_scaling_factor`.
     pub fn route(&self, x: Tensor<B, 2>) -> Routing<B> {
         let dtype = x.dtype();
-        let logits = x
-            .cast(DType::F32)
-            .matmul(self.weight.val().cast(DType::F32).transpose());
+        let logits = x.cast(DType::F32).matmul(self.weight.val().transpose());
         if matches!(self.cfg.method, TopkMethod::Greedy) {
             let g = B::moe_gating_softmax(
                 logits.clone().into_primitive().tensor(),

@@ -321,15 +321,18 @@ impl<B: FusedOps> Mla<B> {
     /// `rotary` ([`Rotary::rows`](super::yarn::Rotary::rows) of their positions; q and k turned
     /// by [`Rotary::turn`](super::yarn::Rotary::turn) in one launch).
     ///
-    /// `attend(q [T, heads, D], rows [T, 1, D], sm_scale, value_dim)` (D = [`MlaConfig::cache_dim`])
-    /// must cache the step's rows and attend each query to its token's cached rows, taking
-    /// the first `value_dim` dims of a row as its value: `[T, heads, value_dim]` (the engine's
-    /// `PagedAttention::attend` with no value rows). Returns `[T, hidden]`.
+    /// `attend(q [T, heads, D], rows, sm_scale, value_dim)` (D = [`MlaConfig::cache_dim`]) gets
+    /// each token's cache row as two pieces side by side, the latent `[T, 1, kv_lora_rank]` and
+    /// the turned rotary key `[T, 1, qk_rope_head_dim]` (a cache write places them without
+    /// joining them first); it must cache the step's rows and attend each query to its token's
+    /// cached rows, taking the first `value_dim` dims of a row as its value: `[T, heads,
+    /// value_dim]` (the engine's `PagedAttention::attend` with no value rows). Returns
+    /// `[T, hidden]`.
     pub fn decode(
         &self,
         x: Tensor<B, 2>,
         rotary: &RotaryRows<B>,
-        attend: impl FnOnce(Tensor<B, 3>, Tensor<B, 3>, f32, usize) -> Tensor<B, 3>,
+        attend: impl FnOnce(Tensor<B, 3>, Vec<Tensor<B, 3>>, f32, usize) -> Tensor<B, 3>,
     ) -> Tensor<B, 2> {
         let [t, hidden] = x.dims();
         let c = &self.cfg;
@@ -349,7 +352,7 @@ impl<B: FusedOps> Mla<B> {
             .matmul(w_uk)
             .swap_dims(0, 1);
         let q = Tensor::cat(vec![q_latent, q_pe], 2);
-        let rows = Tensor::cat(vec![latent.reshape([t, 1, r]), k_pe], 2);
+        let rows = vec![latent.reshape([t, 1, r]), k_pe];
         let attended = attend(q, rows, c.sm_scale as f32, r);
         let values = attended.swap_dims(0, 1).matmul(w_uv).swap_dims(0, 1);
         self.o_proj.forward(values.reshape([t, heads * vd]))
