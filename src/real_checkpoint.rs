@@ -16,6 +16,12 @@ pub enum Published {
     /// deepseek-ai/DeepSeek-V2-Lite: 27 layers of MLA (16 heads, KV latent 512 + rope 64), the
     /// first dense (10944), then 64 routed experts of 1408 (top 6) and 2 shared; 31 GB in bf16.
     DeepseekV2Lite,
+    /// mistralai/Mixtral-8x7B-v0.1: 32 layers of GQA (32 query, 8 KV heads of 128) and 8
+    /// experts of 14336 (top 2); 93 GB in bf16.
+    Mixtral8x7b,
+    /// Qwen/Qwen1.5-MoE-A2.7B (Qwen2-MoE): 24 layers of MHA with q/k/v biases (16 heads of 128)
+    /// and 60 experts of 1408 (top 4) beside a gated shared expert of 5632; 29 GB in bf16.
+    Qwen15MoeA27b,
 }
 
 impl Published {
@@ -24,6 +30,8 @@ impl Published {
         match self {
             Self::Qwen3_30bA3b => "Qwen/Qwen3-30B-A3B",
             Self::DeepseekV2Lite => "deepseek-ai/DeepSeek-V2-Lite",
+            Self::Mixtral8x7b => "mistralai/Mixtral-8x7B-v0.1",
+            Self::Qwen15MoeA27b => "Qwen/Qwen1.5-MoE-A2.7B",
         }
     }
 
@@ -117,6 +125,66 @@ impl Published {
                 "use_cache": true,
                 "v_head_dim": 128,
                 "vocab_size": 102400
+            }),
+            Self::Mixtral8x7b => json!({
+                "architectures": ["MixtralForCausalLM"],
+                "attention_dropout": 0.0,
+                "bos_token_id": 1,
+                "eos_token_id": 2,
+                "hidden_act": "silu",
+                "hidden_size": 4096,
+                "initializer_range": 0.02,
+                "intermediate_size": 14336,
+                "max_position_embeddings": 32768,
+                "model_type": "mixtral",
+                "num_attention_heads": 32,
+                "num_experts_per_tok": 2,
+                "num_hidden_layers": 32,
+                "num_key_value_heads": 8,
+                "num_local_experts": 8,
+                "output_router_logits": false,
+                "rms_norm_eps": 1e-5,
+                "rope_theta": 1000000.0,
+                "router_aux_loss_coef": 0.02,
+                "sliding_window": null,
+                "tie_word_embeddings": false,
+                "torch_dtype": "bfloat16",
+                "transformers_version": "4.36.0.dev0",
+                "use_cache": true,
+                "vocab_size": 32000
+            }),
+            Self::Qwen15MoeA27b => json!({
+                "architectures": ["Qwen2MoeForCausalLM"],
+                "attention_dropout": 0.0,
+                "bos_token_id": 151643,
+                "decoder_sparse_step": 1,
+                "eos_token_id": 151643,
+                "hidden_act": "silu",
+                "hidden_size": 2048,
+                "initializer_range": 0.02,
+                "intermediate_size": 5632,
+                "max_position_embeddings": 8192,
+                "max_window_layers": 21,
+                "model_type": "qwen2_moe",
+                "moe_intermediate_size": 1408,
+                "norm_topk_prob": false,
+                "num_attention_heads": 16,
+                "num_experts": 60,
+                "num_experts_per_tok": 4,
+                "num_hidden_layers": 24,
+                "num_key_value_heads": 16,
+                "output_router_logits": false,
+                "rms_norm_eps": 1e-6,
+                "rope_theta": 1000000.0,
+                "router_aux_loss_coef": 0.001,
+                "shared_expert_intermediate_size": 5632,
+                "sliding_window": 32768,
+                "tie_word_embeddings": false,
+                "torch_dtype": "bfloat16",
+                "transformers_version": "4.40.0.dev0",
+                "use_cache": true,
+                "use_sliding_window": false,
+                "vocab_size": 151936
             }),
         };
         config["num_hidden_layers"] = layers.into();

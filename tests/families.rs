@@ -925,8 +925,9 @@ fn a_decode_step_launches_no_more_than_its_recorded_count() {
 /// shapes (its head dims, which decide the fused rotary, and its widths), as the difference of
 /// a decode step with two layers and with one; the experts few and narrow, which changes no
 /// launch; eager and replayed from a captured graph. The bounds are issue 36's targets: 18
-/// for Qwen3-MoE (16 aclnn operators, the cache write and decode attention's 2 kernels), 28
-/// for DeepSeek-V2-Lite.
+/// for Qwen3-MoE (16 aclnn operators, the cache write and decode attention's 2 kernels) and
+/// Mixtral, 24 for Qwen2-MoE (Qwen1.5-MoE-A2.7B: its gated shared expert), 28 for
+/// DeepSeek-V2-Lite.
 #[test]
 #[serial]
 fn a_real_shaped_layer_decodes_in_its_recorded_launches() {
@@ -960,6 +961,26 @@ fn a_real_shaped_layer_decodes_in_its_recorded_launches() {
             28,
         ),
     ];
+    let cases = cases.into_iter().chain([
+        (
+            small_experts(
+                Published::Mixtral8x7b,
+                &[("num_local_experts", 4), ("intermediate_size", 64)],
+            ),
+            18,
+        ),
+        (
+            small_experts(
+                Published::Qwen15MoeA27b,
+                &[
+                    ("num_experts", 8),
+                    ("moe_intermediate_size", 64),
+                    ("shared_expert_intermediate_size", 128),
+                ],
+            ),
+            24,
+        ),
+    ]);
     for (config, most) in cases {
         let name = config["architectures"][0].as_str().unwrap().to_string();
         let step = |layers: u64| {
