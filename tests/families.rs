@@ -859,15 +859,14 @@ fn serve_on_cann_8_0() {
 /// The fixtures have 2-3 layers plus the embedding, final norm, LM head and the step's shared
 /// inputs. The Qwen3 fixture's head dim (24) and the DeepSeek fixtures' rotary dim (8) are ones
 /// aclnnRopeWithSinCosCache does not take: their rotary stays composed here, unlike the real
-/// models' 128 and 64; DeepSeek-V2's fixture routes group-limited and V3's by `noaux_tc`, both
-/// composed.
+/// models' 128 and 64.
 const DECODE_STEP_LAUNCHES: [(&str, u64); 6] = [
     ("mixtral", 45),
     ("qwen2_moe", 70),
     ("qwen3_moe", 73),
     ("qwen3_moe_fused", 73),
-    ("deepseek_v2", 99),
-    ("deepseek_v3", 112),
+    ("deepseek_v2", 83),
+    ("deepseek_v3", 87),
 ];
 
 /// The launches of one decode step of a single request served by `model` (past its prefill and

@@ -594,14 +594,43 @@ fn router(
     cfg
 }
 
-/// `choose` on hand-made scores `[T, E]`: the experts and weights of each token.
+/// `choose` on the logits of hand-made scores `[T, E]` (whose softmax rows sum to 1): the
+/// experts and weights of each token, the same on `Ascend` (the fused operator or kernel) and
+/// on burn-flex (the composed default), and the scores given back.
 fn choose(cfg: &RouterConfig, scores: Vec<f32>, bias: Option<Vec<f32>>) -> (Vec<i64>, Vec<f32>) {
-    let e = cfg.experts;
-    let t = scores.len() / e;
-    let bias = bias.map(|b| tensor(b, [e]));
-    let (ids, weights) = cfg.choose(tensor(scores, [t, e]), bias);
-    assert_eq!(ids.dims(), [t, cfg.top_k]);
-    (ints(ids), floats(weights))
+    fn on<D: burn_ascend::FusedOps>(
+        cfg: &RouterConfig,
+        logits: &[f32],
+        bias: &Option<Vec<f32>>,
+        device: &D::Device,
+    ) -> (Vec<i64>, Vec<f32>, Vec<f32>) {
+        let e = cfg.experts;
+        let t = logits.len() / e;
+        let logits = Tensor::<D, 2>::from_data(TensorData::new(logits.to_vec(), [t, e]), device);
+        let bias = bias
+            .as_ref()
+            .map(|b| Tensor::<D, 1>::from_data(TensorData::new(b.clone(), [e]), device));
+        let (probs, ids, weights) = cfg.choose(logits, bias);
+        assert_eq!(ids.dims(), [t, cfg.top_k]);
+        let ints = ids.into_data().convert::<i64>().to_vec().unwrap();
+        let f = |t: Tensor<D, 2>| t.into_data().convert::<f32>().to_vec().unwrap();
+        (ints, f(weights), f(probs.get()))
+    }
+    let sigmoid = matches!(cfg.method, TopkMethod::NoauxTc { .. });
+    let logits: Vec<f32> = scores
+        .iter()
+        .map(|&p| match sigmoid {
+            true => (p / (1.0 - p)).ln(),
+            false => p.ln(),
+        })
+        .collect();
+    let (ids, weights, probs) = on::<B>(cfg, &logits, &bias, &device());
+    let composed = on::<Flex>(cfg, &logits, &bias, &Default::default());
+    assert_eq!(ids, composed.0, "the fused choice equals the composed one");
+    let wide = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+    assert_near("composed weights", &weights, &wide(&composed.1), 1e-6);
+    assert_near("scores", &probs, &wide(&scores), 1e-6);
+    (ids, weights)
 }
 
 #[test]
@@ -625,13 +654,13 @@ fn group_limited_greedy_keeps_the_groups_with_the_best_expert() {
     let row = vec![0.05, 0.30, 0.20, 0.02, 0.25, 0.01, 0.10, 0.07];
     // Second token: group 1 (best 0.19) is kept before group 3 (0.18 + 0.18): a group scores
     // its best expert, not its sum; greedy would take expert 6 or 7 third.
-    let second = vec![0.01, 0.02, 0.19, 0.01, 0.40, 0.015, 0.18, 0.18];
+    let second = vec![0.01, 0.02, 0.19, 0.01, 0.395, 0.015, 0.18, 0.18];
     let (ids, w) = choose(&cfg, [row, second].concat(), None);
     assert_eq!(ids, [1, 4, 0, 4, 2, 5]);
     assert_near(
         "group-limited weights",
         &w,
-        &[0.45, 0.375, 0.075, 0.6, 0.285, 0.0225],
+        &[0.45, 0.375, 0.075, 0.5925, 0.285, 0.0225],
         1e-6,
     );
 }
@@ -642,10 +671,10 @@ fn noaux_tc_chooses_with_the_bias_and_weighs_without_it() {
         n_group: 4,
         topk_group: 2,
     };
-    let scores = vec![0.9, 0.1, 0.6, 0.55, 0.5, 0.5, 0.22, 0.3];
+    let scores = vec![0.9, 0.12, 0.6, 0.55, 0.5, 0.5, 0.22, 0.3];
     let bias = vec![-0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.4, 0.4];
-    // Biased: 0.4 0.1 | 0.6 0.55 | 0.5 0.5 | 0.62 0.7. Group scores (sum of the top two):
-    // 0.5, 1.15, 1.0, 1.32: groups 3 and 1 compete; experts 7 (0.7) and 6 (0.62) win, though
+    // Biased: 0.4 0.12 | 0.6 0.55 | 0.5 0.5 | 0.62 0.7. Group scores (sum of the top two):
+    // 0.52, 1.15, 1.0, 1.32: groups 3 and 1 compete; experts 7 (0.7) and 6 (0.62) win, though
     // expert 0 has the best unbiased score. Their weights are the unbiased 0.3 and 0.22.
     for (norm, want) in [
         (true, [0.3 / 0.52 * 2.5, 0.22 / 0.52 * 2.5]),
@@ -656,7 +685,7 @@ fn noaux_tc_chooses_with_the_bias_and_weighs_without_it() {
         assert_eq!(ids, [7, 6], "norm_topk_prob {norm}");
         assert_near(&format!("noaux_tc weights (norm {norm})"), &w, &want, 1e-6);
     }
-    // Without the bias: groups 0 (1.0) and 1 (1.15); experts 0 and 2.
+    // Without the bias: groups 0 (1.02) and 1 (1.15); experts 0 and 2.
     let cfg = router(8, 2, method, 1.0, true);
     let (ids, w) = choose(&cfg, scores, None);
     assert_eq!(ids, [0, 2]);

@@ -483,6 +483,177 @@ fn moe_gating_softmax_refuses_bad_input_naming_the_shape() {
     );
 }
 
+/// A grouped router's choice in one kernel launch (`moe_group_topk`) equals transformers'
+/// composition on burn-flex for DeepSeek-V3's `noaux_tc` (256 experts in 8 groups, sigmoid
+/// scores, a selection bias), DeepSeek-V2's `group_limited_greedy` (160 in 8, softmax) and an
+/// ungrouped sigmoid router: the same experts in the same order, weights and scores within f32
+/// rounding, for f32 and bf16 logits (the latter cast to f32 first, as the composition does).
+#[test]
+#[serial]
+fn moe_group_topk_is_one_launch_and_matches_the_composition() {
+    use burn::tensor::backend::Backend;
+    use burn_ascend::emulator::work_counters;
+    use burn_ascend::fused::GroupTopk;
+    use burn_ascend::FusedOps;
+    let v3 = GroupTopk {
+        top_k: 8,
+        groups: 8,
+        keep_groups: 4,
+        group_top_two: true,
+        sigmoid: true,
+        gather_scores: true,
+        renormalize: true,
+        scale: 2.5,
+    };
+    let v2 = GroupTopk {
+        top_k: 6,
+        groups: 8,
+        keep_groups: 3,
+        group_top_two: false,
+        sigmoid: false,
+        gather_scores: false,
+        renormalize: false,
+        scale: 16.0,
+    };
+    let ungrouped = GroupTopk {
+        top_k: 6,
+        groups: 1,
+        keep_groups: 1,
+        ..v3
+    };
+    let cases = [(256, v3, true), (160, v2, false), (64, ungrouped, true)];
+    for (e, choice, biased) in cases {
+        for t in [1, 37] {
+            for dtype in [DType::F32, DType::BF16] {
+                let case = format!("{dtype:?} [{t}, {e}] {choice:?}");
+                let logits = router_logits(t, e, (t * e) as u64).convert_dtype(dtype);
+                let bias = biased.then(|| {
+                    let values: Vec<f32> = waves(e, 3).iter().map(|v| v * 0.1).collect();
+                    TensorData::new(values, [e])
+                });
+                let want = burn_flex::Flex::moe_group_topk(
+                    float::<burn_flex::Flex, 2>(&logits, dtype, &flex())
+                        .into_primitive()
+                        .tensor(),
+                    bias.as_ref().map(|b| {
+                        float::<burn_flex::Flex, 1>(b, DType::F32, &flex())
+                            .into_primitive()
+                            .tensor()
+                    }),
+                    choice,
+                );
+                let (logits, bias) = (
+                    float::<Ascend, 2>(&logits, dtype, &ascend())
+                        .into_primitive()
+                        .tensor(),
+                    bias.as_ref().map(|b| {
+                        float::<Ascend, 1>(b, DType::F32, &ascend())
+                            .into_primitive()
+                            .tensor()
+                    }),
+                );
+                Ascend::sync(&ascend()).unwrap();
+                let before = work_counters();
+                clear_launch_log();
+                let got = Ascend::moe_group_topk(logits, bias, choice);
+                Ascend::sync(&ascend()).unwrap();
+                let counted = work_counters().since(&before);
+                let casts = u64::from(dtype != DType::F32);
+                assert_eq!(
+                    (counted.aclnn_launches, counted.kernel_launches),
+                    (casts, 1),
+                    "{case}: one kernel launch (and the logits' cast): {:?}",
+                    launch_log()
+                );
+                assert_eq!(launch_log()[0].kernel, "moe_group_topk", "{case}");
+                assert_eq!(
+                    int_data::<Ascend>(got.ids),
+                    int_data::<burn_flex::Flex>(want.ids),
+                    "{case}: experts"
+                );
+                let weights = float_data::<Ascend>(got.weights);
+                assert_eq!(weights.dtype, DType::F32, "{case}: weights in f32");
+                assert_close(
+                    &format!("{case}: weights"),
+                    weights,
+                    float_data::<burn_flex::Flex>(want.weights),
+                    1e-5,
+                );
+                assert_close(
+                    &format!("{case}: scores"),
+                    float_data::<Ascend>(got.probs.expect("scores")),
+                    float_data::<burn_flex::Flex>(want.probs.expect("scores")),
+                    1e-6,
+                );
+            }
+        }
+    }
+}
+
+/// Groups that do not split the experts, a top-k past the kept groups' experts, too many
+/// experts and a bias of another length are refused at the call, naming the op and the shapes.
+#[test]
+fn moe_group_topk_refuses_bad_input_naming_the_shapes() {
+    use burn_ascend::fused::GroupTopk;
+    use burn_ascend::FusedOps;
+    let choice = GroupTopk {
+        top_k: 4,
+        groups: 4,
+        keep_groups: 2,
+        group_top_two: true,
+        sigmoid: true,
+        gather_scores: true,
+        renormalize: true,
+        scale: 1.0,
+    };
+    let refuse = |e: usize, bias: Option<usize>, choice: GroupTopk, needle: &str| {
+        let message = panic_message(|| {
+            let logits = float::<Ascend, 2>(&router_logits(3, e, 1), DType::F32, &ascend());
+            let bias = bias.map(|n| {
+                Tensor::<Ascend, 1>::zeros([n], &ascend())
+                    .into_primitive()
+                    .tensor()
+            });
+            Ascend::moe_group_topk(logits.into_primitive().tensor(), bias, choice)
+        });
+        assert!(
+            message.contains("moe_group_topk")
+                && message.contains(&format!("[3, {e}]"))
+                && message.contains(needle),
+            "{needle}: {message}"
+        );
+    };
+    refuse(30, None, choice, "groups must split the 30 experts");
+    refuse(
+        32,
+        None,
+        GroupTopk {
+            top_k: 17,
+            ..choice
+        },
+        "top_k must be in 1..=16",
+    );
+    refuse(
+        8192,
+        None,
+        GroupTopk {
+            groups: 8,
+            ..choice
+        },
+        "E must be in 1..=4096",
+    );
+    refuse(32, Some(31), choice, "the bias must be [32] f32");
+    refuse(
+        8,
+        None,
+        GroupTopk {
+            groups: 8,
+            ..choice
+        },
+        "groups of at least 2",
+    );
+}
+
 fn int_data<B: burn::tensor::backend::Backend>(p: B::IntTensorPrimitive) -> TensorData {
     Tensor::<B, 2, Int>::from_primitive(p)
         .into_data()

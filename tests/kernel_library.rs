@@ -27,8 +27,22 @@ fn fused_ops<B: burn_ascend::FusedOps>(d: &B::Device) -> Vec<TensorData> {
     let scattered = fused::moe_scatter(gathered.clone(), idx, None, 1);
     let (y, mean, rstd) = fused::layer_norm(x.clone(), None, None, 1e-5);
     // An element-wise chain: on Fusion it would be one elementwise_program launch.
-    let chain = (x.clone() * 2.0 + 1.0).exp().sqrt() - x;
-    [gathered, scattered, y, chain]
+    let chain = (x.clone() * 2.0 + 1.0).exp().sqrt() - x.clone();
+    // DeepSeek-V3's router over the rows as logits: 16 experts in 4 groups.
+    let choice = fused::GroupTopk {
+        top_k: 3,
+        groups: 4,
+        keep_groups: 2,
+        group_top_two: true,
+        sigmoid: true,
+        gather_scores: true,
+        renormalize: true,
+        scale: 2.5,
+    };
+    let routed = B::moe_group_topk(x.into_primitive().tensor(), None, choice);
+    let routed =
+        Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(routed.weights));
+    [gathered, scattered, y, chain, routed]
         .into_iter()
         .map(|t| t.into_data())
         .chain([mean.into_data(), rstd.into_data()])
@@ -114,6 +128,7 @@ fn a_device_without_a_kernel_library_runs_the_composed_defaults() {
         "layer_norm",
         "elementwise_program",
         "kv_cache_write",
+        "moe_group_topk",
     ] {
         let notice = format!(
             "emulated:0 cannot run the fused kernel {kernel}: it has no kernel library: the \

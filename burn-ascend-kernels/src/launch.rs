@@ -17,8 +17,8 @@ use crate::tiling::{
     AllocExtendTiling, DecodePlan, DecodeScoresTiling, DecodeSoftmaxTiling, DecodeStage1,
     DecodeStage1Tiling, DecodeStage2Tiling, DecodeValuesTiling, ElementwiseTiling, ExtendKernels,
     ExtendPlan, ExtendScoresTiling, ExtendSoftmaxTiling, ExtendValuesTiling, KvCacheWriteTiling,
-    LayerNormBackwardTiling, LayerNormTiling, MoeInverseTiling, MoeScatterTiling, Plan,
-    RowGatherTiling, VectorAddTiling,
+    LayerNormBackwardTiling, LayerNormTiling, MoeGroupTopkTiling, MoeInverseTiling,
+    MoeScatterTiling, Plan, RowGatherTiling, VectorAddTiling,
 };
 
 /// Calls `$callback!` with every kernel: its name, its global-memory parameters in order, and
@@ -34,6 +34,7 @@ macro_rules! kernel_function_list {
             token_rearrange(x, perm, out; RowGatherTiling);
             moe_scatter_inverse(indices, inv; MoeInverseTiling);
             moe_scatter(y, inv, weights, out; MoeScatterTiling);
+            moe_group_topk(logits, bias, scores, weights, ids; MoeGroupTopkTiling);
             alloc_extend(prefix_lens, seq_lens, last_loc, free_pages, out_slots, totals; AllocExtendTiling);
             kv_cache_write(slots, k, v, k_cache, v_cache; KvCacheWriteTiling);
             decode_attention_stage1(q, k, v, indptr, kv_indices, splits, part_out, part_lse; DecodeStage1Tiling);
@@ -251,6 +252,21 @@ pub struct AllocExtendBuffers {
     pub totals: *mut c_void,
 }
 
+/// Device buffers of one `moe_group_topk` launch (all f32 but the ids).
+#[derive(Debug, Clone, Copy)]
+pub struct MoeGroupTopkBuffers {
+    /// logits `[T, E]`.
+    pub logits: *mut c_void,
+    /// The selection bias `[E]`, or null when the tiling says there is none.
+    pub bias: *mut c_void,
+    /// scores `[T, E]` (softmax or sigmoid of the logits).
+    pub scores: *mut c_void,
+    /// weights `[T, K]`.
+    pub weights: *mut c_void,
+    /// ids `[T, K]`, int32.
+    pub ids: *mut c_void,
+}
+
 /// Device buffers of one `kv_cache_write` launch.
 #[derive(Debug, Clone, Copy)]
 pub struct KvCacheWriteBuffers {
@@ -460,6 +476,32 @@ impl KernelApi {
             b.v,
             b.k_cache,
             b.v_cache,
+            &mut tiling
+        )
+    }
+
+    /// Queues the grouped router: each token's scores, experts and weights from its logits.
+    ///
+    /// # Safety
+    /// As [`KernelApi::vector_add`], for buffers of the sizes the tiling describes (`bias` null
+    /// when the tiling has none).
+    pub unsafe fn moe_group_topk(
+        &self,
+        stream: *mut c_void,
+        plan: Plan<MoeGroupTopkTiling>,
+        b: MoeGroupTopkBuffers,
+    ) -> Result<(), LaunchError> {
+        let mut tiling = plan.tiling;
+        launch!(
+            self,
+            moe_group_topk,
+            plan.block_dim,
+            stream,
+            b.logits,
+            b.bias,
+            b.scores,
+            b.weights,
+            b.ids,
             &mut tiling
         )
     }

@@ -1,7 +1,8 @@
-//! Tiling of the row gathers (`moe_gather`, `token_rearrange`) and `moe_scatter` (with the
-//! inverse permutation it is given, `moe_scatter_inverse`).
+//! Tiling of the row gathers (`moe_gather`, `token_rearrange`), `moe_scatter` (with the
+//! inverse permutation it is given, `moe_scatter_inverse`) and the grouped router
+//! `moe_group_topk`.
 
-use super::{ub_align, DeviceProps, NormType, Plan, UB_ALIGN};
+use super::{align8, reduce_tmp_bytes, ub_align, DeviceProps, NormType, Plan, UB_ALIGN};
 
 /// Mirrors `RowGatherTiling` in `kernels/row_gather.h` (moe_gather, token_rearrange).
 #[repr(C)]
@@ -177,6 +178,105 @@ pub fn moe_scatter(
     }
 }
 
+/// Mirrors `BurnMoeGroupTopkTiling` in `kernels/moe_group_topk.cpp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoeGroupTopkTiling {
+    /// Tokens (T).
+    pub tokens: u32,
+    /// Experts (E).
+    pub experts: u32,
+    /// Experts chosen per token.
+    pub top_k: u32,
+    /// Groups of experts (G, dividing E).
+    pub groups: u32,
+    /// Groups kept per token.
+    pub keep_groups: u32,
+    /// 1: a group scores the sum of its two best experts; 0: its best.
+    pub group_top_two: u32,
+    /// 1: sigmoid scores; 0: softmax.
+    pub sigmoid: u32,
+    /// 1: a selection bias `[E]` is given.
+    pub has_bias: u32,
+    /// 1: the weights are the chosen experts' unbiased scores; 0: their selection values.
+    pub gather_scores: u32,
+    /// 1: the weights are divided by their sum (+ 1e-20).
+    pub renorm: u32,
+    /// Factor on the weights.
+    pub scale: f32,
+    /// Tokens per block.
+    pub rows_per_core: u32,
+    /// E rounded up to whole 32-byte blocks of f32.
+    pub row_elems: u32,
+    /// G rounded up to whole 32-byte blocks of f32.
+    pub group_elems: u32,
+    /// top-k rounded up to whole 32-byte blocks of f32.
+    pub top_k_elems: u32,
+}
+
+/// How `moe_group_topk` chooses (the router's settings).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupTopkChoice {
+    /// Experts chosen per token.
+    pub top_k: u64,
+    /// Groups of experts.
+    pub groups: u64,
+    /// Groups kept per token.
+    pub keep_groups: u64,
+    /// A group scores the sum of its two best experts (else its best).
+    pub group_top_two: bool,
+    /// Sigmoid scores (else softmax).
+    pub sigmoid: bool,
+    /// The weights are the chosen experts' unbiased scores (else their selection values).
+    pub gather_scores: bool,
+    /// The weights are divided by their sum.
+    pub renorm: bool,
+    /// Factor on the weights.
+    pub scale: f32,
+}
+
+/// Tokens evenly over the vector cores; each block holds one token's row at a time.
+pub fn moe_group_topk(
+    tokens: u64,
+    experts: u64,
+    has_bias: bool,
+    choice: &GroupTopkChoice,
+    props: &DeviceProps,
+) -> Plan<MoeGroupTopkTiling> {
+    let rows_per_core = tokens.div_ceil(props.vector_cores as u64).max(1);
+    Plan {
+        block_dim: tokens.div_ceil(rows_per_core).max(1) as u32,
+        tiling: MoeGroupTopkTiling {
+            tokens: tokens as u32,
+            experts: experts as u32,
+            top_k: choice.top_k as u32,
+            groups: choice.groups as u32,
+            keep_groups: choice.keep_groups as u32,
+            group_top_two: choice.group_top_two as u32,
+            sigmoid: choice.sigmoid as u32,
+            has_bias: has_bias as u32,
+            gather_scores: choice.gather_scores as u32,
+            renorm: choice.renorm as u32,
+            scale: choice.scale,
+            rows_per_core: rows_per_core as u32,
+            row_elems: align8(experts) as u32,
+            group_elems: align8(choice.groups) as u32,
+            top_k_elems: align8(choice.top_k) as u32,
+        },
+    }
+}
+
+/// The unified-buffer bytes `moe_group_topk`'s kernel allocates for a tiling (its `InitBuffer`s).
+pub fn moe_group_topk_ub_bytes(t: &MoeGroupTopkTiling) -> u64 {
+    let row = t.row_elems as u64 * 4;
+    let rows = if t.has_bias == 1 { 4 } else { 3 };
+    rows * row
+        + reduce_tmp_bytes(t.experts as u64)
+        + 32
+        + ub_align(t.group_elems as u64 * 4)
+        + 2 * ub_align(t.top_k_elems as u64 * 4)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +331,40 @@ mod tests {
             );
             assert!(s.block_dim as u64 * s.tiling.tokens_per_core as u64 >= rows);
             assert!(s.tiling.chunk >= 1 && s.tiling.idx_tokens >= 1);
+        }
+    }
+    #[test]
+    fn the_grouped_router_fits_the_unified_buffer_up_to_its_expert_limit() {
+        for (tokens, experts, groups, top_k) in [
+            (1u64, 256u64, 8u64, 8u64),
+            (4096, 4096, 64, 64),
+            (3, 6, 1, 6),
+        ] {
+            let choice = GroupTopkChoice {
+                top_k,
+                groups,
+                keep_groups: groups.div_ceil(2),
+                group_top_two: true,
+                sigmoid: true,
+                gather_scores: true,
+                renorm: true,
+                scale: 2.5,
+            };
+            let p = moe_group_topk(tokens, experts, true, &choice, &DeviceProps::ATLAS_A2);
+            let t = p.tiling;
+            assert!(p.block_dim <= DeviceProps::ATLAS_A2.vector_cores, "{t:?}");
+            assert!(
+                p.block_dim as u64 * t.rows_per_core as u64 >= tokens,
+                "{t:?}"
+            );
+            assert!(
+                moe_group_topk_ub_bytes(&t) <= DeviceProps::ATLAS_A2.ub_bytes as u64,
+                "{t:?}"
+            );
+            assert!(
+                t.row_elems as u64 >= experts && t.row_elems % 8 == 0,
+                "{t:?}"
+            );
         }
     }
 }

@@ -1,11 +1,18 @@
-//! A MoE router's softmax and top-k in one launch: aclnnMoeGatingTopKSoftmaxV2
+//! A MoE router's choice in one launch: softmax and top-k by aclnnMoeGatingTopKSoftmaxV2
 //! (`aclnn-fused-decode-ops.md` §3.2), where a composition takes six (cast, softmax, top-k,
-//! sum, divide, cast).
+//! sum, divide, cast); DeepSeek's group-limited choices (softmax or sigmoid scores, a selection
+//! bias, groups scored by their best or two best experts) by our `moe_group_topk` kernel, as
+//! CANN's aclnnMoeGatingTopK would (8.1.RC1 does not declare it, §1), where a composition takes
+//! about fifteen.
 
+use burn_ascend_kernels::{launch, tiling};
+
+use super::{data_ptr, device_props, same_device};
 use crate::acl::aclnn;
 use crate::acl::handles::Absent;
 use crate::acl::{AclResult, DataType};
 use crate::ops::broadcast::invalid_input;
+use crate::ops::copy::contiguous;
 use crate::ops::tensor::AscendTensor;
 
 /// Largest top-k the operator takes (§3.2).
@@ -95,5 +102,142 @@ pub fn moe_gating_softmax(
             )
         })
     })?;
+    Ok(gating)
+}
+
+/// Most experts `moe_group_topk` takes: a token's row stays in the unified buffer.
+pub const GROUP_TOPK_MAX_EXPERTS: usize = 4096;
+
+/// How a grouped router chooses each token's experts (DeepSeek's `group_limited_greedy` and
+/// `noaux_tc`; see [`moe_group_topk`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupTopk {
+    /// Experts chosen per token.
+    pub top_k: usize,
+    /// Groups the experts split into, in order.
+    pub groups: usize,
+    /// Groups kept per token.
+    pub keep_groups: usize,
+    /// A group scores the sum of its two best selection values (`noaux_tc`), else its best.
+    pub group_top_two: bool,
+    /// Sigmoid scores (`noaux_tc`), else softmax.
+    pub sigmoid: bool,
+    /// The weights are the chosen experts' scores (`noaux_tc`), else their selection values
+    /// (the masked scores `group_limited_greedy` takes its top-k of).
+    pub gather_scores: bool,
+    /// The weights are divided by their sum (+ 1e-20) before the factor.
+    pub renormalize: bool,
+    /// Factor on the weights (`routed_scaling_factor`).
+    pub scale: f64,
+}
+
+/// The contract of [`moe_group_topk`]: f32 logits `[T, E]` with `E <= 4096`, an f32 `bias [E]`
+/// if any, `groups` dividing E (into groups of two or more when they score their two best),
+/// `1 <= keep_groups <= groups`, `1 <= top_k <=` the experts of the kept groups.
+pub fn check_moe_group_topk(
+    logits: &impl super::Operand,
+    bias: Option<&impl super::Operand>,
+    choice: &GroupTopk,
+) -> AclResult<()> {
+    let bad = |why: String| {
+        Err(invalid_input(
+            "moe_group_topk",
+            format!(
+                "{why}; got logits {}{} and {choice:?}",
+                logits.describe(),
+                bias.map_or(String::new(), |b| format!(", bias {}", b.describe()))
+            ),
+        ))
+    };
+    let dims = logits.dims();
+    if dims.len() != 2 || logits.data_type() != DataType::F32 {
+        return bad("the logits must be [T, E] f32".into());
+    }
+    let e = dims[1];
+    if e == 0 || e > GROUP_TOPK_MAX_EXPERTS {
+        return bad(format!("E must be in 1..={GROUP_TOPK_MAX_EXPERTS}"));
+    }
+    if let Some(b) = bias {
+        if b.dims() != [e] || b.data_type() != DataType::F32 {
+            return bad(format!("the bias must be [{e}] f32"));
+        }
+    }
+    let least = if choice.group_top_two { 2 } else { 1 };
+    if choice.groups == 0 || !e.is_multiple_of(choice.groups) || e / choice.groups < least {
+        return bad(format!(
+            "groups must split the {e} experts into groups of at least {least}"
+        ));
+    }
+    if choice.keep_groups == 0 || choice.keep_groups > choice.groups {
+        return bad("keep_groups must be in 1..=groups".into());
+    }
+    let kept = choice.keep_groups * (e / choice.groups);
+    if choice.top_k == 0 || choice.top_k > kept {
+        return bad(format!(
+            "top_k must be in 1..={kept}, the experts of the kept groups"
+        ));
+    }
+    if dims[0] > u32::MAX as usize {
+        return bad("at most 2^32 - 1 tokens".into());
+    }
+    Ok(())
+}
+
+/// A grouped router's choice for f32 `logits [T, E]` in one launch of the `moe_group_topk`
+/// kernel, as transformers' DeepSeek routers compute it: scores (softmax or sigmoid), selection
+/// values (the scores plus `bias`), the best `keep_groups` groups by their best or two best
+/// selection values, every other expert's selection value set to 0 (as transformers masks
+/// them), the `top_k` largest selection values (ties: the lower id), and their weights (see
+/// [`GroupTopk`]). `probs` holds the scores.
+pub fn moe_group_topk(
+    logits: &AscendTensor,
+    bias: Option<&AscendTensor>,
+    choice: &GroupTopk,
+) -> AclResult<Gating> {
+    const OP: &str = "moe_group_topk";
+    same_device(OP, &[Some(logits), bias])?;
+    check_moe_group_topk(logits, bias, choice)?;
+    let (t, e) = (logits.shape()[0], logits.shape()[1]);
+    let ctx = logits.ctx();
+    let scores = AscendTensor::empty(ctx, vec![t, e], DataType::F32)?;
+    let gating = Gating {
+        weights: AscendTensor::empty(ctx, vec![t, choice.top_k], DataType::F32)?,
+        ids: AscendTensor::empty(ctx, vec![t, choice.top_k], DataType::I32)?,
+        probs: Some(scores.clone()),
+    };
+    if t == 0 {
+        return Ok(gating);
+    }
+    let logits = contiguous(logits)?;
+    let bias = bias.map(contiguous).transpose()?;
+    let plan = tiling::moe_group_topk(
+        t as u64,
+        e as u64,
+        bias.is_some(),
+        &tiling::GroupTopkChoice {
+            top_k: choice.top_k as u64,
+            groups: choice.groups as u64,
+            keep_groups: choice.keep_groups as u64,
+            group_top_two: choice.group_top_two,
+            sigmoid: choice.sigmoid,
+            gather_scores: choice.gather_scores,
+            renorm: choice.renormalize,
+            scale: choice.scale as f32,
+        },
+        &device_props(ctx)?,
+    );
+    let buffers = launch::MoeGroupTopkBuffers {
+        logits: data_ptr(&logits),
+        bias: bias.as_ref().map_or(std::ptr::null_mut(), data_ptr),
+        scores: data_ptr(&scores),
+        weights: data_ptr(&gating.weights),
+        ids: data_ptr(&gating.ids),
+    };
+    // SAFETY: every buffer holds what the tiling describes and outlives the kernel in stream
+    // order, as in `alloc_extend`.
+    ctx.launch_kernel(OP, |kernels, stream| unsafe {
+        kernels.moe_group_topk(stream, plan, buffers)
+    })
+    .map_err(|e| e.with_context(|| format!("{OP} of {} ({choice:?})", logits.describe())))?;
     Ok(gating)
 }

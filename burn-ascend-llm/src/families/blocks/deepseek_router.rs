@@ -1,12 +1,13 @@
 //! DeepSeek's MoE routers, as transformers 4.57.1 computes them: DeepSeek-V2's `greedy` and
 //! `group_limited_greedy` over softmax scores, DeepSeek-V3's `noaux_tc` over sigmoid scores with
-//! the selection-only correction bias. Every step stays on the device (top-k, comparisons,
-//! gathers): no value is read back, so a captured decode step can route.
+//! the selection-only correction bias, each one fused op (`moe_gating_softmax` or
+//! `moe_group_topk`). Everything stays on the device: no value is read back, so a captured
+//! decode step can route.
 
 use burn::module::{Module, Param};
-use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, DType, Int, Tensor, TensorPrimitive};
+use burn::tensor::{DType, Int, Tensor, TensorPrimitive};
+use burn_ascend::fused::GroupTopk;
 use burn_ascend::FusedOps;
 
 use crate::families::weights::{Expected, Sink, Source};
@@ -126,84 +127,60 @@ impl RouterConfig {
         })
     }
 
-    /// The scores of router logits `[T, E]`: softmax for DeepSeek-V2's methods, sigmoid for
-    /// `noaux_tc`, in f32 (transformers scores in f32 whatever the model's dtype).
-    pub fn scores<B: Backend>(&self, logits: Tensor<B, 2>) -> Tensor<B, 2> {
-        let logits = logits.cast(DType::F32);
-        match self.method {
-            TopkMethod::NoauxTc { .. } => sigmoid(logits),
-            _ => softmax(logits, 1),
-        }
-    }
-
-    /// Each token's experts `[T, k]` and weights `[T, k]` (f32) from its `scores [T, E]` and,
-    /// for `noaux_tc`, the correction `bias [E]` (zeros if `None`).
-    pub fn choose<B: Backend>(
+    /// Each token's scores `[T, E]` (f32), experts `[T, k]` and weights `[T, k]` (f32) from the
+    /// f32 router `logits [T, E]` and, for `noaux_tc`, the selection-only `bias [E]`: `greedy`
+    /// is the softmax routers' operator without renormalisation (`FusedOps::moe_gating_softmax`,
+    /// one aclnnMoeGatingTopKSoftmaxV2 on `Ascend`), its weights times the factor; the grouped
+    /// methods are `FusedOps::moe_group_topk` (one kernel launch on `Ascend`).
+    pub fn choose<B: FusedOps>(
         &self,
-        scores: Tensor<B, 2>,
+        logits: Tensor<B, 2>,
         bias: Option<Tensor<B, 1>>,
-    ) -> (Tensor<B, 2, Int>, Tensor<B, 2>) {
+    ) -> (RouterProbs<B>, Tensor<B, 2, Int>, Tensor<B, 2>) {
+        let float = |t| Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t));
         let (k, factor) = (self.top_k, self.routed_scaling_factor);
-        match self.method {
+        let (groups, keep_groups, noaux) = match self.method {
             TopkMethod::Greedy => {
-                let (top, ids) = scores.topk_with_indices(k, 1);
-                (ids, top * factor)
+                let g = B::moe_gating_softmax(logits.clone().into_primitive().tensor(), k, false);
+                let probs = match g.probs {
+                    Some(p) => RouterProbs::Probs(float(p)),
+                    None => RouterProbs::Logits(logits),
+                };
+                let weights = match factor {
+                    1.0 => float(g.weights),
+                    f => float(g.weights) * f,
+                };
+                return (probs, Tensor::from_primitive(g.ids), weights);
             }
             TopkMethod::GroupLimitedGreedy {
                 n_group,
                 topk_group,
-            } => {
-                let group_best = |grouped: Tensor<B, 3>| grouped.max_dim(2);
-                let kept = keep_groups(scores.clone(), n_group, topk_group, group_best);
-                let (top, ids) = kept.topk_with_indices(k, 1);
-                (ids, top * factor)
-            }
+            } => (n_group, topk_group, false),
             TopkMethod::NoauxTc {
                 n_group,
                 topk_group,
-            } => {
-                let [_, e] = scores.dims();
-                let choice = match bias {
-                    Some(bias) => scores.clone() + bias.cast(DType::F32).reshape([1, e]),
-                    None => scores.clone(),
-                };
-                let top_two = |grouped: Tensor<B, 3>| grouped.topk_with_indices(2, 2).0.sum_dim(2);
-                let kept = keep_groups(choice, n_group, topk_group, top_two);
-                let (_, ids) = kept.topk_with_indices(k, 1);
-                let mut weights = scores.gather(1, ids.clone());
-                if self.norm_topk_prob {
-                    weights = weights.clone() / (weights.sum_dim(1) + 1e-20);
-                }
-                (ids, weights * factor)
-            }
-        }
+            } => (n_group, topk_group, true),
+        };
+        let choice = GroupTopk {
+            top_k: k,
+            groups,
+            keep_groups,
+            group_top_two: noaux,
+            sigmoid: noaux,
+            gather_scores: noaux,
+            // transformers 4.57.1's DeepSeek-V2 routers ignore norm_topk_prob.
+            renormalize: noaux && self.norm_topk_prob,
+            scale: factor,
+        };
+        let bias = bias.filter(|_| noaux).map(|b| b.into_primitive().tensor());
+        let g = B::moe_group_topk(logits.into_primitive().tensor(), bias, choice);
+        let probs = g.probs.expect("the grouped choice gives its scores");
+        (
+            RouterProbs::Probs(float(probs)),
+            Tensor::from_primitive(g.ids),
+            float(g.weights),
+        )
     }
-}
-
-/// `scores [T, E]` with the experts outside each token's best `topk_group` groups set to 0
-/// (as transformers masks them: a kept expert with a negative biased score ranks below them).
-/// A group's score is `group_score` of its experts' scores `[T, G, E / G]`, giving `[T, G, 1]`.
-fn keep_groups<B: Backend>(
-    scores: Tensor<B, 2>,
-    n_group: usize,
-    topk_group: usize,
-    group_score: impl Fn(Tensor<B, 3>) -> Tensor<B, 3>,
-) -> Tensor<B, 2> {
-    let [t, e] = scores.dims();
-    let per_group = e / n_group;
-    let grouped = scores.clone().reshape([t, n_group, per_group]);
-    let group_scores = group_score(grouped).reshape([t, n_group]);
-    let (_, groups) = group_scores.topk_with_indices(topk_group, 1);
-    let all = Tensor::<B, 1, Int>::arange(0..n_group as i64, &groups.device());
-    let kept: Tensor<B, 3, Bool> = groups
-        .reshape([t, topk_group, 1])
-        .equal(all.reshape([1, 1, n_group]))
-        .any_dim(1);
-    let kept = kept
-        .reshape([t, n_group, 1])
-        .expand([t, n_group, per_group])
-        .reshape([t, e]);
-    scores.mask_fill(kept.bool_not(), 0.0)
 }
 
 /// A DeepSeek MoE gate: `weight [E, hidden]` (transformers' layout: `mlp.gate.weight`) and,
@@ -259,40 +236,13 @@ impl<B: Backend> DeepseekRouter<B> {
 }
 
 impl<B: FusedOps> DeepseekRouter<B> {
-    /// Routes `x [T, hidden]`: the scores (f32) are the routing's `probs`, the weights take
-    /// x's dtype. DeepSeek-V2's `greedy` softmax top-k is the softmax routers' operator
-    /// without renormalisation (`FusedOps::moe_gating_softmax`, one
-    /// aclnnMoeGatingTopKSoftmaxV2 on `Ascend`), its weights times `routed_scaling_factor`.
+    /// Routes `x [T, hidden]` ([`RouterConfig::choose`] of its f32 logits): the scores are the
+    /// routing's `probs`, the weights take x's dtype.
     pub fn route(&self, x: Tensor<B, 2>) -> Routing<B> {
         let dtype = x.dtype();
         let logits = x.cast(DType::F32).matmul(self.weight.val().transpose());
-        if matches!(self.cfg.method, TopkMethod::Greedy) {
-            let g = B::moe_gating_softmax(
-                logits.clone().into_primitive().tensor(),
-                self.cfg.top_k,
-                false,
-            );
-            let float = |t| Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t));
-            let probs = match g.probs {
-                Some(p) => RouterProbs::Probs(float(p)),
-                None => RouterProbs::Logits(logits),
-            };
-            let factor = self.cfg.routed_scaling_factor;
-            let weights = match factor {
-                1.0 => float(g.weights),
-                f => float(g.weights) * f,
-            };
-            return Routing::from_choices(
-                probs,
-                Tensor::from_primitive(g.ids),
-                weights.cast(dtype),
-            );
-        }
-        let scores = self.cfg.scores(logits);
-        let (ids, weights) = self.cfg.choose(
-            scores.clone(),
-            self.e_score_correction_bias.as_ref().map(Param::val),
-        );
-        Routing::from_choices(scores, ids, weights.cast(dtype))
+        let bias = self.e_score_correction_bias.as_ref().map(Param::val);
+        let (probs, ids, weights) = self.cfg.choose(logits, bias);
+        Routing::from_choices(probs, ids, weights.cast(dtype))
     }
 }

@@ -204,6 +204,64 @@ pub fn moe_gating_softmax<B: Backend>(
     }
 }
 
+/// The composed default of [`FusedOps::moe_group_topk`]: transformers' DeepSeek routers, in
+/// f32.
+pub fn moe_group_topk<B: Backend>(
+    logits: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+    choice: GroupTopk,
+) -> MoeGating<B> {
+    let logits = float::<B, 2>(logits).cast(DType::F32);
+    let scores = match choice.sigmoid {
+        true => burn_tensor::activation::sigmoid(logits),
+        false => burn_tensor::activation::softmax(logits, 1),
+    };
+    let [t, e] = scores.dims();
+    let mut selection = match bias {
+        Some(b) => scores.clone() + float::<B, 1>(b).cast(DType::F32).reshape([1, e]),
+        None => scores.clone(),
+    };
+    if choice.keep_groups < choice.groups {
+        // Each group's score, the best groups kept, every other expert's value set to 0 (as
+        // transformers masks them: a kept expert with a negative biased value ranks below them).
+        let (groups, per) = (choice.groups, e / choice.groups);
+        let grouped = selection.clone().reshape([t, groups, per]);
+        let group_scores = match choice.group_top_two {
+            true => grouped.topk_with_indices(2, 2).0.sum_dim(2),
+            false => grouped.max_dim(2),
+        };
+        let (_, kept) = group_scores
+            .reshape([t, groups])
+            .topk_with_indices(choice.keep_groups, 1);
+        let all = Tensor::<B, 1, Int>::arange(0..groups as i64, &kept.device());
+        let kept: Tensor<B, 3, burn_tensor::Bool> = kept
+            .reshape([t, choice.keep_groups, 1])
+            .equal(all.reshape([1, 1, groups]))
+            .any_dim(1);
+        let kept = kept
+            .reshape([t, groups, 1])
+            .expand([t, groups, per])
+            .reshape([t, e]);
+        selection = selection.mask_fill(kept.bool_not(), 0.0);
+    }
+    let (top, ids) = selection.topk_with_indices(choice.top_k, 1);
+    let mut weights = match choice.gather_scores {
+        true => scores.clone().gather(1, ids.clone()),
+        false => top,
+    };
+    if choice.renormalize {
+        weights = weights.clone() / (weights.sum_dim(1) + 1e-20);
+    }
+    if choice.scale != 1.0 {
+        weights = weights * choice.scale;
+    }
+    MoeGating {
+        weights: prim(weights),
+        ids: ids.into_primitive(),
+        probs: Some(prim(scores)),
+    }
+}
+
 /// The composed default of [`FusedOps::rotary_embedding`]: transformers' `apply_rotary_pos_emb`
 /// (or, `interleaved`, DeepSeek's pairs `(2i, 2i + 1)` turned in place) in q's dtype, each
 /// token's cos and sin rows broadcast to its heads.

@@ -18,7 +18,7 @@ pub use paged::{
     PrefillLens,
 };
 
-pub use crate::ops::fused::ExtendLens;
+pub use crate::ops::fused::{ExtendLens, GroupTopk};
 
 use burn_tensor::{Int, Tensor, TensorPrimitive};
 
@@ -297,6 +297,28 @@ pub trait FusedOps: Backend {
         renormalize: bool,
     ) -> MoeGating<Self> {
         composed::moe_gating_softmax::<Self>(logits, top_k, renormalize)
+    }
+
+    /// A grouped MoE router's choice from its logits `[T, E]` (DeepSeek-V2's
+    /// `group_limited_greedy`, DeepSeek-V3's `noaux_tc`; [`GroupTopk`] says which), as
+    /// transformers computes it in f32: the scores (softmax or sigmoid), the selection values
+    /// (scores plus the selection-only `bias [E]`), the best `keep_groups` groups by their best
+    /// or two best selection values with every other expert's selection value set to 0, the
+    /// `top_k` largest selection values and their weights (the selection values, or the
+    /// unbiased scores, renormalised and scaled as asked). `weights` `[T, K]` and `probs` (the
+    /// scores, `[T, E]`) are f32. On `Ascend` one launch of the `moe_group_topk` kernel (ties:
+    /// the lower id), where this composition takes about fifteen.
+    ///
+    /// Invalid input (logits not 2-D, more than 4096 experts on `Ascend`, groups that do not
+    /// split the experts, `keep_groups` or `top_k` out of range) fails at the call with an error
+    /// naming `moe_group_topk` and the shapes on `Ascend`; the composed default leaves them to
+    /// the backend's ops.
+    fn moe_group_topk(
+        logits: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        choice: GroupTopk,
+    ) -> MoeGating<Self> {
+        composed::moe_group_topk::<Self>(logits, bias, choice)
     }
 
     /// Rotary position embedding of `q [T, Nq, D]` and `k [T, Nk, D]`: token `t` turned by row
@@ -837,6 +859,43 @@ impl FusedOps for Ascend {
         let g = run(
             "moe_gating_softmax",
             fused::moe_gating_softmax(&logits, top_k, renormalize),
+        );
+        MoeGating {
+            weights: g.weights.into(),
+            ids: g.ids.into(),
+            probs: g.probs.map(Into::into),
+        }
+    }
+
+    fn moe_group_topk(
+        logits: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        choice: GroupTopk,
+    ) -> MoeGating<Self> {
+        // The kernel takes f32, as the composition computes (a cast only for other logits).
+        let f32s = |t: FloatTensor<Self>| {
+            float::<Self, 2>(t)
+                .cast(burn_tensor::DType::F32)
+                .into_primitive()
+                .tensor()
+        };
+        let logits = f32s(logits);
+        let bias = bias.map(|b| {
+            float::<Self, 1>(b)
+                .cast(burn_tensor::DType::F32)
+                .into_primitive()
+                .tensor()
+        });
+        if !has_kernels(&logits, &["moe_group_topk"]) {
+            run(
+                "moe_group_topk",
+                fused::check_moe_group_topk(&logits, bias.as_ref(), &choice),
+            );
+            return composed::moe_group_topk::<Self>(logits, bias, choice);
+        }
+        let g = run(
+            "moe_group_topk",
+            fused::moe_group_topk(&logits, bias.as_deref(), &choice),
         );
         MoeGating {
             weights: g.weights.into(),
