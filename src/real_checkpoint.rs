@@ -22,6 +22,10 @@ pub enum Published {
     /// Qwen/Qwen1.5-MoE-A2.7B (Qwen2-MoE): 24 layers of MHA with q/k/v biases (16 heads of 128)
     /// and 60 experts of 1408 (top 4) beside a gated shared expert of 5632; 29 GB in bf16.
     Qwen15MoeA27b,
+    /// deepseek-ai/DeepSeek-V3 (its bf16 form; published in FP8): 61 layers of MLA (128 heads,
+    /// query LoRA 1536, KV latent 512 + rope 64), the first 3 dense (18432), then 256 routed
+    /// experts of 2048 (top 8 by `noaux_tc` in 8 groups, 4 kept) and 1 shared; 1.3 TB in bf16.
+    DeepseekV3,
 }
 
 impl Published {
@@ -32,6 +36,7 @@ impl Published {
             Self::DeepseekV2Lite => "deepseek-ai/DeepSeek-V2-Lite",
             Self::Mixtral8x7b => "mistralai/Mixtral-8x7B-v0.1",
             Self::Qwen15MoeA27b => "Qwen/Qwen1.5-MoE-A2.7B",
+            Self::DeepseekV3 => "deepseek-ai/DeepSeek-V3",
         }
     }
 
@@ -185,6 +190,56 @@ impl Published {
                 "use_cache": true,
                 "use_sliding_window": false,
                 "vocab_size": 151936
+            }),
+            Self::DeepseekV3 => json!({
+                "architectures": ["DeepseekV3ForCausalLM"],
+                "attention_bias": false,
+                "attention_dropout": 0.0,
+                "bos_token_id": 0,
+                "eos_token_id": 1,
+                "first_k_dense_replace": 3,
+                "hidden_act": "silu",
+                "hidden_size": 7168,
+                "initializer_range": 0.02,
+                "intermediate_size": 18432,
+                "kv_lora_rank": 512,
+                "max_position_embeddings": 163840,
+                "model_type": "deepseek_v3",
+                "moe_intermediate_size": 2048,
+                "moe_layer_freq": 1,
+                "n_group": 8,
+                "n_routed_experts": 256,
+                "n_shared_experts": 1,
+                "norm_topk_prob": true,
+                "num_attention_heads": 128,
+                "num_experts_per_tok": 8,
+                "num_hidden_layers": 61,
+                "num_key_value_heads": 128,
+                "num_nextn_predict_layers": 1,
+                "q_lora_rank": 1536,
+                "qk_nope_head_dim": 128,
+                "qk_rope_head_dim": 64,
+                "rms_norm_eps": 1e-6,
+                "rope_scaling": {
+                    "beta_fast": 32,
+                    "beta_slow": 1,
+                    "factor": 40,
+                    "mscale": 1.0,
+                    "mscale_all_dim": 1.0,
+                    "original_max_position_embeddings": 4096,
+                    "type": "yarn"
+                },
+                "rope_theta": 10000,
+                "routed_scaling_factor": 2.5,
+                "scoring_func": "sigmoid",
+                "tie_word_embeddings": false,
+                "topk_group": 4,
+                "topk_method": "noaux_tc",
+                "torch_dtype": "bfloat16",
+                "transformers_version": "4.33.1",
+                "use_cache": true,
+                "v_head_dim": 128,
+                "vocab_size": 129280
             }),
         };
         config["num_hidden_layers"] = layers.into();

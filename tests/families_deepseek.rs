@@ -610,11 +610,11 @@ fn choose(cfg: &RouterConfig, scores: Vec<f32>, bias: Option<Vec<f32>>) -> (Vec<
         let bias = bias
             .as_ref()
             .map(|b| Tensor::<D, 1>::from_data(TensorData::new(b.clone(), [e]), device));
-        let (probs, ids, weights) = cfg.choose(logits, bias);
+        let (probs, ids, weights) = cfg.choose(logits, bias, DType::F32);
         assert_eq!(ids.dims(), [t, cfg.top_k]);
         let ints = ids.into_data().convert::<i64>().to_vec().unwrap();
         let f = |t: Tensor<D, 2>| t.into_data().convert::<f32>().to_vec().unwrap();
-        (ints, f(weights), f(probs.get()))
+        (ints, f(weights), f(probs))
     }
     let sigmoid = matches!(cfg.method, TopkMethod::NoauxTc { .. });
     let logits: Vec<f32> = scores

@@ -1,6 +1,7 @@
 //! Grouped matmul (aclnnGroupedMatmulV4 on the emulated NPU) against a host reference and its
 //! composed default on burn-flex; CANN's own MoE routing ops (aclnnMoeInitRoutingV2,
-//! aclnnMoeTokenUnpermute) against `moe_gather`/`moe_scatter` on the same routing; the checks
+//! aclnnMoeTokenUnpermute, aclnnMoeFinalizeRoutingV2) against `moe_gather`/`moe_scatter` and a
+//! host formula on the same routing; the checks
 //! the emulated operators make, called directly; the gradients `Autodiff<Ascend>` takes through
 //! the fused ops, against their adjoints and against `Autodiff<Flex>` on compositions of
 //! standard Burn ops; and the `layer_norm_backward` kernel against its composed default.
@@ -227,7 +228,7 @@ fn grouped_matmul_weight_grad_matches_the_host_and_the_default() {
 }
 
 #[test]
-#[serial(fault_device)]
+#[serial]
 fn grouped_matmul_bad_inputs_are_clear_errors() {
     if common::skipped_on_npu("grouped_matmul_bad_inputs_are_clear_errors") {
         return;
@@ -1252,10 +1253,11 @@ fn moe_permute_and_unpermute_are_one_launch_each_and_match_the_composition() {
 
         let before = aclnn_launches_of("aclnnMoeTokenUnpermute");
         let out = fused::moe_unpermute(
-            got.rows,
-            got.row_idx,
+            got.rows.clone(),
+            got.row_idx.clone(),
             float::<Ascend, 1>(&w, dtype, &ascend()),
             k,
+            None,
         );
         assert_eq!(
             aclnn_launches_of("aclnnMoeTokenUnpermute") - before,
@@ -1263,10 +1265,11 @@ fn moe_permute_and_unpermute_are_one_launch_each_and_match_the_composition() {
             "{case}"
         );
         let reference = fused::moe_unpermute(
-            want.rows,
-            want.row_idx,
+            want.rows.clone(),
+            want.row_idx.clone(),
             float::<Flex, 1>(&w, dtype, &flex()),
             k,
+            None,
         );
         assert_eq!(out.dims(), [t, h]);
         assert_close(
@@ -1275,7 +1278,189 @@ fn moe_permute_and_unpermute_are_one_launch_each_and_match_the_composition() {
             reference.into_data(),
             tolerance(dtype),
         );
+
+        // With an addend (a shared expert's output): one aclnnMoeFinalizeRoutingV2 and nothing
+        // else, summed in f32 with the routed rows as the composition does.
+        let add = host_values(vec![t, h], 83);
+        let (before, finalize) = (
+            burn_ascend::emulator::work_counters(),
+            aclnn_launches_of("aclnnMoeFinalizeRoutingV2"),
+        );
+        let out = fused::moe_unpermute(
+            got.rows,
+            got.row_idx,
+            float::<Ascend, 1>(&w, dtype, &ascend()),
+            k,
+            Some(float::<Ascend, 2>(&add, dtype, &ascend())),
+        );
+        Ascend::sync(&ascend()).unwrap();
+        assert_eq!(
+            (
+                aclnn_launches_of("aclnnMoeFinalizeRoutingV2") - finalize,
+                burn_ascend::emulator::work_counters()
+                    .since(&before)
+                    .launches()
+            ),
+            (1, 1),
+            "{case}: one launch with the addend"
+        );
+        let reference = fused::moe_unpermute(
+            want.rows,
+            want.row_idx,
+            float::<Flex, 1>(&w, dtype, &flex()),
+            k,
+            Some(float::<Flex, 2>(&add, dtype, &flex())),
+        );
+        assert_close(
+            &format!("{case} plus an addend"),
+            out.into_data(),
+            reference.into_data(),
+            tolerance(dtype),
+        );
     }
+}
+
+/// aclnnMoeFinalizeRoutingV2 on `[N*K, H]` expanded rows (row-major and column-major row
+/// indices), two residuals and a per-expert bias equals the formula on the host; what it
+/// refuses, it refuses with the status CANN gives, and a row index past the rows is an AI Core
+/// error.
+#[test]
+#[serial]
+fn emulated_finalize_routing_computes_and_checks_what_the_operator_does() {
+    if common::skipped_on_npu(
+        "emulated_finalize_routing_computes_and_checks_what_the_operator_does",
+    ) {
+        return;
+    }
+    let (n, k, h, e) = (3usize, 2usize, 5usize, 4usize);
+    let d = ascend();
+    let f32s = |shape: Vec<usize>, seed| {
+        primitive(float::<Ascend, 2>(
+            &host_values(shape, seed),
+            DType::F32,
+            &d,
+        ))
+    };
+    let expanded = f32s(vec![n * k, h], 1);
+    let (x1, x2, bias, scales) = (
+        f32s(vec![n, h], 2),
+        f32s(vec![n, h], 3),
+        f32s(vec![e, h], 4),
+        f32s(vec![n, k], 5),
+    );
+    let rows: Vec<i32> = vec![4, 0, 5, 2, 1, 3];
+    let experts: Vec<i32> = vec![3, 0, 1, 1, 2, 0];
+    let row_idx = ints::<Ascend, 1>(&rows, [n * k], &d).into_primitive();
+    let expert_idx = ints::<Ascend, 2>(&experts, [n, k], &d).into_primitive();
+    let finalize = |row_idx: &AscendTensor,
+                    x1: Option<&AscendTensor>,
+                    x2: Option<&AscendTensor>,
+                    scales: &AscendTensor,
+                    mode: i64|
+     -> Result<AscendTensor, AclError> {
+        let out = AscendTensor::empty(expanded.ctx(), vec![n, h], scales.dtype())?;
+        let opt = |t: Option<&AscendTensor>| t.map(AscendTensor::desc).transpose();
+        let (x1, x2) = (opt(x1)?, opt(x2)?);
+        aclnn!(
+            &**expanded.ctx(),
+            aclnnMoeFinalizeRoutingV2(
+                expanded.desc()?,
+                row_idx.desc()?,
+                &x1,
+                &x2,
+                bias.desc()?,
+                scales.desc()?,
+                expert_idx.desc()?,
+                mode,
+                out.desc()?
+            )
+        )?;
+        Ok(out)
+    };
+    let values = |t: &AscendTensor| to_f64(tensor::<2>(t.clone()).into_data());
+    let (xv, b, s) = (values(&expanded), values(&bias), values(&scales));
+    let (r1, r2) = (values(&x1), values(&x2));
+    for (mode, slot) in [
+        (2i64, (|i, kk| i * 2 + kk) as fn(usize, usize) -> usize),
+        (0, |i, kk| i + kk * 3),
+    ] {
+        let got = finalize(&row_idx, Some(&x1), Some(&x2), &scales, mode).unwrap();
+        let mut want = vec![0.0; n * h];
+        for i in 0..n {
+            for j in 0..h {
+                let mut v = r1[i * h + j] + r2[i * h + j];
+                for kk in 0..k {
+                    let row = rows[slot(i, kk)] as usize;
+                    let expert = experts[i * k + kk] as usize;
+                    v += s[i * k + kk] * (xv[row * h + j] + b[expert * h + j]);
+                }
+                want[i * h + j] = v;
+            }
+        }
+        assert_close(
+            &format!("dropPadMode {mode}"),
+            tensor::<2>(got).into_data(),
+            TensorData::new(want, [n, h]),
+            1e-5,
+        );
+    }
+    let status = |r: Result<AscendTensor, AclError>, code: i32, why: &str| {
+        let e = r.err().unwrap_or_else(|| panic!("{why} should fail"));
+        assert_eq!(e.code(), Some(code), "{why}: {e}");
+    };
+    status(
+        finalize(&row_idx, None, Some(&x2), &scales, 2),
+        ACLNN_ERR_PARAM_INVALID,
+        "x2 without x1",
+    );
+    status(
+        finalize(&row_idx, Some(&x1), None, &scales, 1),
+        ACLNN_ERR_PARAM_INVALID,
+        "a drop/pad mode",
+    );
+    let half = primitive(tensor::<2>(scales.clone()).cast(DType::F16));
+    status(
+        finalize(&row_idx, Some(&x1), None, &half, 2),
+        ACLNN_ERR_PARAM_INVALID,
+        "scales of another type",
+    );
+    // A row index past the rows faults the device: on a device of its own, reset after.
+    common::reset_fault_device();
+    let fd = common::fault_device();
+    let on = |t: &AscendTensor| {
+        primitive(float::<Ascend, 2>(
+            &tensor::<2>(t.clone()).into_data(),
+            DType::F32,
+            &fd,
+        ))
+    };
+    let (fx, fs) = (on(&expanded), on(&scales));
+    let bad = ints::<Ascend, 1>(&[4, 0, 6, 2, 1, 3], [n * k], &fd).into_primitive();
+    let out = AscendTensor::empty(fx.ctx(), vec![n, h], DataType::F32).unwrap();
+    aclnn!(
+        &**fx.ctx(),
+        aclnnMoeFinalizeRoutingV2(
+            fx.desc().unwrap(),
+            bad.desc().unwrap(),
+            Absent,
+            Absent,
+            Absent,
+            fs.desc().unwrap(),
+            Absent,
+            2,
+            out.desc().unwrap()
+        )
+    )
+    .unwrap();
+    let err = tensor::<2>(out)
+        .try_into_data()
+        .expect_err("a row past the rows faults");
+    common::reset_fault_device();
+    let err = format!("{err:?}");
+    assert!(
+        err.contains("expandedRowIdx[2] = 6 is outside [0, 6)"),
+        "{err}"
+    );
 }
 
 /// Operands that disagree are refused at the call, naming the op and the shapes.
@@ -1292,7 +1477,7 @@ fn moe_permute_and_unpermute_refuse_operands_that_disagree_naming_the_shapes() {
     let rows = Tensor::<Ascend, 2>::zeros([8, 16], &ascend());
     let idx = ints::<Ascend, 1>(&[0, 1, 2, 3, 4, 5, 6, 7], [8], &ascend());
     let w = Tensor::<Ascend, 1>::zeros([6], &ascend());
-    let message = panic_message(|| fused::moe_unpermute(rows, idx, w, 2));
+    let message = panic_message(|| fused::moe_unpermute(rows, idx, w, 2, None));
     assert!(
         message.contains("moe_unpermute") && message.contains("[8]") && message.contains("[6]"),
         "{message}"

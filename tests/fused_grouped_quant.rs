@@ -937,7 +937,7 @@ fn quantised_experts_follow_the_float_experts_within_the_quantisation_error() {
     let r = routing::<Ascend>(t, e, k, &d);
     let weights = expert_weights::<Ascend>(e, h, f, &d);
     let [gate, up, down] = weights.clone();
-    let reference = routed_experts(x.clone(), &r, k, [gate_up(gate, up), down]).into_data();
+    let reference = routed_experts(x.clone(), &r, k, [gate_up(gate, up), down], None).into_data();
     // Error budget, relative to the output's norm: each int8 quantisation of a row or channel
     // with max |v| errs by at most max|v| / 254 per element, for these near-uniform values a
     // relative RMS error of at most (1/254) * (max / rms) ~ 0.7%; bf16 rounds each of the
@@ -946,7 +946,7 @@ fn quantised_experts_follow_the_float_experts_within_the_quantisation_error() {
     // 0.2% = 4%. W8A16 quantises only the two weights: under 2 * 0.7% + 1.2% = 2.6%.
     for (mode, bound) in [(Quantize::W8A8, 0.04), (Quantize::W8A16, 0.026)] {
         let q = QuantizedExperts::quantize(weights.clone(), mode);
-        let got = routed_experts_quantized(x.clone(), &r, k, &q);
+        let got = routed_experts_quantized(x.clone(), &r, k, &q, None);
         assert_eq!(got.dtype(), DType::F32);
         let err = relative(got.into_data(), reference.clone());
         assert!(err < bound, "{mode:?}: relative error {err} over {bound}");
@@ -963,11 +963,11 @@ fn quantised_experts_on_the_npu_equal_their_composition_on_flex() {
         let d = ascend();
         let x = float::<Ascend, 2>(&host_values(vec![t, h], 51), DType::BF16, &d);
         let q = QuantizedExperts::quantize(expert_weights::<Ascend>(e, h, f, &d), mode);
-        let npu = routed_experts_quantized(x, &routing::<Ascend>(t, e, k, &d), k, &q);
+        let npu = routed_experts_quantized(x, &routing::<Ascend>(t, e, k, &d), k, &q, None);
         let fd = flex();
         let x = float::<Flex, 2>(&host_values(vec![t, h], 51), DType::BF16, &fd);
         let q = QuantizedExperts::quantize(expert_weights::<Flex>(e, h, f, &fd), mode);
-        let reference = routed_experts_quantized(x, &routing::<Flex>(t, e, k, &fd), k, &q);
+        let reference = routed_experts_quantized(x, &routing::<Flex>(t, e, k, &fd), k, &q, None);
         (npu.into_data(), reference.into_data())
     };
     // The same integer math; only bf16 roundings of the float steps in another order: the
@@ -1027,10 +1027,10 @@ fn quantised_experts_on_fusion_run_the_same_operators() {
     for mode in [Quantize::W8A8, Quantize::W8A16] {
         let x = float::<Ascend, 2>(&host_values(vec![t, h], 71), DType::F16, &d);
         let q = QuantizedExperts::quantize(expert_weights::<Ascend>(e, h, f, &d), mode);
-        let direct = routed_experts_quantized(x, &routing::<Ascend>(t, e, k, &d), k, &q);
+        let direct = routed_experts_quantized(x, &routing::<Ascend>(t, e, k, &d), k, &q, None);
         let x = float::<Fused, 2>(&host_values(vec![t, h], 71), DType::F16, &d);
         let q = QuantizedExperts::quantize(expert_weights::<Fused>(e, h, f, &d), mode);
-        let fused = routed_experts_quantized(x, &routing::<Fused>(t, e, k, &d), k, &q);
+        let fused = routed_experts_quantized(x, &routing::<Fused>(t, e, k, &d), k, &q, None);
         // The same quantised operators; Fusion may fuse the SwiGLU's element-wise steps
         // (without rounding to f16 between them), which moves results by an f16 ulp or so.
         let err = relative(fused.into_data(), direct.into_data());

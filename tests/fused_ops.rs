@@ -487,7 +487,8 @@ fn moe_gating_softmax_refuses_bad_input_naming_the_shape() {
 /// composition on burn-flex for DeepSeek-V3's `noaux_tc` (256 experts in 8 groups, sigmoid
 /// scores, a selection bias), DeepSeek-V2's `group_limited_greedy` (160 in 8, softmax) and an
 /// ungrouped sigmoid router: the same experts in the same order, weights and scores within f32
-/// rounding, for f32 and bf16 logits (the latter cast to f32 first, as the composition does).
+/// rounding, for f32 and bf16 logits (the latter cast to f32 first, as the composition does),
+/// the weights given in the logits' dtype.
 #[test]
 #[serial]
 fn moe_group_topk_is_one_launch_and_matches_the_composition() {
@@ -541,6 +542,7 @@ fn moe_group_topk_is_one_launch_and_matches_the_composition() {
                             .tensor()
                     }),
                     choice,
+                    dtype,
                 );
                 let (logits, bias) = (
                     float::<Ascend, 2>(&logits, dtype, &ascend())
@@ -555,7 +557,7 @@ fn moe_group_topk_is_one_launch_and_matches_the_composition() {
                 Ascend::sync(&ascend()).unwrap();
                 let before = work_counters();
                 clear_launch_log();
-                let got = Ascend::moe_group_topk(logits, bias, choice);
+                let got = Ascend::moe_group_topk(logits, bias, choice, dtype);
                 Ascend::sync(&ascend()).unwrap();
                 let counted = work_counters().since(&before);
                 let casts = u64::from(dtype != DType::F32);
@@ -572,12 +574,12 @@ fn moe_group_topk_is_one_launch_and_matches_the_composition() {
                     "{case}: experts"
                 );
                 let weights = float_data::<Ascend>(got.weights);
-                assert_eq!(weights.dtype, DType::F32, "{case}: weights in f32");
+                assert_eq!(weights.dtype, dtype, "{case}: weights in the asked dtype");
                 assert_close(
                     &format!("{case}: weights"),
                     weights,
                     float_data::<burn_flex::Flex>(want.weights),
-                    1e-5,
+                    tolerance(dtype),
                 );
                 assert_close(
                     &format!("{case}: scores"),
@@ -614,7 +616,7 @@ fn moe_group_topk_refuses_bad_input_naming_the_shapes() {
                     .into_primitive()
                     .tensor()
             });
-            Ascend::moe_group_topk(logits.into_primitive().tensor(), bias, choice)
+            Ascend::moe_group_topk(logits.into_primitive().tensor(), bias, choice, DType::F32)
         });
         assert!(
             message.contains("moe_group_topk")

@@ -39,7 +39,7 @@ fn fused_ops<B: burn_ascend::FusedOps>(d: &B::Device) -> Vec<TensorData> {
         renormalize: true,
         scale: 2.5,
     };
-    let routed = B::moe_group_topk(x.into_primitive().tensor(), None, choice);
+    let routed = B::moe_group_topk(x.into_primitive().tensor(), None, choice, DType::BF16);
     let routed =
         Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(routed.weights));
     [gathered, scattered, y, chain, routed]

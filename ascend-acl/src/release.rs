@@ -112,6 +112,12 @@ pub const NEWER_FUNCTIONS: &[(&str, CannRelease)] = &[
         "aclnnMoeGatingTopKSoftmaxV2GetWorkspaceSize",
         CannRelease::V8_1_RC1,
     ),
+    // aclnn-fused-decode-ops.md §4.7: declared by the 8.1.RC1 headers; the sheets say nothing of
+    // 8.0. ASSUMPTION (stricter): first declared by 8.1.RC1.
+    (
+        "aclnnMoeFinalizeRoutingV2GetWorkspaceSize",
+        CannRelease::V8_1_RC1,
+    ),
     // aclnn-fused-decode-ops.md §2.2: declared by 8.1.RC1 under `aclnnop/level2/` only.
     // ASSUMPTION (stricter): first declared by 8.1.RC1.
     (

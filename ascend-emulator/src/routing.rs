@@ -2,7 +2,8 @@
 //! `aclnnMoeInitRoutingV2` sorts the flattened top-k expert ids (stably, by expert), expands the
 //! tokens in that expert-major order and counts tokens per expert (dropless, active or drop/pad
 //! mode); `aclnnMoeTokenUnpermute` gathers expert outputs back into token order, weights them by
-//! the routing probabilities and sums each token's top-k.
+//! the routing probabilities and sums each token's top-k; `aclnnMoeFinalizeRoutingV2` does the
+//! same and adds up to two residuals and a per-expert bias (`aclnn-fused-decode-ops.md` §4.7).
 //!
 //! `aclnnMoeInitRoutingQuantV2` routes as InitRoutingV2 does and quantises each expanded row to
 //! int8 in the same pass (dynamic mode: a scale per row, `max|x| / 127`; prototype:
@@ -39,7 +40,8 @@ const MAX_UNPERMUTE_TOP_K: usize = 512;
 phase2_entry_points!(
     aclnnMoeInitRoutingV2,
     aclnnMoeInitRoutingQuantV2,
-    aclnnMoeTokenUnpermute
+    aclnnMoeTokenUnpermute,
+    aclnnMoeFinalizeRoutingV2
 );
 
 /// InitRoutingV2 reports its attribute and shape checks from tiling (op doc).
@@ -635,6 +637,196 @@ pub unsafe extern "C" fn aclnnMoeTokenUnpermuteGetWorkspaceSize(
                     let (row, t) = (row as usize, slot / top_k);
                     for (j, a) in acc[t * h..(t + 1) * h].iter_mut().enumerate() {
                         *a += value(t0 + row * ts[0] + j * ts[1]) * p;
+                    }
+                }
+                let set = mo.setter::<f32>();
+                Walk::of(&out).zip(acc).for_each(|(o, v)| set(o, v));
+                Ok(())
+            }) as Kernel,
+        ))
+    })
+}
+
+/// `out[i] = x1[i] + x2[i] + sum_k scales[i, k] * (expandedX[expandedRowIdx[slot(i, k)]] +
+/// bias[expertIdx[i, k]])` (§4.7), every operand optional but expandedX, expandedRowIdx and
+/// out; in f32, rounded once to the tokens' type (ASSUMPTION: the kernel accumulates 16-bit
+/// types in f32, as TokenUnpermute does). `dropPadMode` 0 reads the row index column-major
+/// (`i + k*N`, after InitRouting V1), 2 row-major (`i*K + k`, after InitRoutingV2). Stricter than
+/// CANN: the drop/pad modes 1 and 3 (expandedX `[E, C, H]`) are refused, as nothing here
+/// produces that layout; a row index outside `[0, N*K)` is an AI Core error, as no dropless
+/// routing writes one.
+pub unsafe extern "C" fn aclnnMoeFinalizeRoutingV2GetWorkspaceSize(
+    expanded_x: *const aclTensor,
+    expanded_row_idx: *const aclTensor,
+    x1_optional: *const aclTensor,
+    x2_optional: *const aclTensor,
+    bias_optional: *const aclTensor,
+    scales_optional: *const aclTensor,
+    expert_idx_optional: *const aclTensor,
+    drop_pad_mode: i64,
+    out: *const aclTensor,
+    ws: Ws,
+    ex: Ex,
+) -> aclnnStatus {
+    const OP: &str = "aclnnMoeFinalizeRoutingV2";
+    phase1(OP, ws, ex, || {
+        let (expanded, row_idx, out) = (
+            tensor_arg(OP, "expandedX", expanded_x)?,
+            tensor_arg(OP, "expandedRowIdx", expanded_row_idx)?,
+            tensor_arg(OP, "out", out)?,
+        );
+        let x1 = optional_arg(OP, "x1Optional", x1_optional)?;
+        let x2 = optional_arg(OP, "x2Optional", x2_optional)?;
+        let bias = optional_arg(OP, "biasOptional", bias_optional)?;
+        let scales = optional_arg(OP, "scalesOptional", scales_optional)?;
+        let expert_idx = optional_arg(OP, "expertIdxOptional", expert_idx_optional)?;
+        let column_major = match drop_pad_mode {
+            0 => true,
+            2 => false,
+            1 | 3 => {
+                return Err(invalid(
+                    OP,
+                    format!(
+                        "dropPadMode {drop_pad_mode} (drop/pad, expandedX [E, C, H]) is not \
+                         emulated: only the dropless modes 0 and 2"
+                    ),
+                ))
+            }
+            m => return Err(invalid(OP, format!("dropPadMode {m} is not 0, 1, 2 or 3"))),
+        };
+        check_dtype(OP, "expandedX", &expanded, TOKENS)?;
+        check_dtype(OP, "expandedRowIdx", &row_idx, INDEX)?;
+        if expanded.shape.len() != 2 || row_idx.shape.len() != 1 {
+            return Err(invalid(
+                OP,
+                format!(
+                    "expandedX {} must be 2-D and expandedRowIdx {} 1-D",
+                    expanded.describe(),
+                    row_idx.describe()
+                ),
+            ));
+        }
+        let slots = row_idx.numel();
+        let (n, k) = match &scales {
+            Some(sc) => (
+                sc.shape.first().copied().unwrap_or(0),
+                sc.shape.get(1).copied().unwrap_or(0),
+            ),
+            None => (slots, 1),
+        };
+        let h = expanded.shape[1];
+        let same = |name: &str, t: &TensorDesc, shape: &[usize]| -> Result<(), Fault> {
+            check_dtype(OP, name, t, &[expanded.dtype])?;
+            if t.shape != shape {
+                return Err(invalid(
+                    OP,
+                    format!("{name} {} should be {shape:?}", t.describe()),
+                ));
+            }
+            Ok(())
+        };
+        if let Some(sc) = &scales {
+            same("scalesOptional", sc, &[n, k])?;
+        }
+        if n * k != slots || expanded.shape[0] != slots {
+            return Err(invalid(
+                OP,
+                format!(
+                    "expandedX {} and expandedRowIdx {} must hold N*K = {} rows",
+                    expanded.describe(),
+                    row_idx.describe(),
+                    n * k
+                ),
+            ));
+        }
+        if x2.is_some() && x1.is_none() {
+            return Err(invalid(OP, "x2Optional needs x1Optional"));
+        }
+        for (name, x) in [("x1Optional", &x1), ("x2Optional", &x2)] {
+            if let Some(x) = x {
+                same(name, x, &[n, h])?;
+            }
+        }
+        let experts = match (&bias, &expert_idx) {
+            (Some(b), Some(e)) => {
+                check_dtype(OP, "biasOptional", b, &[expanded.dtype])?;
+                check_dtype(OP, "expertIdxOptional", e, INDEX)?;
+                if b.shape.len() != 2 || b.shape[1] != h || e.shape != [n, k] {
+                    return Err(invalid(
+                        OP,
+                        format!(
+                            "biasOptional {} must be [E, {h}] and expertIdxOptional {} [{n}, {k}]",
+                            b.describe(),
+                            e.describe()
+                        ),
+                    ));
+                }
+                b.shape[0]
+            }
+            (Some(_), None) => return Err(invalid(OP, "biasOptional needs expertIdxOptional")),
+            _ => 0,
+        };
+        output(OP, "out", &out, &[n, h], expanded.dtype)?;
+        Ok((
+            SCRATCH_WORKSPACE,
+            Arc::new(move || {
+                let mo = map(OP, "out", &out)?;
+                let mut mx = map(OP, "expandedX", &expanded)?;
+                mx.detach_from(&mo, false);
+                let value = mx.getter::<f32>();
+                let (x0, xs) = (expanded.offset, &expanded.strides);
+                let rows_of = read_all::<i128>(OP, "expandedRowIdx", &row_idx)?;
+                let small = |name: &str, t: &Option<TensorDesc>| {
+                    t.as_ref().map(|t| read_all::<f32>(OP, name, t)).transpose()
+                };
+                let (x1, x2) = (small("x1Optional", &x1)?, small("x2Optional", &x2)?);
+                let (bias, scales) = (
+                    small("biasOptional", &bias)?,
+                    small("scalesOptional", &scales)?,
+                );
+                let ids = expert_idx
+                    .as_ref()
+                    .filter(|_| bias.is_some())
+                    .map(|e| read_all::<i128>(OP, "expertIdxOptional", e))
+                    .transpose()?;
+                let mut acc = vec![0f32; n * h];
+                for residual in [x1, x2].into_iter().flatten() {
+                    acc.iter_mut().zip(&residual).for_each(|(a, r)| *a += r);
+                }
+                for i in 0..n {
+                    for kk in 0..k {
+                        let slot = if column_major { i + kk * n } else { i * k + kk };
+                        let row = rows_of[slot];
+                        if row < 0 || row as usize >= slots {
+                            return Err(fault(
+                                ACL_ERROR_RT_AICORE_EXCEPTION,
+                                format!(
+                                    "{OP}: expandedRowIdx[{slot}] = {row} is outside [0, {slots})"
+                                ),
+                            ));
+                        }
+                        let p = scales.as_ref().map_or(1.0, |s| s[i * k + kk]);
+                        let expert = match &ids {
+                            Some(ids) => {
+                                let e = ids[i * k + kk];
+                                if e < 0 || e as usize >= experts {
+                                    return Err(fault(
+                                        ACL_ERROR_RT_AICORE_EXCEPTION,
+                                        format!("{OP}: expertIdxOptional[{i}, {kk}] = {e} is outside [0, {experts})"),
+                                    ));
+                                }
+                                Some(e as usize)
+                            }
+                            None => None,
+                        };
+                        let row = row as usize;
+                        for (j, a) in acc[i * h..(i + 1) * h].iter_mut().enumerate() {
+                            let b = match (&bias, expert) {
+                                (Some(b), Some(e)) => b[e * h + j],
+                                _ => 0.0,
+                            };
+                            *a += (value(x0 + row * xs[0] + j * xs[1]) + b) * p;
+                        }
                     }
                 }
                 let set = mo.setter::<f32>();

@@ -11,7 +11,8 @@
 //            experts alike);
 //   w      = the chosen sel values (DeepSeek-V2's group_limited_greedy) or the chosen unbiased
 //            scores (`gatherScores`, DeepSeek-V3's noaux_tc); with `renorm`, w / (sum(w) + 1e-20);
-//            then w * scale.
+//            then w * scale, rounded once to the weights' type (f32, f16 or bf16: the model's, so no
+//            cast follows).
 //
 // Work split: tokens over the vector cores. A token's scores are computed by vector
 // instructions; the choice (a few hundred comparisons for DeepSeek-V3's 256 experts) runs on the
@@ -35,12 +36,14 @@ struct BurnMoeGroupTopkTiling {
     uint32_t rowElems;      // E rounded up to whole 32-byte blocks
     uint32_t groupElems;    // G rounded up to whole 32-byte blocks
     uint32_t topKElems;     // topK rounded up to whole 32-byte blocks
+    uint32_t weightType;    // the weights' type: 0 f32, 1 f16, 2 bf16
 };
 
 namespace burn_ascend {
 
 using namespace AscendC;
 
+template <typename W>
 class MoeGroupTopkKernel {
 public:
     __aicore__ inline void Init(GM_ADDR logits, GM_ADDR bias, GM_ADDR scores, GM_ADDR weights, GM_ADDR ids,
@@ -52,7 +55,7 @@ public:
         const uint64_t e = t.experts;
         logitsGm.SetGlobalBuffer((__gm__ float*)logits + first * e, rows * e);
         scoresGm.SetGlobalBuffer((__gm__ float*)scores + first * e, rows * e);
-        weightsGm.SetGlobalBuffer((__gm__ float*)weights + static_cast<uint64_t>(first) * t.topK,
+        weightsGm.SetGlobalBuffer((__gm__ W*)weights + static_cast<uint64_t>(first) * t.topK,
                                   static_cast<uint64_t>(rows) * t.topK);
         idsGm.SetGlobalBuffer((__gm__ int32_t*)ids + static_cast<uint64_t>(first) * t.topK,
                               static_cast<uint64_t>(rows) * t.topK);
@@ -67,6 +70,7 @@ public:
         pipe->InitBuffer(statBuf, 8 * sizeof(float));
         pipe->InitBuffer(groupBuf, t.groupElems * sizeof(float));
         pipe->InitBuffer(weightBuf, t.topKElems * sizeof(float));
+        pipe->InitBuffer(castBuf, Align32(t.topKElems * sizeof(W)));
         pipe->InitBuffer(idBuf, t.topKElems * sizeof(int32_t));
     }
 
@@ -205,10 +209,29 @@ private:
         }
         Sync<HardEvent::S_MTE3>();
         const uint64_t at = static_cast<uint64_t>(r) * tiling.topK;
-        Store(weightsGm[at], w, tiling.topK);
+        PutWeights(weightsGm[at], w);
         Store(idsGm[at], id, tiling.topK);
         // The next token's vector work rewrites selBuf and rowBuf, read above.
         Sync<HardEvent::S_V>();
+    }
+
+    // The weights in f32, stored as they are.
+    __aicore__ inline void PutWeights(const GlobalTensor<float>& dst, const LocalTensor<float>& w)
+    {
+        Store(dst, w, tiling.topK);
+    }
+
+    // The weights rounded to a 2-byte type (to nearest even) on the vector unit, then stored.
+    template <typename U>
+    __aicore__ inline void PutWeights(const GlobalTensor<U>& dst, const LocalTensor<float>& w)
+    {
+        LocalTensor<U> narrow = castBuf.Get<U>();
+        // The previous token's store has read the narrow weights.
+        Sync<HardEvent::MTE3_V>();
+        Sync<HardEvent::S_V>();
+        Cast(narrow, w, RoundMode::CAST_RINT, static_cast<int32_t>(tiling.topK));
+        Sync<HardEvent::V_MTE3>();
+        Store(dst, narrow, tiling.topK);
     }
 
     // Sentinels no score takes: sel values are finite sums of a score in [0, 1] and a bias.
@@ -219,10 +242,21 @@ private:
     BurnMoeGroupTopkTiling tiling;
     uint32_t first = 0;
     uint32_t rows = 0;
-    TBuf<TPosition::VECCALC> rowBuf, selBuf, workBuf, biasBuf, reduceBuf, statBuf, groupBuf, weightBuf, idBuf;
-    GlobalTensor<float> logitsGm, biasGm, scoresGm, weightsGm;
+    TBuf<TPosition::VECCALC> rowBuf, selBuf, workBuf, biasBuf, reduceBuf, statBuf, groupBuf, weightBuf, castBuf, idBuf;
+    GlobalTensor<float> logitsGm, biasGm, scoresGm;
+    GlobalTensor<W> weightsGm;
     GlobalTensor<int32_t> idsGm;
 };
+
+template <typename W>
+__aicore__ inline void RunGroupTopk(GM_ADDR logits, GM_ADDR bias, GM_ADDR scores, GM_ADDR weights, GM_ADDR ids,
+                                    const BurnMoeGroupTopkTiling& t)
+{
+    TPipe pipe;
+    MoeGroupTopkKernel<W> kernel;
+    kernel.Init(logits, bias, scores, weights, ids, t, &pipe);
+    kernel.Process();
+}
 
 }  // namespace burn_ascend
 
@@ -230,8 +264,9 @@ extern "C" __global__ __aicore__ void moe_group_topk(GM_ADDR logits, GM_ADDR bia
                                                      GM_ADDR ids, BurnMoeGroupTopkTiling tiling)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
-    AscendC::TPipe pipe;
-    burn_ascend::MoeGroupTopkKernel kernel;
-    kernel.Init(logits, bias, scores, weights, ids, tiling, &pipe);
-    kernel.Process();
+    switch (tiling.weightType) {
+        case 1: burn_ascend::RunGroupTopk<half>(logits, bias, scores, weights, ids, tiling); break;
+        case 2: burn_ascend::RunGroupTopk<bfloat16_t>(logits, bias, scores, weights, ids, tiling); break;
+        default: burn_ascend::RunGroupTopk<float>(logits, bias, scores, weights, ids, tiling); break;
+    }
 }

@@ -212,6 +212,8 @@ pub struct MoeGroupTopkTiling {
     pub group_elems: u32,
     /// top-k rounded up to whole 32-byte blocks of f32.
     pub top_k_elems: u32,
+    /// The weights' type.
+    pub weight_type: NormType,
 }
 
 /// How `moe_group_topk` chooses (the router's settings).
@@ -241,6 +243,7 @@ pub fn moe_group_topk(
     experts: u64,
     has_bias: bool,
     choice: &GroupTopkChoice,
+    weight_type: NormType,
     props: &DeviceProps,
 ) -> Plan<MoeGroupTopkTiling> {
     let rows_per_core = tokens.div_ceil(props.vector_cores as u64).max(1);
@@ -262,6 +265,7 @@ pub fn moe_group_topk(
             row_elems: align8(experts) as u32,
             group_elems: align8(choice.groups) as u32,
             top_k_elems: align8(choice.top_k) as u32,
+            weight_type,
         },
     }
 }
@@ -275,6 +279,7 @@ pub fn moe_group_topk_ub_bytes(t: &MoeGroupTopkTiling) -> u64 {
         + 32
         + ub_align(t.group_elems as u64 * 4)
         + 2 * ub_align(t.top_k_elems as u64 * 4)
+        + ub_align(t.top_k_elems as u64 * t.weight_type.bytes())
 }
 
 #[cfg(test)]
@@ -350,7 +355,14 @@ mod tests {
                 renorm: true,
                 scale: 2.5,
             };
-            let p = moe_group_topk(tokens, experts, true, &choice, &DeviceProps::ATLAS_A2);
+            let p = moe_group_topk(
+                tokens,
+                experts,
+                true,
+                &choice,
+                NormType::BF16,
+                &DeviceProps::ATLAS_A2,
+            );
             let t = p.tiling;
             assert!(p.block_dim <= DeviceProps::ATLAS_A2.vector_cores, "{t:?}");
             assert!(

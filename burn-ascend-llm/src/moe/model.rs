@@ -364,17 +364,18 @@ pub fn rows_per_expert<B: Backend>(ids: Tensor<B, 1, Int>, experts: usize) -> Te
 
 /// `x [T, H]` through the experts `routing` chose (`k` per token): its rows grouped by expert
 /// (`fused::moe_permute`), the experts' SwiGLU (`gate_up [E, H, 2F]` as [`gate_up`] lays them
-/// out, `down [E, F, H]`), the results summed back to their tokens, weighted
-/// (`fused::moe_unpermute`).
+/// out, `down [E, F, H]`), the results summed back to their tokens, weighted, plus `add [T, H]`
+/// if given (`fused::moe_unpermute`, which adds a shared expert's output in the same launch).
 pub fn routed_experts<B: FusedOps>(
     x: Tensor<B, 2>,
     routing: &Routing<B>,
     k: usize,
     [gate_up, down]: [Tensor<B, 3>; 2],
+    add: Option<Tensor<B, 2>>,
 ) -> Tensor<B, 2> {
     let p = fused::moe_permute(x, routing.ids.clone(), k, routing.experts);
     let y = swiglu_experts(p.rows, gate_up, down, p.group_sizes);
-    fused::moe_unpermute(y, p.row_idx, routing.weights.clone(), k)
+    fused::moe_unpermute(y, p.row_idx, routing.weights.clone(), k, add)
 }
 
 /// Gate and up weights `[E, H, F]` side by side, `[E, H, 2F]`: each expert's gate features,
@@ -585,11 +586,20 @@ impl<B: Backend> Experts<B> {
 }
 
 impl<B: FusedOps> Experts<B> {
-    /// `x [T, H]` through the experts `routing` chose (`k` per token), weighted, per token.
-    pub fn forward(&self, x: Tensor<B, 2>, routing: &Routing<B>, k: usize) -> Tensor<B, 2> {
+    /// `x [T, H]` through the experts `routing` chose (`k` per token), weighted, per token,
+    /// plus `add [T, H]` if given (in the same launch on `Ascend`).
+    pub fn forward(
+        &self,
+        x: Tensor<B, 2>,
+        routing: &Routing<B>,
+        k: usize,
+        add: Option<Tensor<B, 2>>,
+    ) -> Tensor<B, 2> {
         match self {
-            Experts::Float(w) => routed_experts(x, routing, k, [w.gate_up.val(), w.down.val()]),
-            Experts::Quantized(q) => routed_experts_quantized(x, routing, k, q),
+            Experts::Float(w) => {
+                routed_experts(x, routing, k, [w.gate_up.val(), w.down.val()], add)
+            }
+            Experts::Quantized(q) => routed_experts_quantized(x, routing, k, q, add),
         }
     }
 
@@ -635,6 +645,7 @@ pub fn routed_experts_quantized<B: FusedOps>(
     routing: &Routing<B>,
     k: usize,
     experts: &QuantizedExperts<B>,
+    add: Option<Tensor<B, 2>>,
 ) -> Tensor<B, 2> {
     let dtype = x.dtype();
     let compute = quant_compute_type(dtype);
@@ -651,7 +662,7 @@ pub fn routed_experts_quantized<B: FusedOps>(
             (y, p.row_idx)
         }
     };
-    fused::moe_unpermute(y.cast(dtype), row_idx, routing.weights.clone(), k)
+    fused::moe_unpermute(y.cast(dtype), row_idx, routing.weights.clone(), k, add)
 }
 
 /// W8A8 experts' SwiGLU over int8 rows grouped by expert (`x_scale [R]` their per-row scales,
@@ -750,7 +761,7 @@ impl<B: FusedOps> Moe<B> {
             Some(replicas) => replicas.global_fraction(routing.fraction()),
             None => routing.fraction(),
         };
-        let out = self.experts.forward(x, &routing, k);
+        let out = self.experts.forward(x, &routing, k, None);
         (out, Self::aux_loss(routing.probs.get(), fraction, dims))
     }
 }

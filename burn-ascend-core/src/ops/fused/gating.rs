@@ -183,8 +183,8 @@ pub fn check_moe_group_topk(
     Ok(())
 }
 
-/// A grouped router's choice for f32 `logits [T, E]` in one launch of the `moe_group_topk`
-/// kernel, as transformers' DeepSeek routers compute it: scores (softmax or sigmoid), selection
+/// A grouped router's choice for f32 `logits [T, E]`, its weights in `weights` (f32, f16 or
+/// bf16: rounded once from f32), in one launch of the `moe_group_topk` kernel, as transformers' DeepSeek routers compute it: scores (softmax or sigmoid), selection
 /// values (the scores plus `bias`), the best `keep_groups` groups by their best or two best
 /// selection values, every other expert's selection value set to 0 (as transformers masks
 /// them), the `top_k` largest selection values (ties: the lower id), and their weights (see
@@ -193,15 +193,27 @@ pub fn moe_group_topk(
     logits: &AscendTensor,
     bias: Option<&AscendTensor>,
     choice: &GroupTopk,
+    weights: DataType,
 ) -> AclResult<Gating> {
     const OP: &str = "moe_group_topk";
     same_device(OP, &[Some(logits), bias])?;
     check_moe_group_topk(logits, bias, choice)?;
+    let weight_type = match weights {
+        DataType::F32 => tiling::NormType::F32,
+        DataType::F16 => tiling::NormType::F16,
+        DataType::BF16 => tiling::NormType::BF16,
+        other => {
+            return Err(invalid_input(
+                OP,
+                format!("the weights are f32, f16 or bf16, not {other}"),
+            ))
+        }
+    };
     let (t, e) = (logits.shape()[0], logits.shape()[1]);
     let ctx = logits.ctx();
     let scores = AscendTensor::empty(ctx, vec![t, e], DataType::F32)?;
     let gating = Gating {
-        weights: AscendTensor::empty(ctx, vec![t, choice.top_k], DataType::F32)?,
+        weights: AscendTensor::empty(ctx, vec![t, choice.top_k], weights)?,
         ids: AscendTensor::empty(ctx, vec![t, choice.top_k], DataType::I32)?,
         probs: Some(scores.clone()),
     };
@@ -224,6 +236,7 @@ pub fn moe_group_topk(
             renorm: choice.renormalize,
             scale: choice.scale as f32,
         },
+        weight_type,
         &device_props(ctx)?,
     );
     let buffers = launch::MoeGroupTopkBuffers {

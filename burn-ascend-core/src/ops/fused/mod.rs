@@ -61,7 +61,9 @@ pub use routing::{cann_moe_init_routing, cann_moe_token_unpermute, CannRouting};
 pub use routing::{
     check_moe_permute, check_moe_unpermute, moe_permute_available, moe_permute_fits,
 };
-pub use routing::{moe_permute, moe_unpermute, Permuted};
+pub use routing::{
+    moe_finalize_available, moe_permute, moe_unpermute, moe_unpermute_add, Permuted,
+};
 pub use swiglu::{check_swiglu, swiglu, swiglu_available, swiglu_fits};
 
 use super::broadcast::invalid_input;

@@ -327,3 +327,69 @@ pub fn moe_unpermute(
     let probs = reshape_view(&contiguous(&cast(weights, rows.dtype)?)?, vec![t, top_k])?;
     cann_moe_token_unpermute(&contiguous(rows)?, row_idx, Some(&probs))
 }
+
+/// Whether `t`'s CANN exports aclnnMoeFinalizeRoutingV2 (8.1.RC1 on, `ascend_acl::release`),
+/// which [`moe_unpermute_add`] runs.
+pub fn moe_finalize_available(t: &AscendTensor) -> bool {
+    ascend_acl::aclnn_exported!(t.ctx().bind(), aclnnMoeFinalizeRoutingV2).is_ok()
+}
+
+/// [`moe_unpermute`] plus `add [T, H]` (a shared expert's output), in one
+/// aclnnMoeFinalizeRoutingV2 (§4.7: `x1` the addend, the row-major row index InitRoutingV2
+/// gives, dropPadMode 2, as vllm-ascend calls it): `out[t] = add[t] + sum_k weights[t*K + k] *
+/// rows[row_idx[t*K + k]]`, in f32 and rounded once to the rows' dtype; the weights and the
+/// addend taken in the rows' dtype (the operator's one float type: a cast where they differ).
+/// Every slot's row must lie in `rows` (a dropless routing's).
+pub fn moe_unpermute_add(
+    rows: &AscendTensor,
+    row_idx: &AscendTensor,
+    weights: &AscendTensor,
+    top_k: usize,
+    add: &AscendTensor,
+) -> AclResult<AscendTensor> {
+    const OP: &str = "moe_unpermute";
+    check_moe_unpermute(rows, row_idx, weights, top_k)?;
+    let slots = row_idx.shape()[0];
+    let (t, h) = (slots / top_k, rows.shape()[1]);
+    if add.shape() != [t, h] {
+        return Err(invalid_input(
+            OP,
+            format!(
+                "the addend must be [{t}, {h}] (tokens, the rows' width), got {}",
+                add.describe()
+            ),
+        ));
+    }
+    let out = AscendTensor::empty(rows.ctx(), vec![t, h], rows.dtype)?;
+    if t == 0 {
+        return Ok(out);
+    }
+    let scales = reshape_view(&contiguous(&cast(weights, rows.dtype)?)?, vec![t, top_k])?;
+    let add = contiguous(&cast(add, rows.dtype)?)?;
+    let (rows, row_idx) = (contiguous(rows)?, int32(OP, "row_idx", row_idx, 1)?);
+    aclnn!(
+        &**rows.ctx(),
+        aclnnMoeFinalizeRoutingV2(
+            rows.desc()?,
+            row_idx.desc()?,
+            add.desc()?,
+            Absent,
+            Absent,
+            scales.desc()?,
+            Absent,
+            2,
+            out.desc()?
+        )
+    )
+    .map_err(|e| {
+        e.with_context(|| {
+            format!(
+                "{OP}: aclnnMoeFinalizeRoutingV2 of {} by {} plus {}",
+                rows.describe(),
+                row_idx.describe(),
+                add.describe()
+            )
+        })
+    })?;
+    Ok(out)
+}

@@ -12,7 +12,7 @@ use burn_ascend::FusedOps;
 
 use crate::families::weights::{Expected, Sink, Source};
 use crate::families::LoadError;
-use crate::moe::model::{RouterProbs, Routing};
+use crate::moe::model::Routing;
 
 /// How a DeepSeek router chooses a token's experts (`topk_method`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,7 +112,8 @@ impl RouterConfig {
     ) -> Result<DeepseekRouter<B>, LoadError> {
         let bias = match self.noaux() {
             true => Some(
-                src.tensor(&format!("{prefix}.e_score_correction_bias"))?
+                src.tensor::<1>(&format!("{prefix}.e_score_correction_bias"))?
+                    .map(|b| b.cast(DType::F32))
                     .set_require_grad(false),
             ),
             false => None,
@@ -127,31 +128,19 @@ impl RouterConfig {
         })
     }
 
-    /// Each token's scores `[T, E]` (f32), experts `[T, k]` and weights `[T, k]` (f32) from the
-    /// f32 router `logits [T, E]` and, for `noaux_tc`, the selection-only `bias [E]`: `greedy`
-    /// is the softmax routers' operator without renormalisation (`FusedOps::moe_gating_softmax`,
-    /// one aclnnMoeGatingTopKSoftmaxV2 on `Ascend`), its weights times the factor; the grouped
-    /// methods are `FusedOps::moe_group_topk` (one kernel launch on `Ascend`).
+    /// Each token's scores `[T, E]` (f32), experts `[T, k]` and weights `[T, k]` (in
+    /// `weights_dtype`, rounded once) from the f32 router `logits [T, E]` and, for `noaux_tc`,
+    /// the selection-only `bias [E]`: one `FusedOps::moe_group_topk` (one kernel launch on
+    /// `Ascend`; `greedy` is its ungrouped softmax form).
     pub fn choose<B: FusedOps>(
         &self,
         logits: Tensor<B, 2>,
         bias: Option<Tensor<B, 1>>,
-    ) -> (RouterProbs<B>, Tensor<B, 2, Int>, Tensor<B, 2>) {
+        weights_dtype: DType,
+    ) -> (Tensor<B, 2>, Tensor<B, 2, Int>, Tensor<B, 2>) {
         let float = |t| Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t));
-        let (k, factor) = (self.top_k, self.routed_scaling_factor);
         let (groups, keep_groups, noaux) = match self.method {
-            TopkMethod::Greedy => {
-                let g = B::moe_gating_softmax(logits.clone().into_primitive().tensor(), k, false);
-                let probs = match g.probs {
-                    Some(p) => RouterProbs::Probs(float(p)),
-                    None => RouterProbs::Logits(logits),
-                };
-                let weights = match factor {
-                    1.0 => float(g.weights),
-                    f => float(g.weights) * f,
-                };
-                return (probs, Tensor::from_primitive(g.ids), weights);
-            }
+            TopkMethod::Greedy => (1, 1, false),
             TopkMethod::GroupLimitedGreedy {
                 n_group,
                 topk_group,
@@ -162,7 +151,7 @@ impl RouterConfig {
             } => (n_group, topk_group, true),
         };
         let choice = GroupTopk {
-            top_k: k,
+            top_k: self.top_k,
             groups,
             keep_groups,
             group_top_two: noaux,
@@ -170,13 +159,18 @@ impl RouterConfig {
             gather_scores: noaux,
             // transformers 4.57.1's DeepSeek-V2 routers ignore norm_topk_prob.
             renormalize: noaux && self.norm_topk_prob,
-            scale: factor,
+            scale: self.routed_scaling_factor,
         };
         let bias = bias.filter(|_| noaux).map(|b| b.into_primitive().tensor());
-        let g = B::moe_group_topk(logits.into_primitive().tensor(), bias, choice);
+        let g = B::moe_group_topk(
+            logits.into_primitive().tensor(),
+            bias,
+            choice,
+            weights_dtype,
+        );
         let probs = g.probs.expect("the grouped choice gives its scores");
         (
-            RouterProbs::Probs(float(probs)),
+            float(probs),
             Tensor::from_primitive(g.ids),
             float(g.weights),
         )
@@ -186,10 +180,10 @@ impl RouterConfig {
 /// A DeepSeek MoE gate: `weight [E, hidden]` (transformers' layout: `mlp.gate.weight`) and,
 /// for `noaux_tc`, `e_score_correction_bias [E]` (a buffer: it takes no gradient).
 ///
-/// The weight is held in f32 whatever the model's dtype: transformers computes the gate's
-/// logits in f32 (`F.linear(x.float(), weight.float())`), so holding it so spares every step a
-/// cast of the weight, and the values are the checkpoint's exactly. It is saved in the dtype it
-/// was loaded in.
+/// The weight and the bias are held in f32 whatever the model's dtype: transformers computes
+/// the gate's logits and scores in f32 (`F.linear(x.float(), weight.float())`), so holding them
+/// so spares every step their casts, and the values are the checkpoint's exactly. They are
+/// saved in the dtype the weight was loaded in.
 #[derive(Module, Debug)]
 pub struct DeepseekRouter<B: Backend> {
     /// `[E, hidden]`, f32.
@@ -199,7 +193,7 @@ pub struct DeepseekRouter<B: Backend> {
     /// The settings.
     #[module(skip)]
     pub cfg: RouterConfig,
-    /// The dtype the weight is saved in: the checkpoint's.
+    /// The dtype the weight and bias are saved in: the checkpoint's.
     #[module(skip)]
     pub saved: DType,
 }
@@ -230,19 +224,21 @@ impl<B: Backend> DeepseekRouter<B> {
         let weight = self.weight.val().cast(self.saved).into_data();
         out.0.push((format!("{prefix}.weight"), weight));
         if let Some(bias) = &self.e_score_correction_bias {
-            out.tensor(format!("{prefix}.e_score_correction_bias"), bias);
+            let bias = bias.val().cast(self.saved).into_data();
+            out.0
+                .push((format!("{prefix}.e_score_correction_bias"), bias));
         }
     }
 }
 
 impl<B: FusedOps> DeepseekRouter<B> {
     /// Routes `x [T, hidden]` ([`RouterConfig::choose`] of its f32 logits): the scores are the
-    /// routing's `probs`, the weights take x's dtype.
+    /// routing's `probs`, the weights come in x's dtype.
     pub fn route(&self, x: Tensor<B, 2>) -> Routing<B> {
         let dtype = x.dtype();
         let logits = x.cast(DType::F32).matmul(self.weight.val().transpose());
         let bias = self.e_score_correction_bias.as_ref().map(Param::val);
-        let (probs, ids, weights) = self.cfg.choose(logits, bias);
-        Routing::from_choices(probs, ids, weights.cast(dtype))
+        let (probs, ids, weights) = self.cfg.choose(logits, bias, dtype);
+        Routing::from_choices(probs, ids, weights)
     }
 }

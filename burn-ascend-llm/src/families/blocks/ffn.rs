@@ -424,10 +424,12 @@ impl<B: FusedOps> SparseMoe<B> {
     fn forward(&self, x: Tensor<B, 2>) -> (Tensor<B, 2>, RouterStats<B>) {
         let k = self.spec.router.top_k();
         let routing = self.router.route(x.clone());
-        let mut out = self.experts.forward(x.clone(), &routing, k);
-        if let Some(shared) = &self.shared {
-            out = out + self.gated_shared(shared, x);
-        }
+        // The shared expert's output is added as the routed ones are summed.
+        let shared = self
+            .shared
+            .as_ref()
+            .map(|s| self.gated_shared(s, x.clone()));
+        let out = self.experts.forward(x, &routing, k, shared);
         (out, RouterStats { routing })
     }
 }

@@ -205,11 +205,12 @@ pub fn moe_gating_softmax<B: Backend>(
 }
 
 /// The composed default of [`FusedOps::moe_group_topk`]: transformers' DeepSeek routers, in
-/// f32.
+/// f32, the weights rounded once to `weights_dtype`.
 pub fn moe_group_topk<B: Backend>(
     logits: FloatTensor<B>,
     bias: Option<FloatTensor<B>>,
     choice: GroupTopk,
+    weights_dtype: DType,
 ) -> MoeGating<B> {
     let logits = float::<B, 2>(logits).cast(DType::F32);
     let scores = match choice.sigmoid {
@@ -256,7 +257,7 @@ pub fn moe_group_topk<B: Backend>(
         weights = weights * choice.scale;
     }
     MoeGating {
-        weights: prim(weights),
+        weights: prim(weights.cast(weights_dtype)),
         ids: ids.into_primitive(),
         probs: Some(prim(scores)),
     }
@@ -468,12 +469,13 @@ pub fn moe_permute<B: Backend>(
 }
 
 /// The composed default of [`FusedOps::moe_unpermute`]: each slot's row gathered, weighted and
-/// summed per token in f32.
+/// summed per token in f32, the addend added there.
 pub fn moe_unpermute<B: Backend>(
     rows: FloatTensor<B>,
     row_idx: IntTensor<B>,
     weights: FloatTensor<B>,
     top_k: usize,
+    add: Option<FloatTensor<B>>,
 ) -> FloatTensor<B> {
     let rows: Float2<B> = float(rows);
     let (dtype, h) = (rows.dtype(), rows.dims()[1]);
@@ -482,13 +484,15 @@ pub fn moe_unpermute<B: Backend>(
     let weights = float::<B, 1>(weights).cast(DType::F32).reshape([slots, 1]);
     let picked = rows.select(0, idx).cast(DType::F32) * weights;
     let tokens = slots / top_k;
-    prim(
-        picked
-            .reshape([tokens, top_k, h])
-            .sum_dim(1)
-            .reshape([tokens, h])
-            .cast(dtype),
-    )
+    let summed = picked
+        .reshape([tokens, top_k, h])
+        .sum_dim(1)
+        .reshape([tokens, h]);
+    let summed = match add {
+        Some(add) => summed + float::<B, 2>(add).cast(DType::F32),
+        None => summed,
+    };
+    prim(summed.cast(dtype))
 }
 
 /// The composed default of [`FusedOps::grouped_matmul_quant`]: the int32 products by Burn's

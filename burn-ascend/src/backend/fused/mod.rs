@@ -305,9 +305,10 @@ pub trait FusedOps: Backend {
     /// (scores plus the selection-only `bias [E]`), the best `keep_groups` groups by their best
     /// or two best selection values with every other expert's selection value set to 0, the
     /// `top_k` largest selection values and their weights (the selection values, or the
-    /// unbiased scores, renormalised and scaled as asked). `weights` `[T, K]` and `probs` (the
-    /// scores, `[T, E]`) are f32. On `Ascend` one launch of the `moe_group_topk` kernel (ties:
-    /// the lower id), where this composition takes about fifteen.
+    /// unbiased scores, renormalised and scaled as asked), rounded once to `weights_dtype` (the
+    /// model's: no cast follows). `weights` are `[T, K]`, `probs` the f32 scores `[T, E]`. On
+    /// `Ascend` one launch of the `moe_group_topk` kernel (ties: the lower id), where this
+    /// composition takes about fifteen.
     ///
     /// Invalid input (logits not 2-D, more than 4096 experts on `Ascend`, groups that do not
     /// split the experts, `keep_groups` or `top_k` out of range) fails at the call with an error
@@ -317,8 +318,9 @@ pub trait FusedOps: Backend {
         logits: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
         choice: GroupTopk,
+        weights_dtype: burn_tensor::DType,
     ) -> MoeGating<Self> {
-        composed::moe_group_topk::<Self>(logits, bias, choice)
+        composed::moe_group_topk::<Self>(logits, bias, choice, weights_dtype)
     }
 
     /// Rotary position embedding of `q [T, Nq, D]` and `k [T, Nk, D]`: token `t` turned by row
@@ -408,9 +410,12 @@ pub trait FusedOps: Backend {
         composed::moe_permute::<Self>(x, expert_ids, top_k, num_experts)
     }
 
-    /// The inverse of [`FusedOps::moe_permute`], weighted: `out [T, H]` with `out[t] = sum_k
-    /// weights[t*K + k] * rows[row_idx[t*K + k]]` for `rows [R, H]`, summed in f32 and rounded
-    /// once to the rows' dtype. On `Ascend` one aclnnMoeTokenUnpermute (CANN 8.1.RC1 on).
+    /// The inverse of [`FusedOps::moe_permute`], weighted: `out [T, H]` with `out[t] = add[t] +
+    /// sum_k weights[t*K + k] * rows[row_idx[t*K + k]]` for `rows [R, H]` and an optional addend
+    /// `add [T, H]` (a shared expert's output), summed in f32 and rounded once to the rows'
+    /// dtype. On `Ascend` one aclnnMoeTokenUnpermute without an addend, one
+    /// aclnnMoeFinalizeRoutingV2 with one (CANN 8.1.RC1 on; the addend then needs no add of its
+    /// own).
     ///
     /// Invalid input: operands of other shapes or types fail at the call with an error naming
     /// `moe_unpermute` and the shapes on `Ascend`; a row index outside `rows` is an AI Core
@@ -420,8 +425,9 @@ pub trait FusedOps: Backend {
         row_idx: IntTensor<Self>,
         weights: FloatTensor<Self>,
         top_k: usize,
+        add: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
-        composed::moe_unpermute::<Self>(rows, row_idx, weights, top_k)
+        composed::moe_unpermute::<Self>(rows, row_idx, weights, top_k, add)
     }
 
     /// `out[i] = x[perm[i]]` for `x [S, D]`; repeated values are a valid gather.
@@ -871,6 +877,7 @@ impl FusedOps for Ascend {
         logits: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
         choice: GroupTopk,
+        weights_dtype: burn_tensor::DType,
     ) -> MoeGating<Self> {
         // The kernel takes f32, as the composition computes (a cast only for other logits).
         let f32s = |t: FloatTensor<Self>| {
@@ -891,11 +898,11 @@ impl FusedOps for Ascend {
                 "moe_group_topk",
                 fused::check_moe_group_topk(&logits, bias.as_ref(), &choice),
             );
-            return composed::moe_group_topk::<Self>(logits, bias, choice);
+            return composed::moe_group_topk::<Self>(logits, bias, choice, weights_dtype);
         }
         let g = run(
             "moe_group_topk",
-            fused::moe_group_topk(&logits, bias.as_deref(), &choice),
+            fused::moe_group_topk(&logits, bias.as_deref(), &choice, data_type(weights_dtype)),
         );
         MoeGating {
             weights: g.weights.into(),
@@ -953,18 +960,31 @@ impl FusedOps for Ascend {
         row_idx: IntTensor<Self>,
         weights: FloatTensor<Self>,
         top_k: usize,
+        add: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
         if !fused::moe_permute_fits(&rows) || !fused::moe_permute_available(&rows) {
             run(
                 "moe_unpermute",
                 fused::check_moe_unpermute(&rows, &row_idx, &weights, top_k),
             );
-            return composed::moe_unpermute::<Self>(rows, row_idx, weights, top_k);
+            return composed::moe_unpermute::<Self>(rows, row_idx, weights, top_k, add);
         }
-        run(
-            "moe_unpermute",
-            fused::moe_unpermute(&rows, &row_idx, &weights, top_k),
-        )
+        match add {
+            Some(add) if fused::moe_finalize_available(&rows) => run(
+                "moe_unpermute",
+                fused::moe_unpermute_add(&rows, &row_idx, &weights, top_k, &add),
+            ),
+            add => {
+                let out: AscendTensor = run(
+                    "moe_unpermute",
+                    fused::moe_unpermute(&rows, &row_idx, &weights, top_k),
+                );
+                match add {
+                    Some(add) => prim(float::<Self, 2>(out) + float::<Self, 2>(add)),
+                    None => out,
+                }
+            }
+        }
     }
 
     fn swiglu(x: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -1536,16 +1556,17 @@ pub fn moe_permute<B: FusedOps>(
     }
 }
 
-/// `[T, H]`: each token's rows `rows[row_idx[t*K + k]]` summed with their `weights [T*K]`:
-/// see [`FusedOps::moe_unpermute`].
+/// `[T, H]`: each token's rows `rows[row_idx[t*K + k]]` summed with their `weights [T*K]`,
+/// plus `add [T, H]` if given: see [`FusedOps::moe_unpermute`].
 pub fn moe_unpermute<B: FusedOps>(
     rows: Tensor<B, 2>,
     row_idx: Tensor<B, 1, Int>,
     weights: Tensor<B, 1>,
     top_k: usize,
+    add: Option<Tensor<B, 2>>,
 ) -> Tensor<B, 2> {
     let (idx, w) = (row_idx.into_primitive(), prim(weights));
-    float(B::moe_unpermute(prim(rows), idx, w, top_k))
+    float(B::moe_unpermute(prim(rows), idx, w, top_k, add.map(prim)))
 }
 
 /// `silu(x[.., :N]) * x[.., N:]` for `x [.., 2N]`: see [`FusedOps::swiglu`].
