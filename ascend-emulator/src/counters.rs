@@ -22,6 +22,8 @@ static SUBMISSIONS: AtomicU64 = AtomicU64::new(0);
 static CUBE_CYCLES: AtomicU64 = AtomicU64::new(0);
 static UPLOADS: AtomicU64 = AtomicU64::new(0);
 static UPLOADED_BYTES: AtomicU64 = AtomicU64::new(0);
+static DOWNLOADS: AtomicU64 = AtomicU64::new(0);
+static DOWNLOADED_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Launches per aclnn operator name, so a test can tell which operator a path ran.
 static LAUNCHES_BY_OP: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 
@@ -148,6 +150,22 @@ pub fn host_to_device_copies() -> (u64, u64) {
     (
         UPLOADS.load(Ordering::Relaxed),
         UPLOADED_BYTES.load(Ordering::Relaxed),
+    )
+}
+
+/// Counts a device-to-host copy of `bytes` that ran.
+pub(crate) fn downloaded(bytes: u64) {
+    DOWNLOADS.fetch_add(1, Ordering::Relaxed);
+    DOWNLOADED_BYTES.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// Device-to-host copies that ran on the emulated devices of this process, and their bytes
+/// (synchronous and stream-ordered copies alike, counted when they run): what the host read
+/// back.
+pub fn device_to_host_copies() -> (u64, u64) {
+    (
+        DOWNLOADS.load(Ordering::Relaxed),
+        DOWNLOADED_BYTES.load(Ordering::Relaxed),
     )
 }
 

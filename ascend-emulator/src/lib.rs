@@ -50,7 +50,9 @@ mod view;
 
 use std::ffi::c_void;
 
-pub use counters::{aclnn_launches_by_op, aclnn_launches_of, host_to_device_copies};
+pub use counters::{
+    aclnn_launches_by_op, aclnn_launches_of, device_to_host_copies, host_to_device_copies,
+};
 pub use counters::{work_counters, WorkCounters};
 pub use machine::{
     set_device_memory_limit, set_out_of_memory_status, DEFAULT_CANN, ENV_CANN, ENV_DEVICES,

@@ -333,10 +333,9 @@ impl Copy {
             }
             Ends::DeviceToHost => {
                 self.host(self.dst as u64)?;
-                (
-                    self.dst as *mut u8,
-                    self.device(self.src as u64)? as *const u8,
-                )
+                let src = self.device(self.src as u64)? as *const u8;
+                super::counters::downloaded(self.count as u64);
+                (self.dst as *mut u8, src)
             }
             Ends::DeviceToDevice => (
                 self.device(self.dst as u64)?,

@@ -9,7 +9,9 @@
 //! - [`step`]: the one interface between the engine and a model.
 //! - [`serve`]: the server: request checks, the step (prefill chunks through their block tables
 //!   by `extend_attention`, decoded tokens through `decode_attention`, over the paged cache),
-//!   sampling, recovery from device failures, and the dense reference.
+//!   recovery from device failures, and the dense reference.
+//! - [`sampler`]: each step's tokens chosen on the device (greedy or seeded draws with
+//!   temperature, top-k and top-p); only the ids come back.
 //! - [`decode_graph`]: the decode step captured as ACL graphs, one per batch-size bucket.
 //! - [`memory`]: what the cache and a step take of the device's memory, and the cache sized
 //!   from it.
@@ -18,6 +20,7 @@
 pub mod cache;
 pub mod decode_graph;
 pub mod memory;
+pub mod sampler;
 pub mod scheduler;
 pub mod serve;
 pub mod step;

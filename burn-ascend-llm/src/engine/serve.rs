@@ -41,6 +41,7 @@ use super::cache::{ints, slot, LayerCache, PagePool};
 use super::decode_graph::{Bucket, CapturedDecode, Packing};
 use super::memory::{self, CacheSizing};
 
+use super::sampler::{self, RowSampling};
 use super::scheduler::{Entry, Plan, RequestId, Sampled, Scheduler};
 use super::step::{PagedAttention, StepModel};
 use super::workload::{percentiles, Arrival, ServingReport};
@@ -1272,62 +1273,34 @@ impl<B: FusedOps, M: StepModel<B>> Server<B, M> {
         self.model.step(x, &mut attention)
     }
 
-    /// The next token of each sampling share of `plan` from its row of `logits [S, V]`, and
-    /// the row itself when recorded.
+    /// The next token of each sampling share of `plan` from its row of `logits [S, V]`, chosen
+    /// on the device ([`sampler::sample`]), and the row itself when recorded.
     fn sample(&self, logits: Tensor<B, 2>, plan: &Plan) -> Vec<Sampled> {
         let [_, v] = logits.dims();
         let running = self.scheduler.running();
-        let entries: Vec<&Entry> = plan
+        let rows: Vec<RowSampling> = plan
             .work
             .iter()
             .filter(|w| w.samples)
-            .map(|w| &running[w.index])
-            .collect();
-        let greedy = entries
-            .iter()
-            .any(|e| e.sampling == Sampling::Greedy)
-            .then(|| host_ints(logits.clone().argmax(1)));
-        let k_max = entries
-            .iter()
-            .filter_map(|e| match e.sampling {
-                Sampling::Random { top_k, .. } => Some(top_k.min(v)),
-                Sampling::Greedy => None,
+            .map(|w| {
+                let e = &running[w.index];
+                RowSampling {
+                    sampling: e.sampling,
+                    generated: e.generated().len() as u64,
+                }
             })
-            .max();
-        let top = k_max.map(|k| {
-            let (values, ids) = logits.clone().topk_with_indices(k, 1);
-            (host_floats(values), host_ints(ids))
-        });
-        let mut rows = if self.cfg.record_logits {
-            host_floats(logits)
+            .collect();
+        let recorded: Vec<Option<Vec<f32>>> = if self.cfg.record_logits {
+            host_floats(logits.clone())
                 .chunks(v)
                 .map(|r| Some(r.to_vec()))
                 .collect()
         } else {
-            vec![None; entries.len()]
-        }
-        .into_iter();
-        entries
-            .iter()
-            .enumerate()
-            .map(|(r, e)| {
-                let token = match e.sampling {
-                    Sampling::Greedy => greedy.as_ref().expect("argmax taken")[r],
-                    Sampling::Random {
-                        temperature,
-                        top_k,
-                        top_p,
-                        seed,
-                    } => {
-                        let (values, ids) = top.as_ref().expect("top-k taken");
-                        let k_max = k_max.expect("a random request");
-                        let row = r * k_max..r * k_max + top_k.min(v);
-                        let u = unit_draw(seed, e.generated().len() as u64);
-                        ids[row.start + draw(&values[row], temperature, top_p, u)]
-                    }
-                };
-                (token as u32, rows.next().expect("a row per entry"))
-            })
+            vec![None; rows.len()]
+        };
+        sampler::sample(logits, &rows)
+            .into_iter()
+            .zip(recorded)
             .collect()
     }
 
@@ -1552,57 +1525,11 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
     }
 }
 
-fn host_ints<B: FusedOps, const D: usize>(t: Tensor<B, D, Int>) -> Vec<i64> {
-    t.into_data()
-        .convert::<i64>()
-        .to_vec::<i64>()
-        .expect("int data")
-}
-
 fn host_floats<B: FusedOps, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
     t.into_data()
         .convert::<f32>()
         .to_vec::<f32>()
         .expect("float data")
-}
-
-/// The index drawn by `u` in `[0, 1)` from the softmax of `values` (sorted, largest first) at
-/// `temperature`, restricted to the fewest leading values whose probabilities reach `top_p`.
-fn draw(values: &[f32], temperature: f64, top_p: f64, u: f64) -> usize {
-    let top = values[0] as f64;
-    let mut weights: Vec<f64> = values
-        .iter()
-        .map(|&x| ((x as f64 - top) / temperature).exp())
-        .collect();
-    if top_p < 1.0 {
-        let mass = top_p * weights.iter().sum::<f64>();
-        let mut acc = 0.0;
-        let keep = weights
-            .iter()
-            .position(|w| {
-                acc += w;
-                acc >= mass
-            })
-            .map_or(weights.len(), |i| i + 1);
-        weights.truncate(keep);
-    }
-    let target = u * weights.iter().sum::<f64>();
-    let mut acc = 0.0;
-    weights
-        .iter()
-        .position(|w| {
-            acc += w;
-            target < acc
-        })
-        .unwrap_or(weights.len() - 1)
-}
-
-/// A uniform draw in [0, 1) for (seed, n) (splitmix64).
-pub(crate) fn unit_draw(seed: u64, n: u64) -> f64 {
-    let mut z = seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Logits of the last position of `tokens` by the dense causal path over the whole sequence (no
@@ -1617,22 +1544,4 @@ pub fn reference_logits<B: FusedOps, M: StepModel<B>>(
     let logits = model.forward_logits(tokens.reshape([1, n]));
     let v = logits.dims()[2];
     host_floats(logits.narrow(1, n - 1, 1).reshape([v]))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::draw;
-
-    #[test]
-    fn top_p_keeps_the_fewest_likeliest_tokens_reaching_the_mass() {
-        // Softmax of [2, 1, 0]: 0.665, 0.245, 0.090.
-        let values = [2.0, 1.0, 0.0];
-        assert_eq!(draw(&values, 1.0, 1.0, 0.99), 2);
-        // 0.665 + 0.245 reach 0.8: the third token is never drawn, the draw rescaled over two.
-        assert_eq!(draw(&values, 1.0, 0.8, 0.99), 1);
-        assert_eq!(draw(&values, 1.0, 0.8, 0.70), 0);
-        assert_eq!(draw(&values, 1.0, 0.8, 0.75), 1);
-        // The first alone reaches 0.5.
-        assert_eq!(draw(&values, 1.0, 0.5, 0.99), 0);
-    }
 }

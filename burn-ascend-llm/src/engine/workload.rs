@@ -7,7 +7,8 @@
 use std::fmt;
 use std::ops::RangeInclusive;
 
-use super::serve::{unit_draw, Generation, Request, ServeError};
+use super::sampler::unit_draw;
+use super::serve::{Generation, Request, ServeError};
 
 /// A request and the step before which it arrives.
 #[derive(Debug, Clone, PartialEq)]
