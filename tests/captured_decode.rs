@@ -71,6 +71,7 @@ fn request(i: usize) -> Request {
             temperature: 0.8,
             top_k: 5,
             top_p: 1.0,
+            min_p: 0.0,
             seed: i as u64,
         }
     } else {

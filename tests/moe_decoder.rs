@@ -360,6 +360,7 @@ fn workload() -> Vec<Request> {
                     temperature: 0.8,
                     top_k: 5,
                     top_p: 1.0,
+                    min_p: 0.0,
                     seed: i as u64,
                 }
             },
@@ -421,6 +422,7 @@ fn bad_requests_and_sampling_parameters_fail_alone() {
             temperature,
             top_k,
             top_p: 1.0,
+            min_p: 0.0,
             seed: 1,
         },
         stop: Vec::new(),

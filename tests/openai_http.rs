@@ -205,11 +205,22 @@ async fn completions_equal_the_in_process_engine_streamed_and_not() {
                 temperature: 0.8,
                 top_k: 20,
                 top_p: 0.9,
+                min_p: 0.0,
                 seed: 7,
             },
         ),
+        (
+            json!({"temperature": 1.0, "min_p": 0.1, "seed": 8}),
+            Sampling::Random {
+                temperature: 1.0,
+                top_k: usize::MAX,
+                top_p: 1.0,
+                min_p: 0.1,
+                seed: 8,
+            },
+        ),
     ];
-    let mut generated = 0;
+    let (mut generated, requests) = (0, 3 * cases.len());
     for (params, sampling) in cases {
         let (tokens, want_finish) = reference(request(ids.clone(), 10, sampling));
         generated += 3 * tokens.len();
@@ -266,7 +277,7 @@ async fn completions_equal_the_in_process_engine_streamed_and_not() {
         assert_eq!(text_chunks[0]["usage"], Value::Null);
     }
     server.assert_cache_returns_to_full().await;
-    // GET /metrics counts the six requests, their tokens and their first tokens.
+    // GET /metrics counts the requests, their tokens and their first tokens.
     let response = server
         .client
         .get(format!("{}/metrics", server.base))
@@ -291,15 +302,15 @@ async fn completions_equal_the_in_process_engine_streamed_and_not() {
             "vllm:request_success_total{{model_name=\"{MODEL}\",finished_reason=\"{r}\"}}"
         ))
     };
-    assert_eq!(reason("stop") + reason("length"), 6.0);
+    assert_eq!(reason("stop") + reason("length"), requests as f64);
     assert_eq!(reason("abort"), 0.0);
     let prompt_tokens = sample(&format!("vllm:prompt_tokens_total{label}"));
-    assert_eq!(prompt_tokens, (6 * ids.len()) as f64);
+    assert_eq!(prompt_tokens, (requests * ids.len()) as f64);
     let generation = sample(&format!("vllm:generation_tokens_total{label}"));
     assert_eq!(generation, generated as f64);
     assert_eq!(
         sample(&format!("vllm:time_to_first_token_seconds_count{label}")),
-        6.0
+        requests as f64
     );
     assert_eq!(sample(&format!("vllm:num_requests_running{label}")), 0.0);
     assert_eq!(sample(&format!("vllm:gpu_cache_usage_perc{label}")), 0.0);
@@ -385,6 +396,7 @@ async fn chat_completions_render_the_conversation_streamed_and_not() {
         temperature: 1.0,
         top_k: 320,
         top_p: 1.0,
+        min_p: 0.0,
         seed: 3,
     };
     let (tokens, want_finish) = reference(request(ids.clone(), 8, sampling));
@@ -451,6 +463,7 @@ async fn bad_requests_get_openai_errors_naming_the_field() {
             "not in [0, 2]",
         ),
         (with("top_p", json!(0.0)), 400, "top_p", "not in (0, 1]"),
+        (with("min_p", json!(1.5)), 400, "min_p", "not in [0, 1]"),
         (with("top_k", json!(-2)), 400, "top_k", "top_k -2"),
         (with("n", json!(0)), 400, "n", "n is 0"),
         (with("best_of", json!(2)), 400, "best_of", "not supported"),

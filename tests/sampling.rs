@@ -37,6 +37,7 @@ fn host_draw(row: &[f32], sampling: Sampling, u: f64) -> u32 {
         temperature,
         top_k,
         top_p,
+        min_p,
         ..
     } = sampling
     else {
@@ -58,6 +59,9 @@ fn host_draw(row: &[f32], sampling: Sampling, u: f64) -> u32 {
         })
         .map_or(weights.len(), |i| i + 1);
     weights.truncate(keep);
+    // min_p: relative to the likeliest's weight, 1; the kept ones stay a prefix.
+    let keep = weights.iter().take_while(|&&w| w >= min_p).count();
+    weights.truncate(keep);
     let target = u * weights.iter().sum::<f64>();
     let mut acc = 0.0;
     let j = weights
@@ -71,10 +75,15 @@ fn host_draw(row: &[f32], sampling: Sampling, u: f64) -> u32 {
 }
 
 fn random(temperature: f64, top_k: usize, top_p: f64, seed: u64) -> Sampling {
+    with_min_p(temperature, top_k, top_p, 0.0, seed)
+}
+
+fn with_min_p(temperature: f64, top_k: usize, top_p: f64, min_p: f64, seed: u64) -> Sampling {
     Sampling::Random {
         temperature,
         top_k,
         top_p,
+        min_p,
         seed,
     }
 }
@@ -90,6 +99,8 @@ fn matches_the_host_sampler<B: burn_ascend::FusedOps>(device: &B::Device) {
         random(1.3, 5, 1.0, 9),
         random(1.0, usize::MAX, 0.5, 10),
         random(0.2, 3, 0.95, 11),
+        with_min_p(1.0, usize::MAX, 1.0, 0.05, 12),
+        with_min_p(0.9, 40, 0.8, 0.2, 13),
     ];
     let draws = 64;
     let mut rows = Vec::new();

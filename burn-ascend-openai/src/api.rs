@@ -143,6 +143,7 @@ impl ApiError {
             ServeError::Temperature(_) => Self::invalid("temperature", error.to_string()),
             ServeError::TopK => Self::invalid("top_k", error.to_string()),
             ServeError::TopP(_) => Self::invalid("top_p", error.to_string()),
+            ServeError::MinP(_) => Self::invalid("min_p", error.to_string()),
             ServeError::Overloaded { .. } => {
                 let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "requests", error.to_string());
                 e.body.code = Some("rate_limit_exceeded".into());
@@ -229,6 +230,9 @@ pub struct Common {
     pub top_p: Option<f64>,
     /// Candidates kept (vLLM's extension; -1 or 0: all).
     pub top_k: Option<i64>,
+    /// Candidates at least this fraction of the likeliest's probability (vLLM's extension; 0:
+    /// all).
+    pub min_p: Option<f64>,
     /// Seed of the draws.
     pub seed: Option<u64>,
     /// Strings that end the text (not included).
@@ -293,12 +297,13 @@ pub struct ChatRequest {
 }
 
 /// The fields of [`Common`].
-const COMMON_FIELDS: [&str; 15] = [
+const COMMON_FIELDS: [&str; 16] = [
     "model",
     "max_tokens",
     "temperature",
     "top_p",
     "top_k",
+    "min_p",
     "seed",
     "stop",
     "stop_token_ids",
@@ -385,6 +390,8 @@ pub struct SamplingDefaults {
     pub top_p: Option<f64>,
     /// `top_k`.
     pub top_k: Option<i64>,
+    /// `min_p`.
+    pub min_p: Option<f64>,
 }
 
 impl SamplingDefaults {
@@ -412,6 +419,7 @@ impl SamplingDefaults {
             temperature: field("temperature")?,
             top_p: field("top_p")?,
             top_k: field("top_k")?.map(|k| k as i64),
+            min_p: field("min_p")?,
         })
     }
 
@@ -427,6 +435,7 @@ impl std::fmt::Display for SamplingDefaults {
             self.temperature.map(|t| format!("temperature {t}")),
             self.top_p.map(|p| format!("top_p {p}")),
             self.top_k.map(|k| format!("top_k {k}")),
+            self.min_p.map(|p| format!("min_p {p}")),
         ]
         .into_iter()
         .flatten()
@@ -451,6 +460,8 @@ pub struct Checked {
     pub top_p: f64,
     /// Candidates kept (`None`: all).
     pub top_k: Option<usize>,
+    /// Least probability relative to the likeliest's (0: all).
+    pub min_p: f64,
     /// Seed.
     pub seed: Option<u64>,
     /// Stop strings.
@@ -520,6 +531,13 @@ impl Common {
                 format!("top_p {top_p} is not in (0, 1]"),
             ));
         }
+        let min_p = self.min_p.or(defaults.min_p).unwrap_or(0.0);
+        if !(0.0..=1.0).contains(&min_p) {
+            return Err(ApiError::invalid(
+                "min_p",
+                format!("min_p {min_p} is not in [0, 1]"),
+            ));
+        }
         let top_k = match self.top_k.or(defaults.top_k) {
             None | Some(-1) | Some(0) => None,
             Some(k) if k > 0 => Some(usize::try_from(k).unwrap_or(usize::MAX)),
@@ -560,6 +578,7 @@ impl Common {
             temperature,
             top_p,
             top_k,
+            min_p,
             seed: self.seed,
             stop,
             stop_token_ids: self.stop_token_ids.clone().unwrap_or_default(),

@@ -244,6 +244,7 @@ impl App {
                 temperature: checked.temperature,
                 top_k: checked.top_k.unwrap_or(self.engine.vocab()),
                 top_p: checked.top_p,
+                min_p: checked.min_p,
                 seed: checked
                     .seed
                     .map_or_else(|| self.fresh_seed(), |s| s.wrapping_add(choice as u64)),

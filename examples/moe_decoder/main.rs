@@ -274,6 +274,7 @@ fn sampling(args: &Args) -> Sampling {
             temperature,
             top_k: args.top_k_sampling,
             top_p: 1.0,
+            min_p: 0.0,
             seed: args.seed,
         },
         None => Sampling::Greedy,

@@ -374,7 +374,7 @@ mod tests {
                 "{t:?}"
             );
             assert!(
-                t.row_elems as u64 >= experts && t.row_elems % 8 == 0,
+                t.row_elems as u64 >= experts && t.row_elems.is_multiple_of(8),
                 "{t:?}"
             );
         }

@@ -3,7 +3,8 @@
 //!
 //! A row is greedy (the first most likely token, as `argmax` gives it) or a seeded draw at a
 //! temperature from its `top_k` most likely tokens, of which the fewest likeliest that reach
-//! `top_p` of their mass are kept. The draw is the inverse of the kept tokens' cumulative
+//! `top_p` of their mass are kept, and of those the ones at least `min_p` times as likely as the
+//! likeliest (vLLM's order: top-k, top-p, then min-p). The draw is the inverse of the kept tokens' cumulative
 //! distribution, in descending order of likelihood, at a uniform `u` in `[0, 1)` the host derives
 //! from the request's seed and the token's index ([`unit_draw`]: a request's tokens depend on
 //! its seed alone, not on its batch). The host sends five numbers per row and reads back one:
@@ -12,7 +13,7 @@
 //!
 //! On the device the step is a top-k over the rows (the largest `top_k` asked for in the
 //! batch), then element-wise work over `[S, k]`: the softmax weights at each row's temperature,
-//! the masks of its `top_k` and `top_p`, two cumulative sums, and the pick; an argmax for the
+//! the masks of its `top_k`, `top_p` and `min_p`, two cumulative sums, and the pick; an argmax for the
 //! greedy rows. Every operation is a standard Burn op, so any backend samples the same way.
 
 use burn::tensor::{DType, Int, Tensor, TensorData};
@@ -53,26 +54,31 @@ pub fn sample<B: FusedOps>(logits: Tensor<B, 2>, rows: &[RowSampling]) -> Vec<u3
             .reshape([s, 1])
             .expand([s, k])
     };
-    // Per row: temperature, kept candidates, nucleus mass, draw; greedy rows keep one token.
-    let (mut temperature, mut top_k, mut top_p, mut draw) = (vec![], vec![], vec![], vec![]);
+    // Per row: temperature, kept candidates, nucleus mass, least relative probability, draw;
+    // greedy rows keep one token.
+    let (mut temperature, mut top_k, mut top_p, mut min_p, mut draw) =
+        (vec![], vec![], vec![], vec![], vec![]);
     for r in rows {
-        let (t, kk, p, u) = match r.sampling {
-            Sampling::Greedy => (1.0, 1, 1.0, 0.0),
+        let (t, kk, p, m, u) = match r.sampling {
+            Sampling::Greedy => (1.0, 1, 1.0, 0.0, 0.0),
             Sampling::Random {
                 temperature,
                 top_k,
                 top_p,
+                min_p,
                 seed,
             } => (
                 temperature,
                 top_k.min(v),
                 top_p,
+                min_p,
                 unit_draw(seed, r.generated),
             ),
         };
         temperature.push(t as f32);
         top_k.push(kk as f32);
         top_p.push(p as f32);
+        min_p.push(m as f32);
         draw.push(u as f32);
     }
     let (values, ids) = logits.cast(DType::F32).topk_with_indices(k, 1);
@@ -89,6 +95,8 @@ pub fn sample<B: FusedOps>(logits: Tensor<B, 2>, rows: &[RowSampling]) -> Vec<u3
     let before = weights.clone().cumsum(1) - weights.clone();
     let total = weights.clone().sum_dim(1).expand([s, k]);
     weights = weights.mask_fill(before.greater_equal(total * column(top_p)), 0.0);
+    // The row's min_p: the weights are relative to the likeliest's, which is 1.
+    weights = weights.clone().mask_fill(weights.lower(column(min_p)), 0.0);
     // The draw: the first token whose cumulative mass exceeds u of the kept mass, i.e. the
     // number of tokens whose cumulative mass is at most that (the last kept one at most).
     let kept = weights.clone().greater_elem(0.0).int().sum_dim(1);

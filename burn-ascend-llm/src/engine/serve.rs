@@ -61,6 +61,9 @@ pub enum Sampling {
         /// Nucleus: of those, the most likely whose probabilities first reach this mass are
         /// kept, in (0, 1] (1 keeps them all).
         top_p: f64,
+        /// Of those, the ones at least this fraction of the likeliest's probability are kept,
+        /// in [0, 1] (0 keeps them all), as vLLM's `min_p`.
+        min_p: f64,
         /// Seed of the draws.
         seed: u64,
     },
@@ -79,6 +82,9 @@ impl Sampling {
             Sampling::Random { top_k: 0, .. } => Err(ServeError::TopK),
             Sampling::Random { top_p, .. } if !(top_p > 0.0 && top_p <= 1.0) => {
                 Err(ServeError::TopP(top_p))
+            }
+            Sampling::Random { min_p, .. } if !(0.0..=1.0).contains(&min_p) => {
+                Err(ServeError::MinP(min_p))
             }
             Sampling::Random { .. } => Ok(()),
         }
@@ -168,6 +174,9 @@ pub enum ServeError {
     /// A sampling `top_p` outside (0, 1].
     #[error("sampling top_p {0} is not in (0, 1]")]
     TopP(f64),
+    /// A sampling `min_p` outside [0, 1].
+    #[error("sampling min_p {0} is not in [0, 1]")]
+    MinP(f64),
     /// The request needs more pages than the whole cache has, even alone.
     #[error(
         "prompt of {prompt} tokens plus {new} new tokens needs {needed} cache pages of \
