@@ -64,7 +64,8 @@ public:
         uint32_t turn = 0;
         for (uint32_t done = 0; done < rows; done += tiling.idxChunk) {
             uint32_t n = rows - done < tiling.idxChunk ? rows - done : tiling.idxChunk;
-            LoadSlots(idx, slotGm[done], n);
+            Load(idx, slotGm[done], n);
+            Sync<HardEvent::MTE2_S>();
             for (uint32_t r = 0; r < n; ++r) {
                 const int64_t slot = static_cast<int64_t>(idx.GetValue(r));
                 for (uint32_t p = 0; p < tiling.parts; ++p) {
@@ -82,16 +83,6 @@ public:
     }
 
 private:
-    // n slots into UB (by DataCopyPad: a block's first slot need not start a 32-byte block), ready
-    // for the scalar unit.
-    __aicore__ inline void LoadSlots(const LocalTensor<I>& idx, const GlobalTensor<I>& from, uint32_t n)
-    {
-        DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(I)), 0, 0, 0};
-        DataCopyPadExtParams<I> noPad{false, 0, 0, 0};
-        DataCopyPad(idx, from, row, noPad);
-        Sync<HardEvent::MTE2_S>();
-    }
-
     // Moves `cols[p]` elements from srcGm[p][from] to cacheGm[p][to] through the two buffers.
     __aicore__ inline void MoveRow(uint32_t p, uint64_t from, uint64_t to, const LocalTensor<T>& ping, uint32_t& turn)
     {
@@ -103,38 +94,9 @@ private:
             if (turn >= 2) {
                 Sync<HardEvent::MTE3_MTE2>();
             }
-            Copy(buf, srcGm[p][from + at], n, from + at);
+            Load(buf, srcGm[p][from + at], n);
             Sync<HardEvent::MTE2_MTE3>();
-            Put(cacheGm[p][to + at], buf, n, to + at);
-        }
-    }
-
-    // Whole 32-byte blocks from a 32-byte-aligned GM element go by DataCopy; anything else by
-    // DataCopyPad, which neither reads nor writes past the n elements (ASSUMPTION, the stricter
-    // reading of ascendc-api.md: DataCopy wants its GM address 32-byte aligned too).
-    __aicore__ inline bool Whole(uint32_t n, uint64_t at) const
-    {
-        return (n * sizeof(T)) % 32 == 0 && (at * sizeof(T)) % 32 == 0;
-    }
-
-    __aicore__ inline void Copy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t n, uint64_t at)
-    {
-        if (Whole(n, at)) {
-            DataCopy(dst, src, n);
-        } else {
-            DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(T)), 0, 0, 0};
-            DataCopyPadExtParams<T> noPad{false, 0, 0, 0};
-            DataCopyPad(dst, src, row, noPad);
-        }
-    }
-
-    __aicore__ inline void Put(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t n, uint64_t at)
-    {
-        if (Whole(n, at)) {
-            DataCopy(dst, src, n);
-        } else {
-            DataCopyExtParams row{1, static_cast<uint32_t>(n * sizeof(T)), 0, 0, 0};
-            DataCopyPad(dst, src, row);
+            Store(cacheGm[p][to + at], buf, n);
         }
     }
 

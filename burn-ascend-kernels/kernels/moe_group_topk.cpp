@@ -157,23 +157,13 @@ private:
                 }
                 group.SetValue(g, tiling.groupTopTwo ? best + second : best);
             }
-            // Mark the kept groups (kKept), best first, ties to the lower group.
+            // The kept groups are the ones taken.
+            float best;
             for (uint32_t n = 0; n < tiling.keepGroups; ++n) {
-                uint32_t pick = 0;
-                float best = kLowest;
-                bool found = false;
-                for (uint32_t g = 0; g < tiling.groups; ++g) {
-                    const float v = group.GetValue(g);
-                    if (v != kKept && (!found || v > best)) {
-                        best = v;
-                        pick = g;
-                        found = true;
-                    }
-                }
-                group.SetValue(pick, kKept);
+                TakeBest(group, tiling.groups, best);
             }
             for (uint32_t g = 0; g < tiling.groups; ++g) {
-                if (group.GetValue(g) != kKept) {
+                if (group.GetValue(g) != kTaken) {
                     for (uint32_t i = g * per; i < (g + 1) * per; ++i) {
                         sel.SetValue(i, 0.0f);
                     }
@@ -186,19 +176,9 @@ private:
         Sync<HardEvent::MTE3_S>();
         float sum = 0.0f;
         for (uint32_t n = 0; n < tiling.topK; ++n) {
-            uint32_t pick = 0;
-            float best = kLowest;
-            bool found = false;
-            for (uint32_t i = 0; i < tiling.experts; ++i) {
-                const float v = sel.GetValue(i);
-                if (v != kTaken && (!found || v > best)) {
-                    best = v;
-                    pick = i;
-                    found = true;
-                }
-            }
+            float best;
+            const uint32_t pick = TakeBest(sel, tiling.experts, best);
             const float weight = tiling.gatherScores ? row.GetValue(pick) : best;
-            sel.SetValue(pick, kTaken);
             w.SetValue(n, weight);
             id.SetValue(n, static_cast<int32_t>(pick));
             sum += weight;
@@ -213,6 +193,25 @@ private:
         Store(idsGm[at], id, tiling.topK);
         // The next token's vector work rewrites selBuf and rowBuf, read above.
         Sync<HardEvent::S_V>();
+    }
+
+    // The largest of values[0, n) not yet taken (ties: the lower index) into `best`; marks it
+    // taken and returns its index.
+    __aicore__ inline uint32_t TakeBest(const LocalTensor<float>& values, uint32_t n, float& best)
+    {
+        uint32_t pick = 0;
+        bool found = false;
+        best = kLowest;
+        for (uint32_t i = 0; i < n; ++i) {
+            const float v = values.GetValue(i);
+            if (v != kTaken && (!found || v > best)) {
+                best = v;
+                pick = i;
+                found = true;
+            }
+        }
+        values.SetValue(pick, kTaken);
+        return pick;
     }
 
     // The weights in f32, stored as they are.
@@ -234,9 +233,8 @@ private:
         Store(dst, narrow, tiling.topK);
     }
 
-    // Sentinels no score takes: sel values are finite sums of a score in [0, 1] and a bias.
+    // Sentinels no value takes: sel values are finite sums of a score in [0, 1] and a bias.
     static constexpr float kLowest = -3.0e38f;
-    static constexpr float kKept = 3.0e38f;
     static constexpr float kTaken = -3.3e38f;
 
     BurnMoeGroupTopkTiling tiling;

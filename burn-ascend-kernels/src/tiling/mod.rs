@@ -172,6 +172,12 @@ pub(crate) fn reduce_tmp_bytes(count: u64) -> u64 {
     align8(count.div_ceil(64)) * 4
 }
 
+/// `rows` split evenly over the vector cores: `(rows per block, blocks)`, at least one of each.
+pub(crate) fn even_split(rows: u64, props: &DeviceProps) -> (u64, u64) {
+    let per_block = rows.div_ceil(props.vector_cores as u64).max(1);
+    (per_block, rows.div_ceil(per_block).max(1))
+}
+
 /// `n` rounded up to a multiple of 8 (elements of 32-byte blocks of f32/i32).
 pub(crate) fn align8(n: u64) -> u64 {
     n.div_ceil(8) * 8

@@ -1,7 +1,7 @@
 //! Tiling of the paged-KV kernels: `alloc_extend`, `kv_cache_write` and split-KV
 //! `decode_attention`.
 
-use super::{align8, align_type, ub_align, DeviceProps, NormType, Plan};
+use super::{align8, align_type, even_split, ub_align, DeviceProps, NormType, Plan};
 
 /// Mirrors `AllocExtendTiling` in `kernels/alloc_extend.cpp`.
 #[repr(C)]
@@ -132,7 +132,7 @@ pub fn kv_cache_write(
     index_bytes: u64,
     props: &DeviceProps,
 ) -> Plan<KvCacheWriteTiling> {
-    let rows_per_core = tokens.div_ceil(props.vector_cores as u64).max(1);
+    let (rows_per_core, block_dim) = even_split(tokens, props);
     let idx_chunk = align8(rows_per_core.min(MAX_SLOT_CHUNK));
     let align = super::UB_ALIGN / elem_bytes;
     let max_chunk =
@@ -147,7 +147,7 @@ pub fn kv_cache_write(
         out
     };
     Plan {
-        block_dim: tokens.div_ceil(rows_per_core).max(1) as u32,
+        block_dim: block_dim as u32,
         tiling: KvCacheWriteTiling {
             tokens: tokens as u32,
             parts: parts.len() as u32,

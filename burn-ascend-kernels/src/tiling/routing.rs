@@ -2,7 +2,9 @@
 //! inverse permutation it is given, `moe_scatter_inverse`) and the grouped router
 //! `moe_group_topk`.
 
-use super::{align8, reduce_tmp_bytes, ub_align, DeviceProps, NormType, Plan, UB_ALIGN};
+use super::{
+    align8, even_split, reduce_tmp_bytes, ub_align, DeviceProps, NormType, Plan, UB_ALIGN,
+};
 
 /// Mirrors `RowGatherTiling` in `kernels/row_gather.h` (moe_gather, token_rearrange).
 #[repr(C)]
@@ -53,8 +55,7 @@ pub fn row_gather(
     validate: bool,
     props: &DeviceProps,
 ) -> Plan<RowGatherTiling> {
-    let rows_per_core = out_rows.div_ceil(props.vector_cores as u64).max(1);
-    let block_dim = out_rows.div_ceil(rows_per_core).max(1);
+    let (rows_per_core, block_dim) = even_split(out_rows, props);
     let idx_chunk = rows_per_core.min(MAX_IDX_CHUNK).div_ceil(8) * 8;
     let idx_bytes = ub_align(idx_chunk * index_bytes);
     let seen = if validate {
@@ -103,8 +104,7 @@ const MAX_INVERSE_CHUNK: u64 = 1024;
 
 /// Positions evenly over the vector cores; each block stages `idx_chunk` of them at a time.
 pub fn moe_scatter_inverse(slots: u64, props: &DeviceProps) -> Plan<MoeInverseTiling> {
-    let per_core = slots.div_ceil(props.vector_cores as u64).max(1);
-    let block_dim = slots.div_ceil(per_core).max(1);
+    let (per_core, block_dim) = even_split(slots, props);
     Plan {
         block_dim: block_dim as u32,
         tiling: MoeInverseTiling {
@@ -147,8 +147,7 @@ pub fn moe_scatter(
     has_weights: bool,
     props: &DeviceProps,
 ) -> Plan<MoeScatterTiling> {
-    let tokens_per_core = tokens.div_ceil(props.vector_cores as u64).max(1);
-    let block_dim = tokens.div_ceil(tokens_per_core).max(1);
+    let (tokens_per_core, block_dim) = even_split(tokens, props);
     let idx_tokens = tokens_per_core.min((MAX_IDX_CHUNK / top_k.max(1)).max(1));
     let slots = idx_tokens * top_k.max(1);
     let routing = [4, dtype.bytes(), 4]
@@ -246,9 +245,9 @@ pub fn moe_group_topk(
     weight_type: NormType,
     props: &DeviceProps,
 ) -> Plan<MoeGroupTopkTiling> {
-    let rows_per_core = tokens.div_ceil(props.vector_cores as u64).max(1);
+    let (rows_per_core, block_dim) = even_split(tokens, props);
     Plan {
-        block_dim: tokens.div_ceil(rows_per_core).max(1) as u32,
+        block_dim: block_dim as u32,
         tiling: MoeGroupTopkTiling {
             tokens: tokens as u32,
             experts: experts as u32,

@@ -7,14 +7,15 @@
 //! likeliest (vLLM's order: top-k, top-p, then min-p). The draw is the inverse of the kept tokens' cumulative
 //! distribution, in descending order of likelihood, at a uniform `u` in `[0, 1)` the host derives
 //! from the request's seed and the token's index ([`unit_draw`]: a request's tokens depend on
-//! its seed alone, not on its batch). The host sends five numbers per row and reads back one:
-//! a step with a 152k vocabulary at 64 requests reads back 256 bytes, where sampling on the host
-//! read the sorted logits and ids of every row.
+//! its seed alone, not on its batch). The host sends six numbers per row in one upload and
+//! reads back one: a step with a 152k vocabulary at 64 requests reads back 256 bytes, where
+//! sampling on the host read the sorted logits and ids of every row.
 //!
 //! On the device the step is a top-k over the rows (the largest `top_k` asked for in the
 //! batch), then element-wise work over `[S, k]`: the softmax weights at each row's temperature,
-//! the masks of its `top_k`, `top_p` and `min_p`, two cumulative sums, and the pick; an argmax for the
-//! greedy rows. Every operation is a standard Burn op, so any backend samples the same way.
+//! the masks of its `top_k`, `top_p` and `min_p`, two cumulative sums, and the pick; an argmax
+//! where some rows are greedy. Every operation is a standard Burn op, so any backend samples
+//! the same way.
 
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_ascend::FusedOps;
@@ -44,43 +45,42 @@ pub fn sample<B: FusedOps>(logits: Tensor<B, 2>, rows: &[RowSampling]) -> Vec<u3
             Sampling::Greedy => None,
         })
         .max();
-    let greedy = logits.clone().argmax(1).reshape([s]);
+    let argmax = |logits: &Tensor<B, 2>| logits.clone().argmax(1).reshape([s]);
     let Some(k) = k_max else {
-        return host_ids(greedy);
+        return host_ids(argmax(&logits));
     };
-    // A per-row parameter, broadcast along the row.
-    let column = |values: Vec<f32>| {
-        Tensor::<B, 1>::from_floats(values.as_slice(), &device)
-            .reshape([s, 1])
-            .expand([s, k])
-    };
-    // Per row: temperature, kept candidates, nucleus mass, least relative probability, draw;
-    // greedy rows keep one token.
-    let (mut temperature, mut top_k, mut top_p, mut min_p, mut draw) =
-        (vec![], vec![], vec![], vec![], vec![]);
-    for r in rows {
-        let (t, kk, p, m, u) = match r.sampling {
-            Sampling::Greedy => (1.0, 1, 1.0, 0.0, 0.0),
+    let greedy = rows
+        .iter()
+        .any(|r| r.sampling == Sampling::Greedy)
+        .then(|| argmax(&logits));
+    // Per row, in one upload: temperature, kept candidates, nucleus mass, least relative
+    // probability, draw, and whether the row is greedy (its draw keeps one token, then the
+    // argmax replaces it).
+    const COLUMNS: usize = 6;
+    let params: Vec<f32> = rows
+        .iter()
+        .flat_map(|r| match r.sampling {
+            Sampling::Greedy => [1.0, 1.0, 1.0, 0.0, 0.0, 1.0],
             Sampling::Random {
                 temperature,
                 top_k,
                 top_p,
                 min_p,
                 seed,
-            } => (
-                temperature,
-                top_k.min(v),
-                top_p,
-                min_p,
-                unit_draw(seed, r.generated),
-            ),
-        };
-        temperature.push(t as f32);
-        top_k.push(kk as f32);
-        top_p.push(p as f32);
-        min_p.push(m as f32);
-        draw.push(u as f32);
-    }
+            } => [
+                temperature as f32,
+                top_k.min(v) as f32,
+                top_p as f32,
+                min_p as f32,
+                unit_draw(seed, r.generated) as f32,
+                0.0,
+            ],
+        })
+        .collect();
+    let params = Tensor::<B, 2>::from_data(TensorData::new(params, [s, COLUMNS]), &device);
+    // A parameter, broadcast along the row.
+    let column = |i: usize| params.clone().narrow(1, i, 1).expand([s, k]);
+    let (temperature, top_k, top_p, min_p, draw) = (0, 1, 2, 3, 4);
     let (values, ids) = logits.cast(DType::F32).topk_with_indices(k, 1);
     // exp((x - max) / T): the row's unnormalised probabilities, largest first.
     let best = values.clone().narrow(1, 0, 1);
@@ -108,13 +108,13 @@ pub fn sample<B: FusedOps>(logits: Tensor<B, 2>, rows: &[RowSampling]) -> Vec<u3
         .sum_dim(1)
         .min_pair(kept - 1);
     let drawn = ids.gather(1, pick).reshape([s]);
-    let is_greedy: Vec<bool> = rows
-        .iter()
-        .map(|r| r.sampling == Sampling::Greedy)
-        .collect();
-    let is_greedy =
-        Tensor::<B, 1, burn::tensor::Bool>::from_data(TensorData::new(is_greedy, [s]), &device);
-    host_ids(drawn.mask_where(is_greedy, greedy))
+    match greedy {
+        Some(greedy) => {
+            let is_greedy = params.narrow(1, 5, 1).reshape([s]).greater_elem(0.5);
+            host_ids(drawn.mask_where(is_greedy, greedy))
+        }
+        None => host_ids(drawn),
+    }
 }
 
 fn host_ids<B: FusedOps>(ids: Tensor<B, 1, Int>) -> Vec<u32> {

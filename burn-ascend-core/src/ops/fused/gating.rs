@@ -7,7 +7,7 @@
 
 use burn_ascend_kernels::{launch, tiling};
 
-use super::{data_ptr, device_props, same_device};
+use super::{data_ptr, device_props, kernel_float, same_device};
 use crate::acl::aclnn;
 use crate::acl::handles::Absent;
 use crate::acl::{AclResult, DataType};
@@ -184,10 +184,11 @@ pub fn check_moe_group_topk(
 }
 
 /// A grouped router's choice for f32 `logits [T, E]`, its weights in `weights` (f32, f16 or
-/// bf16: rounded once from f32), in one launch of the `moe_group_topk` kernel, as transformers' DeepSeek routers compute it: scores (softmax or sigmoid), selection
-/// values (the scores plus `bias`), the best `keep_groups` groups by their best or two best
-/// selection values, every other expert's selection value set to 0 (as transformers masks
-/// them), the `top_k` largest selection values (ties: the lower id), and their weights (see
+/// bf16: rounded once from f32), in one launch of the `moe_group_topk` kernel, as
+/// transformers' DeepSeek routers compute it: scores (softmax or sigmoid), selection values
+/// (the scores plus `bias`), the best `keep_groups` groups by their best or two best selection
+/// values, every other expert's selection value set to 0 (as transformers masks them), the
+/// `top_k` largest selection values (ties: the lower id), and their weights (see
 /// [`GroupTopk`]). `probs` holds the scores.
 pub fn moe_group_topk(
     logits: &AscendTensor,
@@ -198,17 +199,12 @@ pub fn moe_group_topk(
     const OP: &str = "moe_group_topk";
     same_device(OP, &[Some(logits), bias])?;
     check_moe_group_topk(logits, bias, choice)?;
-    let weight_type = match weights {
-        DataType::F32 => tiling::NormType::F32,
-        DataType::F16 => tiling::NormType::F16,
-        DataType::BF16 => tiling::NormType::BF16,
-        other => {
-            return Err(invalid_input(
-                OP,
-                format!("the weights are f32, f16 or bf16, not {other}"),
-            ))
-        }
-    };
+    let weight_type = kernel_float(weights).ok_or_else(|| {
+        invalid_input(
+            OP,
+            format!("the weights are f32, f16 or bf16, not {weights}"),
+        )
+    })?;
     let (t, e) = (logits.shape()[0], logits.shape()[1]);
     let ctx = logits.ctx();
     let scores = AscendTensor::empty(ctx, vec![t, e], DataType::F32)?;

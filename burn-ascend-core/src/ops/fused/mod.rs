@@ -159,17 +159,20 @@ pub(crate) fn same_device(op: &str, operands: &[Option<&AscendTensor>]) -> AclRe
     }
 }
 
+/// The kernels' code for a float type, if they take it.
+pub(crate) fn kernel_float(dtype: DataType) -> Option<NormType> {
+    match dtype {
+        DataType::F32 => Some(NormType::F32),
+        DataType::F16 => Some(NormType::F16),
+        DataType::BF16 => Some(NormType::BF16),
+        _ => None,
+    }
+}
+
 /// The kernels' code for a float type.
 pub(crate) fn norm_type(op: &str, t: &impl Operand) -> AclResult<NormType> {
-    match t.data_type() {
-        DataType::F32 => Ok(NormType::F32),
-        DataType::F16 => Ok(NormType::F16),
-        DataType::BF16 => Ok(NormType::BF16),
-        _ => Err(invalid_input(
-            op,
-            format!("takes f32, f16 or bf16, got {}", t.describe()),
-        )),
-    }
+    kernel_float(t.data_type())
+        .ok_or_else(|| invalid_input(op, format!("takes f32, f16 or bf16, got {}", t.describe())))
 }
 
 /// `(rows, cols)` of a norm's input `name`: a float tensor of at least one dim; the rows are the

@@ -75,6 +75,16 @@ pub struct MoeGating<B: Backend> {
     pub probs: Option<FloatTensor<B>>,
 }
 
+impl From<fused::Gating> for MoeGating<Ascend> {
+    fn from(g: fused::Gating) -> Self {
+        Self {
+            weights: g.weights.into(),
+            ids: g.ids.into(),
+            probs: g.probs.map(Into::into),
+        }
+    }
+}
+
 /// RMS-norm results: normalised rows and the f32 row statistic.
 pub struct RmsNormOutput<B: Backend> {
     /// `x * rstd * gamma`, x's shape and dtype.
@@ -862,15 +872,11 @@ impl FusedOps for Ascend {
             );
             return composed::moe_gating_softmax::<Self>(logits, top_k, renormalize);
         }
-        let g = run(
+        run(
             "moe_gating_softmax",
             fused::moe_gating_softmax(&logits, top_k, renormalize),
-        );
-        MoeGating {
-            weights: g.weights.into(),
-            ids: g.ids.into(),
-            probs: g.probs.map(Into::into),
-        }
+        )
+        .into()
     }
 
     fn moe_group_topk(
@@ -880,19 +886,9 @@ impl FusedOps for Ascend {
         weights_dtype: burn_tensor::DType,
     ) -> MoeGating<Self> {
         // The kernel takes f32, as the composition computes (a cast only for other logits).
-        let f32s = |t: FloatTensor<Self>| {
-            float::<Self, 2>(t)
-                .cast(burn_tensor::DType::F32)
-                .into_primitive()
-                .tensor()
-        };
-        let logits = f32s(logits);
-        let bias = bias.map(|b| {
-            float::<Self, 1>(b)
-                .cast(burn_tensor::DType::F32)
-                .into_primitive()
-                .tensor()
-        });
+        let f32s =
+            |t: FloatTensor<Self>| run("moe_group_topk", crate::ops::copy::cast(&t, DataType::F32));
+        let (logits, bias) = (f32s(logits), bias.map(f32s));
         if !has_kernels(&logits, &["moe_group_topk"]) {
             run(
                 "moe_group_topk",
@@ -900,15 +896,11 @@ impl FusedOps for Ascend {
             );
             return composed::moe_group_topk::<Self>(logits, bias, choice, weights_dtype);
         }
-        let g = run(
+        run(
             "moe_group_topk",
             fused::moe_group_topk(&logits, bias.as_deref(), &choice, data_type(weights_dtype)),
-        );
-        MoeGating {
-            weights: g.weights.into(),
-            ids: g.ids.into(),
-            probs: g.probs.map(Into::into),
-        }
+        )
+        .into()
     }
 
     fn rotary_embedding(
